@@ -1,0 +1,38 @@
+//! The Karpenter v1 API: NodePool and NodeClaim (`karpenter.sh/v1`) and EC2NodeClass
+//! (`karpenter.k8s.aws/v1`), with their CRDs, defaults and validation.
+//!
+//! The CRDs Joist installs are generated from these types ([`crds`]); the YAML committed under
+//! `deploy/crds/` is checked against them in CI.
+
+pub mod common;
+pub mod cron;
+pub mod duration;
+// kube's `printcolumn(...)` entries repeat keys such as `type_` by design.
+#[allow(clippy::duplicated_attributes)]
+pub mod ec2nodeclass;
+pub mod manifest;
+// kube's `printcolumn(...)` entries repeat keys such as `type_` by design.
+#[allow(clippy::duplicated_attributes)]
+pub mod nodeclaim;
+// kube's `printcolumn(...)` entries repeat keys such as `type_` by design.
+#[allow(clippy::duplicated_attributes)]
+pub mod nodepool;
+pub mod schema_check;
+pub mod validation;
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::CustomResourceExt;
+
+pub use ec2nodeclass::{EC2NodeClass, EC2NodeClassSpec, EC2NodeClassStatus};
+pub use nodeclaim::{NodeClaim, NodeClaimSpec, NodeClaimStatus};
+pub use nodepool::{NodePool, NodePoolSpec, NodePoolStatus};
+pub use validation::{Validate, Violation};
+
+/// The CRDs Joist serves, each with the file name Karpenter uses for it.
+pub fn crds() -> Vec<(&'static str, CustomResourceDefinition)> {
+    vec![
+        ("karpenter.sh_nodepools.yaml", NodePool::crd()),
+        ("karpenter.sh_nodeclaims.yaml", NodeClaim::crd()),
+        ("karpenter.k8s.aws_ec2nodeclasses.yaml", EC2NodeClass::crd()),
+    ]
+}

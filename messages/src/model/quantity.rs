@@ -1,0 +1,326 @@
+//! Exact Kubernetes resource quantities.
+//!
+//! A [`Quantity`] is a count of milli-units held in an `i64`: `"100m"` CPU is 100, `"1Gi"` memory is
+//! 1 073 741 824 000 (bytes × 1000). Parsing follows the Kubernetes grammar (sign, decimal number,
+//! then a binary suffix `Ki…Ei`, a decimal suffix `n u m k M G T P E`, or an exponent `e3`/`E-2`) and
+//! uses integer arithmetic only, so `"1.5Gi"` is exactly 1 610 612 736 bytes. Values finer than a
+//! milli-unit round up, as `Quantity.MilliValue()` does in Kubernetes.
+//!
+//! Failure modes: [`QuantityError`] names what is wrong with the text. Magnitudes beyond
+//! `i64::MAX` milli-units (about 8 PiB of memory) are rejected as [`QuantityError::OutOfRange`]
+//! rather than silently wrapped.
+
+use std::{fmt, str::FromStr};
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer, de};
+
+/// Why a quantity string could not be parsed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum QuantityError {
+    /// The text is empty.
+    #[error("quantity is empty")]
+    Empty,
+    /// The number part is missing or malformed.
+    #[error("quantity {0:?} is not a number followed by an optional suffix (e.g. 100m, 1.5Gi, 2k, 1e3)")]
+    Malformed(String),
+    /// The suffix is not one Kubernetes knows.
+    #[error(
+        "quantity {text:?} has unknown suffix {suffix:?} (use Ki Mi Gi Ti Pi Ei, n u m k M G T P E, or an exponent)"
+    )]
+    UnknownSuffix {
+        /// The whole input.
+        text: String,
+        /// The part after the number.
+        suffix: String,
+    },
+    /// The value does not fit in `i64` milli-units.
+    #[error("quantity {0:?} is too large (limit is about 9.2e15 units)")]
+    OutOfRange(String),
+}
+
+/// An exact quantity in milli-units (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct Quantity(i64);
+
+impl Quantity {
+    /// Zero.
+    pub const ZERO: Quantity = Quantity(0);
+
+    /// A quantity of `millis` milli-units.
+    pub const fn from_millis(millis: i64) -> Self {
+        Quantity(millis)
+    }
+
+    /// A quantity of whole units (cores, bytes, pods).
+    pub const fn from_units(units: i64) -> Self {
+        Quantity(units.saturating_mul(1000))
+    }
+
+    /// The value in milli-units.
+    pub const fn millis(self) -> i64 {
+        self.0
+    }
+
+    /// The value in whole units, rounded up (as Kubernetes' `Quantity.Value()`).
+    pub const fn units_ceil(self) -> i64 {
+        self.0.div_euclid(1000) + if self.0.rem_euclid(1000) == 0 { 0 } else { 1 }
+    }
+
+    /// `self + other`, saturating at the `i64` bounds.
+    pub const fn saturating_add(self, other: Quantity) -> Quantity {
+        Quantity(self.0.saturating_add(other.0))
+    }
+
+    /// `self - other`, saturating at the `i64` bounds.
+    pub const fn saturating_sub(self, other: Quantity) -> Quantity {
+        Quantity(self.0.saturating_sub(other.0))
+    }
+
+    /// True when the value is exactly zero.
+    pub const fn is_zero(self) -> bool {
+        self.0 == 0
+    }
+}
+
+/// Multiplier of a suffix as `numerator / denominator`, both powers of 2 or 10.
+fn suffix_scale(suffix: &str) -> Option<(i128, i128)> {
+    let pow2 = |n: u32| (1i128 << n, 1);
+    let pow10 = |n: i32| {
+        if n >= 0 {
+            (10i128.pow(n as u32), 1)
+        } else {
+            (1, 10i128.pow(n.unsigned_abs()))
+        }
+    };
+    Some(match suffix {
+        "" => (1, 1),
+        "Ki" => pow2(10),
+        "Mi" => pow2(20),
+        "Gi" => pow2(30),
+        "Ti" => pow2(40),
+        "Pi" => pow2(50),
+        "Ei" => pow2(60),
+        "n" => pow10(-9),
+        "u" => pow10(-6),
+        "m" => pow10(-3),
+        "k" => pow10(3),
+        "M" => pow10(6),
+        "G" => pow10(9),
+        "T" => pow10(12),
+        "P" => pow10(15),
+        "E" => pow10(18),
+        _ => {
+            let exp = suffix.strip_prefix(['e', 'E'])?;
+            let digits = exp.strip_prefix(['+', '-']).unwrap_or(exp);
+            if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+                return None;
+            }
+            let n: i32 = exp.parse().ok()?;
+            if !(-30..=30).contains(&n) {
+                return None;
+            }
+            pow10(n)
+        }
+    })
+}
+
+impl FromStr for Quantity {
+    type Err = QuantityError;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let s = text.trim();
+        if s.is_empty() {
+            return Err(QuantityError::Empty);
+        }
+        let (negative, rest) = match s.as_bytes()[0] {
+            b'-' => (true, &s[1..]),
+            b'+' => (false, &s[1..]),
+            _ => (false, s),
+        };
+        let number_len = rest
+            .bytes()
+            .take_while(|b| b.is_ascii_digit() || *b == b'.')
+            .count();
+        let (number, suffix) = rest.split_at(number_len);
+        let (int_part, frac_part) = number.split_once('.').unwrap_or((number, ""));
+        if (int_part.is_empty() && frac_part.is_empty()) || frac_part.contains('.') {
+            return Err(QuantityError::Malformed(text.to_string()));
+        }
+        let (num, den) = suffix_scale(suffix).ok_or_else(|| QuantityError::UnknownSuffix {
+            text: text.to_string(),
+            suffix: suffix.to_string(),
+        })?;
+        let out_of_range = || QuantityError::OutOfRange(text.to_string());
+        // mantissa = int_part.frac_part as an integer, scaled by 10^-len(frac_part).
+        let digits = format!("{int_part}{frac_part}");
+        let digits = digits.trim_start_matches('0');
+        if digits.len() > 36 {
+            return Err(out_of_range());
+        }
+        let mantissa: i128 = if digits.is_empty() {
+            0
+        } else {
+            digits.parse().map_err(|_| out_of_range())?
+        };
+        let frac_scale = 10i128
+            .checked_pow(frac_part.len() as u32)
+            .ok_or_else(out_of_range)?;
+        let numerator = mantissa
+            .checked_mul(num)
+            .and_then(|v| v.checked_mul(1000))
+            .ok_or_else(out_of_range)?;
+        let denominator = frac_scale.checked_mul(den).ok_or_else(out_of_range)?;
+        // Round away from zero to the next milli-unit, like Kubernetes' MilliValue.
+        let millis = numerator / denominator + i128::from(numerator % denominator != 0);
+        let millis = if negative { -millis } else { millis };
+        i64::try_from(millis).map(Quantity).map_err(|_| out_of_range())
+    }
+}
+
+impl fmt::Display for Quantity {
+    /// Canonical form: whole units when exact, otherwise milli-units with an `m` suffix.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0 % 1000 == 0 {
+            write!(f, "{}", self.0 / 1000)
+        } else {
+            write!(f, "{}m", self.0)
+        }
+    }
+}
+
+impl Serialize for Quantity {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Quantity {
+    /// Accepts a string or a number, as Kubernetes' int-or-string quantities do.
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl de::Visitor<'_> for Visitor {
+            type Value = Quantity;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a quantity such as 100m, 1.5Gi or 4")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Quantity, E> {
+                v.parse().map_err(E::custom)
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Quantity, E> {
+                v.checked_mul(1000)
+                    .map(Quantity)
+                    .ok_or_else(|| E::custom(QuantityError::OutOfRange(v.to_string())))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Quantity, E> {
+                i64::try_from(v)
+                    .ok()
+                    .and_then(|v| v.checked_mul(1000))
+                    .map(Quantity)
+                    .ok_or_else(|| E::custom(QuantityError::OutOfRange(v.to_string())))
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Quantity, E> {
+                // YAML `0.5` arrives as a float; reparse its shortest decimal text exactly.
+                self.visit_str(&v.to_string())
+            }
+        }
+        deserializer.deserialize_any(Visitor)
+    }
+}
+
+impl schemars::JsonSchema for Quantity {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Quantity".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "anyOf": [{"type": "integer"}, {"type": "string"}],
+            "pattern": QUANTITY_PATTERN,
+            "x-kubernetes-int-or-string": true,
+        })
+    }
+
+    fn inline_schema() -> bool {
+        true
+    }
+}
+
+/// The OpenAPI pattern Kubernetes uses for quantities.
+pub const QUANTITY_PATTERN: &str = r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn q(s: &str) -> i64 {
+        s.parse::<Quantity>()
+            .unwrap_or_else(|e| panic!("{s}: {e}"))
+            .millis()
+    }
+
+    #[test]
+    fn parses_the_kubernetes_grammar_exactly() {
+        assert_eq!(q("100m"), 100);
+        assert_eq!(q("1"), 1000);
+        assert_eq!(q("1.5Gi"), 1_610_612_736_000);
+        assert_eq!(q("1e3"), 1_000_000);
+        assert_eq!(q("2k"), 2_000_000);
+        assert_eq!(q("0.5"), 500);
+        assert_eq!(q(".5"), 500);
+        assert_eq!(q("1Ki"), 1_024_000);
+        assert_eq!(q("1Ti"), 1_099_511_627_776_000);
+        assert_eq!(q("-2"), -2000);
+        assert_eq!(q("1E-3"), 1);
+        assert_eq!(q("100Mi"), 104_857_600_000);
+        assert_eq!(q("0"), 0);
+    }
+
+    #[test]
+    fn sub_milli_values_round_up() {
+        assert_eq!(q("1u"), 1);
+        assert_eq!(q("1n"), 1);
+        assert_eq!(q("1.0001"), 1001);
+    }
+
+    #[test]
+    fn rejects_bad_text_with_a_reason() {
+        assert_eq!("".parse::<Quantity>(), Err(QuantityError::Empty));
+        assert!(matches!(
+            "1.2.3".parse::<Quantity>(),
+            Err(QuantityError::Malformed(_))
+        ));
+        assert!(matches!(
+            "abc".parse::<Quantity>(),
+            Err(QuantityError::Malformed(_))
+        ));
+        assert!(matches!(
+            "5Gb".parse::<Quantity>(),
+            Err(QuantityError::UnknownSuffix { .. })
+        ));
+        assert!(matches!(
+            "1e".parse::<Quantity>(),
+            Err(QuantityError::UnknownSuffix { .. })
+        ));
+        assert!(matches!(
+            "9Ei".parse::<Quantity>(),
+            Err(QuantityError::OutOfRange(_))
+        ));
+    }
+
+    #[test]
+    fn displays_canonically_and_deserializes_numbers() {
+        assert_eq!(Quantity::from_millis(1500).to_string(), "1500m");
+        assert_eq!(Quantity::from_units(4).to_string(), "4");
+        let from_int: Quantity = serde_json::from_str("1000").unwrap_or_default();
+        assert_eq!(from_int, Quantity::from_units(1000));
+        let from_float: Quantity = serde_json::from_str("0.25").unwrap_or_default();
+        assert_eq!(from_float, Quantity::from_millis(250));
+    }
+
+    #[test]
+    fn units_round_up() {
+        assert_eq!(Quantity::from_millis(1500).units_ceil(), 2);
+        assert_eq!(Quantity::from_millis(2000).units_ceil(), 2);
+        assert_eq!(Quantity::from_millis(-1500).units_ceil(), -1);
+    }
+}

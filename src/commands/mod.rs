@@ -1,0 +1,91 @@
+//! Command-line interface: one module per subcommand.
+//!
+//! Commands write their normal output to the writer they are given (stdout in the binary) and
+//! return the process exit code; failures that stop a command outright are [`CommandError`]s.
+
+mod crds;
+mod validate;
+
+use std::{io, path::PathBuf, process::ExitCode};
+
+use clap::{Parser, Subcommand};
+
+/// Joist: a Kubernetes node autoscaler that speaks Karpenter's v1 API.
+#[derive(Debug, Parser)]
+#[command(name = "joist", version, about)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Check NodePool, NodeClaim and EC2NodeClass manifests offline against the v1 contract.
+    ///
+    /// Prints one line per problem (file, object, field, reason) and exits 1 if there is any.
+    /// Directories are searched for *.yaml and *.yml files. Other kinds (Deployments, …) are
+    /// passed over.
+    Validate {
+        /// Manifest files or directories.
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+    },
+    /// Print the CustomResourceDefinitions Joist serves, or write them to a directory.
+    Crds {
+        /// Write one file per CRD (Karpenter's file names) into this directory instead.
+        #[arg(long)]
+        out_dir: Option<PathBuf>,
+    },
+    /// Print the version and the API versions Joist serves.
+    Version,
+}
+
+/// A failure that stops a command.
+#[derive(Debug, thiserror::Error)]
+pub enum CommandError {
+    /// A file or directory could not be read.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// What was being read.
+        path: PathBuf,
+        /// Why it failed.
+        #[source]
+        source: io::Error,
+    },
+    /// Output could not be written.
+    #[error("cannot write {path}: {source}")]
+    Write {
+        /// Where it was going.
+        path: PathBuf,
+        /// Why it failed.
+        #[source]
+        source: io::Error,
+    },
+    /// A CRD could not be rendered as YAML.
+    #[error("cannot render CRD {name} as YAML: {message}")]
+    Render {
+        /// The CRD.
+        name: String,
+        /// The serializer's message.
+        message: String,
+    },
+}
+
+/// Runs `cli`, writing its output to `out`.
+pub fn run(cli: Cli, out: &mut dyn io::Write) -> Result<ExitCode, CommandError> {
+    match cli.command {
+        Command::Validate { paths } => validate::run(&paths, out),
+        Command::Crds { out_dir } => crds::run(out_dir.as_deref(), out).map(|()| ExitCode::SUCCESS),
+        Command::Version => {
+            writeln!(
+                out,
+                "joist {}\nserves karpenter.sh/v1 (NodePool, NodeClaim) and karpenter.k8s.aws/v1 (EC2NodeClass)",
+                env!("CARGO_PKG_VERSION")
+            )
+            .map_err(|source| CommandError::Write { path: "stdout".into(), source })?;
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}

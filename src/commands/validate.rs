@@ -1,0 +1,118 @@
+//! `joist validate`: offline checks of manifests against the Karpenter v1 contract.
+//!
+//! Output: one line per problem, `FILE: Kind/name: field: reason` (or `FILE: Kind/name: message`
+//! for pre-v1 kinds), then a summary line. Exit code 1 when anything is wrong, 0 otherwise.
+
+use std::{
+    io,
+    path::{Path, PathBuf},
+    process::ExitCode,
+};
+
+use joist_messages::apis::manifest::{Outcome, read_manifests};
+
+use super::CommandError;
+
+/// Expands directories into their `*.yaml` / `*.yml` files, sorted by name.
+fn manifest_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>, CommandError> {
+    let mut files = Vec::new();
+    for path in paths {
+        if path.is_dir() {
+            let entries = std::fs::read_dir(path).map_err(|source| CommandError::Read {
+                path: path.clone(),
+                source,
+            })?;
+            let mut found: Vec<PathBuf> = entries
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.extension().is_some_and(|x| x == "yaml" || x == "yml"))
+                .collect();
+            found.sort();
+            files.extend(found);
+        } else {
+            files.push(path.clone());
+        }
+    }
+    Ok(files)
+}
+
+#[derive(Default)]
+struct Tally {
+    valid: usize,
+    with_problems: usize,
+    skipped: usize,
+}
+
+pub(super) fn run(paths: &[PathBuf], out: &mut dyn io::Write) -> Result<ExitCode, CommandError> {
+    let files = manifest_files(paths)?;
+    let mut tally = Tally::default();
+    let mut unreadable = 0;
+    let write_err = |source| CommandError::Write {
+        path: "stdout".into(),
+        source,
+    };
+    for file in &files {
+        let text = match std::fs::read_to_string(file) {
+            Ok(text) => text,
+            Err(e) => {
+                writeln!(out, "{}: cannot read: {e}", file.display()).map_err(write_err)?;
+                unreadable += 1;
+                continue;
+            }
+        };
+        check_file(file, &text, out, &mut tally, &mut unreadable).map_err(write_err)?;
+    }
+    writeln!(
+        out,
+        "{} file(s): {} valid, {} with problems, {} not Karpenter kinds (skipped){}",
+        files.len(),
+        tally.valid,
+        tally.with_problems,
+        tally.skipped,
+        if unreadable > 0 {
+            format!(", {unreadable} unreadable file(s)")
+        } else {
+            String::new()
+        }
+    )
+    .map_err(write_err)?;
+    Ok(if tally.with_problems == 0 && unreadable == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+fn check_file(
+    file: &Path,
+    text: &str,
+    out: &mut dyn io::Write,
+    tally: &mut Tally,
+    unreadable: &mut usize,
+) -> io::Result<()> {
+    let file = file.display();
+    let documents = match read_manifests(text) {
+        Ok(documents) => documents,
+        Err(e) => {
+            *unreadable += 1;
+            return writeln!(out, "{file}: {e}");
+        }
+    };
+    for document in documents {
+        let object = document.object_ref();
+        match document.outcome {
+            Outcome::Valid(_) => tally.valid += 1,
+            Outcome::NotKarpenter => tally.skipped += 1,
+            Outcome::Legacy(message) => {
+                tally.with_problems += 1;
+                writeln!(out, "{file}: {object}: {message}")?;
+            }
+            Outcome::Invalid(violations) => {
+                tally.with_problems += 1;
+                for v in violations {
+                    writeln!(out, "{file}: {object}: {v}")?;
+                }
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,5 @@
+//! The `joist` binary's library: command-line commands and their wiring.
+//!
+//! Everything testable lives here; `main.rs` only parses arguments and sets the exit code.
+
+pub mod commands;
