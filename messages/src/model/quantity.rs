@@ -39,46 +39,95 @@ pub enum QuantityError {
 }
 
 /// An exact quantity in milli-units (see the module docs).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
-pub struct Quantity(i64);
+///
+/// Like Kubernetes, it remembers whether it was written with a binary suffix (`Gi`) so that it is
+/// printed back the same way; equality and ordering look at the value only.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Quantity {
+    millis: i64,
+    binary: bool,
+}
+
+impl PartialEq for Quantity {
+    fn eq(&self, other: &Self) -> bool {
+        self.millis == other.millis
+    }
+}
+
+impl Eq for Quantity {}
+
+impl PartialOrd for Quantity {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Quantity {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.millis.cmp(&other.millis)
+    }
+}
+
+impl std::hash::Hash for Quantity {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.millis.hash(state);
+    }
+}
 
 impl Quantity {
     /// Zero.
-    pub const ZERO: Quantity = Quantity(0);
+    pub const ZERO: Quantity = Quantity::from_millis(0);
 
     /// A quantity of `millis` milli-units.
     pub const fn from_millis(millis: i64) -> Self {
-        Quantity(millis)
+        Quantity {
+            millis,
+            binary: false,
+        }
     }
 
     /// A quantity of whole units (cores, bytes, pods).
     pub const fn from_units(units: i64) -> Self {
-        Quantity(units.saturating_mul(1000))
+        Quantity::from_millis(units.saturating_mul(1000))
+    }
+
+    /// A quantity of `bytes`, printed with a binary suffix when exact (`1Gi`).
+    pub const fn from_bytes(bytes: i64) -> Self {
+        Quantity {
+            millis: bytes.saturating_mul(1000),
+            binary: true,
+        }
     }
 
     /// The value in milli-units.
     pub const fn millis(self) -> i64 {
-        self.0
+        self.millis
     }
 
     /// The value in whole units, rounded up (as Kubernetes' `Quantity.Value()`).
     pub const fn units_ceil(self) -> i64 {
-        self.0.div_euclid(1000) + if self.0.rem_euclid(1000) == 0 { 0 } else { 1 }
+        self.millis.div_euclid(1000) + if self.millis.rem_euclid(1000) == 0 { 0 } else { 1 }
     }
 
     /// `self + other`, saturating at the `i64` bounds.
     pub const fn saturating_add(self, other: Quantity) -> Quantity {
-        Quantity(self.0.saturating_add(other.0))
+        Quantity {
+            millis: self.millis.saturating_add(other.millis),
+            binary: self.binary,
+        }
     }
 
     /// `self - other`, saturating at the `i64` bounds.
     pub const fn saturating_sub(self, other: Quantity) -> Quantity {
-        Quantity(self.0.saturating_sub(other.0))
+        Quantity {
+            millis: self.millis.saturating_sub(other.millis),
+            binary: self.binary,
+        }
     }
 
     /// True when the value is exactly zero.
     pub const fn is_zero(self) -> bool {
-        self.0 == 0
+        self.millis == 0
     }
 }
 
@@ -173,18 +222,36 @@ impl FromStr for Quantity {
         // Round away from zero to the next milli-unit, like Kubernetes' MilliValue.
         let millis = numerator / denominator + i128::from(numerator % denominator != 0);
         let millis = if negative { -millis } else { millis };
-        i64::try_from(millis).map(Quantity).map_err(|_| out_of_range())
+        let binary = suffix.ends_with('i');
+        i64::try_from(millis)
+            .map(|millis| Quantity { millis, binary })
+            .map_err(|_| out_of_range())
     }
 }
 
 impl fmt::Display for Quantity {
-    /// Canonical form: whole units when exact, otherwise milli-units with an `m` suffix.
+    /// Canonical form: whole units when exact (with the largest exact binary suffix if the
+    /// quantity was written in binary units), otherwise milli-units with an `m` suffix.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.0 % 1000 == 0 {
-            write!(f, "{}", self.0 / 1000)
-        } else {
-            write!(f, "{}m", self.0)
+        if self.millis % 1000 != 0 {
+            return write!(f, "{}m", self.millis);
         }
+        let units = self.millis / 1000;
+        if self.binary && units != 0 {
+            for (suffix, shift) in [
+                ("Ei", 60),
+                ("Pi", 50),
+                ("Ti", 40),
+                ("Gi", 30),
+                ("Mi", 20),
+                ("Ki", 10),
+            ] {
+                if units % (1i64 << shift) == 0 {
+                    return write!(f, "{}{suffix}", units >> shift);
+                }
+            }
+        }
+        write!(f, "{units}")
     }
 }
 
@@ -208,14 +275,14 @@ impl<'de> Deserialize<'de> for Quantity {
             }
             fn visit_i64<E: de::Error>(self, v: i64) -> Result<Quantity, E> {
                 v.checked_mul(1000)
-                    .map(Quantity)
+                    .map(Quantity::from_millis)
                     .ok_or_else(|| E::custom(QuantityError::OutOfRange(v.to_string())))
             }
             fn visit_u64<E: de::Error>(self, v: u64) -> Result<Quantity, E> {
                 i64::try_from(v)
                     .ok()
                     .and_then(|v| v.checked_mul(1000))
-                    .map(Quantity)
+                    .map(Quantity::from_millis)
                     .ok_or_else(|| E::custom(QuantityError::OutOfRange(v.to_string())))
             }
             fn visit_f64<E: de::Error>(self, v: f64) -> Result<Quantity, E> {
@@ -311,6 +378,27 @@ mod tests {
     fn displays_canonically_and_deserializes_numbers() {
         assert_eq!(Quantity::from_millis(1500).to_string(), "1500m");
         assert_eq!(Quantity::from_units(4).to_string(), "4");
+        assert_eq!(
+            "1Ti".parse::<Quantity>().map(|q| q.to_string()),
+            Ok("1Ti".to_string())
+        );
+        assert_eq!(
+            "1.5Gi".parse::<Quantity>().map(|q| q.to_string()),
+            Ok("1536Mi".to_string())
+        );
+        assert_eq!(
+            "100Mi".parse::<Quantity>().map(|q| q.to_string()),
+            Ok("100Mi".to_string())
+        );
+        assert_eq!(
+            "2k".parse::<Quantity>().map(|q| q.to_string()),
+            Ok("2000".to_string())
+        );
+        assert_eq!(
+            "1Gi".parse::<Quantity>(),
+            "1073741824".parse::<Quantity>(),
+            "equality ignores the format"
+        );
         let from_int: Quantity = serde_json::from_str("1000").unwrap_or_default();
         assert_eq!(from_int, Quantity::from_units(1000));
         let from_float: Quantity = serde_json::from_str("0.25").unwrap_or_default();

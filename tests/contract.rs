@@ -1,0 +1,302 @@
+//! The compatibility contract, checked end to end against the project's fixtures:
+//! `joist validate` accepts the valid manifests and rejects each invalid one on the field its
+//! `# expect:` lines name; the generated CRDs alone (OpenAPI schema + CEL rules, evaluated with
+//! kube-cel) reject the same manifests; the committed CRDs are current; and decoding keeps every
+//! field a user wrote.
+
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use joist_messages::{
+    apis::{
+        crds,
+        duration::Duration,
+        manifest::{KarpenterObject, Outcome, read_manifests},
+        schema_check::SchemaChecker,
+        validation::Violations,
+    },
+    model::quantity::Quantity,
+};
+use serde_json::Value;
+
+fn fixtures(dir: &str) -> Vec<PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(dir);
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&root)
+        .unwrap_or_else(|e| panic!("{}: {e}", root.display()))
+        .map(|e| e.map(|e| e.path()).unwrap_or_default())
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .collect();
+    files.sort();
+    assert!(!files.is_empty(), "no fixtures in {}", root.display());
+    files
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The `# expect: …` lines of a fixture.
+fn expectations(text: &str) -> Vec<String> {
+    text.lines()
+        .filter_map(|l| l.strip_prefix("# expect: "))
+        .map(str::to_string)
+        .collect()
+}
+
+fn joist(args: &[&str]) -> (i32, String) {
+    let output = Command::new(env!("CARGO_BIN_EXE_joist"))
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run joist: {e}"));
+    let text =
+        String::from_utf8_lossy(&output.stdout).into_owned() + &String::from_utf8_lossy(&output.stderr);
+    (output.status.code().unwrap_or(-1), text)
+}
+
+#[test]
+fn validate_accepts_every_valid_manifest() {
+    for file in fixtures("valid") {
+        let (code, out) = joist(&["validate", &file.to_string_lossy()]);
+        assert_eq!(code, 0, "{} must be valid:\n{out}", file.display());
+        assert!(out.contains("0 with problems"), "{out}");
+    }
+}
+
+#[test]
+fn validate_rejects_each_invalid_manifest_naming_the_field() {
+    for file in fixtures("invalid") {
+        let path = file.to_string_lossy().into_owned();
+        let (code, out) = joist(&["validate", &path]);
+        assert_eq!(code, 1, "{path} must be rejected:\n{out}");
+        let expected = expectations(&read(&file));
+        assert!(!expected.is_empty(), "{path} has no `# expect:` line");
+        for field in expected {
+            // Each problem line reads `FILE: Kind/name: FIELD: reason`.
+            let named = out
+                .lines()
+                .any(|l| l.starts_with(&format!("{path}: ")) && l.contains(&format!(": {field}: ")));
+            assert!(named, "{path}: no problem reported on {field}:\n{out}");
+        }
+    }
+}
+
+#[test]
+fn validate_explains_legacy_kinds_with_their_v1_replacement() {
+    for file in fixtures("legacy") {
+        let (code, out) = joist(&["validate", &file.to_string_lossy()]);
+        assert_eq!(code, 1, "{out}");
+        assert!(out.contains("pre-v1 Karpenter API and is not served"), "{out}");
+        for replacement in expectations(&read(&file)) {
+            assert!(
+                out.contains(&replacement),
+                "{}: missing {replacement:?}:\n{out}",
+                file.display()
+            );
+        }
+    }
+}
+
+#[test]
+fn validate_reports_unreadable_input_and_directories() {
+    let (code, out) = joist(&["validate", "/nonexistent/nodepool.yaml"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("/nonexistent/nodepool.yaml: cannot read"), "{out}");
+
+    let dir = std::env::temp_dir().join(format!("joist-validate-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap_or_default();
+    std::fs::write(dir.join("broken.yaml"), "kind: [unclosed").unwrap_or_default();
+    let (code, out) = joist(&["validate", &dir.to_string_lossy()]);
+    std::fs::remove_dir_all(&dir).unwrap_or_default();
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("broken.yaml: not valid YAML"), "{out}");
+}
+
+/// What the API server would say about `object` with Joist's CRDs installed, before any admission
+/// webhook: OpenAPI schema violations plus failing CEL rules.
+fn crd_verdict(object: &Value) -> Vec<String> {
+    let kind = object["kind"].as_str().unwrap_or_default();
+    let (_, crd) = crds()
+        .into_iter()
+        .find(|(_, crd)| crd.spec.names.kind == kind)
+        .unwrap_or_else(|| panic!("no CRD for kind {kind}"));
+    let schema = crd.spec.versions[0]
+        .schema
+        .as_ref()
+        .and_then(|s| s.open_api_v3_schema.as_ref());
+    let schema = serde_json::to_value(schema).unwrap_or_default();
+    let mut structural = Violations::default();
+    SchemaChecker::new(schema.clone()).check(object, &mut structural);
+    let mut problems: Vec<String> = structural.into_vec().iter().map(ToString::to_string).collect();
+    // CEL rules only run on objects that pass the schema, as in the API server.
+    if problems.is_empty()
+        && let Err(errors) = kube_cel::Validator::new().validate(&schema, object, None)
+    {
+        problems.extend(
+            errors
+                .into_vec()
+                .iter()
+                .map(|e| format!("{}: {}", e.field_path, e.message)),
+        );
+    }
+    problems
+}
+
+fn documents(path: &Path) -> Vec<Value> {
+    serde_saphyr::from_multiple::<Value>(&read(path))
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .into_iter()
+        .filter(|d| {
+            d["apiVersion"]
+                .as_str()
+                .is_some_and(|v| v.starts_with("karpenter"))
+        })
+        .collect()
+}
+
+#[test]
+fn the_crds_alone_accept_valid_and_reject_invalid_manifests() {
+    for file in fixtures("valid") {
+        for doc in documents(&file) {
+            let problems = crd_verdict(&doc);
+            assert!(
+                problems.is_empty(),
+                "{}: the CRD rejects a valid object: {problems:?}",
+                file.display()
+            );
+        }
+    }
+    for file in fixtures("invalid") {
+        let text = read(&file);
+        if text.contains("# crd: accepts") {
+            continue;
+        }
+        for doc in documents(&file) {
+            let problems = crd_verdict(&doc);
+            assert!(
+                !problems.is_empty(),
+                "{}: the CRD accepts an invalid object",
+                file.display()
+            );
+        }
+    }
+}
+
+#[test]
+fn committed_crds_match_the_generated_ones() {
+    let deploy = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/crds");
+    let dir = std::env::temp_dir().join(format!("joist-crds-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap_or_default();
+    let (code, out) = joist(&["crds", "--out-dir", &dir.to_string_lossy()]);
+    assert_eq!(code, 0, "{out}");
+    for (file, _) in crds() {
+        let generated = read(&dir.join(file));
+        let committed = read(&deploy.join(file));
+        assert!(
+            generated == committed,
+            "deploy/crds/{file} is stale: run `cargo run -- crds --out-dir deploy/crds`"
+        );
+    }
+    std::fs::remove_dir_all(&dir).unwrap_or_default();
+    let (code, out) = joist(&["crds"]);
+    assert_eq!(code, 0);
+    assert_eq!(out.matches("kind: CustomResourceDefinition").count(), 3, "{out}");
+}
+
+/// Every scalar the user wrote is still there, with the same meaning, after decoding and encoding.
+fn assert_kept(original: &Value, round_trip: &Value, path: &str) {
+    match original {
+        Value::Object(map) => {
+            for (key, value) in map {
+                let next = round_trip
+                    .get(key)
+                    .unwrap_or_else(|| panic!("{path}.{key} was dropped"));
+                assert_kept(value, next, &format!("{path}.{key}"));
+            }
+        }
+        Value::Array(items) => {
+            let next = round_trip
+                .as_array()
+                .unwrap_or_else(|| panic!("{path} is no longer a list"));
+            assert_eq!(items.len(), next.len(), "{path} changed length");
+            for (i, (a, b)) in items.iter().zip(next).enumerate() {
+                assert_kept(a, b, &format!("{path}[{i}]"));
+            }
+        }
+        // Quantities and durations are written back in canonical form (`1000` → "1000",
+        // `1.5Gi` → "1536Mi", `90m` → "1h30m"): the meaning must be the same.
+        scalar if scalar != round_trip => {
+            let text = |v: &Value| v.as_str().map_or_else(|| v.to_string(), str::to_string);
+            let (a, b) = (text(scalar), text(round_trip));
+            let same_quantity = a
+                .parse::<Quantity>()
+                .is_ok_and(|qa| b.parse::<Quantity>() == Ok(qa));
+            let same_duration = a
+                .parse::<Duration>()
+                .is_ok_and(|da| b.parse::<Duration>() == Ok(da));
+            assert!(
+                same_quantity || same_duration,
+                "{path}: {scalar} became {round_trip}"
+            );
+        }
+        _ => {}
+    }
+}
+
+#[test]
+fn decoding_keeps_every_user_field() {
+    for file in fixtures("valid") {
+        let text = read(&file);
+        let docs = read_manifests(&text).unwrap_or_else(|e| panic!("{e}"));
+        let originals = documents(&file);
+        let decoded: Vec<Value> = docs
+            .into_iter()
+            .filter_map(|d| match d.outcome {
+                Outcome::Valid(KarpenterObject::NodePool(o)) => serde_json::to_value(o).ok(),
+                Outcome::Valid(KarpenterObject::NodeClaim(o)) => serde_json::to_value(o).ok(),
+                Outcome::Valid(KarpenterObject::EC2NodeClass(o)) => serde_json::to_value(o).ok(),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(decoded.len(), originals.len(), "{}", file.display());
+        for (original, round_trip) in originals.iter().zip(&decoded) {
+            assert_kept(original, round_trip, &file.display().to_string());
+        }
+    }
+}
+
+#[test]
+fn defaults_are_karpenters() {
+    let text =
+        read(&Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/valid/with-other-kinds.yaml"));
+    let docs = read_manifests(&text).unwrap_or_else(|e| panic!("{e}"));
+    let Outcome::Valid(KarpenterObject::NodePool(pool)) = &docs[0].outcome else {
+        panic!("{:?}", docs[0])
+    };
+    let json = serde_json::to_value(pool).unwrap_or_default();
+    assert_eq!(json["spec"]["template"]["spec"]["expireAfter"], "720h");
+    assert_eq!(
+        json["spec"]["disruption"]["consolidationPolicy"],
+        "WhenEmptyOrUnderutilized"
+    );
+    assert_eq!(json["spec"]["disruption"]["consolidateAfter"], "0s");
+    assert_eq!(
+        json["spec"]["disruption"]["budgets"],
+        serde_json::json!([{"nodes": "10%"}])
+    );
+    assert_eq!(docs[1].outcome, Outcome::NotKarpenter);
+
+    let text = read(&Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/valid/getting-started.yaml"));
+    let docs = read_manifests(&text).unwrap_or_else(|e| panic!("{e}"));
+    let Outcome::Valid(KarpenterObject::EC2NodeClass(class)) = &docs[1].outcome else {
+        panic!("{:?}", docs[1])
+    };
+    let json = serde_json::to_value(class).unwrap_or_default();
+    assert_eq!(
+        json["spec"]["metadataOptions"],
+        serde_json::json!({"httpEndpoint": "enabled", "httpProtocolIPv6": "disabled", "httpPutResponseHopLimit": 1, "httpTokens": "required"})
+    );
+}
