@@ -300,3 +300,12 @@ fn defaults_are_karpenters() {
         serde_json::json!({"httpEndpoint": "enabled", "httpProtocolIPv6": "disabled", "httpPutResponseHopLimit": 1, "httpTokens": "required"})
     );
 }
+
+#[test]
+fn fields_moved_in_v1_say_where_they_went() {
+    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/invalid/v1beta1-fields.yaml");
+    let (code, out) = joist(&["validate", &file.to_string_lossy()]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("spec.disruption.expireAfter: unknown field: the v1 API has no such field; in v1 it moved to spec.template.spec.expireAfter"), "{out}");
+    assert!(out.contains("spec.template.spec.kubelet: unknown field: the v1 API has no such field; in v1 it moved to the EC2NodeClass"), "{out}");
+}

@@ -136,13 +136,7 @@ pub fn is_qualified_label_key(key: &str) -> bool {
         Some((p, n)) => (Some(p), n),
         None => (None, key),
     };
-    let name_ok = !name.is_empty()
-        && name.len() <= 63
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
-        && name.as_bytes()[0].is_ascii_alphanumeric()
-        && name.as_bytes()[name.len() - 1].is_ascii_alphanumeric();
+    let name_ok = !name.is_empty() && is_label_value(name);
     let prefix_ok = prefix.is_none_or(|p| {
         !p.is_empty()
             && p.len() <= 253

@@ -643,9 +643,7 @@ fn validate_prefixed_id(out: &mut Violations, at: &str, id: Option<&str>, prefix
 impl Validate for EC2NodeClass {
     fn validate(&self) -> Vec<Violation> {
         let mut out = Violations::default();
-        if self.metadata.name.as_deref().is_none_or(str::is_empty) {
-            out.push("metadata.name", "an EC2NodeClass needs a name");
-        }
+        out.require_name(self.metadata.name.as_deref(), "EC2NodeClass");
         let spec = &self.spec;
         validate_subnets(&mut out, &spec.subnet_selector_terms);
         validate_security_groups(&mut out, &spec.security_group_selector_terms);

@@ -200,6 +200,22 @@ fn legacy_replacement(api_version: &str, kind: &str) -> Option<String> {
     ))
 }
 
+/// Fields that v1beta1 had and v1 moved, with where they went.
+const MOVED_IN_V1: &[(&str, &str)] = &[
+    (
+        "spec.disruption.expireAfter",
+        "in v1 it moved to spec.template.spec.expireAfter",
+    ),
+    (
+        "spec.template.spec.kubelet",
+        "in v1 it moved to the EC2NodeClass (spec.kubelet)",
+    ),
+    (
+        "spec.template.spec.resources",
+        "NodePools take no resource requests; use spec.limits",
+    ),
+];
+
 fn decode<T>(schema: &mut SchemaChecker, value: Value, wrap: impl FnOnce(T) -> KarpenterObject) -> Outcome
 where
     T: DeserializeOwned + Validate,
@@ -207,6 +223,15 @@ where
     let mut structural = Violations::default();
     schema.check(&value, &mut structural);
     let mut violations = structural.into_vec();
+    for v in &mut violations {
+        if let Some(hint) = MOVED_IN_V1
+            .iter()
+            .find(|(field, _)| *field == v.field)
+            .map(|(_, hint)| hint)
+        {
+            v.message = format!("{}; {hint}", v.message);
+        }
+    }
     match serde_path_to_error::deserialize::<_, T>(&value) {
         Ok(typed) => {
             // The semantic rules often restate a schema rule in other words: one line per field.

@@ -157,9 +157,7 @@ pub struct NodeClaimStatus {
 impl Validate for NodeClaim {
     fn validate(&self) -> Vec<Violation> {
         let mut out = Violations::default();
-        if self.metadata.name.as_deref().is_none_or(str::is_empty) {
-            out.push("metadata.name", "a NodeClaim needs a name");
-        }
+        out.require_name(self.metadata.name.as_deref(), "NodeClaim");
         let spec = &self.spec;
         validate_requirements(&mut out, "spec.requirements", &spec.requirements, false);
         validate_claim_basics(

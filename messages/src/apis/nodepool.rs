@@ -332,9 +332,7 @@ pub struct NodePoolStatus {
 impl Validate for NodePool {
     fn validate(&self) -> Vec<Violation> {
         let mut out = Violations::default();
-        if self.metadata.name.as_deref().is_none_or(str::is_empty) {
-            out.push("metadata.name", "a NodePool needs a name");
-        }
+        out.require_name(self.metadata.name.as_deref(), "NodePool");
         let spec = &self.spec;
         let template = "spec.template";
         for (key, value) in &spec.template.metadata.labels {

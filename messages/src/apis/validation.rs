@@ -34,6 +34,13 @@ impl Violations {
         });
     }
 
+    /// Records a missing or empty `metadata.name` of a `kind` object.
+    pub fn require_name(&mut self, name: Option<&str>, kind: &str) {
+        if name.is_none_or(str::is_empty) {
+            self.push("metadata.name", format!("a {kind} needs a name"));
+        }
+    }
+
     /// The collected violations, in the order found.
     pub fn into_vec(self) -> Vec<Violation> {
         self.0
