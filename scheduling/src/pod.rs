@@ -1,0 +1,414 @@
+//! Pods as the simulation sees them: effective requests, node requirements, tolerations, ports.
+//!
+//! [`PodInfo::from_pod`] does the Kubernetes arithmetic once per pod, so the solver's inner loops
+//! only compare prepared values:
+//! - **requests** follow the scheduler: the sum over app containers and restartable (sidecar) init
+//!   containers, at least the largest one-shot init container plus the sidecars started before it,
+//!   plus pod overhead, plus one `pods` slot. A container's missing request defaults to its limit,
+//!   as the API server does at admission.
+//! - **node requirements** are the alternatives (ORed terms) of required node affinity, each
+//!   narrowed by `nodeSelector`; a pod without either has one empty alternative.
+//!
+//! Failure modes: [`PodError`] names the pod and what Joist cannot simulate (for example
+//! `matchFields`, which Karpenter also rejects) or a malformed quantity or requirement.
+
+use std::collections::BTreeMap;
+
+use joist_messages::model::{
+    quantity::Quantity,
+    requirements::{Operator, Requirement, Requirements},
+    resources::{Resources, names},
+};
+use k8s_openapi::{
+    api::core::v1::{Container, NodeSelectorTerm, Pod, Toleration},
+    apimachinery::pkg::api::resource::Quantity as KubeQuantity,
+};
+
+/// Why a pod cannot be simulated.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PodError {
+    /// A resource amount does not parse.
+    #[error("pod {pod}: {field}: {message}")]
+    BadQuantity {
+        /// `namespace/name`.
+        pod: String,
+        /// Where the quantity is.
+        field: String,
+        /// The parser's message.
+        message: String,
+    },
+    /// A node selector requirement is malformed or uses an unknown operator.
+    #[error("pod {pod}: {field}: {message}")]
+    BadRequirement {
+        /// `namespace/name`.
+        pod: String,
+        /// Where the requirement is.
+        field: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// The pod uses node affinity `matchFields`, which cannot be simulated for nodes that do not
+    /// exist yet.
+    #[error("pod {pod}: {field}: matchFields is not supported for provisioning")]
+    MatchFields {
+        /// `namespace/name`.
+        pod: String,
+        /// Where the term is.
+        field: String,
+    },
+}
+
+/// A host port a pod binds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct HostPort {
+    /// The port number.
+    pub port: i32,
+    /// `TCP`, `UDP` or `SCTP`, as a small code (0, 1, 2).
+    pub protocol: u8,
+}
+
+/// A pod prepared for the simulation (see the module docs).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PodInfo {
+    /// The pod's UID (or `namespace/name` when it has none yet).
+    pub uid: String,
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// Labels, for topology and affinity.
+    pub labels: BTreeMap<String, String>,
+    /// Effective requests, including one `pods` slot.
+    pub requests: Resources,
+    /// Required node requirements: the pod fits a node satisfying any one alternative.
+    pub node_requirements: Vec<Requirements>,
+    /// Preferred node affinity terms with their weights, heaviest first.
+    pub preferred_node_requirements: Vec<(i32, Requirements)>,
+    /// Tolerations.
+    pub tolerations: Vec<Toleration>,
+    /// Host ports the pod binds.
+    pub host_ports: Vec<HostPort>,
+    /// Creation time in seconds since the epoch (0 when unknown), for queue order.
+    pub created_unix: i64,
+}
+
+impl PodInfo {
+    /// `namespace/name`.
+    pub fn key(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+
+    /// Prepares `pod` (see the module docs).
+    pub fn from_pod(pod: &Pod) -> Result<Self, PodError> {
+        let namespace = pod
+            .metadata
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".to_string());
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let key = format!("{namespace}/{name}");
+        let spec = pod.spec.clone().unwrap_or_default();
+        let requests = effective_requests(&key, &spec)?;
+
+        let selector: Vec<Requirement> = spec
+            .node_selector
+            .iter()
+            .flatten()
+            .map(|(k, v)| {
+                Requirement::new(k, Operator::In, [v.as_str()]).map_err(|e| PodError::BadRequirement {
+                    pod: key.clone(),
+                    field: format!("spec.nodeSelector[{k}]"),
+                    message: e.to_string(),
+                })
+            })
+            .collect::<Result<_, _>>()?;
+        let node_affinity = spec.affinity.as_ref().and_then(|a| a.node_affinity.as_ref());
+        let required_terms = node_affinity
+            .and_then(|n| n.required_during_scheduling_ignored_during_execution.as_ref())
+            .map(|s| s.node_selector_terms.as_slice())
+            .unwrap_or_default();
+        let field =
+            "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms";
+        let mut node_requirements = Vec::with_capacity(required_terms.len().max(1));
+        for (i, term) in required_terms.iter().enumerate() {
+            let mut reqs = term_requirements(&key, &format!("{field}[{i}]"), term)?;
+            for r in &selector {
+                reqs.add(r.clone());
+            }
+            node_requirements.push(reqs);
+        }
+        if node_requirements.is_empty() {
+            node_requirements.push(selector.into_iter().collect());
+        }
+
+        let preferred_field = "spec.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution";
+        let mut preferred_node_requirements = node_affinity
+            .and_then(|n| n.preferred_during_scheduling_ignored_during_execution.as_ref())
+            .into_iter()
+            .flatten()
+            .enumerate()
+            .map(|(i, p)| {
+                term_requirements(&key, &format!("{preferred_field}[{i}].preference"), &p.preference)
+                    .map(|r| (p.weight, r))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        preferred_node_requirements.sort_by_key(|(weight, _)| std::cmp::Reverse(*weight));
+
+        let host_ports = all_containers(&spec)
+            .flat_map(|c| c.ports.iter().flatten())
+            .filter_map(|p| {
+                let port = p.host_port.filter(|port| *port > 0)?;
+                let protocol = match p.protocol.as_deref() {
+                    Some("UDP") => 1,
+                    Some("SCTP") => 2,
+                    _ => 0,
+                };
+                Some(HostPort { port, protocol })
+            })
+            .collect();
+
+        Ok(PodInfo {
+            uid: pod.metadata.uid.clone().unwrap_or_else(|| key.clone()),
+            namespace,
+            name,
+            labels: pod.metadata.labels.clone().unwrap_or_default(),
+            requests,
+            node_requirements,
+            preferred_node_requirements,
+            tolerations: spec.tolerations.clone().unwrap_or_default(),
+            host_ports,
+            created_unix: pod
+                .metadata
+                .creation_timestamp
+                .as_ref()
+                .map_or(0, |t| t.0.as_second()),
+        })
+    }
+}
+
+fn all_containers(spec: &k8s_openapi::api::core::v1::PodSpec) -> impl Iterator<Item = &Container> {
+    spec.init_containers.iter().flatten().chain(&spec.containers)
+}
+
+/// One container's requests, a missing request defaulting to the limit.
+fn container_requests(pod: &str, field: &str, container: &Container) -> Result<Resources, PodError> {
+    let resources = container.resources.as_ref();
+    let mut out = Resources::new();
+    let requests = resources.and_then(|r| r.requests.as_ref());
+    let limits = resources.and_then(|r| r.limits.as_ref());
+    for (source, map) in [("limits", limits), ("requests", requests)] {
+        for (name, amount) in map.into_iter().flatten() {
+            let parsed = parse_quantity(pod, &format!("{field}.resources.{source}[{name}]"), amount)?;
+            out.set(name, parsed); // requests are applied last, so they win over limits.
+        }
+    }
+    Ok(out)
+}
+
+fn parse_quantity(pod: &str, field: &str, amount: &KubeQuantity) -> Result<Quantity, PodError> {
+    amount.0.parse().map_err(
+        |e: joist_messages::model::quantity::QuantityError| PodError::BadQuantity {
+            pod: pod.to_string(),
+            field: field.to_string(),
+            message: e.to_string(),
+        },
+    )
+}
+
+/// The pod's effective requests, as kube-scheduler computes them (see the module docs).
+fn effective_requests(pod: &str, spec: &k8s_openapi::api::core::v1::PodSpec) -> Result<Resources, PodError> {
+    let mut total = Resources::new();
+    for (i, c) in spec.containers.iter().enumerate() {
+        total.add(&container_requests(pod, &format!("spec.containers[{i}]"), c)?);
+    }
+    let mut sidecars = Resources::new();
+    let mut init_peak = Resources::new();
+    for (i, c) in spec.init_containers.iter().flatten().enumerate() {
+        let requests = container_requests(pod, &format!("spec.initContainers[{i}]"), c)?;
+        if c.restart_policy.as_deref() == Some("Always") {
+            sidecars.add(&requests);
+            init_peak.max(&sidecars);
+        } else {
+            let mut running = sidecars.clone();
+            running.add(&requests);
+            init_peak.max(&running);
+        }
+    }
+    total.add(&sidecars);
+    total.max(&init_peak);
+    for (name, amount) in spec.overhead.iter().flatten() {
+        let parsed = parse_quantity(pod, &format!("spec.overhead[{name}]"), amount)?;
+        total.add(&Resources::new().with(name, parsed));
+    }
+    total.add(&Resources::new().with(names::PODS, Quantity::from_units(1)));
+    Ok(total)
+}
+
+/// The requirements of one node selector term.
+fn term_requirements(pod: &str, field: &str, term: &NodeSelectorTerm) -> Result<Requirements, PodError> {
+    if term.match_fields.as_ref().is_some_and(|f| !f.is_empty()) {
+        return Err(PodError::MatchFields {
+            pod: pod.to_string(),
+            field: format!("{field}.matchFields"),
+        });
+    }
+    let mut out = Requirements::new();
+    for (i, expr) in term.match_expressions.iter().flatten().enumerate() {
+        let at = format!("{field}.matchExpressions[{i}]");
+        let bad = |message: String| PodError::BadRequirement {
+            pod: pod.to_string(),
+            field: at.clone(),
+            message,
+        };
+        let operator: Operator = core_operator(&expr.operator)
+            .ok_or_else(|| bad(format!("unknown operator {:?}", expr.operator)))?;
+        let values = expr.values.clone().unwrap_or_default();
+        out.add(Requirement::new(&expr.key, operator, values).map_err(|e| bad(e.to_string()))?);
+    }
+    Ok(out)
+}
+
+/// The operators a core/v1 node selector may use.
+fn core_operator(text: &str) -> Option<Operator> {
+    Some(match text {
+        "In" => Operator::In,
+        "NotIn" => Operator::NotIn,
+        "Exists" => Operator::Exists,
+        "DoesNotExist" => Operator::DoesNotExist,
+        "Gt" => Operator::Gt,
+        "Lt" => Operator::Lt,
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(spec: serde_json::Value) -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "ns", "uid": "u1"},
+            "spec": spec,
+        }))
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn cpu(info: &PodInfo) -> i64 {
+        info.requests.get(names::CPU).millis()
+    }
+
+    #[test]
+    fn requests_sum_containers_add_overhead_and_one_pod_slot() {
+        let info = PodInfo::from_pod(&pod(serde_json::json!({
+            "containers": [
+                {"name": "a", "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}}},
+                {"name": "b", "resources": {"limits": {"cpu": "1"}}},
+            ],
+            "overhead": {"cpu": "100m"},
+        })))
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(cpu(&info), 1600, "a missing request defaults to the limit");
+        assert_eq!(
+            info.requests.get(names::MEMORY),
+            "1Gi".parse().unwrap_or_default()
+        );
+        assert_eq!(info.requests.get(names::PODS), Quantity::from_units(1));
+    }
+
+    #[test]
+    fn init_containers_count_at_their_peak_and_sidecars_run_alongside() {
+        let info = PodInfo::from_pod(&pod(serde_json::json!({
+            "initContainers": [
+                {"name": "sidecar", "restartPolicy": "Always", "resources": {"requests": {"cpu": "200m"}}},
+                {"name": "migrate", "resources": {"requests": {"cpu": "2"}}},
+            ],
+            "containers": [{"name": "app", "resources": {"requests": {"cpu": "1"}}}],
+        })))
+        .unwrap_or_else(|e| panic!("{e}"));
+        // Peak is the one-shot init (2) plus the sidecar started before it (0.2); steady state 1.2.
+        assert_eq!(cpu(&info), 2200);
+        let small_init = PodInfo::from_pod(&pod(serde_json::json!({
+            "initContainers": [{"name": "init", "resources": {"requests": {"cpu": "100m"}}}],
+            "containers": [{"name": "app", "resources": {"requests": {"cpu": "1"}}}],
+        })))
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(cpu(&small_init), 1000);
+    }
+
+    #[test]
+    fn node_selector_narrows_every_affinity_term() {
+        let info = PodInfo::from_pod(&pod(serde_json::json!({
+            "containers": [{"name": "app"}],
+            "nodeSelector": {"kubernetes.io/arch": "arm64"},
+            "affinity": {"nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["a"]}]},
+                    {"matchExpressions": [{"key": "karpenter.sh/capacity-type", "operator": "NotIn", "values": ["spot"]}]},
+                ]},
+                "preferredDuringSchedulingIgnoredDuringExecution": [
+                    {"weight": 1, "preference": {"matchExpressions": [{"key": "x", "operator": "Exists"}]}},
+                    {"weight": 50, "preference": {"matchExpressions": [{"key": "y", "operator": "Exists"}]}},
+                ],
+            }},
+        })))
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(info.node_requirements.len(), 2);
+        for alternative in &info.node_requirements {
+            assert!(
+                alternative
+                    .get("kubernetes.io/arch")
+                    .is_some_and(|r| r.has("arm64") && !r.has("amd64"))
+            );
+        }
+        assert_eq!(
+            info.preferred_node_requirements[0].0, 50,
+            "heaviest preference first"
+        );
+    }
+
+    #[test]
+    fn a_pod_without_constraints_has_one_empty_alternative() {
+        let info = PodInfo::from_pod(&pod(serde_json::json!({"containers": [{"name": "app",
+            "ports": [{"containerPort": 80, "hostPort": 8080}, {"containerPort": 53, "hostPort": 53, "protocol": "UDP"}, {"containerPort": 9000}]}]})))
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(info.node_requirements, vec![Requirements::new()]);
+        assert_eq!(
+            info.host_ports,
+            vec![
+                HostPort {
+                    port: 8080,
+                    protocol: 0
+                },
+                HostPort {
+                    port: 53,
+                    protocol: 1
+                }
+            ]
+        );
+        assert_eq!(info.uid, "u1");
+    }
+
+    #[test]
+    fn errors_name_the_pod_and_field() {
+        let bad_quantity = PodInfo::from_pod(&pod(serde_json::json!({
+            "containers": [{"name": "app", "resources": {"requests": {"cpu": "lots"}}}],
+        })));
+        assert!(
+            matches!(&bad_quantity, Err(PodError::BadQuantity { pod, field, .. })
+            if pod == "ns/p" && field == "spec.containers[0].resources.requests[cpu]"),
+            "{bad_quantity:?}"
+        );
+        let match_fields = PodInfo::from_pod(&pod(serde_json::json!({
+            "containers": [{"name": "app"}],
+            "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}]}}},
+        })));
+        assert!(matches!(match_fields, Err(PodError::MatchFields { .. })));
+        let bad_operator = PodInfo::from_pod(&pod(serde_json::json!({
+            "containers": [{"name": "app"}],
+            "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                {"matchExpressions": [{"key": "k", "operator": "Equals", "values": ["v"]}]}]}}},
+        })));
+        assert!(matches!(bad_operator, Err(PodError::BadRequirement { .. })));
+    }
+}
