@@ -167,12 +167,25 @@ pub struct EC2NodeClassSpec {
     pub context: Option<String>,
 }
 
+/// Tags a selector term matches: at most 20, no empty keys or values (`*` matches any value).
+fn selector_tags_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "object",
+        "maxProperties": 20,
+        "additionalProperties": {"type": "string"},
+        "x-kubernetes-validations": [{
+            "rule": "self.all(k, k != '' && self[k] != '')",
+            "message": "empty tag keys or values aren't supported",
+        }],
+    })
+}
+
 /// A subnet selector term: tags (value `*` matches any) or an id.
 #[derive(JsonSchema, Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct SubnetSelectorTerm {
     /// Tags the subnet has.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    #[schemars(length(max = 20))]
+    #[schemars(schema_with = "selector_tags_schema")]
     pub tags: BTreeMap<String, String>,
     /// The subnet id.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -185,7 +198,7 @@ pub struct SubnetSelectorTerm {
 pub struct SecurityGroupSelectorTerm {
     /// Tags the security group has.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    #[schemars(length(max = 20))]
+    #[schemars(schema_with = "selector_tags_schema")]
     pub tags: BTreeMap<String, String>,
     /// The security group id.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -214,7 +227,7 @@ pub struct AmiSelectorTerm {
     pub alias: Option<String>,
     /// Tags the AMI has.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    #[schemars(length(max = 20))]
+    #[schemars(schema_with = "selector_tags_schema")]
     pub tags: BTreeMap<String, String>,
     /// The AMI id.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -237,7 +250,7 @@ pub struct AmiSelectorTerm {
 pub struct CapacityReservationSelectorTerm {
     /// Tags the reservation has.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    #[schemars(length(max = 20))]
+    #[schemars(schema_with = "selector_tags_schema")]
     pub tags: BTreeMap<String, String>,
     /// The reservation id.
     #[serde(default, skip_serializing_if = "Option::is_none")]

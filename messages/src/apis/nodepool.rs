@@ -115,7 +115,7 @@ pub struct NodePoolSpec {
 pub struct TemplateMetadata {
     /// Labels for the node.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    #[schemars(length(max = 100))]
+    #[schemars(schema_with = "template_labels_schema")]
     #[x_kube(
         validation = Rule::new(kubernetes_io_rule("x")).message("label domain \"kubernetes.io\" is restricted"),
         validation = Rule::new(k8s_io_rule("x")).message("label domain \"k8s.io\" is restricted"),
@@ -127,6 +127,19 @@ pub struct TemplateMetadata {
     /// Annotations for the node.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub annotations: BTreeMap<String, String>,
+}
+
+/// At most 100 labels, values as Kubernetes allows them (the CEL rules bound their cost by this).
+fn template_labels_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "object",
+        "maxProperties": 100,
+        "additionalProperties": {
+            "type": "string",
+            "maxLength": 63,
+            "pattern": r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$",
+        },
+    })
 }
 
 /// The NodeClaim template of a NodePool.
