@@ -309,3 +309,28 @@ fn fields_moved_in_v1_say_where_they_went() {
     assert!(out.contains("spec.disruption.expireAfter: unknown field: the v1 API has no such field; in v1 it moved to spec.template.spec.expireAfter"), "{out}");
     assert!(out.contains("spec.template.spec.kubelet: unknown field: the v1 API has no such field; in v1 it moved to the EC2NodeClass"), "{out}");
 }
+
+#[test]
+fn validate_reads_kubectl_lists_from_stdin() {
+    use std::io::Write;
+    let list = "apiVersion: v1\nkind: List\nitems:\n- apiVersion: karpenter.sh/v1\n  kind: NodePool\n  metadata: {name: from-cluster}\n  spec:\n    template:\n      spec:\n        nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}\n        requirements: []\n    weight: 0\n";
+    let mut child = Command::new(env!("CARGO_BIN_EXE_joist"))
+        .args(["validate", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run joist: {e}"));
+    child
+        .stdin
+        .take()
+        .map(|mut stdin| stdin.write_all(list.as_bytes()))
+        .transpose()
+        .unwrap_or_default();
+    let output = child.wait_with_output().unwrap_or_else(|e| panic!("{e}"));
+    let out = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(1), "{out}");
+    assert!(
+        out.contains("-: NodePool/from-cluster: spec.weight: must be at least 1, got 0"),
+        "{out}"
+    );
+}

@@ -25,8 +25,9 @@ pub enum Command {
     /// Check NodePool, NodeClaim and EC2NodeClass manifests offline against the v1 contract.
     ///
     /// Prints one line per problem (file, object, field, reason) and exits 1 if there is any.
-    /// Directories are searched for *.yaml and *.yml files. Other kinds (Deployments, …) are
-    /// passed over.
+    /// Directories are searched for *.yaml and *.yml files; `-` reads standard input, and
+    /// `kind: List` documents (kubectl get -o yaml) are checked item by item. Other kinds
+    /// (Deployments, …) are passed over.
     Validate {
         /// Manifest files or directories.
         #[arg(required = true)]

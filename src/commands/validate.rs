@@ -1,5 +1,8 @@
 //! `joist validate`: offline checks of manifests against the Karpenter v1 contract.
 //!
+//! `-` reads standard input, so `kubectl get nodepools -o yaml | joist validate -` checks a live
+//! cluster's objects.
+//!
 //! Output: one line per problem, `FILE: Kind/name: field: reason` (or `FILE: Kind/name: message`
 //! for pre-v1 kinds), then a summary line. Exit code 1 when anything is wrong, 0 otherwise.
 
@@ -35,6 +38,15 @@ fn manifest_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>, CommandError> {
     Ok(files)
 }
 
+/// The text of `path`, or of standard input for `-`.
+fn read_input(path: &Path) -> io::Result<String> {
+    if path == Path::new("-") {
+        io::read_to_string(io::stdin())
+    } else {
+        std::fs::read_to_string(path)
+    }
+}
+
 #[derive(Default)]
 struct Tally {
     valid: usize,
@@ -51,7 +63,7 @@ pub(super) fn run(paths: &[PathBuf], out: &mut dyn io::Write) -> Result<ExitCode
         source,
     };
     for file in &files {
-        let text = match std::fs::read_to_string(file) {
+        let text = match read_input(file) {
             Ok(text) => text,
             Err(e) => {
                 writeln!(out, "{}: cannot read: {e}", file.display()).map_err(write_err)?;

@@ -7,6 +7,8 @@
 //! v1beta1 …) get a message naming their v1 replacement. Kinds from other API groups are passed
 //! over: a manifest file may hold Deployments next to NodePools.
 //!
+//! A `kind: List` document (what `kubectl get -o yaml` prints) is checked item by item.
+//!
 //! Failure modes: a file that is not YAML at all is a [`ManifestError`]; everything else is a
 //! per-document [`Outcome`], so one bad document never hides the others.
 
@@ -87,10 +89,28 @@ pub fn read_manifests(text: &str) -> Result<Vec<Document>, ManifestError> {
     let mut checker = Checker::new();
     Ok(values
         .into_iter()
+        .flat_map(list_items)
         .filter(|v| !v.is_null())
         .enumerate()
         .map(|(i, value)| checker.check_document(i + 1, value))
         .collect())
+}
+
+/// A `kind: List` (or `NodePoolList`, …) as `kubectl get -o yaml` prints it becomes its items.
+fn list_items(value: Value) -> Vec<Value> {
+    let is_list = value
+        .get("kind")
+        .and_then(Value::as_str)
+        .is_some_and(|k| k.ends_with("List"));
+    match value {
+        Value::Object(mut map) if is_list && map.get("items").is_some_and(Value::is_array) => {
+            match map.remove("items") {
+                Some(Value::Array(items)) => items,
+                _ => vec![],
+            }
+        }
+        other => vec![other],
+    }
 }
 
 /// Checks documents against Joist's CRD schemas and rules; build once, use for many documents.
