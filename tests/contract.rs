@@ -211,6 +211,11 @@ fn assert_kept(original: &Value, round_trip: &Value, path: &str) {
     match original {
         Value::Object(map) => {
             for (key, value) in map {
+                // Status is the controller's, not the user's: a newer controller's extra status
+                // fields are dropped on purpose.
+                if path.ends_with(".yaml") && key == "status" {
+                    continue;
+                }
                 let next = round_trip
                     .get(key)
                     .unwrap_or_else(|| panic!("{path}.{key} was dropped"));

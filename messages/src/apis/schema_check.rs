@@ -5,7 +5,8 @@
 //! `maxProperties`, int-or-string, and strict field validation (a field the schema does not list is
 //! reported, unless `x-kubernetes-preserve-unknown-fields` allows it). Every violation is returned,
 //! each with its field path. `metadata` is left to the typed decoder, as the API server handles
-//! ObjectMeta itself. Null values are treated as absent.
+//! ObjectMeta itself. Null values are treated as absent. Unknown fields under `status` are not
+//! reported: controllers newer than this schema may write them.
 //!
 //! Failure modes: a pattern the regex engine cannot compile is reported as a violation on the
 //! field (it would be a bug in the generated schema, and is covered by tests).
@@ -180,13 +181,19 @@ impl SchemaChecker {
                 (None, None) if preserve || (properties.is_none() && schema.get("type").is_none()) => {}
                 (None, None) if properties.is_none() && schema.get("additionalProperties").is_some() => {}
                 (None, None) => {
-                    if !value.is_null() {
+                    // Status is written by controllers, possibly newer ones than this schema:
+                    // extra fields there are version skew, not a user's mistake.
+                    if !value.is_null() && !is_status(path) {
                         out.push(join(key), "unknown field: the v1 API has no such field");
                     }
                 }
             }
         }
     }
+}
+
+fn is_status(path: &str) -> bool {
+    path == "status" || path.starts_with("status.") || path.starts_with("status[")
 }
 
 fn check_number(schema: &Value, n: f64, field: &str, out: &mut Violations) {
