@@ -238,9 +238,10 @@ pub mod tags {
     pub const EC2_NODE_CLASS: &str = super::EC2_NODE_CLASS;
 }
 
-/// The part of a label key before the `/`, or `""` when there is none.
+/// The part of a label key before the `/`, or the whole key when there is none (as the CRDs'
+/// CEL `find("^([^/]+)")` reads it).
 fn domain(key: &str) -> &str {
-    key.split_once('/').map_or("", |(d, _)| d)
+    key.split_once('/').map_or(key, |(d, _)| d)
 }
 
 /// Why a NodePool may not use `key` as a template label or requirement key.
@@ -299,6 +300,12 @@ mod tests {
         assert!(restricted_label_reason("topology.kubernetes.io/zone").is_none());
         assert!(restricted_label_reason("karpenter.k8s.aws/instance-family").is_none());
         assert!(restricted_label_reason("team").is_none());
+        assert!(
+            restricted_label_reason("kubernetes.io").is_some(),
+            "a bare key is its own domain"
+        );
+        assert!(restricted_label_reason("foo.k8s.io").is_some());
+        assert!(restricted_label_reason("karpenter.sh").is_some());
     }
 
     #[test]

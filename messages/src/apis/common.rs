@@ -91,7 +91,9 @@ pub fn validate_requirements(
                 out.push(format!("{at}.values"), "operator In must have at least one value");
             }
             op if op.is_numeric() => {
-                let one_non_negative_int = r.values.len() == 1 && r.values[0].parse::<u64>().is_ok();
+                // The same width as CEL's int() and the requirement algebra.
+                let one_non_negative_int =
+                    r.values.len() == 1 && r.values[0].parse::<i64>().is_ok_and(|n| n >= 0);
                 if !one_non_negative_int {
                     out.push(
                         format!("{at}.values"),

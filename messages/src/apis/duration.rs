@@ -66,7 +66,12 @@ impl Duration {
         while !rest.is_empty() {
             let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
             let unit = rest[digits..].chars().next().ok_or_else(malformed)?;
-            if digits == 0 || !units.contains(unit) {
+            let allowed: &[char] = if units.contains('s') {
+                &['h', 'm', 's']
+            } else {
+                &['h', 'm']
+            };
+            if digits == 0 || !allowed.contains(&unit) {
                 return Err(malformed());
             }
             let n: u64 = rest[..digits]
@@ -232,7 +237,9 @@ mod tests {
 
     #[test]
     fn rejects_go_forms_karpenter_rejects() {
-        for bad in ["30 days", "1.5h", "300ms", "h", "10", "", "never", "1d"] {
+        for bad in [
+            "30 days", "1.5h", "300ms", "h", "10", "", "never", "1d", "5 ", "1m,", "1m 2s",
+        ] {
             assert!(
                 bad.parse::<NillableDuration>().is_err(),
                 "{bad:?} must be rejected"

@@ -417,9 +417,9 @@ fn kubelet_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema
         serde_json::json!([
             rule("has(self.imageGCHighThresholdPercent) && has(self.imageGCLowThresholdPercent) ? self.imageGCHighThresholdPercent > self.imageGCLowThresholdPercent : true".into(),
                 "imageGCHighThresholdPercent must be greater than imageGCLowThresholdPercent"),
-            rule("has(self.evictionSoft) ? (has(self.evictionSoftGracePeriod) && self.evictionSoft.all(e, e in self.evictionSoftGracePeriod)) : true".into(),
+            rule("has(self.evictionSoft) && self.evictionSoft.size() > 0 ? (has(self.evictionSoftGracePeriod) && self.evictionSoft.all(e, e in self.evictionSoftGracePeriod)) : true".into(),
                 "evictionSoft OwnerKey does not have a matching evictionSoftGracePeriod"),
-            rule("has(self.evictionSoftGracePeriod) ? (has(self.evictionSoft) && self.evictionSoftGracePeriod.all(e, e in self.evictionSoft)) : true".into(),
+            rule("has(self.evictionSoftGracePeriod) && self.evictionSoftGracePeriod.size() > 0 ? (has(self.evictionSoft) && self.evictionSoftGracePeriod.all(e, e in self.evictionSoft)) : true".into(),
                 "evictionSoftGracePeriod OwnerKey does not have a matching evictionSoft"),
         ]),
     );

@@ -93,7 +93,7 @@ impl SchemaChecker {
             let compiled = self
                 .patterns
                 .entry(pattern.to_string())
-                .or_insert_with(|| Regex::new(pattern).map_err(|e| e.to_string()));
+                .or_insert_with(|| Regex::new(&go_regex(pattern)).map_err(|e| e.to_string()));
             match compiled {
                 Ok(re) if re.is_match(text) => {}
                 Ok(_) => out.push(
@@ -192,6 +192,12 @@ impl SchemaChecker {
     }
 }
 
+/// Go's `\s` and `\d` are ASCII-only; Rust's are Unicode-aware. Rewrite them so patterns match
+/// what the API server matches.
+fn go_regex(pattern: &str) -> String {
+    pattern.replace(r"\s", r"[\t\n\f\r ]").replace(r"\d", "[0-9]")
+}
+
 fn is_status(path: &str) -> bool {
     path == "status" || path.starts_with("status.") || path.starts_with("status[")
 }
@@ -214,7 +220,8 @@ fn type_matches(expected: &str, value: &Value) -> bool {
         "object" => value.is_object(),
         "array" => value.is_array(),
         "string" => value.is_string(),
-        "integer" => value.is_i64() || value.is_u64(),
+        // kube-openapi accepts an integral float (`10.0`) as an integer.
+        "integer" => value.is_i64() || value.is_u64() || value.as_f64().is_some_and(|f| f.fract() == 0.0),
         "number" => value.is_number(),
         "boolean" => value.is_boolean(),
         _ => true,
@@ -306,5 +313,20 @@ mod tests {
         assert_eq!(got.len(), 2, "{got:?}");
         assert!(got[0].starts_with("limits[cpu]: \"x\" does not match"), "{got:?}");
         assert!(got[1].starts_with("open.maxPods: expected integer"), "{got:?}");
+    }
+
+    #[test]
+    fn patterns_use_go_ascii_classes_and_integral_floats_are_integers() {
+        let schema = json!({"type": "object", "properties": {
+            "cron": {"type": "string", "pattern": r"^(.+)\s(.+)$"},
+            "weight": {"type": "integer"},
+        }});
+        assert!(violations(schema.clone(), json!({"cron": "0 9", "weight": 10.0})).is_empty());
+        assert_eq!(
+            violations(schema.clone(), json!({"cron": "0\u{a0}9"})).len(),
+            1,
+            "NBSP is not Go's \\s"
+        );
+        assert_eq!(violations(schema, json!({"weight": 10.5})).len(), 1);
     }
 }

@@ -177,7 +177,8 @@ impl FromStr for Quantity {
     type Err = QuantityError;
 
     fn from_str(text: &str) -> Result<Self, Self::Err> {
-        let s = text.trim();
+        // No trimming: Kubernetes rejects surrounding white space.
+        let s = text;
         if s.is_empty() {
             return Err(QuantityError::Empty);
         }
@@ -372,6 +373,7 @@ mod tests {
             "9Ei".parse::<Quantity>(),
             Err(QuantityError::OutOfRange(_))
         ));
+        assert!("1Gi ".parse::<Quantity>().is_err() && " 1".parse::<Quantity>().is_err());
     }
 
     #[test]

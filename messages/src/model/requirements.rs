@@ -79,6 +79,9 @@ pub enum RequirementError {
     },
 }
 
+/// Closed integer ranges with at most this many members are kept as explicit sets.
+const SMALL_RANGE: i128 = 64;
+
 /// The allowed values of one label key (see the module docs for the canonical form).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Requirement {
@@ -177,7 +180,12 @@ impl Requirement {
 
     /// True when a node without this label satisfies the requirement (`NotIn`, `DoesNotExist`).
     pub fn allows_absent(&self) -> bool {
-        matches!(self.operator(), Operator::NotIn | Operator::DoesNotExist)
+        match self.operator() {
+            Operator::DoesNotExist => true,
+            // A bounded set (from Gt/Lt) needs the label to exist, even with exclusions.
+            Operator::NotIn => !self.has_bounds(),
+            _ => false,
+        }
     }
 
     /// True when `value` is allowed.
@@ -212,23 +220,45 @@ impl Requirement {
         })
     }
 
-    /// Puts the set in canonical form (see the module docs).
+    /// Puts the set in canonical form (see the module docs): exclusions outside the bounds are
+    /// dropped, bounds are tightened past excluded endpoints, and a closed range with at most
+    /// [`SMALL_RANGE`] members becomes the explicit set it denotes (so an empty range reads empty).
     fn normalized(mut self) -> Self {
-        if self.complement && self.has_bounds() {
-            if let (Some(gt), Some(lt)) = (self.greater_than, self.less_than)
-                && gt.saturating_add(1) >= lt
+        if !(self.complement && self.has_bounds()) {
+            return self;
+        }
+        let (gt, lt) = (self.greater_than, self.less_than);
+        self.values.retain(|v| {
+            v.parse::<i64>()
+                .is_ok_and(|n| gt.is_none_or(|gt| n > gt) && lt.is_none_or(|lt| n < lt))
+        });
+        if let Some(mut gt) = self.greater_than {
+            while let Some(next) = gt.checked_add(1)
+                && self.values.remove(&next.to_string())
             {
-                self.complement = false;
-                self.values.clear();
-                (self.greater_than, self.less_than) = (None, None);
-                return self;
+                gt = next;
             }
-            // Excluding a value the bounds already exclude changes nothing: drop it.
-            let (gt, lt) = (self.greater_than, self.less_than);
-            self.values.retain(|v| {
-                v.parse::<i64>()
-                    .is_ok_and(|n| gt.is_none_or(|gt| n > gt) && lt.is_none_or(|lt| n < lt))
-            });
+            self.greater_than = Some(gt);
+        }
+        if let Some(mut lt) = self.less_than {
+            while let Some(next) = lt.checked_sub(1)
+                && self.values.remove(&next.to_string())
+            {
+                lt = next;
+            }
+            self.less_than = Some(lt);
+        }
+        if let (Some(gt), Some(lt)) = (self.greater_than, self.less_than) {
+            let members = i128::from(lt) - i128::from(gt) - 1 - self.values.len() as i128;
+            if members <= SMALL_RANGE {
+                let allowed: BTreeSet<String> = (gt.saturating_add(1)..lt.max(gt.saturating_add(1)))
+                    .map(|n| n.to_string())
+                    .filter(|v| !self.values.contains(v))
+                    .collect();
+                self.complement = false;
+                self.values = allowed;
+                (self.greater_than, self.less_than) = (None, None);
+            }
         }
         self
     }
@@ -505,6 +535,27 @@ mod tests {
         assert!(between.has("5") && !between.has("6") && !between.has("4"));
         let none = gt.intersection(&req("cpu", Operator::Lt, &["5"]));
         assert!(none.is_empty(), "4 < x < 5 has no integer");
+    }
+
+    #[test]
+    fn bounded_sets_need_the_label_and_fully_excluded_ranges_are_empty() {
+        let gt_not_in = req("k", Operator::Gt, &["4"]).intersection(&req("k", Operator::NotIn, &["5"]));
+        assert!(!gt_not_in.allows_absent(), "Gt 4 requires the label to exist");
+        let pinned = req("k", Operator::Gte, &["5"]).intersection(&req("k", Operator::Lte, &["5"]));
+        assert!(pinned.has("5") && pinned.len() == Some(1));
+        assert!(pinned.intersection(&req("k", Operator::NotIn, &["5"])).is_empty());
+        let a = req("k", Operator::Gt, &["4"]).intersection(&req("k", Operator::Lt, &["100"]));
+        let b = req("k", Operator::Gt, &["3"]).intersection(&req("k", Operator::Lt, &["100"]));
+        assert_eq!(
+            a,
+            b.intersection(&req("k", Operator::NotIn, &["4"])),
+            "one set, one form"
+        );
+        let wide = req("k", Operator::Gt, &["0"]).intersection(&req("k", Operator::Lt, &["1000"]));
+        assert!(
+            wide.has("999") && wide.len().is_none(),
+            "wide ranges stay as bounds"
+        );
     }
 
     #[test]
