@@ -24,7 +24,7 @@ const ROOT_FIELDS_OF_THE_API_SERVER: &[&str] = &["apiVersion", "kind", "metadata
 /// Validates values against one CRD schema, compiling each pattern once.
 pub struct SchemaChecker {
     schema: Value,
-    patterns: HashMap<String, Result<Regex, String>>,
+    walker: Walker,
 }
 
 impl SchemaChecker {
@@ -32,16 +32,23 @@ impl SchemaChecker {
     pub fn new(schema: Value) -> Self {
         SchemaChecker {
             schema,
-            patterns: HashMap::new(),
+            walker: Walker::default(),
         }
     }
 
     /// Every way `value` breaks the schema.
     pub fn check(&mut self, value: &Value, out: &mut Violations) {
-        let schema = self.schema.clone();
-        self.check_node(&schema, value, "", out);
+        self.walker.check_node(&self.schema, value, "", out);
     }
+}
 
+/// Walks a value beside its schema, caching each compiled pattern.
+#[derive(Default)]
+struct Walker {
+    patterns: HashMap<String, Result<Regex, String>>,
+}
+
+impl Walker {
     fn check_node(&mut self, schema: &Value, value: &Value, path: &str, out: &mut Violations) {
         if value.is_null() || ROOT_FIELDS_OF_THE_API_SERVER.contains(&path) {
             return;
