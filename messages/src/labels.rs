@@ -1,6 +1,6 @@
 //! Well-known labels, annotations, taints, finalizers and tags, with Karpenter's exact spellings.
 //!
-//! These strings are the compatibility contract (DESIGN.md §1): Joist writes and reads the same keys
+//! These strings are the compatibility contract with Karpenter: Joist writes and reads the same keys
 //! Karpenter does, so nodes launched by either controller can be adopted by the other. Also here:
 //! the rules for which label keys a NodePool may set ([`restricted_label_reason`]) and the
 //! normalization of legacy aliases ([`normalize_label_key`]).
