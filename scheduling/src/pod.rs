@@ -93,11 +93,6 @@ pub struct PodInfo {
 }
 
 impl PodInfo {
-    /// `namespace/name`.
-    pub fn key(&self) -> String {
-        format!("{}/{}", self.namespace, self.name)
-    }
-
     /// Prepares `pod` (see the module docs).
     pub fn from_pod(pod: &Pod) -> Result<Self, PodError> {
         let namespace = pod

@@ -12,7 +12,7 @@ use std::{
     process::ExitCode,
 };
 
-use joist_messages::apis::manifest::{Outcome, read_manifests};
+use joist_messages::apis::manifest::{Checker, Outcome};
 
 use super::CommandError;
 
@@ -52,12 +52,14 @@ struct Tally {
     valid: usize,
     with_problems: usize,
     skipped: usize,
+    unreadable: usize,
 }
 
 pub(super) fn run(paths: &[PathBuf], out: &mut dyn io::Write) -> Result<ExitCode, CommandError> {
     let files = manifest_files(paths)?;
     let mut tally = Tally::default();
-    let mut unreadable = 0;
+    // Generating the CRD schemas is the costly part: do it once for all files.
+    let mut checker = Checker::new();
     let write_err = |source| CommandError::Write {
         path: "stdout".into(),
         source,
@@ -67,11 +69,11 @@ pub(super) fn run(paths: &[PathBuf], out: &mut dyn io::Write) -> Result<ExitCode
             Ok(text) => text,
             Err(e) => {
                 writeln!(out, "{}: cannot read: {e}", file.display()).map_err(write_err)?;
-                unreadable += 1;
+                tally.unreadable += 1;
                 continue;
             }
         };
-        check_file(file, &text, out, &mut tally, &mut unreadable).map_err(write_err)?;
+        check_file(&mut checker, file, &text, out, &mut tally).map_err(write_err)?;
     }
     writeln!(
         out,
@@ -80,14 +82,14 @@ pub(super) fn run(paths: &[PathBuf], out: &mut dyn io::Write) -> Result<ExitCode
         tally.valid,
         tally.with_problems,
         tally.skipped,
-        if unreadable > 0 {
-            format!(", {unreadable} unreadable file(s)")
+        if tally.unreadable > 0 {
+            format!(", {} unreadable file(s)", tally.unreadable)
         } else {
             String::new()
         }
     )
     .map_err(write_err)?;
-    Ok(if tally.with_problems == 0 && unreadable == 0 {
+    Ok(if tally.with_problems == 0 && tally.unreadable == 0 {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
@@ -95,17 +97,17 @@ pub(super) fn run(paths: &[PathBuf], out: &mut dyn io::Write) -> Result<ExitCode
 }
 
 fn check_file(
+    checker: &mut Checker,
     file: &Path,
     text: &str,
     out: &mut dyn io::Write,
     tally: &mut Tally,
-    unreadable: &mut usize,
 ) -> io::Result<()> {
     let file = file.display();
-    let documents = match read_manifests(text) {
+    let documents = match checker.read(text) {
         Ok(documents) => documents,
         Err(e) => {
-            *unreadable += 1;
+            tally.unreadable += 1;
             return writeln!(out, "{file}: {e}");
         }
     };

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use super::validation::Violations;
 use crate::{
     labels,
-    model::requirements::{Operator, Requirement, RequirementError, Requirements},
+    model::requirements::{Operator, Requirement, RequirementError},
 };
 
 /// Pattern of a qualified label key (optional DNS prefix, `/`, name).
@@ -38,12 +38,6 @@ impl NodeSelectorRequirementWithMinValues {
         Requirement::new(&self.key, self.operator, self.values.iter().cloned())
             .map(|r| r.with_min_values(self.min_values))
     }
-}
-
-/// The algebra form of a list of requirements, skipping any that cannot be built (validation
-/// reports those).
-pub fn requirements_of(list: &[NodeSelectorRequirementWithMinValues]) -> Requirements {
-    list.iter().filter_map(|r| r.to_requirement().ok()).collect()
 }
 
 /// CEL rule and message on a requirements list: `In` needs at least one value.

@@ -54,8 +54,6 @@ pub enum Outcome {
 /// One document of a manifest file.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Document {
-    /// Position in the file, from 1.
-    pub position: usize,
     /// `apiVersion` as written (empty when missing).
     pub api_version: String,
     /// `kind` as written (empty when missing).
@@ -83,17 +81,10 @@ impl Document {
     }
 }
 
-/// Parses every document in `text` and checks each one (see the module docs).
+/// Parses every document in `text` and checks each one (see the module docs). To check many
+/// files, build one [`Checker`] and call [`Checker::read`] instead.
 pub fn read_manifests(text: &str) -> Result<Vec<Document>, ManifestError> {
-    let values: Vec<Value> = serde_saphyr::from_multiple(text).map_err(|e| ManifestError(e.to_string()))?;
-    let mut checker = Checker::new();
-    Ok(values
-        .into_iter()
-        .flat_map(list_items)
-        .filter(|v| !v.is_null())
-        .enumerate()
-        .map(|(i, value)| checker.check_document(i + 1, value))
-        .collect())
+    Checker::new().read(text)
 }
 
 /// A `kind: List` (or `NodePoolList`, …) as `kubectl get -o yaml` prints it becomes its items.
@@ -150,8 +141,20 @@ impl Checker {
         value.pointer(pointer).and_then(Value::as_str).unwrap_or_default()
     }
 
+    /// Parses every document in `text` and checks each one.
+    pub fn read(&mut self, text: &str) -> Result<Vec<Document>, ManifestError> {
+        let values: Vec<Value> =
+            serde_saphyr::from_multiple(text).map_err(|e| ManifestError(e.to_string()))?;
+        Ok(values
+            .into_iter()
+            .flat_map(list_items)
+            .filter(|v| !v.is_null())
+            .map(|value| self.check_document(value))
+            .collect())
+    }
+
     /// Checks one parsed document.
-    pub fn check_document(&mut self, position: usize, value: Value) -> Document {
+    pub fn check_document(&mut self, value: Value) -> Document {
         let api_version = Self::str_at(&value, "/apiVersion").to_string();
         let kind = Self::str_at(&value, "/kind").to_string();
         let name = Self::str_at(&value, "/metadata/name").to_string();
@@ -188,7 +191,6 @@ impl Checker {
             },
         };
         Document {
-            position,
             api_version,
             kind,
             name,

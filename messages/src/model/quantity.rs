@@ -91,14 +91,6 @@ impl Quantity {
         Quantity::from_millis(units.saturating_mul(1000))
     }
 
-    /// A quantity of `bytes`, printed with a binary suffix when exact (`1Gi`).
-    pub const fn from_bytes(bytes: i64) -> Self {
-        Quantity {
-            millis: bytes.saturating_mul(1000),
-            binary: true,
-        }
-    }
-
     /// The value in milli-units.
     pub const fn millis(self) -> i64 {
         self.millis

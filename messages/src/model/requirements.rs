@@ -368,13 +368,6 @@ impl Requirements {
         }
     }
 
-    /// Narrows `self` by every requirement in `other`.
-    pub fn add_all(&mut self, other: &Requirements) {
-        for req in other.iter() {
-            self.add(req.clone());
-        }
-    }
-
     /// The requirement on `key`, if any.
     pub fn get(&self, key: &str) -> Option<&Requirement> {
         self.by_key.get(normalize_label_key(key))
