@@ -69,6 +69,11 @@ proptest! {
     }
 
     #[test]
+    fn overlaps_agrees_with_a_non_empty_intersection(a in requirement(), b in requirement()) {
+        prop_assert_eq!(a.overlaps(&b), !a.intersection(&b).is_empty(), "{} and {}", a, b);
+    }
+
+    #[test]
     fn an_in_set_intersected_with_its_not_in_is_empty(values in proptest::collection::btree_set(value(), 1..4)) {
         let r#in = Requirement::new("k", Operator::In, values.iter().cloned()).unwrap_or_else(|e| panic!("{e}"));
         let not_in = Requirement::new("k", Operator::NotIn, values.iter().cloned()).unwrap_or_else(|e| panic!("{e}"));

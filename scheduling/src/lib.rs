@@ -1,8 +1,24 @@
 //! Joist's scheduling simulation: pure algorithms over the `joist-messages` vocabulary.
 //!
-//! No I/O, no async, no actor runtime: providers and actors depend on it, never the reverse. This crate turns Kubernetes objects into the
-//! compact forms the simulation works on ([`pod`]) and matches pods against nodes ([`taints`]).
-//! The first-fit-decreasing solver, topology and instance-type selection build on these.
+//! No I/O, no async, no actor runtime: providers and actors depend on it, never the reverse.
+//! [`pod`] and [`terms`] turn Kubernetes pods into the compact form the simulation works on,
+//! [`input`] describes a problem (nodes, NodePools, instance types, daemonsets, pods),
+//! [`solver::solve`] answers it with a [`solution::Solution`], and [`workloads`] builds the
+//! benchmark problems.
 
+mod bitset;
+mod catalog;
+mod classes;
+mod dims;
+pub mod input;
 pub mod pod;
+pub mod solution;
+pub mod solver;
 pub mod taints;
+pub mod terms;
+mod topology;
+pub mod workloads;
+
+pub use input::{ExistingNode, Input, MinValuesPolicy, NodePoolInput, Options};
+pub use solution::{NewClaim, Placement, Reason, Solution, Unschedulable};
+pub use solver::solve;

@@ -14,13 +14,17 @@
 
 use std::collections::BTreeMap;
 
+use crate::{
+    taints::Toleration,
+    terms::{AffinityTerm, SpreadConstraint, TermError, affinity_term, spread_constraint, weighted_terms},
+};
 use joist_messages::model::{
     quantity::Quantity,
     requirements::{Operator, Requirement, Requirements},
     resources::{Resources, names},
 };
 use k8s_openapi::{
-    api::core::v1::{Container, NodeSelectorTerm, Pod, Toleration},
+    api::core::v1::{Container, NodeSelectorTerm, Pod},
     apimachinery::pkg::api::resource::Quantity as KubeQuantity,
 };
 
@@ -47,6 +51,9 @@ pub enum PodError {
         /// What is wrong.
         message: String,
     },
+    /// A pod affinity term or spread constraint is malformed.
+    #[error(transparent)]
+    Term(#[from] TermError),
     /// The pod uses node affinity `matchFields`, which cannot be simulated for nodes that do not
     /// exist yet.
     #[error("pod {pod}: {field}: matchFields is not supported for provisioning")]
@@ -67,29 +74,49 @@ pub struct HostPort {
     pub protocol: u8,
 }
 
+/// Everything about a pod that decides where it may go, except its size.
+///
+/// Pods with equal constraints (the replicas of one workload) form one scheduling class, which the
+/// solver prepares once.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Constraints {
+    /// Namespace.
+    pub namespace: String,
+    /// Labels, for topology and affinity.
+    pub labels: BTreeMap<String, String>,
+    /// Required node requirements: ORed alternatives, tried first to last.
+    pub node_requirements: Vec<Requirements>,
+    /// Preferred node affinity terms with their weights, heaviest first.
+    pub preferred_node_requirements: Vec<(i32, Requirements)>,
+    /// Tolerations, sorted.
+    pub tolerations: Vec<Toleration>,
+    /// Host ports the pod binds, sorted.
+    pub host_ports: Vec<HostPort>,
+    /// Required pod affinity terms.
+    pub pod_affinity: Vec<AffinityTerm>,
+    /// Preferred pod affinity terms, heaviest first.
+    pub preferred_pod_affinity: Vec<(i32, AffinityTerm)>,
+    /// Required pod anti-affinity terms.
+    pub pod_anti_affinity: Vec<AffinityTerm>,
+    /// Preferred pod anti-affinity terms, heaviest first.
+    pub preferred_pod_anti_affinity: Vec<(i32, AffinityTerm)>,
+    /// Topology spread constraints.
+    pub spread: Vec<SpreadConstraint>,
+}
+
 /// A pod prepared for the simulation (see the module docs).
 #[derive(Debug, Clone, PartialEq)]
 pub struct PodInfo {
     /// The pod's UID (or `namespace/name` when it has none yet).
     pub uid: String,
-    /// Namespace.
-    pub namespace: String,
     /// Name.
     pub name: String,
-    /// Labels, for topology and affinity.
-    pub labels: BTreeMap<String, String>,
     /// Effective requests, including one `pods` slot.
     pub requests: Resources,
-    /// Required node requirements: the pod fits a node satisfying any one alternative.
-    pub node_requirements: Vec<Requirements>,
-    /// Preferred node affinity terms with their weights, heaviest first.
-    pub preferred_node_requirements: Vec<(i32, Requirements)>,
-    /// Tolerations.
-    pub tolerations: Vec<Toleration>,
-    /// Host ports the pod binds.
-    pub host_ports: Vec<HostPort>,
     /// Creation time in seconds since the epoch (0 when unknown), for queue order.
     pub created_unix: i64,
+    /// Where the pod may go.
+    pub constraints: Constraints,
 }
 
 impl PodInfo {
@@ -117,7 +144,8 @@ impl PodInfo {
                 })
             })
             .collect::<Result<_, _>>()?;
-        let node_affinity = spec.affinity.as_ref().and_then(|a| a.node_affinity.as_ref());
+        let affinity = spec.affinity.as_ref();
+        let node_affinity = affinity.and_then(|a| a.node_affinity.as_ref());
         let required_terms = node_affinity
             .and_then(|n| n.required_during_scheduling_ignored_during_execution.as_ref())
             .map(|s| s.node_selector_terms.as_slice())
@@ -149,7 +177,7 @@ impl PodInfo {
             .collect::<Result<Vec<_>, _>>()?;
         preferred_node_requirements.sort_by_key(|(weight, _)| std::cmp::Reverse(*weight));
 
-        let host_ports = all_containers(&spec)
+        let mut host_ports: Vec<HostPort> = all_containers(&spec)
             .flat_map(|c| c.ports.iter().flatten())
             .filter_map(|p| {
                 let port = p.host_port.filter(|port| *port > 0)?;
@@ -161,22 +189,76 @@ impl PodInfo {
                 Some(HostPort { port, protocol })
             })
             .collect();
+        host_ports.sort_unstable();
+        host_ports.dedup();
+        let mut tolerations: Vec<Toleration> =
+            spec.tolerations.iter().flatten().map(Toleration::from).collect();
+        tolerations.sort();
+        tolerations.dedup();
 
-        Ok(PodInfo {
-            uid: pod.metadata.uid.clone().unwrap_or_else(|| key.clone()),
+        let labels = pod.metadata.labels.clone().unwrap_or_default();
+        let pod_affinity = affinity.and_then(|a| a.pod_affinity.as_ref());
+        let pod_anti_affinity = affinity.and_then(|a| a.pod_anti_affinity.as_ref());
+        let required = |terms: Option<&Vec<k8s_openapi::api::core::v1::PodAffinityTerm>>, field: &str| {
+            terms
+                .into_iter()
+                .flatten()
+                .enumerate()
+                .map(|(i, t)| affinity_term(&key, &namespace, &format!("{field}[{i}]"), t))
+                .collect::<Result<Vec<_>, _>>()
+        };
+        let constraints = Constraints {
+            pod_affinity: required(
+                pod_affinity.and_then(|a| a.required_during_scheduling_ignored_during_execution.as_ref()),
+                "spec.affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution",
+            )?,
+            preferred_pod_affinity: weighted_terms(
+                &key,
+                &namespace,
+                "spec.affinity.podAffinity.preferredDuringSchedulingIgnoredDuringExecution",
+                pod_affinity
+                    .and_then(|a| a.preferred_during_scheduling_ignored_during_execution.as_deref())
+                    .unwrap_or_default(),
+            )?,
+            pod_anti_affinity: required(
+                pod_anti_affinity
+                    .and_then(|a| a.required_during_scheduling_ignored_during_execution.as_ref()),
+                "spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution",
+            )?,
+            preferred_pod_anti_affinity: weighted_terms(
+                &key,
+                &namespace,
+                "spec.affinity.podAntiAffinity.preferredDuringSchedulingIgnoredDuringExecution",
+                pod_anti_affinity
+                    .and_then(|a| a.preferred_during_scheduling_ignored_during_execution.as_deref())
+                    .unwrap_or_default(),
+            )?,
+            spread: spec
+                .topology_spread_constraints
+                .iter()
+                .flatten()
+                .enumerate()
+                .map(|(i, c)| {
+                    spread_constraint(&key, &format!("spec.topologySpreadConstraints[{i}]"), &labels, c)
+                })
+                .collect::<Result<Vec<_>, _>>()?,
             namespace,
-            name,
-            labels: pod.metadata.labels.clone().unwrap_or_default(),
-            requests,
+            labels,
             node_requirements,
             preferred_node_requirements,
-            tolerations: spec.tolerations.clone().unwrap_or_default(),
+            tolerations,
             host_ports,
+        };
+        Ok(PodInfo {
+            uid: pod.metadata.uid.clone().unwrap_or_else(|| key.clone()),
+            name,
+            requests,
             created_unix: pod
                 .metadata
                 .creation_timestamp
                 .as_ref()
                 .map_or(0, |t| t.0.as_second()),
+            constraints,
         })
     }
 }
@@ -347,8 +429,8 @@ mod tests {
             }},
         })))
         .unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(info.node_requirements.len(), 2);
-        for alternative in &info.node_requirements {
+        assert_eq!(info.constraints.node_requirements.len(), 2);
+        for alternative in &info.constraints.node_requirements {
             assert!(
                 alternative
                     .get("kubernetes.io/arch")
@@ -356,7 +438,7 @@ mod tests {
             );
         }
         assert_eq!(
-            info.preferred_node_requirements[0].0, 50,
+            info.constraints.preferred_node_requirements[0].0, 50,
             "heaviest preference first"
         );
     }
@@ -366,17 +448,17 @@ mod tests {
         let info = PodInfo::from_pod(&pod(serde_json::json!({"containers": [{"name": "app",
             "ports": [{"containerPort": 80, "hostPort": 8080}, {"containerPort": 53, "hostPort": 53, "protocol": "UDP"}, {"containerPort": 9000}]}]})))
         .unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(info.node_requirements, vec![Requirements::new()]);
+        assert_eq!(info.constraints.node_requirements, vec![Requirements::new()]);
         assert_eq!(
-            info.host_ports,
+            info.constraints.host_ports,
             vec![
-                HostPort {
-                    port: 8080,
-                    protocol: 0
-                },
                 HostPort {
                     port: 53,
                     protocol: 1
+                },
+                HostPort {
+                    port: 8080,
+                    protocol: 0
                 }
             ]
         );

@@ -5,26 +5,59 @@
 //! and values are equal (`Equal`, the default). For provisioning, every taint a node would carry
 //! must be tolerated, `PreferNoSchedule` included: Karpenter treats preferences as requirements and
 //! only relaxes them when nothing else fits.
+//!
+//! [`Toleration`] is the simulation's own form: hashable, so pods with the same tolerations share
+//! one scheduling class.
 
-use k8s_openapi::api::core::v1::{Taint, Toleration};
+use k8s_openapi::api::core::v1::{Taint, Toleration as KubeToleration};
 
-/// True when `toleration` tolerates `taint`.
-pub fn tolerates(toleration: &Toleration, taint: &Taint) -> bool {
-    let effect_ok = toleration
-        .effect
-        .as_deref()
-        .is_none_or(|e| e.is_empty() || e == taint.effect);
-    if !effect_ok {
-        return false;
+/// The `PreferNoSchedule` taint effect.
+pub const PREFER_NO_SCHEDULE: &str = "PreferNoSchedule";
+
+/// A pod's toleration (see the module docs).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Toleration {
+    /// The taint key; empty with `exists` matches every key.
+    pub key: String,
+    /// `Exists` (true) or `Equal` (false, the default).
+    pub exists: bool,
+    /// The value `Equal` compares.
+    pub value: String,
+    /// The effect; empty matches every effect.
+    pub effect: String,
+}
+
+impl Toleration {
+    /// Tolerates every taint with `effect`.
+    pub fn all_with_effect(effect: &str) -> Self {
+        Toleration {
+            key: String::new(),
+            exists: true,
+            value: String::new(),
+            effect: effect.to_string(),
+        }
     }
-    let key = toleration.key.as_deref().unwrap_or_default();
-    match toleration.operator.as_deref() {
-        Some("Exists") => key.is_empty() || key == taint.key,
-        // `Equal` is the default operator.
-        _ => {
-            key == taint.key
-                && toleration.value.as_deref().unwrap_or_default()
-                    == taint.value.as_deref().unwrap_or_default()
+
+    /// True when this toleration tolerates `taint`.
+    pub fn tolerates(&self, taint: &Taint) -> bool {
+        if !(self.effect.is_empty() || self.effect == taint.effect) {
+            return false;
+        }
+        if self.exists {
+            self.key.is_empty() || self.key == taint.key
+        } else {
+            self.key == taint.key && self.value == taint.value.as_deref().unwrap_or_default()
+        }
+    }
+}
+
+impl From<&KubeToleration> for Toleration {
+    fn from(t: &KubeToleration) -> Self {
+        Toleration {
+            key: t.key.clone().unwrap_or_default(),
+            exists: t.operator.as_deref() == Some("Exists"),
+            value: t.value.clone().unwrap_or_default(),
+            effect: t.effect.clone().unwrap_or_default(),
         }
     }
 }
@@ -33,7 +66,7 @@ pub fn tolerates(toleration: &Toleration, taint: &Taint) -> bool {
 pub fn first_untolerated<'a>(tolerations: &[Toleration], taints: &'a [Taint]) -> Option<&'a Taint> {
     taints
         .iter()
-        .find(|taint| !tolerations.iter().any(|t| tolerates(t, taint)))
+        .find(|taint| !tolerations.iter().any(|t| t.tolerates(taint)))
 }
 
 #[cfg(test)]
@@ -55,42 +88,30 @@ mod tests {
         value: Option<&str>,
         effect: Option<&str>,
     ) -> Toleration {
-        Toleration {
+        Toleration::from(&KubeToleration {
             key: key.map(Into::into),
             operator: operator.map(Into::into),
             value: value.map(Into::into),
             effect: effect.map(Into::into),
             toleration_seconds: None,
-        }
+        })
     }
 
     #[test]
     fn equal_needs_key_and_value() {
         let gpu = taint("nvidia.com/gpu", Some("true"), "NoSchedule");
-        assert!(tolerates(
-            &toleration(Some("nvidia.com/gpu"), None, Some("true"), None),
-            &gpu
-        ));
-        assert!(!tolerates(
-            &toleration(Some("nvidia.com/gpu"), Some("Equal"), Some("false"), None),
-            &gpu
-        ));
-        assert!(!tolerates(
-            &toleration(Some("other"), None, Some("true"), None),
-            &gpu
-        ));
+        assert!(toleration(Some("nvidia.com/gpu"), None, Some("true"), None).tolerates(&gpu));
+        assert!(!toleration(Some("nvidia.com/gpu"), Some("Equal"), Some("false"), None).tolerates(&gpu));
+        assert!(!toleration(Some("other"), None, Some("true"), None).tolerates(&gpu));
     }
 
     #[test]
     fn exists_ignores_the_value_and_an_empty_key_matches_all() {
         let gpu = taint("nvidia.com/gpu", Some("true"), "NoSchedule");
-        assert!(tolerates(
-            &toleration(Some("nvidia.com/gpu"), Some("Exists"), None, None),
-            &gpu
-        ));
-        assert!(tolerates(&toleration(None, Some("Exists"), None, None), &gpu));
+        assert!(toleration(Some("nvidia.com/gpu"), Some("Exists"), None, None).tolerates(&gpu));
+        assert!(toleration(None, Some("Exists"), None, None).tolerates(&gpu));
         assert!(
-            !tolerates(&toleration(None, None, None, None), &gpu),
+            !toleration(None, None, None, None).tolerates(&gpu),
             "empty key with Equal matches nothing"
         );
     }
@@ -98,21 +119,15 @@ mod tests {
     #[test]
     fn effects_must_agree_unless_the_toleration_has_none() {
         let t = taint("dedicated", Some("batch"), "NoExecute");
-        assert!(!tolerates(
-            &toleration(Some("dedicated"), None, Some("batch"), Some("NoSchedule")),
-            &t
-        ));
-        assert!(tolerates(
-            &toleration(Some("dedicated"), None, Some("batch"), Some("NoExecute")),
-            &t
-        ));
+        assert!(!toleration(Some("dedicated"), None, Some("batch"), Some("NoSchedule")).tolerates(&t));
+        assert!(toleration(Some("dedicated"), None, Some("batch"), Some("NoExecute")).tolerates(&t));
     }
 
     #[test]
     fn reports_the_first_untolerated_taint() {
         let taints = [
             taint("a", None, "NoSchedule"),
-            taint("b", None, "PreferNoSchedule"),
+            taint("b", None, PREFER_NO_SCHEDULE),
         ];
         let tols = [toleration(Some("a"), Some("Exists"), None, None)];
         assert_eq!(
@@ -120,7 +135,7 @@ mod tests {
             Some("b")
         );
         assert_eq!(
-            first_untolerated(&[toleration(None, Some("Exists"), None, None)], &taints),
+            first_untolerated(&[Toleration::all_with_effect(PREFER_NO_SCHEDULE)], &taints[1..]),
             None
         );
     }

@@ -3,6 +3,7 @@
 //! Commands write their normal output to the writer they are given (stdout in the binary) and
 //! return the process exit code; failures that stop a command outright are [`CommandError`]s.
 
+pub mod bench;
 mod crds;
 mod validate;
 
@@ -41,6 +42,26 @@ pub enum Command {
     },
     /// Print the version and the API versions Joist serves.
     Version,
+    /// Run a benchmark and print its figures.
+    Bench {
+        /// What to benchmark.
+        #[command(subcommand)]
+        target: BenchTarget,
+    },
+}
+
+/// What `joist bench` measures.
+#[derive(Debug, Subcommand)]
+pub enum BenchTarget {
+    /// One scheduling simulation: pods/s, new nodes, fleet cost against a lower bound, peak memory.
+    Scheduling {
+        /// Pending pods to place.
+        #[arg(long, default_value_t = 20_000)]
+        pods: usize,
+        /// The problem.
+        #[arg(long, value_enum, default_value_t = bench::Scenario::Diverse)]
+        scenario: bench::Scenario,
+    },
 }
 
 /// A failure that stops a command.
@@ -79,6 +100,9 @@ pub fn run(cli: Cli, out: &mut dyn io::Write) -> Result<ExitCode, CommandError> 
     match cli.command {
         Command::Validate { paths } => validate::run(&paths, out),
         Command::Crds { out_dir } => crds::run(out_dir.as_deref(), out).map(|()| ExitCode::SUCCESS),
+        Command::Bench {
+            target: BenchTarget::Scheduling { pods, scenario },
+        } => bench::run(scenario, pods, out),
         Command::Version => {
             writeln!(
                 out,

@@ -263,6 +263,17 @@ impl Requirement {
         self
     }
 
+    /// True when some value satisfies both `self` and `other`; allocates only when both sides are
+    /// bounded complements (the rare case that needs the canonical intersection).
+    pub fn overlaps(&self, other: &Requirement) -> bool {
+        match (self.complement, other.complement) {
+            (false, _) => self.values.iter().any(|v| other.has(v)),
+            (true, false) => other.values.iter().any(|v| self.has(v)),
+            (true, true) if !self.has_bounds() && !other.has_bounds() => true,
+            (true, true) => !self.intersection(other).is_empty(),
+        }
+    }
+
     /// The values allowed by both `self` and `other`; `min_values` is the larger of the two.
     pub fn intersection(&self, other: &Requirement) -> Requirement {
         let min_values = self.min_values.max(other.min_values);
@@ -390,7 +401,7 @@ impl Requirements {
             let Some(theirs) = other.by_key.get(key) else {
                 continue;
             };
-            if ours.intersection(theirs).is_empty() && !(ours.allows_absent() && theirs.allows_absent()) {
+            if !(ours.overlaps(theirs) || ours.allows_absent() && theirs.allows_absent()) {
                 return Err(Incompatibility::NoCommonValue {
                     ours: ours.to_string(),
                     theirs: theirs.to_string(),

@@ -1,0 +1,82 @@
+//! Resource amounts as fixed-width integer vectors, for the solver's inner loops.
+//!
+//! The resource names that any pod, daemonset or NodePool limit mentions are numbered once per
+//! solve; every amount is then a slice of milli-units in that order, compared and added without
+//! looking names up. Names outside the set (a capacity nobody asks for) are dropped.
+
+use joist_messages::model::{quantity::Quantity, resources::Resources};
+
+/// The numbered resource names of one solve.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Dims {
+    names: Vec<String>,
+}
+
+impl Dims {
+    /// Adds the names of `resources` not yet numbered.
+    pub(crate) fn include(&mut self, resources: &Resources) {
+        for (name, _) in resources.iter() {
+            if !self.names.iter().any(|n| n == name) {
+                self.names.push(name.to_string());
+            }
+        }
+    }
+
+    /// The number of names.
+    pub(crate) fn len(&self) -> usize {
+        self.names.len()
+    }
+
+    /// The position of `name`, if numbered.
+    pub(crate) fn position(&self, name: &str) -> Option<usize> {
+        self.names.iter().position(|n| n == name)
+    }
+
+    /// The name at `position`.
+    pub(crate) fn name(&self, position: usize) -> &str {
+        &self.names[position]
+    }
+
+    /// `resources` as a vector (appended to `out`).
+    pub(crate) fn extend_vector(&self, resources: &Resources, out: &mut Vec<i64>) {
+        out.extend(self.names.iter().map(|n| resources.get(n).millis()));
+    }
+
+    /// `resources` as a new vector.
+    pub(crate) fn vector(&self, resources: &Resources) -> Vec<i64> {
+        let mut out = Vec::with_capacity(self.len());
+        self.extend_vector(resources, &mut out);
+        out
+    }
+
+    /// A vector back as named resources.
+    pub(crate) fn resources(&self, vector: &[i64]) -> Resources {
+        self.names
+            .iter()
+            .zip(vector)
+            .fold(Resources::new(), |r, (n, m)| r.with(n, Quantity::from_millis(*m)))
+    }
+}
+
+/// True when `used + extra <= limit` in every dimension.
+#[inline]
+pub(crate) fn fits(used: &[i64], extra: &[i64], limit: &[i64]) -> bool {
+    used.iter()
+        .zip(extra)
+        .zip(limit)
+        .all(|((u, e), l)| u.saturating_add(*e) <= *l)
+}
+
+/// `into += other`, element-wise.
+pub(crate) fn add(into: &mut [i64], other: &[i64]) {
+    for (a, b) in into.iter_mut().zip(other) {
+        *a = a.saturating_add(*b);
+    }
+}
+
+/// `into -= other`, element-wise.
+pub(crate) fn sub(into: &mut [i64], other: &[i64]) {
+    for (a, b) in into.iter_mut().zip(other) {
+        *a = a.saturating_sub(*b);
+    }
+}

@@ -1,0 +1,90 @@
+//! What a scheduling simulation is asked: the cluster as it is, the capacity it may add, the pods.
+//!
+//! The solver takes these by reference and copies nothing it does not need; instance types live
+//! once in [`Input::instance_types`] and NodePools refer to them by position.
+//!
+//! Conventions the caller is responsible for: an existing node's `pods` include its daemonset
+//! pods; NodeClaims launched by an earlier pass but not yet registered are passed as existing
+//! nodes (labels from their single-valued requirements, allocatable of their instance type,
+//! `initialized: false`); a pod's volume topology is already folded into its node requirements.
+
+use std::collections::BTreeMap;
+
+use joist_messages::model::{instance_type::InstanceType, requirements::Requirements, resources::Resources};
+use k8s_openapi::api::core::v1::Taint;
+
+use crate::pod::PodInfo;
+
+/// A NodePool as the simulation sees it.
+#[derive(Debug, Clone)]
+pub struct NodePoolInput {
+    /// The NodePool's name.
+    pub name: String,
+    /// Higher weights are tried first.
+    pub weight: i32,
+    /// The template's requirements, `minValues` included.
+    pub requirements: Requirements,
+    /// The template's labels (they become requirements too).
+    pub labels: BTreeMap<String, String>,
+    /// The template's taints (startup taints are not listed: they do not affect scheduling).
+    pub taints: Vec<Taint>,
+    /// Limits minus current usage (`nodes` included when limited); `None` when unlimited.
+    pub remaining: Option<Resources>,
+    /// Positions in [`Input::instance_types`] of the types its node class offers.
+    pub instance_types: Vec<usize>,
+}
+
+/// A node that exists (or is launching) and can take pods.
+#[derive(Debug, Clone)]
+pub struct ExistingNode {
+    /// The node's name.
+    pub name: String,
+    /// Its labels.
+    pub labels: BTreeMap<String, String>,
+    /// Its taints.
+    pub taints: Vec<Taint>,
+    /// Its allocatable resources.
+    pub allocatable: Resources,
+    /// The pods bound to it, daemonset pods included.
+    pub pods: Vec<PodInfo>,
+    /// False while the node is still starting; initialized nodes are tried first.
+    pub initialized: bool,
+}
+
+/// What to do when a NodePool's `minValues` cannot be met.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum MinValuesPolicy {
+    /// The pod does not schedule on that NodePool (Karpenter's default).
+    #[default]
+    Strict,
+    /// Launch with fewer distinct values than asked.
+    BestEffort,
+}
+
+/// Solver settings (Karpenter's `MIN_VALUES_POLICY` and `PREFERENCE_POLICY`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Options {
+    /// See [`MinValuesPolicy`].
+    pub min_values: MinValuesPolicy,
+    /// Ignore preferred affinities and `ScheduleAnyway` spread instead of trying them first.
+    pub ignore_preferences: bool,
+}
+
+/// One scheduling problem.
+#[derive(Debug, Clone, Default)]
+pub struct Input {
+    /// Every instance type any NodePool may launch.
+    pub instance_types: Vec<InstanceType>,
+    /// NodePools that may launch capacity (ready, not being deleted).
+    pub node_pools: Vec<NodePoolInput>,
+    /// Existing nodes.
+    pub nodes: Vec<ExistingNode>,
+    /// One template pod per daemonset; each adds its requests to every node it would land on.
+    pub daemonsets: Vec<PodInfo>,
+    /// Namespace labels, for affinity `namespaceSelector`s.
+    pub namespaces: BTreeMap<String, BTreeMap<String, String>>,
+    /// The pods to place.
+    pub pods: Vec<PodInfo>,
+    /// Settings.
+    pub options: Options,
+}

@@ -1,0 +1,1001 @@
+//! The first-fit-decreasing solver: where every pending pod goes.
+//!
+//! Pods are queued largest first (cpu, then memory, then creation time, then UID). Each pod tries,
+//! in order, the existing nodes (initialized first, then by name), the NodeClaims this pass has
+//! opened (oldest first), and a new NodeClaim from each NodePool by descending weight; the first
+//! that can take it wins. When none can, one preference is relaxed and the pod tries again; when
+//! nothing is left to relax it goes to the back of the queue, and the pass ends when a full round
+//! places nothing.
+//!
+//! Speed comes from preparing work once: pods are grouped into scheduling classes
+//! ([`crate::classes`]), NodePool × class compatibility is computed on first use, each class
+//! remembers how many nodes and claims rejected it for good (taints, labels, ports, anti-affinity
+//! and hostname spread only get worse), and a claim's instance types are a bit set narrowed in
+//! place. Nothing is allocated per candidate checked.
+//!
+//! Failure modes: none at run time; a pod that fits nowhere is reported with a [`Reason`] per
+//! NodePool.
+
+use std::collections::{HashMap, VecDeque};
+
+use joist_messages::{
+    labels::is_well_known,
+    model::{
+        instance_type::InstanceType,
+        requirements::{Operator, Requirement, Requirements},
+    },
+};
+
+use crate::{
+    bitset,
+    catalog::{self, PoolPlan},
+    classes::{self, Class},
+    dims::{self, Dims},
+    input::{Input, MinValuesPolicy},
+    pod::{Constraints, HostPort},
+    solution::{NewClaim, Placement, Reason, Solution, Unschedulable},
+    taints::{PREFER_NO_SCHEDULE, first_untolerated},
+    topology::{Domain, GroupKind, Topology},
+};
+
+/// Karpenter's `MaxInstanceTypes`: a NodeClaim lists at most this many instance types.
+pub const MAX_INSTANCE_TYPES: usize = 600;
+
+/// A launch considers at most this many of a NodeClaim's cheapest options (the most instance types
+/// one EC2 CreateFleet request takes), so NodePool limits are reserved for the largest of these.
+pub const LAUNCH_OPTIONS: usize = 60;
+
+/// Places `input.pods` (see the module docs).
+pub fn solve(input: &Input) -> Solution {
+    Solver::new(input).run()
+}
+
+/// Why a pod does not fit one node, claim or NodePool, cheaply (turned into a [`Reason`] only for
+/// pods that fit nowhere).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Why {
+    Taint(usize),
+    Requirements,
+    HostPort(i32),
+    Resources,
+    Limits,
+    Topology(usize),
+    MinValues(usize, usize),
+}
+
+/// A rejection and whether it holds for good for the whole class.
+type Reject = (Why, bool);
+
+/// A class's view of one NodePool: requirements merged and instance types filtered.
+#[derive(Debug)]
+struct ClassPool {
+    reqs: Requirements,
+    candidates: Vec<u64>,
+}
+
+#[derive(Debug)]
+struct Claim {
+    pool: usize,
+    reqs: Requirements,
+    candidates: Vec<u64>,
+    /// Capacity held against the NodePool's limits: the largest of the first [`LAUNCH_OPTIONS`].
+    reserved: Vec<i64>,
+    /// Counts in `Selected` groups waiting for the claim's domain on their key to be decided.
+    pending: Vec<(usize, u32)>,
+}
+
+/// An existing node or a claim opened in this pass.
+#[derive(Debug)]
+struct Bin {
+    node: Option<usize>,
+    claim: Option<Claim>,
+    /// Existing node: allocatable. Claim: the element-wise largest allocatable of its candidates.
+    alloc: Vec<i64>,
+    used: Vec<i64>,
+    ports: Vec<HostPort>,
+    host_counts: Vec<(usize, u32)>,
+    /// Per topology key: the domain, `None` when absent (node) or undecided (claim).
+    domains: Vec<Option<u32>>,
+    pods: Vec<usize>,
+}
+
+impl Bin {
+    fn host_count(&self, group: usize) -> u32 {
+        self.host_counts
+            .iter()
+            .find(|(g, _)| *g == group)
+            .map_or(0, |(_, n)| *n)
+    }
+}
+
+/// Reusable buffers, so checks allocate nothing.
+#[derive(Debug, Default)]
+struct Scratch {
+    narrow: Vec<(usize, u32)>,
+    options: Vec<u32>,
+    candidates: Vec<u64>,
+    fitted: Vec<u64>,
+    reserve: Vec<i64>,
+    seen: Vec<bool>,
+}
+
+struct Solver<'a> {
+    input: &'a Input,
+    dims: Dims,
+    pools: Vec<PoolPlan>,
+    topology: Topology,
+    classes: Vec<Class>,
+    class_index: HashMap<Constraints, usize>,
+    class_pools: Vec<Vec<Option<Result<ClassPool, Why>>>>,
+    bins: Vec<Bin>,
+    pod_class: Vec<usize>,
+    requests: Vec<i64>,
+    prefer_no_schedule_pools: bool,
+    scratch: Scratch,
+}
+
+fn ports_conflict(a: &[HostPort], b: &[HostPort]) -> bool {
+    a.iter().any(|p| b.contains(p))
+}
+
+fn intersects(a: &[u64], b: &[u64]) -> bool {
+    a.iter().zip(b).any(|(x, y)| x & y != 0)
+}
+
+fn and_assign(into: &mut [u64], other: &[u64]) {
+    for (x, y) in into.iter_mut().zip(other) {
+        *x &= y;
+    }
+}
+
+impl<'a> Solver<'a> {
+    fn new(input: &'a Input) -> Self {
+        let mut dims = Dims::default();
+        for pod in input.pods.iter().chain(&input.daemonsets) {
+            dims.include(&pod.requests);
+        }
+        for node in &input.nodes {
+            for pod in &node.pods {
+                dims.include(&pod.requests);
+            }
+        }
+        for pool in &input.node_pools {
+            if let Some(r) = &pool.remaining {
+                dims.include(
+                    &r.clone()
+                        .with(joist_messages::model::resources::names::NODES, Default::default()),
+                );
+            }
+        }
+        let mut order: Vec<usize> = (0..input.node_pools.len()).collect();
+        order.sort_by(|&a, &b| {
+            let (pa, pb) = (&input.node_pools[a], &input.node_pools[b]);
+            pb.weight.cmp(&pa.weight).then_with(|| pa.name.cmp(&pb.name))
+        });
+        let mut pools: Vec<PoolPlan> = order
+            .into_iter()
+            .map(|i| {
+                PoolPlan::new(
+                    i,
+                    &input.node_pools[i],
+                    &input.instance_types,
+                    &input.daemonsets,
+                    &dims,
+                )
+            })
+            .collect();
+        let prefer_no_schedule_pools = pools
+            .iter()
+            .any(|p| p.taints.iter().any(|t| t.effect == PREFER_NO_SCHEDULE));
+
+        let base = |c: &Constraints| {
+            if input.options.ignore_preferences {
+                classes::without_preferences(c.clone())
+            } else {
+                c.clone()
+            }
+        };
+        let mut distinct: HashMap<Constraints, usize> = HashMap::new();
+        let mut pod_constraints = Vec::with_capacity(input.pods.len());
+        for pod in &input.pods {
+            let c = base(&pod.constraints);
+            let next = distinct.len();
+            pod_constraints.push(*distinct.entry(c).or_insert(next));
+        }
+        let mut unique: Vec<Option<Constraints>> = vec![None; distinct.len()];
+        for (c, i) in distinct {
+            unique[i] = Some(c);
+        }
+        let unique: Vec<Constraints> = unique.into_iter().flatten().collect();
+        let topology = Topology::new(
+            unique.iter(),
+            input
+                .nodes
+                .iter()
+                .flat_map(|n| n.pods.iter().map(|p| &p.constraints)),
+            &pools,
+            &input.instance_types,
+            &input.nodes,
+            &input.namespaces,
+        );
+        for pool in &mut pools {
+            pool.index_domains(
+                topology
+                    .keys
+                    .iter()
+                    .map(|k| (k.name.as_str(), k.hostname, k.domains.as_slice())),
+                &input.instance_types,
+            );
+        }
+
+        let d = dims.len();
+        let mut requests = Vec::with_capacity(input.pods.len() * d);
+        for pod in &input.pods {
+            dims.extend_vector(&pod.requests, &mut requests);
+        }
+        let mut solver = Solver {
+            input,
+            dims,
+            pools,
+            topology,
+            classes: Vec::new(),
+            class_index: HashMap::new(),
+            class_pools: Vec::new(),
+            bins: Vec::new(),
+            pod_class: Vec::new(),
+            requests,
+            prefer_no_schedule_pools,
+            scratch: Scratch::default(),
+        };
+        let class_of: Vec<usize> = unique.into_iter().map(|c| solver.intern(c)).collect();
+        solver.pod_class = pod_constraints.into_iter().map(|i| class_of[i]).collect();
+        solver.add_existing_nodes();
+        solver
+    }
+
+    fn intern(&mut self, constraints: Constraints) -> usize {
+        if let Some(&c) = self.class_index.get(&constraints) {
+            return c;
+        }
+        let class = Class::new(constraints.clone(), &self.topology);
+        self.classes.push(class);
+        self.class_pools
+            .push((0..self.pools.len()).map(|_| None).collect());
+        self.class_index.insert(constraints, self.classes.len() - 1);
+        self.classes.len() - 1
+    }
+
+    fn add_existing_nodes(&mut self) {
+        let nodes = &self.input.nodes;
+        let mut order: Vec<usize> = (0..nodes.len()).collect();
+        order.sort_by(|&a, &b| {
+            nodes[b]
+                .initialized
+                .cmp(&nodes[a].initialized)
+                .then_with(|| nodes[a].name.cmp(&nodes[b].name))
+        });
+        let mut counted: HashMap<&Constraints, Vec<usize>> = HashMap::new();
+        for i in order {
+            let node = &nodes[i];
+            let mut bin = Bin {
+                node: Some(i),
+                claim: None,
+                alloc: self.dims.vector(&node.allocatable),
+                used: vec![0; self.dims.len()],
+                ports: Vec::new(),
+                host_counts: Vec::new(),
+                domains: self
+                    .topology
+                    .keys
+                    .iter()
+                    .map(|k| node.labels.get(&k.name).and_then(|v| k.domain(v)))
+                    .collect(),
+                pods: Vec::new(),
+            };
+            for pod in &node.pods {
+                dims::add(&mut bin.used, &self.dims.vector(&pod.requests));
+                bin.ports.extend(pod.constraints.host_ports.iter().copied());
+                let groups = counted
+                    .entry(&pod.constraints)
+                    .or_insert_with(|| self.topology.counted_in(&pod.constraints));
+                for &g in groups.iter() {
+                    let key = self.topology.groups[g].key;
+                    if self.topology.keys[key].hostname {
+                        add_host_count(&mut bin.host_counts, g);
+                        self.topology.record_host(g);
+                    } else if let Some(d) = bin.domains[key] {
+                        self.topology.record(g, d);
+                    }
+                }
+            }
+            self.bins.push(bin);
+        }
+    }
+
+    fn pod_requests(&self, pod: usize) -> &[i64] {
+        let d = self.dims.len();
+        &self.requests[pod * d..(pod + 1) * d]
+    }
+
+    fn run(mut self) -> Solution {
+        let mut order: Vec<usize> = (0..self.input.pods.len()).collect();
+        let cpu = self.dims.position(joist_messages::model::resources::names::CPU);
+        let memory = self
+            .dims
+            .position(joist_messages::model::resources::names::MEMORY);
+        let d = self.dims.len();
+        let amount = |pod: usize, dim: Option<usize>| dim.map_or(0, |i| self.requests[pod * d + i]);
+        order.sort_by(|&a, &b| {
+            let (pa, pb) = (&self.input.pods[a], &self.input.pods[b]);
+            amount(b, cpu)
+                .cmp(&amount(a, cpu))
+                .then_with(|| amount(b, memory).cmp(&amount(a, memory)))
+                .then_with(|| pa.created_unix.cmp(&pb.created_unix))
+                .then_with(|| pa.uid.cmp(&pb.uid))
+        });
+        let mut queue: VecDeque<(usize, Option<usize>)> = order.into_iter().map(|p| (p, None)).collect();
+        let mut placed = 0usize;
+        let mut last_class = vec![usize::MAX; self.input.pods.len()];
+        let mut failed = Vec::new();
+        while let Some((pod, mark)) = queue.pop_front() {
+            if mark == Some(placed) {
+                failed.push(pod);
+                failed.extend(queue.drain(..).map(|(p, _)| p));
+                break;
+            }
+            match self.schedule(pod) {
+                Ok(()) => placed += 1,
+                Err(class) => {
+                    last_class[pod] = class;
+                    queue.push_back((pod, Some(placed)));
+                }
+            }
+        }
+        failed.sort_unstable();
+        let unschedulable = failed
+            .into_iter()
+            .map(|pod| Unschedulable {
+                pod,
+                reasons: self.explain(last_class[pod], pod),
+            })
+            .collect();
+        self.finish(unschedulable)
+    }
+
+    /// Places `pod`, relaxing preferences as needed; on failure returns its most relaxed class.
+    fn schedule(&mut self, pod: usize) -> Result<(), usize> {
+        let mut class = self.pod_class[pod];
+        loop {
+            if self.try_class(class, pod) {
+                return Ok(());
+            }
+            let next = match self.classes[class].relaxed {
+                Some(next) => next,
+                None => {
+                    let next =
+                        classes::relax(&self.classes[class].constraints, self.prefer_no_schedule_pools)
+                            .map(|c| self.intern(c));
+                    self.classes[class].relaxed = Some(next);
+                    next
+                }
+            };
+            match next {
+                Some(next) => class = next,
+                None => return Err(class),
+            }
+        }
+    }
+
+    fn try_class(&mut self, class: usize, pod: usize) -> bool {
+        if self.try_bins(class, pod) {
+            return true;
+        }
+        for pool in 0..self.pools.len() {
+            if self.fit_new(class, pod, pool).is_ok() {
+                self.open_claim(class, pod, pool);
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Tries the existing nodes and then the claims opened so far, in order, skipping those that
+    /// rejected the class for good and remembering new ones.
+    fn try_bins(&mut self, class: usize, pod: usize) -> bool {
+        let bins = self.bins.len();
+        for word in 0..bins.div_ceil(64) {
+            let mut open = !self.classes[class].rejected.get(word).copied().unwrap_or(0);
+            if (word + 1) * 64 > bins {
+                open &= (1u64 << (bins - word * 64)) - 1;
+            }
+            while open != 0 {
+                let bit = open.trailing_zeros() as usize;
+                open &= open - 1;
+                let b = word * 64 + bit;
+                let result = if self.bins[b].claim.is_some() {
+                    self.fit_claim(class, pod, b)
+                } else {
+                    self.fit_node(class, pod, b)
+                };
+                match result {
+                    Ok(()) => {
+                        self.commit(class, pod, b);
+                        return true;
+                    }
+                    Err((_, true)) => {
+                        let rejected = &mut self.classes[class].rejected;
+                        if rejected.len() <= word {
+                            rejected.resize(word + 1, 0);
+                        }
+                        rejected[word] |= 1 << bit;
+                    }
+                    Err(_) => {}
+                }
+            }
+        }
+        false
+    }
+
+    fn class_pool(&mut self, class: usize, pool: usize) -> Result<&ClassPool, Why> {
+        if self.class_pools[class][pool].is_none() {
+            let computed = self.compute_class_pool(class, pool);
+            self.class_pools[class][pool] = Some(computed);
+        }
+        match self.class_pools[class][pool].as_ref() {
+            Some(Ok(cp)) => Ok(cp),
+            Some(Err(why)) => Err(*why),
+            None => Err(Why::Requirements),
+        }
+    }
+
+    fn compute_class_pool(&self, class: usize, pool: usize) -> Result<ClassPool, Why> {
+        let (c, p) = (&self.classes[class], &self.pools[pool]);
+        if let Some(t) = first_untolerated(&c.constraints.tolerations, &p.taints) {
+            let i = p.taints.iter().position(|x| std::ptr::eq(x, t)).unwrap_or(0);
+            return Err(Why::Taint(i));
+        }
+        p.requirements
+            .compatible(&c.node_reqs, is_well_known)
+            .map_err(|_| Why::Requirements)?;
+        if ports_conflict(&c.constraints.host_ports, &p.daemon_ports) {
+            let port = c
+                .constraints
+                .host_ports
+                .iter()
+                .find(|x| p.daemon_ports.contains(x));
+            return Err(Why::HostPort(port.map_or(0, |x| x.port)));
+        }
+        let mut reqs = p.requirements.clone();
+        for r in c.node_reqs.iter() {
+            reqs.add(r.clone());
+        }
+        let mut candidates = p.all.clone();
+        if !c.node_reqs.is_empty() {
+            for t in bitset::members(&p.all) {
+                if !catalog::type_allowed(&self.input.instance_types[p.types[t]], &reqs) {
+                    bitset::remove(&mut candidates, t);
+                }
+            }
+        }
+        if bitset::is_empty(&candidates) {
+            return Err(Why::Resources);
+        }
+        Ok(ClassPool { reqs, candidates })
+    }
+
+    fn fit_node(&mut self, class: usize, pod: usize, b: usize) -> Result<(), Reject> {
+        let bin = &self.bins[b];
+        let node = &self.input.nodes[bin.node.unwrap_or_default()];
+        let c = &self.classes[class];
+        if let Some(t) = first_untolerated(&c.constraints.tolerations, &node.taints) {
+            let i = node.taints.iter().position(|x| std::ptr::eq(x, t)).unwrap_or(0);
+            return Err((Why::Taint(i), true));
+        }
+        if !c
+            .node_reqs
+            .matches_labels(|k| node.labels.get(k).map(String::as_str))
+        {
+            return Err((Why::Requirements, true));
+        }
+        if let Some(port) = c.constraints.host_ports.iter().find(|p| bin.ports.contains(p)) {
+            return Err((Why::HostPort(port.port), true));
+        }
+        self.scratch.narrow.clear();
+        let topology = &self.topology;
+        for (i, check) in c.checks.iter().enumerate() {
+            let key = topology.groups[check.group].key;
+            let domain = if topology.keys[key].hostname {
+                Domain::Host(bin.host_count(check.group))
+            } else {
+                bin.domains[key].map_or(Domain::Absent, Domain::Value)
+            };
+            if !topology.allows(check, domain) {
+                return Err((Why::Topology(i), Topology::failure_is_permanent(check, domain)));
+            }
+        }
+        if !dims::fits(&bin.used, self.pod_requests(pod), &bin.alloc) {
+            return Err((Why::Resources, false));
+        }
+        Ok(())
+    }
+
+    /// Checks the class's topology on a claim (open, or about to be opened from `pool` with
+    /// `reqs`, `candidates` in `self.scratch.candidates`), choosing domains for undecided keys
+    /// into `self.scratch.narrow`.
+    fn fit_claim_topology(
+        &mut self,
+        class: usize,
+        pool: usize,
+        reqs: &Requirements,
+        domains: Option<&[Option<u32>]>,
+        host_count: impl Fn(usize) -> u32,
+    ) -> Result<(), Reject> {
+        let c = &self.classes[class];
+        let topology = &self.topology;
+        let scratch = &mut self.scratch;
+        scratch.narrow.clear();
+        for (i, check) in c.checks.iter().enumerate() {
+            let key = topology.groups[check.group].key;
+            if topology.keys[key].hostname {
+                let domain = Domain::Host(host_count(check.group));
+                if !topology.allows(check, domain) {
+                    return Err((Why::Topology(i), Topology::failure_is_permanent(check, domain)));
+                }
+            }
+        }
+        for &key in &c.keys {
+            let k = &topology.keys[key];
+            let decided = match domains {
+                Some(domains) => domains[key],
+                None => decided_domain(reqs, k),
+            };
+            let on_key = || {
+                c.checks
+                    .iter()
+                    .enumerate()
+                    .filter(move |(_, ch)| topology.groups[ch.group].key == key)
+            };
+            if let Some(d) = decided {
+                if let Some((i, check)) = on_key().find(|(_, ch)| !topology.allows(ch, Domain::Value(d))) {
+                    return Err((
+                        Why::Topology(i),
+                        Topology::failure_is_permanent(check, Domain::Value(d)),
+                    ));
+                }
+                continue;
+            }
+            scratch.options.clear();
+            let claim_req = reqs.get(&k.name);
+            let class_req = c.node_reqs.get(&k.name);
+            for (d, value) in k.domains.iter().enumerate() {
+                if claim_req.is_none_or(|r| r.has(value))
+                    && class_req.is_none_or(|r| r.has(value))
+                    && intersects(&scratch.candidates, self.pools[pool].domain_set(key, d as u32))
+                {
+                    scratch.options.push(d as u32);
+                }
+            }
+            let (first, first_check) = on_key().next().map_or((0, None), |(i, ch)| (i, Some(ch)));
+            if let Some(check) = first_check {
+                scratch.options.sort_by_key(|&d| topology.preference(check, d));
+            }
+            let chosen = scratch
+                .options
+                .iter()
+                .copied()
+                .find(|&d| on_key().all(|(_, ch)| topology.allows(ch, Domain::Value(d))));
+            match chosen {
+                Some(d) => {
+                    and_assign(&mut scratch.candidates, self.pools[pool].domain_set(key, d));
+                    scratch.narrow.push((key, d));
+                }
+                None => return Err((Why::Topology(first), false)),
+            }
+        }
+        Ok(())
+    }
+
+    /// Keeps the candidates in `self.scratch.candidates` that fit `used + pod` (`used` empty for a
+    /// new claim) into `self.scratch.fitted`, then checks `minValues`.
+    fn fit_resources(
+        &mut self,
+        pool: usize,
+        used: &[i64],
+        reserved: &[i64],
+        pod: usize,
+    ) -> Result<(), Reject> {
+        let d = self.dims.len();
+        let p = &self.pools[pool];
+        let request = &self.requests[pod * d..(pod + 1) * d];
+        let scratch = &mut self.scratch;
+        scratch.fitted.clear();
+        scratch.fitted.resize(scratch.candidates.len(), 0);
+        let mut any = false;
+        for t in bitset::members(&scratch.candidates) {
+            let alloc = p.alloc_of(t, d);
+            let fits = if used.is_empty() {
+                request.iter().zip(alloc).all(|(r, a)| r <= a)
+            } else {
+                dims::fits(used, request, alloc)
+            };
+            if fits {
+                scratch.fitted[t / 64] |= 1 << (t % 64);
+                any = true;
+            }
+        }
+        if !any {
+            return Err((Why::Resources, false));
+        }
+        if self.input.options.min_values == MinValuesPolicy::Strict
+            && let Some((key, _, found)) = p.min_values_shortfall(&scratch.fitted, &mut scratch.seen)
+        {
+            let i = p.min_values.iter().position(|m| m.key == key).unwrap_or(0);
+            return Err((Why::MinValues(i, found), false));
+        }
+        if let Some(remaining) = &p.remaining {
+            scratch.reserve.clear();
+            scratch.reserve.resize(d, 0);
+            for t in bitset::members(&scratch.fitted).take(LAUNCH_OPTIONS) {
+                for (r, c) in scratch.reserve.iter_mut().zip(p.capacity_of(t, d)) {
+                    *r = (*r).max(*c);
+                }
+            }
+            let within = scratch
+                .reserve
+                .iter()
+                .zip(remaining)
+                .enumerate()
+                .all(|(i, (r, left))| r - reserved.get(i).copied().unwrap_or(0) <= *left);
+            if !within {
+                return Err((Why::Limits, false));
+            }
+        }
+        Ok(())
+    }
+
+    fn fit_claim(&mut self, class: usize, pod: usize, b: usize) -> Result<(), Reject> {
+        let pool = self.bins[b].claim.as_ref().map_or(0, |c| c.pool);
+        if let Err(why) = self.class_pool(class, pool) {
+            return Err((why, true));
+        }
+        let bin = &self.bins[b];
+        let claim = bin.claim.as_ref().ok_or((Why::Requirements, true))?;
+        let c = &self.classes[class];
+        if let Some(port) = c.constraints.host_ports.iter().find(|p| bin.ports.contains(p)) {
+            return Err((Why::HostPort(port.port), true));
+        }
+        if !c.node_reqs.is_empty() && claim.reqs.intersects(&c.node_reqs).is_err() {
+            return Err((Why::Requirements, true));
+        }
+        self.scratch.candidates.clear();
+        self.scratch.candidates.extend_from_slice(&claim.candidates);
+        if let Some(Some(Ok(cp))) = self.class_pools[class].get(pool) {
+            and_assign(&mut self.scratch.candidates, &cp.candidates);
+        }
+        let bins = std::mem::take(&mut self.bins);
+        let bin = &bins[b];
+        let claim_reqs = bin.claim.as_ref().map(|c| &c.reqs).unwrap_or(&EMPTY);
+        let topology = self
+            .fit_claim_topology(class, pool, claim_reqs, Some(&bin.domains), |g| bin.host_count(g))
+            .and_then(|()| {
+                if dims::fits(
+                    &bin.used,
+                    &self.requests[pod * self.dims.len()..][..self.dims.len()],
+                    &bin.alloc,
+                ) {
+                    Ok(())
+                } else {
+                    Err((Why::Resources, false))
+                }
+            });
+        let reserved = bin.claim.as_ref().map_or(&[][..], |c| &c.reserved);
+        let resources = topology.and_then(|()| self.fit_resources(pool, &bin.used, reserved, pod));
+        self.bins = bins;
+        resources
+    }
+
+    fn fit_new(&mut self, class: usize, pod: usize, pool: usize) -> Result<(), Why> {
+        self.class_pool(class, pool)?;
+        let p = &self.pools[pool];
+        if p.remaining_nodes.is_some_and(|n| n < 1) {
+            return Err(Why::Limits);
+        }
+        let Some(Some(Ok(cp))) = self.class_pools[class].get(pool) else {
+            return Err(Why::Requirements);
+        };
+        self.scratch.candidates.clear();
+        self.scratch.candidates.extend_from_slice(&cp.candidates);
+        let d = self.dims.len();
+        if let Some(remaining) = &p.remaining
+            && !p.max_capacity.iter().zip(remaining).all(|(c, r)| c <= r)
+        {
+            for t in bitset::members(&cp.candidates) {
+                if !p.capacity_of(t, d).iter().zip(remaining).all(|(c, r)| c <= r) {
+                    bitset::remove(&mut self.scratch.candidates, t);
+                }
+            }
+            if bitset::is_empty(&self.scratch.candidates) {
+                return Err(Why::Limits);
+            }
+        }
+        let reqs = std::mem::take(&mut self.class_pools[class][pool]);
+        let result = match &reqs {
+            Some(Ok(cp)) => self
+                .fit_claim_topology(class, pool, &cp.reqs, None, |_| 0)
+                .and_then(|()| self.fit_resources(pool, &[], &[], pod)),
+            _ => Err((Why::Requirements, true)),
+        };
+        self.class_pools[class][pool] = reqs;
+        result.map_err(|(why, _)| why)
+    }
+
+    fn open_claim(&mut self, class: usize, pod: usize, pool: usize) {
+        let Some(Some(Ok(cp))) = self.class_pools[class].get(pool) else {
+            return;
+        };
+        let reqs = cp.reqs.clone();
+        let d = self.dims.len();
+        let p = &mut self.pools[pool];
+        if let Some(n) = p.remaining_nodes.as_mut() {
+            *n -= 1;
+        }
+        let domains = self
+            .topology
+            .keys
+            .iter()
+            .map(|k| {
+                if k.hostname {
+                    None
+                } else {
+                    decided_domain(&reqs, k)
+                }
+            })
+            .collect();
+        self.bins.push(Bin {
+            node: None,
+            claim: Some(Claim {
+                pool,
+                reqs,
+                candidates: Vec::new(),
+                reserved: Vec::new(),
+                pending: Vec::new(),
+            }),
+            alloc: vec![0; d],
+            used: vec![0; d],
+            ports: p.daemon_ports.clone(),
+            host_counts: Vec::new(),
+            domains,
+            pods: Vec::new(),
+        });
+        self.commit(class, pod, self.bins.len() - 1);
+    }
+
+    /// Adds `pod` to bin `b`, applying the narrowing and candidates the last fit check left in
+    /// `self.scratch`, and records it in its topology groups.
+    fn commit(&mut self, class: usize, pod: usize, b: usize) {
+        let d = self.dims.len();
+        let bin = &mut self.bins[b];
+        dims::add(&mut bin.used, &self.requests[pod * d..(pod + 1) * d]);
+        let c = &self.classes[class];
+        bin.ports.extend(c.constraints.host_ports.iter().copied());
+        bin.pods.push(pod);
+        if let Some(claim) = bin.claim.as_mut() {
+            let p = &mut self.pools[claim.pool];
+            if let Some(remaining) = p.remaining.as_mut() {
+                claim.reserved.resize(d, 0);
+                dims::add(remaining, &claim.reserved);
+                dims::sub(remaining, &self.scratch.reserve);
+                claim.reserved.clear();
+                claim.reserved.extend_from_slice(&self.scratch.reserve);
+            }
+            claim.candidates.clear();
+            claim.candidates.extend_from_slice(&self.scratch.fitted);
+            bin.alloc.iter_mut().for_each(|a| *a = 0);
+            for t in bitset::members(&claim.candidates) {
+                for (a, x) in bin.alloc.iter_mut().zip(p.alloc_of(t, d)) {
+                    *a = (*a).max(*x);
+                }
+            }
+            if !c.node_reqs.is_empty() {
+                for r in c.node_reqs.iter() {
+                    claim.reqs.add(r.clone());
+                }
+            }
+            for &(key, domain) in &self.scratch.narrow {
+                let k = &self.topology.keys[key];
+                if let Ok(r) = Requirement::new(&k.name, Operator::In, [k.domains[domain as usize].as_str()])
+                {
+                    claim.reqs.add(r);
+                }
+                bin.domains[key] = Some(domain);
+                let topology = &mut self.topology;
+                claim.pending.retain(|&(g, n)| {
+                    if topology.groups[g].key != key {
+                        return true;
+                    }
+                    for _ in 0..n {
+                        topology.record(g, domain);
+                    }
+                    false
+                });
+            }
+        }
+        for &g in &c.counted_in {
+            let group = &self.topology.groups[g];
+            let key = group.key;
+            let kind = group.kind;
+            if self.topology.keys[key].hostname {
+                add_host_count(&mut bin.host_counts, g);
+                self.topology.record_host(g);
+                continue;
+            }
+            match (bin.domains[key], bin.claim.as_mut()) {
+                (Some(domain), _) => self.topology.record(g, domain),
+                (None, None) => {}
+                (None, Some(claim)) if kind == GroupKind::Selected => add_host_count(&mut claim.pending, g),
+                (None, Some(claim)) => {
+                    // Anti-affinity must assume the claim may land in any domain it still allows.
+                    let k = &self.topology.keys[key];
+                    let allowed: Vec<u32> = (0..k.domains.len() as u32)
+                        .filter(|&dd| {
+                            claim
+                                .reqs
+                                .get(&k.name)
+                                .is_none_or(|r| r.has(&k.domains[dd as usize]))
+                        })
+                        .collect();
+                    for dd in allowed {
+                        self.topology.record(g, dd);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Why `pod` (at relaxation `class`) fits no NodePool, per NodePool.
+    fn explain(&mut self, class: usize, pod: usize) -> Vec<(String, Reason)> {
+        let class = if class == usize::MAX {
+            self.pod_class[pod]
+        } else {
+            class
+        };
+        (0..self.pools.len())
+            .map(|pool| {
+                let why = self.fit_new(class, pod, pool).err().unwrap_or(Why::Resources);
+                let reason = self.reason(class, pod, pool, why);
+                (self.pools[pool].name.clone(), reason)
+            })
+            .collect()
+    }
+
+    fn reason(&self, class: usize, pod: usize, pool: usize, why: Why) -> Reason {
+        let p = &self.pools[pool];
+        let c = &self.classes[class];
+        match why {
+            Why::Taint(i) => Reason::Taint {
+                taint: p.taints.get(i).map_or_else(String::new, |t| {
+                    format!(
+                        "{}={}:{}",
+                        t.key,
+                        t.value.as_deref().unwrap_or_default(),
+                        t.effect
+                    )
+                }),
+            },
+            Why::Requirements => match p.requirements.compatible(&c.node_reqs, is_well_known) {
+                Err(incompatibility) => Reason::Requirements(incompatibility),
+                Ok(()) => Reason::NoInstanceType {
+                    requests: self.input.pods[pod].requests.clone(),
+                },
+            },
+            Why::HostPort(port) => Reason::HostPort { port },
+            Why::Resources => Reason::NoInstanceType {
+                requests: self.input.pods[pod].requests.clone(),
+            },
+            Why::Limits => {
+                let mut resources: Vec<String> = Vec::new();
+                if p.remaining_nodes.is_some_and(|n| n < 1) {
+                    resources.push("nodes".to_string());
+                }
+                if let Some(remaining) = &p.remaining {
+                    let d = self.dims.len();
+                    for (i, r) in remaining.iter().enumerate() {
+                        if (0..p.types.len()).all(|t| p.capacity_of(t, d)[i] > *r) {
+                            resources.push(self.dims.name(i).to_string());
+                        }
+                    }
+                }
+                Reason::Limits { resources }
+            }
+            Why::Topology(i) => Reason::Topology {
+                constraint: c
+                    .checks
+                    .get(i)
+                    .map_or_else(String::new, |check| self.topology.describe(check)),
+            },
+            Why::MinValues(i, found) => Reason::MinValues {
+                key: p.min_values.get(i).map_or_else(String::new, |m| m.key.clone()),
+                needed: p.min_values.get(i).map_or(0, |m| m.needed),
+                found,
+            },
+        }
+    }
+
+    fn finish(self, mut unschedulable: Vec<Unschedulable>) -> Solution {
+        let mut solution = Solution::default();
+        let catalog: &[InstanceType] = &self.input.instance_types;
+        for bin in &self.bins {
+            if let Some(node) = bin.node {
+                solution
+                    .placements
+                    .extend(bin.pods.iter().map(|&pod| Placement { pod, node }));
+                continue;
+            }
+            let Some(claim) = &bin.claim else { continue };
+            let p = &self.pools[claim.pool];
+            let mask = p.offering_mask(&claim.reqs);
+            let mut priced: Vec<(f64, usize, usize)> = bitset::members(&claim.candidates)
+                .filter_map(|t| p.price_within(t, mask).map(|price| (price, p.types[t], t)))
+                .collect();
+            priced.sort_by(|a, b| {
+                a.0.total_cmp(&b.0)
+                    .then_with(|| catalog[a.1].name.cmp(&catalog[b.1].name))
+            });
+            priced.truncate(MAX_INSTANCE_TYPES);
+            let mut kept = vec![0u64; claim.candidates.len()];
+            for &(_, _, t) in &priced {
+                kept[t / 64] |= 1 << (t % 64);
+            }
+            let shortfall = (self.input.options.min_values == MinValuesPolicy::Strict)
+                .then(|| p.min_values_shortfall(&kept, &mut Vec::new()))
+                .flatten();
+            if priced.is_empty() || shortfall.is_some() {
+                let reason = match shortfall {
+                    Some((key, needed, found)) => Reason::MinValues {
+                        key: key.to_string(),
+                        needed,
+                        found,
+                    },
+                    None => Reason::NoInstanceType {
+                        requests: self.dims.resources(&bin.used),
+                    },
+                };
+                unschedulable.extend(bin.pods.iter().map(|&pod| Unschedulable {
+                    pod,
+                    reasons: vec![(p.name.clone(), reason.clone())],
+                }));
+                continue;
+            }
+            solution.claims.push(NewClaim {
+                node_pool: p.input,
+                requirements: claim.reqs.clone(),
+                instance_types: priced.iter().map(|&(_, i, _)| i).collect(),
+                price: priced[0].0,
+                requests: self.dims.resources(&bin.used),
+                pods: bin.pods.clone(),
+            });
+        }
+        unschedulable.sort_by_key(|u| u.pod);
+        solution.unschedulable = unschedulable;
+        solution
+    }
+}
+
+static EMPTY: Requirements = Requirements::new();
+
+/// The domain `reqs` pins `key` to, when it allows exactly one known value.
+fn decided_domain(reqs: &Requirements, key: &crate::topology::TopologyKey) -> Option<u32> {
+    let r = reqs.get(&key.name)?;
+    if r.len() != Some(1) {
+        return None;
+    }
+    r.values().next().and_then(|v| key.domain(v))
+}
+
+/// Adds one to the count of `group` in a small per-node list.
+fn add_host_count(counts: &mut Vec<(usize, u32)>, group: usize) {
+    match counts.iter_mut().find(|(g, _)| *g == group) {
+        Some((_, n)) => *n += 1,
+        None => counts.push((group, 1)),
+    }
+}

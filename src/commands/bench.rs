@@ -1,0 +1,131 @@
+//! `joist bench scheduling`: runs the scheduling simulation on a benchmark problem and reports
+//! speed, result and packing quality.
+//!
+//! Building the problem (pods, catalog) is not timed; one `solve` call is, on one thread, as in
+//! Karpenter's benchmark. Fleet cost is the sum of each new NodeClaim's cheapest offering; the
+//! lower bound is the total requested cpu (or memory, whichever is larger) priced at the cheapest
+//! price per unit any instance type offers. Peak memory is the process's high-water mark
+//! (`VmHWM`), so it includes the problem itself; it reads `unknown` where `/proc` is missing.
+
+use std::{io, process::ExitCode};
+
+use clap::ValueEnum;
+use joist_messages::model::resources::names;
+use joist_scheduling::{Input, Solution, solve, workloads};
+
+use super::CommandError;
+
+/// The benchmark problems.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Scenario {
+    /// Karpenter's scheduling benchmark: 400 fake types, one NodePool, the diverse pod mix.
+    Diverse,
+    /// 1,000 existing nodes holding pods, plus the pending pods, on the AWS-shaped catalog.
+    Existing,
+    /// 20 weighted NodePools, 19 of them tainted, on the AWS-shaped catalog.
+    NodePools,
+}
+
+/// Builds the problem for `scenario` with `pods` pending pods.
+pub fn problem(scenario: Scenario, pods: usize) -> Input {
+    match scenario {
+        Scenario::Diverse => workloads::karpenter_diverse(pods),
+        Scenario::Existing => workloads::existing_cluster(1000, pods),
+        Scenario::NodePools => workloads::many_node_pools(pods),
+    }
+}
+
+/// The cheapest price per unit of `resource` over all instance types and offerings.
+fn cheapest_per_unit(input: &Input, resource: &str) -> Option<f64> {
+    input
+        .instance_types
+        .iter()
+        .filter_map(|it| {
+            let units = it.capacity.get(resource).millis() as f64 / 1000.0;
+            let price = it.cheapest_offering(|_| true)?.price;
+            (units > 0.0).then_some(price / units)
+        })
+        .min_by(f64::total_cmp)
+}
+
+/// The packing lower bound (see the module docs).
+pub fn lower_bound(input: &Input) -> f64 {
+    [names::CPU, names::MEMORY]
+        .into_iter()
+        .filter_map(|resource| {
+            let total: f64 = input
+                .pods
+                .iter()
+                .map(|p| p.requests.get(resource).millis() as f64 / 1000.0)
+                .sum();
+            cheapest_per_unit(input, resource).map(|price| total * price)
+        })
+        .fold(0.0, f64::max)
+}
+
+fn peak_memory_mib() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib / 1024)
+}
+
+/// Runs one benchmark and prints its report.
+pub fn run(scenario: Scenario, pods: usize, out: &mut dyn io::Write) -> Result<ExitCode, CommandError> {
+    let input = problem(scenario, pods);
+    #[allow(clippy::disallowed_types)] // Benchmarks measure wall time on purpose.
+    let start = std::time::Instant::now();
+    let solution = solve(&input);
+    let elapsed = start.elapsed().as_secs_f64();
+    report(scenario, &input, &solution, elapsed, out).map_err(|source| CommandError::Write {
+        path: "stdout".into(),
+        source,
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn report(
+    scenario: Scenario,
+    input: &Input,
+    solution: &Solution,
+    seconds: f64,
+    out: &mut dyn io::Write,
+) -> io::Result<()> {
+    let pods = input.pods.len();
+    let on_claims: usize = solution.claims.iter().map(|c| c.pods.len()).sum();
+    let cost = solution.cost();
+    let bound = lower_bound(input);
+    writeln!(
+        out,
+        "scenario          {}",
+        scenario
+            .to_possible_value()
+            .map_or_else(String::new, |v| v.get_name().to_string())
+    )?;
+    writeln!(out, "pods              {pods}")?;
+    writeln!(
+        out,
+        "placed            {} on existing nodes, {on_claims} on new nodes",
+        solution.placements.len()
+    )?;
+    writeln!(out, "unschedulable     {}", solution.unschedulable.len())?;
+    writeln!(out, "new nodes         {}", solution.claims.len())?;
+    writeln!(out, "time              {:.3} s", seconds)?;
+    writeln!(out, "pods/s            {:.0}", pods as f64 / seconds.max(1e-9))?;
+    writeln!(
+        out,
+        "per pod           {:.2} µs",
+        seconds * 1e6 / pods.max(1) as f64
+    )?;
+    writeln!(out, "fleet cost        ${cost:.2}/h")?;
+    writeln!(out, "lower bound       ${bound:.2}/h")?;
+    writeln!(
+        out,
+        "cost / bound      {:.3}",
+        if bound > 0.0 { cost / bound } else { 0.0 }
+    )?;
+    match peak_memory_mib() {
+        Some(mib) => writeln!(out, "peak memory       {mib} MiB"),
+        None => writeln!(out, "peak memory       unknown"),
+    }
+}
