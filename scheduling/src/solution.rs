@@ -140,6 +140,6 @@ pub struct Solution {
 impl Solution {
     /// The summed hourly price of the new claims.
     pub fn cost(&self) -> f64 {
-        self.claims.iter().map(|c| c.price).sum()
+        self.claims.iter().map(|c| c.price).fold(0.0, |a, b| a + b)
     }
 }

@@ -3,8 +3,8 @@
 //!
 //! Building the problem (pods, catalog) is not timed; one `solve` call is, on one thread, as in
 //! Karpenter's benchmark. Fleet cost is the sum of each new NodeClaim's cheapest offering; the
-//! lower bound is the total requested cpu (or memory, whichever is larger) priced at the cheapest
-//! price per unit any instance type offers. Peak memory is the process's high-water mark
+//! lower bound is the cpu (or memory, whichever is larger) the pods on new nodes request, priced at
+//! the cheapest price per unit any instance type offers. Peak memory is the process's high-water mark
 //! (`VmHWM`), so it includes the problem itself; it reads `unknown` where `/proc` is missing.
 
 use std::{io, process::ExitCode};
@@ -48,16 +48,17 @@ fn cheapest_per_unit(input: &Input, resource: &str) -> Option<f64> {
         .min_by(f64::total_cmp)
 }
 
-/// The packing lower bound (see the module docs).
-pub fn lower_bound(input: &Input) -> f64 {
+/// The packing lower bound for the pods placed on new nodes (see the module docs).
+pub fn lower_bound(input: &Input, solution: &Solution) -> f64 {
     [names::CPU, names::MEMORY]
         .into_iter()
         .filter_map(|resource| {
-            let total: f64 = input
-                .pods
+            let total = solution
+                .claims
                 .iter()
-                .map(|p| p.requests.get(resource).millis() as f64 / 1000.0)
-                .sum();
+                .flat_map(|c| &c.pods)
+                .map(|&p| input.pods[p].requests.get(resource).millis() as f64 / 1000.0)
+                .fold(0.0, |a, b| a + b);
             cheapest_per_unit(input, resource).map(|price| total * price)
         })
         .fold(0.0, f64::max)
@@ -94,7 +95,7 @@ fn report(
     let pods = input.pods.len();
     let on_claims: usize = solution.claims.iter().map(|c| c.pods.len()).sum();
     let cost = solution.cost();
-    let bound = lower_bound(input);
+    let bound = lower_bound(input, solution);
     writeln!(
         out,
         "scenario          {}",

@@ -1,0 +1,39 @@
+//! Criterion benchmarks of one `solve` call (problem construction is not timed), on Karpenter's
+//! diverse benchmark at several sizes and on the larger problems. `cargo bench -p joist-scheduling`.
+
+use std::hint::black_box;
+
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_main};
+use joist_scheduling::{solve, workloads};
+
+fn diverse(c: &mut Criterion) {
+    let mut group = c.benchmark_group("diverse");
+    group.sample_size(10);
+    for pods in [100, 1_000, 5_000, 20_000] {
+        let input = workloads::karpenter_diverse(pods);
+        group.throughput(Throughput::Elements(pods as u64));
+        group.bench_with_input(BenchmarkId::from_parameter(pods), &input, |b, input| {
+            b.iter(|| black_box(solve(input)));
+        });
+    }
+    group.finish();
+}
+
+fn larger(c: &mut Criterion) {
+    let mut group = c.benchmark_group("larger");
+    group.sample_size(10);
+    let existing = workloads::existing_cluster(1_000, 5_000);
+    group.bench_function("existing-1000-nodes-5000-pods", |b| {
+        b.iter(|| black_box(solve(&existing)))
+    });
+    let pools = workloads::many_node_pools(5_000);
+    group.bench_function("20-node-pools-5000-pods", |b| b.iter(|| black_box(solve(&pools))));
+    group.finish();
+}
+
+// The macro defines an undocumented entry point.
+#[allow(missing_docs)]
+mod entry {
+    criterion::criterion_group!(benches, super::diverse, super::larger);
+}
+criterion_main!(entry::benches);

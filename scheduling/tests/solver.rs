@@ -1,0 +1,552 @@
+//! The solver, one constraint at a time, then properties over random problems.
+
+use std::collections::BTreeMap;
+
+use joist_messages::{
+    labels::{CAPACITY_TYPE, HOSTNAME, INSTANCE_TYPE, ZONE},
+    model::{
+        quantity::Quantity,
+        requirements::{Operator, Requirement, Requirements},
+        resources::{Resources, names},
+    },
+};
+use joist_scheduling::{
+    ExistingNode, Input, NodePoolInput, Reason, Solution, pod::PodInfo, solve,
+    workloads::karpenter_instance_types,
+};
+use k8s_openapi::api::core::v1::{Pod, Taint};
+use proptest::prelude::*;
+use serde_json::{Value, json};
+
+fn pod(name: &str, spec: Value) -> PodInfo {
+    pod_with_labels(name, json!({}), spec)
+}
+
+fn pod_with_labels(name: &str, labels: Value, mut spec: Value) -> PodInfo {
+    if spec.get("containers").is_none() {
+        spec["containers"] =
+            json!([{"name": "app", "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}]);
+    }
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": "default", "uid": name, "labels": labels},
+        "spec": spec,
+    }))
+    .unwrap_or_else(|e| panic!("{e}"));
+    PodInfo::from_pod(&pod).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn sized(name: &str, cpu: &str, memory: &str, mut spec: Value) -> PodInfo {
+    spec["containers"] = json!([{"name": "app", "resources": {"requests": {"cpu": cpu, "memory": memory}}}]);
+    pod(name, spec)
+}
+
+fn pool(name: &str, types: usize) -> NodePoolInput {
+    NodePoolInput {
+        name: name.to_string(),
+        weight: 0,
+        requirements: Requirements::new(),
+        labels: BTreeMap::new(),
+        taints: Vec::new(),
+        remaining: None,
+        instance_types: (0..types).collect(),
+    }
+}
+
+/// The fake catalog (cpu i+1, memory 2(i+1)Gi), one NodePool `default`, and `pods`.
+fn problem(types: usize, pods: Vec<PodInfo>) -> Input {
+    Input {
+        instance_types: karpenter_instance_types(types),
+        node_pools: vec![pool("default", types)],
+        pods,
+        ..Input::default()
+    }
+}
+
+fn taint(key: &str, effect: &str) -> Taint {
+    Taint {
+        key: key.to_string(),
+        value: Some("true".to_string()),
+        effect: effect.to_string(),
+        time_added: None,
+    }
+}
+
+fn first_type<'a>(input: &'a Input, solution: &Solution, claim: usize) -> &'a str {
+    &input.instance_types[solution.claims[claim].instance_types[0]].name
+}
+
+fn zone_of(solution: &Solution, claim: usize) -> Option<String> {
+    let r = solution.claims[claim].requirements.get(ZONE)?;
+    (r.len() == Some(1))
+        .then(|| r.values().next().map(str::to_string))
+        .flatten()
+}
+
+fn node(name: &str, cpu: i64, labels: &[(&str, &str)], pods: Vec<PodInfo>) -> ExistingNode {
+    ExistingNode {
+        name: name.to_string(),
+        labels: labels
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        taints: Vec::new(),
+        allocatable: Resources::new()
+            .with(names::CPU, Quantity::from_units(cpu))
+            .with(names::MEMORY, Quantity::from_units(cpu * (4 << 30)))
+            .with(names::PODS, Quantity::from_units(110)),
+        pods,
+        initialized: true,
+    }
+}
+
+#[test]
+fn a_pod_gets_the_cheapest_type_with_room_for_it_and_the_daemonsets() {
+    let mut input = problem(8, vec![sized("web", "1500m", "1Gi", json!({}))]);
+    let solution = solve(&input);
+    assert_eq!(solution.claims.len(), 1);
+    // fake-it-1 has 2 cpu, 1.9 allocatable after the 100m kube-reserved.
+    assert_eq!(first_type(&input, &solution, 0), "fake-it-1");
+    input.daemonsets = vec![sized("agent", "500m", "128Mi", json!({}))];
+    let solution = solve(&input);
+    assert_eq!(
+        first_type(&input, &solution, 0),
+        "fake-it-2",
+        "1.5 + 0.5 daemonset cpu no longer fits 1.9"
+    );
+    let names: Vec<&str> = solution.claims[0]
+        .instance_types
+        .iter()
+        .map(|&i| input.instance_types[i].name.as_str())
+        .collect();
+    assert_eq!(
+        names.len(),
+        6,
+        "every larger type stays an option, cheapest first: {names:?}"
+    );
+}
+
+#[test]
+fn pods_share_a_node_until_it_is_cheaper_to_open_another() {
+    let pods = (0..4)
+        .map(|i| sized(&format!("p{i}"), "1", "1Gi", json!({})))
+        .collect();
+    let input = problem(2, pods);
+    let solution = solve(&input);
+    // Two types only (1 and 2 cpu): each node takes one pod of 1 cpu on 1.9 allocatable.
+    assert_eq!(solution.claims.len(), 4);
+    let input = problem(
+        8,
+        (0..4)
+            .map(|i| sized(&format!("p{i}"), "1", "1Gi", json!({})))
+            .collect(),
+    );
+    let solution = solve(&input);
+    assert_eq!(solution.claims.len(), 1, "one 5-cpu node fits all four");
+    assert_eq!(first_type(&input, &solution, 0), "fake-it-4");
+}
+
+#[test]
+fn an_untolerated_taint_is_named_in_the_reason() {
+    let mut input = problem(4, vec![pod("web", json!({}))]);
+    input.node_pools[0].name = "gpu".to_string();
+    input.node_pools[0].taints = vec![taint("nvidia.com/gpu", "NoSchedule")];
+    let solution = solve(&input);
+    assert!(solution.claims.is_empty());
+    let failure = &solution.unschedulable[0];
+    assert!(
+        matches!(&failure.reasons[0], (pool, Reason::Taint { taint }) if pool == "gpu" && taint == "nvidia.com/gpu=true:NoSchedule")
+    );
+    let text = failure.to_string();
+    assert!(
+        text.contains("nodepool \"gpu\"") && text.contains("did not tolerate taint"),
+        "{text}"
+    );
+
+    input.pods = vec![pod(
+        "web",
+        json!({"tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}]}),
+    )];
+    assert_eq!(solve(&input).claims.len(), 1);
+}
+
+#[test]
+fn node_selectors_narrow_the_claim_and_its_offerings() {
+    let input = problem(
+        4,
+        vec![pod("web", json!({"nodeSelector": {ZONE: "test-zone-3"}}))],
+    );
+    let solution = solve(&input);
+    assert_eq!(zone_of(&solution, 0).as_deref(), Some("test-zone-3"));
+    let bad = problem(4, vec![pod("web", json!({"nodeSelector": {ZONE: "mars-1"}}))]);
+    let solution = solve(&bad);
+    assert!(
+        matches!(
+            &solution.unschedulable[0].reasons[0].1,
+            Reason::NoInstanceType { .. } | Reason::Requirements(_)
+        ),
+        "{:?}",
+        solution.unschedulable
+    );
+    let undefined = problem(4, vec![pod("web", json!({"nodeSelector": {"team": "a"}}))]);
+    let solution = solve(&undefined);
+    assert!(
+        matches!(&solution.unschedulable[0].reasons[0].1, Reason::Requirements(_)),
+        "a label the NodePool does not define cannot be required"
+    );
+}
+
+#[test]
+fn existing_nodes_are_used_before_new_ones_initialized_first() {
+    let mut input = problem(4, vec![pod("web", json!({}))]);
+    let mut starting = node("a-starting", 4, &[], Vec::new());
+    starting.initialized = false;
+    input.nodes = vec![starting, node("b-ready", 4, &[], Vec::new())];
+    let solution = solve(&input);
+    assert!(solution.claims.is_empty());
+    assert_eq!(solution.placements.len(), 1);
+    assert_eq!(input.nodes[solution.placements[0].node].name, "b-ready");
+    // A full node is passed over.
+    input.nodes = vec![node("full", 1, &[], vec![pod("old", json!({}))])];
+    assert_eq!(solve(&input).claims.len(), 1);
+}
+
+#[test]
+fn limits_count_the_largest_type_a_claim_may_launch() {
+    let pods = (0..3).map(|i| sized(&format!("p{i}"), "3", "1Gi", json!({"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{"topologyKey": HOSTNAME, "labelSelector": {}}]}}}))).collect();
+    let mut input = problem(8, pods);
+    // The first claim may launch as anything from 4 to 8 cpu and holds 8; the second holds the 6
+    // that are left; the third finds nothing small enough.
+    input.node_pools[0].remaining = Some(Resources::new().with(names::CPU, Quantity::from_units(14)));
+    let solution = solve(&input);
+    let launched: i64 = solution
+        .claims
+        .iter()
+        .map(|c| {
+            let biggest = c
+                .instance_types
+                .iter()
+                .take(60)
+                .map(|&i| input.instance_types[i].capacity.get(names::CPU).millis())
+                .max();
+            biggest.unwrap_or(0)
+        })
+        .sum();
+    assert_eq!(launched, 14_000);
+    assert_eq!(solution.claims.len(), 2);
+    assert_eq!(solution.unschedulable.len(), 1);
+    assert!(
+        solution.unschedulable.iter().all(
+            |u| matches!(&u.reasons[0].1, Reason::Limits { resources } if resources == &["cpu".to_string()])
+        ),
+        "{:?}",
+        solution.unschedulable
+    );
+    input.node_pools[0].remaining = Some(Resources::new().with(names::NODES, Quantity::from_units(1)));
+    let solution = solve(&input);
+    assert_eq!(solution.claims.len(), 1);
+    assert!(solution.unschedulable.iter().all(
+        |u| matches!(&u.reasons[0].1, Reason::Limits { resources } if resources == &["nodes".to_string()])
+    ));
+}
+
+#[test]
+fn heavier_node_pools_are_tried_first() {
+    let mut input = problem(4, vec![pod("web", json!({}))]);
+    let mut heavy = pool("heavy", 4);
+    heavy.weight = 50;
+    input.node_pools.push(heavy);
+    let solution = solve(&input);
+    assert_eq!(input.node_pools[solution.claims[0].node_pool].name, "heavy");
+}
+
+#[test]
+fn hostname_anti_affinity_gives_each_pod_its_own_node() {
+    let anti = json!({"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"topologyKey": HOSTNAME, "labelSelector": {"matchLabels": {"app": "db"}}}]}}});
+    let pods = (0..3)
+        .map(|i| pod_with_labels(&format!("db{i}"), json!({"app": "db"}), anti.clone()))
+        .collect();
+    let mut input = problem(8, pods);
+    input
+        .pods
+        .push(pod_with_labels("web", json!({"app": "web"}), json!({})));
+    let solution = solve(&input);
+    assert_eq!(solution.claims.len(), 3, "the plain pod joins one of them");
+    for claim in &solution.claims {
+        let dbs = claim
+            .pods
+            .iter()
+            .filter(|&&p| {
+                input.pods[p]
+                    .constraints
+                    .labels
+                    .get("app")
+                    .is_some_and(|a| a == "db")
+            })
+            .count();
+        assert_eq!(dbs, 1);
+    }
+    // An existing pod with the same anti-affinity keeps new ones off its node (symmetry).
+    let mut input = problem(
+        8,
+        vec![pod_with_labels("db-new", json!({"app": "db"}), json!({}))],
+    );
+    input.nodes = vec![node(
+        "n1",
+        8,
+        &[(HOSTNAME, "n1")],
+        vec![pod_with_labels("db-old", json!({"app": "other"}), anti)],
+    )];
+    let solution = solve(&input);
+    assert!(solution.placements.is_empty(), "the running pod repels app=db");
+    assert_eq!(solution.claims.len(), 1);
+}
+
+#[test]
+fn zonal_spread_keeps_max_skew() {
+    let spread = json!({"topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": ZONE,
+        "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": {"app": "web"}}}]});
+    let pods = (0..7)
+        .map(|i| pod_with_labels(&format!("w{i}"), json!({"app": "web"}), spread.clone()))
+        .collect();
+    let input = problem(8, pods);
+    let solution = solve(&input);
+    assert!(solution.unschedulable.is_empty());
+    let mut per_zone: BTreeMap<String, usize> = BTreeMap::new();
+    for (i, claim) in solution.claims.iter().enumerate() {
+        *per_zone
+            .entry(zone_of(&solution, i).unwrap_or_default())
+            .or_default() += claim.pods.len();
+    }
+    let counts: Vec<usize> = per_zone.values().copied().collect();
+    assert_eq!(per_zone.len(), 3, "{per_zone:?}");
+    assert!(
+        counts.iter().max().unwrap_or(&0) - counts.iter().min().unwrap_or(&0) <= 1,
+        "{per_zone:?}"
+    );
+}
+
+#[test]
+fn zonal_spread_counts_existing_pods() {
+    let spread = json!({"topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": ZONE,
+        "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": {"app": "web"}}}]});
+    let mut input = problem(8, vec![pod_with_labels("new", json!({"app": "web"}), spread)]);
+    let running = |n: &str| pod_with_labels(n, json!({"app": "web"}), json!({}));
+    input.nodes = vec![
+        node("n1", 1, &[(ZONE, "test-zone-1")], vec![running("r1")]),
+        node("n2", 1, &[(ZONE, "test-zone-2")], vec![running("r2")]),
+    ];
+    let solution = solve(&input);
+    assert_eq!(zone_of(&solution, 0).as_deref(), Some("test-zone-3"));
+}
+
+#[test]
+fn pod_affinity_follows_running_pods_into_their_zone() {
+    let affinity = json!({"affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"topologyKey": ZONE, "labelSelector": {"matchLabels": {"app": "cache"}}}]}}});
+    let mut input = problem(8, vec![pod("web", affinity.clone())]);
+    input.nodes = vec![node(
+        "n1",
+        1,
+        &[(ZONE, "test-zone-2")],
+        vec![pod_with_labels("c", json!({"app": "cache"}), json!({}))],
+    )];
+    let solution = solve(&input);
+    assert_eq!(zone_of(&solution, 0).as_deref(), Some("test-zone-2"));
+    // Nothing to follow and not selecting itself: no domain qualifies.
+    let solution = solve(&problem(8, vec![pod("web", affinity)]));
+    assert!(
+        matches!(&solution.unschedulable[0].reasons[0].1, Reason::Topology { constraint } if constraint.contains("pod affinity"))
+    );
+}
+
+#[test]
+fn host_ports_conflict_per_node() {
+    let ports = json!({"containers": [{"name": "app", "ports": [{"containerPort": 80, "hostPort": 8080}],
+        "resources": {"requests": {"cpu": "100m"}}}]});
+    let input = problem(8, vec![pod("a", ports.clone()), pod("b", ports.clone())]);
+    assert_eq!(solve(&input).claims.len(), 2);
+    let mut input = problem(8, vec![pod("a", ports.clone())]);
+    input.daemonsets = vec![pod("proxy", ports)];
+    let solution = solve(&input);
+    assert!(matches!(
+        &solution.unschedulable[0].reasons[0].1,
+        Reason::HostPort { port: 8080 }
+    ));
+}
+
+#[test]
+fn preferences_are_relaxed_when_they_cannot_be_met() {
+    let input = problem(
+        4,
+        vec![pod(
+            "web",
+            json!({"affinity": {"nodeAffinity": {
+                "preferredDuringSchedulingIgnoredDuringExecution": [
+                    {"weight": 10, "preference": {"matchExpressions": [{"key": ZONE, "operator": "In", "values": ["mars-1"]}]}},
+                    {"weight": 1, "preference": {"matchExpressions": [{"key": ZONE, "operator": "In", "values": ["test-zone-2"]}]}}],
+                "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": CAPACITY_TYPE, "operator": "In", "values": ["reserved"]}]},
+                    {"matchExpressions": [{"key": CAPACITY_TYPE, "operator": "In", "values": ["spot"]}]}]}}}}),
+        )],
+    );
+    let solution = solve(&input);
+    assert!(solution.unschedulable.is_empty(), "{:?}", solution.unschedulable);
+    let reqs = &solution.claims[0].requirements;
+    assert_eq!(
+        zone_of(&solution, 0).as_deref(),
+        Some("test-zone-2"),
+        "the lighter preference still holds"
+    );
+    assert!(
+        reqs.get(CAPACITY_TYPE)
+            .is_some_and(|r| r.has("spot") && !r.has("on-demand")),
+        "second term: {reqs}"
+    );
+
+    let mut input = problem(4, vec![pod("web", json!({}))]);
+    input.node_pools[0].taints = vec![taint("spare", "PreferNoSchedule")];
+    assert_eq!(
+        solve(&input).claims.len(),
+        1,
+        "PreferNoSchedule is tolerated as a last resort"
+    );
+}
+
+#[test]
+fn min_values_keep_enough_instance_types() {
+    let mut input = problem(8, vec![sized("big", "6", "1Gi", json!({}))]);
+    let exists = Requirement::new(INSTANCE_TYPE, Operator::Exists, Vec::<String>::new())
+        .unwrap_or_else(|e| panic!("{e}"))
+        .with_min_values(Some(3));
+    input.node_pools[0].requirements.add(exists);
+    let solution = solve(&input);
+    // Only fake-it-6 and fake-it-7 have 6 cpu allocatable.
+    assert!(
+        matches!(&solution.unschedulable[0].reasons[0].1, Reason::MinValues { key, needed: 3, found: 2 } if key == INSTANCE_TYPE),
+        "{:?}",
+        solution.unschedulable
+    );
+    input.pods = vec![sized("small", "4", "1Gi", json!({}))];
+    assert_eq!(
+        solve(&input).claims[0].instance_types.len(),
+        4,
+        "fake-it-4 to fake-it-7"
+    );
+}
+
+/// A random problem: pods of a few kinds on the fake catalog, some existing nodes, a cpu limit.
+fn random_problem() -> impl Strategy<Value = Input> {
+    let pod_kind = (0usize..5, 1usize..40, 0usize..6, 0usize..3);
+    (proptest::collection::vec(pod_kind, 1..40), 0usize..3, prop::option::of(8i64..60)).prop_map(
+        |(pods, nodes, limit)| {
+            let pods = pods
+                .into_iter()
+                .enumerate()
+                .map(|(i, (kind, cpu_tenths, memory, app))| {
+                    let app = ["a", "b", "c"][app];
+                    let spec = match kind {
+                        1 => json!({"topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": ZONE,
+                            "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": {"spread": app}}}]}),
+                        2 => json!({"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                            {"topologyKey": HOSTNAME, "labelSelector": {"matchLabels": {"anti": app}}}]}}}),
+                        3 => json!({"nodeSelector": {CAPACITY_TYPE: "spot"}}),
+                        _ => json!({}),
+                    };
+                    let labels = match kind {
+                        1 => json!({"spread": app}),
+                        2 => json!({"anti": app}),
+                        _ => json!({}),
+                    };
+                    let mut spec = spec;
+                    spec["containers"] = json!([{"name": "app", "resources": {"requests": {
+                        "cpu": format!("{}m", cpu_tenths * 100), "memory": format!("{}Mi", 128 << memory)}}}]);
+                    pod_with_labels(&format!("p{i:02}"), labels, spec)
+                })
+                .collect();
+            let mut input = problem(16, pods);
+            input.nodes = (0..nodes)
+                .map(|n| node(&format!("n{n}"), 2, &[(ZONE, "test-zone-1"), (HOSTNAME, &format!("n{n}"))], Vec::new()))
+                .collect();
+            input.node_pools[0].remaining = limit.map(|cpu| Resources::new().with(names::CPU, Quantity::from_units(cpu)));
+            input
+        },
+    )
+}
+
+fn labelled(input: &Input, pod: usize, key: &str) -> Option<String> {
+    input.pods[pod].constraints.labels.get(key).cloned()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    #[test]
+    fn no_placement_breaks_a_hard_constraint(input in random_problem()) {
+        let solution = solve(&input);
+        let mut seen = vec![0u8; input.pods.len()];
+        for p in solution.placements.iter().map(|p| p.pod)
+            .chain(solution.claims.iter().flat_map(|c| c.pods.iter().copied()))
+            .chain(solution.unschedulable.iter().map(|u| u.pod)) {
+            seen[p] += 1;
+        }
+        prop_assert!(seen.iter().all(|&n| n == 1), "every pod is answered once: {:?}", seen);
+
+        let mut reserved_cpu = 0;
+        let mut zone_counts: BTreeMap<(String, String), i64> = BTreeMap::new();
+        for claim in &solution.claims {
+            let zone = claim.requirements.get(ZONE).filter(|r| r.len() == Some(1)).and_then(|r| r.values().next().map(str::to_string));
+            for &t in &claim.instance_types {
+                let it = &input.instance_types[t];
+                prop_assert!(claim.requests.fits(&it.allocatable()), "{} does not fit {}", claim.requests, it.name);
+                prop_assert!(it.offerings.iter().any(|o| o.available && claim.requirements.get(ZONE).is_none_or(|r| r.has(&o.zone))));
+            }
+            reserved_cpu += claim.instance_types.iter().take(60).map(|&t| input.instance_types[t].capacity.get(names::CPU).millis()).max().unwrap_or(0);
+            let mut anti = BTreeMap::new();
+            for &p in &claim.pods {
+                if let Some(app) = labelled(&input, p, "anti") {
+                    *anti.entry(app).or_insert(0) += 1;
+                }
+                if let (Some(app), Some(zone)) = (labelled(&input, p, "spread"), &zone) {
+                    *zone_counts.entry((app, zone.clone())).or_insert(0) += 1;
+                }
+                if input.pods[p].constraints.node_requirements[0].get(CAPACITY_TYPE).is_some() {
+                    prop_assert!(claim.requirements.get(CAPACITY_TYPE).is_some_and(|r| !r.has("on-demand")));
+                }
+            }
+            prop_assert!(anti.values().all(|&n| n == 1), "hostname anti-affinity broken: {:?}", anti);
+        }
+        if let Some(limit) = &input.node_pools[0].remaining {
+            prop_assert!(reserved_cpu <= limit.get(names::CPU).millis(), "{} > limit", reserved_cpu);
+        }
+        for (n, node) in input.nodes.iter().enumerate() {
+            let mut used = Resources::new();
+            let mut anti = BTreeMap::new();
+            for placement in solution.placements.iter().filter(|p| p.node == n) {
+                used.add(&input.pods[placement.pod].requests);
+                if let Some(app) = labelled(&input, placement.pod, "anti") {
+                    *anti.entry(app).or_insert(0) += 1;
+                }
+                if let Some(app) = labelled(&input, placement.pod, "spread") {
+                    *zone_counts.entry((app, "test-zone-1".to_string())).or_insert(0) += 1;
+                }
+            }
+            prop_assert!(used.fits(&node.allocatable), "node {} overcommitted", node.name);
+            prop_assert!(anti.values().all(|&n| n == 1));
+        }
+        for app in ["a", "b", "c"] {
+            let counts: Vec<i64> = ["test-zone-1", "test-zone-2", "test-zone-3"].iter()
+                .map(|z| zone_counts.get(&(app.to_string(), z.to_string())).copied().unwrap_or(0)).collect();
+            let placed: i64 = counts.iter().sum();
+            let spread_pods = (0..input.pods.len()).filter(|&p| labelled(&input, p, "spread").as_deref() == Some(app)).count() as i64;
+            if placed == spread_pods {
+                prop_assert!(counts.iter().max().unwrap_or(&0) - counts.iter().min().unwrap_or(&0) <= 1, "maxSkew broken for {}: {:?}", app, counts);
+            }
+        }
+    }
+
+    #[test]
+    fn the_same_input_gives_the_same_answer(input in random_problem()) {
+        prop_assert_eq!(solve(&input), solve(&input));
+    }
+}
