@@ -366,19 +366,16 @@ impl PoolPlan {
         let mut out: Vec<String> = Vec::new();
         for &i in &self.types {
             let it = &catalog[i];
+            let offered = |value: fn(&Offering) -> &str| {
+                it.offerings
+                    .iter()
+                    .filter(|o| offering_allowed(o, &self.requirements))
+                    .map(value)
+                    .collect()
+            };
             let values: Vec<&str> = match key {
-                ZONE => it
-                    .offerings
-                    .iter()
-                    .filter(|o| offering_allowed(o, &self.requirements))
-                    .map(|o| o.zone.as_str())
-                    .collect(),
-                CAPACITY_TYPE => it
-                    .offerings
-                    .iter()
-                    .filter(|o| offering_allowed(o, &self.requirements))
-                    .map(|o| o.capacity_type.label())
-                    .collect(),
+                ZONE => offered(|o| o.zone.as_str()),
+                CAPACITY_TYPE => offered(|o| o.capacity_type.label()),
                 _ => it
                     .requirements
                     .get(key)

@@ -41,7 +41,7 @@ impl Class {
                 node_reqs.add(r.clone());
             }
         }
-        let checks = topology.checks(&constraints, &node_reqs, &constraints.tolerations);
+        let checks = topology.checks(&constraints, &node_reqs);
         let mut keys: Vec<usize> = checks
             .iter()
             .map(|c| topology.groups[c.group].key)

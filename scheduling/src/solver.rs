@@ -500,7 +500,6 @@ impl<'a> Solver<'a> {
         if let Some(port) = c.constraints.host_ports.iter().find(|p| bin.ports.contains(p)) {
             return Err((Why::HostPort(port.port), true));
         }
-        self.scratch.narrow.clear();
         let topology = &self.topology;
         for (i, check) in c.checks.iter().enumerate() {
             let key = topology.groups[check.group].key;
@@ -678,11 +677,7 @@ impl<'a> Solver<'a> {
         let topology = self
             .fit_claim_topology(class, pool, claim_reqs, Some(&bin.domains), |g| bin.host_count(g))
             .and_then(|()| {
-                if dims::fits(
-                    &bin.used,
-                    &self.requests[pod * self.dims.len()..][..self.dims.len()],
-                    &bin.alloc,
-                ) {
+                if dims::fits(&bin.used, self.pod_requests(pod), &bin.alloc) {
                     Ok(())
                 } else {
                     Err((Why::Resources, false))
@@ -836,15 +831,15 @@ impl<'a> Solver<'a> {
                 (None, Some(claim)) => {
                     // Anti-affinity must assume the claim may land in any domain it still allows.
                     let k = &self.topology.keys[key];
-                    let allowed: Vec<u32> = (0..k.domains.len() as u32)
-                        .filter(|&dd| {
-                            claim
-                                .reqs
-                                .get(&k.name)
-                                .is_none_or(|r| r.has(&k.domains[dd as usize]))
-                        })
-                        .collect();
-                    for dd in allowed {
+                    let allowed = &mut self.scratch.options;
+                    allowed.clear();
+                    allowed.extend((0..k.domains.len() as u32).filter(|&dd| {
+                        claim
+                            .reqs
+                            .get(&k.name)
+                            .is_none_or(|r| r.has(&k.domains[dd as usize]))
+                    }));
+                    for &dd in allowed.iter() {
                         self.topology.record(g, dd);
                     }
                 }

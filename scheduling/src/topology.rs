@@ -23,7 +23,6 @@ use crate::{
     catalog::PoolPlan,
     input::ExistingNode,
     pod::Constraints,
-    taints::Toleration,
     terms::{AffinityTerm, Namespaces, selects},
 };
 
@@ -309,14 +308,9 @@ impl Topology {
         out
     }
 
-    /// The checks a class with constraints `c`, node requirements `node_reqs` and `tolerations`
-    /// must pass. Terms whose group was not built (which `new` prevents) are skipped.
-    pub(crate) fn checks(
-        &self,
-        c: &Constraints,
-        node_reqs: &Requirements,
-        tolerations: &[Toleration],
-    ) -> Vec<Check> {
+    /// The checks a class with constraints `c` and enforced node requirements `node_reqs` must
+    /// pass. Terms whose group was not built (which `new` prevents) are skipped.
+    pub(crate) fn checks(&self, c: &Constraints, node_reqs: &Requirements) -> Vec<Check> {
         let mut out = Vec::new();
         let mut push = |group: Option<usize>, rule: Rule| {
             if let Some(group) = group {
@@ -347,7 +341,7 @@ impl Topology {
                                 self.taint_sets[src]
                                     .iter()
                                     .filter(|t| t.effect != crate::taints::PREFER_NO_SCHEDULE)
-                                    .all(|t| tolerations.iter().any(|tol| tol.tolerates(t)))
+                                    .all(|t| c.tolerations.iter().any(|tol| tol.tolerates(t)))
                             });
                         affinity_ok && taints_ok
                     })

@@ -423,7 +423,7 @@ pub fn aws_catalog() -> Vec<InstanceType> {
         let family = Family {
             name: family,
             arch: if family.contains('g') { "arm64" } else { "amd64" },
-            gib_per_vcpu: gib_per_vcpu.max(2),
+            gib_per_vcpu,
             od_per_vcpu,
         };
         let burstable = family.name.starts_with('t');
@@ -527,7 +527,7 @@ fn service_pods(count: usize, prefix: &str, rng: &mut Rng) -> Vec<PodInfo> {
 /// Pods already running on each existing node of [`existing_cluster`] (about 5.4 of 7.9 cpu).
 const PODS_PER_NODE: usize = 8;
 
-/// 1,000 running m-family nodes already holding pods, plus `pending` new pods, over the AWS-shaped
+/// `nodes` running m6i.2xlarge nodes already holding pods, plus `pending` new pods, over the AWS-shaped
 /// catalog with one NodePool.
 pub fn existing_cluster(nodes: usize, pending: usize) -> Input {
     let instance_types = aws_catalog();

@@ -372,22 +372,18 @@ mod tests {
     fn displays_canonically_and_deserializes_numbers() {
         assert_eq!(Quantity::from_millis(1500).to_string(), "1500m");
         assert_eq!(Quantity::from_units(4).to_string(), "4");
-        assert_eq!(
-            "1Ti".parse::<Quantity>().map(|q| q.to_string()),
-            Ok("1Ti".to_string())
-        );
-        assert_eq!(
-            "1.5Gi".parse::<Quantity>().map(|q| q.to_string()),
-            Ok("1536Mi".to_string())
-        );
-        assert_eq!(
-            "100Mi".parse::<Quantity>().map(|q| q.to_string()),
-            Ok("100Mi".to_string())
-        );
-        assert_eq!(
-            "2k".parse::<Quantity>().map(|q| q.to_string()),
-            Ok("2000".to_string())
-        );
+        for (text, shown) in [
+            ("1Ti", "1Ti"),
+            ("1.5Gi", "1536Mi"),
+            ("100Mi", "100Mi"),
+            ("2k", "2000"),
+        ] {
+            assert_eq!(
+                text.parse::<Quantity>().map(|q| q.to_string()),
+                Ok(shown.to_string()),
+                "{text}"
+            );
+        }
         assert_eq!(
             "1Gi".parse::<Quantity>(),
             "1073741824".parse::<Quantity>(),
