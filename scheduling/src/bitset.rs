@@ -33,6 +33,14 @@ pub(crate) fn members(set: &[u64]) -> impl Iterator<Item = usize> + '_ {
     })
 }
 
+/// Adds `member`, growing `set` as needed.
+pub(crate) fn insert(set: &mut Vec<u64>, member: usize) {
+    if set.len() <= member / 64 {
+        set.resize(member / 64 + 1, 0);
+    }
+    set[member / 64] |= 1 << (member % 64);
+}
+
 /// Removes `member`.
 pub(crate) fn remove(set: &mut [u64], member: usize) {
     set[member / 64] &= !(1u64 << (member % 64));

@@ -12,6 +12,7 @@ mod classes;
 mod dims;
 pub mod input;
 pub mod pod;
+mod reserve;
 pub mod solution;
 pub mod solver;
 pub mod taints;

@@ -303,6 +303,31 @@ fn hostname_anti_affinity_gives_each_pod_its_own_node() {
 }
 
 #[test]
+fn open_claims_keep_room_for_pending_one_per_node_pods() {
+    // Largest type: 4 cpu (3.9 allocatable). The two plain pods come first in the queue and
+    // would fill one claim; the two one-per-node pods would then need a claim each.
+    let anti = json!({"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"topologyKey": HOSTNAME, "labelSelector": {"matchLabels": {"app": "db"}}}]}}});
+    let mut pods: Vec<PodInfo> = (0..2)
+        .map(|i| sized(&format!("web{i}"), "1900m", "1Gi", json!({})))
+        .collect();
+    for i in 0..2 {
+        let mut db = sized(&format!("db{i}"), "1", "1Gi", anti.clone());
+        db.constraints.labels.insert("app".to_string(), "db".to_string());
+        pods.push(db);
+    }
+    let input = problem(4, pods);
+    let solution = solve(&input);
+    assert!(solution.unschedulable.is_empty());
+    assert_eq!(solution.claims.len(), 2, "{:?}", solution.claims);
+    for claim in &solution.claims {
+        let names: Vec<&str> = claim.pods.iter().map(|&p| input.pods[p].name.as_str()).collect();
+        assert_eq!(names.len(), 2, "one web and one db per node: {names:?}");
+        assert!(names.iter().any(|n| n.starts_with("db")), "{names:?}");
+    }
+}
+
+#[test]
 fn zonal_spread_keeps_max_skew() {
     let spread = json!({"topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": ZONE,
         "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": {"app": "web"}}}]});
