@@ -19,6 +19,7 @@ use std::collections::BTreeMap;
 use joist_messages::{
     labels::{ARCH, CAPACITY_TYPE, HOSTNAME, INSTANCE_TYPE, NODEPOOL, OS, ZONE, aws},
     model::{
+        capacity::{self, DEFAULT_ROOT_VOLUME_BYTES, DEFAULT_VM_MEMORY_OVERHEAD_PERMILLE, GIB, MIB, bytes},
         instance_type::{CapacityType, InstanceType, Offering, Overhead},
         quantity::Quantity,
         requirements::{Operator, Requirement, Requirements},
@@ -63,15 +64,9 @@ impl Rng {
     }
 }
 
-const GIB: i64 = 1 << 30;
-const MIB: i64 = 1 << 20;
 const LABEL_VALUES: [&str; 7] = ["a", "b", "c", "d", "e", "f", "g"];
 const CPU_MILLIS: [i64; 5] = [100, 250, 500, 1000, 1500];
 const MEMORY_MIB: [i64; 6] = [100, 256, 512, 1024, 2048, 4096];
-
-fn bytes(n: i64) -> Quantity {
-    Quantity::from_millis(n.saturating_mul(1000))
-}
 
 fn requirement(key: &str, values: &[&str]) -> Requirement {
     Requirement::new(key, Operator::In, values.iter().copied())
@@ -390,30 +385,14 @@ pub const AWS_ZONES: [&str; 3] = ["us-west-2a", "us-west-2b", "us-west-2c"];
 
 /// EKS's ENI-limited max pods for a size (m5 shapes).
 fn max_pods(vcpus: i64) -> i64 {
-    match vcpus {
-        1 => 8,
-        2 => 29,
-        4 | 8 => 58,
-        16 | 32 => 234,
-        _ => 737,
-    }
-}
-
-/// Karpenter's kube-reserved cpu: 6% of the first core, 1% of the second, 0.5% of cores 3–4,
-/// 0.25% of the rest, in millicores.
-fn reserved_cpu_millis(vcpus: i64) -> i64 {
-    let cores = vcpus as f64;
-    let mut reserved = 60.0;
-    if cores > 1.0 {
-        reserved += 10.0;
-    }
-    if cores > 2.0 {
-        reserved += 5.0 * (cores.min(4.0) - 2.0);
-    }
-    if cores > 4.0 {
-        reserved += 2.5 * (cores - 4.0);
-    }
-    reserved.ceil() as i64
+    let (enis, ipv4_per_eni) = match vcpus {
+        1 => (2, 4),
+        2 => (3, 10),
+        4 | 8 => (4, 15),
+        16 | 32 => (8, 30),
+        _ => (15, 50),
+    };
+    capacity::eni_limited_pods(enis, ipv4_per_eni, 0)
 }
 
 /// About 800 EC2-shaped instance types (see the module docs).
@@ -466,7 +445,6 @@ fn aws_type(family: &Family, size: &str, vcpus: i64, seed: usize) -> InstanceTyp
     }
     let category = &family.name[..1];
     let generation: String = family.name.chars().filter(char::is_ascii_digit).collect();
-    let vm_overhead = (memory_mib as f64 * 0.075).ceil() as i64;
     let vcpu_text = vcpus.to_string();
     let memory_text = memory_mib.to_string();
     InstanceType {
@@ -489,19 +467,13 @@ fn aws_type(family: &Family, size: &str, vcpus: i64, seed: usize) -> InstanceTyp
         offerings,
         capacity: Resources::new()
             .with(names::CPU, Quantity::from_units(vcpus))
-            .with(names::MEMORY, bytes((memory_mib - vm_overhead) * MIB))
+            .with(
+                names::MEMORY,
+                bytes(capacity::vm_memory_mib(memory_mib, DEFAULT_VM_MEMORY_OVERHEAD_PERMILLE) * MIB),
+            )
             .with(names::PODS, Quantity::from_units(pods))
-            .with(names::EPHEMERAL_STORAGE, bytes(20 * GIB)),
-        overhead: Overhead {
-            kube_reserved: Resources::new()
-                .with(names::CPU, Quantity::from_millis(reserved_cpu_millis(vcpus)))
-                .with(names::MEMORY, bytes((11 * pods + 255) * MIB))
-                .with(names::EPHEMERAL_STORAGE, bytes(GIB)),
-            system_reserved: Resources::new(),
-            eviction_threshold: Resources::new()
-                .with(names::MEMORY, bytes(100 * MIB))
-                .with(names::EPHEMERAL_STORAGE, bytes(2 * GIB)),
-        },
+            .with(names::EPHEMERAL_STORAGE, bytes(DEFAULT_ROOT_VOLUME_BYTES)),
+        overhead: capacity::default_overhead(vcpus, pods, DEFAULT_ROOT_VOLUME_BYTES),
     }
 }
 

@@ -2,6 +2,7 @@
 //!
 //! Plain data with no I/O, shared by the scheduler, the providers and the actors.
 
+pub mod capacity;
 pub mod instance_type;
 pub mod quantity;
 pub mod requirements;
