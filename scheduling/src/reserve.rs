@@ -39,8 +39,15 @@ pub(crate) struct Reserves {
 }
 
 impl Reserves {
-    /// Finds the exclusive groups among `classes` (the pods' own classes) and counts their pods.
-    pub(crate) fn new(classes: &[Class], topology: &Topology, pod_class: &[usize], requests: &[i64]) -> Self {
+    /// Finds the exclusive groups among `classes` (the pods' own classes) and counts their pods;
+    /// `requests` holds `d` amounts per pod.
+    pub(crate) fn new(
+        classes: &[Class],
+        topology: &Topology,
+        pod_class: &[usize],
+        requests: &[i64],
+        d: usize,
+    ) -> Self {
         let mut reserves = Reserves {
             of_group: vec![None; topology.groups.len()],
             members: vec![Vec::new(); classes.len()],
@@ -67,7 +74,6 @@ impl Reserves {
                 reserves.members[c].push(g);
             }
         }
-        let d = requests.len() / pod_class.len().max(1);
         for (pod, &c) in pod_class.iter().enumerate() {
             for &g in &reserves.members[c] {
                 let e = &mut reserves.groups[g];

@@ -275,6 +275,7 @@ impl<'a> Solver<'a> {
             &solver.topology,
             &solver.pod_class,
             &solver.requests,
+            solver.dims.len(),
         );
         solver.add_existing_nodes();
         solver
@@ -426,7 +427,7 @@ impl<'a> Solver<'a> {
         false
     }
 
-    /// Tries the existing nodes in order and then the claims opened so far, fewest pods first,
+    /// Tries the existing nodes in order and then the claims opened so far, oldest first,
     /// skipping those that rejected the class for good.
     fn try_bins(&mut self, class: usize, pod: usize) -> bool {
         let first_claim = self.input.nodes.len();
@@ -446,7 +447,7 @@ impl<'a> Solver<'a> {
     /// Tries the claims oldest first, among those [`Self::mark_open_claims`] leaves open.
     fn try_claims(&mut self, class: usize, pod: usize, first_claim: usize) -> bool {
         let end = self.bins.len();
-        if self.mark_open_claims(class, first_claim, end) == 0 {
+        if !self.mark_open_claims(class, first_claim, end) {
             return false;
         }
         let marked = std::mem::take(&mut self.scratch.open);
@@ -457,8 +458,8 @@ impl<'a> Solver<'a> {
     }
 
     /// Marks in `self.scratch.open` (words from `first_claim / 64`) the claims in
-    /// `first_claim..end` still open to `class`, and returns how many there are.
-    fn mark_open_claims(&mut self, class: usize, first_claim: usize, end: usize) -> usize {
+    /// `first_claim..end` still open to `class`, and returns whether there are any.
+    fn mark_open_claims(&mut self, class: usize, first_claim: usize, end: usize) -> bool {
         let c = &self.classes[class];
         let topology = &self.topology;
         let forbidden = &mut self.scratch.forbidden;
@@ -473,17 +474,17 @@ impl<'a> Solver<'a> {
         }
         let mut open = std::mem::take(&mut self.scratch.open);
         open.clear();
-        let mut count = 0;
+        let mut any = 0;
         for word in first_claim / 64..end.div_ceil(64) {
             let mut bits = self.open_bins(class, word, first_claim, end);
             for &(key, d) in &self.scratch.forbidden {
                 bits &= !self.decided[key][d as usize].get(word).copied().unwrap_or(0);
             }
-            count += bits.count_ones() as usize;
+            any |= bits;
             open.push(bits);
         }
         self.scratch.open = open;
-        count
+        any != 0
     }
 
     /// The bins in word `word` that lie in `lo..hi` and have not rejected `class` for good.
