@@ -108,16 +108,13 @@ pub(crate) fn offering_allowed(o: &Offering, reqs: &Requirements) -> bool {
 
 /// The cheapest available offering price of `it` under `reqs`.
 pub(crate) fn price(it: &InstanceType, reqs: &Requirements) -> Option<f64> {
-    it.offerings
-        .iter()
-        .filter(|o| offering_allowed(o, reqs))
+    it.cheapest_offering(|o| offering_allowed(o, reqs))
         .map(|o| o.price)
-        .min_by(f64::total_cmp)
 }
 
 /// True when `it` can launch under `reqs`: labels intersect and an offering is allowed.
 pub(crate) fn type_allowed(it: &InstanceType, reqs: &Requirements) -> bool {
-    it.requirements.intersects(reqs).is_ok() && has_offering(it, reqs)
+    it.requirements.overlaps(reqs) && has_offering(it, reqs)
 }
 
 /// True when a daemonset pod tolerates `taints` (only `NoSchedule` and `NoExecute` keep it off).
@@ -151,7 +148,7 @@ impl PoolPlan {
             .iter()
             .filter_map(|&i| {
                 let it = catalog.get(i)?;
-                if it.requirements.intersects(&requirements).is_err() {
+                if !it.requirements.overlaps(&requirements) {
                     return None;
                 }
                 price(it, &requirements).map(|p| (p, i))
@@ -168,7 +165,7 @@ impl PoolPlan {
             .filter(|d| {
                 let c = &d.constraints;
                 daemon_tolerates(&c.tolerations, &pool.taints)
-                    && c.node_requirements[0].intersects(&requirements).is_ok()
+                    && c.node_requirements[0].overlaps(&requirements)
             })
             .collect();
         let mut daemon_ports: Vec<HostPort> = daemons
@@ -185,10 +182,7 @@ impl PoolPlan {
             let start = alloc.len();
             dims.extend_vector(&it.allocatable(), &mut alloc);
             for daemon in &daemons {
-                if daemon.constraints.node_requirements[0]
-                    .intersects(&it.requirements)
-                    .is_ok()
-                {
+                if daemon.constraints.node_requirements[0].overlaps(&it.requirements) {
                     dims::sub(&mut alloc[start..], &dims.vector(&daemon.requests));
                 }
             }
@@ -243,9 +237,7 @@ impl PoolPlan {
             .collect();
         let mut max_capacity = vec![0i64; d];
         for t in 0..types.len() {
-            for (m, c) in max_capacity.iter_mut().zip(&capacity[t * d..(t + 1) * d]) {
-                *m = (*m).max(*c);
-            }
+            dims::max_assign(&mut max_capacity, &capacity[t * d..(t + 1) * d]);
         }
         let remaining_nodes = pool
             .remaining

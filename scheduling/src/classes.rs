@@ -37,9 +37,7 @@ impl Class {
     pub(crate) fn new(constraints: Constraints, topology: &Topology) -> Self {
         let mut node_reqs = constraints.node_requirements.first().cloned().unwrap_or_default();
         if let Some((_, preferred)) = constraints.preferred_node_requirements.first() {
-            for r in preferred.iter() {
-                node_reqs.add(r.clone());
-            }
+            node_reqs.add_all(preferred);
         }
         let checks = topology.checks(&constraints, &node_reqs);
         let mut keys: Vec<usize> = checks

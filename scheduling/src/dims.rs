@@ -67,6 +67,13 @@ pub(crate) fn fits(used: &[i64], extra: &[i64], limit: &[i64]) -> bool {
         .all(|((u, e), l)| u.saturating_add(*e) <= *l)
 }
 
+/// `into = max(into, other)`, element-wise.
+pub(crate) fn max_assign(into: &mut [i64], other: &[i64]) {
+    for (a, b) in into.iter_mut().zip(other) {
+        *a = (*a).max(*b);
+    }
+}
+
 /// `into += other`, element-wise.
 pub(crate) fn add(into: &mut [i64], other: &[i64]) {
     for (a, b) in into.iter_mut().zip(other) {

@@ -12,6 +12,7 @@
 
 use crate::{
     classes::Class,
+    dims,
     topology::{Rule, Topology},
 };
 
@@ -67,7 +68,7 @@ impl Reserves {
                         group,
                         pending: 0,
                         claims_taken: 0,
-                        room: Vec::new(),
+                        room: vec![0; d],
                     });
                     reserves.groups.len() - 1
                 });
@@ -78,10 +79,7 @@ impl Reserves {
             for &g in &reserves.members[c] {
                 let e = &mut reserves.groups[g];
                 e.pending += 1;
-                e.room.resize(d, 0);
-                for (r, x) in e.room.iter_mut().zip(&requests[pod * d..(pod + 1) * d]) {
-                    *r = (*r).max(*x);
-                }
+                dims::max_assign(&mut e.room, &requests[pod * d..(pod + 1) * d]);
             }
         }
         reserves
@@ -89,7 +87,7 @@ impl Reserves {
 
     /// Records the placement of a pod whose own class is `class`.
     pub(crate) fn placed(&mut self, class: usize) {
-        for &g in self.members.get(class).map_or(&[][..], Vec::as_slice) {
+        for &g in &self.members[class] {
             self.groups[g].pending = self.groups[g].pending.saturating_sub(1);
         }
     }
@@ -124,7 +122,7 @@ impl Reserves {
                     .zip(request)
                     .zip(&e.room)
                     .zip(alloc)
-                    .all(|(((u, r), k), a)| u + r + k <= *a)
+                    .all(|(((u, r), k), a)| u.saturating_add(*r).saturating_add(*k) <= *a)
         })
     }
 }

@@ -363,7 +363,7 @@ impl<'a> Solver<'a> {
         });
         let mut queue: VecDeque<(usize, Option<usize>)> = order.into_iter().map(|p| (p, None)).collect();
         let mut placed = 0usize;
-        let mut last_class = vec![usize::MAX; self.input.pods.len()];
+        let mut last_class = self.pod_class.clone();
         let mut failed = Vec::new();
         while let Some((pod, mark)) = queue.pop_front() {
             if mark == Some(placed) {
@@ -548,9 +548,7 @@ impl<'a> Solver<'a> {
             return Err(Why::HostPort(port.map_or(0, |x| x.port)));
         }
         let mut reqs = p.requirements.clone();
-        for r in c.node_reqs.iter() {
-            reqs.add(r.clone());
-        }
+        reqs.add_all(&c.node_reqs);
         let mut candidates = p.all.clone();
         if !c.node_reqs.is_empty() {
             for t in bitset::members(&p.all) {
@@ -717,9 +715,7 @@ impl<'a> Solver<'a> {
             scratch.reserve.clear();
             scratch.reserve.resize(d, 0);
             for t in bitset::members(&scratch.fitted).take(LAUNCH_OPTIONS) {
-                for (r, c) in scratch.reserve.iter_mut().zip(p.capacity_of(t, d)) {
-                    *r = (*r).max(*c);
-                }
+                dims::max_assign(&mut scratch.reserve, p.capacity_of(t, d));
             }
             let within = scratch
                 .reserve
@@ -745,7 +741,7 @@ impl<'a> Solver<'a> {
         if let Some(port) = c.constraints.host_ports.iter().find(|p| bin.ports.contains(p)) {
             return Err((Why::HostPort(port.port), true));
         }
-        if !c.node_reqs.is_empty() && claim.reqs.intersects(&c.node_reqs).is_err() {
+        if !claim.reqs.overlaps(&c.node_reqs) {
             return Err((Why::Requirements, true));
         }
         self.scratch.candidates.clear();
@@ -883,19 +879,15 @@ impl<'a> Solver<'a> {
                 claim.reserved.clear();
                 claim.reserved.extend_from_slice(&self.scratch.reserve);
             }
-            claim.candidates.clear();
-            claim.candidates.extend_from_slice(&self.scratch.fitted);
-            bin.alloc.iter_mut().for_each(|a| *a = 0);
-            for t in bitset::members(&claim.candidates) {
-                for (a, x) in bin.alloc.iter_mut().zip(p.alloc_of(t, d)) {
-                    *a = (*a).max(*x);
+            if claim.candidates != self.scratch.fitted {
+                claim.candidates.clear();
+                claim.candidates.extend_from_slice(&self.scratch.fitted);
+                bin.alloc.iter_mut().for_each(|a| *a = 0);
+                for t in bitset::members(&claim.candidates) {
+                    dims::max_assign(&mut bin.alloc, p.alloc_of(t, d));
                 }
             }
-            if !c.node_reqs.is_empty() {
-                for r in c.node_reqs.iter() {
-                    claim.reqs.add(r.clone());
-                }
-            }
+            claim.reqs.add_all(&c.node_reqs);
             for &(key, domain) in &self.scratch.narrow {
                 let k = &self.topology.keys[key];
                 if let Ok(r) = Requirement::new(&k.name, Operator::In, [k.domains[domain as usize].as_str()])
@@ -953,11 +945,6 @@ impl<'a> Solver<'a> {
 
     /// Why `pod` (at relaxation `class`) fits no NodePool, per NodePool.
     fn explain(&mut self, class: usize, pod: usize) -> Vec<(String, Reason)> {
-        let class = if class == usize::MAX {
-            self.pod_class[pod]
-        } else {
-            class
-        };
         (0..self.pools.len())
             .map(|pool| {
                 let why = self.fit_new(class, pod, pool).err().unwrap_or(Why::Resources);

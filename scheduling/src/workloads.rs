@@ -392,7 +392,8 @@ fn max_pods(vcpus: i64) -> i64 {
         16 | 32 => (8, 30),
         _ => (15, 50),
     };
-    capacity::eni_limited_pods(enis, ipv4_per_eni, 0)
+    let eni_limited = capacity::eni_limited_pods(enis, ipv4_per_eni, 0);
+    capacity::max_pods(None, Some(eni_limited), None, vcpus)
 }
 
 /// About 800 EC2-shaped instance types (see the module docs).

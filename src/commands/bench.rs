@@ -56,8 +56,7 @@ pub fn lower_bound(input: &Input, solution: &Solution) -> f64 {
             let total = solution
                 .claims
                 .iter()
-                .flat_map(|c| &c.pods)
-                .map(|&p| input.pods[p].requests.get(resource).millis() as f64 / 1000.0)
+                .map(|c| c.requests.get(resource).millis() as f64 / 1000.0)
                 .fold(0.0, |a, b| a + b);
             cheapest_per_unit(input, resource).map(|price| total * price)
         })
@@ -78,10 +77,7 @@ pub fn run(scenario: Scenario, pods: usize, out: &mut dyn io::Write) -> Result<E
     let start = std::time::Instant::now();
     let solution = solve(&input);
     let elapsed = start.elapsed().as_secs_f64();
-    report(scenario, &input, &solution, elapsed, out).map_err(|source| CommandError::Write {
-        path: "stdout".into(),
-        source,
-    })?;
+    report(scenario, &input, &solution, elapsed, out).map_err(CommandError::stdout)?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -29,12 +29,7 @@ pub(super) fn run(out_dir: Option<&Path>, out: &mut dyn io::Write) -> Result<(),
                 let path = dir.join(file);
                 std::fs::write(&path, yaml).map_err(|source| CommandError::Write { path, source })?;
             }
-            None => out
-                .write_all(yaml.as_bytes())
-                .map_err(|source| CommandError::Write {
-                    path: "stdout".into(),
-                    source,
-                })?,
+            None => out.write_all(yaml.as_bytes()).map_err(CommandError::stdout)?,
         }
     }
     Ok(())

@@ -95,6 +95,16 @@ pub enum CommandError {
     },
 }
 
+impl CommandError {
+    /// Writing to standard output failed.
+    pub fn stdout(source: io::Error) -> Self {
+        CommandError::Write {
+            path: "stdout".into(),
+            source,
+        }
+    }
+}
+
 /// Runs `cli`, writing its output to `out`.
 pub fn run(cli: Cli, out: &mut dyn io::Write) -> Result<ExitCode, CommandError> {
     match cli.command {
@@ -109,7 +119,7 @@ pub fn run(cli: Cli, out: &mut dyn io::Write) -> Result<ExitCode, CommandError> 
                 "joist {}\nserves karpenter.sh/v1 (NodePool, NodeClaim) and karpenter.k8s.aws/v1 (EC2NodeClass)",
                 env!("CARGO_PKG_VERSION")
             )
-            .map_err(|source| CommandError::Write { path: "stdout".into(), source })?;
+            .map_err(CommandError::stdout)?;
             Ok(ExitCode::SUCCESS)
         }
     }

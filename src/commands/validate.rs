@@ -60,20 +60,16 @@ pub(super) fn run(paths: &[PathBuf], out: &mut dyn io::Write) -> Result<ExitCode
     let mut tally = Tally::default();
     // Generating the CRD schemas is the costly part: do it once for all files.
     let mut checker = Checker::new();
-    let write_err = |source| CommandError::Write {
-        path: "stdout".into(),
-        source,
-    };
     for file in &files {
         let text = match read_input(file) {
             Ok(text) => text,
             Err(e) => {
-                writeln!(out, "{}: cannot read: {e}", file.display()).map_err(write_err)?;
+                writeln!(out, "{}: cannot read: {e}", file.display()).map_err(CommandError::stdout)?;
                 tally.unreadable += 1;
                 continue;
             }
         };
-        check_file(&mut checker, file, &text, out, &mut tally).map_err(write_err)?;
+        check_file(&mut checker, file, &text, out, &mut tally).map_err(CommandError::stdout)?;
     }
     writeln!(
         out,
@@ -88,7 +84,7 @@ pub(super) fn run(paths: &[PathBuf], out: &mut dyn io::Write) -> Result<ExitCode
             String::new()
         }
     )
-    .map_err(write_err)?;
+    .map_err(CommandError::stdout)?;
     Ok(if tally.with_problems == 0 && tally.unreadable == 0 {
         ExitCode::SUCCESS
     } else {

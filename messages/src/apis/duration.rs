@@ -52,7 +52,14 @@ impl Duration {
         self.0
     }
 
-    fn parse_units(text: &str, units: &'static str, example: &'static str) -> Result<Self, DurationError> {
+    /// Parses `text` as a sum of `<digits><unit>` terms with units from `allowed` (`units` and
+    /// `example` name them in the error).
+    fn parse_units(
+        text: &str,
+        allowed: &[char],
+        units: &'static str,
+        example: &'static str,
+    ) -> Result<Self, DurationError> {
         let malformed = || DurationError::Malformed {
             text: text.to_string(),
             units,
@@ -66,11 +73,6 @@ impl Duration {
         while !rest.is_empty() {
             let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
             let unit = rest[digits..].chars().next().ok_or_else(malformed)?;
-            let allowed: &[char] = if units.contains('s') {
-                &['h', 'm', 's']
-            } else {
-                &['h', 'm']
-            };
             if digits == 0 || !allowed.contains(&unit) {
                 return Err(malformed());
             }
@@ -96,7 +98,7 @@ impl FromStr for Duration {
     type Err = DurationError;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Duration::parse_units(s, "h, m, s", "720h, 1h30m or 30s")
+        Duration::parse_units(s, &['h', 'm', 's'], "h, m, s", "720h, 1h30m or 30s")
     }
 }
 
@@ -142,7 +144,8 @@ impl FromStr for NillableDuration {
         if s == "Never" {
             return Ok(NillableDuration::Never);
         }
-        Duration::parse_units(s, "h, m, s", "720h, 1h30m, 30s or Never").map(NillableDuration::After)
+        Duration::parse_units(s, &['h', 'm', 's'], "h, m, s", "720h, 1h30m, 30s or Never")
+            .map(NillableDuration::After)
     }
 }
 
@@ -164,7 +167,7 @@ impl FromStr for BudgetDuration {
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let trimmed = s.strip_suffix("0s").filter(|t| !t.is_empty()).unwrap_or(s);
-        Duration::parse_units(trimmed, "h, m", "10m or 1h30m")
+        Duration::parse_units(trimmed, &['h', 'm'], "h, m", "10m or 1h30m")
             .map(BudgetDuration)
             .map_err(|e| match e {
                 DurationError::Malformed { units, example, .. } => DurationError::Malformed {

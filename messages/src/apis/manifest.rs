@@ -121,14 +121,7 @@ impl Checker {
     /// A checker for the CRDs generated from this crate's types.
     pub fn new() -> Self {
         fn schema_of<K: kube::CustomResourceExt>() -> SchemaChecker {
-            let crd = K::crd();
-            let schema = crd
-                .spec
-                .versions
-                .first()
-                .and_then(|v| v.schema.as_ref())
-                .and_then(|s| s.open_api_v3_schema.as_ref());
-            SchemaChecker::new(serde_json::to_value(schema).unwrap_or_default())
+            SchemaChecker::new(super::openapi_schema(&K::crd()))
         }
         Checker {
             node_pool: schema_of::<NodePool>(),

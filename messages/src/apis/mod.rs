@@ -28,6 +28,17 @@ pub use nodeclaim::{NodeClaim, NodeClaimSpec, NodeClaimStatus};
 pub use nodepool::{NodePool, NodePoolSpec, NodePoolStatus};
 pub use validation::{Validate, Violation};
 
+/// The OpenAPI v3 schema of `crd`'s first (served) version, `null` when it has none.
+pub fn openapi_schema(crd: &CustomResourceDefinition) -> serde_json::Value {
+    let schema = crd
+        .spec
+        .versions
+        .first()
+        .and_then(|v| v.schema.as_ref())
+        .and_then(|s| s.open_api_v3_schema.as_ref());
+    serde_json::to_value(schema).unwrap_or_default()
+}
+
 /// The CRDs Joist serves, each with the file name Karpenter uses for it.
 pub fn crds() -> Vec<(&'static str, CustomResourceDefinition)> {
     vec![

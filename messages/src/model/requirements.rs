@@ -212,12 +212,7 @@ impl Requirement {
     }
 
     fn within_bounds(&self, value: &str) -> bool {
-        if !self.has_bounds() {
-            return true;
-        }
-        value.parse::<i64>().is_ok_and(|n| {
-            self.greater_than.is_none_or(|gt| n > gt) && self.less_than.is_none_or(|lt| n < lt)
-        })
+        !self.has_bounds() || in_bounds(self.greater_than, self.less_than, value)
     }
 
     /// Puts the set in canonical form (see the module docs): exclusions outside the bounds are
@@ -228,12 +223,10 @@ impl Requirement {
             return self;
         }
         let (gt, lt) = (self.greater_than, self.less_than);
-        self.values.retain(|v| {
-            v.parse::<i64>()
-                .is_ok_and(|n| gt.is_none_or(|gt| n > gt) && lt.is_none_or(|lt| n < lt))
-        });
+        self.values.retain(|v| in_bounds(gt, lt, v));
         if let Some(mut gt) = self.greater_than {
-            while let Some(next) = gt.checked_add(1)
+            while !self.values.is_empty()
+                && let Some(next) = gt.checked_add(1)
                 && self.values.remove(&next.to_string())
             {
                 gt = next;
@@ -241,7 +234,8 @@ impl Requirement {
             self.greater_than = Some(gt);
         }
         if let Some(mut lt) = self.less_than {
-            while let Some(next) = lt.checked_sub(1)
+            while !self.values.is_empty()
+                && let Some(next) = lt.checked_sub(1)
                 && self.values.remove(&next.to_string())
             {
                 lt = next;
@@ -372,9 +366,23 @@ impl Requirements {
     /// Narrows the requirement on `req.key()` by `req` (adds it when the key is new).
     pub fn add(&mut self, req: Requirement) {
         match self.by_key.get_mut(req.key()) {
+            Some(existing) if *existing == req => {}
             Some(existing) => *existing = existing.intersection(&req),
             None => {
                 self.by_key.insert(req.key.clone(), req);
+            }
+        }
+    }
+
+    /// Narrows by every requirement of `other`, cloning only keys that are new here.
+    pub fn add_all(&mut self, other: &Requirements) {
+        for req in other.by_key.values() {
+            match self.by_key.get_mut(req.key()) {
+                Some(existing) if existing == req => {}
+                Some(existing) => *existing = existing.intersection(req),
+                None => {
+                    self.by_key.insert(req.key.clone(), req.clone());
+                }
             }
         }
     }
@@ -397,18 +405,27 @@ impl Requirements {
     /// Checks that some node could satisfy both `self` and `other`. Keys only one side constrains
     /// are fine; a shared key needs a common value unless both sides allow the label to be absent.
     pub fn intersects(&self, other: &Requirements) -> Result<(), Incompatibility> {
-        for (key, ours) in &self.by_key {
-            let Some(theirs) = other.by_key.get(key) else {
-                continue;
-            };
-            if !(ours.overlaps(theirs) || ours.allows_absent() && theirs.allows_absent()) {
-                return Err(Incompatibility::NoCommonValue {
-                    ours: ours.to_string(),
-                    theirs: theirs.to_string(),
-                });
-            }
+        match self.first_conflict(other) {
+            Some((ours, theirs)) => Err(Incompatibility::NoCommonValue {
+                ours: ours.to_string(),
+                theirs: theirs.to_string(),
+            }),
+            None => Ok(()),
         }
-        Ok(())
+    }
+
+    /// [`intersects`](Self::intersects) as a yes or no, without describing the conflict (for hot
+    /// loops that only need the answer).
+    pub fn overlaps(&self, other: &Requirements) -> bool {
+        self.first_conflict(other).is_none()
+    }
+
+    fn first_conflict<'a>(&'a self, other: &'a Requirements) -> Option<(&'a Requirement, &'a Requirement)> {
+        self.by_key.iter().find_map(|(key, ours)| {
+            let theirs = other.by_key.get(key)?;
+            let conflict = !(ours.overlaps(theirs) || ours.allows_absent() && theirs.allows_absent());
+            conflict.then_some((ours, theirs))
+        })
     }
 
     /// Like [`intersects`](Self::intersects), and also requires that every label `other` needs to
@@ -504,6 +521,13 @@ impl fmt::Display for Requirements {
         let parts: Vec<String> = self.iter().map(ToString::to_string).collect();
         f.write_str(&parts.join(", "))
     }
+}
+
+/// True when `value` is an integer strictly between the bounds that are set.
+fn in_bounds(gt: Option<i64>, lt: Option<i64>, value: &str) -> bool {
+    value
+        .parse::<i64>()
+        .is_ok_and(|n| gt.is_none_or(|gt| n > gt) && lt.is_none_or(|lt| n < lt))
 }
 
 #[cfg(test)]
