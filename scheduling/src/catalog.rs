@@ -242,17 +242,13 @@ impl PoolPlan {
         let remaining_nodes = pool
             .remaining
             .as_ref()
-            .and_then(|r| r.iter().find(|(n, _)| *n == names::NODES))
-            .map(|(_, q)| q.millis() / 1000);
+            .and_then(|r| r.get(names::NODES))
+            .map(|q| q.millis() / 1000);
+        // Dimensions the NodePool does not limit are unbounded.
         let remaining = pool.remaining.as_ref().map(|r| {
-            let mut v = dims.vector(r);
-            // Dimensions the NodePool does not limit are unbounded.
-            for (i, slot) in v.iter_mut().enumerate() {
-                if r.iter().all(|(n, _)| n != dims.name(i)) {
-                    *slot = i64::MAX;
-                }
-            }
-            v
+            (0..dims.len())
+                .map(|i| r.get(dims.name(i)).map_or(i64::MAX, |q| q.millis()))
+                .collect()
         });
         PoolPlan {
             input,

@@ -16,9 +16,14 @@ impl Dims {
     /// Adds the names of `resources` not yet numbered.
     pub(crate) fn include(&mut self, resources: &Resources) {
         for (name, _) in resources.iter() {
-            if !self.names.iter().any(|n| n == name) {
-                self.names.push(name.to_string());
-            }
+            self.include_name(name);
+        }
+    }
+
+    /// Numbers `name` if it is not yet.
+    pub(crate) fn include_name(&mut self, name: &str) {
+        if !self.names.iter().any(|n| n == name) {
+            self.names.push(name.to_string());
         }
     }
 

@@ -10,7 +10,9 @@
 
 use std::collections::BTreeMap;
 
-use joist_messages::model::{instance_type::InstanceType, requirements::Requirements, resources::Resources};
+use joist_messages::model::{
+    instance_type::InstanceType, quantity::Quantity, requirements::Requirements, resources::Resources,
+};
 use k8s_openapi::api::core::v1::Taint;
 
 use crate::pod::PodInfo;
@@ -28,8 +30,10 @@ pub struct NodePoolInput {
     pub labels: BTreeMap<String, String>,
     /// The template's taints (startup taints are not listed: they do not affect scheduling).
     pub taints: Vec<Taint>,
-    /// Limits minus current usage (`nodes` included when limited); `None` when unlimited.
-    pub remaining: Option<Resources>,
+    /// Per limited resource (`nodes` included), the limit minus current usage: zero or less means
+    /// none is left. Resources not listed are unlimited; `None` when the NodePool has no limits.
+    /// A plain map, not [`Resources`], because a limit used up exactly must stay listed.
+    pub remaining: Option<BTreeMap<String, Quantity>>,
     /// Positions in [`Input::instance_types`] of the types its node class offers.
     pub instance_types: Vec<usize>,
 }

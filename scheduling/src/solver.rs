@@ -174,11 +174,10 @@ impl<'a> Solver<'a> {
             }
         }
         for pool in &input.node_pools {
-            if let Some(r) = &pool.remaining {
-                dims.include(
-                    &r.clone()
-                        .with(joist_messages::model::resources::names::NODES, Default::default()),
-                );
+            for name in pool.remaining.iter().flat_map(|r| r.keys()) {
+                if name != joist_messages::model::resources::names::NODES {
+                    dims.include_name(name);
+                }
             }
         }
         let mut order: Vec<usize> = (0..input.node_pools.len()).collect();

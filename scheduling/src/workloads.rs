@@ -271,11 +271,10 @@ fn node_pool(name: &str, weight: i32, instance_types: usize) -> NodePoolInput {
         requirements: Requirements::new(),
         labels: BTreeMap::new(),
         taints: Vec::new(),
-        remaining: Some(
-            Resources::new()
-                .with(names::CPU, Quantity::from_units(10_000_000))
-                .with(names::MEMORY, bytes(10_000_000 * GIB)),
-        ),
+        remaining: Some(BTreeMap::from([
+            (names::CPU.to_string(), Quantity::from_units(10_000_000)),
+            (names::MEMORY.to_string(), bytes(10_000_000 * GIB)),
+        ])),
         instance_types: (0..instance_types).collect(),
     }
 }

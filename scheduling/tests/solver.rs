@@ -40,6 +40,11 @@ fn sized(name: &str, cpu: &str, memory: &str, mut spec: Value) -> PodInfo {
     pod(name, spec)
 }
 
+/// What is left of one NodePool limit.
+fn limit(resource: &str, units: i64) -> BTreeMap<String, Quantity> {
+    BTreeMap::from([(resource.to_string(), Quantity::from_units(units))])
+}
+
 fn pool(name: &str, types: usize) -> NodePoolInput {
     NodePoolInput {
         name: name.to_string(),
@@ -216,7 +221,7 @@ fn limits_count_the_largest_type_a_claim_may_launch() {
     let mut input = problem(8, pods);
     // The first claim may launch as anything from 4 to 8 cpu and holds 8; the second holds the 6
     // that are left; the third finds nothing small enough.
-    input.node_pools[0].remaining = Some(Resources::new().with(names::CPU, Quantity::from_units(14)));
+    input.node_pools[0].remaining = Some(limit(names::CPU, 14));
     let solution = solve(&input);
     let launched: i64 = solution
         .claims
@@ -241,12 +246,27 @@ fn limits_count_the_largest_type_a_claim_may_launch() {
         "{:?}",
         solution.unschedulable
     );
-    input.node_pools[0].remaining = Some(Resources::new().with(names::NODES, Quantity::from_units(1)));
+    input.node_pools[0].remaining = Some(limit(names::NODES, 1));
     let solution = solve(&input);
     assert_eq!(solution.claims.len(), 1);
     assert!(solution.unschedulable.iter().all(
         |u| matches!(&u.reasons[0].1, Reason::Limits { resources } if resources == &["nodes".to_string()])
     ));
+}
+
+#[test]
+fn a_limit_used_up_exactly_leaves_nothing_to_launch() {
+    for resource in [names::CPU, names::NODES] {
+        let mut input = problem(4, vec![pod("web", json!({}))]);
+        input.node_pools[0].remaining = Some(limit(resource, 0));
+        let solution = solve(&input);
+        assert!(solution.claims.is_empty(), "{resource}: {:?}", solution.claims);
+        assert!(
+            matches!(&solution.unschedulable[0].reasons[0].1, Reason::Limits { resources } if resources == &[resource.to_string()]),
+            "{resource}: {:?}",
+            solution.unschedulable
+        );
+    }
 }
 
 #[test]
@@ -493,7 +513,7 @@ fn random_problem() -> impl Strategy<Value = Input> {
             input.nodes = (0..nodes)
                 .map(|n| node(&format!("n{n}"), 2, &[(ZONE, "test-zone-1"), (HOSTNAME, &format!("n{n}"))], Vec::new()))
                 .collect();
-            input.node_pools[0].remaining = limit.map(|cpu| Resources::new().with(names::CPU, Quantity::from_units(cpu)));
+            input.node_pools[0].remaining = limit.map(|cpu| self::limit(names::CPU, cpu));
             input
         },
     )
@@ -542,7 +562,8 @@ proptest! {
             prop_assert!(anti.values().all(|&n| n == 1), "hostname anti-affinity broken: {:?}", anti);
         }
         if let Some(limit) = &input.node_pools[0].remaining {
-            prop_assert!(reserved_cpu <= limit.get(names::CPU).millis(), "{} > limit", reserved_cpu);
+            let cpu = limit.get(names::CPU).map_or(i64::MAX, |q| q.millis());
+            prop_assert!(reserved_cpu <= cpu, "{} > limit", reserved_cpu);
         }
         for (n, node) in input.nodes.iter().enumerate() {
             let mut used = Resources::new();
