@@ -5,6 +5,7 @@
 
 pub mod bench;
 mod crds;
+mod sim;
 mod validate;
 
 use std::{io, path::PathBuf, process::ExitCode};
@@ -42,11 +43,32 @@ pub enum Command {
     },
     /// Print the version and the API versions Joist serves.
     Version,
+    /// The embedded simulated cluster.
+    Sim {
+        /// What to do with it.
+        #[command(subcommand)]
+        action: SimAction,
+    },
     /// Run a benchmark and print its figures.
     Bench {
         /// What to benchmark.
         #[command(subcommand)]
         target: BenchTarget,
+    },
+}
+
+/// What `joist sim` does.
+#[derive(Debug, Subcommand)]
+pub enum SimAction {
+    /// Serve kubesim (a Kubernetes API server with a scheduler and kubelets, but no nodes) on
+    /// 127.0.0.1 and write a kubeconfig for kubectl and helm.
+    Serve {
+        /// Where to write the kubeconfig (default: kubesim-PORT.kubeconfig in the temp directory).
+        #[arg(long)]
+        kubeconfig: Option<PathBuf>,
+        /// The port (0: any free one).
+        #[arg(long, default_value_t = 0)]
+        port: u16,
     },
 }
 
@@ -85,6 +107,30 @@ pub enum CommandError {
         #[source]
         source: io::Error,
     },
+    /// The async runtime could not start (or stop waiting for Ctrl-C).
+    #[error("cannot run the async runtime: {source}")]
+    Runtime {
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
+    /// The HTTP port could not be bound.
+    #[error("cannot serve on 127.0.0.1:{port}: {source}")]
+    Serve {
+        /// The port asked for.
+        port: u16,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
+    /// A CRD could not be installed into kubesim.
+    #[error("cannot install CRD {name} into kubesim: {message}")]
+    Install {
+        /// The CRD.
+        name: String,
+        /// Why.
+        message: String,
+    },
     /// A CRD could not be rendered as YAML.
     #[error("cannot render CRD {name} as YAML: {message}")]
     Render {
@@ -113,6 +159,9 @@ pub fn run(cli: Cli, out: &mut dyn io::Write) -> Result<ExitCode, CommandError> 
         Command::Bench {
             target: BenchTarget::Scheduling { pods, scenario },
         } => bench::run(scenario, pods, out),
+        Command::Sim {
+            action: SimAction::Serve { kubeconfig, port },
+        } => sim::serve(kubeconfig.as_deref(), port, out),
         Command::Version => {
             writeln!(
                 out,

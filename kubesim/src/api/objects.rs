@@ -1,0 +1,321 @@
+//! The verbs on a resource's objects: list, create, update, patch (JSON, merge, strategic merge and
+//! server-side apply), delete and deletecollection.
+//!
+//! Server-side apply is served without field ownership: an apply creates the object when it is
+//! missing and otherwise merges the applied configuration into it (strategic merge for built-in
+//! kinds, JSON merge for custom resources). Fields a manager stops applying are therefore kept.
+
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+
+use super::{ApiRequest, ResourcePath, parse_body, table};
+use crate::{
+    clock::Clock,
+    error::ApiError,
+    patch::{json_patch, merge_patch, strategic_merge_patch},
+    store::{DeleteOptions, ObjectKey, Part, Propagation, Store},
+};
+
+/// A list, or a Table when kubectl asks for one; paged by `limit` and `continue`.
+pub fn list(store: &Store, request: &ApiRequest, path: &ResourcePath) -> Result<Value, ApiError> {
+    let labels = request.query.label_selector()?;
+    let fields = request.query.field_selector()?;
+    let limit = request
+        .query
+        .number("limit")?
+        .and_then(|l| usize::try_from(l).ok())
+        .filter(|l| *l > 0);
+    let from = request.query.get("continue").map(parse_continue).transpose()?;
+    let namespace = path
+        .rtype
+        .namespaced
+        .then_some(path.namespace.as_deref())
+        .flatten();
+    let page = store.list(
+        &path.rtype.group_resource(),
+        namespace,
+        from.as_ref(),
+        limit,
+        |object| {
+            labels.matches(object.pointer("/metadata/labels").and_then(Value::as_object))
+                && fields.matches(object)
+        },
+    );
+    let mut metadata = json!({"resourceVersion": page.revision.to_string()});
+    if let Some(next) = &page.next {
+        metadata["continue"] = json!(format!("{}.{}.{}", page.revision, next.namespace, next.name));
+    }
+    if request.wants_table() {
+        return Ok(table::table(
+            &path.rtype,
+            &page.items,
+            metadata,
+            table::Options::of(request),
+            store.clock(),
+        ));
+    }
+    let items: Vec<Value> = page.items.iter().map(|o| versioned(path, o)).collect();
+    Ok(json!({
+        "kind": format!("{}List", path.rtype.kind),
+        "apiVersion": path.rtype.api_version(),
+        "metadata": metadata,
+        "items": items,
+    }))
+}
+
+/// A continue token: `revision.namespace.name`.
+fn parse_continue(token: &str) -> Result<ObjectKey, ApiError> {
+    let mut parts = token.splitn(3, '.');
+    match (parts.next().map(str::parse::<u64>), parts.next(), parts.next()) {
+        (Some(Ok(_)), Some(namespace), Some(name)) => Ok(ObjectKey::new(namespace, name)),
+        _ => Err(ApiError::BadRequest(format!(
+            "continue: not a continue token kubesim issued: {token:?}"
+        ))),
+    }
+}
+
+/// One object as the request's version shows it, or as a one-row Table.
+pub fn presented(path: &ResourcePath, object: &Value, as_table: bool, clock: &Clock) -> Value {
+    if as_table {
+        let metadata = json!({"resourceVersion": object.pointer("/metadata/resourceVersion").cloned().unwrap_or(Value::Null)});
+        let options = table::Options { include_object: true };
+        return table::table(&path.rtype, &[Arc::new(object.clone())], metadata, options, clock);
+    }
+    versioned(path, object)
+}
+
+/// The object with the apiVersion of the version the request used (all versions share storage).
+pub fn versioned(path: &ResourcePath, object: &Value) -> Value {
+    let mut object = object.clone();
+    object["apiVersion"] = json!(path.rtype.api_version());
+    object
+}
+
+/// POST to a collection: 201 with the created object.
+pub fn create(store: &Store, request: &ApiRequest, path: &ResourcePath) -> Result<(u16, Value), ApiError> {
+    let object = parse_body(request)?;
+    check_kind(path, &object)?;
+    let namespace = if path.rtype.namespaced {
+        path.namespace.as_deref().unwrap_or_default()
+    } else {
+        ""
+    };
+    let created = store.create(
+        &path.rtype.group_resource(),
+        namespace,
+        object,
+        request.query.dry_run(),
+    )?;
+    Ok((201, versioned(path, &created)))
+}
+
+/// PUT on an object.
+pub fn update(
+    store: &Store,
+    request: &ApiRequest,
+    path: &ResourcePath,
+    key: &ObjectKey,
+) -> Result<Value, ApiError> {
+    let object = parse_body(request)?;
+    check_kind(path, &object)?;
+    let updated = store.update(
+        &path.rtype.group_resource(),
+        key,
+        Part::Main,
+        object,
+        request.query.dry_run(),
+    )?;
+    Ok(versioned(path, &updated))
+}
+
+/// PATCH on an object (or on `/status` through [`apply_patch`]); an apply patch of a missing object
+/// creates it (201).
+pub fn patch(
+    store: &Store,
+    request: &ApiRequest,
+    path: &ResourcePath,
+    key: &ObjectKey,
+) -> Result<(u16, Value), ApiError> {
+    let resource = path.rtype.group_resource();
+    let patch = parse_body(request)?;
+    let dry_run = request.query.dry_run();
+    let is_apply = request.content_type.starts_with("application/apply-patch");
+    if is_apply && store.get(&resource, key).is_err() {
+        check_kind(path, &patch)?;
+        let mut object = patch;
+        object["metadata"]["name"] = json!(key.name);
+        let created = store.create(&resource, &key.namespace, object, dry_run)?;
+        return Ok((201, versioned(path, &created)));
+    }
+    let patched = store.modify(&resource, key, Part::Main, dry_run, |current| {
+        apply_patch(path, &request.content_type, current, &patch)
+    })?;
+    Ok((200, versioned(path, &patched)))
+}
+
+/// Applies a patch of the given content type to a copy of `current`.
+pub fn apply_patch(
+    path: &ResourcePath,
+    content_type: &str,
+    current: &Value,
+    patch: &Value,
+) -> Result<Value, ApiError> {
+    let builtin = is_builtin(path);
+    let mut next = current.clone();
+    let media = content_type.split(';').next().unwrap_or_default().trim();
+    let invalid = |e: crate::patch::PatchError| ApiError::Invalid {
+        kind: path.rtype.kind.clone(),
+        name: path.name.clone().unwrap_or_default(),
+        reason: e.to_string(),
+    };
+    match media {
+        "application/json-patch+json" => json_patch(&mut next, patch).map_err(invalid)?,
+        "application/merge-patch+json" => merge_patch(&mut next, patch),
+        "application/strategic-merge-patch+json" if builtin => {
+            strategic_merge_patch(&mut next, patch).map_err(invalid)?
+        }
+        "application/apply-patch+yaml" | "application/apply-patch+cbor" => {
+            let mut applied = patch.clone();
+            if let Some(metadata) = applied.get_mut("metadata").and_then(Value::as_object_mut) {
+                metadata.remove("resourceVersion");
+                metadata.remove("managedFields");
+            }
+            if builtin {
+                strategic_merge_patch(&mut next, &applied).map_err(invalid)?;
+            } else {
+                merge_patch(&mut next, &applied);
+            }
+        }
+        _ => {
+            let accepted = if builtin {
+                "application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json, application/apply-patch+yaml"
+            } else {
+                "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml"
+            };
+            return Err(ApiError::UnsupportedMediaType(accepted.to_owned()));
+        }
+    }
+    Ok(next)
+}
+
+/// Built-in kinds take strategic merge patches; custom resources do not.
+fn is_builtin(path: &ResourcePath) -> bool {
+    !path.rtype.group.contains('.') || path.rtype.group.ends_with(".k8s.io")
+}
+
+/// DELETE on an object: 200 with the object (gone, or marked for deletion when finalizers remain).
+pub fn delete(
+    store: &Store,
+    request: &ApiRequest,
+    path: &ResourcePath,
+    key: &ObjectKey,
+) -> Result<(u16, Value), ApiError> {
+    let options = delete_options(request)?;
+    let deleted = store.delete(&path.rtype.group_resource(), key, &options)?;
+    let code = if deleted.pointer("/metadata/deletionTimestamp").is_some() {
+        202
+    } else {
+        200
+    };
+    Ok((code, versioned(path, &deleted)))
+}
+
+/// DELETE on a collection: every object that matches the selectors.
+pub fn delete_collection(
+    store: &Store,
+    request: &ApiRequest,
+    path: &ResourcePath,
+) -> Result<Value, ApiError> {
+    let labels = request.query.label_selector()?;
+    let fields = request.query.field_selector()?;
+    let options = delete_options(request)?;
+    let namespace = path
+        .rtype
+        .namespaced
+        .then_some(path.namespace.as_deref())
+        .flatten();
+    let resource = path.rtype.group_resource();
+    let page = store.list(&resource, namespace, None, None, |object| {
+        labels.matches(object.pointer("/metadata/labels").and_then(Value::as_object))
+            && fields.matches(object)
+    });
+    let mut items = Vec::new();
+    for object in page.items {
+        let key = ObjectKey::new(
+            object
+                .pointer("/metadata/namespace")
+                .and_then(Value::as_str)
+                .unwrap_or_default(),
+            object
+                .pointer("/metadata/name")
+                .and_then(Value::as_str)
+                .unwrap_or_default(),
+        );
+        match store.delete(&resource, &key, &options) {
+            Ok(deleted) => items.push(versioned(path, &deleted)),
+            Err(ApiError::NotFound { .. }) => {}
+            Err(error) => return Err(error),
+        }
+    }
+    Ok(json!({
+        "kind": format!("{}List", path.rtype.kind),
+        "apiVersion": path.rtype.api_version(),
+        "metadata": {"resourceVersion": store.revision().to_string()},
+        "items": items,
+    }))
+}
+
+/// DeleteOptions from the body (kube-rs, kubectl) and the query.
+fn delete_options(request: &ApiRequest) -> Result<DeleteOptions, ApiError> {
+    // helm sends DeleteOptions as protobuf; kubesim reads only JSON options and takes the defaults
+    // (background propagation, no preconditions) for any other encoding.
+    let body: Value = if request.body.is_empty() || !request.content_type.contains("json") {
+        json!({})
+    } else {
+        parse_body(request)?
+    };
+    let policy = body
+        .get("propagationPolicy")
+        .and_then(Value::as_str)
+        .or_else(|| request.query.get("propagationPolicy"))
+        .unwrap_or("Background");
+    let propagation = match policy {
+        "Orphan" => Propagation::Orphan,
+        "Background" | "Foreground" => Propagation::Background,
+        other => {
+            return Err(ApiError::BadRequest(format!(
+                "propagationPolicy: unknown policy {other:?}"
+            )));
+        }
+    };
+    let orphan = body.get("orphanDependents").and_then(Value::as_bool) == Some(true);
+    let dry_run = request.query.dry_run()
+        || body
+            .get("dryRun")
+            .and_then(Value::as_array)
+            .is_some_and(|d| d.iter().any(|v| v == "All"));
+    Ok(DeleteOptions {
+        propagation: if orphan { Propagation::Orphan } else { propagation },
+        uid: body
+            .pointer("/preconditions/uid")
+            .and_then(Value::as_str)
+            .map(str::to_owned),
+        resource_version: body
+            .pointer("/preconditions/resourceVersion")
+            .and_then(Value::as_str)
+            .map(str::to_owned),
+        dry_run,
+    })
+}
+
+/// A body whose kind contradicts the path is refused, as kube-apiserver does.
+fn check_kind(path: &ResourcePath, object: &Value) -> Result<(), ApiError> {
+    match object.get("kind").and_then(Value::as_str) {
+        Some(kind) if kind != path.rtype.kind => Err(ApiError::BadRequest(format!(
+            "the kind {kind} of the body does not match the resource {} ({})",
+            path.rtype.plural, path.rtype.kind
+        ))),
+        _ => Ok(()),
+    }
+}

@@ -1,0 +1,173 @@
+//! Subresources: `/status` (spec and status written separately), `/scale` (an autoscaling/v1 Scale
+//! view of `spec.replicas`), `pods/binding` (what a scheduler posts) and `pods/eviction` (a delete
+//! that honours PodDisruptionBudgets: 429 when the budget is spent).
+
+use serde_json::{Value, json};
+
+use super::{
+    ApiRequest, ResourcePath,
+    objects::{apply_patch, versioned},
+    parse_body,
+};
+use crate::{
+    budget,
+    error::ApiError,
+    store::{ObjectKey, Part, Store},
+};
+
+/// Serves one subresource request; returns the code and the body.
+pub fn handle(
+    store: &Store,
+    request: &ApiRequest,
+    path: &ResourcePath,
+    subresource: &str,
+) -> Result<(u16, Value), ApiError> {
+    let key = path.key().ok_or(ApiError::NoSuchResource)?;
+    let resource = path.rtype.group_resource();
+    let dry_run = request.query.dry_run();
+    let method = request.method.as_str();
+    match (subresource, method) {
+        ("status", "GET") if path.rtype.status_subresource => {
+            Ok((200, versioned(path, &*store.get(&resource, &key)?)))
+        }
+        ("status", "PUT") if path.rtype.status_subresource => {
+            let object = parse_body(request)?;
+            Ok((
+                200,
+                versioned(
+                    path,
+                    &*store.update(&resource, &key, Part::Status, object, dry_run)?,
+                ),
+            ))
+        }
+        ("status", "PATCH") if path.rtype.status_subresource => {
+            let patch = parse_body(request)?;
+            let patched = store.modify(&resource, &key, Part::Status, dry_run, |current| {
+                apply_patch(path, &request.content_type, current, &patch)
+            })?;
+            Ok((200, versioned(path, &patched)))
+        }
+        ("scale", "GET") if has_scale(path) => Ok((200, scale_of(&*store.get(&resource, &key)?))),
+        ("scale", "PUT" | "PATCH") if has_scale(path) => {
+            let body = parse_body(request)?;
+            let updated = store.modify(&resource, &key, Part::Main, dry_run, |current| {
+                let scale = if method == "PUT" {
+                    body.clone()
+                } else {
+                    apply_patch(path, &request.content_type, &scale_of(current), &body)?
+                };
+                let replicas = scale
+                    .pointer("/spec/replicas")
+                    .and_then(Value::as_i64)
+                    .ok_or_else(|| ApiError::Invalid {
+                        kind: "Scale".to_owned(),
+                        name: key.name.clone(),
+                        reason: "spec.replicas: Required value".to_owned(),
+                    })?;
+                let mut next = current.clone();
+                next["spec"]["replicas"] = json!(replicas);
+                next["metadata"]["resourceVersion"] = scale
+                    .pointer("/metadata/resourceVersion")
+                    .cloned()
+                    .unwrap_or(Value::Null);
+                Ok(next)
+            })?;
+            Ok((200, scale_of(&updated)))
+        }
+        ("binding", "POST") if is_pods(path) => {
+            let binding = parse_body(request)?;
+            let node = binding
+                .pointer("/target/name")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            bind(store, &key, node, dry_run)?;
+            Ok((201, success()))
+        }
+        ("eviction", "POST") if is_pods(path) => {
+            budget::evict(store, &key, dry_run)?;
+            Ok((201, success()))
+        }
+        _ => Err(ApiError::MethodNotAllowed),
+    }
+}
+
+fn is_pods(path: &ResourcePath) -> bool {
+    path.rtype.group.is_empty() && path.rtype.plural == "pods"
+}
+
+fn has_scale(path: &ResourcePath) -> bool {
+    path.rtype.group == "apps"
+        && matches!(
+            path.rtype.plural.as_str(),
+            "deployments" | "replicasets" | "statefulsets"
+        )
+}
+
+fn success() -> Value {
+    json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201})
+}
+
+/// Binds a pod to a node, as kube-scheduler's bind does: 409 when it is already bound.
+pub fn bind(store: &Store, pod: &ObjectKey, node: &str, dry_run: bool) -> Result<(), ApiError> {
+    if node.is_empty() {
+        return Err(ApiError::Invalid {
+            kind: "Binding".to_owned(),
+            name: pod.name.clone(),
+            reason: "target.name: Required value".to_owned(),
+        });
+    }
+    let now = store.clock().now_rfc3339();
+    store.modify(
+        &crate::resources::GroupResource::new("", "pods"),
+        pod,
+        Part::Whole,
+        dry_run,
+        |current| {
+            if let Some(bound) = current
+                .pointer("/spec/nodeName")
+                .and_then(Value::as_str)
+                .filter(|n| !n.is_empty())
+            {
+                return Err(ApiError::Conflict {
+                    resource: "pods".to_owned(),
+                    name: pod.name.clone(),
+                    reason: format!("pod {} is already assigned to node \"{bound}\"", pod.name),
+                });
+            }
+            let mut next = current.clone();
+            next["spec"]["nodeName"] = json!(node);
+            crate::conditions::set(&mut next, "PodScheduled", "True", "", "", &now);
+            Ok(next)
+        },
+    )?;
+    Ok(())
+}
+
+/// The autoscaling/v1 Scale of a workload.
+fn scale_of(object: &Value) -> Value {
+    let selector = object
+        .pointer("/spec/selector/matchLabels")
+        .and_then(Value::as_object)
+        .map(|labels| {
+            labels
+                .iter()
+                .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
+                .collect::<Vec<_>>()
+                .join(",")
+        })
+        .unwrap_or_default();
+    let metadata = &object["metadata"];
+    json!({
+        "apiVersion": "autoscaling/v1",
+        "kind": "Scale",
+        "metadata": {
+            "name": metadata["name"], "namespace": metadata["namespace"], "uid": metadata["uid"],
+            "resourceVersion": metadata["resourceVersion"], "creationTimestamp": metadata["creationTimestamp"],
+        },
+        "spec": {"replicas": object.pointer("/spec/replicas").cloned().unwrap_or(json!(1))},
+        "status": {
+            "replicas": object.pointer("/status/replicas").cloned().unwrap_or(json!(0)),
+            "selector": selector,
+        },
+    })
+}

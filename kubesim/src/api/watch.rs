@@ -1,0 +1,192 @@
+//! Watch streams: newline-delimited JSON events (`ADDED`, `MODIFIED`, `DELETED`, `BOOKMARK`, `ERROR`)
+//! as kube-apiserver sends them.
+//!
+//! A watch without a resourceVersion (or with "0") first sends the current objects as `ADDED`; with
+//! one, it sends only what changed after it, or a 410 `ERROR` event when that version has left the
+//! history. Selector watches see an object that stops matching as `DELETED` and one that starts
+//! matching as `ADDED`. A stream ends at `timeoutSeconds`, when the client goes away, or with a 410
+//! when the watcher falls further behind than the retained history.
+
+use std::{
+    convert::Infallible,
+    pin::Pin,
+    sync::Arc,
+    task::{Context, Poll},
+    time::Duration,
+};
+
+use bytes::Bytes;
+use http_body::Frame;
+use http_body_util::BodyExt;
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+use super::{ApiBody, ApiRequest, ResourcePath, objects};
+use crate::{
+    error::ApiError,
+    selector::{FieldSelector, LabelSelector},
+    store::{EventKind, Store, WatchEvent},
+};
+
+/// How long a watch runs when the client gives no `timeoutSeconds`.
+pub const DEFAULT_WATCH_TIMEOUT: Duration = Duration::from_secs(1800);
+
+/// How often a watch that allows bookmarks gets one while nothing changes.
+pub const BOOKMARK_INTERVAL: Duration = Duration::from_secs(60);
+
+/// Events read from the store per poll.
+const EVENTS_PER_POLL: usize = 512;
+
+/// Encoded events buffered per watch before the writer waits for the client.
+const STREAM_BUFFER: usize = 64;
+
+/// Which objects a watch shows.
+struct Filter {
+    namespace: Option<String>,
+    labels: LabelSelector,
+    fields: FieldSelector,
+}
+
+impl Filter {
+    fn matches(&self, object: &Value) -> bool {
+        let namespace_ok = self
+            .namespace
+            .as_deref()
+            .is_none_or(|ns| object.pointer("/metadata/namespace").and_then(Value::as_str) == Some(ns));
+        namespace_ok
+            && self
+                .labels
+                .matches(object.pointer("/metadata/labels").and_then(Value::as_object))
+            && self.fields.matches(object)
+    }
+
+    /// How an event looks to this watch, if it sees it at all.
+    fn view<'a>(&self, event: &'a WatchEvent) -> Option<(&'static str, &'a Value)> {
+        let now = self.matches(&event.object);
+        let before = event.previous.as_deref().is_some_and(|p| self.matches(p));
+        let kind = match (event.kind, before, now) {
+            (EventKind::Deleted, _, true) | (EventKind::Modified, true, false) => "DELETED",
+            (EventKind::Added, _, true) | (EventKind::Modified, false, true) => "ADDED",
+            (EventKind::Modified, true, true) => "MODIFIED",
+            _ => return None,
+        };
+        Some((kind, &event.object))
+    }
+}
+
+/// Starts a watch and returns its streaming body.
+pub fn serve(store: Arc<Store>, request: &ApiRequest, path: &ResourcePath) -> Result<ApiBody, ApiError> {
+    let filter = Filter {
+        namespace: path.rtype.namespaced.then(|| path.namespace.clone()).flatten(),
+        labels: request.query.label_selector()?,
+        fields: request.query.field_selector()?,
+    };
+    let timeout = request
+        .query
+        .number("timeoutSeconds")?
+        .map_or(DEFAULT_WATCH_TIMEOUT, Duration::from_secs);
+    let bookmarks = request.query.flag("allowWatchBookmarks");
+    let initial_events_end = request.query.flag("sendInitialEvents");
+    let resource = path.rtype.group_resource();
+    let (mut cursor, initial) = match request.query.resource_version()? {
+        Some(revision) if !initial_events_end => match store.watch(&resource, Some(revision)) {
+            Ok(cursor) => (cursor, Vec::new()),
+            // As kube-apiserver does: the watch opens, and its one event is the 410.
+            Err(gone) => return Ok(http_body_util::Full::new(line("ERROR", &gone.status())).boxed()),
+        },
+        _ => {
+            let page = store.list(&resource, filter.namespace.as_deref(), None, None, |o| {
+                filter.matches(o)
+            });
+            (store.watch(&resource, Some(page.revision))?, page.items)
+        }
+    };
+    let as_table = request.wants_table();
+    let (sender, receiver) = mpsc::channel::<Bytes>(STREAM_BUFFER);
+    let rtype = path.rtype.clone();
+    tokio::spawn(async move {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let shown = |object: &Value| -> Value {
+            let path = ResourcePath {
+                rtype: rtype.clone(),
+                namespace: None,
+                name: None,
+                subresource: None,
+            };
+            objects::presented(&path, object, as_table, store.clock())
+        };
+        for object in &initial {
+            if sender.send(line("ADDED", &shown(object))).await.is_err() {
+                return;
+            }
+        }
+        if initial_events_end {
+            let bookmark = bookmark(&rtype.api_version(), &rtype.kind, cursor.position, true);
+            if sender.send(line("BOOKMARK", &bookmark)).await.is_err() {
+                return;
+            }
+        }
+        loop {
+            let events = match store.poll(&mut cursor, EVENTS_PER_POLL) {
+                Ok(events) => events,
+                Err(gone) => {
+                    let _ = sender.send(line("ERROR", &gone.status())).await;
+                    return;
+                }
+            };
+            if events.is_empty() {
+                tokio::select! {
+                    alive = store.changed(&mut cursor) => if !alive { return },
+                    () = tokio::time::sleep_until(deadline) => return,
+                    () = tokio::time::sleep(BOOKMARK_INTERVAL), if bookmarks => {
+                        let bookmark = bookmark(&rtype.api_version(), &rtype.kind, cursor.position, false);
+                        if sender.send(line("BOOKMARK", &bookmark)).await.is_err() {
+                            return;
+                        }
+                    }
+                    () = sender.closed() => return,
+                }
+                continue;
+            }
+            for event in &events {
+                if let Some((kind, object)) = filter.view(event)
+                    && sender.send(line(kind, &shown(object))).await.is_err()
+                {
+                    return;
+                }
+            }
+        }
+    });
+    Ok(ChannelBody(receiver).boxed())
+}
+
+fn bookmark(api_version: &str, kind: &str, revision: u64, initial_events_end: bool) -> Value {
+    let mut metadata = json!({"resourceVersion": revision.to_string()});
+    if initial_events_end {
+        metadata["annotations"] = json!({"k8s.io/initial-events-end": "true"});
+    }
+    json!({"apiVersion": api_version, "kind": kind, "metadata": metadata})
+}
+
+fn line(kind: &str, object: &Value) -> Bytes {
+    let mut bytes = serde_json::to_vec(&json!({"type": kind, "object": object})).unwrap_or_default();
+    bytes.push(b'\n');
+    Bytes::from(bytes)
+}
+
+/// A response body fed by the watch task.
+struct ChannelBody(mpsc::Receiver<Bytes>);
+
+impl http_body::Body for ChannelBody {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        self.0
+            .poll_recv(cx)
+            .map(|chunk| chunk.map(|bytes| Ok(Frame::data(bytes))))
+    }
+}

@@ -1,0 +1,103 @@
+//! kubesim: an in-process Kubernetes API server and the cluster around it, for running Joist where
+//! there is no cluster.
+//!
+//! [`Cluster`] is the whole thing: a [`store::Store`] with kube-apiserver's semantics, the REST and
+//! watch protocol over it ([`api::ApiServer`]), served in-process to kube-rs ([`Cluster::client`])
+//! or over HTTP on 127.0.0.1 for kubectl and helm ([`Cluster::serve_http`]), and the physics that
+//! Joist does not own ([`physics`]): a kube-scheduler, kubelets, workload controllers and the
+//! disruption controller.
+//!
+//! What kubesim does not do, so a surprise is not taken for a Joist bug: no authentication or
+//! authorization (every request is allowed); no admission webhooks or schema validation (unknown
+//! fields are kept); server-side apply without field ownership; Deployments replace pods at once
+//! rather than rolling; pods are deleted at once (no graceful termination).
+
+pub mod api;
+pub mod budget;
+pub mod clock;
+pub mod conditions;
+pub mod error;
+pub mod events;
+pub mod http;
+pub mod patch;
+pub mod physics;
+pub mod protobuf;
+pub mod resources;
+pub mod selector;
+pub mod store;
+
+use std::{io, sync::Arc};
+
+use tokio::task::JoinHandle;
+
+pub use self::{
+    api::ApiServer,
+    clock::Clock,
+    error::ApiError,
+    http::{HttpServer, InProcess},
+    physics::PhysicsSettings,
+    store::Store,
+};
+
+/// How to build a cluster.
+#[derive(Debug, Clone, Copy)]
+pub struct ClusterSettings {
+    /// Where timestamps come from.
+    pub clock: Clock,
+    /// Seed of generated uids and names.
+    pub seed: u64,
+    /// Timings of the simulated components.
+    pub physics: PhysicsSettings,
+}
+
+impl Default for ClusterSettings {
+    fn default() -> Self {
+        Self {
+            clock: Clock::system(),
+            seed: 0,
+            physics: PhysicsSettings::default(),
+        }
+    }
+}
+
+/// A running simulated cluster. Its controllers stop when it is dropped.
+#[derive(Debug)]
+pub struct Cluster {
+    server: Arc<ApiServer>,
+    controllers: Vec<JoinHandle<()>>,
+}
+
+impl Cluster {
+    /// Starts a cluster on the current tokio runtime.
+    pub fn start(settings: ClusterSettings) -> Self {
+        let store = Arc::new(Store::new(settings.clock, settings.seed));
+        let controllers = physics::start(&store, settings.physics);
+        Self {
+            server: Arc::new(ApiServer::new(store, "127.0.0.1:443")),
+            controllers,
+        }
+    }
+
+    /// The storage, for tests and simulations that read or write without HTTP.
+    pub fn store(&self) -> &Arc<Store> {
+        self.server.store()
+    }
+
+    /// A kube-rs client talking to this cluster in-process.
+    pub fn client(&self) -> kube::Client {
+        kube::Client::new(InProcess::new(self.server.clone()), "default")
+    }
+
+    /// Serves the cluster over HTTP on `127.0.0.1:port` (0: any free port).
+    pub async fn serve_http(&self, port: u16) -> io::Result<HttpServer> {
+        HttpServer::bind(self.server.clone(), port).await
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for controller in &self.controllers {
+            controller.abort();
+        }
+    }
+}

@@ -1,0 +1,354 @@
+//! Kubelets and the node agents around them: a registered Node turns Ready after a delay; pods bound
+//! to a Ready node start Running (Ready, with a pod IP) after a delay, and a pod annotated with
+//! [`RUN_FOR_ANNOTATION`] succeeds once it has run that long; a node agent removes the startup taints
+//! its NodeClaim declares once the node is Ready; and the pods of a deleted Node are deleted (pod
+//! garbage collection).
+
+use std::{
+    collections::{BTreeMap, HashMap, HashSet},
+    sync::Arc,
+    time::Duration,
+};
+
+use serde_json::{Value, json};
+use tokio::time::Instant;
+
+use super::{Informer, key_of, wait};
+use crate::{
+    conditions,
+    resources::GroupResource,
+    store::{DeleteOptions, EventKind, ObjectKey, Part, Store},
+};
+
+/// A pod annotation (`30s`, `5m`) after which the simulated containers exit successfully; pods
+/// without it run until deleted.
+pub const RUN_FOR_ANNOTATION: &str = "kubesim.joist.dev/run-for";
+
+/// Timings of the simulated kubelets.
+#[derive(Debug, Clone, Copy)]
+pub struct KubeletSettings {
+    /// From Node registration to `Ready=True`.
+    pub node_ready_after: Duration,
+    /// From binding (on a Ready node) to `Running`.
+    pub pod_running_after: Duration,
+    /// From `Ready=True` to the removal of the NodeClaim's startup taints.
+    pub startup_taints_removed_after: Duration,
+}
+
+impl Default for KubeletSettings {
+    fn default() -> Self {
+        Self {
+            node_ready_after: Duration::from_secs(5),
+            pod_running_after: Duration::from_secs(2),
+            startup_taints_removed_after: Duration::from_secs(5),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+enum Action {
+    NodeReady(String),
+    StartPod(ObjectKey),
+    FinishPod(ObjectKey),
+    RemoveStartupTaints(String),
+}
+
+/// A change a kubelet makes to an object; false when there is nothing to change.
+type Edit = Box<dyn FnOnce(&mut Value) -> bool>;
+
+#[derive(Default)]
+struct Kubelets {
+    ready_nodes: HashSet<String>,
+    pods_by_node: HashMap<String, HashSet<ObjectKey>>,
+    /// Pods bound to a node that is not Ready yet.
+    waiting: HashMap<String, HashSet<ObjectKey>>,
+    scheduled: HashSet<Action>,
+    timers: BTreeMap<(Instant, u64), Action>,
+    sequence: u64,
+    pod_ips: u32,
+}
+
+impl std::hash::Hash for Action {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        format!("{self:?}").hash(state);
+    }
+}
+
+/// Runs the kubelets until aborted.
+pub async fn run(store: Arc<Store>, settings: KubeletSettings) {
+    let mut changes = store.subscribe();
+    let mut nodes = Informer::new("", "nodes");
+    let mut pods = Informer::new("", "pods");
+    let mut kubelets = Kubelets::default();
+    loop {
+        for change in nodes.changes(&store) {
+            kubelets.observe_node(&store, change.kind, &change.object, settings);
+        }
+        for change in pods.changes(&store) {
+            kubelets.observe_pod(change.kind, &change.object, settings);
+        }
+        kubelets.fire_due(&store, settings);
+        let deadline = kubelets.timers.keys().next().map(|(at, _)| *at);
+        if !wait(&mut changes, deadline).await {
+            return;
+        }
+    }
+}
+
+impl Kubelets {
+    fn schedule(&mut self, after: Duration, action: Action) {
+        if self.scheduled.insert(action.clone()) {
+            self.sequence += 1;
+            self.timers
+                .insert((Instant::now() + after, self.sequence), action);
+        }
+    }
+
+    fn observe_node(&mut self, store: &Store, kind: EventKind, node: &Value, settings: KubeletSettings) {
+        let name = key_of(node).name;
+        if kind == EventKind::Deleted {
+            self.ready_nodes.remove(&name);
+            self.waiting.remove(&name);
+            let pods = GroupResource::new("", "pods");
+            for pod in self.pods_by_node.remove(&name).unwrap_or_default() {
+                if let Err(error) = store.delete(&pods, &pod, &DeleteOptions::default()) {
+                    tracing::debug!(%error, pod = %pod.name, "kubesim pod gc: cannot delete");
+                }
+            }
+            return;
+        }
+        if conditions::status(node, "Ready") == Some("True") {
+            if self.ready_nodes.insert(name.clone()) {
+                for pod in self.waiting.remove(&name).unwrap_or_default() {
+                    self.schedule(settings.pod_running_after, Action::StartPod(pod));
+                }
+            }
+            if node
+                .pointer("/spec/taints")
+                .and_then(Value::as_array)
+                .is_some_and(|t| !t.is_empty())
+            {
+                self.schedule(
+                    settings.startup_taints_removed_after,
+                    Action::RemoveStartupTaints(name),
+                );
+            }
+        } else if node.pointer("/metadata/deletionTimestamp").is_none() {
+            self.ready_nodes.remove(&name);
+            self.schedule(settings.node_ready_after, Action::NodeReady(name));
+        }
+    }
+
+    fn observe_pod(&mut self, kind: EventKind, pod: &Value, settings: KubeletSettings) {
+        let key = key_of(pod);
+        let node = pod
+            .pointer("/spec/nodeName")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        if node.is_empty() {
+            return;
+        }
+        if kind == EventKind::Deleted {
+            if let Some(pods) = self.pods_by_node.get_mut(&node) {
+                pods.remove(&key);
+            }
+            return;
+        }
+        self.pods_by_node
+            .entry(node.clone())
+            .or_default()
+            .insert(key.clone());
+        let phase = pod
+            .pointer("/status/phase")
+            .and_then(Value::as_str)
+            .unwrap_or("Pending");
+        match phase {
+            "Pending" if self.ready_nodes.contains(&node) => {
+                self.schedule(settings.pod_running_after, Action::StartPod(key))
+            }
+            "Pending" => {
+                self.waiting.entry(node).or_default().insert(key);
+            }
+            "Running" => {
+                let run_for = pod
+                    .pointer(&format!(
+                        "/metadata/annotations/{}",
+                        RUN_FOR_ANNOTATION.replace('/', "~1")
+                    ))
+                    .and_then(Value::as_str)
+                    .and_then(|text| text.parse::<joist_messages::apis::duration::Duration>().ok())
+                    .map(joist_messages::apis::duration::Duration::as_std);
+                if let Some(run_for) = run_for {
+                    self.schedule(run_for, Action::FinishPod(key));
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn fire_due(&mut self, store: &Store, settings: KubeletSettings) {
+        let now = Instant::now();
+        while let Some(entry) = self.timers.first_entry() {
+            if entry.key().0 > now {
+                break;
+            }
+            let action = entry.remove();
+            self.scheduled.remove(&action);
+            self.fire(store, &action, settings);
+        }
+    }
+
+    fn fire(&mut self, store: &Store, action: &Action, _settings: KubeletSettings) {
+        let now = store.clock().now_rfc3339();
+        let (resource, key, change): (GroupResource, ObjectKey, Edit) = match action {
+            Action::NodeReady(name) => (
+                GroupResource::new("", "nodes"),
+                ObjectKey::new("", name),
+                Box::new(move |node: &mut Value| {
+                    let mut changed = conditions::set(
+                        node,
+                        "Ready",
+                        "True",
+                        "KubeletReady",
+                        "kubelet is posting ready status",
+                        &now,
+                    );
+                    for pressure in ["MemoryPressure", "DiskPressure", "PIDPressure"] {
+                        changed |= conditions::set(
+                            node,
+                            pressure,
+                            "False",
+                            &format!("KubeletHasNo{pressure}"),
+                            "",
+                            &now,
+                        );
+                    }
+                    node["status"]["nodeInfo"]["kubeletVersion"] = json!("v1.35.0");
+                    changed
+                }),
+            ),
+            Action::StartPod(key) => {
+                self.pod_ips += 1;
+                let ip = format!(
+                    "10.{}.{}.{}",
+                    64 + (self.pod_ips >> 16) % 64,
+                    (self.pod_ips >> 8) & 255,
+                    self.pod_ips & 255
+                );
+                (
+                    GroupResource::new("", "pods"),
+                    key.clone(),
+                    Box::new(move |pod: &mut Value| start(pod, &ip, &now)),
+                )
+            }
+            Action::FinishPod(key) => (
+                GroupResource::new("", "pods"),
+                key.clone(),
+                Box::new(move |pod: &mut Value| {
+                    pod["status"]["phase"] = json!("Succeeded");
+                    conditions::set(pod, "Ready", "False", "PodCompleted", "", &now);
+                    conditions::set(pod, "ContainersReady", "False", "PodCompleted", "", &now);
+                    true
+                }),
+            ),
+            Action::RemoveStartupTaints(name) => {
+                let startup = startup_taint_keys(store, name);
+                (
+                    GroupResource::new("", "nodes"),
+                    ObjectKey::new("", name),
+                    Box::new(move |node: &mut Value| {
+                        let Some(taints) = node.pointer_mut("/spec/taints").and_then(Value::as_array_mut)
+                        else {
+                            return false;
+                        };
+                        let before = taints.len();
+                        taints.retain(|t| !startup.iter().any(|(k, e)| t["key"] == *k && t["effect"] == *e));
+                        taints.len() != before
+                    }),
+                )
+            }
+        };
+        let result = store.modify(&resource, &key, Part::Whole, false, |current| {
+            let mut next = current.clone();
+            if current.pointer("/metadata/deletionTimestamp").is_some() || !change(&mut next) {
+                return Ok(current.clone());
+            }
+            Ok(next)
+        });
+        if let Err(error) = result {
+            tracing::debug!(%error, ?action, "kubesim kubelet: action skipped");
+        }
+    }
+}
+
+/// A pod's containers started: Running, Ready, with an IP.
+fn start(pod: &mut Value, ip: &str, now: &str) -> bool {
+    if pod.pointer("/status/phase").and_then(Value::as_str) != Some("Pending") {
+        return false;
+    }
+    let containers: Vec<Value> = pod
+        .pointer("/spec/containers")
+        .and_then(Value::as_array)
+        .map(|containers| {
+            containers
+                .iter()
+                .map(|c| {
+                    json!({
+                        "name": c["name"], "image": c["image"], "ready": true, "started": true, "restartCount": 0,
+                        "state": {"running": {"startedAt": now}},
+                    })
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    pod["status"]["phase"] = json!("Running");
+    pod["status"]["podIP"] = json!(ip);
+    pod["status"]["podIPs"] = json!([{"ip": ip}]);
+    pod["status"]["hostIP"] = json!("10.0.0.1");
+    pod["status"]["startTime"] = json!(now);
+    pod["status"]["containerStatuses"] = json!(containers);
+    for condition in [
+        "Initialized",
+        "ContainersReady",
+        "Ready",
+        "PodReadyToStartContainers",
+    ] {
+        conditions::set(pod, condition, "True", "", "", now);
+    }
+    true
+}
+
+/// The (key, effect) startup taints of the NodeClaim that launched `node` (matched by providerID).
+fn startup_taint_keys(store: &Store, node: &str) -> Vec<(String, String)> {
+    let Ok(node) = store.get(&GroupResource::new("", "nodes"), &ObjectKey::new("", node)) else {
+        return Vec::new();
+    };
+    let Some(provider_id) = node.pointer("/spec/providerID").and_then(Value::as_str) else {
+        return Vec::new();
+    };
+    let claims = store.list(
+        &GroupResource::new("karpenter.sh", "nodeclaims"),
+        None,
+        None,
+        None,
+        |claim| claim.pointer("/status/providerID").and_then(Value::as_str) == Some(provider_id),
+    );
+    claims
+        .items
+        .iter()
+        .flat_map(|claim| {
+            claim
+                .pointer("/spec/startupTaints")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default()
+        })
+        .filter_map(|t| {
+            Some((
+                t.get("key")?.as_str()?.to_owned(),
+                t.get("effect")?.as_str()?.to_owned(),
+            ))
+        })
+        .collect()
+}

@@ -1,0 +1,142 @@
+//! Cluster physics: the components of a real cluster that Joist does not own, each a small
+//! controller over the same store (a kube-scheduler, kubelets, workload controllers, the disruption
+//! controller).
+//!
+//! A controller sees the store's changes through [`Informer`]s, keeps what it needs, and writes back
+//! through the store like any client. A write that fails (a conflict with another writer, an object
+//! deleted meanwhile) is retried on the next change; a controller never stops the cluster.
+
+mod disruption;
+mod kubelet;
+mod scheduler;
+mod workloads;
+
+use std::{sync::Arc, time::Duration};
+
+use serde_json::Value;
+use tokio::task::JoinHandle;
+
+pub use self::{kubelet::KubeletSettings, scheduler::unschedulable_message};
+use crate::{
+    resources::GroupResource,
+    store::{EventKind, ObjectKey, Store, WatchCursor},
+};
+
+/// Timings of the simulated components.
+#[derive(Debug, Clone, Copy)]
+pub struct PhysicsSettings {
+    /// Kubelet timings.
+    pub kubelet: KubeletSettings,
+    /// How often unschedulable pods are retried even when nothing changed (kube-scheduler flushes
+    /// them after 5 minutes).
+    pub unschedulable_retry: Duration,
+}
+
+impl Default for PhysicsSettings {
+    fn default() -> Self {
+        Self {
+            kubelet: KubeletSettings::default(),
+            unschedulable_retry: Duration::from_secs(300),
+        }
+    }
+}
+
+/// Starts every physics controller; they run until their handles are aborted.
+pub fn start(store: &Arc<Store>, settings: PhysicsSettings) -> Vec<JoinHandle<()>> {
+    vec![
+        tokio::spawn(scheduler::run(store.clone(), settings.unschedulable_retry)),
+        tokio::spawn(kubelet::run(store.clone(), settings.kubelet)),
+        tokio::spawn(workloads::run(store.clone())),
+        tokio::spawn(disruption::run(store.clone())),
+    ]
+}
+
+/// One resource's change feed for a controller: the objects as they were at the start, then every
+/// change.
+pub(crate) struct Informer {
+    resource: GroupResource,
+    cursor: Option<WatchCursor>,
+}
+
+/// A change an informer reports.
+pub(crate) struct Change {
+    /// What happened.
+    pub kind: EventKind,
+    /// The object after the change (before it, for deletes).
+    pub object: Arc<Value>,
+}
+
+impl Change {
+    /// The key of the changed object.
+    pub fn key(&self) -> ObjectKey {
+        key_of(&self.object)
+    }
+}
+
+/// The store key of an object.
+pub(crate) fn key_of(object: &Value) -> ObjectKey {
+    ObjectKey::new(
+        object
+            .pointer("/metadata/namespace")
+            .and_then(Value::as_str)
+            .unwrap_or_default(),
+        object
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or_default(),
+    )
+}
+
+impl Informer {
+    /// An informer of `group/resource`.
+    pub fn new(group: &str, resource: &str) -> Self {
+        Self {
+            resource: GroupResource::new(group, resource),
+            cursor: None,
+        }
+    }
+
+    /// The changes since the last call: on the first call (or after falling behind the store's
+    /// history) every current object as `Added`.
+    pub fn changes(&mut self, store: &Store) -> Vec<Change> {
+        if let Some(cursor) = &mut self.cursor {
+            match store.poll(cursor, usize::MAX) {
+                Ok(events) => {
+                    return events
+                        .iter()
+                        .map(|e| Change {
+                            kind: e.kind,
+                            object: e.object.clone(),
+                        })
+                        .collect();
+                }
+                Err(error) => {
+                    tracing::warn!(%error, resource = %self.resource.qualified(), "informer relists")
+                }
+            }
+        }
+        let page = store.list(&self.resource, None, None, None, |_| true);
+        self.cursor = store.watch(&self.resource, Some(page.revision)).ok();
+        page.items
+            .into_iter()
+            .map(|object| Change {
+                kind: EventKind::Added,
+                object,
+            })
+            .collect()
+    }
+}
+
+/// Waits for the next write to the store, or until `deadline`.
+pub(crate) async fn wait(
+    changes: &mut tokio::sync::watch::Receiver<u64>,
+    deadline: Option<tokio::time::Instant>,
+) -> bool {
+    match deadline {
+        Some(deadline) => tokio::select! {
+            changed = changes.changed() => changed.is_ok(),
+            () = tokio::time::sleep_until(deadline) => true,
+        },
+        None => changes.changed().await.is_ok(),
+    }
+}

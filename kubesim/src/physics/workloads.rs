@@ -1,0 +1,560 @@
+//! Workload controllers: Deployment → ReplicaSet → Pods, DaemonSet (one pod per eligible node) and
+//! Job (pods until `completions` succeed). Garbage collection by owner is the store's.
+//!
+//! Simplifications, each visible to a user: a Deployment whose template changes replaces its pods
+//! at once (new ReplicaSet at full scale, old ones scaled to zero) instead of rolling; a Job pod
+//! succeeds only if its template carries the kubelet's `run-for` annotation, and failed pods are not
+//! retried.
+
+use std::{
+    collections::{BTreeSet, HashMap},
+    sync::Arc,
+};
+
+use serde_json::{Value, json};
+
+use super::{Informer, key_of, scheduler::node_accepts, wait};
+use crate::{
+    conditions,
+    resources::GroupResource,
+    store::{DeleteOptions, EventKind, ObjectKey, Part, Store},
+};
+
+/// Tolerations the DaemonSet controller adds to every daemon pod, as Kubernetes does.
+const DAEMON_TOLERATIONS: [(&str, &str); 6] = [
+    ("node.kubernetes.io/not-ready", "NoExecute"),
+    ("node.kubernetes.io/unreachable", "NoExecute"),
+    ("node.kubernetes.io/disk-pressure", "NoSchedule"),
+    ("node.kubernetes.io/memory-pressure", "NoSchedule"),
+    ("node.kubernetes.io/pid-pressure", "NoSchedule"),
+    ("node.kubernetes.io/unschedulable", "NoSchedule"),
+];
+
+#[derive(Default)]
+struct Workloads {
+    /// Live pods by the uid of their controller.
+    pods_by_owner: HashMap<String, HashMap<ObjectKey, Arc<Value>>>,
+    /// ReplicaSets by the uid of their Deployment.
+    sets_by_owner: HashMap<String, HashMap<ObjectKey, Arc<Value>>>,
+    dirty: BTreeSet<(Kind, ObjectKey)>,
+    daemonsets: BTreeSet<ObjectKey>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Kind {
+    Deployment,
+    ReplicaSet,
+    DaemonSet,
+    Job,
+}
+
+impl Kind {
+    fn resource(self) -> GroupResource {
+        match self {
+            Self::Deployment => GroupResource::new("apps", "deployments"),
+            Self::ReplicaSet => GroupResource::new("apps", "replicasets"),
+            Self::DaemonSet => GroupResource::new("apps", "daemonsets"),
+            Self::Job => GroupResource::new("batch", "jobs"),
+        }
+    }
+
+    fn of_owner(kind: &str) -> Option<Self> {
+        match kind {
+            "Deployment" => Some(Self::Deployment),
+            "ReplicaSet" => Some(Self::ReplicaSet),
+            "DaemonSet" => Some(Self::DaemonSet),
+            "Job" => Some(Self::Job),
+            _ => None,
+        }
+    }
+}
+
+/// Runs the workload controllers until aborted.
+pub async fn run(store: Arc<Store>) {
+    let mut changes = store.subscribe();
+    let mut informers: Vec<(Kind, Informer)> = vec![
+        (Kind::Deployment, Informer::new("apps", "deployments")),
+        (Kind::ReplicaSet, Informer::new("apps", "replicasets")),
+        (Kind::DaemonSet, Informer::new("apps", "daemonsets")),
+        (Kind::Job, Informer::new("batch", "jobs")),
+    ];
+    let mut pods = Informer::new("", "pods");
+    let mut nodes = Informer::new("", "nodes");
+    let mut workloads = Workloads::default();
+    loop {
+        for (kind, informer) in &mut informers {
+            for change in informer.changes(&store) {
+                workloads.observe(*kind, change.kind, &change.object);
+            }
+        }
+        for change in pods.changes(&store) {
+            workloads.observe_pod(change.kind, &change.object);
+        }
+        if !nodes.changes(&store).is_empty() {
+            let daemonsets: Vec<ObjectKey> = workloads.daemonsets.iter().cloned().collect();
+            workloads
+                .dirty
+                .extend(daemonsets.into_iter().map(|key| (Kind::DaemonSet, key)));
+        }
+        workloads.reconcile_dirty(&store);
+        if !wait(&mut changes, None).await {
+            return;
+        }
+    }
+}
+
+/// The controller reference of an object: (kind, name, uid).
+fn controller_of(object: &Value) -> Option<(String, String, String)> {
+    object
+        .pointer("/metadata/ownerReferences")?
+        .as_array()?
+        .iter()
+        .find(|r| r["controller"] == true)
+        .map(|r| {
+            let text = |field: &str| r[field].as_str().unwrap_or_default().to_owned();
+            (text("kind"), text("name"), text("uid"))
+        })
+}
+
+fn uid(object: &Value) -> String {
+    object
+        .pointer("/metadata/uid")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned()
+}
+
+impl Workloads {
+    fn observe(&mut self, kind: Kind, event: EventKind, object: &Arc<Value>) {
+        let key = key_of(object);
+        if kind == Kind::DaemonSet {
+            if event == EventKind::Deleted {
+                self.daemonsets.remove(&key);
+            } else {
+                self.daemonsets.insert(key.clone());
+            }
+        }
+        if kind == Kind::ReplicaSet
+            && let Some((owner_kind, owner_name, owner_uid)) = controller_of(object)
+        {
+            {
+                let sets = self.sets_by_owner.entry(owner_uid).or_default();
+                if event == EventKind::Deleted {
+                    sets.remove(&key);
+                } else {
+                    sets.insert(key.clone(), object.clone());
+                }
+                if owner_kind == "Deployment" {
+                    self.dirty
+                        .insert((Kind::Deployment, ObjectKey::new(&key.namespace, &owner_name)));
+                }
+            }
+        }
+        if event != EventKind::Deleted {
+            self.dirty.insert((kind, key));
+        }
+    }
+
+    fn observe_pod(&mut self, event: EventKind, pod: &Arc<Value>) {
+        let Some((owner_kind, owner_name, owner_uid)) = controller_of(pod) else {
+            return;
+        };
+        let key = key_of(pod);
+        let pods = self.pods_by_owner.entry(owner_uid).or_default();
+        if event == EventKind::Deleted {
+            pods.remove(&key);
+        } else {
+            pods.insert(key.clone(), pod.clone());
+        }
+        if let Some(kind) = Kind::of_owner(&owner_kind) {
+            self.dirty
+                .insert((kind, ObjectKey::new(&key.namespace, &owner_name)));
+        }
+    }
+
+    fn reconcile_dirty(&mut self, store: &Store) {
+        while let Some((kind, key)) = self.dirty.pop_first() {
+            let Ok(object) = store.get(&kind.resource(), &key) else {
+                continue;
+            };
+            if object.pointer("/metadata/deletionTimestamp").is_some() {
+                continue;
+            }
+            let result = match kind {
+                Kind::Deployment => self.deployment(store, &object),
+                Kind::ReplicaSet => self.replica_set(store, &object),
+                Kind::DaemonSet => self.daemon_set(store, &object),
+                Kind::Job => self.job(store, &object),
+            };
+            if let Err(error) = result {
+                tracing::debug!(%error, ?kind, name = %key.name, "kubesim workloads: reconcile failed; retried on the next change");
+            }
+        }
+    }
+
+    fn live_pods(&self, owner: &Value) -> Vec<Arc<Value>> {
+        let mut pods: Vec<Arc<Value>> = self
+            .pods_by_owner
+            .get(&uid(owner))
+            .map(|pods| {
+                pods.values()
+                    .filter(|p| p.pointer("/metadata/deletionTimestamp").is_none())
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default();
+        pods.sort_by_key(|p| key_of(p));
+        pods
+    }
+
+    fn deployment(&mut self, store: &Store, deployment: &Value) -> Result<(), crate::error::ApiError> {
+        let key = key_of(deployment);
+        let template = deployment
+            .pointer("/spec/template")
+            .cloned()
+            .unwrap_or_else(|| json!({}));
+        let hash = template_hash(&template);
+        let desired = replicas(deployment);
+        let current_name = format!("{}-{hash}", key.name);
+        let sets: Vec<Arc<Value>> = self
+            .sets_by_owner
+            .get(&uid(deployment))
+            .map(|s| s.values().cloned().collect())
+            .unwrap_or_default();
+        let resource = Kind::ReplicaSet.resource();
+        if !sets.iter().any(|s| key_of(s).name == current_name) {
+            let mut template = template.clone();
+            template["metadata"]["labels"]["pod-template-hash"] = json!(hash);
+            let mut selector = deployment
+                .pointer("/spec/selector")
+                .cloned()
+                .unwrap_or_else(|| json!({}));
+            selector["matchLabels"]["pod-template-hash"] = json!(hash);
+            let set = json!({
+                "apiVersion": "apps/v1", "kind": "ReplicaSet",
+                "metadata": {
+                    "name": current_name, "namespace": key.namespace,
+                    "labels": template["metadata"]["labels"].clone(),
+                    "ownerReferences": [owner_reference(deployment)],
+                },
+                "spec": {"replicas": desired, "selector": selector, "template": template},
+            });
+            store.create(&resource, &key.namespace, set, false)?;
+        }
+        for set in &sets {
+            let set_key = key_of(set);
+            let want = if set_key.name == current_name { desired } else { 0 };
+            if replicas(set) != want {
+                store.modify(&resource, &set_key, Part::Main, false, |current| {
+                    let mut next = current.clone();
+                    next["spec"]["replicas"] = json!(want);
+                    Ok(next)
+                })?;
+            }
+        }
+        let total = |field: &str| {
+            sets.iter()
+                .map(|s| {
+                    s.pointer(&format!("/status/{field}"))
+                        .and_then(Value::as_i64)
+                        .unwrap_or(0)
+                })
+                .sum::<i64>()
+        };
+        let updated = sets
+            .iter()
+            .find(|s| key_of(s).name == current_name)
+            .and_then(|s| s.pointer("/status/replicas").and_then(Value::as_i64))
+            .unwrap_or(0);
+        let available = total("availableReplicas");
+        let max_unavailable = max_unavailable(deployment, desired);
+        let now = store.clock().now_rfc3339();
+        let mut next = deployment.clone();
+        next["status"]["replicas"] = json!(total("replicas"));
+        next["status"]["readyReplicas"] = json!(total("readyReplicas"));
+        next["status"]["availableReplicas"] = json!(available);
+        next["status"]["updatedReplicas"] = json!(updated);
+        next["status"]["unavailableReplicas"] = json!((desired - available).max(0));
+        next["status"]["observedGeneration"] = deployment
+            .pointer("/metadata/generation")
+            .cloned()
+            .unwrap_or(json!(1));
+        let (state, reason) = if available >= desired - max_unavailable {
+            ("True", "MinimumReplicasAvailable")
+        } else {
+            ("False", "MinimumReplicasUnavailable")
+        };
+        conditions::set(&mut next, "Available", state, reason, "", &now);
+        let progress = if updated >= desired {
+            "NewReplicaSetAvailable"
+        } else {
+            "ReplicaSetUpdated"
+        };
+        conditions::set(&mut next, "Progressing", "True", progress, "", &now);
+        write_status(store, &Kind::Deployment.resource(), deployment, next)
+    }
+
+    fn replica_set(&mut self, store: &Store, set: &Value) -> Result<(), crate::error::ApiError> {
+        let key = key_of(set);
+        let pods = self.live_pods(set);
+        let desired = usize::try_from(replicas(set)).unwrap_or(0);
+        let resource = GroupResource::new("", "pods");
+        if pods.len() < desired {
+            for _ in pods.len()..desired {
+                store.create(
+                    &resource,
+                    &key.namespace,
+                    pod_from_template(set, &format!("{}-", key.name)),
+                    false,
+                )?;
+            }
+        } else if pods.len() > desired {
+            let mut doomed = pods.clone();
+            doomed.sort_by_key(|p| deletion_rank(p));
+            for pod in doomed.iter().take(pods.len() - desired) {
+                store.delete(&resource, &key_of(pod), &DeleteOptions::default())?;
+            }
+        }
+        let ready = pods
+            .iter()
+            .filter(|p| conditions::status(p, "Ready") == Some("True"))
+            .count();
+        let mut next = set.clone();
+        next["status"]["replicas"] = json!(pods.len().min(desired.max(pods.len())));
+        next["status"]["fullyLabeledReplicas"] = json!(pods.len());
+        next["status"]["readyReplicas"] = json!(ready);
+        next["status"]["availableReplicas"] = json!(ready);
+        next["status"]["observedGeneration"] =
+            set.pointer("/metadata/generation").cloned().unwrap_or(json!(1));
+        write_status(store, &Kind::ReplicaSet.resource(), set, next)
+    }
+
+    fn daemon_set(&mut self, store: &Store, daemonset: &Value) -> Result<(), crate::error::ApiError> {
+        let key = key_of(daemonset);
+        let pods = self.live_pods(daemonset);
+        let nodes = store
+            .list(&GroupResource::new("", "nodes"), None, None, None, |_| true)
+            .items;
+        let template_pod = pod_from_template(daemonset, "");
+        let resource = GroupResource::new("", "pods");
+        let mut desired = 0;
+        for node in nodes
+            .iter()
+            .filter(|n| n.pointer("/metadata/deletionTimestamp").is_none())
+        {
+            let node_name = key_of(node).name;
+            let mut pod = template_pod.clone();
+            pin_to_node(&mut pod, &node_name);
+            if !node_accepts(&pod, node) {
+                continue;
+            }
+            desired += 1;
+            let has_pod = pods
+                .iter()
+                .any(|p| daemon_node(p).as_deref() == Some(node_name.as_str()));
+            if !has_pod {
+                pod["metadata"]["generateName"] = json!(format!("{}-", key.name));
+                store.create(&resource, &key.namespace, pod, false)?;
+            }
+        }
+        let ready = pods
+            .iter()
+            .filter(|p| conditions::status(p, "Ready") == Some("True"))
+            .count();
+        let mut next = daemonset.clone();
+        next["status"]["desiredNumberScheduled"] = json!(desired);
+        next["status"]["currentNumberScheduled"] = json!(pods.len());
+        next["status"]["updatedNumberScheduled"] = json!(pods.len());
+        next["status"]["numberReady"] = json!(ready);
+        next["status"]["numberAvailable"] = json!(ready);
+        next["status"]["numberMisscheduled"] = json!(0);
+        next["status"]["observedGeneration"] = daemonset
+            .pointer("/metadata/generation")
+            .cloned()
+            .unwrap_or(json!(1));
+        write_status(store, &Kind::DaemonSet.resource(), daemonset, next)
+    }
+
+    fn job(&mut self, store: &Store, job: &Value) -> Result<(), crate::error::ApiError> {
+        let key = key_of(job);
+        let pods = self.live_pods(job);
+        let phase = |p: &Value| {
+            p.pointer("/status/phase")
+                .and_then(Value::as_str)
+                .unwrap_or("Pending")
+                .to_owned()
+        };
+        let succeeded = pods.iter().filter(|p| phase(p) == "Succeeded").count();
+        let failed = pods.iter().filter(|p| phase(p) == "Failed").count();
+        let active = pods.len() - succeeded - failed;
+        let completions = usize::try_from(
+            job.pointer("/spec/completions")
+                .and_then(Value::as_i64)
+                .unwrap_or(1),
+        )
+        .unwrap_or(1);
+        let parallelism = usize::try_from(
+            job.pointer("/spec/parallelism")
+                .and_then(Value::as_i64)
+                .unwrap_or(1),
+        )
+        .unwrap_or(1);
+        let complete = succeeded >= completions;
+        let wanted = if complete {
+            0
+        } else {
+            parallelism.min(completions - succeeded)
+        };
+        for _ in active..wanted {
+            store.create(
+                &GroupResource::new("", "pods"),
+                &key.namespace,
+                pod_from_template(job, &format!("{}-", key.name)),
+                false,
+            )?;
+        }
+        let now = store.clock().now_rfc3339();
+        let mut next = job.clone();
+        next["status"]["active"] = json!(active.max(wanted));
+        next["status"]["succeeded"] = json!(succeeded);
+        next["status"]["failed"] = json!(failed);
+        if next.pointer("/status/startTime").is_none() {
+            next["status"]["startTime"] = json!(now);
+        }
+        if complete {
+            next["status"]["active"] = json!(0);
+            if conditions::set(
+                &mut next,
+                "Complete",
+                "True",
+                "CompletionsReached",
+                "Reached expected number of succeeded pods",
+                &now,
+            ) {
+                conditions::set(
+                    &mut next,
+                    "SuccessCriteriaMet",
+                    "True",
+                    "CompletionsReached",
+                    "",
+                    &now,
+                );
+                next["status"]["completionTime"] = json!(now);
+            }
+        }
+        write_status(store, &Kind::Job.resource(), job, next)
+    }
+}
+
+fn write_status(
+    store: &Store,
+    resource: &GroupResource,
+    before: &Value,
+    next: Value,
+) -> Result<(), crate::error::ApiError> {
+    if before.get("status") == next.get("status") {
+        return Ok(());
+    }
+    store
+        .update(resource, &key_of(before), Part::Status, next, false)
+        .map(|_| ())
+}
+
+fn replicas(object: &Value) -> i64 {
+    object
+        .pointer("/spec/replicas")
+        .and_then(Value::as_i64)
+        .unwrap_or(1)
+}
+
+/// `maxUnavailable` of a RollingUpdate strategy (25% rounded down by default).
+fn max_unavailable(deployment: &Value, desired: i64) -> i64 {
+    match deployment.pointer("/spec/strategy/rollingUpdate/maxUnavailable") {
+        Some(Value::Number(n)) => n.as_i64().unwrap_or(0),
+        Some(Value::String(text)) => text
+            .trim_end_matches('%')
+            .parse::<i64>()
+            .map_or(0, |p| p * desired / 100),
+        _ => desired / 4,
+    }
+}
+
+/// A short, stable hash of a pod template (the `pod-template-hash` label).
+fn template_hash(template: &Value) -> String {
+    let text = template.to_string();
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in text.bytes() {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    (0..10)
+        .map(|i| char::from(ALPHABET[usize::try_from((hash >> (i * 6)) % 27).unwrap_or(0)]))
+        .collect()
+}
+
+fn owner_reference(owner: &Value) -> Value {
+    json!({
+        "apiVersion": owner["apiVersion"], "kind": owner["kind"], "name": owner["metadata"]["name"],
+        "uid": owner["metadata"]["uid"], "controller": true, "blockOwnerDeletion": true,
+    })
+}
+
+/// A pod of a controller's template, named `prefix` + a random suffix.
+fn pod_from_template(owner: &Value, prefix: &str) -> Value {
+    let template = owner
+        .pointer("/spec/template")
+        .cloned()
+        .unwrap_or_else(|| json!({}));
+    let mut metadata = template.get("metadata").cloned().unwrap_or_else(|| json!({}));
+    if !prefix.is_empty() {
+        metadata["generateName"] = json!(prefix);
+    }
+    metadata["ownerReferences"] = json!([owner_reference(owner)]);
+    json!({"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": template.get("spec").cloned().unwrap_or_else(|| json!({}))})
+}
+
+/// Pins a daemon pod to its node (required node affinity on metadata.name) and adds the tolerations
+/// daemon pods get.
+fn pin_to_node(pod: &mut Value, node: &str) {
+    pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] = json!({
+        "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}],
+    });
+    let mut tolerations = pod
+        .pointer("/spec/tolerations")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    for (key, effect) in DAEMON_TOLERATIONS {
+        tolerations.push(json!({"key": key, "operator": "Exists", "effect": effect}));
+    }
+    pod["spec"]["tolerations"] = json!(tolerations);
+}
+
+/// The node a daemon pod is pinned to.
+fn daemon_node(pod: &Value) -> Option<String> {
+    pod.pointer("/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms/0/matchFields/0/values/0")
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+}
+
+/// Which surplus pods a ReplicaSet deletes first: unscheduled, then pending, then not ready, then the newest.
+fn deletion_rank(pod: &Value) -> (u8, u8, u8, std::cmp::Reverse<String>) {
+    let unscheduled = pod
+        .pointer("/spec/nodeName")
+        .and_then(Value::as_str)
+        .is_none_or(str::is_empty);
+    let pending = pod.pointer("/status/phase").and_then(Value::as_str) == Some("Pending");
+    let ready = conditions::status(pod, "Ready") == Some("True");
+    let created = pod
+        .pointer("/metadata/creationTimestamp")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    (
+        u8::from(!unscheduled),
+        u8::from(!pending),
+        u8::from(ready),
+        std::cmp::Reverse(created),
+    )
+}

@@ -1,0 +1,1065 @@
+//! Generic object storage with kube-apiserver's write semantics, for every served resource.
+//!
+//! One lock guards all tables, so a write and the watch event it produces are atomic. The store
+//! stamps `uid`, `creationTimestamp`, `resourceVersion` (one monotonic counter for all resources) and
+//! `generation`; refuses stale writes with 409; keeps status and spec apart for resources with a
+//! status subresource; turns a delete of an object with finalizers into a `deletionTimestamp`; removes
+//! dependents whose owners are all gone (background garbage collection); serves CRDs the moment they
+//! are created; and keeps a bounded history per resource so watches resume from a resourceVersion
+//! (older than the history: 410 Gone).
+
+use std::{
+    collections::{BTreeMap, BTreeSet, HashMap, VecDeque},
+    sync::{Arc, Mutex, MutexGuard},
+};
+
+use serde_json::{Map, Value, json};
+use tokio::sync::watch;
+
+use crate::{
+    clock::Clock,
+    error::ApiError,
+    resources::{GroupResource, Registry, ResourceType},
+};
+
+/// Watch events kept per resource for watches that resume from a resourceVersion.
+pub const HISTORY_PER_RESOURCE: usize = 50_000;
+
+/// Namespaces that exist from the start, as in a new cluster.
+const INITIAL_NAMESPACES: [&str; 4] = ["default", "kube-system", "kube-public", "kube-node-lease"];
+
+/// Where an object lives within its resource: namespace (empty when cluster-scoped) and name.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ObjectKey {
+    /// The namespace, or empty for cluster-scoped objects.
+    pub namespace: String,
+    /// The name.
+    pub name: String,
+}
+
+impl ObjectKey {
+    /// A key from a namespace (empty for cluster-scoped) and a name.
+    pub fn new(namespace: &str, name: &str) -> Self {
+        Self {
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+        }
+    }
+}
+
+/// What a watch event says happened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventKind {
+    /// The object was created.
+    Added,
+    /// The object changed.
+    Modified,
+    /// The object is gone.
+    Deleted,
+}
+
+impl EventKind {
+    /// The `type` field of a watch event.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Added => "ADDED",
+            Self::Modified => "MODIFIED",
+            Self::Deleted => "DELETED",
+        }
+    }
+}
+
+/// One change to one object.
+#[derive(Debug, Clone)]
+pub struct WatchEvent {
+    /// What happened.
+    pub kind: EventKind,
+    /// The object after the change (for deletes: as it was, with the delete's resourceVersion).
+    pub object: Arc<Value>,
+    /// The object before the change, so selector watches can tell "stopped matching".
+    pub previous: Option<Arc<Value>>,
+    /// The resourceVersion of the change.
+    pub revision: u64,
+}
+
+/// Which part of an object an update writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Part {
+    /// The object (status ignored when the resource has a status subresource).
+    Main,
+    /// The `/status` subresource: only status changes.
+    Status,
+    /// Spec and status at once: what the cluster's own components (binding, kubelets) write.
+    Whole,
+}
+
+/// How a delete treats the object's dependents.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Propagation {
+    /// Dependents whose owners are all gone are deleted after the owner (the default).
+    #[default]
+    Background,
+    /// Dependents lose their owner reference and stay.
+    Orphan,
+}
+
+/// Preconditions and options of a delete.
+#[derive(Debug, Clone, Default)]
+pub struct DeleteOptions {
+    /// What happens to dependents.
+    pub propagation: Propagation,
+    /// Only delete if the uid still matches.
+    pub uid: Option<String>,
+    /// Only delete if the resourceVersion still matches.
+    pub resource_version: Option<String>,
+    /// Check everything but change nothing.
+    pub dry_run: bool,
+}
+
+/// One page of a list.
+#[derive(Debug, Clone)]
+pub struct ListPage {
+    /// The objects, in namespace/name order.
+    pub items: Vec<Arc<Value>>,
+    /// The resourceVersion the list reflects.
+    pub revision: u64,
+    /// Where the next page starts, if the list was cut at `limit`.
+    pub next: Option<ObjectKey>,
+}
+
+/// A watch registered with the store: the events since its start, and a way to wait for more.
+#[derive(Debug)]
+pub struct WatchCursor {
+    resource: GroupResource,
+    /// The last revision delivered.
+    pub position: u64,
+    changes: watch::Receiver<u64>,
+}
+
+#[derive(Debug)]
+struct Table {
+    objects: BTreeMap<ObjectKey, Arc<Value>>,
+    history: VecDeque<Arc<WatchEvent>>,
+    /// Watches may resume from any revision at or above this one.
+    oldest_resumable: u64,
+    changed: watch::Sender<u64>,
+}
+
+impl Table {
+    fn new(revision: u64) -> Self {
+        Self {
+            objects: BTreeMap::new(),
+            history: VecDeque::new(),
+            oldest_resumable: revision,
+            changed: watch::Sender::new(revision),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct State {
+    revision: u64,
+    uid_counter: u64,
+    tables: HashMap<GroupResource, Table>,
+    registry: Registry,
+    /// Every live object by uid.
+    by_uid: HashMap<String, (GroupResource, ObjectKey)>,
+    /// Owner uid → dependents that name it in ownerReferences.
+    dependents: HashMap<String, BTreeSet<(GroupResource, ObjectKey)>>,
+    /// The newest revision, for components that react to any write.
+    any_change: watch::Sender<u64>,
+    clock: Clock,
+    history_limit: usize,
+}
+
+/// The API server's storage. Cheap to share behind an `Arc`.
+#[derive(Debug)]
+pub struct Store {
+    state: Mutex<State>,
+    clock: Clock,
+    uid_seed: u64,
+    evictions: Mutex<()>,
+}
+
+impl Store {
+    /// An empty cluster with the built-in resources and the initial namespaces. `uid_seed` makes
+    /// generated uids and names reproducible.
+    pub fn new(clock: Clock, uid_seed: u64) -> Self {
+        let store = Self {
+            state: Mutex::new(State {
+                revision: 1,
+                uid_counter: 0,
+                tables: HashMap::new(),
+                registry: Registry::builtin(),
+                by_uid: HashMap::new(),
+                dependents: HashMap::new(),
+                any_change: watch::Sender::new(1),
+                clock,
+                history_limit: HISTORY_PER_RESOURCE,
+            }),
+            clock,
+            uid_seed,
+            evictions: Mutex::new(()),
+        };
+        for namespace in INITIAL_NAMESPACES {
+            let object = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}});
+            if let Err(error) = store.create(&GroupResource::new("", "namespaces"), "", object, false) {
+                tracing::error!(%error, namespace, "cannot create an initial namespace");
+            }
+        }
+        store
+    }
+
+    /// Keeps only `events` watch events per resource (fewer than [`HISTORY_PER_RESOURCE`] makes
+    /// watchers fall behind sooner, which tests of 410 Gone need).
+    pub fn with_history_limit(self, events: usize) -> Self {
+        self.lock().history_limit = events.max(1);
+        self
+    }
+
+    /// The cluster's clock.
+    pub fn clock(&self) -> &Clock {
+        &self.clock
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock leaves the data consistent (each write is applied last), so
+        // a poisoned lock is still usable.
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The type served at `group/version/plural`.
+    pub fn resource_type(&self, group: &str, version: &str, plural: &str) -> Option<Arc<ResourceType>> {
+        self.lock().registry.get(group, version, plural)
+    }
+
+    /// The type of an `apiVersion`/`kind` pair.
+    pub fn resource_type_of(&self, api_version: &str, kind: &str) -> Option<Arc<ResourceType>> {
+        self.lock().registry.by_kind(api_version, kind)
+    }
+
+    /// Runs `f` over the registry (discovery documents).
+    pub fn with_registry<T>(&self, f: impl FnOnce(&Registry) -> T) -> T {
+        f(&self.lock().registry)
+    }
+
+    /// Held while an eviction checks its budgets and deletes, so two evictions never spend the
+    /// same disruption.
+    pub fn eviction_guard(&self) -> MutexGuard<'_, ()> {
+        self.evictions
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// A receiver that sees the newest revision after every write to any resource.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.lock().any_change.subscribe()
+    }
+
+    /// The newest resourceVersion.
+    pub fn revision(&self) -> u64 {
+        self.lock().revision
+    }
+
+    /// One object.
+    pub fn get(&self, resource: &GroupResource, key: &ObjectKey) -> Result<Arc<Value>, ApiError> {
+        let state = self.lock();
+        state
+            .tables
+            .get(resource)
+            .and_then(|table| table.objects.get(key))
+            .cloned()
+            .ok_or_else(|| not_found(resource, key))
+    }
+
+    /// Objects of a resource (in one namespace, or all when `namespace` is None) that pass `filter`,
+    /// starting after `from` and cut at `limit`.
+    pub fn list(
+        &self,
+        resource: &GroupResource,
+        namespace: Option<&str>,
+        from: Option<&ObjectKey>,
+        limit: Option<usize>,
+        filter: impl Fn(&Value) -> bool,
+    ) -> ListPage {
+        let state = self.lock();
+        let mut page = ListPage {
+            items: Vec::new(),
+            revision: state.revision,
+            next: None,
+        };
+        let Some(table) = state.tables.get(resource) else {
+            return page;
+        };
+        let start = match (from, namespace) {
+            (Some(from), _) => std::ops::Bound::Excluded(from.clone()),
+            (None, Some(namespace)) => std::ops::Bound::Included(ObjectKey::new(namespace, "")),
+            (None, None) => std::ops::Bound::Unbounded,
+        };
+        for (key, object) in table.objects.range((start, std::ops::Bound::Unbounded)) {
+            if namespace.is_some_and(|namespace| key.namespace != namespace) {
+                break;
+            }
+            if !filter(object) {
+                continue;
+            }
+            if limit.is_some_and(|limit| page.items.len() == limit) {
+                page.next = page.items.last().map(|_| key_of_last(&page.items));
+                break;
+            }
+            page.items.push(object.clone());
+        }
+        page
+    }
+
+    /// Creates an object. The namespace comes from the request (empty for cluster-scoped resources).
+    pub fn create(
+        &self,
+        resource: &GroupResource,
+        namespace: &str,
+        mut object: Value,
+        dry_run: bool,
+    ) -> Result<Arc<Value>, ApiError> {
+        let mut state = self.lock();
+        let rtype = state
+            .registry
+            .any_version(resource)
+            .ok_or(ApiError::NoSuchResource)?;
+        let Some(fields) = object.as_object_mut() else {
+            return Err(ApiError::BadRequest(format!(
+                "the body of a {} create is not an object",
+                rtype.kind
+            )));
+        };
+        let metadata = fields.entry("metadata").or_insert_with(|| json!({}));
+        let Some(metadata) = metadata.as_object_mut() else {
+            return Err(ApiError::BadRequest(format!(
+                "{}: metadata is not an object",
+                rtype.kind
+            )));
+        };
+        let name = match metadata
+            .get("name")
+            .and_then(Value::as_str)
+            .filter(|n| !n.is_empty())
+        {
+            Some(name) => name.to_owned(),
+            None => match metadata.get("generateName").and_then(Value::as_str) {
+                Some(prefix) => {
+                    let suffix = state.next_suffix(self.uid_seed);
+                    format!("{prefix}{suffix}")
+                }
+                None => {
+                    return Err(ApiError::Invalid {
+                        kind: rtype.kind.clone(),
+                        name: String::new(),
+                        reason: "metadata.name: Required value: name or generateName is required".to_owned(),
+                    });
+                }
+            },
+        };
+        let namespace = if rtype.namespaced {
+            match metadata.get("namespace").and_then(Value::as_str) {
+                Some(given) if !given.is_empty() && !namespace.is_empty() && given != namespace => {
+                    return Err(ApiError::BadRequest(format!(
+                        "the namespace of the provided object ({given}) does not match the namespace sent on \
+                         the request ({namespace})"
+                    )));
+                }
+                Some(given) if namespace.is_empty() => given.to_owned(),
+                _ if namespace.is_empty() => "default".to_owned(),
+                _ => namespace.to_owned(),
+            }
+        } else {
+            String::new()
+        };
+        if rtype.namespaced {
+            let namespaces = GroupResource::new("", "namespaces");
+            let exists = state
+                .tables
+                .get(&namespaces)
+                .is_some_and(|t| t.objects.contains_key(&ObjectKey::new("", &namespace)));
+            if !exists {
+                return Err(ApiError::NotFound {
+                    resource: "namespaces".to_owned(),
+                    name: namespace,
+                });
+            }
+            metadata.insert("namespace".to_owned(), json!(namespace));
+        } else {
+            metadata.remove("namespace");
+        }
+        let key = ObjectKey::new(&namespace, &name);
+        if state
+            .tables
+            .get(resource)
+            .is_some_and(|t| t.objects.contains_key(&key))
+        {
+            return Err(ApiError::AlreadyExists {
+                resource: resource.qualified(),
+                name,
+            });
+        }
+        let uid = state.next_uid(self.uid_seed);
+        metadata.insert("name".to_owned(), json!(name));
+        metadata.insert("uid".to_owned(), json!(uid));
+        metadata.insert("creationTimestamp".to_owned(), json!(self.clock.now_rfc3339()));
+        metadata.insert("generation".to_owned(), json!(1));
+        metadata.remove("deletionTimestamp");
+        metadata.remove("deletionGracePeriodSeconds");
+        fields.insert("apiVersion".to_owned(), json!(rtype.api_version()));
+        fields.insert("kind".to_owned(), json!(rtype.kind));
+        if rtype.status_subresource && !rtype.keeps_status_on_create {
+            fields.remove("status");
+        }
+        initial_status(&rtype.kind, fields);
+        if dry_run {
+            fields
+                .entry("metadata")
+                .and_modify(|m| m["resourceVersion"] = json!(state.revision.to_string()));
+            return Ok(Arc::new(object));
+        }
+        if rtype.kind == "CustomResourceDefinition" {
+            establish_crd(&mut state.registry, &mut object);
+        }
+        Ok(state.commit(resource, key, EventKind::Added, Some(object)))
+    }
+
+    /// Replaces an object (or its status). A non-empty `metadata.resourceVersion` must match the
+    /// stored one.
+    pub fn update(
+        &self,
+        resource: &GroupResource,
+        key: &ObjectKey,
+        part: Part,
+        object: Value,
+        dry_run: bool,
+    ) -> Result<Arc<Value>, ApiError> {
+        self.modify(resource, key, part, dry_run, |_| Ok(object))
+    }
+
+    /// Reads an object and writes back what `change` makes of it, under one lock: the way patches
+    /// are applied without lost updates.
+    pub fn modify(
+        &self,
+        resource: &GroupResource,
+        key: &ObjectKey,
+        part: Part,
+        dry_run: bool,
+        change: impl FnOnce(&Value) -> Result<Value, ApiError>,
+    ) -> Result<Arc<Value>, ApiError> {
+        let mut state = self.lock();
+        let rtype = state
+            .registry
+            .any_version(resource)
+            .ok_or(ApiError::NoSuchResource)?;
+        let current = state
+            .tables
+            .get(resource)
+            .and_then(|t| t.objects.get(key))
+            .cloned()
+            .ok_or_else(|| not_found(resource, key))?;
+        let mut next = change(&current)?;
+        if !next.is_object() {
+            return Err(ApiError::BadRequest(format!(
+                "the body of a {} update is not an object",
+                rtype.kind
+            )));
+        }
+        let given_version = next
+            .pointer("/metadata/resourceVersion")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let current_version = current
+            .pointer("/metadata/resourceVersion")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        if !given_version.is_empty() && given_version != current_version {
+            return Err(ApiError::Conflict {
+                resource: resource.qualified(),
+                name: key.name.clone(),
+                reason: "the object has been modified; please apply your changes to the latest version and try again"
+                    .to_owned(),
+            });
+        }
+        let given_name = next
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or(&key.name);
+        if given_name != key.name {
+            return Err(ApiError::BadRequest(format!(
+                "the name of the object ({given_name}) does not match the name on the URL ({})",
+                key.name
+            )));
+        }
+        keep_system_fields(&current, &mut next, part, rtype.status_subresource);
+        let deleting = current.pointer("/metadata/deletionTimestamp").is_some();
+        if deleting && added_finalizers(&current, &next) {
+            return Err(ApiError::Forbidden(format!(
+                "{} \"{}\" is being deleted: no new finalizers can be added",
+                resource.qualified(),
+                key.name
+            )));
+        }
+        if part == Part::Main && spec_changed(&current, &next) {
+            let generation = current
+                .pointer("/metadata/generation")
+                .and_then(Value::as_i64)
+                .unwrap_or(1);
+            next["metadata"]["generation"] = json!(generation + 1);
+        }
+        if strip_version(&next) == strip_version(&current) {
+            return Ok(current);
+        }
+        if dry_run {
+            return Ok(Arc::new(next));
+        }
+        if deleting && finalizers(&next).is_empty() {
+            return Ok(state.remove(resource, key, Some(next), Propagation::Background));
+        }
+        if rtype.kind == "CustomResourceDefinition" {
+            establish_crd(&mut state.registry, &mut next);
+        }
+        Ok(state.commit(resource, key.clone(), EventKind::Modified, Some(next)))
+    }
+
+    /// Deletes an object: at once when it has no finalizers, otherwise by setting its
+    /// deletionTimestamp. Returns the object as the response shows it.
+    pub fn delete(
+        &self,
+        resource: &GroupResource,
+        key: &ObjectKey,
+        options: &DeleteOptions,
+    ) -> Result<Arc<Value>, ApiError> {
+        let mut state = self.lock();
+        let current = state
+            .tables
+            .get(resource)
+            .and_then(|t| t.objects.get(key))
+            .cloned()
+            .ok_or_else(|| not_found(resource, key))?;
+        let precondition = |field: &str, expected: &Option<String>| {
+            let actual = current
+                .pointer(&format!("/metadata/{field}"))
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            match expected {
+                Some(expected) if expected != actual => Err(ApiError::Conflict {
+                    resource: resource.qualified(),
+                    name: key.name.clone(),
+                    reason: format!(
+                        "Precondition failed: {field} in precondition: {expected}, {field} in object meta: {actual}"
+                    ),
+                }),
+                _ => Ok(()),
+            }
+        };
+        precondition("uid", &options.uid)?;
+        precondition("resourceVersion", &options.resource_version)?;
+        if options.dry_run {
+            return Ok(current);
+        }
+        if !finalizers(&current).is_empty() {
+            if current.pointer("/metadata/deletionTimestamp").is_some() {
+                return Ok(current);
+            }
+            let mut next = (*current).clone();
+            next["metadata"]["deletionTimestamp"] = json!(self.clock.now_rfc3339());
+            next["metadata"]["deletionGracePeriodSeconds"] = json!(0);
+            return Ok(state.commit(resource, key.clone(), EventKind::Modified, Some(next)));
+        }
+        Ok(state.remove(resource, key, None, options.propagation))
+    }
+
+    /// Registers a watch of a resource that starts after `revision` (None: after now). Fails with 410
+    /// when that revision has left the history.
+    pub fn watch(&self, resource: &GroupResource, revision: Option<u64>) -> Result<WatchCursor, ApiError> {
+        let mut state = self.lock();
+        let now = state.revision;
+        let table = state
+            .tables
+            .entry(resource.clone())
+            .or_insert_with(|| Table::new(now));
+        let position = revision.unwrap_or(now);
+        if position < table.oldest_resumable {
+            return Err(ApiError::Gone {
+                requested: position,
+                oldest: table.oldest_resumable,
+            });
+        }
+        Ok(WatchCursor {
+            resource: resource.clone(),
+            position,
+            changes: table.changed.subscribe(),
+        })
+    }
+
+    /// The events after the cursor's position (at most `max`), advancing it. Fails with 410 when the
+    /// watcher fell behind the retained history.
+    pub fn poll(&self, cursor: &mut WatchCursor, max: usize) -> Result<Vec<Arc<WatchEvent>>, ApiError> {
+        let state = self.lock();
+        let Some(table) = state.tables.get(&cursor.resource) else {
+            return Ok(Vec::new());
+        };
+        if cursor.position < table.oldest_resumable {
+            return Err(ApiError::Gone {
+                requested: cursor.position,
+                oldest: table.oldest_resumable,
+            });
+        }
+        let start = table
+            .history
+            .partition_point(|event| event.revision <= cursor.position);
+        let events: Vec<Arc<WatchEvent>> = table.history.range(start..).take(max).cloned().collect();
+        if let Some(last) = events.last() {
+            cursor.position = last.revision;
+        }
+        Ok(events)
+    }
+
+    /// Waits until the watched resource changes (or the store is dropped: then returns false).
+    pub async fn changed(&self, cursor: &mut WatchCursor) -> bool {
+        if *cursor.changes.borrow_and_update() > cursor.position {
+            return true;
+        }
+        cursor.changes.changed().await.is_ok()
+    }
+
+    /// A new event name suffix, as kube-apiserver's generateName makes (5 lowercase letters and digits).
+    pub fn random_suffix(&self) -> String {
+        self.lock().next_suffix(self.uid_seed)
+    }
+}
+
+impl State {
+    fn next_uid(&mut self, seed: u64) -> String {
+        self.uid_counter += 1;
+        let high = mix(seed ^ self.uid_counter);
+        let low = mix(high ^ 0x9e37_79b9_7f4a_7c15);
+        format!(
+            "{:08x}-{:04x}-4{:03x}-{:04x}-{:012x}",
+            high >> 32,
+            (high >> 16) & 0xffff,
+            high & 0x0fff,
+            0x8000 | (low >> 48) & 0x3fff,
+            low & 0xffff_ffff_ffff
+        )
+    }
+
+    fn next_suffix(&mut self, seed: u64) -> String {
+        const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+        self.uid_counter += 1;
+        let mut bits = mix(seed.rotate_left(17) ^ self.uid_counter);
+        let alphabet_len = ALPHABET.len() as u64;
+        (0..5)
+            .map(|_| {
+                let index = usize::try_from(bits % alphabet_len).unwrap_or(0);
+                bits /= alphabet_len;
+                char::from(ALPHABET[index])
+            })
+            .collect()
+    }
+
+    /// Stores (or with None, removes) an object at a new revision and records the event.
+    fn commit(
+        &mut self,
+        resource: &GroupResource,
+        key: ObjectKey,
+        kind: EventKind,
+        object: Option<Value>,
+    ) -> Arc<Value> {
+        self.revision += 1;
+        let revision = self.revision;
+        let table = self
+            .tables
+            .entry(resource.clone())
+            .or_insert_with(|| Table::new(revision - 1));
+        let previous = table.objects.get(&key).cloned();
+        let stored = match object {
+            Some(mut object) => {
+                object["metadata"]["resourceVersion"] = json!(revision.to_string());
+                let object = Arc::new(object);
+                table.objects.insert(key.clone(), object.clone());
+                object
+            }
+            None => {
+                let mut gone = previous.as_deref().cloned().unwrap_or_else(|| json!({}));
+                table.objects.remove(&key);
+                gone["metadata"]["resourceVersion"] = json!(revision.to_string());
+                Arc::new(gone)
+            }
+        };
+        table.history.push_back(Arc::new(WatchEvent {
+            kind,
+            object: stored.clone(),
+            previous: previous.clone(),
+            revision,
+        }));
+        while table.history.len() > self.history_limit {
+            if let Some(dropped) = table.history.pop_front() {
+                table.oldest_resumable = dropped.revision;
+            }
+        }
+        table.changed.send_replace(revision);
+        self.any_change.send_replace(revision);
+        self.reindex(
+            resource,
+            &key,
+            previous.as_deref(),
+            (kind != EventKind::Deleted).then_some(&*stored),
+        );
+        stored
+    }
+
+    /// Keeps the uid and owner indexes in step with a write.
+    fn reindex(
+        &mut self,
+        resource: &GroupResource,
+        key: &ObjectKey,
+        before: Option<&Value>,
+        after: Option<&Value>,
+    ) {
+        let entry = (resource.clone(), key.clone());
+        if let Some(before) = before {
+            for owner in owner_uids(before) {
+                if let Some(set) = self.dependents.get_mut(&owner) {
+                    set.remove(&entry);
+                    if set.is_empty() {
+                        self.dependents.remove(&owner);
+                    }
+                }
+            }
+            if let Some(uid) = uid_of(before) {
+                self.by_uid.remove(uid);
+            }
+        }
+        if let Some(after) = after {
+            for owner in owner_uids(after) {
+                self.dependents.entry(owner).or_default().insert(entry.clone());
+            }
+            if let Some(uid) = uid_of(after) {
+                self.by_uid.insert(uid.to_owned(), entry);
+            }
+        }
+    }
+
+    /// Removes an object for good (its last form is `last`, or the stored one), then collects its
+    /// dependents, a namespace's contents, or a CRD's objects.
+    fn remove(
+        &mut self,
+        resource: &GroupResource,
+        key: &ObjectKey,
+        last: Option<Value>,
+        propagation: Propagation,
+    ) -> Arc<Value> {
+        if let Some(last) = last {
+            let table = self
+                .tables
+                .entry(resource.clone())
+                .or_insert_with(|| Table::new(0));
+            table.objects.insert(key.clone(), Arc::new(last));
+        }
+        let gone = self.commit(resource, key.clone(), EventKind::Deleted, None);
+        let uid = uid_of(&gone).unwrap_or_default().to_owned();
+        for (dependent_resource, dependent_key) in self.dependents.get(&uid).cloned().unwrap_or_default() {
+            self.release_dependent(&dependent_resource, &dependent_key, &uid, propagation);
+        }
+        if resource.group.is_empty() && resource.resource == "namespaces" {
+            self.empty_namespace(&key.name);
+        }
+        if resource.group == "apiextensions.k8s.io" {
+            self.drop_crd_objects(&gone, &key.name);
+        }
+        gone
+    }
+
+    /// Drops the reference to a deleted owner; deletes the dependent when no owner is left (unless
+    /// orphaning).
+    fn release_dependent(
+        &mut self,
+        resource: &GroupResource,
+        key: &ObjectKey,
+        owner_uid: &str,
+        propagation: Propagation,
+    ) {
+        let Some(current) = self
+            .tables
+            .get(resource)
+            .and_then(|t| t.objects.get(key))
+            .cloned()
+        else {
+            return;
+        };
+        let mut next = (*current).clone();
+        if let Some(references) = next
+            .pointer_mut("/metadata/ownerReferences")
+            .and_then(Value::as_array_mut)
+        {
+            references.retain(|reference| reference.get("uid").and_then(Value::as_str) != Some(owner_uid));
+        }
+        let owners_left = owner_uids(&next).iter().any(|uid| self.by_uid.contains_key(uid));
+        if propagation == Propagation::Background && !owners_left {
+            if finalizers(&current).is_empty() {
+                self.remove(resource, key, None, Propagation::Background);
+            } else if current.pointer("/metadata/deletionTimestamp").is_none() {
+                next["metadata"]["deletionTimestamp"] = json!(self.clock.now_rfc3339());
+                self.commit(resource, key.clone(), EventKind::Modified, Some(next));
+            }
+        } else {
+            self.commit(resource, key.clone(), EventKind::Modified, Some(next));
+        }
+    }
+
+    fn empty_namespace(&mut self, namespace: &str) {
+        let mut doomed = Vec::new();
+        for (resource, table) in &self.tables {
+            let from = ObjectKey::new(namespace, "");
+            for key in table
+                .objects
+                .range(from..)
+                .map(|(key, _)| key)
+                .take_while(|k| k.namespace == namespace)
+            {
+                doomed.push((resource.clone(), key.clone()));
+            }
+        }
+        for (resource, key) in doomed {
+            if self
+                .tables
+                .get(&resource)
+                .is_some_and(|t| t.objects.contains_key(&key))
+            {
+                self.remove(&resource, &key, None, Propagation::Background);
+            }
+        }
+    }
+
+    fn drop_crd_objects(&mut self, crd: &Value, name: &str) {
+        self.registry.remove_crd(name);
+        let group = crd
+            .pointer("/spec/group")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let plural = crd
+            .pointer("/spec/names/plural")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let resource = GroupResource::new(group, plural);
+        let keys: Vec<ObjectKey> = self
+            .tables
+            .get(&resource)
+            .map(|t| t.objects.keys().cloned().collect())
+            .unwrap_or_default();
+        for key in keys {
+            self.remove(&resource, &key, None, Propagation::Background);
+        }
+    }
+}
+
+/// SplitMix64: a fast, well-spread hash for reproducible ids.
+fn mix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+fn not_found(resource: &GroupResource, key: &ObjectKey) -> ApiError {
+    ApiError::NotFound {
+        resource: resource.qualified(),
+        name: key.name.clone(),
+    }
+}
+
+fn key_of_last(items: &[Arc<Value>]) -> ObjectKey {
+    let last = items.last().map(|o| &**o).unwrap_or(&Value::Null);
+    ObjectKey::new(
+        last.pointer("/metadata/namespace")
+            .and_then(Value::as_str)
+            .unwrap_or_default(),
+        last.pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or_default(),
+    )
+}
+
+/// The object's uid.
+pub fn uid_of(object: &Value) -> Option<&str> {
+    object.pointer("/metadata/uid").and_then(Value::as_str)
+}
+
+fn owner_uids(object: &Value) -> Vec<String> {
+    object
+        .pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array)
+        .map(|refs| {
+            refs.iter()
+                .filter_map(|r| r.get("uid")?.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn finalizers(object: &Value) -> Vec<&str> {
+    object
+        .pointer("/metadata/finalizers")
+        .and_then(Value::as_array)
+        .map(|f| f.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default()
+}
+
+fn added_finalizers(before: &Value, after: &Value) -> bool {
+    let before = finalizers(before);
+    finalizers(after).iter().any(|f| !before.contains(f))
+}
+
+/// Fields a client cannot change through an update: identity, timestamps, and the part the
+/// request does not own.
+fn keep_system_fields(current: &Value, next: &mut Value, part: Part, status_subresource: bool) {
+    for field in [
+        "uid",
+        "creationTimestamp",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+        "generation",
+        "namespace",
+        "name",
+    ] {
+        match current["metadata"].get(field) {
+            Some(value) => next["metadata"][field] = value.clone(),
+            None => {
+                if let Some(metadata) = next["metadata"].as_object_mut() {
+                    metadata.remove(field);
+                }
+            }
+        }
+    }
+    for field in ["apiVersion", "kind"] {
+        next[field] = current[field].clone();
+    }
+    if part == Part::Status {
+        let status = next.get("status").cloned();
+        let mut kept = current.clone();
+        match status {
+            Some(status) => kept["status"] = status,
+            None => {
+                if let Some(fields) = kept.as_object_mut() {
+                    fields.remove("status");
+                }
+            }
+        }
+        kept["metadata"]["resourceVersion"] = next["metadata"]["resourceVersion"].clone();
+        *next = kept;
+    } else if part == Part::Main && status_subresource {
+        match current.get("status") {
+            Some(status) => next["status"] = status.clone(),
+            None => {
+                if let Some(fields) = next.as_object_mut() {
+                    fields.remove("status");
+                }
+            }
+        }
+    }
+}
+
+/// Whether anything besides metadata and status changed: what bumps `generation`.
+fn spec_changed(before: &Value, after: &Value) -> bool {
+    let rest = |object: &Value| -> Map<String, Value> {
+        object
+            .as_object()
+            .map(|fields| {
+                fields
+                    .iter()
+                    .filter(|(k, _)| *k != "metadata" && *k != "status")
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    rest(before) != rest(after)
+}
+
+fn strip_version(object: &Value) -> Value {
+    let mut object = object.clone();
+    if let Some(metadata) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+        metadata.remove("resourceVersion");
+        metadata.remove("managedFields");
+    }
+    object
+}
+
+/// What kube-apiserver sets on create for the kinds whose status starts non-empty.
+fn initial_status(kind: &str, fields: &mut Map<String, Value>) {
+    match kind {
+        "Pod" => {
+            fields.insert(
+                "status".to_owned(),
+                json!({"phase": "Pending", "qosClass": qos_class(fields)}),
+            );
+        }
+        "Namespace" => {
+            fields.insert("status".to_owned(), json!({"phase": "Active"}));
+        }
+        _ => {}
+    }
+}
+
+/// A pod's QoS class from its containers' requests and limits.
+fn qos_class(pod: &Map<String, Value>) -> &'static str {
+    let containers: Vec<&Value> = pod
+        .get("spec")
+        .and_then(|s| s.get("containers"))
+        .and_then(Value::as_array)
+        .map(|c| c.iter().collect())
+        .unwrap_or_default();
+    let resources = |c: &Value, which: &str| {
+        c.pointer(&format!("/resources/{which}"))
+            .and_then(Value::as_object)
+            .cloned()
+    };
+    let any_set = containers
+        .iter()
+        .any(|c| resources(c, "requests").is_some() || resources(c, "limits").is_some());
+    if !any_set {
+        return "BestEffort";
+    }
+    let guaranteed = containers.iter().all(|c| {
+        let limits = resources(c, "limits").unwrap_or_default();
+        let requests = resources(c, "requests").unwrap_or_else(|| limits.clone());
+        ["cpu", "memory"]
+            .iter()
+            .all(|r| limits.get(*r).is_some() && limits.get(*r) == requests.get(*r))
+    });
+    if guaranteed { "Guaranteed" } else { "Burstable" }
+}
+
+/// Serves a CRD's resources and marks it Established, as kube-apiserver's CRD controller does.
+fn establish_crd(registry: &mut Registry, crd: &mut Value) {
+    let accepted = registry.apply_crd(crd);
+    let names = crd.pointer("/spec/names").cloned().unwrap_or_else(|| json!({}));
+    let (status, reason, message) = if accepted {
+        (
+            "True",
+            "InitialNamesAccepted",
+            "the initial names have been accepted",
+        )
+    } else {
+        (
+            "False",
+            "InvalidSpec",
+            "spec.group, spec.names.kind, spec.names.plural and spec.versions are required",
+        )
+    };
+    crd["status"] = json!({
+        "acceptedNames": names,
+        "storedVersions": crd.pointer("/spec/versions").and_then(Value::as_array)
+            .map(|versions| versions.iter().filter(|v| v["storage"] == true).map(|v| v["name"].clone()).collect::<Vec<_>>())
+            .unwrap_or_default(),
+        "conditions": [
+            {"type": "NamesAccepted", "status": status, "reason": reason, "message": message},
+            {"type": "Established", "status": status, "reason": reason, "message": message},
+        ],
+    });
+}

@@ -1,0 +1,313 @@
+//! The API server's protocol and semantics through kube-rs, in-process.
+
+use std::sync::Arc;
+
+use futures::{StreamExt, TryStreamExt};
+use joist_kubesim::{ApiServer, Clock, InProcess, Store};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use kube::{
+    Api, Client,
+    api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams},
+    runtime::{WatchStreamExt, reflector, watcher},
+};
+use serde_json::json;
+
+use crate::{cluster, eventually};
+
+fn config_map(name: &str) -> ConfigMap {
+    serde_json::from_value(json!({"metadata": {"name": name}, "data": {"k": "v"}})).expect("config map")
+}
+
+fn api_error(error: kube::Error) -> u16 {
+    match error {
+        kube::Error::Api(status) => status.code,
+        other => panic!("expected an API error, got {other}"),
+    }
+}
+
+#[tokio::test]
+async fn writes_get_uids_versions_and_stale_updates_conflict() {
+    let cluster = cluster();
+    let maps: Api<ConfigMap> = Api::namespaced(cluster.client(), "default");
+    let created = maps
+        .create(&PostParams::default(), &config_map("settings"))
+        .await
+        .expect("create");
+    assert!(created.metadata.uid.is_some() && created.metadata.creation_timestamp.is_some());
+    let duplicate = maps
+        .create(&PostParams::default(), &config_map("settings"))
+        .await
+        .expect_err("name taken");
+    assert_eq!(api_error(duplicate), 409);
+
+    let mut first = maps.get("settings").await.expect("get");
+    let mut second = first.clone();
+    first.data = Some([("k".to_owned(), "one".to_owned())].into());
+    let updated = maps
+        .replace("settings", &PostParams::default(), &first)
+        .await
+        .expect("update");
+    assert_ne!(
+        updated.metadata.resource_version,
+        created.metadata.resource_version
+    );
+    second.data = Some([("k".to_owned(), "two".to_owned())].into());
+    let stale = maps
+        .replace("settings", &PostParams::default(), &second)
+        .await
+        .expect_err("stale version");
+    assert_eq!(api_error(stale), 409);
+    assert_eq!(api_error(maps.get("missing").await.expect_err("absent")), 404);
+    let elsewhere: Api<ConfigMap> = Api::namespaced(cluster.client(), "no-such-namespace");
+    assert_eq!(
+        api_error(
+            elsewhere
+                .create(&PostParams::default(), &config_map("x"))
+                .await
+                .expect_err("no namespace")
+        ),
+        404
+    );
+}
+
+#[tokio::test]
+async fn finalizers_hold_a_deleted_object_until_they_are_removed() {
+    let cluster = cluster();
+    let maps: Api<ConfigMap> = Api::namespaced(cluster.client(), "default");
+    let mut held = config_map("held");
+    held.metadata.finalizers = Some(vec!["example.com/cleanup".to_owned()]);
+    maps.create(&PostParams::default(), &held).await.expect("create");
+    maps.delete("held", &DeleteParams::default())
+        .await
+        .expect("delete");
+    let deleting = maps.get("held").await.expect("still there");
+    assert!(deleting.metadata.deletion_timestamp.is_some());
+    let add = Patch::Merge(json!({"metadata": {"finalizers": ["example.com/cleanup", "example.com/more"]}}));
+    assert_eq!(
+        api_error(
+            maps.patch("held", &PatchParams::default(), &add)
+                .await
+                .expect_err("no new finalizers")
+        ),
+        403
+    );
+    let clear = Patch::Merge(json!({"metadata": {"finalizers": null}}));
+    maps.patch("held", &PatchParams::default(), &clear)
+        .await
+        .expect("remove finalizer");
+    assert_eq!(api_error(maps.get("held").await.expect_err("gone")), 404);
+}
+
+#[tokio::test]
+async fn a_watch_resumed_from_its_last_version_sees_every_change() {
+    let cluster = cluster();
+    let maps: Api<ConfigMap> = Api::namespaced(cluster.client(), "default");
+    let start = maps
+        .list(&ListParams::default())
+        .await
+        .expect("list")
+        .metadata
+        .resource_version
+        .expect("version");
+    maps.create(&PostParams::default(), &config_map("a"))
+        .await
+        .expect("create a");
+    let mut stream = maps
+        .watch(&WatchParams::default(), &start)
+        .await
+        .expect("watch")
+        .boxed();
+    let last = match stream.try_next().await.expect("event") {
+        Some(WatchEvent::Added(map)) => map.metadata.resource_version.expect("version"),
+        other => panic!("expected ADDED a, got {other:?}"),
+    };
+    drop(stream);
+    // Changes while no one watches.
+    maps.create(&PostParams::default(), &config_map("b"))
+        .await
+        .expect("create b");
+    maps.delete("a", &DeleteParams::default())
+        .await
+        .expect("delete a");
+    let mut resumed = maps
+        .watch(&WatchParams::default(), &last)
+        .await
+        .expect("resume")
+        .boxed();
+    let mut seen = Vec::new();
+    while seen.len() < 2 {
+        match resumed.try_next().await.expect("event") {
+            Some(WatchEvent::Added(map)) => {
+                seen.push(format!("ADDED {}", map.metadata.name.unwrap_or_default()))
+            }
+            Some(WatchEvent::Deleted(map)) => {
+                seen.push(format!("DELETED {}", map.metadata.name.unwrap_or_default()))
+            }
+            Some(WatchEvent::Bookmark(_)) => {}
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(seen, ["ADDED b", "DELETED a"]);
+}
+
+#[tokio::test]
+async fn a_watch_older_than_the_history_gets_410_gone() {
+    let store = Arc::new(Store::new(Clock::system(), 1).with_history_limit(2));
+    let client = Client::new(
+        InProcess::new(Arc::new(ApiServer::new(store, "127.0.0.1:443"))),
+        "default",
+    );
+    let maps: Api<ConfigMap> = Api::namespaced(client, "default");
+    let first = maps
+        .create(&PostParams::default(), &config_map("m0"))
+        .await
+        .expect("create");
+    for name in ["m1", "m2", "m3"] {
+        maps.create(&PostParams::default(), &config_map(name))
+            .await
+            .expect("create");
+    }
+    let version = first.metadata.resource_version.expect("version");
+    let mut stream = maps
+        .watch(&WatchParams::default(), &version)
+        .await
+        .expect("watch")
+        .boxed();
+    match stream.try_next().await.expect("event") {
+        Some(WatchEvent::Error(status)) => {
+            assert_eq!((status.code, status.reason.as_str()), (410, "Expired"))
+        }
+        other => panic!("expected a 410 error event, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_reflector_mirrors_pods_and_selectors_filter_lists() {
+    let cluster = cluster();
+    let pods: Api<Pod> = Api::namespaced(cluster.client(), "default");
+    let (reader, writer) = reflector::store::<Pod>();
+    let mirror = tokio::spawn(
+        reflector(writer, watcher(pods.clone(), watcher::Config::default()))
+            .applied_objects()
+            .for_each(|_| async {}),
+    );
+    for (name, app) in [("web-1", "web"), ("web-2", "web"), ("db-1", "db")] {
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": name, "labels": {"app": app}},
+            "spec": {"containers": [{"name": "c", "image": "pause"}]},
+        }))
+        .expect("pod");
+        pods.create(&PostParams::default(), &pod)
+            .await
+            .expect("create pod");
+    }
+    eventually("the reflector to hold three pods", || {
+        let count = reader.state().len();
+        async move { (count == 3).then_some(()) }
+    })
+    .await;
+    let web = pods
+        .list(&ListParams::default().labels("app in (web)"))
+        .await
+        .expect("list");
+    assert_eq!(web.items.len(), 2);
+    let unbound = pods
+        .list(&ListParams::default().fields("spec.nodeName="))
+        .await
+        .expect("list");
+    assert_eq!(unbound.items.len(), 3);
+    let page = pods.list(&ListParams::default().limit(2)).await.expect("page");
+    assert_eq!(page.items.len(), 2);
+    let rest = pods
+        .list(
+            &ListParams::default()
+                .limit(2)
+                .continue_token(&page.metadata.continue_.expect("token")),
+        )
+        .await;
+    assert_eq!(rest.expect("second page").items.len(), 1);
+    pods.delete("db-1", &DeleteParams::default())
+        .await
+        .expect("delete");
+    eventually("the reflector to drop the deleted pod", || {
+        let count = reader.state().len();
+        async move { (count == 2).then_some(()) }
+    })
+    .await;
+    mirror.abort();
+}
+
+#[tokio::test]
+async fn strategic_merge_and_apply_patches_merge_containers_by_name() {
+    let cluster = cluster();
+    let pods: Api<Pod> = Api::namespaced(cluster.client(), "default");
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "two"},
+        "spec": {"containers": [{"name": "app", "image": "app:1"}, {"name": "sidecar", "image": "proxy:1"}]},
+    }))
+    .expect("pod");
+    pods.create(&PostParams::default(), &pod).await.expect("create");
+    let patch = Patch::Strategic(json!({"spec": {"containers": [{"name": "app", "image": "app:2"}]}}));
+    let patched = pods
+        .patch("two", &PatchParams::default(), &patch)
+        .await
+        .expect("strategic patch");
+    let images: Vec<String> = patched
+        .spec
+        .expect("spec")
+        .containers
+        .into_iter()
+        .map(|c| c.image.unwrap_or_default())
+        .collect();
+    assert_eq!(images, ["app:2", "proxy:1"]);
+
+    let maps: Api<ConfigMap> = Api::namespaced(cluster.client(), "default");
+    let applied =
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "applied"}, "data": {"a": "1"}});
+    let params = PatchParams::apply("joist-test");
+    maps.patch("applied", &params, &Patch::Apply(&applied))
+        .await
+        .expect("apply creates");
+    let again =
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "applied"}, "data": {"b": "2"}});
+    let merged = maps
+        .patch("applied", &params, &Patch::Apply(&again))
+        .await
+        .expect("apply merges");
+    assert_eq!(merged.data.expect("data").len(), 2);
+}
+
+#[tokio::test]
+async fn a_crd_serves_its_custom_resources() {
+    let cluster = cluster();
+    let crds: Api<
+        k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+    > = Api::all(cluster.client());
+    for (_, crd) in joist_messages::apis::crds() {
+        crds.create(&PostParams::default(), &crd)
+            .await
+            .expect("create CRD");
+    }
+    let pools: Api<joist_messages::apis::NodePool> = Api::all(cluster.client());
+    let pool: joist_messages::apis::NodePool = serde_json::from_value(json!({
+        "apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "default"},
+        "spec": {"template": {"spec": {
+            "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+            "requirements": [{"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]}],
+        }}},
+    }))
+    .expect("node pool");
+    pools
+        .create(&PostParams::default(), &pool)
+        .await
+        .expect("create NodePool");
+    let listed = pools.list(&ListParams::default()).await.expect("list NodePools");
+    assert_eq!(listed.items.len(), 1);
+    crds.delete("nodepools.karpenter.sh", &DeleteParams::default())
+        .await
+        .expect("delete CRD");
+    assert!(
+        pools.list(&ListParams::default()).await.is_err(),
+        "NodePools are no longer served"
+    );
+}

@@ -1,0 +1,283 @@
+//! The real kubectl and helm against kubesim's HTTP front door. The binaries are installed by
+//! `scripts/kube-clients` (run here, as part of the test setup) into a cache outside the repo.
+
+use std::{path::PathBuf, process::Command, sync::OnceLock};
+
+use crate::cluster;
+
+/// Paths of kubectl and helm, installing them on first use.
+fn binaries() -> &'static (PathBuf, PathBuf) {
+    static BINARIES: OnceLock<(PathBuf, PathBuf)> = OnceLock::new();
+    BINARIES.get_or_init(|| {
+        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts/kube-clients");
+        let output = Command::new(&script).output().expect("run scripts/kube-clients");
+        assert!(
+            output.status.success(),
+            "scripts/kube-clients failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let text = String::from_utf8_lossy(&output.stdout).into_owned();
+        let find = |key: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(key))
+                .map(PathBuf::from)
+                .unwrap_or_else(|| panic!("{key} missing in {text}"))
+        };
+        (find("KUBECTL="), find("HELM="))
+    })
+}
+
+/// Runs a client binary with the kubeconfig; returns stdout, failing the test on a non-zero exit.
+async fn run(binary: &PathBuf, kubeconfig: &std::path::Path, args: &[&str]) -> String {
+    let mut command = Command::new(binary);
+    command.args(args).arg("--kubeconfig").arg(kubeconfig);
+    command.env("HOME", kubeconfig.parent().expect("dir"));
+    command.env(
+        "HELM_CACHE_HOME",
+        kubeconfig.parent().expect("dir").join("helm-cache"),
+    );
+    command.env(
+        "HELM_CONFIG_HOME",
+        kubeconfig.parent().expect("dir").join("helm-config"),
+    );
+    command.env(
+        "HELM_DATA_HOME",
+        kubeconfig.parent().expect("dir").join("helm-data"),
+    );
+    let described = format!("{} {}", binary.display(), args.join(" "));
+    let output = tokio::task::spawn_blocking(move || command.output())
+        .await
+        .expect("join")
+        .expect("spawn client");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "{described} failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("kubesim-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    dir
+}
+
+const DEPLOYMENT: &str = "apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: inflate
+spec:
+  replicas: 0
+  selector:
+    matchLabels: {app: inflate}
+  template:
+    metadata:
+      labels: {app: inflate}
+    spec:
+      containers:
+      - name: inflate
+        image: public.ecr.aws/eks-distro/kubernetes/pause:3.7
+        resources:
+          requests: {cpu: 1}
+";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_applies_scales_waits_describes_and_deletes() {
+    let (kubectl, _) = binaries();
+    let cluster = cluster();
+    let server = cluster.serve_http(0).await.expect("serve");
+    let dir = scratch("kubectl");
+    let kubeconfig = dir.join("kubeconfig");
+    server.write_kubeconfig(&kubeconfig).expect("kubeconfig");
+    std::fs::write(dir.join("inflate.yaml"), DEPLOYMENT).expect("manifest");
+    let manifest = dir.join("inflate.yaml");
+    let manifest = manifest.to_str().expect("utf-8 path");
+
+    let applied = run(kubectl, &kubeconfig, &["apply", "-f", manifest]).await;
+    assert!(applied.contains("deployment.apps/inflate created"), "{applied}");
+    let again = run(kubectl, &kubeconfig, &["apply", "-f", manifest]).await;
+    assert!(
+        again.contains("deployment.apps/inflate unchanged") || again.contains("configured"),
+        "{again}"
+    );
+    run(
+        kubectl,
+        &kubeconfig,
+        &["scale", "deployment/inflate", "--replicas=2"],
+    )
+    .await;
+    let pending = crate::eventually("two pending pods in kubectl get", || {
+        let kubeconfig = kubeconfig.clone();
+        async move {
+            let out = run(
+                kubectl,
+                &kubeconfig,
+                &["get", "pods", "-l", "app=inflate", "--no-headers"],
+            )
+            .await;
+            (out.lines().filter(|l| l.contains("Pending")).count() == 2).then_some(out)
+        }
+    })
+    .await;
+    assert!(pending.contains("inflate-"), "{pending}");
+    let reasons = run(
+        kubectl,
+        &kubeconfig,
+        &[
+            "get",
+            "pods",
+            "-l",
+            "app=inflate",
+            "-o",
+            "jsonpath={.items[*].status.conditions[?(@.type==\"PodScheduled\")].reason}",
+        ],
+    )
+    .await;
+    assert_eq!(reasons, "Unschedulable Unschedulable");
+    let described = run(kubectl, &kubeconfig, &["describe", "deployment", "inflate"]).await;
+    assert!(
+        described.contains("Replicas:") && described.contains("inflate"),
+        "{described}"
+    );
+
+    let node = "apiVersion: v1\nkind: Node\nmetadata:\n  name: worker\n  labels: {kubernetes.io/hostname: worker}\nstatus:\n  allocatable: {cpu: \"4\", memory: 8Gi, pods: \"110\"}\n  capacity: {cpu: \"4\", memory: 8Gi, pods: \"110\"}\n";
+    std::fs::write(dir.join("node.yaml"), node).expect("node manifest");
+    run(
+        kubectl,
+        &kubeconfig,
+        &["create", "-f", dir.join("node.yaml").to_str().expect("path")],
+    )
+    .await;
+    run(
+        kubectl,
+        &kubeconfig,
+        &[
+            "wait",
+            "--for=condition=Available",
+            "deployment/inflate",
+            "--timeout=20s",
+        ],
+    )
+    .await;
+    let running = run(
+        kubectl,
+        &kubeconfig,
+        &["get", "pods", "-l", "app=inflate", "--no-headers"],
+    )
+    .await;
+    assert_eq!(
+        running.lines().filter(|l| l.contains("Running")).count(),
+        2,
+        "{running}"
+    );
+    run(kubectl, &kubeconfig, &["delete", "-f", manifest]).await;
+    crate::eventually("the pods to be gone", || {
+        let kubeconfig = kubeconfig.clone();
+        async move {
+            let out = run(
+                kubectl,
+                &kubeconfig,
+                &["get", "pods", "-l", "app=inflate", "--no-headers"],
+            )
+            .await;
+            out.trim().is_empty().then_some(())
+        }
+    })
+    .await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn helm_installs_upgrades_and_uninstalls_a_chart() {
+    let (kubectl, helm) = binaries();
+    let cluster = cluster();
+    let server = cluster.serve_http(0).await.expect("serve");
+    let dir = scratch("helm");
+    let kubeconfig = dir.join("kubeconfig");
+    server.write_kubeconfig(&kubeconfig).expect("kubeconfig");
+    let chart = dir.join("demo");
+    std::fs::create_dir_all(chart.join("templates")).expect("chart dir");
+    std::fs::write(
+        chart.join("Chart.yaml"),
+        "apiVersion: v2\nname: demo\nversion: 0.1.0\n",
+    )
+    .expect("Chart.yaml");
+    std::fs::write(chart.join("values.yaml"), "replicas: 1\ngreeting: hello\n").expect("values");
+    std::fs::write(
+        chart.join("templates/all.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ .Release.Name }}-settings\ndata:\n  greeting: {{ .Values.greeting }}\n---\n"
+            .to_owned()
+            + &DEPLOYMENT.replace("name: inflate", "name: {{ .Release.Name }}-app").replace("replicas: 0", "replicas: {{ .Values.replicas }}"),
+    )
+    .expect("template");
+    let chart = chart.to_str().expect("path");
+
+    let installed = run(helm, &kubeconfig, &["install", "demo", chart]).await;
+    assert!(installed.contains("STATUS: deployed"), "{installed}");
+    let greeting = run(
+        kubectl,
+        &kubeconfig,
+        &[
+            "get",
+            "configmap",
+            "demo-settings",
+            "-o",
+            "jsonpath={.data.greeting}",
+        ],
+    )
+    .await;
+    assert_eq!(greeting, "hello");
+    let upgraded = run(
+        helm,
+        &kubeconfig,
+        &[
+            "upgrade",
+            "demo",
+            chart,
+            "--set",
+            "greeting=bonjour",
+            "--set",
+            "replicas=2",
+        ],
+    )
+    .await;
+    assert!(upgraded.contains("REVISION: 2"), "{upgraded}");
+    let greeting = run(
+        kubectl,
+        &kubeconfig,
+        &[
+            "get",
+            "configmap",
+            "demo-settings",
+            "-o",
+            "jsonpath={.data.greeting}",
+        ],
+    )
+    .await;
+    assert_eq!(greeting, "bonjour");
+    let replicas = run(
+        kubectl,
+        &kubeconfig,
+        &["get", "deployment", "demo-app", "-o", "jsonpath={.spec.replicas}"],
+    )
+    .await;
+    assert_eq!(replicas, "2");
+    let releases = run(helm, &kubeconfig, &["list", "--short"]).await;
+    assert_eq!(releases.trim(), "demo");
+    run(helm, &kubeconfig, &["uninstall", "demo"]).await;
+    let left = run(
+        kubectl,
+        &kubeconfig,
+        &[
+            "get",
+            "configmaps,deployments",
+            "--no-headers",
+            "--ignore-not-found",
+        ],
+    )
+    .await;
+    assert!(!left.contains("demo-"), "{left}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,0 +1,319 @@
+//! The cluster's physics: scheduler, kubelets, workload controllers, eviction and garbage collection.
+
+use k8s_openapi::api::{
+    apps::v1::{DaemonSet, Deployment},
+    batch::v1::Job,
+    core::v1::{Event, Node, Pod},
+    policy::v1::{Eviction, PodDisruptionBudget},
+};
+use kube::{
+    Api, ResourceExt,
+    api::{DeleteParams, EvictParams, ListParams, PostParams},
+};
+use serde_json::json;
+
+use crate::{cluster, deployment, eventually, node};
+
+fn scheduled(pod: &Pod) -> Option<(String, String, String)> {
+    let condition = pod
+        .status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "PodScheduled")?;
+    Some((
+        condition.status.clone(),
+        condition.reason.clone().unwrap_or_default(),
+        condition.message.clone().unwrap_or_default(),
+    ))
+}
+
+async fn create<T>(api: &Api<T>, value: serde_json::Value) -> T
+where
+    T: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
+{
+    let object: T = serde_json::from_value(value).expect("manifest");
+    api.create(&PostParams::default(), &object).await.expect("create")
+}
+
+#[tokio::test]
+async fn pods_stay_pending_as_unschedulable_until_a_node_can_take_them() {
+    let cluster = cluster();
+    let client = cluster.client();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), "default");
+    create(&deployments, deployment("inflate", 3, "1")).await;
+
+    let pending = eventually("three unschedulable pods", || async {
+        let list = pods
+            .list(&ListParams::default().labels("app=inflate"))
+            .await
+            .ok()?;
+        let marked: Vec<_> = list.items.iter().filter_map(scheduled).collect();
+        (marked.len() == 3).then_some(marked)
+    })
+    .await;
+    for (status, reason, message) in &pending {
+        assert_eq!((status.as_str(), reason.as_str()), ("False", "Unschedulable"));
+        assert_eq!(message, "no nodes available to schedule pods");
+    }
+    let events: Api<Event> = Api::namespaced(client.clone(), "default");
+    let failed = events
+        .list(&ListParams::default().fields("reason=FailedScheduling"))
+        .await
+        .expect("events");
+    assert_eq!(failed.items.len(), 3);
+
+    // A node too small for the pods: the message names the shortage.
+    let nodes: Api<Node> = Api::all(client.clone());
+    create(&nodes, node("small", "500m", "us-west-2a")).await;
+    eventually("an Insufficient cpu message", || async {
+        let list = pods
+            .list(&ListParams::default().labels("app=inflate"))
+            .await
+            .ok()?;
+        list.items
+            .iter()
+            .filter_map(scheduled)
+            .all(|(_, _, m)| m.contains("1 Insufficient cpu"))
+            .then_some(())
+    })
+    .await;
+
+    // A node that fits all three: they bind, run, and the Deployment becomes Available.
+    create(&nodes, node("big", "4", "us-west-2b")).await;
+    eventually("three running pods on the big node", || async {
+        let list = pods
+            .list(&ListParams::default().labels("app=inflate"))
+            .await
+            .ok()?;
+        let running = list.items.iter().filter(|p| {
+            p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some("big")
+                && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+        });
+        (running.count() == 3).then_some(())
+    })
+    .await;
+    eventually("the Deployment to be Available", || async {
+        let d = deployments.get("inflate").await.ok()?;
+        let available = d
+            .status?
+            .conditions?
+            .into_iter()
+            .any(|c| c.type_ == "Available" && c.status == "True");
+        available.then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn taints_selectors_and_host_ports_keep_pods_off_nodes() {
+    let cluster = cluster();
+    let client = cluster.client();
+    let nodes: Api<Node> = Api::all(client.clone());
+    let mut tainted = node("tainted", "4", "us-west-2a");
+    tainted["spec"]["taints"] = json!([{"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}]);
+    create(&nodes, tainted).await;
+    eventually("the node to be Ready", || async {
+        let node = nodes.get("tainted").await.ok()?;
+        node.status?
+            .conditions?
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True")
+            .then_some(())
+    })
+    .await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let pod = |name: &str, extra: serde_json::Value| {
+        let mut pod =
+            json!({"metadata": {"name": name}, "spec": {"containers": [{"name": "c", "image": "pause"}]}});
+        if let Some(fields) = extra.as_object() {
+            for (k, v) in fields {
+                pod["spec"][k] = v.clone();
+            }
+        }
+        pod
+    };
+    create(&pods, pod("plain", json!({}))).await;
+    create(&pods, pod("tolerant", json!({"tolerations": [{"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}]}))).await;
+    create(
+        &pods,
+        pod(
+            "elsewhere",
+            json!({
+                "tolerations": [{"operator": "Exists"}],
+                "nodeSelector": {"topology.kubernetes.io/zone": "us-west-2c"},
+            }),
+        ),
+    )
+    .await;
+    let outcome = |name: &'static str| {
+        let pods = pods.clone();
+        async move {
+            let pod = pods.get(name).await.ok()?;
+            let bound = pod.spec.as_ref()?.node_name.clone();
+            match bound {
+                Some(node) => Some(format!("bound to {node}")),
+                None => scheduled(&pod).map(|(_, _, message)| message),
+            }
+        }
+    };
+    let plain = eventually("plain pod decided", || outcome("plain")).await;
+    assert!(plain.contains("untolerated taint {dedicated: gpu}"), "{plain}");
+    assert_eq!(
+        eventually("tolerant pod decided", || outcome("tolerant")).await,
+        "bound to tainted"
+    );
+    let elsewhere = eventually("zone-selected pod decided", || outcome("elsewhere")).await;
+    assert!(
+        elsewhere.contains("didn't match Pod's node affinity/selector"),
+        "{elsewhere}"
+    );
+}
+
+#[tokio::test]
+async fn evictions_honour_pod_disruption_budgets() {
+    let cluster = cluster();
+    let client = cluster.client();
+    create(&Api::<Node>::all(client.clone()), node("n1", "8", "us-west-2a")).await;
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), "default");
+    create(&deployments, deployment("web", 3, "100m")).await;
+    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), "default");
+    create(&pdbs, json!({"metadata": {"name": "web"}, "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": "web"}}}})).await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let ready = |pods: Api<Pod>| async move {
+        let list = pods.list(&ListParams::default().labels("app=web")).await.ok()?;
+        let ready: Vec<String> = list
+            .items
+            .iter()
+            .filter(|p| {
+                p.status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+            })
+            .map(|p| p.name_any())
+            .collect();
+        (ready.len() == 3).then_some(ready)
+    };
+    let names = eventually("three ready web pods", || ready(pods.clone())).await;
+    eventually("the budget to allow one disruption", || async {
+        let allowed = pdbs.get("web").await.ok()?.status?.disruptions_allowed;
+        (allowed == 1).then_some(())
+    })
+    .await;
+    pods.evict(&names[0], &EvictParams::default())
+        .await
+        .expect("the first eviction fits the budget");
+    match pods.evict(&names[1], &EvictParams::default()).await {
+        Err(kube::Error::Api(status)) => {
+            assert_eq!(status.code, 429);
+            assert!(
+                status
+                    .message
+                    .contains("disruption budget web needs 2 healthy pods and has 2"),
+                "{}",
+                status.message
+            );
+        }
+        other => panic!("expected 429, got {other:?}"),
+    }
+    let _: Option<Eviction> = None;
+}
+
+#[tokio::test]
+async fn owners_collect_their_dependents_and_a_lost_node_loses_its_pods() {
+    let cluster = cluster();
+    let client = cluster.client();
+    let nodes: Api<Node> = Api::all(client.clone());
+    create(&nodes, node("n1", "8", "us-west-2a")).await;
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), "default");
+    create(&deployments, deployment("app", 2, "100m")).await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let on_node = |pods: Api<Pod>, node: &'static str, count: usize| async move {
+        let list = pods.list(&ListParams::default().labels("app=app")).await.ok()?;
+        let matching = list
+            .items
+            .iter()
+            .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node))
+            .count();
+        (matching == count && list.items.len() == count).then_some(())
+    };
+    eventually("two pods on n1", || on_node(pods.clone(), "n1", 2)).await;
+    create(&nodes, node("n2", "8", "us-west-2b")).await;
+    nodes
+        .delete("n1", &DeleteParams::default())
+        .await
+        .expect("delete node");
+    eventually("the ReplicaSet to replace the pods on n2", || {
+        on_node(pods.clone(), "n2", 2)
+    })
+    .await;
+    deployments
+        .delete("app", &DeleteParams::default())
+        .await
+        .expect("delete deployment");
+    eventually("the pods to be collected", || async {
+        pods.list(&ListParams::default().labels("app=app"))
+            .await
+            .ok()?
+            .items
+            .is_empty()
+            .then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn daemonsets_cover_each_node_and_jobs_complete() {
+    let cluster = cluster();
+    let client = cluster.client();
+    let nodes: Api<Node> = Api::all(client.clone());
+    for name in ["a", "b"] {
+        create(&nodes, node(name, "2", "us-west-2a")).await;
+    }
+    let daemonsets: Api<DaemonSet> = Api::namespaced(client.clone(), "default");
+    create(&daemonsets, json!({
+        "metadata": {"name": "agent"},
+        "spec": {"selector": {"matchLabels": {"app": "agent"}}, "template": {
+            "metadata": {"labels": {"app": "agent"}},
+            "spec": {"containers": [{"name": "agent", "image": "agent", "resources": {"requests": {"cpu": "100m"}}}]},
+        }},
+    }))
+    .await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    eventually("one agent pod per node", || async {
+        let list = pods.list(&ListParams::default().labels("app=agent")).await.ok()?;
+        let mut hosts: Vec<String> = list
+            .items
+            .iter()
+            .filter_map(|p| p.spec.as_ref()?.node_name.clone())
+            .collect();
+        hosts.sort();
+        (hosts == ["a", "b"]).then_some(())
+    })
+    .await;
+    let jobs: Api<Job> = Api::namespaced(client.clone(), "default");
+    create(
+        &jobs,
+        json!({
+            "metadata": {"name": "batch"},
+            "spec": {"completions": 2, "parallelism": 2, "template": {
+                "metadata": {"annotations": {"kubesim.joist.dev/run-for": "1s"}},
+                "spec": {"restartPolicy": "Never", "containers": [{"name": "work", "image": "work"}]},
+            }},
+        }),
+    )
+    .await;
+    eventually("the Job to complete", || async {
+        let job = jobs.get("batch").await.ok()?;
+        let status = job.status?;
+        let complete = status
+            .conditions?
+            .iter()
+            .any(|c| c.type_ == "Complete" && c.status == "True");
+        (complete && status.succeeded == Some(2)).then_some(())
+    })
+    .await;
+}
