@@ -63,7 +63,8 @@ pub fn lower_bound(input: &Input, solution: &Solution) -> f64 {
         .fold(0.0, f64::max)
 }
 
-fn peak_memory_mib() -> Option<u64> {
+/// The process's peak resident memory (`VmHWM`), where `/proc` has it.
+pub(super) fn peak_memory_mib() -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
     let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;

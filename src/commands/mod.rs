@@ -4,6 +4,7 @@
 //! return the process exit code; failures that stop a command outright are [`CommandError`]s.
 
 pub mod bench;
+mod bench_kubesim;
 mod crds;
 mod sim;
 mod validate;
@@ -84,6 +85,19 @@ pub enum BenchTarget {
         #[arg(long, value_enum, default_value_t = bench::Scenario::Diverse)]
         scenario: bench::Scenario,
     },
+    /// kubesim at scale: nodes and pods created and run by its scheduler and kubelets, a full pod
+    /// list through the API, and a watch fan-out.
+    Kubesim {
+        /// Nodes (16 cpu, 64 GiB, 110 pods each).
+        #[arg(long, default_value_t = 10_000)]
+        nodes: usize,
+        /// Pods (100m cpu, 128 MiB each), placed by kubesim's scheduler.
+        #[arg(long, default_value_t = 100_000)]
+        pods: usize,
+        /// Watchers that each receive every pod update of the fan-out burst.
+        #[arg(long, default_value_t = 4)]
+        watchers: usize,
+    },
 }
 
 /// A failure that stops a command.
@@ -159,6 +173,14 @@ pub fn run(cli: Cli, out: &mut dyn io::Write) -> Result<ExitCode, CommandError> 
         Command::Bench {
             target: BenchTarget::Scheduling { pods, scenario },
         } => bench::run(scenario, pods, out),
+        Command::Bench {
+            target:
+                BenchTarget::Kubesim {
+                    nodes,
+                    pods,
+                    watchers,
+                },
+        } => bench_kubesim::run(nodes, pods, watchers, out),
         Command::Sim {
             action: SimAction::Serve { kubeconfig, port },
         } => sim::serve(kubeconfig.as_deref(), port, out),

@@ -145,7 +145,7 @@ impl ApiServer {
             (&Method::GET, None) if request.query.flag("watch") => {
                 return watch::serve(store.clone(), request, path).map(streaming_response);
             }
-            (&Method::GET, None) => (200, objects::list(store, request, path)?),
+            (&Method::GET, None) => return Ok(bytes_response(200, objects::list(store, request, path)?)),
             (&Method::GET, Some(key)) => {
                 let object = store.get(&path.rtype.group_resource(), &key)?;
                 (
@@ -203,7 +203,10 @@ fn parse_body(request: &ApiRequest) -> Result<Value, ApiError> {
 }
 
 fn json_response(code: u16, document: &Value) -> Response<ApiBody> {
-    let body = serde_json::to_vec(document).unwrap_or_default();
+    bytes_response(code, serde_json::to_vec(document).unwrap_or_default())
+}
+
+fn bytes_response(code: u16, body: Vec<u8>) -> Response<ApiBody> {
     let mut response = Response::new(Full::new(Bytes::from(body)).boxed());
     *response.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     response

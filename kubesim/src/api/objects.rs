@@ -17,8 +17,9 @@ use crate::{
     store::{DeleteOptions, ObjectKey, Part, Propagation, Store},
 };
 
-/// A list, or a Table when kubectl asks for one; paged by `limit` and `continue`.
-pub fn list(store: &Store, request: &ApiRequest, path: &ResourcePath) -> Result<Value, ApiError> {
+/// A list (serialized as it is written, without copying the objects), or a Table when kubectl asks
+/// for one; paged by `limit` and `continue`.
+pub fn list(store: &Store, request: &ApiRequest, path: &ResourcePath) -> Result<Vec<u8>, ApiError> {
     let labels = request.query.label_selector()?;
     let fields = request.query.field_selector()?;
     let limit = request
@@ -47,21 +48,38 @@ pub fn list(store: &Store, request: &ApiRequest, path: &ResourcePath) -> Result<
         metadata["continue"] = json!(format!("{}.{}.{}", page.revision, next.namespace, next.name));
     }
     if request.wants_table() {
-        return Ok(table::table(
+        let table = table::table(
             &path.rtype,
             &page.items,
             metadata,
             table::Options::of(request),
             store.clock(),
-        ));
+        );
+        return Ok(serde_json::to_vec(&table).unwrap_or_default());
     }
-    let items: Vec<Value> = page.items.iter().map(|o| versioned(path, o)).collect();
-    Ok(json!({
-        "kind": format!("{}List", path.rtype.kind),
-        "apiVersion": path.rtype.api_version(),
-        "metadata": metadata,
-        "items": items,
-    }))
+    let head = json!({"kind": format!("{}List", path.rtype.kind), "apiVersion": path.rtype.api_version(), "metadata": metadata});
+    let mut body = serde_json::to_vec(&head).unwrap_or_default();
+    body.pop();
+    body.extend_from_slice(b",\"items\":[");
+    let api_version = path.rtype.api_version();
+    for (index, object) in page.items.iter().enumerate() {
+        if index > 0 {
+            body.push(b',');
+        }
+        let written = if object.get("apiVersion").and_then(Value::as_str) == Some(api_version.as_str()) {
+            serde_json::to_writer(&mut body, &**object)
+        } else {
+            serde_json::to_writer(&mut body, &versioned(path, object))
+        };
+        if let Err(error) = written {
+            return Err(ApiError::Internal(format!(
+                "cannot serialize {}: {error}",
+                path.rtype.plural
+            )));
+        }
+    }
+    body.extend_from_slice(b"]}");
+    Ok(body)
 }
 
 /// A continue token: `revision.namespace.name`.

@@ -75,7 +75,8 @@ struct Scheduler {
     active: VecDeque<ObjectKey>,
     queued: HashSet<ObjectKey>,
     unschedulable: BTreeSet<ObjectKey>,
-    next_start: usize,
+    /// The node the last search stopped at.
+    next_start: String,
 }
 
 /// Runs the scheduler until aborted.
@@ -237,15 +238,19 @@ impl Scheduler {
         let spread = self.spread_counts(namespace, needs);
         let affinity = self.affinity_domains(namespace, &labels(pod), needs);
         let mut reasons: BTreeMap<String, usize> = BTreeMap::new();
-        let names: Vec<&String> = self.nodes.keys().collect();
-        let count = names.len();
-        let start = self.next_start % count;
+        let count = self.nodes.len();
+        // Start after the node the previous pod stopped at, as kube-scheduler does, so the sample of
+        // feasible nodes moves around the cluster.
+        let resume = std::mem::take(&mut self.next_start);
+        let after = self
+            .nodes
+            .range::<String, _>((std::ops::Bound::Excluded(&resume), std::ops::Bound::Unbounded));
+        let before = self.nodes.range::<String, _>(..=&resume);
         let mut best: Option<(f64, &str)> = None;
         let mut feasible = 0;
-        let mut examined = 0;
-        for offset in 0..count {
-            let node = &self.nodes[names[(start + offset) % count]];
-            examined = offset + 1;
+        let mut last = resume.clone();
+        for (name, node) in after.chain(before) {
+            last.clone_from(name);
             match filter(node, needs, &spread, &affinity) {
                 Ok(()) => {
                     feasible += 1;
@@ -260,11 +265,9 @@ impl Scheduler {
                 Err(reason) => *reasons.entry(reason).or_default() += 1,
             }
         }
-        self.next_start = (start + examined) % count;
-        match best {
-            Some((_, name)) => Ok(name.to_owned()),
-            None => Err(unschedulable_message(count, &reasons)),
-        }
+        let best = best.map(|(_, name)| name.to_owned());
+        self.next_start = last;
+        best.ok_or_else(|| unschedulable_message(count, &reasons))
     }
 
     /// For each required pod (anti-)affinity term of the incoming pod, the domains holding pods it selects.
