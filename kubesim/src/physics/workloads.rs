@@ -137,17 +137,14 @@ impl Workloads {
         if kind == Kind::ReplicaSet
             && let Some((owner_kind, owner_name, owner_uid)) = controller_of(object)
         {
-            {
-                let sets = self.sets_by_owner.entry(owner_uid).or_default();
-                if event == EventKind::Deleted {
-                    sets.remove(&key);
-                } else {
-                    sets.insert(key.clone(), object.clone());
-                }
-                if owner_kind == "Deployment" {
-                    self.dirty
-                        .insert((Kind::Deployment, ObjectKey::new(&key.namespace, &owner_name)));
-                }
+            let sets = self.sets_by_owner.entry(owner_uid).or_default();
+            if event == EventKind::Deleted {
+                sets.remove(&key);
+            } else {
+                sets.insert(key.clone(), object.clone());
+            }
+            if owner_kind == "Deployment" {
+                self.dirty.insert((Kind::Deployment, ObjectKey::new(&key.namespace, &owner_name)));
             }
         }
         if event != EventKind::Deleted {
