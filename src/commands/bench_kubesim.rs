@@ -25,10 +25,7 @@ pub fn run(
     watchers: usize,
     out: &mut dyn io::Write,
 ) -> Result<ExitCode, CommandError> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(|source| CommandError::Runtime { source })?;
+    let runtime = super::runtime()?;
     let report = runtime.block_on(measure(nodes, pods, watchers));
     writeln!(out, "{report}").map_err(CommandError::stdout)?;
     Ok(ExitCode::SUCCESS)

@@ -165,6 +165,14 @@ impl CommandError {
     }
 }
 
+/// The multi-threaded tokio runtime the commands that serve or simulate run on.
+fn runtime() -> Result<tokio::runtime::Runtime, CommandError> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|source| CommandError::Runtime { source })
+}
+
 /// Runs `cli`, writing its output to `out`.
 pub fn run(cli: Cli, out: &mut dyn io::Write) -> Result<ExitCode, CommandError> {
     match cli.command {

@@ -13,10 +13,7 @@ pub fn serve(
     port: u16,
     out: &mut dyn io::Write,
 ) -> Result<ExitCode, CommandError> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(|source| CommandError::Runtime { source })?;
+    let runtime = super::runtime()?;
     runtime.block_on(async {
         let cluster = Cluster::start(ClusterSettings::default());
         install_crds(cluster.store())?;

@@ -260,16 +260,7 @@ pub fn delete_collection(
     });
     let mut items = Vec::new();
     for object in page.items {
-        let key = ObjectKey::new(
-            object
-                .pointer("/metadata/namespace")
-                .and_then(Value::as_str)
-                .unwrap_or_default(),
-            object
-                .pointer("/metadata/name")
-                .and_then(Value::as_str)
-                .unwrap_or_default(),
-        );
+        let key = crate::physics::key_of(&object);
         match store.delete(&resource, &key, &options) {
             Ok(deleted) => items.push(versioned(path, &deleted)),
             Err(ApiError::NotFound { .. }) => {}

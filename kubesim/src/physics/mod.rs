@@ -74,7 +74,7 @@ impl Change {
 }
 
 /// The store key of an object.
-pub(crate) fn key_of(object: &Value) -> ObjectKey {
+pub fn key_of(object: &Value) -> ObjectKey {
     ObjectKey::new(
         object
             .pointer("/metadata/namespace")

@@ -144,7 +144,8 @@ impl Workloads {
                 sets.insert(key.clone(), object.clone());
             }
             if owner_kind == "Deployment" {
-                self.dirty.insert((Kind::Deployment, ObjectKey::new(&key.namespace, &owner_name)));
+                self.dirty
+                    .insert((Kind::Deployment, ObjectKey::new(&key.namespace, &owner_name)));
             }
         }
         if event != EventKind::Deleted {
