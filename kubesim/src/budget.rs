@@ -7,11 +7,12 @@
 //! leave fewer healthy pods than the budget needs is refused with 429; a pod covered by two budgets
 //! cannot be evicted (500), as in Kubernetes.
 
-use std::{collections::BTreeMap, sync::Arc};
+use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector as KubeSelector;
 use serde_json::{Value, json};
 
+use crate::object::text;
 use crate::{
     conditions,
     error::ApiError,
@@ -80,21 +81,7 @@ pub fn covers(pdb: &Value, pod: &Value) -> bool {
     let Ok(selector) = serde_json::from_value::<KubeSelector>(selector.clone()) else {
         return false;
     };
-    label_selector_matches(&selector, &labels(pod))
-}
-
-/// The pod's labels as a map.
-pub fn labels(object: &Value) -> BTreeMap<String, String> {
-    object
-        .pointer("/metadata/labels")
-        .and_then(Value::as_object)
-        .map(|labels| {
-            labels
-                .iter()
-                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
-                .collect()
-        })
-        .unwrap_or_default()
+    label_selector_matches(&selector, &crate::object::labels(pod))
 }
 
 fn is_healthy(pod: &Value) -> bool {
@@ -125,10 +112,7 @@ pub fn evict(store: &Store, key: &ObjectKey, dry_run: bool) -> Result<(), ApiErr
     let _guard = store.eviction_guard();
     let pods = GroupResource::new("", "pods");
     let pod = store.get(&pods, key)?;
-    let phase = pod
-        .pointer("/status/phase")
-        .and_then(Value::as_str)
-        .unwrap_or_default();
+    let phase = text(&pod, "/status/phase");
     let ignores_budgets = matches!(phase, "Succeeded" | "Failed" | "Pending")
         || pod.pointer("/metadata/deletionTimestamp").is_some();
     if !ignores_budgets {
@@ -157,10 +141,7 @@ pub fn evict(store: &Store, key: &ObjectKey, dry_run: bool) -> Result<(), ApiErr
                 budget.healthy >= budget.desired
             };
             if !evictable {
-                let name = pdb
-                    .pointer("/metadata/name")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default();
+                let name = text(pdb, "/metadata/name");
                 return Err(ApiError::TooManyRequests(format!(
                     "Cannot evict pod as it would violate the pod's disruption budget. The disruption budget {name} needs {} \
                      healthy pods and has {} currently",

@@ -19,6 +19,7 @@ pub mod conditions;
 pub mod error;
 pub mod events;
 pub mod http;
+pub mod object;
 pub mod patch;
 pub mod physics;
 pub mod protobuf;

@@ -8,6 +8,8 @@ use std::{collections::BTreeMap, sync::Arc};
 
 use serde_json::{Value, json};
 
+use crate::object::text;
+
 /// Where an object is stored: its API group and plural resource name. Every served version of a
 /// resource shares one storage.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -91,7 +93,7 @@ impl ResourceType {
     }
 
     /// The subresources served besides the resource itself.
-    fn subresources(&self) -> Vec<&'static str> {
+    pub fn subresources(&self) -> Vec<&'static str> {
         let mut subresources = Vec::new();
         if self.status_subresource {
             subresources.push("status");
@@ -187,11 +189,7 @@ impl Registry {
     /// Registers (or re-registers) the versions a CustomResourceDefinition serves. Returns false when
     /// the CRD's spec lacks the group, names or versions.
     pub fn apply_crd(&mut self, crd: &Value) -> bool {
-        let name = crd
-            .pointer("/metadata/name")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned();
+        let name = text(crd, "/metadata/name").to_owned();
         self.remove_crd(&name);
         let Some(types) = crd_types(crd) else { return false };
         let keys = types
@@ -437,6 +435,7 @@ type Builtin = (
 );
 
 /// The built-in types served from the start.
+#[rustfmt::skip]
 const BUILTIN: &[Builtin] = &[
     ("", "v1", "Pod", "pods", true, "po", true),
     ("", "v1", "Node", "nodes", false, "no", true),

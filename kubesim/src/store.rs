@@ -16,6 +16,7 @@ use std::{
 use serde_json::{Map, Value, json};
 use tokio::sync::watch;
 
+use crate::object::text;
 use crate::{
     clock::Clock,
     error::ApiError,
@@ -44,6 +45,14 @@ impl ObjectKey {
             namespace: namespace.to_owned(),
             name: name.to_owned(),
         }
+    }
+
+    /// The key of an object, from its metadata.
+    pub fn of(object: &Value) -> Self {
+        Self::new(
+            text(object, "/metadata/namespace"),
+            text(object, "/metadata/name"),
+        )
     }
 }
 
@@ -306,7 +315,7 @@ impl Store {
                 continue;
             }
             if limit.is_some_and(|limit| page.items.len() == limit) {
-                page.next = page.items.last().map(|_| key_of_last(&page.items));
+                page.next = page.items.last().map(|last| ObjectKey::of(last));
                 break;
             }
             page.items.push(object.clone());
@@ -468,14 +477,8 @@ impl Store {
                 rtype.kind
             )));
         }
-        let given_version = next
-            .pointer("/metadata/resourceVersion")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
-        let current_version = current
-            .pointer("/metadata/resourceVersion")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
+        let given_version = text(&next, "/metadata/resourceVersion");
+        let current_version = text(&current, "/metadata/resourceVersion");
         if !given_version.is_empty() && given_version != current_version {
             return Err(ApiError::Conflict {
                 resource: resource.qualified(),
@@ -510,7 +513,7 @@ impl Store {
                 .unwrap_or(1);
             next["metadata"]["generation"] = json!(generation + 1);
         }
-        if strip_version(&next) == strip_version(&current) {
+        if unchanged(&current, &next) {
             return Ok(current);
         }
         if dry_run {
@@ -541,10 +544,7 @@ impl Store {
             .cloned()
             .ok_or_else(|| not_found(resource, key))?;
         let precondition = |field: &str, expected: &Option<String>| {
-            let actual = current
-                .pointer(&format!("/metadata/{field}"))
-                .and_then(Value::as_str)
-                .unwrap_or_default();
+            let actual = text(&current, &format!("/metadata/{field}"));
             match expected {
                 Some(expected) if expected != actual => Err(ApiError::Conflict {
                     resource: resource.qualified(),
@@ -838,14 +838,8 @@ impl State {
 
     fn drop_crd_objects(&mut self, crd: &Value, name: &str) {
         self.registry.remove_crd(name);
-        let group = crd
-            .pointer("/spec/group")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
-        let plural = crd
-            .pointer("/spec/names/plural")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
+        let group = text(crd, "/spec/group");
+        let plural = text(crd, "/spec/names/plural");
         let resource = GroupResource::new(group, plural);
         let keys: Vec<ObjectKey> = self
             .tables
@@ -871,18 +865,6 @@ fn not_found(resource: &GroupResource, key: &ObjectKey) -> ApiError {
         resource: resource.qualified(),
         name: key.name.clone(),
     }
-}
-
-fn key_of_last(items: &[Arc<Value>]) -> ObjectKey {
-    let last = items.last().map(|o| &**o).unwrap_or(&Value::Null);
-    ObjectKey::new(
-        last.pointer("/metadata/namespace")
-            .and_then(Value::as_str)
-            .unwrap_or_default(),
-        last.pointer("/metadata/name")
-            .and_then(Value::as_str)
-            .unwrap_or_default(),
-    )
 }
 
 /// The object's uid.
@@ -966,28 +948,29 @@ fn keep_system_fields(current: &Value, next: &mut Value, part: Part, status_subr
 
 /// Whether anything besides metadata and status changed: what bumps `generation`.
 fn spec_changed(before: &Value, after: &Value) -> bool {
-    let rest = |object: &Value| -> Map<String, Value> {
-        object
-            .as_object()
-            .map(|fields| {
-                fields
-                    .iter()
-                    .filter(|(k, _)| *k != "metadata" && *k != "status")
-                    .map(|(k, v)| (k.clone(), v.clone()))
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
-    rest(before) != rest(after)
+    !equal_except(before, after, &["metadata", "status"])
 }
 
-fn strip_version(object: &Value) -> Value {
-    let mut object = object.clone();
-    if let Some(metadata) = object.get_mut("metadata").and_then(Value::as_object_mut) {
-        metadata.remove("resourceVersion");
-        metadata.remove("managedFields");
-    }
-    object
+/// Whether a write changes nothing but the resourceVersion it carries (then it is a no-op).
+fn unchanged(current: &Value, next: &Value) -> bool {
+    equal_except(current, next, &["metadata"])
+        && equal_except(
+            &current["metadata"],
+            &next["metadata"],
+            &["resourceVersion", "managedFields"],
+        )
+}
+
+/// Whether two objects have equal fields, leaving out `skipped` (compared in place, without copies:
+/// this runs on every write).
+fn equal_except(a: &Value, b: &Value, skipped: &[&str]) -> bool {
+    let (Some(a), Some(b)) = (a.as_object(), b.as_object()) else {
+        return a == b;
+    };
+    a.keys()
+        .chain(b.keys())
+        .filter(|key| !skipped.contains(&key.as_str()))
+        .all(|key| a.get(key) == b.get(key))
 }
 
 /// What kube-apiserver sets on create for the kinds whose status starts non-empty.

@@ -150,7 +150,8 @@ impl ApiServer {
                 let object = store.get(&path.rtype.group_resource(), &key)?;
                 (
                     200,
-                    objects::presented(path, &object, request.wants_table(), store.clock()),
+                    objects::presented(&path.rtype, &object, request.wants_table(), store.clock())
+                        .into_owned(),
                 )
             }
             (&Method::POST, None) => objects::create(store, request, path)?,

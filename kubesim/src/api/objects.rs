@@ -5,7 +5,7 @@
 //! missing and otherwise merges the applied configuration into it (strategic merge for built-in
 //! kinds, JSON merge for custom resources). Fields a manager stops applying are therefore kept.
 
-use std::sync::Arc;
+use std::{borrow::Cow, sync::Arc};
 
 use serde_json::{Value, json};
 
@@ -14,6 +14,7 @@ use crate::{
     clock::Clock,
     error::ApiError,
     patch::{json_patch, merge_patch, strategic_merge_patch},
+    resources::ResourceType,
     store::{DeleteOptions, ObjectKey, Part, Propagation, Store},
 };
 
@@ -61,16 +62,11 @@ pub fn list(store: &Store, request: &ApiRequest, path: &ResourcePath) -> Result<
     let mut body = serde_json::to_vec(&head).unwrap_or_default();
     body.pop();
     body.extend_from_slice(b",\"items\":[");
-    let api_version = path.rtype.api_version();
     for (index, object) in page.items.iter().enumerate() {
         if index > 0 {
             body.push(b',');
         }
-        let written = if object.get("apiVersion").and_then(Value::as_str) == Some(api_version.as_str()) {
-            serde_json::to_writer(&mut body, &**object)
-        } else {
-            serde_json::to_writer(&mut body, &versioned(path, object))
-        };
+        let written = serde_json::to_writer(&mut body, &*in_version(&path.rtype, object));
         if let Err(error) = written {
             return Err(ApiError::Internal(format!(
                 "cannot serialize {}: {error}",
@@ -93,21 +89,41 @@ fn parse_continue(token: &str) -> Result<ObjectKey, ApiError> {
     }
 }
 
-/// One object as the request's version shows it, or as a one-row Table.
-pub fn presented(path: &ResourcePath, object: &Value, as_table: bool, clock: &Clock) -> Value {
+pub fn presented<'a>(
+    rtype: &ResourceType,
+    object: &'a Value,
+    as_table: bool,
+    clock: &Clock,
+) -> Cow<'a, Value> {
     if as_table {
         let metadata = json!({"resourceVersion": object.pointer("/metadata/resourceVersion").cloned().unwrap_or(Value::Null)});
         let options = table::Options { include_object: true };
-        return table::table(&path.rtype, &[Arc::new(object.clone())], metadata, options, clock);
+        return Cow::Owned(table::table(
+            rtype,
+            &[Arc::new(object.clone())],
+            metadata,
+            options,
+            clock,
+        ));
     }
-    versioned(path, object)
+    in_version(rtype, object)
 }
 
-/// The object with the apiVersion of the version the request used (all versions share storage).
-pub fn versioned(path: &ResourcePath, object: &Value) -> Value {
+/// The object with the apiVersion of the version the request used (all versions share storage);
+/// copied only when that differs from the stored one.
+pub fn in_version<'a>(rtype: &ResourceType, object: &'a Value) -> Cow<'a, Value> {
+    let api_version = rtype.api_version();
+    if object.get("apiVersion").and_then(Value::as_str) == Some(api_version.as_str()) {
+        return Cow::Borrowed(object);
+    }
     let mut object = object.clone();
-    object["apiVersion"] = json!(path.rtype.api_version());
-    object
+    object["apiVersion"] = json!(api_version);
+    Cow::Owned(object)
+}
+
+/// [`in_version`] as an owned response body.
+pub fn versioned(path: &ResourcePath, object: &Value) -> Value {
+    in_version(&path.rtype, object).into_owned()
 }
 
 /// POST to a collection: 201 with the created object.
@@ -260,7 +276,7 @@ pub fn delete_collection(
     });
     let mut items = Vec::new();
     for object in page.items {
-        let key = crate::physics::key_of(&object);
+        let key = ObjectKey::of(&object);
         match store.delete(&resource, &key, &options) {
             Ok(deleted) => items.push(versioned(path, &deleted)),
             Err(ApiError::NotFound { .. }) => {}

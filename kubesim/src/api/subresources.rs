@@ -9,6 +9,7 @@ use super::{
     objects::{apply_patch, versioned},
     parse_body,
 };
+use crate::object::text;
 use crate::{
     budget,
     error::ApiError,
@@ -26,11 +27,12 @@ pub fn handle(
     let resource = path.rtype.group_resource();
     let dry_run = request.query.dry_run();
     let method = request.method.as_str();
+    if !path.rtype.subresources().contains(&subresource) {
+        return Err(ApiError::MethodNotAllowed);
+    }
     match (subresource, method) {
-        ("status", "GET") if path.rtype.status_subresource => {
-            Ok((200, versioned(path, &*store.get(&resource, &key)?)))
-        }
-        ("status", "PUT") if path.rtype.status_subresource => {
+        ("status", "GET") => Ok((200, versioned(path, &*store.get(&resource, &key)?))),
+        ("status", "PUT") => {
             let object = parse_body(request)?;
             Ok((
                 200,
@@ -40,15 +42,15 @@ pub fn handle(
                 ),
             ))
         }
-        ("status", "PATCH") if path.rtype.status_subresource => {
+        ("status", "PATCH") => {
             let patch = parse_body(request)?;
             let patched = store.modify(&resource, &key, Part::Status, dry_run, |current| {
                 apply_patch(path, &request.content_type, current, &patch)
             })?;
             Ok((200, versioned(path, &patched)))
         }
-        ("scale", "GET") if has_scale(path) => Ok((200, scale_of(&*store.get(&resource, &key)?))),
-        ("scale", "PUT" | "PATCH") if has_scale(path) => {
+        ("scale", "GET") => Ok((200, scale_of(&*store.get(&resource, &key)?))),
+        ("scale", "PUT" | "PATCH") => {
             let body = parse_body(request)?;
             let updated = store.modify(&resource, &key, Part::Main, dry_run, |current| {
                 let scale = if method == "PUT" {
@@ -74,33 +76,18 @@ pub fn handle(
             })?;
             Ok((200, scale_of(&updated)))
         }
-        ("binding", "POST") if is_pods(path) => {
+        ("binding", "POST") => {
             let binding = parse_body(request)?;
-            let node = binding
-                .pointer("/target/name")
-                .and_then(Value::as_str)
-                .unwrap_or_default();
+            let node = text(&binding, "/target/name");
             bind(store, &key, node, dry_run)?;
             Ok((201, success()))
         }
-        ("eviction", "POST") if is_pods(path) => {
+        ("eviction", "POST") => {
             budget::evict(store, &key, dry_run)?;
             Ok((201, success()))
         }
         _ => Err(ApiError::MethodNotAllowed),
     }
-}
-
-fn is_pods(path: &ResourcePath) -> bool {
-    path.rtype.group.is_empty() && path.rtype.plural == "pods"
-}
-
-fn has_scale(path: &ResourcePath) -> bool {
-    path.rtype.group == "apps"
-        && matches!(
-            path.rtype.plural.as_str(),
-            "deployments" | "replicasets" | "statefulsets"
-        )
 }
 
 fn success() -> Value {

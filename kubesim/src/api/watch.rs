@@ -106,17 +106,15 @@ pub fn serve(store: Arc<Store>, request: &ApiRequest, path: &ResourcePath) -> Re
     let rtype = path.rtype.clone();
     tokio::spawn(async move {
         let deadline = tokio::time::Instant::now() + timeout;
-        let shown = |object: &Value| -> Value {
-            let path = ResourcePath {
-                rtype: rtype.clone(),
-                namespace: None,
-                name: None,
-                subresource: None,
-            };
-            objects::presented(&path, object, as_table, store.clock())
-        };
         for object in &initial {
-            if sender.send(line("ADDED", &shown(object))).await.is_err() {
+            if sender
+                .send(line(
+                    "ADDED",
+                    &objects::presented(&rtype, object, as_table, store.clock()),
+                ))
+                .await
+                .is_err()
+            {
                 return;
             }
         }
@@ -150,7 +148,13 @@ pub fn serve(store: Arc<Store>, request: &ApiRequest, path: &ResourcePath) -> Re
             }
             for event in &events {
                 if let Some((kind, object)) = filter.view(event)
-                    && sender.send(line(kind, &shown(object))).await.is_err()
+                    && sender
+                        .send(line(
+                            kind,
+                            &objects::presented(&rtype, object, as_table, store.clock()),
+                        ))
+                        .await
+                        .is_err()
                 {
                     return;
                 }
@@ -169,7 +173,14 @@ fn bookmark(api_version: &str, kind: &str, revision: u64, initial_events_end: bo
 }
 
 fn line(kind: &str, object: &Value) -> Bytes {
-    let mut bytes = serde_json::to_vec(&json!({"type": kind, "object": object})).unwrap_or_default();
+    /// One event of the stream, serialized from borrowed parts.
+    #[derive(serde::Serialize)]
+    struct Event<'a> {
+        #[serde(rename = "type")]
+        kind: &'a str,
+        object: &'a Value,
+    }
+    let mut bytes = serde_json::to_vec(&Event { kind, object }).unwrap_or_default();
     bytes.push(b'\n');
     Bytes::from(bytes)
 }

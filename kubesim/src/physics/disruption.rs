@@ -5,11 +5,11 @@ use std::{collections::BTreeSet, sync::Arc};
 
 use serde_json::Value;
 
-use super::{Informer, key_of, wait};
+use super::{Informer, wait};
 use crate::{
     budget,
     resources::GroupResource,
-    store::{Part, Store},
+    store::{ObjectKey, Part, Store},
 };
 
 /// Runs the controller until aborted.
@@ -20,7 +20,7 @@ pub async fn run(store: Arc<Store>) {
     loop {
         let mut namespaces = BTreeSet::new();
         for change in budgets.changes(&store).iter().chain(pods.changes(&store).iter()) {
-            namespaces.insert(key_of(&change.object).namespace);
+            namespaces.insert(ObjectKey::of(&change.object).namespace);
         }
         for namespace in namespaces {
             refresh(&store, &namespace);
@@ -55,8 +55,8 @@ fn refresh(store: &Store, namespace: &str) {
         }
         let mut next: Value = (*pdb).clone();
         next["status"] = status;
-        if let Err(error) = store.update(&resource, &key_of(&pdb), Part::Status, next, false) {
-            tracing::debug!(%error, pdb = %key_of(&pdb).name, "kubesim disruption controller: status not written");
+        if let Err(error) = store.update(&resource, &ObjectKey::of(&pdb), Part::Status, next, false) {
+            tracing::debug!(%error, pdb = %ObjectKey::of(&pdb).name, "kubesim disruption controller: status not written");
         }
     }
 }

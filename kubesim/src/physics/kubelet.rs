@@ -13,7 +13,8 @@ use std::{
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
-use super::{Informer, key_of, wait};
+use super::{Informer, wait};
+use crate::object::text;
 use crate::{
     conditions,
     resources::GroupResource,
@@ -45,7 +46,7 @@ impl Default for KubeletSettings {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 enum Action {
     NodeReady(String),
     StartPod(ObjectKey),
@@ -68,12 +69,6 @@ struct Kubelets {
     pod_ips: u32,
 }
 
-impl std::hash::Hash for Action {
-    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        format!("{self:?}").hash(state);
-    }
-}
-
 /// Runs the kubelets until aborted.
 pub async fn run(store: Arc<Store>, settings: KubeletSettings) {
     let mut changes = store.subscribe();
@@ -87,7 +82,7 @@ pub async fn run(store: Arc<Store>, settings: KubeletSettings) {
         for change in pods.changes(&store) {
             kubelets.observe_pod(change.kind, &change.object, settings);
         }
-        kubelets.fire_due(&store, settings);
+        kubelets.fire_due(&store);
         let deadline = kubelets.timers.keys().next().map(|(at, _)| *at);
         if !wait(&mut changes, deadline).await {
             return;
@@ -105,7 +100,7 @@ impl Kubelets {
     }
 
     fn observe_node(&mut self, store: &Store, kind: EventKind, node: &Value, settings: KubeletSettings) {
-        let name = key_of(node).name;
+        let name = ObjectKey::of(node).name;
         if kind == EventKind::Deleted {
             self.ready_nodes.remove(&name);
             self.waiting.remove(&name);
@@ -140,12 +135,8 @@ impl Kubelets {
     }
 
     fn observe_pod(&mut self, kind: EventKind, pod: &Value, settings: KubeletSettings) {
-        let key = key_of(pod);
-        let node = pod
-            .pointer("/spec/nodeName")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned();
+        let key = ObjectKey::of(pod);
+        let node = text(pod, "/spec/nodeName").to_owned();
         if node.is_empty() {
             return;
         }
@@ -171,12 +162,8 @@ impl Kubelets {
                 self.waiting.entry(node).or_default().insert(key);
             }
             "Running" => {
-                let run_for = pod
-                    .pointer(&format!(
-                        "/metadata/annotations/{}",
-                        RUN_FOR_ANNOTATION.replace('/', "~1")
-                    ))
-                    .and_then(Value::as_str)
+                let run_for = pod["metadata"]["annotations"][RUN_FOR_ANNOTATION]
+                    .as_str()
                     .and_then(|text| text.parse::<joist_messages::apis::duration::Duration>().ok())
                     .map(joist_messages::apis::duration::Duration::as_std);
                 if let Some(run_for) = run_for {
@@ -187,7 +174,7 @@ impl Kubelets {
         }
     }
 
-    fn fire_due(&mut self, store: &Store, settings: KubeletSettings) {
+    fn fire_due(&mut self, store: &Store) {
         let now = Instant::now();
         while let Some(entry) = self.timers.first_entry() {
             if entry.key().0 > now {
@@ -195,11 +182,11 @@ impl Kubelets {
             }
             let action = entry.remove();
             self.scheduled.remove(&action);
-            self.fire(store, &action, settings);
+            self.fire(store, &action);
         }
     }
 
-    fn fire(&mut self, store: &Store, action: &Action, _settings: KubeletSettings) {
+    fn fire(&mut self, store: &Store, action: &Action) {
         let now = store.clock().now_rfc3339();
         let (resource, key, change): (GroupResource, ObjectKey, Edit) = match action {
             Action::NodeReady(name) => (

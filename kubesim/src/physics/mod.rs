@@ -16,7 +16,7 @@ use std::{sync::Arc, time::Duration};
 use serde_json::Value;
 use tokio::task::JoinHandle;
 
-pub use self::{kubelet::KubeletSettings, scheduler::unschedulable_message};
+pub use self::kubelet::KubeletSettings;
 use crate::{
     resources::GroupResource,
     store::{EventKind, ObjectKey, Store, WatchCursor},
@@ -69,22 +69,8 @@ pub(crate) struct Change {
 impl Change {
     /// The key of the changed object.
     pub fn key(&self) -> ObjectKey {
-        key_of(&self.object)
+        ObjectKey::of(&self.object)
     }
-}
-
-/// The store key of an object.
-pub fn key_of(object: &Value) -> ObjectKey {
-    ObjectKey::new(
-        object
-            .pointer("/metadata/namespace")
-            .and_then(Value::as_str)
-            .unwrap_or_default(),
-        object
-            .pointer("/metadata/name")
-            .and_then(Value::as_str)
-            .unwrap_or_default(),
-    )
 }
 
 impl Informer {

@@ -23,10 +23,11 @@ use k8s_openapi::api::core::v1::{
 use serde_json::{Value, json};
 
 use super::{Change, Informer, wait};
+use crate::object::text;
 use crate::{
     api::bind,
-    budget::labels,
     conditions, events,
+    object::labels,
     resources::GroupResource,
     selector::label_selector_matches,
     store::{EventKind, ObjectKey, Part, Store},
@@ -128,10 +129,7 @@ impl Scheduler {
     fn observe_pod(&mut self, change: &Change) -> bool {
         let key = change.key();
         let pod = &change.object;
-        let node = pod
-            .pointer("/spec/nodeName")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
+        let node = text(pod, "/spec/nodeName");
         let finished = matches!(
             pod.pointer("/status/phase").and_then(Value::as_str),
             Some("Succeeded" | "Failed")
@@ -403,10 +401,18 @@ fn filter(
             taint.value.as_deref().unwrap_or_default()
         ));
     }
-    let mut requested = node.requested.clone();
-    requested.add(&needs.requests);
-    requested.set("pods", Quantity::from_units(node.pods + 1));
-    if let Some((name, _, _)) = requested.exceeding(&node.allocatable).next() {
+    // The first resource, by name, the node lacks once the pod is added (checked in place: this
+    // runs for every candidate node).
+    let pods = Quantity::from_units(node.pods + 1);
+    let short = needs
+        .requests
+        .iter()
+        .map(|(name, amount)| (name, node.requested.get(name).saturating_add(amount)))
+        .chain(std::iter::once(("pods", pods)))
+        .filter(|(name, total)| *total > node.allocatable.get(name))
+        .map(|(name, _)| name)
+        .min();
+    if let Some(name) = short {
         return Err(if name == "pods" {
             "Too many pods".to_owned()
         } else {
@@ -497,11 +503,7 @@ impl NodeInfo {
     /// A node with nothing on it yet.
     fn of(node: &Value) -> Self {
         Self {
-            name: node
-                .pointer("/metadata/name")
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_owned(),
+            name: text(node, "/metadata/name").to_owned(),
             labels: labels(node),
             taints: node
                 .pointer("/spec/taints")
@@ -669,9 +671,7 @@ fn selector_matches(term: &PodAffinityTerm, labels: &BTreeMap<String, String>) -
 }
 
 /// kube-scheduler's message for a pod no node can take.
-pub fn unschedulable_message(nodes: usize, reasons: &BTreeMap<String, usize>) -> String {
-    let mut reasons: Vec<(&String, &usize)> = reasons.iter().collect();
-    reasons.sort_by(|a, b| a.0.cmp(b.0));
+fn unschedulable_message(nodes: usize, reasons: &BTreeMap<String, usize>) -> String {
     let parts: Vec<String> = reasons
         .iter()
         .map(|(reason, count)| format!("{count} {reason}"))

@@ -13,7 +13,8 @@ use std::{
 
 use serde_json::{Value, json};
 
-use super::{Informer, key_of, scheduler::node_accepts, wait};
+use super::{Informer, scheduler::node_accepts, wait};
+use crate::object::text;
 use crate::{
     conditions,
     resources::GroupResource,
@@ -117,16 +118,12 @@ fn controller_of(object: &Value) -> Option<(String, String, String)> {
 }
 
 fn uid(object: &Value) -> String {
-    object
-        .pointer("/metadata/uid")
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_owned()
+    text(object, "/metadata/uid").to_owned()
 }
 
 impl Workloads {
     fn observe(&mut self, kind: Kind, event: EventKind, object: &Arc<Value>) {
-        let key = key_of(object);
+        let key = ObjectKey::of(object);
         if kind == Kind::DaemonSet {
             if event == EventKind::Deleted {
                 self.daemonsets.remove(&key);
@@ -157,7 +154,7 @@ impl Workloads {
         let Some((owner_kind, owner_name, owner_uid)) = controller_of(pod) else {
             return;
         };
-        let key = key_of(pod);
+        let key = ObjectKey::of(pod);
         let pods = self.pods_by_owner.entry(owner_uid).or_default();
         if event == EventKind::Deleted {
             pods.remove(&key);
@@ -201,12 +198,12 @@ impl Workloads {
                     .collect()
             })
             .unwrap_or_default();
-        pods.sort_by_key(|p| key_of(p));
+        pods.sort_by_key(|p| ObjectKey::of(p));
         pods
     }
 
     fn deployment(&mut self, store: &Store, deployment: &Value) -> Result<(), crate::error::ApiError> {
-        let key = key_of(deployment);
+        let key = ObjectKey::of(deployment);
         let template = deployment
             .pointer("/spec/template")
             .cloned()
@@ -220,7 +217,7 @@ impl Workloads {
             .map(|s| s.values().cloned().collect())
             .unwrap_or_default();
         let resource = Kind::ReplicaSet.resource();
-        if !sets.iter().any(|s| key_of(s).name == current_name) {
+        if !sets.iter().any(|s| ObjectKey::of(s).name == current_name) {
             let mut template = template.clone();
             template["metadata"]["labels"]["pod-template-hash"] = json!(hash);
             let mut selector = deployment
@@ -240,7 +237,7 @@ impl Workloads {
             store.create(&resource, &key.namespace, set, false)?;
         }
         for set in &sets {
-            let set_key = key_of(set);
+            let set_key = ObjectKey::of(set);
             let want = if set_key.name == current_name { desired } else { 0 };
             if replicas(set) != want {
                 store.modify(&resource, &set_key, Part::Main, false, |current| {
@@ -261,7 +258,7 @@ impl Workloads {
         };
         let updated = sets
             .iter()
-            .find(|s| key_of(s).name == current_name)
+            .find(|s| ObjectKey::of(s).name == current_name)
             .and_then(|s| s.pointer("/status/replicas").and_then(Value::as_i64))
             .unwrap_or(0);
         let available = total("availableReplicas");
@@ -293,7 +290,7 @@ impl Workloads {
     }
 
     fn replica_set(&mut self, store: &Store, set: &Value) -> Result<(), crate::error::ApiError> {
-        let key = key_of(set);
+        let key = ObjectKey::of(set);
         let pods = self.live_pods(set);
         let desired = usize::try_from(replicas(set)).unwrap_or(0);
         let resource = GroupResource::new("", "pods");
@@ -310,7 +307,7 @@ impl Workloads {
             let mut doomed = pods.clone();
             doomed.sort_by_key(|p| deletion_rank(p));
             for pod in doomed.iter().take(pods.len() - desired) {
-                store.delete(&resource, &key_of(pod), &DeleteOptions::default())?;
+                store.delete(&resource, &ObjectKey::of(pod), &DeleteOptions::default())?;
             }
         }
         let ready = pods
@@ -318,7 +315,7 @@ impl Workloads {
             .filter(|p| conditions::status(p, "Ready") == Some("True"))
             .count();
         let mut next = set.clone();
-        next["status"]["replicas"] = json!(pods.len().min(desired.max(pods.len())));
+        next["status"]["replicas"] = json!(pods.len());
         next["status"]["fullyLabeledReplicas"] = json!(pods.len());
         next["status"]["readyReplicas"] = json!(ready);
         next["status"]["availableReplicas"] = json!(ready);
@@ -328,7 +325,7 @@ impl Workloads {
     }
 
     fn daemon_set(&mut self, store: &Store, daemonset: &Value) -> Result<(), crate::error::ApiError> {
-        let key = key_of(daemonset);
+        let key = ObjectKey::of(daemonset);
         let pods = self.live_pods(daemonset);
         let nodes = store
             .list(&GroupResource::new("", "nodes"), None, None, None, |_| true)
@@ -340,7 +337,7 @@ impl Workloads {
             .iter()
             .filter(|n| n.pointer("/metadata/deletionTimestamp").is_none())
         {
-            let node_name = key_of(node).name;
+            let node_name = ObjectKey::of(node).name;
             let mut pod = template_pod.clone();
             pin_to_node(&mut pod, &node_name);
             if !node_accepts(&pod, node) {
@@ -374,7 +371,7 @@ impl Workloads {
     }
 
     fn job(&mut self, store: &Store, job: &Value) -> Result<(), crate::error::ApiError> {
-        let key = key_of(job);
+        let key = ObjectKey::of(job);
         let pods = self.live_pods(job);
         let phase = |p: &Value| {
             p.pointer("/status/phase")
@@ -454,7 +451,7 @@ fn write_status(
         return Ok(());
     }
     store
-        .update(resource, &key_of(before), Part::Status, next, false)
+        .update(resource, &ObjectKey::of(before), Part::Status, next, false)
         .map(|_| ())
 }
 
@@ -544,11 +541,7 @@ fn deletion_rank(pod: &Value) -> (u8, u8, u8, std::cmp::Reverse<String>) {
         .is_none_or(str::is_empty);
     let pending = pod.pointer("/status/phase").and_then(Value::as_str) == Some("Pending");
     let ready = conditions::status(pod, "Ready") == Some("True");
-    let created = pod
-        .pointer("/metadata/creationTimestamp")
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_owned();
+    let created = text(pod, "/metadata/creationTimestamp").to_owned();
     (
         u8::from(!unscheduled),
         u8::from(!pending),

@@ -214,20 +214,16 @@ async fn helm_installs_upgrades_and_uninstalls_a_chart() {
     .expect("template");
     let chart = chart.to_str().expect("path");
 
+    const GREETING: [&str; 5] = [
+        "get",
+        "configmap",
+        "demo-settings",
+        "-o",
+        "jsonpath={.data.greeting}",
+    ];
     let installed = run(helm, &kubeconfig, &["install", "demo", chart]).await;
     assert!(installed.contains("STATUS: deployed"), "{installed}");
-    let greeting = run(
-        kubectl,
-        &kubeconfig,
-        &[
-            "get",
-            "configmap",
-            "demo-settings",
-            "-o",
-            "jsonpath={.data.greeting}",
-        ],
-    )
-    .await;
+    let greeting = run(kubectl, &kubeconfig, &GREETING).await;
     assert_eq!(greeting, "hello");
     let upgraded = run(
         helm,
@@ -244,18 +240,7 @@ async fn helm_installs_upgrades_and_uninstalls_a_chart() {
     )
     .await;
     assert!(upgraded.contains("REVISION: 2"), "{upgraded}");
-    let greeting = run(
-        kubectl,
-        &kubeconfig,
-        &[
-            "get",
-            "configmap",
-            "demo-settings",
-            "-o",
-            "jsonpath={.data.greeting}",
-        ],
-    )
-    .await;
+    let greeting = run(kubectl, &kubeconfig, &GREETING).await;
     assert_eq!(greeting, "bonjour");
     let replicas = run(
         kubectl,
