@@ -7,3 +7,4 @@ pub mod instance_type;
 pub mod quantity;
 pub mod requirements;
 pub mod resources;
+pub mod shape;

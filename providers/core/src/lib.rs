@@ -1,0 +1,142 @@
+//! The contract between Joist's controllers and a cloud: the [`CloudProvider`] trait, the domain
+//! types it speaks ([`Instance`], [`Launch`], [`OfferingKey`]) and its typed errors ([`CloudError`]).
+//!
+//! The actors hold an `Arc<dyn CloudProvider>` and never learn which cloud is behind it: the AWS
+//! provider in production, the simulated cloud in `joist simulate` and the tests. Every method
+//! returns a boxed future so the trait stays object-safe; errors say whether a retry can help
+//! ([`CloudError::is_retryable`]) and which offerings ran out of capacity, so the unavailable-offering
+//! cache can route the next attempt elsewhere.
+
+mod error;
+pub mod launch;
+
+use std::{collections::BTreeMap, fmt};
+
+use futures::future::BoxFuture;
+use joist_messages::{
+    apis::{EC2NodeClass, EC2NodeClassStatus, NodeClaim, NodePool},
+    model::{
+        instance_type::{CapacityType, InstanceType},
+        resources::Resources,
+    },
+};
+use serde::{Deserialize, Serialize};
+
+pub use error::CloudError;
+
+/// A future a provider returns.
+pub type CloudFuture<'a, T> = BoxFuture<'a, Result<T, CloudError>>;
+
+/// One way to buy one instance type: `capacityType:instanceType:zone`, the key of the
+/// unavailable-offering cache.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct OfferingKey {
+    /// The instance type (`m5.large`).
+    pub instance_type: String,
+    /// The zone (`us-west-2a`).
+    pub zone: String,
+    /// Spot, on-demand or reserved.
+    pub capacity_type: CapacityType,
+}
+
+impl fmt::Display for OfferingKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}:{}", self.capacity_type, self.instance_type, self.zone)
+    }
+}
+
+/// What a successful launch tells the NodeClaim: the instance, and what its node will offer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Launch {
+    /// The instance that was launched.
+    pub instance: Instance,
+    /// The node's capacity.
+    pub capacity: Resources,
+    /// The node's allocatable resources (capacity less kubelet and system reservations).
+    pub allocatable: Resources,
+    /// Labels the node will carry (instance type, zone, capacity type, `karpenter.k8s.aws/*` …).
+    pub labels: BTreeMap<String, String>,
+    /// Offerings that were tried and had no capacity before one succeeded.
+    pub unavailable: Vec<OfferingKey>,
+}
+
+/// Where an instance is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum InstanceState {
+    /// Booting.
+    Pending,
+    /// Up.
+    Running,
+    /// Being reclaimed or terminated.
+    ShuttingDown,
+    /// Gone.
+    Terminated,
+}
+
+/// An instance as the cloud reports it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Instance {
+    /// The Kubernetes provider ID (`aws:///us-west-2a/i-0123…`).
+    pub provider_id: String,
+    /// The instance type.
+    pub instance_type: String,
+    /// The zone.
+    pub zone: String,
+    /// How it was bought.
+    pub capacity_type: CapacityType,
+    /// The image it booted.
+    pub image_id: String,
+    /// Hourly price of its offering.
+    pub price: f64,
+    /// Where it is in its life.
+    pub state: InstanceState,
+    /// Seconds since the Unix epoch when it was launched.
+    pub launched_at: i64,
+    /// Its tags (`karpenter.sh/nodepool`, `karpenter.sh/nodeclaim`, …).
+    pub tags: BTreeMap<String, String>,
+}
+
+/// Why a NodeClaim's instance no longer matches what its NodePool or node class asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Drift {
+    /// The drift reason Karpenter reports (`AMIDrift`, `SubnetDrift`, `NodeClassDrift` …).
+    pub reason: String,
+}
+
+/// A cloud Joist can launch nodes in (see the module docs).
+pub trait CloudProvider: Send + Sync + 'static {
+    /// The provider's name (`aws`, `sim`).
+    fn name(&self) -> &'static str;
+
+    /// Launches an instance for `claim`, choosing among `instance_types` (its NodePool's, as
+    /// [`instance_types`](Self::instance_types) listed them, with offerings known to be out of
+    /// capacity marked unavailable) the offerings its requirements and requests allow.
+    fn create<'a>(
+        &'a self,
+        claim: &'a NodeClaim,
+        instance_types: &'a [InstanceType],
+    ) -> CloudFuture<'a, Launch>;
+
+    /// Terminates the instance; [`CloudError::NodeClaimNotFound`] once it is gone.
+    fn delete<'a>(&'a self, provider_id: &'a str) -> CloudFuture<'a, ()>;
+
+    /// The instance behind a provider ID; [`CloudError::NodeClaimNotFound`] when there is none.
+    fn get<'a>(&'a self, provider_id: &'a str) -> CloudFuture<'a, Instance>;
+
+    /// Every instance this cluster's Joist launched, terminated ones excluded.
+    fn list(&self) -> CloudFuture<'_, Vec<Instance>>;
+
+    /// The instance types `node_pool` can launch through `node_class`, with their offerings.
+    fn instance_types<'a>(
+        &'a self,
+        node_pool: &'a NodePool,
+        node_class: &'a EC2NodeClass,
+    ) -> CloudFuture<'a, Vec<InstanceType>>;
+
+    /// Resolves a node class (subnets, security groups, images …) into the status to publish.
+    fn resolve_node_class<'a>(&'a self, node_class: &'a EC2NodeClass) -> CloudFuture<'a, EC2NodeClassStatus>;
+
+    /// Whether the claim's instance has drifted from what its node class now resolves to.
+    fn is_drifted<'a>(&'a self, claim: &'a NodeClaim) -> CloudFuture<'a, Option<Drift>>;
+}

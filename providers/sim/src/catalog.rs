@@ -1,0 +1,225 @@
+//! The simulated cloud's catalog: EC2 instance shapes generated from the data the PyPI `moto`
+//! package ships (`data/instance-types.json`, written by `scripts/generate-catalog.py`) and a
+//! built-in table of real on-demand prices per region (`data/on-demand-prices.json`, with each
+//! family's source noted there). Spot prices are on-demand less a per-family discount: a model,
+//! not a quote.
+//!
+//! Only types that have a price in the region are offered, as Karpenter drops unpriced offerings.
+//! Both files are compiled in; a malformed file is a build defect, reported by [`CatalogError`]
+//! when the catalog is first loaded (and caught by this module's tests).
+
+use std::collections::BTreeMap;
+
+use joist_messages::model::{
+    instance_type::{CapacityType, InstanceType, Offering},
+    shape::{CapacitySettings, Ec2Shape},
+};
+use serde::Deserialize;
+use thiserror::Error;
+
+const INSTANCE_TYPES: &str = include_str!("../data/instance-types.json");
+const PRICES: &str = include_str!("../data/on-demand-prices.json");
+
+/// A catalog data file that does not parse.
+#[derive(Debug, Error)]
+#[error("the built-in catalog file {file} is malformed: {source}")]
+pub struct CatalogError {
+    file: &'static str,
+    source: serde_json::Error,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ShapesFile {
+    instance_types: Vec<ShapeEntry>,
+}
+
+#[derive(Deserialize)]
+struct ShapeEntry {
+    #[serde(flatten)]
+    shape: Ec2Shape,
+    /// Region → zones where the type is offered.
+    zones: BTreeMap<String, Vec<String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct PricesFile {
+    families: BTreeMap<String, FamilyPrices>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct FamilyPrices {
+    /// Fraction of the on-demand price spot saves.
+    spot_discount: f64,
+    /// Region → type → on-demand dollars per hour.
+    prices: BTreeMap<String, BTreeMap<String, f64>>,
+}
+
+/// One type the simulated cloud sells in a region.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Listing {
+    /// The hardware.
+    pub shape: Ec2Shape,
+    /// The zones (of those asked for) where it is offered.
+    pub zones: Vec<String>,
+    /// On-demand dollars per hour.
+    pub on_demand: f64,
+    /// Spot dollars per hour.
+    pub spot: f64,
+}
+
+impl Listing {
+    /// The price of one offering.
+    pub fn price(&self, capacity_type: CapacityType) -> f64 {
+        match capacity_type {
+            CapacityType::Spot => self.spot,
+            CapacityType::OnDemand | CapacityType::Reserved => self.on_demand,
+        }
+    }
+
+    /// The scheduler's view, with spot and on-demand offerings in each zone.
+    pub fn instance_type(&self, region: &str, settings: &CapacitySettings) -> InstanceType {
+        let offerings = self
+            .zones
+            .iter()
+            .flat_map(|zone| {
+                [CapacityType::Spot, CapacityType::OnDemand].map(|capacity_type| Offering {
+                    zone: zone.clone(),
+                    capacity_type,
+                    price: self.price(capacity_type),
+                    available: true,
+                    reservation_id: None,
+                })
+            })
+            .collect();
+        self.shape.instance_type(region, offerings, settings)
+    }
+}
+
+/// The types sold in one region and set of zones, by name.
+#[derive(Debug, Clone, Default)]
+pub struct Catalog {
+    listings: BTreeMap<String, Listing>,
+}
+
+impl Catalog {
+    /// The built-in catalog for `region`, limited to `zones` (every zone of the region when empty).
+    pub fn load(region: &str, zones: &[String]) -> Result<Self, CatalogError> {
+        let shapes: ShapesFile = serde_json::from_str(INSTANCE_TYPES).map_err(|source| CatalogError {
+            file: "instance-types.json",
+            source,
+        })?;
+        let prices: PricesFile = serde_json::from_str(PRICES).map_err(|source| CatalogError {
+            file: "on-demand-prices.json",
+            source,
+        })?;
+        let mut listings = BTreeMap::new();
+        for entry in shapes.instance_types {
+            let Some(family) = prices.families.get(entry.shape.family()) else {
+                continue;
+            };
+            let Some(&on_demand) = family.prices.get(region).and_then(|p| p.get(&entry.shape.name)) else {
+                continue;
+            };
+            let offered: Vec<String> = entry
+                .zones
+                .get(region)
+                .into_iter()
+                .flatten()
+                .filter(|zone| zones.is_empty() || zones.contains(zone))
+                .cloned()
+                .collect();
+            if offered.is_empty() {
+                continue;
+            }
+            let spot = round_to_ten_thousandths(on_demand * (1.0 - family.spot_discount));
+            listings.insert(
+                entry.shape.name.clone(),
+                Listing {
+                    shape: entry.shape,
+                    zones: offered,
+                    on_demand,
+                    spot,
+                },
+            );
+        }
+        Ok(Self { listings })
+    }
+
+    /// A type by name.
+    pub fn get(&self, name: &str) -> Option<&Listing> {
+        self.listings.get(name)
+    }
+
+    /// Every type, by name.
+    pub fn iter(&self) -> impl Iterator<Item = &Listing> {
+        self.listings.values()
+    }
+
+    /// How many types are sold.
+    pub fn len(&self) -> usize {
+        self.listings.len()
+    }
+
+    /// Whether nothing is sold (an unknown region).
+    pub fn is_empty(&self) -> bool {
+        self.listings.is_empty()
+    }
+}
+
+fn round_to_ten_thousandths(price: f64) -> f64 {
+    (price * 10_000.0).round() / 10_000.0
+}
+
+#[cfg(test)]
+mod tests {
+    use joist_messages::model::{quantity::Quantity, resources::names};
+
+    use super::*;
+
+    fn zones(region: &str) -> Vec<String> {
+        ["a", "b", "c"].iter().map(|z| format!("{region}{z}")).collect()
+    }
+
+    #[test]
+    fn both_regions_sell_the_common_families_at_real_prices() {
+        for region in ["us-east-1", "us-west-2"] {
+            let catalog = Catalog::load(region, &zones(region)).unwrap_or_else(|e| panic!("{e}"));
+            assert!(catalog.len() > 200, "{region}: only {} types", catalog.len());
+            let m5 = catalog
+                .get("m5.large")
+                .unwrap_or_else(|| panic!("{region}: no m5.large"));
+            assert_eq!(m5.on_demand, 0.096, "{region}: m5.large on-demand");
+            assert!(m5.spot < m5.on_demand && m5.spot > 0.0);
+            assert_eq!(m5.zones.len(), 3);
+        }
+    }
+
+    #[test]
+    fn shapes_come_through_with_their_eks_capacity() {
+        let catalog = Catalog::load("us-west-2", &zones("us-west-2")).unwrap_or_else(|e| panic!("{e}"));
+        let it = catalog
+            .get("m5.large")
+            .map(|l| l.instance_type("us-west-2", &CapacitySettings::default()))
+            .unwrap_or_else(|| panic!("no m5.large"));
+        assert_eq!(it.capacity.get(names::PODS), Quantity::from_units(29));
+        assert_eq!(it.offerings.len(), 6, "spot and on-demand in three zones");
+        let graviton = catalog.get("m6g.large").map(|l| l.shape.arch.as_str());
+        assert_eq!(graviton, Some("arm64"));
+        let gpu = catalog
+            .get("g4dn.xlarge")
+            .map(|l| l.shape.capacity(&CapacitySettings::default()));
+        assert_eq!(
+            gpu.map(|c| c.get(names::NVIDIA_GPU)),
+            Some(Quantity::from_units(1))
+        );
+    }
+
+    #[test]
+    fn an_unknown_region_sells_nothing() {
+        let catalog = Catalog::load("mars-north-1", &[]).unwrap_or_else(|e| panic!("{e}"));
+        assert!(catalog.is_empty());
+    }
+}

@@ -1,0 +1,228 @@
+//! The simulated cloud's state: instances with their lifetimes and prices, injected capacity
+//! outages, and the ledger `joist simulate` reports from.
+//!
+//! Instances boot for [`SimSettings::boot`] and then register as Nodes through the Kubernetes API
+//! ([`crate::node`]); terminating one removes its Node, as the cloud controller manager does. The
+//! state sits behind one mutex, held only for bookkeeping (never across an await).
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    sync::{Arc, Mutex, MutexGuard},
+    time::Duration,
+};
+
+use joist_messages::model::shape::CapacitySettings;
+use joist_provider::{Instance, InstanceState, OfferingKey};
+use serde::Serialize;
+use tokio::{task::JoinHandle, time::Instant};
+
+/// How long a spot instance runs after its interruption warning.
+pub const INTERRUPTION_NOTICE: Duration = Duration::from_secs(120);
+
+/// How the simulated cloud behaves.
+#[derive(Debug, Clone)]
+pub struct SimSettings {
+    /// The region (`us-west-2`).
+    pub region: String,
+    /// The zones it sells in (all of the region's when empty).
+    pub zones: Vec<String>,
+    /// From launch to the Node registering.
+    pub boot: Duration,
+    /// The cluster's name, tagged on instances.
+    pub cluster_name: String,
+    /// Node capacity settings.
+    pub capacity: CapacitySettings,
+    /// The Unix time at which the simulation starts.
+    pub epoch_seconds: i64,
+    /// Seed of instance ids.
+    pub seed: u64,
+}
+
+/// Why an instance ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum EndReason {
+    /// Joist (or anyone) terminated it.
+    Terminated,
+    /// The cloud reclaimed a spot instance.
+    SpotInterruption,
+}
+
+/// An instance's life, for reports.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct InstanceRecord {
+    /// The instance.
+    pub instance: Instance,
+    /// The Node name it registers as.
+    pub node_name: String,
+    /// Seconds after the start of the simulation it launched.
+    pub launched: f64,
+    /// Seconds after the start it ended, if it has.
+    pub ended: Option<f64>,
+    /// Why it ended.
+    pub end_reason: Option<EndReason>,
+}
+
+/// What the cloud did, in order.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum CloudEvent {
+    /// An instance was launched.
+    Launched {
+        /// Its id.
+        instance: String,
+        /// Its offering.
+        offering: OfferingKey,
+        /// Dollars per hour.
+        price: f64,
+    },
+    /// A launch found an offering out of capacity.
+    InsufficientCapacity {
+        /// The offering.
+        offering: OfferingKey,
+    },
+    /// A spot instance got its two-minute warning.
+    InterruptionWarning {
+        /// Its id.
+        instance: String,
+    },
+    /// An instance ended.
+    Ended {
+        /// Its id.
+        instance: String,
+        /// Why.
+        reason: EndReason,
+    },
+}
+
+/// An instance the cloud tracks.
+pub(crate) struct Tracked {
+    pub record: InstanceRecord,
+    pub labels: BTreeMap<String, String>,
+    pub boot: Option<JoinHandle<()>>,
+}
+
+struct Outage {
+    offering: OfferingKey,
+    until: Instant,
+}
+
+#[derive(Default)]
+pub(crate) struct State {
+    launched: u64,
+    pub instances: BTreeMap<String, Tracked>,
+    outages: Vec<Outage>,
+    pub events: Vec<(f64, CloudEvent)>,
+}
+
+/// The cloud's books (see the module docs); cheap to clone, every clone shares them.
+#[derive(Clone)]
+pub struct Books {
+    started: Instant,
+    seed: u64,
+    state: Arc<Mutex<State>>,
+}
+
+impl Books {
+    /// Empty books whose clock starts now.
+    pub fn new(seed: u64) -> Self {
+        Self {
+            started: Instant::now(),
+            seed,
+            state: Arc::default(),
+        }
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Seconds since the books were opened.
+    pub fn elapsed(&self) -> f64 {
+        self.started.elapsed().as_secs_f64()
+    }
+
+    pub(crate) fn record(&self, state: &mut State, event: CloudEvent) {
+        state.events.push((self.elapsed(), event));
+    }
+
+    /// A fresh instance id and the ordinal it was drawn with.
+    pub(crate) fn next_instance_id(&self, state: &mut State) -> (String, u64) {
+        state.launched += 1;
+        let n = state.launched;
+        let mut z = self.seed ^ n.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z ^= z >> 31;
+        (format!("i-0{:016x}", z), n)
+    }
+
+    /// Makes an offering refuse launches for `duration`.
+    pub fn make_unavailable(&self, offering: OfferingKey, duration: Duration) {
+        let until = Instant::now() + duration;
+        self.lock().outages.push(Outage { offering, until });
+    }
+
+    /// Whether an offering is out of capacity right now.
+    pub(crate) fn is_unavailable(state: &mut State, offering: &OfferingKey) -> bool {
+        let now = Instant::now();
+        state.outages.retain(|o| o.until > now);
+        state.outages.iter().any(|o| &o.offering == offering)
+    }
+
+    /// Every instance ever launched, in launch order.
+    pub fn instances(&self) -> Vec<InstanceRecord> {
+        let state = self.lock();
+        let mut records: Vec<InstanceRecord> = state.instances.values().map(|t| t.record.clone()).collect();
+        records.sort_by(|a, b| {
+            a.launched
+                .total_cmp(&b.launched)
+                .then(a.node_name.cmp(&b.node_name))
+        });
+        records
+    }
+
+    /// What the cloud did, with seconds since the start.
+    pub fn events(&self) -> Vec<(f64, CloudEvent)> {
+        self.lock().events.clone()
+    }
+
+    /// Ends an instance; false when it had already ended or never existed.
+    pub(crate) fn end(&self, instance_id: &str, reason: EndReason) -> Option<String> {
+        let elapsed = self.elapsed();
+        let mut state = self.lock();
+        let tracked = state.instances.get_mut(instance_id)?;
+        if tracked.record.ended.is_some() {
+            return None;
+        }
+        tracked.record.ended = Some(elapsed);
+        tracked.record.end_reason = Some(reason);
+        tracked.record.instance.state = InstanceState::Terminated;
+        if let Some(boot) = tracked.boot.take() {
+            boot.abort();
+        }
+        let node = tracked.record.node_name.clone();
+        let event = CloudEvent::Ended {
+            instance: instance_id.to_owned(),
+            reason,
+        };
+        self.record(&mut state, event);
+        Some(node)
+    }
+
+    /// Running instances whose node labels include all of `selector`, at most `count`, in id order.
+    pub(crate) fn pick(&self, selector: &BTreeMap<String, String>, count: usize) -> Vec<String> {
+        let state = self.lock();
+        let matching = |t: &&Tracked| {
+            t.record.ended.is_none() && selector.iter().all(|(k, v)| t.labels.get(k) == Some(v))
+        };
+        let ids: BTreeSet<&String> = state
+            .instances
+            .iter()
+            .filter(|(_, t)| matching(t))
+            .map(|(id, _)| id)
+            .collect();
+        ids.into_iter().take(count).cloned().collect()
+    }
+}

@@ -1,0 +1,409 @@
+//! A simulated cloud for Joist: real EC2 instance shapes and prices ([`catalog`]), instances that
+//! boot after a delay and register as Nodes through the Kubernetes API ([`node`]), injectable
+//! capacity outages per offering and spot interruptions ([`cloud`]).
+//!
+//! [`SimCloud`] implements [`CloudProvider`], so the actors drive it exactly as they drive AWS. It
+//! fails the way EC2 does: an offering in an outage returns `InsufficientCapacity` (after the
+//! cheaper offerings it tried), a missing or unready EC2NodeClass returns `NodeClassNotReady`, and
+//! an unknown provider ID returns `NodeClaimNotFound`.
+
+pub mod catalog;
+pub mod cloud;
+pub mod node;
+
+use std::{collections::BTreeMap, sync::Arc, time::Duration};
+
+use joist_messages::{
+    apis::{
+        EC2NodeClass, EC2NodeClassStatus, NodeClaim, NodePool,
+        ec2nodeclass::{ResolvedAmi, ResolvedSecurityGroup, ResolvedSubnet},
+    },
+    labels::{ARCH, NODEPOOL},
+    model::instance_type::InstanceType,
+};
+use joist_provider::{
+    CloudError, CloudFuture, CloudProvider, Drift, Instance, InstanceState, Launch, OfferingKey, launch,
+};
+use k8s_openapi::api::core::v1::Node;
+use kube::{
+    ResourceExt,
+    api::{Api, DeleteParams, PostParams},
+};
+
+pub use self::{
+    catalog::{Catalog, CatalogError},
+    cloud::{Books, CloudEvent, EndReason, INTERRUPTION_NOTICE, InstanceRecord, SimSettings},
+};
+use self::{
+    cloud::Tracked,
+    node::{Registration, instance_labels, node_name},
+};
+
+/// The image every simulated instance boots.
+const IMAGE_ID: &str = "ami-0sim0000000000000";
+
+/// The simulated cloud (see the crate docs). Cheap to clone; clones share the cloud.
+#[derive(Clone)]
+pub struct SimCloud {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    settings: SimSettings,
+    types: Vec<InstanceType>,
+    client: kube::Client,
+    books: Books,
+}
+
+impl SimCloud {
+    /// A cloud selling the built-in catalog of `settings.region`, registering nodes through `client`.
+    pub fn new(settings: SimSettings, client: kube::Client) -> Result<Self, CatalogError> {
+        let catalog = Catalog::load(&settings.region, &settings.zones)?;
+        let types = catalog
+            .iter()
+            .map(|listing| listing.instance_type(&settings.region, &settings.capacity))
+            .collect();
+        let books = Books::new(settings.seed);
+        Ok(Self {
+            inner: Arc::new(Inner {
+                settings,
+                types,
+                client,
+                books,
+            }),
+        })
+    }
+
+    /// The cloud's books: instances, events, costs.
+    pub fn books(&self) -> &Books {
+        &self.inner.books
+    }
+
+    /// Makes an offering refuse launches for `duration`.
+    pub fn make_unavailable(&self, offering: OfferingKey, duration: Duration) {
+        self.inner.books.make_unavailable(offering, duration);
+    }
+
+    /// Sends the two-minute warning to up to `count` running instances whose nodes carry every
+    /// label of `selector`, and reclaims them when it runs out. Returns their ids.
+    pub fn interrupt(&self, selector: &BTreeMap<String, String>, count: usize) -> Vec<String> {
+        let chosen = self.inner.books.pick(selector, count);
+        for id in &chosen {
+            {
+                let mut state = self.inner.books.lock();
+                let event = CloudEvent::InterruptionWarning { instance: id.clone() };
+                self.inner.books.record(&mut state, event);
+            }
+            let cloud = self.clone();
+            let id = id.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(INTERRUPTION_NOTICE).await;
+                cloud.end(&id, EndReason::SpotInterruption).await;
+            });
+        }
+        chosen
+    }
+
+    /// Ends an instance and removes its Node, as the cloud controller manager would.
+    async fn end(&self, instance_id: &str, reason: EndReason) {
+        let Some(node) = self.inner.books.end(instance_id, reason) else {
+            return;
+        };
+        let nodes: Api<Node> = Api::all(self.inner.client.clone());
+        match nodes.delete(&node, &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(error) => tracing::warn!(%node, %error, "removing the node of a terminated instance failed"),
+        }
+    }
+
+    async fn check_node_class(&self, claim: &NodeClaim) -> Result<(), CloudError> {
+        let name = &claim.spec.node_class_ref.name;
+        let classes: Api<EC2NodeClass> = Api::all(self.inner.client.clone());
+        let not_ready = |reason: String| CloudError::NodeClassNotReady {
+            node_class: name.clone(),
+            reason,
+        };
+        let class = classes
+            .get_opt(name)
+            .await
+            .map_err(|e| CloudError::Transient {
+                message: e.to_string(),
+            })?
+            .ok_or_else(|| not_ready("not found".to_owned()))?;
+        let ready = class
+            .status
+            .iter()
+            .flat_map(|s| &s.conditions)
+            .any(|c| c.type_ == "Ready" && c.status == "True");
+        if ready {
+            Ok(())
+        } else {
+            Err(not_ready("its Ready condition is not True".to_owned()))
+        }
+    }
+
+    fn launch(&self, claim: &NodeClaim, instance_types: &[InstanceType]) -> Result<Launch, CloudError> {
+        let settings = &self.inner.settings;
+        let books = &self.inner.books;
+        let mut unavailable = Vec::new();
+        let mut state = books.lock();
+        for candidate in launch::candidates(claim, instance_types)? {
+            let key = candidate.key();
+            if Books::is_unavailable(&mut state, &key) {
+                books.record(
+                    &mut state,
+                    CloudEvent::InsufficientCapacity {
+                        offering: key.clone(),
+                    },
+                );
+                unavailable.push(key);
+                continue;
+            }
+            let (instance_id, ordinal) = books.next_instance_id(&mut state);
+            let it = candidate.instance_type;
+            let mut labels = instance_labels(it, &settings.region, &key.zone, key.capacity_type.label());
+            labels.extend(claim.labels().iter().map(|(k, v)| (k.clone(), v.clone())));
+            let instance = Instance {
+                provider_id: format!("aws:///{}/{instance_id}", key.zone),
+                instance_type: it.name.clone(),
+                zone: key.zone.clone(),
+                capacity_type: key.capacity_type,
+                image_id: IMAGE_ID.to_owned(),
+                price: candidate.offering.price,
+                state: InstanceState::Pending,
+                launched_at: settings.epoch_seconds + books.elapsed() as i64,
+                tags: self.tags(claim),
+            };
+            let name = node_name(ordinal, &settings.region);
+            let mut taints = claim.spec.taints.clone();
+            taints.extend(claim.spec.startup_taints.iter().cloned());
+            let allocatable = it.allocatable();
+            let registration = Registration {
+                name: &name,
+                provider_id: &instance.provider_id,
+                labels: &labels,
+                taints: &taints,
+                capacity: &it.capacity,
+                allocatable: &allocatable,
+                arch: labels.get(ARCH).map_or("amd64", String::as_str),
+            }
+            .node();
+            let boot = tokio::spawn(register(self.inner.client.clone(), registration, settings.boot));
+            let event = CloudEvent::Launched {
+                instance: instance_id.clone(),
+                offering: key,
+                price: instance.price,
+            };
+            books.record(&mut state, event);
+            let launched = books.elapsed();
+            state.instances.insert(
+                instance_id,
+                Tracked {
+                    record: InstanceRecord {
+                        instance: instance.clone(),
+                        node_name: name,
+                        launched,
+                        ended: None,
+                        end_reason: None,
+                    },
+                    labels: labels.clone(),
+                    boot: Some(boot),
+                },
+            );
+            return Ok(Launch {
+                instance,
+                capacity: it.capacity.clone(),
+                allocatable,
+                labels,
+                unavailable,
+            });
+        }
+        Err(CloudError::InsufficientCapacity {
+            offerings: unavailable,
+            message: "InsufficientInstanceCapacity: every offering the claim allows is out of capacity"
+                .to_owned(),
+        })
+    }
+
+    fn tags(&self, claim: &NodeClaim) -> BTreeMap<String, String> {
+        let cluster = &self.inner.settings.cluster_name;
+        let mut tags = BTreeMap::from([
+            (format!("kubernetes.io/cluster/{cluster}"), "owned".to_owned()),
+            ("eks:eks-cluster-name".to_owned(), cluster.clone()),
+            (
+                "karpenter.sh/nodeclaim".to_owned(),
+                claim.metadata.name.clone().unwrap_or_default(),
+            ),
+            (
+                "karpenter.k8s.aws/ec2nodeclass".to_owned(),
+                claim.spec.node_class_ref.name.clone(),
+            ),
+        ]);
+        if let Some(pool) = claim.labels().get(NODEPOOL) {
+            tags.insert(NODEPOOL.to_owned(), pool.clone());
+        }
+        tags
+    }
+
+    fn instance_id(provider_id: &str) -> &str {
+        provider_id.rsplit('/').next().unwrap_or(provider_id)
+    }
+}
+
+/// Waits for the instance to boot, then registers its Node.
+async fn register(client: kube::Client, node: Node, boot: Duration) {
+    tokio::time::sleep(boot).await;
+    let nodes: Api<Node> = Api::all(client);
+    if let Err(error) = nodes.create(&PostParams::default(), &node).await {
+        tracing::warn!(node = node.metadata.name.as_deref().unwrap_or_default(), %error, "node registration failed");
+    }
+}
+
+impl CloudProvider for SimCloud {
+    fn name(&self) -> &'static str {
+        "sim"
+    }
+
+    fn create<'a>(
+        &'a self,
+        claim: &'a NodeClaim,
+        instance_types: &'a [InstanceType],
+    ) -> CloudFuture<'a, Launch> {
+        Box::pin(async move {
+            self.check_node_class(claim).await?;
+            self.launch(claim, instance_types)
+        })
+    }
+
+    fn delete<'a>(&'a self, provider_id: &'a str) -> CloudFuture<'a, ()> {
+        Box::pin(async move {
+            let id = Self::instance_id(provider_id);
+            let running = self
+                .inner
+                .books
+                .lock()
+                .instances
+                .get(id)
+                .is_some_and(|t| t.record.ended.is_none());
+            if !running {
+                return Err(CloudError::NodeClaimNotFound {
+                    provider_id: provider_id.to_owned(),
+                });
+            }
+            self.end(id, EndReason::Terminated).await;
+            Ok(())
+        })
+    }
+
+    fn get<'a>(&'a self, provider_id: &'a str) -> CloudFuture<'a, Instance> {
+        Box::pin(async move {
+            let state = self.inner.books.lock();
+            state
+                .instances
+                .get(Self::instance_id(provider_id))
+                .filter(|t| t.record.ended.is_none())
+                .map(|t| t.record.instance.clone())
+                .ok_or_else(|| CloudError::NodeClaimNotFound {
+                    provider_id: provider_id.to_owned(),
+                })
+        })
+    }
+
+    fn list(&self) -> CloudFuture<'_, Vec<Instance>> {
+        Box::pin(async move {
+            let state = self.inner.books.lock();
+            Ok(state
+                .instances
+                .values()
+                .filter(|t| t.record.ended.is_none())
+                .map(|t| t.record.instance.clone())
+                .collect())
+        })
+    }
+
+    fn instance_types<'a>(
+        &'a self,
+        _node_pool: &'a NodePool,
+        node_class: &'a EC2NodeClass,
+    ) -> CloudFuture<'a, Vec<InstanceType>> {
+        Box::pin(async move {
+            let zones: Vec<&str> = node_class
+                .status
+                .iter()
+                .flat_map(|s| &s.subnets)
+                .map(|s| s.zone.as_str())
+                .collect();
+            Ok(self
+                .inner
+                .types
+                .iter()
+                .map(|it| {
+                    let mut it = it.clone();
+                    it.offerings.retain(|o| zones.contains(&o.zone.as_str()));
+                    it
+                })
+                .filter(|it| !it.offerings.is_empty())
+                .collect())
+        })
+    }
+
+    fn resolve_node_class<'a>(&'a self, node_class: &'a EC2NodeClass) -> CloudFuture<'a, EC2NodeClassStatus> {
+        Box::pin(async move {
+            let settings = &self.inner.settings;
+            let name = node_class.metadata.name.as_deref().unwrap_or_default();
+            let zones: Vec<String> = if settings.zones.is_empty() {
+                let mut all: Vec<String> = self
+                    .inner
+                    .types
+                    .iter()
+                    .flat_map(|it| it.offerings.iter().map(|o| o.zone.clone()))
+                    .collect();
+                all.sort();
+                all.dedup();
+                all
+            } else {
+                settings.zones.clone()
+            };
+            let subnets = zones
+                .iter()
+                .enumerate()
+                .map(|(i, zone)| ResolvedSubnet {
+                    id: format!("subnet-0sim{i:013}"),
+                    zone: zone.clone(),
+                    zone_id: Some(format!("usw2-az{}", i + 1)),
+                })
+                .collect();
+            let amis = ["amd64", "arm64"]
+                .into_iter()
+                .map(|arch| ResolvedAmi {
+                    id: IMAGE_ID.to_owned(),
+                    name: Some(format!("sim-eks-node-{arch}")),
+                    deprecated: false,
+                    requirements: vec![
+                        joist_messages::apis::common::NodeSelectorRequirementWithMinValues {
+                            key: ARCH.to_owned(),
+                            operator: joist_messages::model::requirements::Operator::In,
+                            values: vec![arch.to_owned()],
+                            min_values: None,
+                        },
+                    ],
+                })
+                .collect();
+            Ok(EC2NodeClassStatus {
+                subnets,
+                security_groups: vec![ResolvedSecurityGroup {
+                    id: "sg-0sim00000000000000".to_owned(),
+                    name: Some(format!("{}-node", settings.cluster_name)),
+                }],
+                amis,
+                instance_profile: Some(format!("{}_{name}", settings.cluster_name)),
+                conditions: Vec::new(),
+            })
+        })
+    }
+
+    fn is_drifted<'a>(&'a self, _claim: &'a NodeClaim) -> CloudFuture<'a, Option<Drift>> {
+        Box::pin(async { Ok(None) })
+    }
+}
