@@ -3,3 +3,4 @@
 //! Everything testable lives here; `main.rs` only parses arguments and sets the exit code.
 
 pub mod commands;
+pub mod simulate;

@@ -14,7 +14,7 @@
 
 pub mod api;
 pub mod budget;
-pub mod clock;
+pub use joist_messages::time as clock;
 pub mod conditions;
 pub mod error;
 pub mod events;

@@ -7,3 +7,4 @@
 pub mod apis;
 pub mod labels;
 pub mod model;
+pub mod time;

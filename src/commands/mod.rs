@@ -7,11 +7,14 @@ pub mod bench;
 mod bench_kubesim;
 mod crds;
 mod sim;
+mod simulate;
 mod validate;
 
 use std::{io, path::PathBuf, process::ExitCode};
 
 use clap::{Parser, Subcommand};
+
+pub(crate) use sim::install_crds;
 
 /// Joist: a Kubernetes node autoscaler that speaks Karpenter's v1 API.
 #[derive(Debug, Parser)]
@@ -41,6 +44,17 @@ pub enum Command {
         /// Write one file per CRD (Karpenter's file names) into this directory instead.
         #[arg(long)]
         out_dir: Option<PathBuf>,
+    },
+    /// Runs a scenario on the embedded simulated cluster and cloud, on virtual time.
+    Simulate {
+        /// The scenario file.
+        scenario: PathBuf,
+        /// Where to write the JSON report.
+        #[arg(long)]
+        report: Option<PathBuf>,
+        /// Overrides the scenario's seed.
+        #[arg(long)]
+        seed: Option<u64>,
     },
     /// Print the version and the API versions Joist serves.
     Version,
@@ -145,6 +159,14 @@ pub enum CommandError {
         /// Why.
         message: String,
     },
+    /// A scenario could not be read or run.
+    #[error("{path}: {message}")]
+    Simulate {
+        /// The scenario file.
+        path: PathBuf,
+        /// What went wrong.
+        message: String,
+    },
     /// A CRD could not be rendered as YAML.
     #[error("cannot render CRD {name} as YAML: {message}")]
     Render {
@@ -189,6 +211,11 @@ pub fn run(cli: Cli, out: &mut dyn io::Write) -> Result<ExitCode, CommandError> 
                     watchers,
                 },
         } => bench_kubesim::run(nodes, pods, watchers, out),
+        Command::Simulate {
+            scenario,
+            report,
+            seed,
+        } => simulate::run(&scenario, report.as_deref(), seed, out),
         Command::Sim {
             action: SimAction::Serve { kubeconfig, port },
         } => sim::serve(kubeconfig.as_deref(), port, out),

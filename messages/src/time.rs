@@ -1,5 +1,6 @@
-//! The cluster's clock: wall-clock timestamps (creationTimestamp, conditions, events) read from
-//! `tokio::time`, so a simulation on paused virtual time stamps objects deterministically.
+//! The clock of the simulated world and of the controllers: wall-clock timestamps
+//! (creationTimestamp, conditions, events) read from `tokio::time`, so a simulation on paused
+//! virtual time stamps objects deterministically and production follows the system clock.
 
 use tokio::time::Instant;
 

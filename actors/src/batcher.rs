@@ -1,0 +1,113 @@
+//! The Batcher: collects provisionable pods into one window and hands the window to the
+//! Provisioner, so a burst of pending pods is simulated once rather than pod by pod.
+//!
+//! As Karpenter's batcher: the first pod opens a window; it closes when no new pod arrived for
+//! `BATCH_IDLE_DURATION` or when it has been open for `BATCH_MAX_DURATION`. Pods are deduplicated
+//! within a window. When the Provisioner's mailbox is full the window is kept and sent later
+//! (pods are never dropped: the Provisioner lists every pending pod anyway).
+
+use std::collections::BTreeSet;
+
+use actix::prelude::*;
+use tokio::time::Instant;
+
+use crate::{
+    protocol::{PodPending, ProvisionBatch},
+    provisioner::Provisioner,
+    read_model::PodKey,
+    settings::Settings,
+};
+
+/// Pod notifications the Batcher queues before senders see `Full` (and coalesce).
+pub const BATCHER_MAILBOX: usize = 4096;
+
+/// See the module docs.
+pub struct Batcher {
+    idle: std::time::Duration,
+    max: std::time::Duration,
+    provisioner: Addr<Provisioner>,
+    window: BTreeSet<PodKey>,
+    opened: Option<Instant>,
+    last: Option<Instant>,
+    check: Option<SpawnHandle>,
+}
+
+impl Batcher {
+    /// A batcher feeding `provisioner`.
+    pub fn new(settings: &Settings, provisioner: Addr<Provisioner>) -> Self {
+        Self {
+            idle: settings.batch_idle,
+            max: settings.batch_max,
+            provisioner,
+            window: BTreeSet::new(),
+            opened: None,
+            last: None,
+            check: None,
+        }
+    }
+
+    fn schedule(&mut self, ctx: &mut Context<Self>) {
+        let (Some(opened), Some(last)) = (self.opened, self.last) else {
+            return;
+        };
+        let due = (last + self.idle).min(opened + self.max);
+        if let Some(handle) = self.check.take() {
+            ctx.cancel_future(handle);
+        }
+        let wait = due.saturating_duration_since(Instant::now());
+        self.check = Some(ctx.run_later(wait, |batcher, ctx| batcher.close(ctx)));
+    }
+
+    fn close(&mut self, ctx: &mut Context<Self>) {
+        self.check = None;
+        let now = Instant::now();
+        let (Some(opened), Some(last)) = (self.opened, self.last) else {
+            return;
+        };
+        if now < last + self.idle && now < opened + self.max {
+            self.schedule(ctx);
+            return;
+        }
+        let pods: Vec<PodKey> = std::mem::take(&mut self.window).into_iter().collect();
+        match self.provisioner.try_send(ProvisionBatch { pods }) {
+            Ok(()) => {
+                self.opened = None;
+                self.last = None;
+            }
+            Err(SendError::Full(batch) | SendError::Closed(batch)) => {
+                tracing::debug!(pods = batch.pods.len(), "provisioner busy; keeping the window");
+                self.window.extend(batch.pods);
+                self.last = Some(now);
+                self.opened = Some(now - self.max + self.idle);
+                self.schedule(ctx);
+            }
+        }
+    }
+}
+
+impl Actor for Batcher {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        ctx.set_mailbox_capacity(BATCHER_MAILBOX);
+    }
+}
+
+impl Handler<PodPending> for Batcher {
+    type Result = ();
+
+    fn handle(&mut self, msg: PodPending, ctx: &mut Self::Context) {
+        let _span =
+            tracing::debug_span!("batcher.pod_pending", pod = %format!("{}/{}", msg.pod.0, msg.pod.1))
+                .entered();
+        let now = Instant::now();
+        if !self.window.insert(msg.pod) {
+            return;
+        }
+        self.opened.get_or_insert(now);
+        self.last = Some(now);
+        if self.check.is_none() {
+            self.schedule(ctx);
+        }
+    }
+}

@@ -1,0 +1,71 @@
+//! The NodeClaim object for one new node the simulation opened: the NodePool's template, narrowed
+//! to the simulation's requirements and the instance types that fit (cheapest first, at most
+//! Karpenter's 600), owned by the NodePool and finalized by Joist.
+
+use joist_messages::{
+    apis::{
+        NodeClaim, NodeClaimSpec, NodePool, common::NodeSelectorRequirementWithMinValues,
+        nodeclaim::ResourceRequirements,
+    },
+    labels::{INSTANCE_TYPE, NODEPOOL, TERMINATION_FINALIZER},
+    model::{
+        instance_type::InstanceType,
+        requirements::{Operator, Requirement},
+    },
+};
+use joist_scheduling::NewClaim;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use kube::ResourceExt;
+
+/// The NodeClaim to create for `claim` (see the module docs).
+pub fn node_claim(pool: &NodePool, claim: &NewClaim, instance_types: &[InstanceType]) -> NodeClaim {
+    let template = &pool.spec.template;
+    let mut requirements = claim.requirements.clone();
+    let names = claim
+        .instance_types
+        .iter()
+        .filter_map(|&i| instance_types.get(i))
+        .map(|it| it.name.as_str());
+    if let Ok(types) = Requirement::new(INSTANCE_TYPE, Operator::In, names) {
+        requirements.add(types);
+    }
+    let requirements: Vec<NodeSelectorRequirementWithMinValues> = serde_json::to_value(&requirements)
+        .and_then(serde_json::from_value)
+        .unwrap_or_default();
+    let mut labels = template.metadata.labels.clone();
+    labels.insert(NODEPOOL.to_owned(), pool.name_any());
+    let owner = OwnerReference {
+        api_version: "karpenter.sh/v1".to_owned(),
+        kind: "NodePool".to_owned(),
+        name: pool.name_any(),
+        uid: pool.uid().unwrap_or_default(),
+        block_owner_deletion: Some(true),
+        controller: None,
+    };
+    NodeClaim {
+        metadata: ObjectMeta {
+            generate_name: Some(format!("{}-", pool.name_any())),
+            labels: Some(labels),
+            annotations: Some(template.metadata.annotations.clone()).filter(|a| !a.is_empty()),
+            owner_references: Some(vec![owner]),
+            finalizers: Some(vec![TERMINATION_FINALIZER.to_owned()]),
+            ..ObjectMeta::default()
+        },
+        spec: NodeClaimSpec {
+            taints: template.spec.taints.clone(),
+            startup_taints: template.spec.startup_taints.clone(),
+            requirements,
+            resources: ResourceRequirements {
+                requests: claim
+                    .requests
+                    .iter()
+                    .map(|(name, q)| (name.to_owned(), q))
+                    .collect(),
+            },
+            node_class_ref: template.spec.node_class_ref.clone(),
+            termination_grace_period: template.spec.termination_grace_period,
+            expire_after: Some(template.spec.expire_after),
+        },
+        status: None,
+    }
+}

@@ -1,0 +1,307 @@
+//! ClusterState: runs the reflectors that fill the read model and turns each watch event into the
+//! pokes other actors need: a newly provisionable pod to the Batcher, a Node or NodeClaim change
+//! to that NodeClaim's actor, a NodePool or node class change to the NodePool actors. It starts an
+//! actor for every NodePool and NodeClaim it sees (so NodeClaims that existed before a restart are
+//! adopted), sharding NodePool actors over the arbiters it is given.
+//!
+//! Pod notifications use `try_send`: when the Batcher's mailbox is full the trigger is remembered
+//! and sent again on the next tick, never lost and never blocking the watch. Watch errors are
+//! retried by the watchers with backoff and logged.
+
+use std::{sync::Arc, time::Duration};
+
+use actix::prelude::*;
+use futures::{StreamExt, stream::BoxStream};
+use joist_messages::{
+    apis::{EC2NodeClass, NodeClaim, NodePool},
+    labels::NODEPOOL,
+};
+use k8s_openapi::api::{
+    apps::v1::DaemonSet,
+    core::v1::{Namespace, Node, Pod},
+};
+use kube::{
+    Api, Resource, ResourceExt,
+    runtime::{
+        WatchStreamExt,
+        reflector::{self, store::Writer},
+        watcher::{self, Event},
+    },
+};
+use serde::de::DeserializeOwned;
+
+use crate::{
+    batcher::Batcher,
+    node_claim::NodeClaimActor,
+    node_class,
+    node_pool::NodePoolActor,
+    protocol::{PodPending, Reconcile},
+    read_model::Writers,
+    shared::Shared,
+};
+
+/// Watch events buffered between the reflectors and the actor.
+pub const CLUSTER_STATE_MAILBOX: usize = 1024;
+
+/// How often a trigger the Batcher could not take is retried.
+const RETRY_TRIGGER: Duration = Duration::from_secs(1);
+
+/// One watch event, by kind; `deleted` tells a removal from an add or update.
+#[derive(Debug)]
+pub enum Change {
+    /// A pod.
+    Pod(Box<Pod>, bool),
+    /// A node.
+    Node(Box<Node>, bool),
+    /// A NodeClaim.
+    NodeClaim(Box<NodeClaim>, bool),
+    /// A NodePool.
+    NodePool(Box<NodePool>, bool),
+    /// A node class.
+    NodeClass(Box<EC2NodeClass>, bool),
+    /// Nothing that needs a poke (lists starting and ending, DaemonSets, Namespaces, errors).
+    Quiet,
+}
+
+/// See the module docs.
+pub struct ClusterState {
+    shared: Shared,
+    batcher: Addr<Batcher>,
+    writers: Option<Writers>,
+    shards: Vec<ArbiterHandle>,
+    next_shard: usize,
+    missed_trigger: bool,
+}
+
+impl ClusterState {
+    /// The cluster state actor; `shards` are the arbiters NodePool actors are spread over (none:
+    /// the current one).
+    pub fn new(shared: Shared, writers: Writers, batcher: Addr<Batcher>, shards: Vec<ArbiterHandle>) -> Self {
+        Self {
+            shared,
+            batcher,
+            writers: Some(writers),
+            shards,
+            next_shard: 0,
+            missed_trigger: false,
+        }
+    }
+
+    /// Pokes the Batcher with any pending pod, so the Provisioner looks again (capacity went away
+    /// or a NodePool became usable).
+    fn trigger(&mut self) {
+        let Some(pod) = self.shared.read.pending_pods().first().cloned() else {
+            return;
+        };
+        self.notify(PodPending {
+            pod: (pod.namespace().unwrap_or_default(), pod.name_any()),
+        });
+    }
+
+    fn notify(&mut self, pending: PodPending) {
+        if self.batcher.try_send(pending).is_err() {
+            self.missed_trigger = true;
+        }
+    }
+
+    fn node_pool_actor(&mut self, name: &str) -> Addr<NodePoolActor> {
+        if let Some(actor) = self.shared.directory.node_pools.get(name) {
+            return actor.clone();
+        }
+        let shared = self.shared.clone();
+        let owned = name.to_owned();
+        let actor = if self.shards.is_empty() {
+            Supervisor::start(move |_| NodePoolActor::new(owned, shared))
+        } else {
+            let shard = &self.shards[self.next_shard % self.shards.len()];
+            self.next_shard += 1;
+            Supervisor::start_in_arbiter(shard, move |_| NodePoolActor::new(owned, shared))
+        };
+        self.shared
+            .directory
+            .node_pools
+            .insert(name.to_owned(), actor.clone());
+        actor
+    }
+
+    fn node_claim_actor(&mut self, name: &str) -> Addr<NodeClaimActor> {
+        if let Some(actor) = self.shared.directory.node_claims.get(name) {
+            return actor.clone();
+        }
+        let shared = self.shared.clone();
+        let owned = name.to_owned();
+        let actor = Supervisor::start(move |_| NodeClaimActor::new(owned, shared));
+        self.shared
+            .directory
+            .node_claims
+            .insert(name.to_owned(), actor.clone());
+        actor
+    }
+
+    fn poke_claim(&self, name: &str) {
+        if let Some(actor) = self.shared.directory.node_claims.get(name) {
+            // A full mailbox already holds a poke: nothing is lost.
+            let _ = actor.try_send(Reconcile);
+        }
+    }
+
+    fn poke_pools(&self) {
+        for actor in self.shared.directory.node_pools.iter() {
+            let _ = actor.try_send(Reconcile);
+        }
+    }
+}
+
+/// A reflector over every object of `K`, as a stream of [`Change`]s.
+fn reflect<K>(
+    api: Api<K>,
+    writer: Writer<K>,
+    change: fn(Box<K>, bool) -> Change,
+) -> BoxStream<'static, Change>
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
+{
+    let events = watcher(api).default_backoff();
+    reflector::reflector(writer, events)
+        .map(move |event| match event {
+            Ok(Event::Apply(object) | Event::InitApply(object)) => change(Box::new(object), false),
+            Ok(Event::Delete(object)) => change(Box::new(object), true),
+            Ok(Event::Init | Event::InitDone) => Change::Quiet,
+            Err(error) => {
+                tracing::warn!(%error, "watch failed; retrying");
+                Change::Quiet
+            }
+        })
+        .boxed()
+}
+
+fn watcher<K>(api: Api<K>) -> impl futures::Stream<Item = Result<Event<K>, watcher::Error>> + Send
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static,
+{
+    watcher::watcher(api, watcher::Config::default())
+}
+
+impl Actor for ClusterState {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        ctx.set_mailbox_capacity(CLUSTER_STATE_MAILBOX);
+        let Some(writers) = self.writers.take() else {
+            return;
+        };
+        let client = &self.shared.client;
+        let streams = vec![
+            reflect(
+                Api::<NodeClaim>::all(client.clone()),
+                writers.node_claims,
+                Change::NodeClaim,
+            ),
+            reflect(Api::<Node>::all(client.clone()), writers.nodes, Change::Node),
+            reflect(
+                Api::<NodePool>::all(client.clone()),
+                writers.node_pools,
+                Change::NodePool,
+            ),
+            reflect(
+                Api::<EC2NodeClass>::all(client.clone()),
+                writers.node_classes,
+                Change::NodeClass,
+            ),
+            reflect(
+                Api::<DaemonSet>::all(client.clone()),
+                writers.daemon_sets,
+                |_, _| Change::Quiet,
+            ),
+            reflect(
+                Api::<Namespace>::all(client.clone()),
+                writers.namespaces,
+                |_, _| Change::Quiet,
+            ),
+            reflect(Api::<Pod>::all(client.clone()), writers.pods, Change::Pod),
+        ];
+        ctx.add_stream(futures::stream::select_all(streams));
+        ctx.run_interval(RETRY_TRIGGER, |state, _ctx| {
+            if std::mem::take(&mut state.missed_trigger) {
+                state.trigger();
+            }
+        });
+    }
+}
+
+impl StreamHandler<Change> for ClusterState {
+    fn handle(&mut self, change: Change, ctx: &mut Self::Context) {
+        let read = self.shared.read.clone();
+        match change {
+            Change::Pod(pod, deleted) => {
+                let _span = tracing::debug_span!("cluster_state.pod", pod = pod.name_any()).entered();
+                let change = read.observe_pod(&pod, deleted);
+                if change.newly_pending {
+                    self.notify(PodPending {
+                        pod: (pod.namespace().unwrap_or_default(), pod.name_any()),
+                    });
+                }
+                if let (true, Some(node)) = (deleted, change.node) {
+                    let claim = read
+                        .node(&node)
+                        .and_then(|n| n.spec.as_ref()?.provider_id.clone())
+                        .and_then(|p| read.claim_for_provider(&p));
+                    if let Some(claim) = claim {
+                        self.poke_claim(&claim);
+                    }
+                }
+            }
+            Change::Node(node, deleted) => {
+                let _span = tracing::debug_span!("cluster_state.node", node = node.name_any()).entered();
+                if let Some(claim) = read.observe_node(&node, deleted) {
+                    self.poke_claim(&claim);
+                }
+                if deleted {
+                    self.trigger();
+                }
+            }
+            Change::NodeClaim(claim, deleted) => {
+                let name = claim.name_any();
+                let _span = tracing::debug_span!("cluster_state.nodeclaim", nodeclaim = name).entered();
+                read.observe_claim(&claim, deleted);
+                if deleted {
+                    self.poke_claim(&name);
+                    self.trigger();
+                } else {
+                    self.node_claim_actor(&name);
+                    self.poke_claim(&name);
+                }
+                if let Some(pool) = claim.labels().get(NODEPOOL) {
+                    let _ = self.node_pool_actor(pool).try_send(Reconcile);
+                }
+            }
+            Change::NodePool(pool, deleted) => {
+                let name = pool.name_any();
+                let _span = tracing::debug_span!("cluster_state.nodepool", nodepool = name).entered();
+                if deleted {
+                    if let Some(actor) = self.shared.directory.node_pools.get(&name) {
+                        let _ = actor.try_send(Reconcile);
+                    }
+                } else {
+                    let _ = self.node_pool_actor(&name).try_send(Reconcile);
+                    self.trigger();
+                }
+            }
+            Change::NodeClass(class, deleted) => {
+                let _span =
+                    tracing::debug_span!("cluster_state.nodeclass", nodeclass = class.name_any()).entered();
+                if !deleted && !node_class::is_current(&class) {
+                    let shared = self.shared.clone();
+                    ctx.spawn(node_class::reconcile(shared, Arc::new(*class)).into_actor(self));
+                }
+                self.poke_pools();
+            }
+            Change::Quiet => {}
+        }
+    }
+
+    fn finished(&mut self, _ctx: &mut Self::Context) {
+        tracing::error!("the watch streams ended");
+    }
+}

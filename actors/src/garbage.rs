@@ -1,0 +1,69 @@
+//! The GarbageCollector: every [`Settings::garbage_collection`](crate::settings::Settings), the
+//! cloud's instances are compared with the cluster's NodeClaims. An instance no NodeClaim accounts
+//! for (a launch whose claim was lost, a claim deleted mid-launch) is terminated once it is older
+//! than [`ORPHAN_GRACE`], so Joist never leaks an instance. Failures are logged and retried on the
+//! next round.
+
+use actix::prelude::*;
+
+use crate::{settings::ORPHAN_GRACE, shared::Shared};
+
+/// Control messages queued (it takes none but its own timer today).
+pub const GARBAGE_COLLECTOR_MAILBOX: usize = 4;
+
+/// See the module docs.
+pub struct GarbageCollector {
+    shared: Shared,
+}
+
+impl GarbageCollector {
+    /// A collector over `shared`.
+    pub fn new(shared: Shared) -> Self {
+        Self { shared }
+    }
+}
+
+impl Actor for GarbageCollector {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        ctx.set_mailbox_capacity(GARBAGE_COLLECTOR_MAILBOX);
+        ctx.run_interval(self.shared.settings.garbage_collection, |collector, ctx| {
+            let shared = collector.shared.clone();
+            ctx.spawn(collect(shared).into_actor(collector));
+        });
+    }
+}
+
+/// One round (see the module docs).
+async fn collect(shared: Shared) {
+    let _span = tracing::debug_span!("garbage_collector.round").entered();
+    shared.read.synced().await;
+    let instances = match shared.cloud.list().await {
+        Ok(instances) => instances,
+        Err(error) => {
+            tracing::warn!(%error, "listing instances failed");
+            return;
+        }
+    };
+    let now = shared.clock.now_seconds();
+    let grace = i64::try_from(ORPHAN_GRACE.as_secs()).unwrap_or(i64::MAX);
+    for instance in instances {
+        let claimed = shared.read.claim_for_provider(&instance.provider_id).is_some();
+        let claim_named = instance
+            .tags
+            .get("karpenter.sh/nodeclaim")
+            .and_then(|name| shared.read.node_claim(name))
+            .is_some_and(|c| c.status.as_ref().and_then(|s| s.provider_id.as_ref()).is_none());
+        if claimed || claim_named || now - instance.launched_at < grace {
+            continue;
+        }
+        tracing::info!(
+            provider_id = instance.provider_id,
+            "terminating an instance no nodeclaim accounts for"
+        );
+        if let Err(error) = shared.cloud.delete(&instance.provider_id).await {
+            tracing::warn!(provider_id = instance.provider_id, %error, "terminating a leaked instance failed");
+        }
+    }
+}

@@ -1,0 +1,86 @@
+//! Joist's controllers as actix actors (see DESIGN.md §3): [`cluster_state::ClusterState`] fills
+//! the [`read_model::ReadModel`] from watches and pokes the others; the [`batcher::Batcher`] turns
+//! pending pods into batch windows; the [`provisioner::Provisioner`] simulates scheduling for each
+//! window; one [`node_pool::NodePoolActor`] per NodePool creates NodeClaims within its limits and
+//! keeps its status; one [`node_claim::NodeClaimActor`] per NodeClaim runs its
+//! [`lifecycle`]; the [`catalog::Catalog`] lists instance types and remembers offerings out of
+//! capacity; the [`garbage::GarbageCollector`] terminates instances no NodeClaim accounts for.
+//!
+//! Every actor's mailbox is bounded by a named constant. Per-object actors are supervised: one
+//! that fails is restarted from the read model without touching the others.
+
+pub mod batcher;
+pub mod catalog;
+pub mod claim_template;
+pub mod cluster_state;
+pub mod garbage;
+pub mod kube_ops;
+pub mod lifecycle;
+pub mod node_claim;
+pub mod node_class;
+pub mod node_pool;
+pub mod protocol;
+pub mod provisioner;
+pub mod read_model;
+pub mod settings;
+pub mod shared;
+pub mod snapshot;
+
+use std::sync::Arc;
+
+use actix::prelude::*;
+use joist_messages::time::Clock;
+use joist_provider::CloudProvider;
+
+use crate::{
+    batcher::Batcher, catalog::Catalog, cluster_state::ClusterState, garbage::GarbageCollector,
+    provisioner::Provisioner, read_model::ReadModel, settings::Settings, shared::Shared,
+};
+
+/// The running controllers. Dropping it does not stop them; stop the actix system instead.
+pub struct Controllers {
+    /// What the controllers see.
+    pub shared: Shared,
+    /// The cluster state actor.
+    pub cluster_state: Addr<ClusterState>,
+    /// The batcher.
+    pub batcher: Addr<Batcher>,
+    /// The provisioner.
+    pub provisioner: Addr<Provisioner>,
+    /// The garbage collector.
+    pub garbage_collector: Addr<GarbageCollector>,
+}
+
+/// Starts every controller on the current actix system, talking to the cluster through `client`
+/// and to the cloud through `cloud`. NodePool actors are spread over `settings.shards` new
+/// arbiters (none: the current one).
+pub fn start(
+    client: kube::Client,
+    cloud: Arc<dyn CloudProvider>,
+    settings: Settings,
+    clock: Clock,
+) -> Controllers {
+    let (read, writers) = ReadModel::new();
+    let catalog = Catalog::new(cloud.clone()).start();
+    let shards: Vec<ArbiterHandle> = (0..settings.shards).map(|_| Arbiter::new().handle()).collect();
+    let shared = Shared {
+        client,
+        cloud,
+        read,
+        settings: Arc::new(settings),
+        clock,
+        directory: Arc::default(),
+        catalog,
+    };
+    let provisioner = Provisioner::new(shared.clone()).start();
+    let batcher = Batcher::new(&shared.settings, provisioner.clone()).start();
+    let garbage_collector = GarbageCollector::new(shared.clone()).start();
+    let cluster_state = ClusterState::new(shared.clone(), writers, batcher.clone(), shards).start();
+    Controllers {
+        shared,
+        cluster_state,
+        batcher,
+        provisioner,
+        garbage_collector,
+    }
+}

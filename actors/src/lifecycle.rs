@@ -1,0 +1,452 @@
+//! What a NodeClaim actor does next, one step at a time, as Karpenter's lifecycle and termination
+//! controllers do:
+//!
+//! - **launch**: the cloud creates an instance from the NodePool's instance types; capacity errors
+//!   mark offerings unavailable and delete the claim (its pods are simulated again without them),
+//!   an unready node class deletes it, other errors set `Launched=Unknown` and retry;
+//! - **registration**: the Node with the claim's provider ID gets the claim's labels, Joist's
+//!   finalizer and an owner reference, loses `karpenter.sh/unregistered`, and the claim turns
+//!   `Registered`;
+//! - **initialization**: once the Node is Ready with no startup or boot taints left, it is labelled
+//!   `karpenter.sh/initialized` and the claim turns `Initialized` and `Ready`;
+//! - **liveness**: not launched within [`LAUNCH_TIMEOUT`] or not registered within
+//!   [`REGISTRATION_TIMEOUT`] deletes the claim; so does its Node going away after registration;
+//! - **termination** (the claim is being deleted): taint the Node `karpenter.sh/disrupted`, evict
+//!   its pods through the Eviction API (a PodDisruptionBudget's 429 is retried), wait at least
+//!   [`MINIMUM_DRAIN_TIME`], terminate the instance, then release the Node's and the claim's
+//!   finalizers.
+//!
+//! Kubernetes API errors are returned to the actor, which retries and, when they persist, stops so
+//! its supervisor restarts it from the read model.
+
+use std::{collections::BTreeMap, time::Duration};
+
+use joist_messages::{
+    apis::NodeClaim,
+    labels::{EXCLUDE_FROM_EXTERNAL_LB, INITIALIZED, NODEPOOL, REGISTERED, TERMINATION_FINALIZER, taints},
+    time::parse_rfc3339,
+};
+use joist_provider::{CloudError, Launch};
+use k8s_openapi::api::core::v1::{Node, Pod, Taint};
+use kube::{Api, ResourceExt, api::EvictParams};
+use serde_json::json;
+use tokio::time::Instant;
+
+use crate::{
+    kube_ops::{self, is_true, set_condition},
+    protocol::{GetInstanceTypes, MarkUnavailable},
+    settings::{LAUNCH_TIMEOUT, MINIMUM_DRAIN_TIME, REGISTRATION_TIMEOUT},
+    shared::Shared,
+    snapshot::{finished, is_ephemeral},
+};
+
+/// What the actor remembers between steps (lost on restart, rebuilt from the cluster).
+#[derive(Debug, Default, Clone)]
+pub struct Memory {
+    /// The provider ID of an instance launched but not yet seen in the claim's status, so a
+    /// reconcile racing the status write does not launch twice.
+    pub launched: Option<String>,
+    /// When draining began.
+    pub drain_started: Option<Instant>,
+}
+
+/// When to look again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Next {
+    /// When something changes.
+    OnChange,
+    /// After this long (or sooner, on a change).
+    After(Duration),
+    /// The claim is gone: the actor stops.
+    Gone,
+}
+
+/// Why a step failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StepError {
+    /// A Kubernetes API call failed.
+    #[error("kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    /// A cloud call failed in a way a retry may fix.
+    #[error("cloud: {0}")]
+    Cloud(#[from] CloudError),
+    /// The catalog actor did not answer.
+    #[error("catalog: {0}")]
+    Catalog(#[from] actix::MailboxError),
+}
+
+/// Takes the next step for the claim `name` (see the module docs).
+pub async fn step(shared: &Shared, name: &str, memory: &mut Memory) -> Result<Next, StepError> {
+    let Some(claim) = shared.read.node_claim(name) else {
+        return Ok(Next::Gone);
+    };
+    if claim.metadata.deletion_timestamp.is_some() {
+        return terminate(shared, &claim, memory).await;
+    }
+    let status = claim.status.clone().unwrap_or_default();
+    let Some(provider_id) = status
+        .provider_id
+        .clone()
+        .filter(|_| is_true(&status.conditions, "Launched"))
+    else {
+        if memory.launched.is_some() {
+            return Ok(Next::OnChange);
+        }
+        let age = age(shared, &claim);
+        if age >= LAUNCH_TIMEOUT {
+            return delete_claim(
+                shared,
+                &claim,
+                "LaunchTimeout",
+                "the instance was not launched in time",
+            )
+            .await;
+        }
+        return launch(shared, &claim, memory).await;
+    };
+    memory.launched = None;
+    let registered = is_true(&status.conditions, "Registered");
+    let Some(node) = shared.read.node_for_provider(&provider_id) else {
+        if registered {
+            return delete_claim(shared, &claim, "NodeDeleted", "its node is gone").await;
+        }
+        let since_launch = since(shared, launched_at(&claim).unwrap_or_default());
+        if since_launch >= REGISTRATION_TIMEOUT {
+            return delete_claim(
+                shared,
+                &claim,
+                "RegistrationTimeout",
+                "the node did not register in time",
+            )
+            .await;
+        }
+        return Ok(Next::After(REGISTRATION_TIMEOUT - since_launch));
+    };
+    if node.metadata.deletion_timestamp.is_some() {
+        return delete_claim(shared, &claim, "NodeDeleted", "its node is being deleted").await;
+    }
+    if !registered {
+        register(shared, &claim, &node).await?;
+    } else if !is_true(&status.conditions, "Initialized") {
+        initialize(shared, &claim, &node).await?;
+    }
+    Ok(Next::OnChange)
+}
+
+fn age(shared: &Shared, claim: &NodeClaim) -> Duration {
+    since(
+        shared,
+        claim
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .map_or(0, |t| t.0.as_second()),
+    )
+}
+
+fn since(shared: &Shared, epoch_seconds: i64) -> Duration {
+    Duration::from_secs(u64::try_from(shared.clock.now_seconds() - epoch_seconds).unwrap_or(0))
+}
+
+fn launched_at(claim: &NodeClaim) -> Option<i64> {
+    let condition = claim
+        .status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Launched")?;
+    parse_rfc3339(&condition.last_transition_time.0.to_string())
+}
+
+async fn delete_claim(
+    shared: &Shared,
+    claim: &NodeClaim,
+    reason: &str,
+    why: &str,
+) -> Result<Next, StepError> {
+    tracing::info!(nodeclaim = claim.name_any(), reason, "deleting nodeclaim: {why}");
+    kube_ops::record_event(&shared.client, &shared.clock, claim, true, reason, why).await;
+    kube_ops::delete(&kube_ops::cluster::<NodeClaim>(&shared.client), &claim.name_any()).await?;
+    Ok(Next::OnChange)
+}
+
+async fn launch(shared: &Shared, claim: &NodeClaim, memory: &mut Memory) -> Result<Next, StepError> {
+    let pool = claim
+        .labels()
+        .get(NODEPOOL)
+        .and_then(|p| shared.read.node_pool(p));
+    let class = shared.read.node_class(&claim.spec.node_class_ref.name);
+    let (Some(node_pool), Some(node_class)) = (pool, class) else {
+        return delete_claim(
+            shared,
+            claim,
+            "NodeClassNotReady",
+            "its nodepool or node class does not exist",
+        )
+        .await;
+    };
+    let types = shared
+        .catalog
+        .send(GetInstanceTypes {
+            node_pool,
+            node_class,
+        })
+        .await??;
+    match shared.cloud.create(claim, &types).await {
+        Ok(launch) => {
+            if !launch.unavailable.is_empty() {
+                shared.catalog.do_send(MarkUnavailable {
+                    offerings: launch.unavailable.clone(),
+                });
+            }
+            memory.launched = Some(launch.instance.provider_id.clone());
+            record_launch(shared, claim, &launch).await?;
+            Ok(Next::OnChange)
+        }
+        Err(CloudError::InsufficientCapacity { offerings, message }) => {
+            shared.catalog.do_send(MarkUnavailable { offerings });
+            delete_claim(shared, claim, "InsufficientCapacityError", &message).await
+        }
+        Err(error @ CloudError::NodeClassNotReady { .. }) => {
+            delete_claim(shared, claim, "NodeClassNotReady", &error.to_string()).await
+        }
+        Err(error) => {
+            let mut conditions = claim.status.clone().unwrap_or_default().conditions;
+            let message = error.to_string();
+            let generation = claim.metadata.generation;
+            set_condition(
+                &mut conditions,
+                &shared.clock,
+                generation,
+                ("Launched", "Unknown", "LaunchFailed", &message),
+            );
+            let api = kube_ops::cluster::<NodeClaim>(&shared.client);
+            kube_ops::patch_status(&api, &claim.name_any(), json!({"conditions": conditions})).await?;
+            Ok(Next::After(Duration::from_secs(10)))
+        }
+    }
+}
+
+async fn record_launch(shared: &Shared, claim: &NodeClaim, launch: &Launch) -> Result<(), StepError> {
+    let api = kube_ops::cluster::<NodeClaim>(&shared.client);
+    let mut labels: BTreeMap<String, String> = launch.labels.clone();
+    labels.extend(claim.labels().clone());
+    kube_ops::patch(&api, &claim.name_any(), json!({"metadata": {"labels": labels}})).await?;
+    let mut conditions = claim.status.clone().unwrap_or_default().conditions;
+    let generation = claim.metadata.generation;
+    set_condition(
+        &mut conditions,
+        &shared.clock,
+        generation,
+        ("Launched", "True", "Launched", ""),
+    );
+    set_condition(
+        &mut conditions,
+        &shared.clock,
+        generation,
+        ("Registered", "Unknown", "AwaitingRegistration", ""),
+    );
+    let status = json!({
+        "providerID": launch.instance.provider_id,
+        "imageID": launch.instance.image_id,
+        "capacity": launch.capacity,
+        "allocatable": launch.allocatable,
+        "conditions": conditions,
+    });
+    kube_ops::patch_status(&api, &claim.name_any(), status).await?;
+    tracing::info!(
+        nodeclaim = claim.name_any(),
+        instance_type = launch.instance.instance_type,
+        zone = launch.instance.zone,
+        capacity_type = %launch.instance.capacity_type,
+        "launched"
+    );
+    Ok(())
+}
+
+async fn register(shared: &Shared, claim: &NodeClaim, node: &Node) -> Result<(), StepError> {
+    let mut labels = claim.labels().clone();
+    labels.insert(REGISTERED.to_owned(), "true".to_owned());
+    let mut finalizers = node.finalizers().to_vec();
+    if !finalizers.iter().any(|f| f == TERMINATION_FINALIZER) {
+        finalizers.push(TERMINATION_FINALIZER.to_owned());
+    }
+    let taints: Vec<&Taint> = taints(node)
+        .iter()
+        .filter(|t| t.key != taints::UNREGISTERED)
+        .collect();
+    let owner = json!([{
+        "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim", "name": claim.name_any(),
+        "uid": claim.uid().unwrap_or_default(), "blockOwnerDeletion": true,
+    }]);
+    let body = json!({
+        "metadata": {"labels": labels, "finalizers": finalizers, "ownerReferences": owner},
+        "spec": {"taints": taints},
+    });
+    kube_ops::patch(&kube_ops::cluster::<Node>(&shared.client), &node.name_any(), body).await?;
+    let mut conditions = claim.status.clone().unwrap_or_default().conditions;
+    let generation = claim.metadata.generation;
+    set_condition(
+        &mut conditions,
+        &shared.clock,
+        generation,
+        ("Registered", "True", "Registered", ""),
+    );
+    set_condition(
+        &mut conditions,
+        &shared.clock,
+        generation,
+        ("Initialized", "Unknown", "AwaitingInitialization", ""),
+    );
+    let status = json!({"nodeName": node.name_any(), "conditions": conditions});
+    kube_ops::patch_status(
+        &kube_ops::cluster::<NodeClaim>(&shared.client),
+        &claim.name_any(),
+        status,
+    )
+    .await?;
+    tracing::info!(nodeclaim = claim.name_any(), node = node.name_any(), "registered");
+    Ok(())
+}
+
+fn taints(node: &Node) -> &[Taint] {
+    node.spec
+        .as_ref()
+        .and_then(|s| s.taints.as_deref())
+        .unwrap_or_default()
+}
+
+async fn initialize(shared: &Shared, claim: &NodeClaim, node: &Node) -> Result<(), StepError> {
+    let ready = node
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+    let starting = taints(node).iter().any(|t| {
+        is_ephemeral(t)
+            || claim
+                .spec
+                .startup_taints
+                .iter()
+                .any(|s| s.key == t.key && s.effect == t.effect)
+    });
+    if !ready || starting {
+        return Ok(());
+    }
+    let body = json!({"metadata": {"labels": {INITIALIZED: "true"}}});
+    kube_ops::patch(&kube_ops::cluster::<Node>(&shared.client), &node.name_any(), body).await?;
+    let mut conditions = claim.status.clone().unwrap_or_default().conditions;
+    let generation = claim.metadata.generation;
+    set_condition(
+        &mut conditions,
+        &shared.clock,
+        generation,
+        ("Initialized", "True", "Initialized", ""),
+    );
+    set_condition(
+        &mut conditions,
+        &shared.clock,
+        generation,
+        ("Ready", "True", "Ready", ""),
+    );
+    kube_ops::patch_status(
+        &kube_ops::cluster::<NodeClaim>(&shared.client),
+        &claim.name_any(),
+        json!({"conditions": conditions}),
+    )
+    .await?;
+    tracing::info!(
+        nodeclaim = claim.name_any(),
+        node = node.name_any(),
+        "initialized"
+    );
+    Ok(())
+}
+
+/// Pods a drain evicts: everything but DaemonSet pods and pods that already finished.
+fn drainable(pod: &Pod) -> bool {
+    let daemon = pod.owner_references().iter().any(|o| o.kind == "DaemonSet");
+    !daemon && !finished(pod) && pod.metadata.deletion_timestamp.is_none()
+}
+
+async fn terminate(shared: &Shared, claim: &NodeClaim, memory: &mut Memory) -> Result<Next, StepError> {
+    if !claim.finalizers().iter().any(|f| f == TERMINATION_FINALIZER) {
+        return Ok(Next::OnChange);
+    }
+    let claims = kube_ops::cluster::<NodeClaim>(&shared.client);
+    let provider_id = claim
+        .status
+        .as_ref()
+        .and_then(|s| s.provider_id.clone())
+        .or(memory.launched.clone());
+    if let Some(provider_id) = provider_id {
+        let node = shared.read.node_for_provider(&provider_id);
+        let exists = match shared.cloud.get(&provider_id).await {
+            Ok(_) => true,
+            Err(CloudError::NodeClaimNotFound { .. }) => false,
+            Err(error) => return Err(error.into()),
+        };
+        if let (Some(node), true) = (&node, exists)
+            && let Some(wait) = drain(shared, node, memory).await?
+        {
+            return Ok(Next::After(wait));
+        }
+        if exists {
+            match shared.cloud.delete(&provider_id).await {
+                Ok(()) | Err(CloudError::NodeClaimNotFound { .. }) => {}
+                Err(error) => return Err(error.into()),
+            }
+            tracing::info!(nodeclaim = claim.name_any(), provider_id, "terminated instance");
+        }
+        if let Some(node) = node {
+            let nodes = kube_ops::cluster::<Node>(&shared.client);
+            if node.metadata.deletion_timestamp.is_none() {
+                kube_ops::delete(&nodes, &node.name_any()).await?;
+            }
+            kube_ops::remove_finalizer(&nodes, node.as_ref()).await?;
+        }
+    }
+    kube_ops::remove_finalizer(&claims, claim).await?;
+    Ok(Next::OnChange)
+}
+
+/// Taints and drains `node`; `Some(wait)` while pods remain or the minimum drain time runs.
+async fn drain(shared: &Shared, node: &Node, memory: &mut Memory) -> Result<Option<Duration>, StepError> {
+    let nodes = kube_ops::cluster::<Node>(&shared.client);
+    if !taints(node).iter().any(|t| t.key == taints::DISRUPTED) {
+        let mut with_taint = taints(node).to_vec();
+        with_taint.push(Taint {
+            key: taints::DISRUPTED.to_owned(),
+            effect: "NoSchedule".to_owned(),
+            value: None,
+            time_added: None,
+        });
+        let body = json!({
+            "metadata": {"labels": {EXCLUDE_FROM_EXTERNAL_LB: "karpenter"}},
+            "spec": {"taints": with_taint},
+        });
+        kube_ops::patch(&nodes, &node.name_any(), body).await?;
+    }
+    let started = *memory.drain_started.get_or_insert_with(Instant::now);
+    let pods: Vec<_> = shared
+        .read
+        .pods_on(&node.name_any())
+        .into_iter()
+        .filter(|p| drainable(p))
+        .collect();
+    let mut blocked = false;
+    for pod in &pods {
+        let api: Api<Pod> = kube_ops::namespaced(&shared.client, &pod.namespace().unwrap_or_default());
+        match api.evict(&pod.name_any(), &EvictParams::default()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => {}
+            Err(kube::Error::Api(status)) if status.code == 429 => blocked = true,
+            Err(error) => return Err(error.into()),
+        }
+    }
+    if !pods.is_empty() {
+        return Ok(Some(Duration::from_secs(if blocked { 5 } else { 1 })));
+    }
+    let drained_for = started.elapsed();
+    Ok((drained_for < MINIMUM_DRAIN_TIME).then(|| MINIMUM_DRAIN_TIME - drained_for))
+}

@@ -1,0 +1,139 @@
+//! One actor per NodeClaim, running its lifecycle ([`crate::lifecycle`]) one step at a time: a
+//! step runs as a spawned future so the mailbox keeps being served, pokes that arrive meanwhile
+//! fold into one more step, and a step that asks to be woken later gets a timer.
+//!
+//! Supervision: a step that fails is retried with backoff; after
+//! [`MAX_CONSECUTIVE_FAILURES`] the actor stops and its supervisor restarts it with fresh memory,
+//! reading the claim again from the read model. Other NodeClaims' actors are untouched. When the
+//! claim is gone the actor leaves the directory and stops for good.
+
+use std::time::Duration;
+
+use actix::prelude::*;
+
+use crate::{
+    lifecycle::{self, Memory, Next},
+    protocol::Reconcile,
+    shared::Shared,
+};
+
+/// Pokes queued before senders see `Full` (one queued poke is as good as many).
+pub const NODE_CLAIM_MAILBOX: usize = 8;
+
+/// Failed steps in a row before the actor restarts.
+pub const MAX_CONSECUTIVE_FAILURES: u32 = 5;
+
+/// See the module docs.
+pub struct NodeClaimActor {
+    name: String,
+    shared: Shared,
+    memory: Memory,
+    running: bool,
+    again: bool,
+    failures: u32,
+    restarts: u32,
+    wake: Option<SpawnHandle>,
+}
+
+impl NodeClaimActor {
+    /// The actor for the NodeClaim `name`.
+    pub fn new(name: String, shared: Shared) -> Self {
+        Self {
+            name,
+            shared,
+            memory: Memory::default(),
+            running: false,
+            again: false,
+            failures: 0,
+            restarts: 0,
+            wake: None,
+        }
+    }
+
+    fn kick(&mut self, ctx: &mut Context<Self>) {
+        if self.running {
+            self.again = true;
+            return;
+        }
+        if let Some(wake) = self.wake.take() {
+            ctx.cancel_future(wake);
+        }
+        self.running = true;
+        let shared = self.shared.clone();
+        let name = self.name.clone();
+        let mut memory = self.memory.clone();
+        let step = async move {
+            let next = lifecycle::step(&shared, &name, &mut memory).await;
+            (next, memory)
+        };
+        ctx.spawn(step.into_actor(self).map(|(next, memory), actor, ctx| {
+            actor.running = false;
+            actor.memory = memory;
+            match next {
+                Ok(Next::Gone) => {
+                    actor.shared.directory.node_claims.remove(&actor.name);
+                    ctx.stop();
+                    return;
+                }
+                Ok(next) => {
+                    actor.failures = 0;
+                    if let Next::After(wait) = next {
+                        actor.wake = Some(ctx.run_later(wait, |actor, ctx| actor.kick(ctx)));
+                    }
+                }
+                Err(error) => {
+                    actor.failures += 1;
+                    tracing::warn!(nodeclaim = actor.name, failures = actor.failures, %error, "nodeclaim step failed");
+                    if actor.failures >= MAX_CONSECUTIVE_FAILURES {
+                        ctx.stop();
+                        return;
+                    }
+                    let backoff = Duration::from_millis(100 << actor.failures.min(7));
+                    actor.wake = Some(ctx.run_later(backoff, |actor, ctx| actor.kick(ctx)));
+                }
+            }
+            if std::mem::take(&mut actor.again) {
+                actor.kick(ctx);
+            }
+        }));
+    }
+
+    /// How many times the supervisor restarted this actor.
+    pub fn restarts(&self) -> u32 {
+        self.restarts
+    }
+}
+
+impl Actor for NodeClaimActor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        ctx.set_mailbox_capacity(NODE_CLAIM_MAILBOX);
+        self.kick(ctx);
+    }
+}
+
+impl Supervised for NodeClaimActor {
+    fn restarting(&mut self, _ctx: &mut Self::Context) {
+        self.restarts += 1;
+        tracing::warn!(
+            nodeclaim = self.name,
+            restarts = self.restarts,
+            "restarting the nodeclaim actor"
+        );
+        self.memory = Memory::default();
+        self.running = false;
+        self.again = false;
+        self.failures = 0;
+        self.wake = None;
+    }
+}
+
+impl Handler<Reconcile> for NodeClaimActor {
+    type Result = ();
+
+    fn handle(&mut self, _msg: Reconcile, ctx: &mut Self::Context) {
+        let _span = tracing::debug_span!("nodeclaim.reconcile", nodeclaim = self.name).entered();
+        self.kick(ctx);
+    }
+}

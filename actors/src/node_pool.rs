@@ -1,0 +1,209 @@
+//! One actor per NodePool: it creates the NodeClaims the Provisioner planned for the pool, after
+//! checking the pool's limits against what its NodeClaims hold right now, and it keeps the pool's
+//! status: `resources` and `nodes` in use, and the conditions `ValidationSucceeded`,
+//! `NodeClassReady` and `Ready` (the Provisioner launches only from Ready pools).
+//!
+//! An invalid NodePool is not an error of the controller: it gets `ValidationSucceeded=False` with
+//! the field and the rule it breaks, and a Warning event, and launches nothing until fixed.
+
+use actix::prelude::*;
+use joist_messages::{
+    apis::{NodeClaim, NodePool, Validate},
+    model::resources::Resources,
+};
+use kube::{Api, ResourceExt, api::PostParams};
+
+use crate::{
+    kube_ops::{self, is_true, set_condition},
+    protocol::{LaunchPlan, Reconcile},
+    shared::Shared,
+    snapshot,
+};
+
+/// Launch plans and pokes queued before senders wait or see `Full`.
+pub const NODE_POOL_MAILBOX: usize = 64;
+
+/// See the module docs.
+pub struct NodePoolActor {
+    name: String,
+    shared: Shared,
+}
+
+impl NodePoolActor {
+    /// The actor for the NodePool `name`.
+    pub fn new(name: String, shared: Shared) -> Self {
+        Self { name, shared }
+    }
+}
+
+impl Actor for NodePoolActor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        ctx.set_mailbox_capacity(NODE_POOL_MAILBOX);
+    }
+}
+
+impl Supervised for NodePoolActor {
+    fn restarting(&mut self, _ctx: &mut Self::Context) {
+        tracing::warn!(nodepool = self.name, "restarting the nodepool actor");
+    }
+}
+
+impl Handler<Reconcile> for NodePoolActor {
+    type Result = ResponseFuture<()>;
+
+    fn handle(&mut self, _msg: Reconcile, ctx: &mut Self::Context) -> Self::Result {
+        let _span = tracing::debug_span!("nodepool.reconcile", nodepool = self.name).entered();
+        let Some(pool) = self.shared.read.node_pool(&self.name) else {
+            self.shared.directory.node_pools.remove(&self.name);
+            ctx.stop();
+            return Box::pin(async {});
+        };
+        let shared = self.shared.clone();
+        Box::pin(async move { write_status(&shared, &pool).await })
+    }
+}
+
+impl Handler<LaunchPlan> for NodePoolActor {
+    type Result = ResponseFuture<()>;
+
+    fn handle(&mut self, msg: LaunchPlan, _ctx: &mut Self::Context) -> Self::Result {
+        let _span = tracing::debug_span!(
+            "nodepool.launch_plan",
+            nodepool = self.name,
+            claims = msg.claims.len()
+        )
+        .entered();
+        let shared = self.shared.clone();
+        let name = self.name.clone();
+        Box::pin(async move { create_claims(&shared, &name, msg.claims).await })
+    }
+}
+
+/// Creates the planned claims that still fit the pool's limits.
+async fn create_claims(shared: &Shared, name: &str, claims: Vec<NodeClaim>) {
+    let Some(pool) = shared.read.node_pool(name) else {
+        return;
+    };
+    let api: Api<NodeClaim> = kube_ops::cluster(&shared.client);
+    let mut used = snapshot::usage(&shared.read, name);
+    let limits = Resources::from(&pool.spec.limits);
+    for claim in claims {
+        let mut after = used.clone();
+        after.add(&Resources::from(&claim.spec.resources.requests));
+        after.set(
+            joist_messages::model::resources::names::NODES,
+            used.get(joist_messages::model::resources::names::NODES)
+                .saturating_add(joist_messages::model::quantity::Quantity::from_units(1)),
+        );
+        let exceeded: Vec<String> = pool
+            .spec
+            .limits
+            .keys()
+            .filter(|key| after.get(key) > limits.get(key))
+            .cloned()
+            .collect();
+        if !exceeded.is_empty() {
+            let message = format!(
+                "nodepool {name:?} would exceed its limits on {}",
+                exceeded.join(", ")
+            );
+            kube_ops::record_event(
+                &shared.client,
+                &shared.clock,
+                pool.as_ref(),
+                true,
+                "LimitsExceeded",
+                &message,
+            )
+            .await;
+            continue;
+        }
+        match api.create(&PostParams::default(), &claim).await {
+            Ok(created) => {
+                tracing::info!(
+                    nodepool = name,
+                    nodeclaim = created.name_any(),
+                    "created nodeclaim"
+                );
+                used = after;
+            }
+            Err(error) => tracing::warn!(nodepool = name, %error, "creating a nodeclaim failed"),
+        }
+    }
+}
+
+/// Publishes usage and readiness.
+async fn write_status(shared: &Shared, pool: &NodePool) {
+    let mut status = pool.status.clone().unwrap_or_default();
+    let before = serde_json::to_value(&status).unwrap_or_default();
+    let generation = pool.metadata.generation;
+    let clock = &shared.clock;
+    let violations = pool.validate();
+    let valid = violations.is_empty();
+    let problems = violations
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ");
+    let validation = if valid {
+        ("ValidationSucceeded", "True", "ValidationSucceeded", "")
+    } else {
+        (
+            "ValidationSucceeded",
+            "False",
+            "ValidationFailed",
+            problems.as_str(),
+        )
+    };
+    let newly_invalid = set_condition(&mut status.conditions, clock, generation, validation) && !valid;
+    let class_name = &pool.spec.template.spec.node_class_ref.name;
+    let class_ready = shared
+        .read
+        .node_class(class_name)
+        .is_some_and(|c| c.status.as_ref().is_some_and(|s| is_true(&s.conditions, "Ready")));
+    let class_message = format!("EC2NodeClass {class_name:?} is missing or not ready");
+    let node_class = if class_ready {
+        ("NodeClassReady", "True", "NodeClassReady", "")
+    } else {
+        (
+            "NodeClassReady",
+            "False",
+            "NodeClassNotReady",
+            class_message.as_str(),
+        )
+    };
+    set_condition(&mut status.conditions, clock, generation, node_class);
+    let ready = if valid && class_ready {
+        ("Ready", "True", "Ready", "")
+    } else {
+        (
+            "Ready",
+            "False",
+            "NotReady",
+            "ValidationSucceeded or NodeClassReady is not True",
+        )
+    };
+    set_condition(&mut status.conditions, clock, generation, ready);
+    let mut usage = snapshot::usage(&shared.read, &pool.name_any());
+    let nodes = usage.get(joist_messages::model::resources::names::NODES);
+    usage.set(joist_messages::model::resources::names::NODES, Default::default());
+    status.nodes = Some(nodes.millis() / 1000);
+    status.resources = usage
+        .iter()
+        .filter(|(name, _)| *name != joist_messages::model::resources::names::NODES)
+        .map(|(name, q)| (name.to_owned(), q))
+        .collect();
+    if serde_json::to_value(&status).unwrap_or_default() == before {
+        return;
+    }
+    let api: Api<NodePool> = kube_ops::cluster(&shared.client);
+    let body = serde_json::to_value(&status).unwrap_or_default();
+    if let Err(error) = kube_ops::patch_status(&api, &pool.name_any(), body).await {
+        tracing::warn!(nodepool = pool.name_any(), %error, "writing the nodepool status failed");
+    }
+    if newly_invalid {
+        kube_ops::record_event(&shared.client, clock, pool, true, "ValidationFailed", &problems).await;
+    }
+}

@@ -1,0 +1,229 @@
+//! The Provisioner: one scheduling simulation per closed batch window, over a snapshot of the read
+//! model, and its outcome sent on: NodeClaims to create to their NodePool actors, and a
+//! `FailedScheduling` event, naming why, to every pod that fits nowhere.
+//!
+//! One simulation runs at a time; a batch that arrives meanwhile is folded into one more run.
+//! NodePools are used when Ready and not being deleted; a NodePool whose instance types cannot be
+//! listed is skipped for this run and logged.
+
+use std::{collections::BTreeMap, sync::Arc};
+
+use actix::prelude::*;
+use joist_messages::apis::NodePool;
+use joist_scheduling::{Input, Solution, pod::PodInfo, solve};
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+
+use crate::{
+    claim_template,
+    kube_ops::{self, is_true},
+    protocol::{GetInstanceTypes, LaunchPlan, ProvisionBatch},
+    settings::SolverMode,
+    shared::Shared,
+    snapshot,
+};
+
+/// Batches queued before the Batcher sees `Full` and keeps its window.
+pub const PROVISIONER_MAILBOX: usize = 16;
+
+/// See the module docs.
+pub struct Provisioner {
+    shared: Shared,
+    running: bool,
+    again: bool,
+}
+
+impl Provisioner {
+    /// A provisioner over `shared`.
+    pub fn new(shared: Shared) -> Self {
+        Self {
+            shared,
+            running: false,
+            again: false,
+        }
+    }
+
+    fn run(&mut self, ctx: &mut Context<Self>) {
+        self.running = true;
+        let shared = self.shared.clone();
+        ctx.spawn(provision(shared).into_actor(self).map(|(), provisioner, ctx| {
+            provisioner.running = false;
+            if std::mem::take(&mut provisioner.again) {
+                provisioner.run(ctx);
+            }
+        }));
+    }
+}
+
+impl Actor for Provisioner {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        ctx.set_mailbox_capacity(PROVISIONER_MAILBOX);
+    }
+}
+
+impl Handler<ProvisionBatch> for Provisioner {
+    type Result = ();
+
+    fn handle(&mut self, msg: ProvisionBatch, ctx: &mut Self::Context) {
+        let _span = tracing::debug_span!("provisioner.batch", pods = msg.pods.len()).entered();
+        if self.running {
+            self.again = true;
+        } else {
+            self.run(ctx);
+        }
+    }
+}
+
+/// One pass: snapshot, simulate, hand out the results.
+async fn provision(shared: Shared) {
+    let read = &shared.read;
+    read.synced().await;
+    let nodes = snapshot::existing_nodes(read);
+    let mut input = Input {
+        nodes,
+        namespaces: snapshot::namespace_labels(read),
+        ..Input::default()
+    };
+    let mut pools: Vec<Arc<NodePool>> = Vec::new();
+    for pool in read.node_pools() {
+        let ready = pool
+            .status
+            .as_ref()
+            .is_some_and(|s| is_true(&s.conditions, "Ready"));
+        if !ready || pool.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        let Some(class) = read.node_class(&pool.spec.template.spec.node_class_ref.name) else {
+            continue;
+        };
+        let request = GetInstanceTypes {
+            node_pool: pool.clone(),
+            node_class: class,
+        };
+        let types = match shared.catalog.send(request).await {
+            Ok(Ok(types)) => types,
+            Ok(Err(error)) => {
+                tracing::warn!(nodepool = pool.name_any(), %error, "listing instance types failed");
+                continue;
+            }
+            Err(error) => {
+                tracing::warn!(nodepool = pool.name_any(), %error, "the catalog did not answer");
+                continue;
+            }
+        };
+        let start = input.instance_types.len();
+        input.instance_types.extend(types.iter().cloned());
+        match snapshot::pool_input(read, &pool, (start..input.instance_types.len()).collect()) {
+            Ok(pool_input) => {
+                input.node_pools.push(pool_input);
+                pools.push(pool);
+            }
+            Err(message) => tracing::warn!(%message, "skipping an invalid nodepool"),
+        }
+    }
+    input.daemonsets = read
+        .daemon_sets()
+        .iter()
+        .filter_map(|ds| {
+            let template = &ds.spec.as_ref()?.template;
+            PodInfo::from_pod(&snapshot::daemon_pod(
+                template,
+                &ds.namespace().unwrap_or_default(),
+            ))
+            .ok()
+        })
+        .collect();
+    let snapshot::Pending {
+        pods: pending,
+        ignored,
+    } = snapshot::pending(&read.pending_pods());
+    for (pod, why) in &ignored {
+        let message = format!("Failed to schedule pod, ignoring it: {why}");
+        kube_ops::record_event(
+            &shared.client,
+            &shared.clock,
+            pod.as_ref(),
+            true,
+            "FailedScheduling",
+            &message,
+        )
+        .await;
+    }
+    if pending.is_empty() {
+        return;
+    }
+    let pods: Vec<Arc<Pod>> = pending.iter().map(|(pod, _)| pod.clone()).collect();
+    input.pods = pending.into_iter().map(|(_, info)| info).collect();
+    let (input, solution) = match shared.settings.solver {
+        SolverMode::Inline => {
+            let solution = solve(&input);
+            (input, solution)
+        }
+        SolverMode::Pool => match tokio::task::spawn_blocking(move || {
+            let solution = solve(&input);
+            (input, solution)
+        })
+        .await
+        {
+            Ok(done) => done,
+            Err(error) => {
+                tracing::error!(%error, "the scheduling simulation panicked");
+                return;
+            }
+        },
+    };
+    tracing::info!(
+        pods = input.pods.len(),
+        placed = solution.placements.len(),
+        new_nodes = solution.claims.len(),
+        unschedulable = solution.unschedulable.len(),
+        "scheduling simulation"
+    );
+    dispatch(&shared, &input, &pools, &pods, &solution).await;
+}
+
+/// Sends the claims to their NodePools and tells unschedulable pods why.
+async fn dispatch(
+    shared: &Shared,
+    input: &Input,
+    pools: &[Arc<NodePool>],
+    pods: &[Arc<Pod>],
+    solution: &Solution,
+) {
+    let mut plans: BTreeMap<usize, Vec<_>> = BTreeMap::new();
+    for claim in &solution.claims {
+        let pool = &pools[claim.node_pool];
+        plans
+            .entry(claim.node_pool)
+            .or_default()
+            .push(claim_template::node_claim(pool, claim, &input.instance_types));
+    }
+    for (position, claims) in plans {
+        let name = pools[position].name_any();
+        let Some(actor) = shared.directory.node_pools.get(&name).map(|a| a.clone()) else {
+            tracing::warn!(
+                nodepool = name,
+                "no actor for the nodepool; its claims wait for the next batch"
+            );
+            continue;
+        };
+        if let Err(error) = actor.send(LaunchPlan { claims }).await {
+            tracing::warn!(nodepool = name, %error, "the nodepool actor did not take its launch plan");
+        }
+    }
+    for unschedulable in &solution.unschedulable {
+        let pod = &pods[unschedulable.pod];
+        let message = format!("Failed to schedule pod, {unschedulable}");
+        kube_ops::record_event(
+            &shared.client,
+            &shared.clock,
+            pod.as_ref(),
+            true,
+            "FailedScheduling",
+            &message,
+        )
+        .await;
+    }
+}

@@ -1,0 +1,278 @@
+//! The read model every actor consults: kube-runtime reflector stores of the objects Joist watches,
+//! plus the indexes the hot paths need (node by provider ID, NodeClaim by provider ID, pods by node,
+//! provisionable pods), kept by the ClusterState actor as watch events arrive.
+//!
+//! Reads are lock-free snapshots (`Arc`s of the objects). Reflector stores iterate in hash order,
+//! so every list this module returns is sorted by namespace and name: the same cluster always
+//! yields the same snapshot, which keeps simulations deterministic.
+
+use std::{collections::BTreeSet, sync::Arc};
+
+use dashmap::{DashMap, DashSet};
+use joist_messages::apis::{EC2NodeClass, NodeClaim, NodePool};
+use k8s_openapi::api::{
+    apps::v1::DaemonSet,
+    core::v1::{Namespace, Node, Pod},
+};
+use kube::{
+    Resource, ResourceExt,
+    runtime::reflector::{self, ObjectRef, Store, store::Writer},
+};
+
+/// `namespace/name` of a pod.
+pub type PodKey = (String, String);
+
+/// The writing halves of the stores, consumed by the reflectors ClusterState runs.
+pub struct Writers {
+    pub(crate) pods: Writer<Pod>,
+    pub(crate) nodes: Writer<Node>,
+    pub(crate) node_claims: Writer<NodeClaim>,
+    pub(crate) node_pools: Writer<NodePool>,
+    pub(crate) node_classes: Writer<EC2NodeClass>,
+    pub(crate) daemon_sets: Writer<DaemonSet>,
+    pub(crate) namespaces: Writer<Namespace>,
+}
+
+#[derive(Default)]
+struct Index {
+    node_by_provider: DashMap<String, String>,
+    claim_by_provider: DashMap<String, String>,
+    pods_by_node: DashMap<String, BTreeSet<PodKey>>,
+    pending: DashSet<PodKey>,
+}
+
+/// See the module docs. Cheap to clone.
+#[derive(Clone)]
+pub struct ReadModel {
+    pods: Store<Pod>,
+    nodes: Store<Node>,
+    node_claims: Store<NodeClaim>,
+    node_pools: Store<NodePool>,
+    node_classes: Store<EC2NodeClass>,
+    daemon_sets: Store<DaemonSet>,
+    namespaces: Store<Namespace>,
+    index: Arc<Index>,
+}
+
+/// What a pod event changed, for the actors that care.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct PodChange {
+    /// The pod became provisionable.
+    pub newly_pending: bool,
+    /// The node it is bound to.
+    pub node: Option<String>,
+}
+
+impl ReadModel {
+    /// Empty stores and the writers that fill them.
+    pub fn new() -> (Self, Writers) {
+        let (pods, pods_w) = reflector::store();
+        let (nodes, nodes_w) = reflector::store();
+        let (node_claims, node_claims_w) = reflector::store();
+        let (node_pools, node_pools_w) = reflector::store();
+        let (node_classes, node_classes_w) = reflector::store();
+        let (daemon_sets, daemon_sets_w) = reflector::store();
+        let (namespaces, namespaces_w) = reflector::store();
+        let model = Self {
+            pods,
+            nodes,
+            node_claims,
+            node_pools,
+            node_classes,
+            daemon_sets,
+            namespaces,
+            index: Arc::default(),
+        };
+        let writers = Writers {
+            pods: pods_w,
+            nodes: nodes_w,
+            node_claims: node_claims_w,
+            node_pools: node_pools_w,
+            node_classes: node_classes_w,
+            daemon_sets: daemon_sets_w,
+            namespaces: namespaces_w,
+        };
+        (model, writers)
+    }
+
+    /// Waits until every store has its initial list (Karpenter's cluster-state sync gate).
+    pub async fn synced(&self) {
+        // A store's readiness only fails when its writer is dropped, and then the process is
+        // shutting down: nothing to wait for.
+        let _ = futures::join!(
+            self.pods.wait_until_ready(),
+            self.nodes.wait_until_ready(),
+            self.node_claims.wait_until_ready(),
+            self.node_pools.wait_until_ready(),
+            self.node_classes.wait_until_ready(),
+            self.daemon_sets.wait_until_ready(),
+            self.namespaces.wait_until_ready(),
+        );
+    }
+
+    /// A NodeClaim by name.
+    pub fn node_claim(&self, name: &str) -> Option<Arc<NodeClaim>> {
+        self.node_claims.get(&ObjectRef::new(name))
+    }
+
+    /// A NodePool by name.
+    pub fn node_pool(&self, name: &str) -> Option<Arc<NodePool>> {
+        self.node_pools.get(&ObjectRef::new(name))
+    }
+
+    /// An EC2NodeClass by name.
+    pub fn node_class(&self, name: &str) -> Option<Arc<EC2NodeClass>> {
+        self.node_classes.get(&ObjectRef::new(name))
+    }
+
+    /// A Node by name.
+    pub fn node(&self, name: &str) -> Option<Arc<Node>> {
+        self.nodes.get(&ObjectRef::new(name))
+    }
+
+    /// A pod by namespace and name.
+    pub fn pod(&self, (namespace, name): &PodKey) -> Option<Arc<Pod>> {
+        self.pods.get(&ObjectRef::new(name).within(namespace))
+    }
+
+    /// The Node that registered with `provider_id`.
+    pub fn node_for_provider(&self, provider_id: &str) -> Option<Arc<Node>> {
+        let name = self.index.node_by_provider.get(provider_id)?.clone();
+        self.node(&name)
+    }
+
+    /// The NodeClaim whose instance is `provider_id`.
+    pub fn claim_for_provider(&self, provider_id: &str) -> Option<String> {
+        self.index.claim_by_provider.get(provider_id).map(|n| n.clone())
+    }
+
+    /// The pods bound to a node, by namespace and name.
+    pub fn pods_on(&self, node: &str) -> Vec<Arc<Pod>> {
+        let keys: Vec<PodKey> = self
+            .index
+            .pods_by_node
+            .get(node)
+            .map(|keys| keys.iter().cloned().collect())
+            .unwrap_or_default();
+        keys.iter().filter_map(|key| self.pod(key)).collect()
+    }
+
+    /// Pods the scheduler could not place and Joist should provision for, by namespace and name.
+    pub fn pending_pods(&self) -> Vec<Arc<Pod>> {
+        let mut keys: Vec<PodKey> = self.index.pending.iter().map(|k| k.clone()).collect();
+        keys.sort_unstable();
+        keys.iter().filter_map(|key| self.pod(key)).collect()
+    }
+
+    /// Every Node, by name.
+    pub fn nodes(&self) -> Vec<Arc<Node>> {
+        sorted(&self.nodes)
+    }
+
+    /// Every NodeClaim, by name.
+    pub fn node_claims(&self) -> Vec<Arc<NodeClaim>> {
+        sorted(&self.node_claims)
+    }
+
+    /// Every NodePool, by name.
+    pub fn node_pools(&self) -> Vec<Arc<NodePool>> {
+        sorted(&self.node_pools)
+    }
+
+    /// Every DaemonSet, by namespace and name.
+    pub fn daemon_sets(&self) -> Vec<Arc<DaemonSet>> {
+        sorted(&self.daemon_sets)
+    }
+
+    /// Every Namespace, by name.
+    pub fn namespaces(&self) -> Vec<Arc<Namespace>> {
+        sorted(&self.namespaces)
+    }
+
+    /// Updates the pod indexes after a watch event.
+    pub(crate) fn observe_pod(&self, pod: &Pod, deleted: bool) -> PodChange {
+        let key = (pod.namespace().unwrap_or_default(), pod.name_any());
+        let node = pod.spec.as_ref().and_then(|s| s.node_name.clone());
+        if let Some(node) = &node {
+            if deleted {
+                if let Some(mut pods) = self.index.pods_by_node.get_mut(node) {
+                    pods.remove(&key);
+                }
+            } else {
+                self.index
+                    .pods_by_node
+                    .entry(node.clone())
+                    .or_default()
+                    .insert(key.clone());
+            }
+        }
+        let newly_pending = if !deleted && is_provisionable(pod) {
+            self.index.pending.insert(key)
+        } else {
+            self.index.pending.remove(&key);
+            false
+        };
+        PodChange { newly_pending, node }
+    }
+
+    /// Updates the node index after a watch event; returns the NodeClaim that owns the node.
+    pub(crate) fn observe_node(&self, node: &Node, deleted: bool) -> Option<String> {
+        let provider_id = node.spec.as_ref()?.provider_id.clone()?;
+        if deleted {
+            self.index.node_by_provider.remove(&provider_id);
+            self.index.pods_by_node.remove(&node.name_any());
+        } else {
+            self.index
+                .node_by_provider
+                .insert(provider_id.clone(), node.name_any());
+        }
+        self.claim_for_provider(&provider_id)
+    }
+
+    /// Updates the NodeClaim index after a watch event.
+    pub(crate) fn observe_claim(&self, claim: &NodeClaim, deleted: bool) {
+        let Some(provider_id) = claim.status.as_ref().and_then(|s| s.provider_id.clone()) else {
+            return;
+        };
+        if deleted {
+            self.index.claim_by_provider.remove(&provider_id);
+        } else {
+            self.index.claim_by_provider.insert(provider_id, claim.name_any());
+        }
+    }
+}
+
+fn sorted<K>(store: &Store<K>) -> Vec<Arc<K>>
+where
+    K: Resource + Clone + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    let mut all = store.state();
+    all.sort_by(|a, b| {
+        (a.meta().namespace.as_deref(), a.meta().name.as_deref())
+            .cmp(&(b.meta().namespace.as_deref(), b.meta().name.as_deref()))
+    });
+    all
+}
+
+/// Karpenter's `IsProvisionable`: not bound, not finished, not being deleted, marked
+/// `PodScheduled=False/Unschedulable` by the scheduler, and not a DaemonSet's.
+pub fn is_provisionable(pod: &Pod) -> bool {
+    let bound = pod.spec.as_ref().is_some_and(|s| s.node_name.is_some());
+    let status = pod.status.as_ref();
+    let finished = status
+        .and_then(|s| s.phase.as_deref())
+        .is_some_and(|p| p == "Succeeded" || p == "Failed");
+    let unschedulable = status
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten()
+        .any(|c| {
+            c.type_ == "PodScheduled" && c.status == "False" && c.reason.as_deref() == Some("Unschedulable")
+        });
+    let daemon = pod
+        .owner_references()
+        .iter()
+        .any(|o| o.kind == "DaemonSet" && o.controller == Some(true));
+    !bound && !finished && unschedulable && !daemon && pod.metadata.deletion_timestamp.is_none()
+}

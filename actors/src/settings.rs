@@ -1,0 +1,56 @@
+//! Controller settings, named as Karpenter names them (`BATCH_IDLE_DURATION`, `BATCH_MAX_DURATION`
+//! …), with Karpenter's defaults.
+
+use std::time::Duration;
+
+/// Where the scheduling simulation runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SolverMode {
+    /// On the Provisioner's own arbiter: deterministic, for simulations on virtual time.
+    Inline,
+    /// On tokio's blocking pool, so arbiters keep serving their mailboxes (production).
+    Pool,
+}
+
+/// How the controllers behave.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// `BATCH_IDLE_DURATION`: a batch closes when no pending pod arrives for this long.
+    pub batch_idle: Duration,
+    /// `BATCH_MAX_DURATION`: a batch closes this long after it opened, however busy.
+    pub batch_max: Duration,
+    /// Where the simulation runs.
+    pub solver: SolverMode,
+    /// Arbiters the NodePool actors are sharded over; 0 keeps them on the current one.
+    pub shards: usize,
+    /// `CLUSTER_NAME`.
+    pub cluster_name: String,
+    /// How often the garbage collector compares the cloud with the cluster.
+    pub garbage_collection: Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            batch_idle: Duration::from_secs(1),
+            batch_max: Duration::from_secs(10),
+            solver: SolverMode::Pool,
+            shards: 0,
+            cluster_name: "joist".to_owned(),
+            garbage_collection: Duration::from_secs(120),
+        }
+    }
+}
+
+/// A NodeClaim not launched within this long is deleted (Karpenter's `LaunchTimeout`).
+pub const LAUNCH_TIMEOUT: Duration = Duration::from_secs(5 * 60);
+/// A launched NodeClaim whose Node has not registered within this long is deleted.
+pub const REGISTRATION_TIMEOUT: Duration = Duration::from_secs(15 * 60);
+/// Offerings that ran out of capacity are skipped for this long.
+pub const UNAVAILABLE_OFFERING_TTL: Duration = Duration::from_secs(3 * 60);
+/// Instance types per NodePool are listed again after this long.
+pub const INSTANCE_TYPES_TTL: Duration = Duration::from_secs(5 * 60);
+/// Draining waits at least this long after tainting, for pods bound before the taint was seen.
+pub const MINIMUM_DRAIN_TIME: Duration = Duration::from_secs(5);
+/// An instance with no NodeClaim is terminated once it is older than this.
+pub const ORPHAN_GRACE: Duration = Duration::from_secs(30);

@@ -1,0 +1,42 @@
+//! What every actor is given: the Kubernetes client, the cloud, the read model, the settings, the
+//! clock, and the directory of per-object actors.
+
+use std::sync::Arc;
+
+use actix::Addr;
+use dashmap::DashMap;
+use joist_messages::time::Clock;
+use joist_provider::CloudProvider;
+
+use crate::{
+    catalog::Catalog, node_claim::NodeClaimActor, node_pool::NodePoolActor, read_model::ReadModel,
+    settings::Settings,
+};
+
+/// The addresses of the per-object actors, by object name.
+#[derive(Default)]
+pub struct Directory {
+    /// One actor per NodePool.
+    pub node_pools: DashMap<String, Addr<NodePoolActor>>,
+    /// One actor per NodeClaim.
+    pub node_claims: DashMap<String, Addr<NodeClaimActor>>,
+}
+
+/// See the module docs. Cheap to clone.
+#[derive(Clone)]
+pub struct Shared {
+    /// The Kubernetes API.
+    pub client: kube::Client,
+    /// The cloud.
+    pub cloud: Arc<dyn CloudProvider>,
+    /// What the cluster looks like.
+    pub read: ReadModel,
+    /// Controller settings.
+    pub settings: Arc<Settings>,
+    /// Timestamps for conditions and events.
+    pub clock: Clock,
+    /// Per-object actors.
+    pub directory: Arc<Directory>,
+    /// The catalog actor.
+    pub catalog: Addr<Catalog>,
+}

@@ -1,0 +1,251 @@
+//! One scheduling problem from the read model, taken in Karpenter's order: nodes and in-flight
+//! NodeClaims first, pending pods last, so a pod that lands on a node between the two reads is
+//! counted twice (and undershoots) rather than not at all (and overshoots).
+//!
+//! Conversions that fail (a quantity that does not parse, a pod the simulation cannot model) leave
+//! the object out and are reported, never fatal to the batch.
+
+use std::{collections::BTreeMap, sync::Arc};
+
+use joist_messages::{
+    apis::{NodeClaim, NodePool},
+    labels::{INITIALIZED, NODEPOOL, taints},
+    model::{
+        quantity::Quantity,
+        requirements::{Operator, Requirements},
+        resources::{Resources, names},
+    },
+};
+use joist_scheduling::{ExistingNode, NodePoolInput, pod::PodInfo};
+use k8s_openapi::{
+    api::core::v1::{Node, Pod, Taint},
+    apimachinery::pkg::api::resource::Quantity as KubeQuantity,
+};
+use kube::ResourceExt;
+
+use crate::read_model::ReadModel;
+
+/// Whether a taint comes and goes while a node starts (the kubelet's and the cloud's, and the
+/// boot taint): such taints never make a node unfit for the simulation or block initialization.
+pub fn is_ephemeral(taint: &Taint) -> bool {
+    taint.key == taints::UNREGISTERED || taints::EPHEMERAL.contains(&taint.key.as_str())
+}
+
+/// A Kubernetes resource list as [`Resources`]; amounts that do not parse are skipped.
+pub fn resources_of(list: &BTreeMap<String, KubeQuantity>) -> Resources {
+    list.iter()
+        .filter_map(|(name, q)| Some((name.clone(), q.0.parse::<Quantity>().ok()?)))
+        .collect()
+}
+
+/// The nodes the simulation may place pods on: registered Nodes that are not being deleted,
+/// cordoned or drained, then NodeClaims still launching or booting.
+pub fn existing_nodes(read: &ReadModel) -> Vec<ExistingNode> {
+    let claims = read.node_claims();
+    let mut nodes: Vec<ExistingNode> = read
+        .nodes()
+        .iter()
+        .filter(|n| usable(n))
+        .map(|node| {
+            let claim = node
+                .spec
+                .as_ref()
+                .and_then(|s| s.provider_id.as_deref())
+                .and_then(|p| read.claim_for_provider(p))
+                .and_then(|name| read.node_claim(&name));
+            existing_node(read, node, claim.as_deref())
+        })
+        .collect();
+    nodes.extend(
+        claims
+            .iter()
+            .filter(|c| c.metadata.deletion_timestamp.is_none() && !registered(read, c))
+            .map(|c| in_flight(c)),
+    );
+    nodes
+}
+
+fn usable(node: &Node) -> bool {
+    let spec = node.spec.as_ref();
+    node.metadata.deletion_timestamp.is_none()
+        && !spec.and_then(|s| s.unschedulable).unwrap_or(false)
+        && !spec
+            .and_then(|s| s.taints.as_ref())
+            .is_some_and(|t| t.iter().any(|t| t.key == taints::DISRUPTED))
+}
+
+fn registered(read: &ReadModel, claim: &NodeClaim) -> bool {
+    claim
+        .status
+        .as_ref()
+        .and_then(|s| s.provider_id.as_deref())
+        .is_some_and(|p| read.node_for_provider(p).is_some())
+}
+
+fn existing_node(read: &ReadModel, node: &Node, claim: Option<&NodeClaim>) -> ExistingNode {
+    let labels = node.labels().clone();
+    let initialized = claim.is_none() || labels.get(INITIALIZED).is_some_and(|v| v == "true");
+    // While a claimed node starts, its startup and boot taints are on their way out: schedule
+    // against the taints it will keep, as Karpenter does.
+    let taints = match claim {
+        Some(claim) if !initialized => claim.spec.taints.clone(),
+        _ => node
+            .spec
+            .as_ref()
+            .and_then(|s| s.taints.clone())
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|t| !is_ephemeral(t))
+            .collect(),
+    };
+    let allocatable = node
+        .status
+        .as_ref()
+        .and_then(|s| s.allocatable.as_ref())
+        .map(resources_of)
+        .unwrap_or_default();
+    let pods = read
+        .pods_on(&node.name_any())
+        .iter()
+        .filter(|p| !finished(p))
+        .filter_map(|p| PodInfo::from_pod(p).ok())
+        .collect();
+    ExistingNode {
+        name: node.name_any(),
+        labels,
+        taints,
+        allocatable,
+        pods,
+        initialized,
+    }
+}
+
+fn in_flight(claim: &NodeClaim) -> ExistingNode {
+    let mut labels = claim.labels().clone();
+    for requirement in &claim.spec.requirements {
+        if requirement.operator == Operator::In && requirement.values.len() == 1 {
+            labels.insert(requirement.key.clone(), requirement.values[0].clone());
+        }
+    }
+    let status = claim.status.as_ref();
+    let allocatable = status
+        .map(|s| Resources::from(&s.allocatable))
+        .filter(|r| !r.is_empty())
+        .unwrap_or_else(|| Resources::from(&claim.spec.resources.requests));
+    ExistingNode {
+        name: claim.name_any(),
+        labels,
+        taints: claim.spec.taints.clone(),
+        allocatable,
+        pods: Vec::new(),
+        initialized: false,
+    }
+}
+
+/// Whether a pod has finished and holds no resources.
+pub fn finished(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .is_some_and(|p| p == "Succeeded" || p == "Failed")
+}
+
+/// What a NodePool's NodeClaims hold: their capacity (or, before launch, their requests) and
+/// how many there are (as `nodes`).
+pub fn usage(read: &ReadModel, pool: &str) -> Resources {
+    let mut usage = Resources::new();
+    let mut count = 0;
+    for claim in read.node_claims() {
+        if claim.labels().get(NODEPOOL).map(String::as_str) != Some(pool) {
+            continue;
+        }
+        count += 1;
+        let capacity = claim
+            .status
+            .as_ref()
+            .map(|s| Resources::from(&s.capacity))
+            .filter(|r| !r.is_empty())
+            .unwrap_or_else(|| Resources::from(&claim.spec.resources.requests));
+        usage.add(&capacity);
+    }
+    usage.set(names::NODES, Quantity::from_units(count));
+    usage
+}
+
+/// A NodePool as the simulation sees it, `instance_types` being its positions in the catalog.
+pub fn pool_input(
+    read: &ReadModel,
+    pool: &NodePool,
+    instance_types: Vec<usize>,
+) -> Result<NodePoolInput, String> {
+    let template = &pool.spec.template;
+    let requirements = template
+        .spec
+        .requirements
+        .iter()
+        .map(|r| r.to_requirement())
+        .collect::<Result<Requirements, _>>()
+        .map_err(|e| {
+            format!(
+                "nodepool {:?} spec.template.spec.requirements: {e}",
+                pool.name_any()
+            )
+        })?;
+    let remaining = (!pool.spec.limits.is_empty()).then(|| {
+        let used = usage(read, &pool.name_any());
+        pool.spec
+            .limits
+            .iter()
+            .map(|(name, limit)| (name.clone(), limit.saturating_sub(used.get(name))))
+            .collect()
+    });
+    Ok(NodePoolInput {
+        name: pool.name_any(),
+        weight: pool.spec.weight.unwrap_or(0),
+        requirements,
+        labels: template.metadata.labels.clone(),
+        taints: template.spec.taints.clone(),
+        remaining,
+        instance_types,
+    })
+}
+
+/// A DaemonSet's pod template as the pod it would run on every node.
+pub fn daemon_pod(template: &k8s_openapi::api::core::v1::PodTemplateSpec, namespace: &str) -> Pod {
+    let mut metadata = template.metadata.clone().unwrap_or_default();
+    metadata.namespace = Some(namespace.to_owned());
+    Pod {
+        metadata,
+        spec: template.spec.clone(),
+        status: None,
+    }
+}
+
+/// Namespace labels by name, for affinity namespace selectors.
+pub fn namespace_labels(read: &ReadModel) -> BTreeMap<String, BTreeMap<String, String>> {
+    read.namespaces()
+        .iter()
+        .map(|n| (n.name_any(), n.labels().clone()))
+        .collect()
+}
+
+/// Pending pods, sorted into the ones the simulation takes and the ones it cannot model.
+#[derive(Default)]
+pub struct Pending {
+    /// Pods with their simulation form.
+    pub pods: Vec<(Arc<Pod>, PodInfo)>,
+    /// Pods left out, with why.
+    pub ignored: Vec<(Arc<Pod>, String)>,
+}
+
+/// Prepares pending pods for the simulation.
+pub fn pending(pods: &[Arc<Pod>]) -> Pending {
+    let mut pending = Pending::default();
+    for pod in pods {
+        match PodInfo::from_pod(pod) {
+            Ok(info) => pending.pods.push((pod.clone(), info)),
+            Err(error) => pending.ignored.push((pod.clone(), error.to_string())),
+        }
+    }
+    pending
+}

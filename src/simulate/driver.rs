@@ -1,0 +1,329 @@
+//! Runs a [`Scenario`]: kubesim, the simulated cloud and Joist's actors on one actix arbiter over
+//! paused tokio time (DESIGN.md §4), so half an hour of cluster life takes seconds and one seed
+//! always gives the same report. Steps run at their virtual times; the progress callback is called
+//! every virtual 30 seconds.
+
+use std::{sync::Arc, time::Duration};
+
+use joist_actors::settings::{Settings, SolverMode};
+use joist_kubesim::{Cluster, ClusterSettings, Store, physics::PhysicsSettings};
+use joist_messages::{
+    apis::manifest::{Checker, KarpenterObject, Outcome},
+    model::shape::CapacitySettings,
+    time::Clock,
+};
+use joist_provider::OfferingKey;
+use joist_provider_sim::{SimCloud, SimSettings};
+use kube::{
+    Api,
+    api::{ApiResource, DeleteParams, DynamicObject, Patch, PatchParams},
+};
+use serde_json::{Value, json};
+use tokio::time::Instant;
+
+use super::{
+    SimulateError,
+    recorder::Recorder,
+    report::{self, Recorded, Report},
+    scenario::{Action, ObjectRef, Scenario},
+};
+
+/// The Unix time every simulation starts at: 2026-01-01T00:00:00Z.
+pub const EPOCH: i64 = 1_767_225_600;
+
+/// How often progress is reported, in virtual time.
+const PROGRESS_EVERY: Duration = Duration::from_secs(30);
+
+/// What the progress callback is told.
+#[derive(Debug, Clone, Copy)]
+pub struct Progress {
+    /// Virtual time so far.
+    pub at: Duration,
+    /// The end.
+    pub until: Duration,
+    /// Nodes in the cluster.
+    pub nodes: usize,
+    /// Pods pending.
+    pub pending: usize,
+}
+
+/// Runs `scenario` with `seed` and returns its report.
+pub fn run(
+    scenario: &Scenario,
+    seed: u64,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<Report, SimulateError> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .map_err(SimulateError::Runtime)?;
+    let system = actix::System::with_tokio_rt(move || runtime);
+    system.block_on(simulate(scenario, seed, progress))
+}
+
+async fn simulate(
+    scenario: &Scenario,
+    seed: u64,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<Report, SimulateError> {
+    let started = Instant::now();
+    let clock = Clock::starting_at(EPOCH);
+    let cluster = Cluster::start(ClusterSettings {
+        clock,
+        seed,
+        physics: PhysicsSettings::default(),
+    });
+    crate::commands::install_crds(cluster.store()).map_err(|e| SimulateError::Setup(e.to_string()))?;
+    let client = cluster.client();
+    let cloud = SimCloud::new(
+        SimSettings {
+            region: scenario.region.clone(),
+            zones: scenario.zones.clone(),
+            boot: scenario.boot,
+            cluster_name: scenario.name.clone(),
+            capacity: CapacitySettings::default(),
+            epoch_seconds: EPOCH,
+            seed,
+        },
+        client.clone(),
+    )
+    .map_err(|e| SimulateError::Setup(e.to_string()))?;
+    let settings = Settings {
+        batch_idle: scenario.batch_idle,
+        batch_max: scenario.batch_max,
+        solver: SolverMode::Inline,
+        shards: 0,
+        cluster_name: scenario.name.clone(),
+        ..Settings::default()
+    };
+    let recorder = Recorder::start(cluster.store().clone(), started);
+    let _controllers = joist_actors::start(client.clone(), Arc::new(cloud.clone()), settings, clock);
+    apply(&client, cluster.store(), &scenario.manifests, "spec.manifests").await?;
+    for (i, step) in scenario.steps.iter().enumerate() {
+        advance(started, step.at, scenario.until, cluster.store(), progress).await;
+        let field = format!("spec.steps[{i}]");
+        recorder.note("step", field.clone(), describe(&step.action));
+        execute(&client, cluster.store(), &cloud, &step.action, &field).await?;
+    }
+    advance(started, scenario.until, scenario.until, cluster.store(), progress).await;
+    let (timeline, pods, max_pending_to_claim) = recorder.finish();
+    let recorded = Recorded {
+        timeline,
+        pods,
+        max_pending_to_claim,
+    };
+    let end = started.elapsed().as_secs_f64();
+    Ok(report::build(
+        &scenario.name,
+        seed,
+        end,
+        cluster.store(),
+        &cloud,
+        recorded,
+    ))
+}
+
+/// Lets virtual time run to `target`, reporting progress on the way.
+async fn advance(
+    started: Instant,
+    target: Duration,
+    until: Duration,
+    store: &Store,
+    progress: &mut dyn FnMut(Progress),
+) {
+    loop {
+        let now = started.elapsed();
+        if now >= target {
+            return;
+        }
+        let next =
+            (now + PROGRESS_EVERY - Duration::from_nanos(now.as_nanos() as u64 % 1_000_000_000)).min(target);
+        tokio::time::sleep_until(started + next).await;
+        let count = |resource: &str, wanted: Option<&str>| {
+            store
+                .list(
+                    &joist_kubesim::resources::GroupResource::new("", resource),
+                    None,
+                    None,
+                    None,
+                    |o| wanted.is_none_or(|w| o["status"]["phase"] == w),
+                )
+                .items
+                .len()
+        };
+        progress(Progress {
+            at: started.elapsed(),
+            until,
+            nodes: count("nodes", None),
+            pending: count("pods", Some("Pending")),
+        });
+    }
+}
+
+fn describe(action: &Action) -> String {
+    match action {
+        Action::Apply(text) => format!("apply {} document(s)", text.matches("kind:").count()),
+        Action::Scale { object, replicas } => format!("scale {} {} to {replicas}", object.kind, object.name),
+        Action::Unavailable {
+            instance_type,
+            zone,
+            capacity_type,
+            duration,
+        } => format!(
+            "{capacity_type} {instance_type} in {zone} unavailable for {}s",
+            duration.as_secs()
+        ),
+        Action::Interrupt { node_selector, count } => {
+            format!("interrupt {count} node(s) matching {node_selector:?}")
+        }
+        Action::Delete(object) => format!("delete {} {}", object.kind, object.name),
+    }
+}
+
+async fn execute(
+    client: &kube::Client,
+    store: &Store,
+    cloud: &SimCloud,
+    action: &Action,
+    field: &str,
+) -> Result<(), SimulateError> {
+    match action {
+        Action::Apply(text) => apply(client, store, text, &format!("{field}.apply")).await,
+        Action::Scale { object, replicas } => {
+            let api = api_for(client, store, object, field)?;
+            api.patch(
+                &object.name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"replicas": replicas}})),
+            )
+            .await
+            .map(drop)
+            .map_err(|e| SimulateError::Step {
+                field: field.to_owned(),
+                message: format!("scaling {} {}: {e}", object.kind, object.name),
+            })
+        }
+        Action::Delete(object) => {
+            let api = api_for(client, store, object, field)?;
+            api.delete(&object.name, &DeleteParams::default())
+                .await
+                .map(drop)
+                .map_err(|e| SimulateError::Step {
+                    field: field.to_owned(),
+                    message: format!("deleting {} {}: {e}", object.kind, object.name),
+                })
+        }
+        Action::Unavailable {
+            instance_type,
+            zone,
+            capacity_type,
+            duration,
+        } => {
+            let offering = OfferingKey {
+                instance_type: instance_type.clone(),
+                zone: zone.clone(),
+                capacity_type: *capacity_type,
+            };
+            cloud.make_unavailable(offering, *duration);
+            Ok(())
+        }
+        Action::Interrupt { node_selector, count } => {
+            cloud.interrupt(node_selector, *count);
+            Ok(())
+        }
+    }
+}
+
+/// The API of an object's kind, found by kind in kubesim's discovery.
+fn api_for(
+    client: &kube::Client,
+    store: &Store,
+    object: &ObjectRef,
+    field: &str,
+) -> Result<Api<DynamicObject>, SimulateError> {
+    let resource = store
+        .with_registry(|r| r.all().find(|t| t.kind == object.kind).cloned())
+        .ok_or_else(|| SimulateError::Step {
+            field: field.to_owned(),
+            message: format!("no resource of kind {:?} is served", object.kind),
+        })?;
+    Ok(dynamic_api(client, &resource, &object.namespace))
+}
+
+fn dynamic_api(
+    client: &kube::Client,
+    resource: &joist_kubesim::resources::ResourceType,
+    namespace: &str,
+) -> Api<DynamicObject> {
+    let api_resource = ApiResource {
+        group: resource.group.clone(),
+        version: resource.version.clone(),
+        api_version: resource.api_version(),
+        kind: resource.kind.clone(),
+        plural: resource.plural.clone(),
+    };
+    if resource.namespaced {
+        let namespace = if namespace.is_empty() {
+            "default"
+        } else {
+            namespace
+        };
+        Api::namespaced_with(client.clone(), namespace, &api_resource)
+    } else {
+        Api::all_with(client.clone(), &api_resource)
+    }
+}
+
+/// Applies every document of `text` (server-side apply). Karpenter objects are checked as the API
+/// server's CRD validation would and applied with their defaults filled in.
+async fn apply(client: &kube::Client, store: &Store, text: &str, field: &str) -> Result<(), SimulateError> {
+    let documents: Vec<Value> = serde_saphyr::from_multiple(text).map_err(|e| SimulateError::Step {
+        field: field.to_owned(),
+        message: format!("not valid YAML: {e}"),
+    })?;
+    let mut checker = Checker::new();
+    for document in documents.into_iter().filter(|d| !d.is_null()) {
+        let checked = checker.check_document(document.clone());
+        let object_ref = checked.object_ref();
+        let rejected = |message: String| SimulateError::Step {
+            field: field.to_owned(),
+            message: format!("{object_ref}: {message}"),
+        };
+        let body = match checked.outcome {
+            Outcome::Valid(object) => match object {
+                KarpenterObject::NodePool(o) => serde_json::to_value(o),
+                KarpenterObject::NodeClaim(o) => serde_json::to_value(o),
+                KarpenterObject::EC2NodeClass(o) => serde_json::to_value(o),
+            }
+            .map_err(|e| rejected(e.to_string()))?,
+            Outcome::Invalid(violations) => {
+                let list = violations
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join("; ");
+                return Err(rejected(list));
+            }
+            Outcome::Legacy(message) => return Err(rejected(message)),
+            Outcome::NotKarpenter => document,
+        };
+        let resource = store
+            .resource_type_of(&checked.api_version, &checked.kind)
+            .ok_or_else(|| rejected(format!("{} {} is not served", checked.api_version, checked.kind)))?;
+        let namespace = body["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        let api = dynamic_api(client, &resource, &namespace);
+        let object: DynamicObject = serde_json::from_value(body).map_err(|e| rejected(e.to_string()))?;
+        api.patch(
+            &checked.name,
+            &PatchParams::apply("joist-simulate").force(),
+            &Patch::Apply(&object),
+        )
+        .await
+        .map_err(|e| rejected(e.to_string()))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,228 @@
+//! Watches the simulated cluster's storage and writes down, at the virtual time it happens, what a
+//! user would look for: NodeClaims created, launched, registered, initialized and deleted; Nodes
+//! joining and leaving; and per pod when it was created, became unschedulable and ran. The
+//! summary's pending times and provisioning latency come from here.
+
+use std::{
+    collections::BTreeMap,
+    sync::{Arc, Mutex, MutexGuard},
+};
+
+use joist_kubesim::{
+    Store,
+    resources::GroupResource,
+    store::{EventKind, WatchCursor},
+};
+use serde_json::Value;
+use tokio::{task::JoinHandle, time::Instant};
+
+use super::report::Entry;
+
+/// Per pod: created, first unschedulable, first running (seconds since the start).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PodTimes {
+    /// When it was created.
+    pub created: f64,
+    /// When the scheduler first marked it unschedulable.
+    pub unschedulable: Option<f64>,
+    /// When it first ran.
+    pub running: Option<f64>,
+}
+
+#[derive(Default)]
+struct Notes {
+    timeline: Vec<Entry>,
+    pods: BTreeMap<String, PodTimes>,
+    /// The earliest pod that became unschedulable since the last NodeClaim was created.
+    waiting_since: Option<f64>,
+    max_pending_to_claim: Option<f64>,
+}
+
+/// See the module docs.
+pub struct Recorder {
+    started: Instant,
+    notes: Arc<Mutex<Notes>>,
+    task: JoinHandle<()>,
+}
+
+fn condition_true(object: &Value, type_: &str) -> bool {
+    object["status"]["conditions"]
+        .as_array()
+        .is_some_and(|c| c.iter().any(|c| c["type"] == type_ && c["status"] == "True"))
+}
+
+fn text(object: &Value, pointer: &str) -> String {
+    object
+        .pointer(pointer)
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned()
+}
+
+fn round(seconds: f64) -> f64 {
+    (seconds * 1000.0).round() / 1000.0
+}
+
+impl Notes {
+    fn entry(&mut self, at: f64, event: &str, object: String, detail: String) {
+        self.timeline.push(Entry {
+            at_seconds: round(at),
+            event: event.to_owned(),
+            object,
+            detail,
+        });
+    }
+
+    fn node_claim(&mut self, at: f64, kind: EventKind, object: &Value, previous: Option<&Value>) {
+        let name = text(object, "/metadata/name");
+        match kind {
+            EventKind::Added => {
+                let pool = text(object, "/metadata/labels/karpenter.sh~1nodepool");
+                self.entry(at, "nodeclaim-created", name, format!("nodepool {pool}"));
+                if let Some(since) = self.waiting_since.take() {
+                    let latency = round(at - since);
+                    self.max_pending_to_claim =
+                        Some(self.max_pending_to_claim.map_or(latency, |m| m.max(latency)));
+                }
+            }
+            EventKind::Modified => {
+                let became = |type_: &str| {
+                    condition_true(object, type_) && !previous.is_some_and(|p| condition_true(p, type_))
+                };
+                if became("Launched") {
+                    let labels =
+                        |key: &str| text(object, &format!("/metadata/labels/{}", key.replace('/', "~1")));
+                    let detail = format!(
+                        "{} {} in {}",
+                        labels("node.kubernetes.io/instance-type"),
+                        labels("karpenter.sh/capacity-type"),
+                        labels("topology.kubernetes.io/zone")
+                    );
+                    self.entry(at, "nodeclaim-launched", name.clone(), detail);
+                }
+                if became("Registered") {
+                    self.entry(
+                        at,
+                        "nodeclaim-registered",
+                        name.clone(),
+                        text(object, "/status/nodeName"),
+                    );
+                }
+                if became("Initialized") {
+                    self.entry(
+                        at,
+                        "nodeclaim-initialized",
+                        name.clone(),
+                        text(object, "/status/nodeName"),
+                    );
+                }
+                let deleting = |o: &Value| !o["metadata"]["deletionTimestamp"].is_null();
+                if deleting(object) && !previous.is_some_and(deleting) {
+                    self.entry(at, "nodeclaim-deleting", name, String::new());
+                }
+            }
+            EventKind::Deleted => self.entry(at, "nodeclaim-deleted", name, String::new()),
+        }
+    }
+
+    fn node(&mut self, at: f64, kind: EventKind, object: &Value) {
+        let name = text(object, "/metadata/name");
+        match kind {
+            EventKind::Added => self.entry(at, "node-joined", name, text(object, "/spec/providerID")),
+            EventKind::Deleted => self.entry(at, "node-deleted", name, String::new()),
+            EventKind::Modified => {}
+        }
+    }
+
+    fn pod(&mut self, at: f64, kind: EventKind, object: &Value) {
+        let key = format!(
+            "{}/{}",
+            text(object, "/metadata/namespace"),
+            text(object, "/metadata/name")
+        );
+        if kind == EventKind::Deleted {
+            return;
+        }
+        let unschedulable = object["status"]["conditions"].as_array().is_some_and(|c| {
+            c.iter().any(|c| {
+                c["type"] == "PodScheduled" && c["status"] == "False" && c["reason"] == "Unschedulable"
+            })
+        });
+        let running = object["status"]["phase"] == "Running";
+        let times = self.pods.entry(key).or_insert(PodTimes {
+            created: at,
+            ..PodTimes::default()
+        });
+        let mut newly_unschedulable = false;
+        if unschedulable && times.unschedulable.is_none() {
+            times.unschedulable = Some(at);
+            newly_unschedulable = true;
+        }
+        if running && times.running.is_none() {
+            times.running = Some(at);
+        }
+        if newly_unschedulable {
+            self.waiting_since.get_or_insert(at);
+        }
+    }
+}
+
+impl Recorder {
+    /// Starts recording `store`; times count from `started`.
+    pub fn start(store: Arc<Store>, started: Instant) -> Self {
+        let notes = Arc::new(Mutex::new(Notes::default()));
+        let shared = notes.clone();
+        let task = tokio::spawn(async move {
+            let resources = [
+                GroupResource::new("karpenter.sh", "nodeclaims"),
+                GroupResource::new("", "nodes"),
+                GroupResource::new("", "pods"),
+            ];
+            let mut cursors: Vec<WatchCursor> = resources
+                .iter()
+                .filter_map(|r| store.watch(r, None).ok())
+                .collect();
+            let mut changes = store.subscribe();
+            while changes.changed().await.is_ok() {
+                let at = started.elapsed().as_secs_f64();
+                for (i, cursor) in cursors.iter_mut().enumerate() {
+                    let Ok(events) = store.poll(cursor, usize::MAX) else {
+                        continue;
+                    };
+                    let mut notes = lock(&shared);
+                    for event in events {
+                        let previous = event.previous.as_deref();
+                        match i {
+                            0 => notes.node_claim(at, event.kind, &event.object, previous),
+                            1 => notes.node(at, event.kind, &event.object),
+                            _ => notes.pod(at, event.kind, &event.object),
+                        }
+                    }
+                }
+            }
+        });
+        Self { started, notes, task }
+    }
+
+    /// Adds an entry for something the driver did.
+    pub fn note(&self, event: &str, object: String, detail: String) {
+        let at = self.started.elapsed().as_secs_f64();
+        lock(&self.notes).entry(at, event, object, detail);
+    }
+
+    /// Stops recording and hands over the timeline, the pod times and the worst pending → NodeClaim
+    /// latency.
+    pub fn finish(self) -> (Vec<Entry>, BTreeMap<String, PodTimes>, Option<f64>) {
+        self.task.abort();
+        let mut notes = lock(&self.notes);
+        (
+            std::mem::take(&mut notes.timeline),
+            std::mem::take(&mut notes.pods),
+            notes.max_pending_to_claim,
+        )
+    }
+}
+
+fn lock(notes: &Mutex<Notes>) -> MutexGuard<'_, Notes> {
+    notes.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}

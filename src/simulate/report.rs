@@ -1,0 +1,240 @@
+//! The JSON report of a run (schema in the README): the scenario, a summary of what a user checks
+//! (nodes launched and terminated, the nodes left with their prices, pods pending and running,
+//! the longest a pod waited, cost), and the timeline of node lifecycle events, steps and cloud
+//! events in virtual seconds. Every list is ordered and every figure rounded, so one seed gives one
+//! report, byte for byte.
+
+use std::collections::BTreeMap;
+
+use joist_kubesim::{Store, resources::GroupResource};
+use joist_provider_sim::{CloudEvent, EndReason, SimCloud};
+use serde::Serialize;
+use serde_json::Value;
+
+use super::recorder::PodTimes;
+
+/// One timeline entry.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Entry {
+    /// Seconds after the start.
+    pub at_seconds: f64,
+    /// What happened (`nodeclaim-created`, `instance-launched`, `step` …).
+    pub event: String,
+    /// What it happened to.
+    pub object: String,
+    /// Details.
+    pub detail: String,
+}
+
+/// A node at the end of the run.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FinalNode {
+    /// Node name.
+    pub name: String,
+    /// `karpenter.sh/nodepool`.
+    pub nodepool: String,
+    /// Instance type.
+    pub instance_type: String,
+    /// Spot or on-demand.
+    pub capacity_type: String,
+    /// Zone.
+    pub zone: String,
+    /// Dollars per hour.
+    pub price_per_hour: f64,
+}
+
+/// A pod still pending at the end, and the last reason Joist gave.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PendingPod {
+    /// `namespace/name`.
+    pub pod: String,
+    /// The last `FailedScheduling` message from Joist, if any.
+    pub reason: String,
+}
+
+/// The summary.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Summary {
+    /// Instances launched.
+    pub nodes_launched: usize,
+    /// Instances that ended, by reason.
+    pub nodes_terminated: BTreeMap<String, usize>,
+    /// Nodes at the end.
+    pub final_nodes: Vec<FinalNode>,
+    /// Pods pending at the end.
+    pub pods_pending_end: usize,
+    /// Pods running at the end.
+    pub pods_running_end: usize,
+    /// The longest any pod waited from creation to running (or to the end).
+    pub max_pod_pending_seconds: f64,
+    /// The longest from a pod becoming unschedulable to the NodeClaim created for it.
+    pub max_pending_to_nodeclaim_seconds: Option<f64>,
+    /// Pods pending at the end, with why.
+    pub pending_pods: Vec<PendingPod>,
+    /// Dollars per hour of the instances running at the end.
+    pub cost_per_hour_end: f64,
+    /// Dollars spent over the run.
+    pub cost_total: f64,
+}
+
+/// The report.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Report {
+    /// The scenario's name.
+    pub scenario: String,
+    /// The seed used.
+    pub seed: u64,
+    /// Seconds simulated.
+    pub duration_seconds: f64,
+    /// The summary.
+    pub summary: Summary,
+    /// What happened, in order.
+    pub timeline: Vec<Entry>,
+}
+
+fn round(value: f64, places: i32) -> f64 {
+    let scale = 10f64.powi(places);
+    (value * scale).round() / scale
+}
+
+fn text(object: &Value, pointer: &str) -> String {
+    object
+        .pointer(pointer)
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// What the recorder saw.
+pub struct Recorded {
+    /// Timeline entries.
+    pub timeline: Vec<Entry>,
+    /// Pod times.
+    pub pods: BTreeMap<String, PodTimes>,
+    /// Worst unschedulable → NodeClaim latency.
+    pub max_pending_to_claim: Option<f64>,
+}
+
+/// Builds the report at the end of a run lasting `end` seconds.
+pub fn build(name: &str, seed: u64, end: f64, store: &Store, cloud: &SimCloud, recorded: Recorded) -> Report {
+    let instances = cloud.books().instances();
+    let mut nodes_terminated = BTreeMap::new();
+    let mut cost_total = 0.0;
+    let mut cost_per_hour_end = 0.0;
+    for record in &instances {
+        let ended = record.ended.unwrap_or(end);
+        cost_total += record.instance.price * (ended - record.launched) / 3600.0;
+        match record.end_reason {
+            Some(reason) => {
+                let key = match reason {
+                    EndReason::Terminated => "terminated",
+                    EndReason::SpotInterruption => "spot-interruption",
+                };
+                *nodes_terminated.entry(key.to_owned()).or_insert(0) += 1;
+            }
+            None => cost_per_hour_end += record.instance.price,
+        }
+    }
+    let price_of = |provider_id: &str| {
+        instances
+            .iter()
+            .find(|r| r.instance.provider_id == provider_id)
+            .map_or(0.0, |r| r.instance.price)
+    };
+    let list = |group: &str, resource: &str| {
+        store
+            .list(&GroupResource::new(group, resource), None, None, None, |_| true)
+            .items
+    };
+    let label =
+        |object: &Value, key: &str| text(object, &format!("/metadata/labels/{}", key.replace('/', "~1")));
+    let final_nodes = list("", "nodes")
+        .iter()
+        .map(|node| FinalNode {
+            name: text(node, "/metadata/name"),
+            nodepool: label(node, "karpenter.sh/nodepool"),
+            instance_type: label(node, "node.kubernetes.io/instance-type"),
+            capacity_type: label(node, "karpenter.sh/capacity-type"),
+            zone: label(node, "topology.kubernetes.io/zone"),
+            price_per_hour: price_of(&text(node, "/spec/providerID")),
+        })
+        .collect();
+    let pods = list("", "pods");
+    let phase = |p: &&std::sync::Arc<Value>, wanted: &str| p["status"]["phase"] == wanted;
+    let events = list("", "events");
+    let pending_pods = pods
+        .iter()
+        .filter(|p| phase(p, "Pending"))
+        .map(|pod| {
+            let (namespace, name) = (text(pod, "/metadata/namespace"), text(pod, "/metadata/name"));
+            let reason = events
+                .iter()
+                .rev()
+                .find(|e| {
+                    e["involvedObject"]["name"] == name.as_str()
+                        && e["involvedObject"]["namespace"] == namespace.as_str()
+                        && e["reason"] == "FailedScheduling"
+                        && e["source"]["component"] == "joist"
+                })
+                .map(|e| text(e, "/message"))
+                .unwrap_or_default();
+            PendingPod {
+                pod: format!("{namespace}/{name}"),
+                reason,
+            }
+        })
+        .collect();
+    let max_pod_pending_seconds = recorded
+        .pods
+        .values()
+        .map(|t| t.running.unwrap_or(end) - t.created)
+        .fold(0.0, f64::max);
+    let mut timeline = recorded.timeline;
+    timeline.extend(
+        cloud
+            .books()
+            .events()
+            .into_iter()
+            .map(|(at, event)| cloud_entry(at, event)),
+    );
+    timeline.sort_by(|a, b| a.at_seconds.total_cmp(&b.at_seconds));
+    Report {
+        scenario: name.to_owned(),
+        seed,
+        duration_seconds: round(end, 3),
+        summary: Summary {
+            nodes_launched: instances.len(),
+            nodes_terminated,
+            final_nodes,
+            pods_pending_end: pods.iter().filter(|p| phase(p, "Pending")).count(),
+            pods_running_end: pods.iter().filter(|p| phase(p, "Running")).count(),
+            max_pod_pending_seconds: round(max_pod_pending_seconds, 3),
+            max_pending_to_nodeclaim_seconds: recorded.max_pending_to_claim,
+            pending_pods,
+            cost_per_hour_end: round(cost_per_hour_end, 4),
+            cost_total: round(cost_total, 4),
+        },
+        timeline,
+    }
+}
+
+fn cloud_entry(at: f64, event: CloudEvent) -> Entry {
+    let (event, object, detail) = match event {
+        CloudEvent::Launched {
+            instance,
+            offering,
+            price,
+        } => ("instance-launched", instance, format!("{offering} at ${price}/h")),
+        CloudEvent::InsufficientCapacity { offering } => {
+            ("insufficient-capacity", offering.to_string(), String::new())
+        }
+        CloudEvent::InterruptionWarning { instance } => ("interruption-warning", instance, String::new()),
+        CloudEvent::Ended { instance, reason } => ("instance-ended", instance, format!("{reason:?}")),
+    };
+    Entry {
+        at_seconds: round(at, 3),
+        event: event.to_owned(),
+        object,
+        detail,
+    }
+}

@@ -1,0 +1,371 @@
+//! The scenario file `joist simulate` runs (the format is documented in the README and kept
+//! stable): a simulated cloud, controller settings, manifests applied at t=0, timed steps, and an
+//! end time. Parsing checks everything a run would trip over later, and every error names the
+//! field (`spec.steps[2].at`) and what is wrong with it.
+
+use std::{collections::BTreeMap, time::Duration};
+
+use joist_messages::{apis::duration::Duration as KarpenterDuration, model::instance_type::CapacityType};
+use serde::Deserialize;
+
+/// A scenario that cannot be run.
+#[derive(Debug, thiserror::Error)]
+pub enum ScenarioError {
+    /// Not YAML of the scenario's shape.
+    #[error("the scenario is not valid: {0}")]
+    Parse(String),
+    /// A field holds a value that cannot be used.
+    #[error("scenario field {field}: {message}")]
+    Field {
+        /// The field's path.
+        field: String,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct File {
+    kind: String,
+    metadata: Metadata,
+    spec: Spec,
+}
+
+#[derive(Debug, Deserialize)]
+struct Metadata {
+    name: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct Spec {
+    #[serde(default)]
+    seed: u64,
+    cloud: CloudSpec,
+    #[serde(default)]
+    settings: SettingsSpec,
+    #[serde(default)]
+    manifests: String,
+    #[serde(default)]
+    steps: Vec<StepSpec>,
+    until: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct CloudSpec {
+    region: String,
+    #[serde(default)]
+    zones: Vec<String>,
+    #[serde(default = "default_boot_seconds")]
+    boot_seconds: u64,
+}
+
+fn default_boot_seconds() -> u64 {
+    40
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct SettingsSpec {
+    batch_idle_duration: Option<String>,
+    batch_max_duration: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StepSpec {
+    at: String,
+    apply: Option<String>,
+    scale: Option<ScaleSpec>,
+    unavailable: Option<UnavailableSpec>,
+    interrupt: Option<InterruptSpec>,
+    delete: Option<ObjectSpec>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct ScaleSpec {
+    kind: String,
+    #[serde(default)]
+    namespace: Option<String>,
+    name: String,
+    replicas: i32,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct UnavailableSpec {
+    instance_type: String,
+    zone: String,
+    capacity_type: String,
+    #[serde(rename = "for")]
+    duration: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct InterruptSpec {
+    #[serde(default)]
+    node_selector: BTreeMap<String, String>,
+    #[serde(default = "one")]
+    count: usize,
+}
+
+fn one() -> usize {
+    1
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct ObjectSpec {
+    kind: String,
+    #[serde(default)]
+    namespace: Option<String>,
+    name: String,
+}
+
+/// A Kubernetes object named by kind, namespace and name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectRef {
+    /// The kind (`Deployment`).
+    pub kind: String,
+    /// The namespace; empty for cluster-scoped objects.
+    pub namespace: String,
+    /// The name.
+    pub name: String,
+}
+
+/// What a step does.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Action {
+    /// Apply more manifests.
+    Apply(String),
+    /// Set a workload's replicas.
+    Scale {
+        /// The workload.
+        object: ObjectRef,
+        /// Replicas wanted.
+        replicas: i32,
+    },
+    /// Make an offering refuse launches.
+    Unavailable {
+        /// The instance type.
+        instance_type: String,
+        /// The zone.
+        zone: String,
+        /// Spot or on-demand.
+        capacity_type: CapacityType,
+        /// For how long.
+        duration: Duration,
+    },
+    /// Interrupt spot instances.
+    Interrupt {
+        /// Labels the nodes must carry.
+        node_selector: BTreeMap<String, String>,
+        /// How many.
+        count: usize,
+    },
+    /// Delete an object.
+    Delete(ObjectRef),
+}
+
+/// One timed step.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Step {
+    /// When, after the start.
+    pub at: Duration,
+    /// What.
+    pub action: Action,
+}
+
+/// A parsed, checked scenario.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Scenario {
+    /// Its name.
+    pub name: String,
+    /// Seed of every random choice.
+    pub seed: u64,
+    /// The cloud's region.
+    pub region: String,
+    /// The cloud's zones.
+    pub zones: Vec<String>,
+    /// From launch to Node registration.
+    pub boot: Duration,
+    /// `batchIdleDuration`.
+    pub batch_idle: Duration,
+    /// `batchMaxDuration`.
+    pub batch_max: Duration,
+    /// Manifests applied at t=0.
+    pub manifests: String,
+    /// Steps in time order.
+    pub steps: Vec<Step>,
+    /// When the run ends.
+    pub until: Duration,
+}
+
+fn duration(field: &str, text: &str) -> Result<Duration, ScenarioError> {
+    text.parse::<KarpenterDuration>()
+        .map(|d| d.as_std())
+        .map_err(|e| ScenarioError::Field {
+            field: field.to_owned(),
+            message: format!("{text:?} is not a duration (like 90s, 2m, 1h30m): {e}"),
+        })
+}
+
+impl ObjectRef {
+    fn new(kind: String, namespace: Option<String>, name: String) -> Self {
+        Self {
+            kind,
+            namespace: namespace.unwrap_or_default(),
+            name,
+        }
+    }
+}
+
+impl Scenario {
+    /// Parses and checks a scenario file's text.
+    pub fn parse(text: &str) -> Result<Self, ScenarioError> {
+        let file: File = serde_saphyr::from_str(text).map_err(|e| ScenarioError::Parse(e.to_string()))?;
+        if file.kind != "Scenario" {
+            return Err(ScenarioError::Field {
+                field: "kind".to_owned(),
+                message: format!("must be Scenario, not {:?}", file.kind),
+            });
+        }
+        let spec = file.spec;
+        let settings = &spec.settings;
+        let batch_idle = match &settings.batch_idle_duration {
+            Some(text) => duration("spec.settings.batchIdleDuration", text)?,
+            None => Duration::from_secs(1),
+        };
+        let batch_max = match &settings.batch_max_duration {
+            Some(text) => duration("spec.settings.batchMaxDuration", text)?,
+            None => Duration::from_secs(10),
+        };
+        let until = duration("spec.until", &spec.until)?;
+        let mut steps = Vec::with_capacity(spec.steps.len());
+        for (i, step) in spec.steps.into_iter().enumerate() {
+            let field = format!("spec.steps[{i}]");
+            let at = duration(&format!("{field}.at"), &step.at)?;
+            if at > until {
+                return Err(ScenarioError::Field {
+                    field: format!("{field}.at"),
+                    message: format!("{} is after spec.until ({})", step.at, spec.until),
+                });
+            }
+            steps.push(Step {
+                at,
+                action: Self::action(&field, step)?,
+            });
+        }
+        steps.sort_by_key(|s| s.at);
+        if spec
+            .cloud
+            .zones
+            .iter()
+            .any(|z| !z.starts_with(&spec.cloud.region))
+        {
+            return Err(ScenarioError::Field {
+                field: "spec.cloud.zones".to_owned(),
+                message: format!("every zone must be in region {}", spec.cloud.region),
+            });
+        }
+        Ok(Self {
+            name: file.metadata.name,
+            seed: spec.seed,
+            region: spec.cloud.region,
+            zones: spec.cloud.zones,
+            boot: Duration::from_secs(spec.cloud.boot_seconds),
+            batch_idle,
+            batch_max,
+            manifests: spec.manifests,
+            steps,
+            until,
+        })
+    }
+
+    fn action(field: &str, step: StepSpec) -> Result<Action, ScenarioError> {
+        let mut actions = Vec::new();
+        if let Some(text) = step.apply {
+            actions.push(Action::Apply(text));
+        }
+        if let Some(scale) = step.scale {
+            actions.push(Action::Scale {
+                object: ObjectRef::new(scale.kind, scale.namespace, scale.name),
+                replicas: scale.replicas,
+            });
+        }
+        if let Some(u) = step.unavailable {
+            let capacity_type =
+                CapacityType::from_label(&u.capacity_type).ok_or_else(|| ScenarioError::Field {
+                    field: format!("{field}.unavailable.capacityType"),
+                    message: format!("{:?} is not spot, on-demand or reserved", u.capacity_type),
+                })?;
+            actions.push(Action::Unavailable {
+                duration: duration(&format!("{field}.unavailable.for"), &u.duration)?,
+                instance_type: u.instance_type,
+                zone: u.zone,
+                capacity_type,
+            });
+        }
+        if let Some(i) = step.interrupt {
+            actions.push(Action::Interrupt {
+                node_selector: i.node_selector,
+                count: i.count,
+            });
+        }
+        if let Some(d) = step.delete {
+            actions.push(Action::Delete(ObjectRef::new(d.kind, d.namespace, d.name)));
+        }
+        match (actions.pop(), actions.is_empty()) {
+            (Some(action), true) => Ok(action),
+            _ => Err(ScenarioError::Field {
+                field: field.to_owned(),
+                message: "a step does exactly one of apply, scale, unavailable, interrupt, delete".to_owned(),
+            }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MINIMAL: &str =
+        "kind: Scenario\nmetadata: {name: t}\nspec:\n  cloud: {region: us-west-2}\n  until: 5m\n";
+
+    #[test]
+    fn defaults_follow_karpenter() {
+        let scenario = Scenario::parse(MINIMAL).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(scenario.batch_idle, Duration::from_secs(1));
+        assert_eq!(scenario.batch_max, Duration::from_secs(10));
+        assert_eq!(scenario.boot, Duration::from_secs(40));
+        assert_eq!(scenario.until, Duration::from_secs(300));
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        let late = format!("{MINIMAL}  steps:\n    - at: 10m\n      delete: {{kind: Deployment, name: x}}\n");
+        let error = Scenario::parse(&late)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(error.contains("spec.steps[0].at"), "{error}");
+        let two = format!(
+            "{MINIMAL}  steps:\n    - at: 1m\n      apply: x\n      delete: {{kind: Pod, name: x}}\n"
+        );
+        let error = Scenario::parse(&two)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(error.contains("exactly one"), "{error}");
+        let bad = MINIMAL.replace("5m", "five minutes");
+        let error = Scenario::parse(&bad)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(error.contains("spec.until"), "{error}");
+    }
+}
