@@ -257,6 +257,7 @@ impl StreamHandler<Change> for ClusterState {
                 if let Some(claim) = read.observe_node(&node, deleted) {
                     self.poke_claim(&claim);
                 }
+                // Capacity went away: pods still pending are simulated again.
                 if deleted {
                     self.trigger();
                 }
@@ -265,13 +266,13 @@ impl StreamHandler<Change> for ClusterState {
                 let name = claim.name_any();
                 let _span = tracing::debug_span!("cluster_state.nodeclaim", nodeclaim = name).entered();
                 read.observe_claim(&claim, deleted);
-                if deleted {
-                    self.poke_claim(&name);
-                    self.trigger();
-                } else {
+                if !deleted {
                     self.node_claim_actor(&name);
-                    self.poke_claim(&name);
                 }
+                self.poke_claim(&name);
+                // A claim launched, initialized or went away: pods still pending are simulated
+                // again against what the cluster now holds.
+                self.trigger();
                 if let Some(pool) = claim.labels().get(NODEPOOL) {
                     let _ = self.node_pool_actor(pool).try_send(Reconcile);
                 }

@@ -53,6 +53,7 @@ pub fn run(
     seed: u64,
     progress: &mut dyn FnMut(Progress),
 ) -> Result<Report, SimulateError> {
+    check_manifests(scenario)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .start_paused(true)
@@ -99,6 +100,9 @@ async fn simulate(
     };
     let recorder = Recorder::start(cluster.store().clone(), started);
     let _controllers = joist_actors::start(client.clone(), Arc::new(cloud.clone()), settings, clock);
+    // Let every actor start while the runtime is live, so an error in the first step cannot tear
+    // one down half-started.
+    tokio::task::yield_now().await;
     apply(&client, cluster.store(), &scenario.manifests, "spec.manifests").await?;
     for (i, step) in scenario.steps.iter().enumerate() {
         advance(started, step.at, scenario.until, cluster.store(), progress).await;
@@ -275,16 +279,27 @@ fn dynamic_api(
     }
 }
 
-/// Applies every document of `text` (server-side apply). Karpenter objects are checked as the API
-/// server's CRD validation would and applied with their defaults filled in.
-async fn apply(client: &kube::Client, store: &Store, text: &str, field: &str) -> Result<(), SimulateError> {
-    let documents: Vec<Value> = serde_saphyr::from_multiple(text).map_err(|e| SimulateError::Step {
+/// A manifest document ready to apply: `apiVersion`, `kind`, name, and the body (Karpenter objects
+/// with their defaults filled in).
+struct Document {
+    api_version: String,
+    kind: String,
+    name: String,
+    object_ref: String,
+    body: Value,
+}
+
+/// Parses and checks every document of `text`, as the API server's CRD validation would: an invalid
+/// or pre-v1 Karpenter object is an error naming it and its fields.
+fn documents(text: &str, field: &str) -> Result<Vec<Document>, SimulateError> {
+    let values: Vec<Value> = serde_saphyr::from_multiple(text).map_err(|e| SimulateError::Step {
         field: field.to_owned(),
         message: format!("not valid YAML: {e}"),
     })?;
     let mut checker = Checker::new();
-    for document in documents.into_iter().filter(|d| !d.is_null()) {
-        let checked = checker.check_document(document.clone());
+    let mut out = Vec::new();
+    for value in values.into_iter().filter(|d| !d.is_null()) {
+        let checked = checker.check_document(value.clone());
         let object_ref = checked.object_ref();
         let rejected = |message: String| SimulateError::Step {
             field: field.to_owned(),
@@ -306,19 +321,54 @@ async fn apply(client: &kube::Client, store: &Store, text: &str, field: &str) ->
                 return Err(rejected(list));
             }
             Outcome::Legacy(message) => return Err(rejected(message)),
-            Outcome::NotKarpenter => document,
+            Outcome::NotKarpenter => value,
+        };
+        out.push(Document {
+            api_version: checked.api_version,
+            kind: checked.kind,
+            name: checked.name,
+            object_ref,
+            body,
+        });
+    }
+    Ok(out)
+}
+
+/// Checks the manifests and every `apply` step before anything starts.
+fn check_manifests(scenario: &Scenario) -> Result<(), SimulateError> {
+    documents(&scenario.manifests, "spec.manifests")?;
+    for (i, step) in scenario.steps.iter().enumerate() {
+        if let Action::Apply(text) = &step.action {
+            documents(text, &format!("spec.steps[{i}].apply"))?;
+        }
+    }
+    Ok(())
+}
+
+/// Applies every document of `text` with server-side apply.
+async fn apply(client: &kube::Client, store: &Store, text: &str, field: &str) -> Result<(), SimulateError> {
+    for document in documents(text, field)? {
+        let rejected = |message: String| SimulateError::Step {
+            field: field.to_owned(),
+            message: format!("{}: {message}", document.object_ref),
         };
         let resource = store
-            .resource_type_of(&checked.api_version, &checked.kind)
-            .ok_or_else(|| rejected(format!("{} {} is not served", checked.api_version, checked.kind)))?;
-        let namespace = body["metadata"]["namespace"]
+            .resource_type_of(&document.api_version, &document.kind)
+            .ok_or_else(|| {
+                rejected(format!(
+                    "{} {} is not served",
+                    document.api_version, document.kind
+                ))
+            })?;
+        let namespace = document.body["metadata"]["namespace"]
             .as_str()
             .unwrap_or_default()
             .to_owned();
         let api = dynamic_api(client, &resource, &namespace);
-        let object: DynamicObject = serde_json::from_value(body).map_err(|e| rejected(e.to_string()))?;
+        let object: DynamicObject =
+            serde_json::from_value(document.body).map_err(|e| rejected(e.to_string()))?;
         api.patch(
-            &checked.name,
+            &document.name,
             &PatchParams::apply("joist-simulate").force(),
             &Patch::Apply(&object),
         )

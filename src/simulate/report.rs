@@ -167,15 +167,21 @@ pub fn build(name: &str, seed: u64, end: f64, store: &Store, cloud: &SimCloud, r
         .filter(|p| phase(p, "Pending"))
         .map(|pod| {
             let (namespace, name) = (text(pod, "/metadata/namespace"), text(pod, "/metadata/name"));
+            let revision = |e: &&std::sync::Arc<Value>| {
+                e["metadata"]["resourceVersion"]
+                    .as_str()
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .unwrap_or(0)
+            };
             let reason = events
                 .iter()
-                .rev()
-                .find(|e| {
+                .filter(|e| {
                     e["involvedObject"]["name"] == name.as_str()
                         && e["involvedObject"]["namespace"] == namespace.as_str()
                         && e["reason"] == "FailedScheduling"
                         && e["source"]["component"] == "joist"
                 })
+                .max_by_key(revision)
                 .map(|e| text(e, "/message"))
                 .unwrap_or_default();
             PendingPod {

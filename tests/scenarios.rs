@@ -1,0 +1,293 @@
+//! Scenario tests: whole runs of `joist simulate` (kubesim, the simulated cloud and Joist's actors on
+//! virtual time), asserting what a user would check in the report: pods end Running on kubesim's
+//! own scheduler, on the cheapest type that fits, within NodePool limits, weights, taints, node
+//! affinity and zonal spread; a capacity error falls back to the next offering within one batch
+//! cycle; a pod that fits nowhere stays Pending and is told why.
+
+use joist::simulate::{self, Report, Scenario};
+
+/// An on-demand amd64 NodePool, with extra `requirements` entries and extra `spec` fields.
+fn pool(name: &str, requirements: &str, spec: &str) -> String {
+    format!(
+        "apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata:
+  name: {name}
+spec:
+  template:
+    spec:
+      requirements:
+        - key: kubernetes.io/arch
+          operator: In
+          values: [amd64]
+        - key: karpenter.sh/capacity-type
+          operator: In
+          values: [on-demand]
+{requirements}
+      nodeClassRef: {{group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}}
+{spec}
+---
+"
+    )
+}
+
+/// A requirement on `karpenter.k8s.aws/instance-family`.
+fn family(families: &[&str]) -> String {
+    format!(
+        "        - key: karpenter.k8s.aws/instance-family\n          operator: In\n          values: [{}]",
+        families.join(", ")
+    )
+}
+
+const NODE_CLASS: &str = "apiVersion: karpenter.k8s.aws/v1
+kind: EC2NodeClass
+metadata:
+  name: default
+spec:
+  role: KarpenterNodeRole-test
+  amiSelectorTerms: [{alias: al2023@latest}]
+  subnetSelectorTerms: [{tags: {karpenter.sh/discovery: test}}]
+  securityGroupSelectorTerms: [{tags: {karpenter.sh/discovery: test}}]
+---
+";
+
+/// A Deployment of `replicas` pause pods requesting `cpu`, with extra pod-spec lines.
+fn deployment(name: &str, replicas: u32, cpu: &str, spec_extra: &str) -> String {
+    format!(
+        "apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: {name}, namespace: default}}
+spec:
+  replicas: {replicas}
+  selector: {{matchLabels: {{app: {name}}}}}
+  template:
+    metadata: {{labels: {{app: {name}}}}}
+    spec:
+{spec_extra}
+      containers:
+        - name: pause
+          image: pause
+          resources: {{requests: {{cpu: \"{cpu}\"}}}}
+---
+"
+    )
+}
+
+fn indent(text: &str) -> String {
+    text.lines().map(|l| format!("    {l}\n")).collect()
+}
+
+/// A scenario applying `manifests` at t=0 with `steps`, run for `until`.
+fn scenario(manifests: &str, steps: &str, until: &str) -> Scenario {
+    let text = format!(
+        "kind: Scenario
+metadata: {{name: test}}
+spec:
+  seed: 7
+  cloud: {{region: us-west-2, zones: [us-west-2a, us-west-2b, us-west-2c], bootSeconds: 40}}
+  manifests: |
+{}  steps: {steps}
+  until: {until}
+",
+        indent(manifests)
+    );
+    Scenario::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"))
+}
+
+fn run(scenario: &Scenario) -> Report {
+    simulate::run(scenario, scenario.seed, &mut |_| {}).unwrap_or_else(|e| panic!("{e}"))
+}
+
+#[test]
+fn quickstart_runs_every_pod_and_is_deterministic() {
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/examples/quickstart.yaml"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let scenario = Scenario::parse(&text).unwrap_or_else(|e| panic!("{e}"));
+    let report = run(&scenario);
+    let s = &report.summary;
+    assert_eq!((s.pods_running_end, s.pods_pending_end), (30, 0), "{s:#?}");
+    assert!(!s.final_nodes.is_empty() && s.final_nodes.iter().all(|n| n.nodepool == "default"));
+    assert!(
+        s.final_nodes.iter().all(|n| n.capacity_type == "on-demand"),
+        "the NodePool allows on-demand only: {s:#?}"
+    );
+    let latency = s.max_pending_to_nodeclaim_seconds.unwrap_or(f64::MAX);
+    assert!(
+        latency <= 1.1,
+        "pending pod → NodeClaim took {latency}s (batch idle 1s + 100ms allowed)"
+    );
+    let again = run(&scenario);
+    let json = |r: &Report| serde_json::to_string(r).unwrap_or_default();
+    assert_eq!(json(&report), json(&again), "same seed, same report");
+}
+
+#[test]
+fn the_cheapest_type_that_fits_is_launched() {
+    let manifests =
+        pool("default", &family(&["m5", "c5", "r5"]), "") + NODE_CLASS + &deployment("web", 1, "1", "");
+    let report = run(&scenario(&manifests, "[]", "3m"));
+    let nodes = &report.summary.final_nodes;
+    assert_eq!(nodes.len(), 1, "{nodes:#?}");
+    // One 1-CPU pod fits a 2-vCPU node; of m5/c5/r5.large, c5.large is cheapest ($0.085/h).
+    assert_eq!(
+        (nodes[0].instance_type.as_str(), nodes[0].price_per_hour),
+        ("c5.large", 0.085)
+    );
+    assert_eq!(report.summary.pods_running_end, 1);
+}
+
+#[test]
+fn nodepool_limits_cap_capacity_and_say_so() {
+    let manifests = pool("default", &family(&["c5"]), "  limits:\n    cpu: 4")
+        + NODE_CLASS
+        + &deployment("web", 6, "1", "");
+    let report = run(&scenario(&manifests, "[]", "5m"));
+    let s = &report.summary;
+    let cpus: i64 = s
+        .final_nodes
+        .iter()
+        .map(|n| {
+            if n.instance_type == "c5.large" {
+                2
+            } else if n.instance_type == "c5.xlarge" {
+                4
+            } else {
+                99
+            }
+        })
+        .sum();
+    assert!(cpus <= 4, "launched {cpus} vCPUs past a limit of 4: {s:#?}");
+    assert!(s.pods_pending_end > 0);
+    assert!(
+        s.pending_pods.iter().all(|p| p.reason.contains("limits")),
+        "pending pods should be told the NodePool's limits stop them: {:#?}",
+        s.pending_pods
+    );
+}
+
+#[test]
+fn heavier_nodepools_are_tried_first() {
+    let light = pool("light", &family(&["c5"]), "");
+    let manifests = light
+        + &pool("heavy", &family(&["m5"]), "  weight: 50")
+        + NODE_CLASS
+        + &deployment("web", 2, "1", "");
+    let report = run(&scenario(&manifests, "[]", "3m"));
+    let s = &report.summary;
+    assert!(!s.final_nodes.is_empty());
+    assert!(
+        s.final_nodes
+            .iter()
+            .all(|n| n.nodepool == "heavy" && n.instance_type.starts_with("m5.")),
+        "{s:#?}"
+    );
+}
+
+#[test]
+fn taints_keep_intolerant_pods_off_and_tolerant_pods_on() {
+    let taint = "      taints:\n        - {key: dedicated, value: batch, effect: NoSchedule}";
+    // The taint belongs to the template spec: insert it before nodeClassRef's line.
+    let tainted =
+        pool("batch", "", "").replace("      nodeClassRef:", &format!("{taint}\n      nodeClassRef:"));
+    let tolerant =
+        "      tolerations:\n        - {key: dedicated, operator: Equal, value: batch, effect: NoSchedule}";
+    let manifests =
+        tainted + NODE_CLASS + &deployment("plain", 1, "1", "") + &deployment("batch", 1, "1", tolerant);
+    let report = run(&scenario(&manifests, "[]", "3m"));
+    let s = &report.summary;
+    assert_eq!((s.pods_running_end, s.pods_pending_end), (1, 1), "{s:#?}");
+    let pending = &s.pending_pods[0];
+    assert!(pending.pod.starts_with("default/plain-"), "{pending:?}");
+    assert!(
+        pending
+            .reason
+            .contains("did not tolerate taint dedicated=batch:NoSchedule"),
+        "{pending:?}"
+    );
+}
+
+#[test]
+fn required_node_affinity_picks_the_family() {
+    let affinity = "      affinity:
+        nodeAffinity:
+          requiredDuringSchedulingIgnoredDuringExecution:
+            nodeSelectorTerms:
+              - matchExpressions:
+                  - {key: karpenter.k8s.aws/instance-family, operator: In, values: [r5]}";
+    let manifests = pool("default", "", "") + NODE_CLASS + &deployment("memory", 2, "1", affinity);
+    let report = run(&scenario(&manifests, "[]", "3m"));
+    let s = &report.summary;
+    assert_eq!(s.pods_running_end, 2);
+    assert!(
+        s.final_nodes.iter().all(|n| n.instance_type.starts_with("r5.")),
+        "{s:#?}"
+    );
+}
+
+#[test]
+fn zonal_topology_spread_lands_in_every_zone() {
+    let spread = "      topologySpreadConstraints:
+        - maxSkew: 1
+          topologyKey: topology.kubernetes.io/zone
+          whenUnsatisfiable: DoNotSchedule
+          labelSelector: {matchLabels: {app: spread}}";
+    let manifests = pool("default", "", "") + NODE_CLASS + &deployment("spread", 3, "1", spread);
+    let report = run(&scenario(&manifests, "[]", "3m"));
+    let s = &report.summary;
+    assert_eq!(s.pods_running_end, 3, "{s:#?}");
+    let mut zones: Vec<&str> = s.final_nodes.iter().map(|n| n.zone.as_str()).collect();
+    zones.sort_unstable();
+    zones.dedup();
+    assert_eq!(zones, ["us-west-2a", "us-west-2b", "us-west-2c"]);
+}
+
+#[test]
+fn a_capacity_error_falls_back_to_the_next_offering_within_one_batch() {
+    let manifests = pool("default", &family(&["c5"]), "") + NODE_CLASS + &deployment("web", 0, "1", "");
+    let steps = "
+    - at: 0s
+      unavailable: {instanceType: c5.large, zone: us-west-2a, capacityType: on-demand, for: 10m}
+    - at: 10s
+      scale: {kind: Deployment, namespace: default, name: web, replicas: 1}";
+    let report = run(&scenario(&manifests, steps, "3m"));
+    let s = &report.summary;
+    assert_eq!(s.pods_running_end, 1, "{s:#?}");
+    let at = |event: &str| {
+        report
+            .timeline
+            .iter()
+            .find(|e| e.event == event)
+            .map(|e| e.at_seconds)
+    };
+    assert!(
+        at("insufficient-capacity").is_some(),
+        "the cheapest offering was tried and refused"
+    );
+    let launched = report
+        .timeline
+        .iter()
+        .find(|e| e.event == "instance-launched")
+        .unwrap_or_else(|| panic!("nothing launched: {:#?}", report.timeline));
+    assert!(
+        !launched.detail.contains("on-demand:c5.large:us-west-2a"),
+        "{launched:?}"
+    );
+    let waited = launched.at_seconds - 10.0;
+    assert!(
+        waited <= 11.0,
+        "fell back {waited}s after the pod appeared: more than one batch cycle"
+    );
+}
+
+#[test]
+fn a_pod_that_fits_nowhere_stays_pending_and_says_why() {
+    let manifests = pool("default", "", "") + NODE_CLASS + &deployment("huge", 1, "1000", "");
+    let report = run(&scenario(&manifests, "[]", "2m"));
+    let s = &report.summary;
+    assert_eq!((s.pods_pending_end, s.nodes_launched), (1, 0), "{s:#?}");
+    let reason = &s.pending_pods[0].reason;
+    assert!(
+        reason.contains("no instance type met the scheduling requirements"),
+        "{reason}"
+    );
+}
