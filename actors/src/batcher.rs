@@ -13,7 +13,6 @@ use tokio::time::Instant;
 
 use crate::{
     protocol::{PodPending, ProvisionBatch},
-    provisioner::Provisioner,
     read_model::PodKey,
     settings::Settings,
 };
@@ -25,7 +24,7 @@ pub const BATCHER_MAILBOX: usize = 4096;
 pub struct Batcher {
     idle: std::time::Duration,
     max: std::time::Duration,
-    provisioner: Addr<Provisioner>,
+    provisioner: Recipient<ProvisionBatch>,
     window: BTreeSet<PodKey>,
     opened: Option<Instant>,
     last: Option<Instant>,
@@ -33,8 +32,8 @@ pub struct Batcher {
 }
 
 impl Batcher {
-    /// A batcher feeding `provisioner`.
-    pub fn new(settings: &Settings, provisioner: Addr<Provisioner>) -> Self {
+    /// A batcher feeding `provisioner` (the Provisioner, or anything that takes batches).
+    pub fn new(settings: &Settings, provisioner: Recipient<ProvisionBatch>) -> Self {
         Self {
             idle: settings.batch_idle,
             max: settings.batch_max,

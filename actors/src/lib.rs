@@ -73,7 +73,7 @@ pub fn start(
         catalog,
     };
     let provisioner = Provisioner::new(shared.clone()).start();
-    let batcher = Batcher::new(&shared.settings, provisioner.clone()).start();
+    let batcher = Batcher::new(&shared.settings, provisioner.clone().recipient()).start();
     let garbage_collector = GarbageCollector::new(shared.clone()).start();
     let cluster_state = ClusterState::new(shared.clone(), writers, batcher.clone(), shards).start();
     Controllers {

@@ -92,6 +92,12 @@ pub(super) fn run(paths: &[PathBuf], out: &mut dyn io::Write) -> Result<ExitCode
     })
 }
 
+/// Whether `text` is a scenario file (`kind: Scenario`, no `apiVersion`) rather than manifests.
+fn is_scenario(text: &str) -> bool {
+    serde_saphyr::from_str::<serde_json::Value>(text)
+        .is_ok_and(|v| v["kind"] == "Scenario" && v.get("apiVersion").is_none())
+}
+
 fn check_file(
     checker: &mut Checker,
     file: &Path,
@@ -100,6 +106,17 @@ fn check_file(
     tally: &mut Tally,
 ) -> io::Result<()> {
     let file = file.display();
+    if is_scenario(text) {
+        // A `joist simulate` scenario: its own fields and the manifests it applies.
+        match crate::simulate::check(text) {
+            Ok(_) => tally.valid += 1,
+            Err(e) => {
+                tally.with_problems += 1;
+                writeln!(out, "{file}: scenario: {e}")?;
+            }
+        }
+        return Ok(());
+    }
     let documents = match checker.read(text) {
         Ok(documents) => documents,
         Err(e) => {

@@ -335,7 +335,7 @@ fn documents(text: &str, field: &str) -> Result<Vec<Document>, SimulateError> {
 }
 
 /// Checks the manifests and every `apply` step before anything starts.
-fn check_manifests(scenario: &Scenario) -> Result<(), SimulateError> {
+pub(super) fn check_manifests(scenario: &Scenario) -> Result<(), SimulateError> {
     documents(&scenario.manifests, "spec.manifests")?;
     for (i, step) in scenario.steps.iter().enumerate() {
         if let Action::Apply(text) = &step.action {
