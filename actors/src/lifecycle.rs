@@ -27,7 +27,10 @@ use joist_messages::{
     time::parse_rfc3339,
 };
 use joist_provider::{CloudError, Launch};
-use k8s_openapi::api::core::v1::{Node, Pod, Taint};
+use k8s_openapi::{
+    api::core::v1::{Node, Pod, Taint},
+    apimachinery::pkg::apis::meta::v1::Condition,
+};
 use kube::{Api, ResourceExt, api::EvictParams};
 use serde_json::json;
 use tokio::time::Instant;
@@ -158,6 +161,19 @@ fn launched_at(claim: &NodeClaim) -> Option<i64> {
     parse_rfc3339(&condition.last_transition_time.0.to_string())
 }
 
+/// The claim's conditions with `updates` (type, status, reason, message) applied.
+fn claim_conditions(
+    shared: &Shared,
+    claim: &NodeClaim,
+    updates: &[(&str, &str, &str, &str)],
+) -> Vec<Condition> {
+    let mut conditions = claim.status.clone().unwrap_or_default().conditions;
+    for &update in updates {
+        set_condition(&mut conditions, &shared.clock, claim.metadata.generation, update);
+    }
+    conditions
+}
+
 async fn delete_claim(
     shared: &Shared,
     claim: &NodeClaim,
@@ -211,14 +227,11 @@ async fn launch(shared: &Shared, claim: &NodeClaim, memory: &mut Memory) -> Resu
             delete_claim(shared, claim, "NodeClassNotReady", &error.to_string()).await
         }
         Err(error) => {
-            let mut conditions = claim.status.clone().unwrap_or_default().conditions;
             let message = error.to_string();
-            let generation = claim.metadata.generation;
-            set_condition(
-                &mut conditions,
-                &shared.clock,
-                generation,
-                ("Launched", "Unknown", "LaunchFailed", &message),
+            let conditions = claim_conditions(
+                shared,
+                claim,
+                &[("Launched", "Unknown", "LaunchFailed", &message)],
             );
             let api = kube_ops::cluster::<NodeClaim>(&shared.client);
             kube_ops::patch_status(&api, &claim.name_any(), json!({"conditions": conditions})).await?;
@@ -232,19 +245,13 @@ async fn record_launch(shared: &Shared, claim: &NodeClaim, launch: &Launch) -> R
     let mut labels: BTreeMap<String, String> = launch.labels.clone();
     labels.extend(claim.labels().clone());
     kube_ops::patch(&api, &claim.name_any(), json!({"metadata": {"labels": labels}})).await?;
-    let mut conditions = claim.status.clone().unwrap_or_default().conditions;
-    let generation = claim.metadata.generation;
-    set_condition(
-        &mut conditions,
-        &shared.clock,
-        generation,
-        ("Launched", "True", "Launched", ""),
-    );
-    set_condition(
-        &mut conditions,
-        &shared.clock,
-        generation,
-        ("Registered", "Unknown", "AwaitingRegistration", ""),
+    let conditions = claim_conditions(
+        shared,
+        claim,
+        &[
+            ("Launched", "True", "Launched", ""),
+            ("Registered", "Unknown", "AwaitingRegistration", ""),
+        ],
     );
     let status = json!({
         "providerID": launch.instance.provider_id,
@@ -284,19 +291,13 @@ async fn register(shared: &Shared, claim: &NodeClaim, node: &Node) -> Result<(),
         "spec": {"taints": taints},
     });
     kube_ops::patch(&kube_ops::cluster::<Node>(&shared.client), &node.name_any(), body).await?;
-    let mut conditions = claim.status.clone().unwrap_or_default().conditions;
-    let generation = claim.metadata.generation;
-    set_condition(
-        &mut conditions,
-        &shared.clock,
-        generation,
-        ("Registered", "True", "Registered", ""),
-    );
-    set_condition(
-        &mut conditions,
-        &shared.clock,
-        generation,
-        ("Initialized", "Unknown", "AwaitingInitialization", ""),
+    let conditions = claim_conditions(
+        shared,
+        claim,
+        &[
+            ("Registered", "True", "Registered", ""),
+            ("Initialized", "Unknown", "AwaitingInitialization", ""),
+        ],
     );
     let status = json!({"nodeName": node.name_any(), "conditions": conditions});
     kube_ops::patch_status(
@@ -335,19 +336,13 @@ async fn initialize(shared: &Shared, claim: &NodeClaim, node: &Node) -> Result<(
     }
     let body = json!({"metadata": {"labels": {INITIALIZED: "true"}}});
     kube_ops::patch(&kube_ops::cluster::<Node>(&shared.client), &node.name_any(), body).await?;
-    let mut conditions = claim.status.clone().unwrap_or_default().conditions;
-    let generation = claim.metadata.generation;
-    set_condition(
-        &mut conditions,
-        &shared.clock,
-        generation,
-        ("Initialized", "True", "Initialized", ""),
-    );
-    set_condition(
-        &mut conditions,
-        &shared.clock,
-        generation,
-        ("Ready", "True", "Ready", ""),
+    let conditions = claim_conditions(
+        shared,
+        claim,
+        &[
+            ("Initialized", "True", "Initialized", ""),
+            ("Ready", "True", "Ready", ""),
+        ],
     );
     kube_ops::patch_status(
         &kube_ops::cluster::<NodeClaim>(&shared.client),

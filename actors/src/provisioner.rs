@@ -76,6 +76,19 @@ impl Handler<ProvisionBatch> for Provisioner {
     }
 }
 
+/// Tells a pod, with a `FailedScheduling` event, why Joist cannot place it.
+async fn failed_scheduling(shared: &Shared, pod: &Pod, message: &str) {
+    kube_ops::record_event(
+        &shared.client,
+        &shared.clock,
+        pod,
+        true,
+        "FailedScheduling",
+        message,
+    )
+    .await;
+}
+
 /// One pass: snapshot, simulate, hand out the results.
 async fn provision(shared: Shared) {
     let read = &shared.read;
@@ -141,15 +154,7 @@ async fn provision(shared: Shared) {
     } = snapshot::pending(&read.pending_pods());
     for (pod, why) in &ignored {
         let message = format!("Failed to schedule pod, ignoring it: {why}");
-        kube_ops::record_event(
-            &shared.client,
-            &shared.clock,
-            pod.as_ref(),
-            true,
-            "FailedScheduling",
-            &message,
-        )
-        .await;
+        failed_scheduling(&shared, pod, &message).await;
     }
     if pending.is_empty() {
         return;
@@ -216,14 +221,6 @@ async fn dispatch(
     for unschedulable in &solution.unschedulable {
         let pod = &pods[unschedulable.pod];
         let message = format!("Failed to schedule pod, {unschedulable}");
-        kube_ops::record_event(
-            &shared.client,
-            &shared.clock,
-            pod.as_ref(),
-            true,
-            "FailedScheduling",
-            &message,
-        )
-        .await;
+        failed_scheduling(shared, pod, &message).await;
     }
 }

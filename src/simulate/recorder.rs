@@ -16,7 +16,7 @@ use joist_kubesim::{
 use serde_json::Value;
 use tokio::{task::JoinHandle, time::Instant};
 
-use super::report::Entry;
+use super::report::{Entry, text};
 
 /// Per pod: created, first unschedulable, first running (seconds since the start).
 #[derive(Debug, Clone, Copy, Default)]
@@ -49,14 +49,6 @@ fn condition_true(object: &Value, type_: &str) -> bool {
     object["status"]["conditions"]
         .as_array()
         .is_some_and(|c| c.iter().any(|c| c["type"] == type_ && c["status"] == "True"))
-}
-
-fn text(object: &Value, pointer: &str) -> String {
-    object
-        .pointer(pointer)
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_owned()
 }
 
 fn round(seconds: f64) -> f64 {

@@ -97,7 +97,8 @@ fn round(value: f64, places: i32) -> f64 {
     (value * scale).round() / scale
 }
 
-fn text(object: &Value, pointer: &str) -> String {
+/// The string at `pointer` in `object`, empty when absent.
+pub(super) fn text(object: &Value, pointer: &str) -> String {
     object
         .pointer(pointer)
         .and_then(Value::as_str)
