@@ -76,8 +76,8 @@ impl Batcher {
             Err(SendError::Full(batch) | SendError::Closed(batch)) => {
                 tracing::debug!(pods = batch.pods.len(), "provisioner busy; keeping the window");
                 self.window.extend(batch.pods);
+                self.opened = Some(now);
                 self.last = Some(now);
-                self.opened = Some(now - self.max + self.idle);
                 self.schedule(ctx);
             }
         }

@@ -90,12 +90,9 @@ impl ClusterState {
     /// Pokes the Batcher with any pending pod, so the Provisioner looks again (capacity went away
     /// or a NodePool became usable).
     fn trigger(&mut self) {
-        let Some(pod) = self.shared.read.pending_pods().first().cloned() else {
-            return;
-        };
-        self.notify(PodPending {
-            pod: (pod.namespace().unwrap_or_default(), pod.name_any()),
-        });
+        if let Some(pod) = self.shared.read.first_pending_pod() {
+            self.notify(PodPending { pod });
+        }
     }
 
     fn notify(&mut self, pending: PodPending) {
@@ -162,7 +159,7 @@ where
     K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
     K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
 {
-    let events = watcher(api).default_backoff();
+    let events = watcher::watcher(api, watcher::Config::default()).default_backoff();
     reflector::reflector(writer, events)
         .map(move |event| match event {
             Ok(Event::Apply(object) | Event::InitApply(object)) => change(Box::new(object), false),
@@ -174,13 +171,6 @@ where
             }
         })
         .boxed()
-}
-
-fn watcher<K>(api: Api<K>) -> impl futures::Stream<Item = Result<Event<K>, watcher::Error>> + Send
-where
-    K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static,
-{
-    watcher::watcher(api, watcher::Config::default())
 }
 
 impl Actor for ClusterState {

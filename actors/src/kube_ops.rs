@@ -84,6 +84,11 @@ where
     patch(api, &object.name_any(), body).await
 }
 
+/// The clock's time as a Kubernetes timestamp.
+fn now(clock: &Clock) -> Time {
+    Time(jiff::Timestamp::from_second(clock.now_seconds()).unwrap_or_default())
+}
+
 /// Sets a condition in `conditions`; true when anything changed. The transition time moves only
 /// when the status does.
 pub fn set_condition(
@@ -92,7 +97,7 @@ pub fn set_condition(
     generation: Option<i64>,
     (type_, status, reason, message): (&str, &str, &str, &str),
 ) -> bool {
-    let now = Time(jiff::Timestamp::from_second(clock.now_seconds()).unwrap_or_default());
+    let now = now(clock);
     match conditions.iter_mut().find(|c| c.type_ == type_) {
         Some(c) if c.status == status && c.reason == reason && c.message == message => false,
         Some(c) => {
@@ -141,7 +146,7 @@ pub async fn record_event<K>(
         .namespace
         .clone()
         .unwrap_or_else(|| "default".to_owned());
-    let now = Time(jiff::Timestamp::from_second(clock.now_seconds()).unwrap_or_default());
+    let now = now(clock);
     let event = Event {
         metadata: ObjectMeta {
             generate_name: Some(format!("{}.", reference.name.as_deref().unwrap_or("object"))),

@@ -24,7 +24,6 @@ use std::{collections::BTreeMap, time::Duration};
 use joist_messages::{
     apis::NodeClaim,
     labels::{EXCLUDE_FROM_EXTERNAL_LB, INITIALIZED, NODEPOOL, REGISTERED, TERMINATION_FINALIZER, taints},
-    time::parse_rfc3339,
 };
 use joist_provider::{CloudError, Launch};
 use k8s_openapi::{
@@ -158,7 +157,7 @@ fn launched_at(claim: &NodeClaim) -> Option<i64> {
         .conditions
         .iter()
         .find(|c| c.type_ == "Launched")?;
-    parse_rfc3339(&condition.last_transition_time.0.to_string())
+    Some(condition.last_transition_time.0.as_second())
 }
 
 /// The claim's conditions with `updates` (type, status, reason, message) applied.
@@ -394,11 +393,13 @@ async fn terminate(shared: &Shared, claim: &NodeClaim, memory: &mut Memory) -> R
             tracing::info!(nodeclaim = claim.name_any(), provider_id, "terminated instance");
         }
         if let Some(node) = node {
+            // The finalizer goes first: deleting first would change the node's resourceVersion
+            // and make the finalizer's optimistic write fail.
             let nodes = kube_ops::cluster::<Node>(&shared.client);
+            kube_ops::remove_finalizer(&nodes, node.as_ref()).await?;
             if node.metadata.deletion_timestamp.is_none() {
                 kube_ops::delete(&nodes, &node.name_any()).await?;
             }
-            kube_ops::remove_finalizer(&nodes, node.as_ref()).await?;
         }
     }
     kube_ops::remove_finalizer(&claims, claim).await?;

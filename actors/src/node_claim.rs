@@ -97,11 +97,6 @@ impl NodeClaimActor {
             }
         }));
     }
-
-    /// How many times the supervisor restarted this actor.
-    pub fn restarts(&self) -> u32 {
-        self.restarts
-    }
 }
 
 impl Actor for NodeClaimActor {

@@ -9,7 +9,10 @@
 use actix::prelude::*;
 use joist_messages::{
     apis::{NodeClaim, NodePool, Validate},
-    model::resources::Resources,
+    model::{
+        quantity::Quantity,
+        resources::{Resources, names::NODES},
+    },
 };
 use kube::{Api, ResourceExt, api::PostParams};
 
@@ -92,11 +95,7 @@ async fn create_claims(shared: &Shared, name: &str, claims: Vec<NodeClaim>) {
     for claim in claims {
         let mut after = used.clone();
         after.add(&Resources::from(&claim.spec.resources.requests));
-        after.set(
-            joist_messages::model::resources::names::NODES,
-            used.get(joist_messages::model::resources::names::NODES)
-                .saturating_add(joist_messages::model::quantity::Quantity::from_units(1)),
-        );
+        after.set(NODES, used.get(NODES).saturating_add(Quantity::from_units(1)));
         let exceeded: Vec<String> = pool
             .spec
             .limits
@@ -186,20 +185,18 @@ async fn write_status(shared: &Shared, pool: &NodePool) {
         )
     };
     set_condition(&mut status.conditions, clock, generation, ready);
-    let mut usage = snapshot::usage(&shared.read, &pool.name_any());
-    let nodes = usage.get(joist_messages::model::resources::names::NODES);
-    usage.set(joist_messages::model::resources::names::NODES, Default::default());
-    status.nodes = Some(nodes.millis() / 1000);
+    let usage = snapshot::usage(&shared.read, &pool.name_any());
+    status.nodes = Some(usage.get(NODES).millis() / 1000);
     status.resources = usage
         .iter()
-        .filter(|(name, _)| *name != joist_messages::model::resources::names::NODES)
+        .filter(|(name, _)| *name != NODES)
         .map(|(name, q)| (name.to_owned(), q))
         .collect();
-    if serde_json::to_value(&status).unwrap_or_default() == before {
+    let body = serde_json::to_value(&status).unwrap_or_default();
+    if body == before {
         return;
     }
     let api: Api<NodePool> = kube_ops::cluster(&shared.client);
-    let body = serde_json::to_value(&status).unwrap_or_default();
     if let Err(error) = kube_ops::patch_status(&api, &pool.name_any(), body).await {
         tracing::warn!(nodepool = pool.name_any(), %error, "writing the nodepool status failed");
     }

@@ -1,6 +1,6 @@
 //! The read model every actor consults: kube-runtime reflector stores of the objects Joist watches,
-//! plus the indexes the hot paths need (node by provider ID, NodeClaim by provider ID, pods by node,
-//! provisionable pods), kept by the ClusterState actor as watch events arrive.
+//! plus the indexes the hot paths need (node by provider ID, NodeClaim by provider ID, NodeClaims
+//! by NodePool, pods by node, provisionable pods), kept by the ClusterState actor as watch events arrive.
 //!
 //! Reads are lock-free snapshots (`Arc`s of the objects). Reflector stores iterate in hash order,
 //! so every list this module returns is sorted by namespace and name: the same cluster always
@@ -9,7 +9,10 @@
 use std::{collections::BTreeSet, sync::Arc};
 
 use dashmap::{DashMap, DashSet};
-use joist_messages::apis::{EC2NodeClass, NodeClaim, NodePool};
+use joist_messages::{
+    apis::{EC2NodeClass, NodeClaim, NodePool},
+    labels::NODEPOOL,
+};
 use k8s_openapi::api::{
     apps::v1::DaemonSet,
     core::v1::{Namespace, Node, Pod},
@@ -37,6 +40,7 @@ pub struct Writers {
 struct Index {
     node_by_provider: DashMap<String, String>,
     claim_by_provider: DashMap<String, String>,
+    claims_by_pool: DashMap<String, BTreeSet<String>>,
     pods_by_node: DashMap<String, BTreeSet<PodKey>>,
     pending: DashSet<PodKey>,
 }
@@ -157,6 +161,22 @@ impl ReadModel {
         keys.iter().filter_map(|key| self.pod(key)).collect()
     }
 
+    /// The NodeClaims of one NodePool, by name.
+    pub fn node_claims_of(&self, pool: &str) -> Vec<Arc<NodeClaim>> {
+        let names: Vec<String> = self
+            .index
+            .claims_by_pool
+            .get(pool)
+            .map(|names| names.iter().cloned().collect())
+            .unwrap_or_default();
+        names.iter().filter_map(|name| self.node_claim(name)).collect()
+    }
+
+    /// The first provisionable pod by namespace and name, if any (without listing them all).
+    pub fn first_pending_pod(&self) -> Option<PodKey> {
+        self.index.pending.iter().map(|key| key.key().clone()).min()
+    }
+
     /// Pods the scheduler could not place and Joist should provision for, by namespace and name.
     pub fn pending_pods(&self) -> Vec<Arc<Pod>> {
         let mut keys: Vec<PodKey> = self.index.pending.iter().map(|k| k.clone()).collect();
@@ -194,17 +214,7 @@ impl ReadModel {
         let key = (pod.namespace().unwrap_or_default(), pod.name_any());
         let node = pod.spec.as_ref().and_then(|s| s.node_name.clone());
         if let Some(node) = &node {
-            if deleted {
-                if let Some(mut pods) = self.index.pods_by_node.get_mut(node) {
-                    pods.remove(&key);
-                }
-            } else {
-                self.index
-                    .pods_by_node
-                    .entry(node.clone())
-                    .or_default()
-                    .insert(key.clone());
-            }
+            file(&self.index.pods_by_node, node, key.clone(), !deleted);
         }
         let newly_pending = if !deleted && is_provisionable(pod) {
             self.index.pending.insert(key)
@@ -229,16 +239,29 @@ impl ReadModel {
         self.claim_for_provider(&provider_id)
     }
 
-    /// Updates the NodeClaim index after a watch event.
+    /// Updates the NodeClaim indexes after a watch event.
     pub(crate) fn observe_claim(&self, claim: &NodeClaim, deleted: bool) {
+        let name = claim.name_any();
+        if let Some(pool) = claim.labels().get(NODEPOOL) {
+            file(&self.index.claims_by_pool, pool, name.clone(), !deleted);
+        }
         let Some(provider_id) = claim.status.as_ref().and_then(|s| s.provider_id.clone()) else {
             return;
         };
         if deleted {
             self.index.claim_by_provider.remove(&provider_id);
         } else {
-            self.index.claim_by_provider.insert(provider_id, claim.name_any());
+            self.index.claim_by_provider.insert(provider_id, name);
         }
+    }
+}
+
+/// Adds `member` to (or, when not `present`, removes it from) the set filed under `group`.
+fn file<M: Ord>(index: &DashMap<String, BTreeSet<M>>, group: &str, member: M, present: bool) {
+    if present {
+        index.entry(group.to_owned()).or_default().insert(member);
+    } else if let Some(mut members) = index.get_mut(group) {
+        members.remove(&member);
     }
 }
 

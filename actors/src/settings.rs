@@ -23,8 +23,6 @@ pub struct Settings {
     pub solver: SolverMode,
     /// Arbiters the NodePool actors are sharded over; 0 keeps them on the current one.
     pub shards: usize,
-    /// `CLUSTER_NAME`.
-    pub cluster_name: String,
     /// How often the garbage collector compares the cloud with the cluster.
     pub garbage_collection: Duration,
 }
@@ -36,7 +34,6 @@ impl Default for Settings {
             batch_max: Duration::from_secs(10),
             solver: SolverMode::Pool,
             shards: 0,
-            cluster_name: "joist".to_owned(),
             garbage_collection: Duration::from_secs(120),
         }
     }

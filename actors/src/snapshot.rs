@@ -9,7 +9,7 @@ use std::{collections::BTreeMap, sync::Arc};
 
 use joist_messages::{
     apis::{NodeClaim, NodePool},
-    labels::{INITIALIZED, NODEPOOL, taints},
+    labels::{INITIALIZED, taints},
     model::{
         quantity::Quantity,
         requirements::{Operator, Requirements},
@@ -155,10 +155,7 @@ pub fn finished(pod: &Pod) -> bool {
 pub fn usage(read: &ReadModel, pool: &str) -> Resources {
     let mut usage = Resources::new();
     let mut count = 0;
-    for claim in read.node_claims() {
-        if claim.labels().get(NODEPOOL).map(String::as_str) != Some(pool) {
-            continue;
-        }
+    for claim in read.node_claims_of(pool) {
         count += 1;
         let capacity = claim
             .status

@@ -3,7 +3,7 @@
 //! always gives the same report. Steps run at their virtual times; the progress callback is called
 //! every virtual 30 seconds.
 
-use std::{sync::Arc, time::Duration};
+use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 use joist_actors::settings::{Settings, SolverMode};
 use joist_kubesim::{Cluster, ClusterSettings, Store, physics::PhysicsSettings};
@@ -24,7 +24,7 @@ use tokio::time::Instant;
 use super::{
     SimulateError,
     recorder::Recorder,
-    report::{self, Recorded, Report},
+    report::{self, Report},
     scenario::{Action, ObjectRef, Scenario},
 };
 
@@ -53,18 +53,19 @@ pub fn run(
     seed: u64,
     progress: &mut dyn FnMut(Progress),
 ) -> Result<Report, SimulateError> {
-    check_manifests(scenario)?;
+    let manifests = prepare(scenario)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .start_paused(true)
         .build()
         .map_err(SimulateError::Runtime)?;
     let system = actix::System::with_tokio_rt(move || runtime);
-    system.block_on(simulate(scenario, seed, progress))
+    system.block_on(simulate(scenario, manifests, seed, progress))
 }
 
 async fn simulate(
     scenario: &Scenario,
+    mut manifests: Manifests,
     seed: u64,
     progress: &mut dyn FnMut(Progress),
 ) -> Result<Report, SimulateError> {
@@ -94,8 +95,6 @@ async fn simulate(
         batch_idle: scenario.batch_idle,
         batch_max: scenario.batch_max,
         solver: SolverMode::Inline,
-        shards: 0,
-        cluster_name: scenario.name.clone(),
         ..Settings::default()
     };
     let recorder = Recorder::start(cluster.store().clone(), started);
@@ -103,20 +102,16 @@ async fn simulate(
     // Let every actor start while the runtime is live, so an error in the first step cannot tear
     // one down half-started.
     tokio::task::yield_now().await;
-    apply(&client, cluster.store(), &scenario.manifests, "spec.manifests").await?;
+    apply(&client, cluster.store(), manifests.initial, "spec.manifests").await?;
     for (i, step) in scenario.steps.iter().enumerate() {
         advance(started, step.at, scenario.until, cluster.store(), progress).await;
         let field = format!("spec.steps[{i}]");
-        recorder.note("step", field.clone(), describe(&step.action));
-        execute(&client, cluster.store(), &cloud, &step.action, &field).await?;
+        let documents = manifests.steps.remove(&i).unwrap_or_default();
+        recorder.note("step", field.clone(), describe(&step.action, documents.len()));
+        execute(&client, cluster.store(), &cloud, &step.action, documents, &field).await?;
     }
     advance(started, scenario.until, scenario.until, cluster.store(), progress).await;
-    let (timeline, pods, max_pending_to_claim) = recorder.finish();
-    let recorded = Recorded {
-        timeline,
-        pods,
-        max_pending_to_claim,
-    };
+    let recorded = recorder.finish();
     let end = started.elapsed().as_secs_f64();
     Ok(report::build(
         &scenario.name,
@@ -141,9 +136,7 @@ async fn advance(
         if now >= target {
             return;
         }
-        let next =
-            (now + PROGRESS_EVERY - Duration::from_nanos(now.as_nanos() as u64 % 1_000_000_000)).min(target);
-        tokio::time::sleep_until(started + next).await;
+        tokio::time::sleep_until(started + (now + PROGRESS_EVERY).min(target)).await;
         let count = |resource: &str, wanted: Option<&str>| {
             store
                 .list(
@@ -165,9 +158,10 @@ async fn advance(
     }
 }
 
-fn describe(action: &Action) -> String {
+/// The timeline's words for a step; `documents` is how many an `apply` step applies.
+fn describe(action: &Action, documents: usize) -> String {
     match action {
-        Action::Apply(text) => format!("apply {} document(s)", text.matches("kind:").count()),
+        Action::Apply(_) => format!("apply {documents} document(s)"),
         Action::Scale { object, replicas } => format!("scale {} {} to {replicas}", object.kind, object.name),
         Action::Unavailable {
             instance_type,
@@ -190,10 +184,11 @@ async fn execute(
     store: &Store,
     cloud: &SimCloud,
     action: &Action,
+    documents: Vec<Document>,
     field: &str,
 ) -> Result<(), SimulateError> {
     match action {
-        Action::Apply(text) => apply(client, store, text, &format!("{field}.apply")).await,
+        Action::Apply(_) => apply(client, store, documents, &format!("{field}.apply")).await,
         Action::Scale { object, replicas } => {
             let api = api_for(client, store, object, field)?;
             api.patch(
@@ -291,12 +286,11 @@ struct Document {
 
 /// Parses and checks every document of `text`, as the API server's CRD validation would: an invalid
 /// or pre-v1 Karpenter object is an error naming it and its fields.
-fn documents(text: &str, field: &str) -> Result<Vec<Document>, SimulateError> {
+fn documents(checker: &mut Checker, text: &str, field: &str) -> Result<Vec<Document>, SimulateError> {
     let values: Vec<Value> = serde_saphyr::from_multiple(text).map_err(|e| SimulateError::Step {
         field: field.to_owned(),
         message: format!("not valid YAML: {e}"),
     })?;
-    let mut checker = Checker::new();
     let mut out = Vec::new();
     for value in values.into_iter().filter(|d| !d.is_null()) {
         let checked = checker.check_document(value.clone());
@@ -334,20 +328,38 @@ fn documents(text: &str, field: &str) -> Result<Vec<Document>, SimulateError> {
     Ok(out)
 }
 
-/// Checks the manifests and every `apply` step before anything starts.
-pub(super) fn check_manifests(scenario: &Scenario) -> Result<(), SimulateError> {
-    documents(&scenario.manifests, "spec.manifests")?;
-    for (i, step) in scenario.steps.iter().enumerate() {
-        if let Action::Apply(text) = &step.action {
-            documents(text, &format!("spec.steps[{i}].apply"))?;
-        }
-    }
-    Ok(())
+/// A scenario's manifests, parsed and checked once: those applied at t=0 and each `apply` step's,
+/// by step position.
+pub(super) struct Manifests {
+    initial: Vec<Document>,
+    steps: BTreeMap<usize, Vec<Document>>,
 }
 
-/// Applies every document of `text` with server-side apply.
-async fn apply(client: &kube::Client, store: &Store, text: &str, field: &str) -> Result<(), SimulateError> {
-    for document in documents(text, field)? {
+/// Parses and checks the manifests and every `apply` step before anything starts.
+pub(super) fn prepare(scenario: &Scenario) -> Result<Manifests, SimulateError> {
+    // Generating the CRD schemas is the costly part of checking: do it once.
+    let mut checker = Checker::new();
+    let initial = documents(&mut checker, &scenario.manifests, "spec.manifests")?;
+    let mut steps = BTreeMap::new();
+    for (i, step) in scenario.steps.iter().enumerate() {
+        if let Action::Apply(text) = &step.action {
+            steps.insert(
+                i,
+                documents(&mut checker, text, &format!("spec.steps[{i}].apply"))?,
+            );
+        }
+    }
+    Ok(Manifests { initial, steps })
+}
+
+/// Applies `documents` with server-side apply.
+async fn apply(
+    client: &kube::Client,
+    store: &Store,
+    documents: Vec<Document>,
+    field: &str,
+) -> Result<(), SimulateError> {
+    for document in documents {
         let rejected = |message: String| SimulateError::Step {
             field: field.to_owned(),
             message: format!("{}: {message}", document.object_ref),

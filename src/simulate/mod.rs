@@ -12,7 +12,7 @@ pub use driver::{Progress, run};
 /// Parses a scenario and checks its manifests as the API server would, without running it.
 pub fn check(text: &str) -> Result<Scenario, SimulateError> {
     let scenario = Scenario::parse(text)?;
-    driver::check_manifests(&scenario)?;
+    driver::prepare(&scenario)?;
     Ok(scenario)
 }
 pub use report::Report;

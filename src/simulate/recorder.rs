@@ -13,10 +13,11 @@ use joist_kubesim::{
     resources::GroupResource,
     store::{EventKind, WatchCursor},
 };
+use joist_messages::labels::{CAPACITY_TYPE, INSTANCE_TYPE, NODEPOOL, ZONE};
 use serde_json::Value;
 use tokio::{task::JoinHandle, time::Instant};
 
-use super::report::{Entry, text};
+use super::report::{Entry, Recorded, label, round, text};
 
 /// Per pod: created, first unschedulable, first running (seconds since the start).
 #[derive(Debug, Clone, Copy, Default)]
@@ -38,6 +39,14 @@ struct Notes {
     max_pending_to_claim: Option<f64>,
 }
 
+/// The resources the recorder follows.
+#[derive(Clone, Copy)]
+enum Watched {
+    NodeClaims,
+    Nodes,
+    Pods,
+}
+
 /// See the module docs.
 pub struct Recorder {
     started: Instant,
@@ -51,14 +60,10 @@ fn condition_true(object: &Value, type_: &str) -> bool {
         .is_some_and(|c| c.iter().any(|c| c["type"] == type_ && c["status"] == "True"))
 }
 
-fn round(seconds: f64) -> f64 {
-    (seconds * 1000.0).round() / 1000.0
-}
-
 impl Notes {
     fn entry(&mut self, at: f64, event: &str, object: String, detail: String) {
         self.timeline.push(Entry {
-            at_seconds: round(at),
+            at_seconds: round(at, 3),
             event: event.to_owned(),
             object,
             detail,
@@ -69,10 +74,10 @@ impl Notes {
         let name = text(object, "/metadata/name");
         match kind {
             EventKind::Added => {
-                let pool = text(object, "/metadata/labels/karpenter.sh~1nodepool");
+                let pool = label(object, NODEPOOL);
                 self.entry(at, "nodeclaim-created", name, format!("nodepool {pool}"));
                 if let Some(since) = self.waiting_since.take() {
-                    let latency = round(at - since);
+                    let latency = round(at - since, 3);
                     self.max_pending_to_claim =
                         Some(self.max_pending_to_claim.map_or(latency, |m| m.max(latency)));
                 }
@@ -82,13 +87,11 @@ impl Notes {
                     condition_true(object, type_) && !previous.is_some_and(|p| condition_true(p, type_))
                 };
                 if became("Launched") {
-                    let labels =
-                        |key: &str| text(object, &format!("/metadata/labels/{}", key.replace('/', "~1")));
                     let detail = format!(
                         "{} {} in {}",
-                        labels("node.kubernetes.io/instance-type"),
-                        labels("karpenter.sh/capacity-type"),
-                        labels("topology.kubernetes.io/zone")
+                        label(object, INSTANCE_TYPE),
+                        label(object, CAPACITY_TYPE),
+                        label(object, ZONE)
                     );
                     self.entry(at, "nodeclaim-launched", name.clone(), detail);
                 }
@@ -165,29 +168,33 @@ impl Recorder {
         let notes = Arc::new(Mutex::new(Notes::default()));
         let shared = notes.clone();
         let task = tokio::spawn(async move {
-            let resources = [
-                GroupResource::new("karpenter.sh", "nodeclaims"),
-                GroupResource::new("", "nodes"),
-                GroupResource::new("", "pods"),
-            ];
-            let mut cursors: Vec<WatchCursor> = resources
-                .iter()
-                .filter_map(|r| store.watch(r, None).ok())
-                .collect();
+            let mut cursors: Vec<(Watched, WatchCursor)> = [
+                (
+                    Watched::NodeClaims,
+                    GroupResource::new("karpenter.sh", "nodeclaims"),
+                ),
+                (Watched::Nodes, GroupResource::new("", "nodes")),
+                (Watched::Pods, GroupResource::new("", "pods")),
+            ]
+            .into_iter()
+            .filter_map(|(watched, resource)| Some((watched, store.watch(&resource, None).ok()?)))
+            .collect();
             let mut changes = store.subscribe();
             while changes.changed().await.is_ok() {
                 let at = started.elapsed().as_secs_f64();
-                for (i, cursor) in cursors.iter_mut().enumerate() {
+                for (watched, cursor) in &mut cursors {
                     let Ok(events) = store.poll(cursor, usize::MAX) else {
                         continue;
                     };
                     let mut notes = lock(&shared);
                     for event in events {
-                        let previous = event.previous.as_deref();
-                        match i {
-                            0 => notes.node_claim(at, event.kind, &event.object, previous),
-                            1 => notes.node(at, event.kind, &event.object),
-                            _ => notes.pod(at, event.kind, &event.object),
+                        let object = &event.object;
+                        match watched {
+                            Watched::NodeClaims => {
+                                notes.node_claim(at, event.kind, object, event.previous.as_deref());
+                            }
+                            Watched::Nodes => notes.node(at, event.kind, object),
+                            Watched::Pods => notes.pod(at, event.kind, object),
                         }
                     }
                 }
@@ -202,16 +209,15 @@ impl Recorder {
         lock(&self.notes).entry(at, event, object, detail);
     }
 
-    /// Stops recording and hands over the timeline, the pod times and the worst pending → NodeClaim
-    /// latency.
-    pub fn finish(self) -> (Vec<Entry>, BTreeMap<String, PodTimes>, Option<f64>) {
+    /// Stops recording and hands over what it saw.
+    pub fn finish(self) -> Recorded {
         self.task.abort();
         let mut notes = lock(&self.notes);
-        (
-            std::mem::take(&mut notes.timeline),
-            std::mem::take(&mut notes.pods),
-            notes.max_pending_to_claim,
-        )
+        Recorded {
+            timeline: std::mem::take(&mut notes.timeline),
+            pods: std::mem::take(&mut notes.pods),
+            max_pending_to_claim: notes.max_pending_to_claim,
+        }
     }
 }
 

@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 
 use joist_kubesim::{Store, resources::GroupResource};
+use joist_messages::labels::{CAPACITY_TYPE, INSTANCE_TYPE, NODEPOOL, ZONE};
 use joist_provider_sim::{CloudEvent, EndReason, SimCloud};
 use serde::Serialize;
 use serde_json::Value;
@@ -92,7 +93,8 @@ pub struct Report {
     pub timeline: Vec<Entry>,
 }
 
-fn round(value: f64, places: i32) -> f64 {
+/// `value` rounded to `places` decimals, so reports print the same figures on every run.
+pub(super) fn round(value: f64, places: i32) -> f64 {
     let scale = 10f64.powi(places);
     (value * scale).round() / scale
 }
@@ -104,6 +106,11 @@ pub(super) fn text(object: &Value, pointer: &str) -> String {
         .and_then(Value::as_str)
         .unwrap_or_default()
         .to_owned()
+}
+
+/// The value of label `key` on `object`, empty when absent.
+pub(super) fn label(object: &Value, key: &str) -> String {
+    text(object, &format!("/metadata/labels/{}", key.replace('/', "~1")))
 }
 
 /// What the recorder saw.
@@ -147,48 +154,48 @@ pub fn build(name: &str, seed: u64, end: f64, store: &Store, cloud: &SimCloud, r
             .list(&GroupResource::new(group, resource), None, None, None, |_| true)
             .items
     };
-    let label =
-        |object: &Value, key: &str| text(object, &format!("/metadata/labels/{}", key.replace('/', "~1")));
     let final_nodes = list("", "nodes")
         .iter()
         .map(|node| FinalNode {
             name: text(node, "/metadata/name"),
-            nodepool: label(node, "karpenter.sh/nodepool"),
-            instance_type: label(node, "node.kubernetes.io/instance-type"),
-            capacity_type: label(node, "karpenter.sh/capacity-type"),
-            zone: label(node, "topology.kubernetes.io/zone"),
+            nodepool: label(node, NODEPOOL),
+            instance_type: label(node, INSTANCE_TYPE),
+            capacity_type: label(node, CAPACITY_TYPE),
+            zone: label(node, ZONE),
             price_per_hour: price_of(&text(node, "/spec/providerID")),
         })
         .collect();
     let pods = list("", "pods");
     let phase = |p: &&std::sync::Arc<Value>, wanted: &str| p["status"]["phase"] == wanted;
-    let events = list("", "events");
-    let pending_pods = pods
+    // Joist's latest FailedScheduling message per pod, from one pass over the events.
+    let mut reasons: BTreeMap<String, (u64, String)> = BTreeMap::new();
+    for event in list("", "events") {
+        if event["reason"] != "FailedScheduling" || event["source"]["component"] != "joist" {
+            continue;
+        }
+        let involved = &event["involvedObject"];
+        let pod = format!("{}/{}", text(involved, "/namespace"), text(involved, "/name"));
+        let revision = text(&event, "/metadata/resourceVersion")
+            .parse::<u64>()
+            .unwrap_or(0);
+        if reasons.get(&pod).is_none_or(|(seen, _)| *seen < revision) {
+            reasons.insert(pod, (revision, text(&event, "/message")));
+        }
+    }
+    let pending_pods: Vec<PendingPod> = pods
         .iter()
         .filter(|p| phase(p, "Pending"))
         .map(|pod| {
-            let (namespace, name) = (text(pod, "/metadata/namespace"), text(pod, "/metadata/name"));
-            let revision = |e: &&std::sync::Arc<Value>| {
-                e["metadata"]["resourceVersion"]
-                    .as_str()
-                    .and_then(|v| v.parse::<u64>().ok())
-                    .unwrap_or(0)
-            };
-            let reason = events
-                .iter()
-                .filter(|e| {
-                    e["involvedObject"]["name"] == name.as_str()
-                        && e["involvedObject"]["namespace"] == namespace.as_str()
-                        && e["reason"] == "FailedScheduling"
-                        && e["source"]["component"] == "joist"
-                })
-                .max_by_key(revision)
-                .map(|e| text(e, "/message"))
+            let pod = format!(
+                "{}/{}",
+                text(pod, "/metadata/namespace"),
+                text(pod, "/metadata/name")
+            );
+            let reason = reasons
+                .remove(&pod)
+                .map(|(_, message)| message)
                 .unwrap_or_default();
-            PendingPod {
-                pod: format!("{namespace}/{name}"),
-                reason,
-            }
+            PendingPod { pod, reason }
         })
         .collect();
     let max_pod_pending_seconds = recorded
@@ -213,7 +220,7 @@ pub fn build(name: &str, seed: u64, end: f64, store: &Store, cloud: &SimCloud, r
             nodes_launched: instances.len(),
             nodes_terminated,
             final_nodes,
-            pods_pending_end: pods.iter().filter(|p| phase(p, "Pending")).count(),
+            pods_pending_end: pending_pods.len(),
             pods_running_end: pods.iter().filter(|p| phase(p, "Running")).count(),
             max_pod_pending_seconds: round(max_pod_pending_seconds, 3),
             max_pending_to_nodeclaim_seconds: recorded.max_pending_to_claim,

@@ -6,7 +6,7 @@
 //! state sits behind one mutex, held only for bookkeeping (never across an await).
 
 use std::{
-    collections::{BTreeMap, BTreeSet},
+    collections::BTreeMap,
     sync::{Arc, Mutex, MutexGuard},
     time::Duration,
 };
@@ -214,15 +214,15 @@ impl Books {
     /// Running instances whose node labels include all of `selector`, at most `count`, in id order.
     pub(crate) fn pick(&self, selector: &BTreeMap<String, String>, count: usize) -> Vec<String> {
         let state = self.lock();
-        let matching = |t: &&Tracked| {
-            t.record.ended.is_none() && selector.iter().all(|(k, v)| t.labels.get(k) == Some(v))
-        };
-        let ids: BTreeSet<&String> = state
+        // Instances are keyed by id, so this walks them in id order.
+        state
             .instances
             .iter()
-            .filter(|(_, t)| matching(t))
-            .map(|(id, _)| id)
-            .collect();
-        ids.into_iter().take(count).cloned().collect()
+            .filter(|(_, t)| {
+                t.record.ended.is_none() && selector.iter().all(|(k, v)| t.labels.get(k) == Some(v))
+            })
+            .map(|(id, _)| id.clone())
+            .take(count)
+            .collect()
     }
 }
