@@ -4,3 +4,4 @@
 
 pub mod commands;
 pub mod simulate;
+pub mod telemetry;

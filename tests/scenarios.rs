@@ -2,9 +2,26 @@
 //! virtual time), asserting what a user would check in the report: pods end Running on kubesim's
 //! own scheduler, on the cheapest type that fits, within NodePool limits, weights, taints, node
 //! affinity and zonal spread; a capacity error falls back to the next offering within one batch
-//! cycle; a pod that fits nowhere stays Pending and is told why.
+//! cycle; a pod that fits nowhere stays Pending and is told why. Every node's life is one trace,
+//! recorded in memory or exported over OTLP by the real binary.
+
+use std::{
+    collections::BTreeMap,
+    io::{BufRead, BufReader, Read, Write},
+    net::TcpListener,
+    process::Command,
+    sync::{Arc, mpsc},
+    time::Duration,
+};
 
 use joist::simulate::{self, Report, Scenario};
+use joist_actors::node_trace::{NodeTracer, ROOT_SPAN};
+use opentelemetry::trace::SpanId;
+use opentelemetry_proto::tonic::{
+    collector::trace::v1::ExportTraceServiceRequest, common::v1::any_value::Value as OtlpValue,
+};
+use opentelemetry_sdk::trace::{InMemorySpanExporter, SimpleSpanProcessor, SpanData};
+use prost::Message;
 
 /// An on-demand amd64 NodePool, with extra `requirements` entries and extra `spec` fields.
 fn pool(name: &str, requirements: &str, spec: &str) -> String {
@@ -95,7 +112,8 @@ spec:
 }
 
 fn run(scenario: &Scenario) -> Report {
-    simulate::run(scenario, scenario.seed, &mut |_| {}).unwrap_or_else(|e| panic!("{e}"))
+    simulate::run(scenario, scenario.seed, NodeTracer::disabled(), &mut |_| {})
+        .unwrap_or_else(|e| panic!("{e}"))
 }
 
 #[test]
@@ -289,5 +307,194 @@ fn a_pod_that_fits_nowhere_stays_pending_and_says_why() {
     assert!(
         reason.contains("no instance type met the scheduling requirements"),
         "{reason}"
+    );
+}
+
+fn seconds(span: &SpanData) -> f64 {
+    span.end_time
+        .duration_since(span.start_time)
+        .unwrap_or_default()
+        .as_secs_f64()
+}
+
+#[test]
+fn every_node_life_is_one_trace_with_a_span_per_phase() {
+    let exporter = InMemorySpanExporter::default();
+    let tracer = NodeTracer::new(Arc::new(SimpleSpanProcessor::new(exporter.clone())));
+    let manifests = format!(
+        "{NODE_CLASS}{}{}",
+        pool("default", "", ""),
+        deployment("inflate", 2, "1", "")
+    );
+    let steps = "[{at: 3m, interrupt: {nodeSelector: {karpenter.sh/capacity-type: on-demand}, count: 1}}]";
+    let scenario = scenario(&manifests, steps, "8m");
+    let report =
+        simulate::run(&scenario, scenario.seed, tracer, &mut |_| {}).unwrap_or_else(|e| panic!("{e}"));
+    let spans = exporter.get_finished_spans().unwrap_or_else(|e| panic!("{e}"));
+    let mut traces: BTreeMap<_, Vec<SpanData>> = BTreeMap::new();
+    for span in spans {
+        traces
+            .entry(span.span_context.trace_id().to_bytes())
+            .or_default()
+            .push(span);
+    }
+    assert_eq!(
+        traces.len(),
+        report.summary.nodes_launched as usize,
+        "one trace per launched node: {traces:#?}"
+    );
+    fn names(spans: &[SpanData]) -> Vec<&str> {
+        let mut names: Vec<&str> = spans.iter().map(|s| s.name.as_ref()).collect();
+        names.sort_unstable();
+        names
+    }
+    let (ended, alive): (Vec<_>, Vec<_>) = traces
+        .values()
+        .partition(|spans| spans.iter().any(|s| s.name == ROOT_SPAN));
+    assert_eq!(
+        (ended.len(), alive.len()),
+        (1, 1),
+        "the interrupted node and its replacement"
+    );
+    assert_eq!(
+        names(ended[0]),
+        [
+            "nodeclaim",
+            "nodeclaim.initialization",
+            "nodeclaim.launch",
+            "nodeclaim.registration",
+            "nodeclaim.termination"
+        ]
+    );
+    assert_eq!(
+        names(alive[0]),
+        [
+            "nodeclaim.initialization",
+            "nodeclaim.launch",
+            "nodeclaim.registration"
+        ]
+    );
+    let root = ended[0]
+        .iter()
+        .find(|s| s.name == ROOT_SPAN)
+        .unwrap_or_else(|| panic!("no root"));
+    assert_eq!(root.parent_span_id, SpanId::INVALID);
+    for phase in ended[0].iter().filter(|s| s.name != ROOT_SPAN) {
+        assert_eq!(
+            phase.parent_span_id,
+            root.span_context.span_id(),
+            "{}",
+            phase.name
+        );
+        assert!(
+            phase.start_time >= root.start_time && phase.end_time <= root.end_time,
+            "{phase:#?}"
+        );
+    }
+    for spans in traces.values() {
+        let registration = spans.iter().find(|s| s.name == "nodeclaim.registration");
+        let took = registration.map_or(0.0, seconds);
+        assert!(
+            (40.0..=42.0).contains(&took),
+            "registration waits for the 40 s boot, took {took}s"
+        );
+    }
+}
+
+/// Receives OTLP/HTTP requests on 127.0.0.1 and passes their bodies on; the thread ends with the
+/// test process.
+fn otlp_receiver() -> (String, mpsc::Receiver<Vec<u8>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("{e}"));
+    let address = listener.local_addr().unwrap_or_else(|e| panic!("{e}"));
+    let (bodies, received) = mpsc::channel();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let bodies = bodies.clone();
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(stream);
+                loop {
+                    let mut length = None;
+                    let mut line = String::new();
+                    let mut request_line = true;
+                    loop {
+                        line.clear();
+                        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                            return;
+                        }
+                        if line == "\r\n" {
+                            break;
+                        }
+                        if request_line {
+                            assert!(line.starts_with("POST /v1/traces "), "{line}");
+                            request_line = false;
+                        }
+                        if let Some((name, value)) = line.split_once(':')
+                            && name.eq_ignore_ascii_case("content-length")
+                        {
+                            length = value.trim().parse::<usize>().ok();
+                        }
+                    }
+                    let mut body = vec![0; length.unwrap_or(0)];
+                    if reader.read_exact(&mut body).is_err() {
+                        return;
+                    }
+                    let _ = bodies.send(body);
+                    let reply = b"HTTP/1.1 200 OK\r\ncontent-type: application/x-protobuf\r\ncontent-length: 0\r\n\r\n";
+                    if reader.get_mut().write_all(reply).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (format!("http://{address}"), received)
+}
+
+#[test]
+fn simulate_exports_node_traces_over_otlp_when_the_endpoint_is_set() {
+    let (endpoint, received) = otlp_receiver();
+    let output = Command::new(env!("CARGO_BIN_EXE_joist"))
+        .args([
+            "simulate",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/examples/quickstart.yaml"),
+        ])
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint)
+        .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+        .env_remove("OTEL_EXPORTER_OTLP_PROTOCOL")
+        .env_remove("OTEL_SERVICE_NAME")
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run joist: {e}"));
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let requests: Vec<ExportTraceServiceRequest> = received
+        .try_iter()
+        .map(|body| ExportTraceServiceRequest::decode(body.as_slice()).unwrap_or_else(|e| panic!("{e}")))
+        .collect();
+    let mut launches = Vec::new();
+    for resource_spans in requests.iter().flat_map(|r| &r.resource_spans) {
+        let service = resource_spans
+            .resource
+            .iter()
+            .flat_map(|r| &r.attributes)
+            .find(|a| a.key == "service.name")
+            .and_then(|a| a.value.as_ref()?.value.clone());
+        assert_eq!(service, Some(OtlpValue::StringValue("joist".into())));
+        let spans = resource_spans.scope_spans.iter().flat_map(|s| &s.spans);
+        launches.extend(spans.filter(|s| s.name == "nodeclaim.launch").cloned());
+    }
+    assert_eq!(
+        launches.len(),
+        2,
+        "the quickstart launches two nodes: {requests:#?}"
+    );
+    assert_ne!(launches[0].trace_id, launches[1].trace_id, "one trace per node");
+    let epoch = Duration::from_secs(1_767_225_600).as_nanos() as u64;
+    let started = launches[0].start_time_unix_nano;
+    assert!(
+        (epoch..epoch + 600_000_000_000).contains(&started),
+        "spans carry the scenario's virtual time (2026-01-01T00:00Z + minutes), not the wall clock: {started}"
     );
 }

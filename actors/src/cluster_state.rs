@@ -7,6 +7,10 @@
 //! Pod notifications use `try_send`: when the Batcher's mailbox is full the trigger is remembered
 //! and sent again on the next tick, never lost and never blocking the watch. Watch errors are
 //! retried by the watchers with backoff and logged.
+//!
+//! It takes no messages, so it has no mailbox to bound: the watch streams are pulled one event at
+//! a time, when the previous one has been handled, so a busy ClusterState slows its watches down
+//! instead of growing a queue.
 
 use std::{sync::Arc, time::Duration};
 
@@ -39,9 +43,6 @@ use crate::{
     read_model::Writers,
     shared::Shared,
 };
-
-/// Watch events buffered between the reflectors and the actor.
-pub const CLUSTER_STATE_MAILBOX: usize = 1024;
 
 /// How often a trigger the Batcher could not take is retried.
 const RETRY_TRIGGER: Duration = Duration::from_secs(1);
@@ -177,7 +178,6 @@ impl Actor for ClusterState {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Self::Context) {
-        ctx.set_mailbox_capacity(CLUSTER_STATE_MAILBOX);
         let Some(writers) = self.writers.take() else {
             return;
         };

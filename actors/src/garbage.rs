@@ -3,13 +3,15 @@
 //! for (a launch whose claim was lost, a claim deleted mid-launch) is terminated once it is older
 //! than [`ORPHAN_GRACE`], so Joist never leaks an instance. Failures are logged and retried on the
 //! next round.
+//!
+//! It takes no messages (its timer drives it), so it has no mailbox to bound; a round that is
+//! still running when the next tick comes runs beside it, and both only ever delete instances no
+//! claim accounts for.
 
 use actix::prelude::*;
+use tracing::Instrument;
 
 use crate::{settings::ORPHAN_GRACE, shared::Shared};
-
-/// Control messages queued (it takes none but its own timer today).
-pub const GARBAGE_COLLECTOR_MAILBOX: usize = 4;
 
 /// See the module docs.
 pub struct GarbageCollector {
@@ -27,17 +29,16 @@ impl Actor for GarbageCollector {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Self::Context) {
-        ctx.set_mailbox_capacity(GARBAGE_COLLECTOR_MAILBOX);
         ctx.run_interval(self.shared.settings.garbage_collection, |collector, ctx| {
             let shared = collector.shared.clone();
-            ctx.spawn(collect(shared).into_actor(collector));
+            let round = collect(shared).instrument(tracing::debug_span!("garbage_collector.round"));
+            ctx.spawn(round.into_actor(collector));
         });
     }
 }
 
 /// One round (see the module docs).
 async fn collect(shared: Shared) {
-    let _span = tracing::debug_span!("garbage_collector.round").entered();
     shared.read.synced().await;
     let instances = match shared.cloud.list().await {
         Ok(instances) => instances,

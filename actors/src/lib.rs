@@ -5,6 +5,7 @@
 //! keeps its status; one [`node_claim::NodeClaimActor`] per NodeClaim runs its
 //! [`lifecycle`]; the [`catalog::Catalog`] lists instance types and remembers offerings out of
 //! capacity; the [`garbage::GarbageCollector`] terminates instances no NodeClaim accounts for.
+//! Every node's life is one OpenTelemetry trace ([`node_trace`]).
 //!
 //! Every actor's mailbox is bounded by a named constant. Per-object actors are supervised: one
 //! that fails is restarted from the read model without touching the others.
@@ -19,6 +20,7 @@ pub mod lifecycle;
 pub mod node_claim;
 pub mod node_class;
 pub mod node_pool;
+pub mod node_trace;
 pub mod protocol;
 pub mod provisioner;
 pub mod read_model;
@@ -34,7 +36,8 @@ use joist_provider::CloudProvider;
 
 use crate::{
     batcher::Batcher, catalog::Catalog, cluster_state::ClusterState, garbage::GarbageCollector,
-    provisioner::Provisioner, read_model::ReadModel, settings::Settings, shared::Shared,
+    node_trace::NodeTracer, provisioner::Provisioner, read_model::ReadModel, settings::Settings,
+    shared::Shared,
 };
 
 /// The running controllers. Dropping it does not stop them; stop the actix system instead.
@@ -53,12 +56,13 @@ pub struct Controllers {
 
 /// Starts every controller on the current actix system, talking to the cluster through `client`
 /// and to the cloud through `cloud`. NodePool actors are spread over `settings.shards` new
-/// arbiters (none: the current one).
+/// arbiters (none: the current one). Each node's lifecycle is traced to `node_tracer`.
 pub fn start(
     client: kube::Client,
     cloud: Arc<dyn CloudProvider>,
     settings: Settings,
     clock: Clock,
+    node_tracer: NodeTracer,
 ) -> Controllers {
     let (read, writers) = ReadModel::new();
     let catalog = Catalog::new(cloud.clone()).start();
@@ -71,6 +75,7 @@ pub fn start(
         clock,
         directory: Arc::default(),
         catalog,
+        node_tracer,
     };
     let provisioner = Provisioner::new(shared.clone()).start();
     let batcher = Batcher::new(&shared.settings, provisioner.clone().recipient()).start();

@@ -16,6 +16,8 @@
 //!   [`MINIMUM_DRAIN_TIME`], terminate the instance, then release the Node's and the claim's
 //!   finalizers.
 //!
+//! Each finished phase is recorded as a span of the node's trace ([`crate::node_trace`]).
+//!
 //! Kubernetes API errors are returned to the actor, which retries and, when they persist, stops so
 //! its supervisor restarts it from the read model.
 
@@ -23,7 +25,11 @@ use std::{collections::BTreeMap, time::Duration};
 
 use joist_messages::{
     apis::NodeClaim,
-    labels::{EXCLUDE_FROM_EXTERNAL_LB, INITIALIZED, NODEPOOL, REGISTERED, TERMINATION_FINALIZER, taints},
+    labels::{
+        CAPACITY_TYPE, EXCLUDE_FROM_EXTERNAL_LB, INITIALIZED, INSTANCE_TYPE, NODEPOOL, REGISTERED,
+        TERMINATION_FINALIZER, ZONE, taints,
+    },
+    time::system_time,
 };
 use joist_provider::{CloudError, Launch};
 use k8s_openapi::{
@@ -31,11 +37,13 @@ use k8s_openapi::{
     apimachinery::pkg::apis::meta::v1::Condition,
 };
 use kube::{Api, ResourceExt, api::EvictParams};
+use opentelemetry::KeyValue;
 use serde_json::json;
 use tokio::time::Instant;
 
 use crate::{
     kube_ops::{self, is_true, set_condition},
+    node_trace::Phase,
     protocol::{GetInstanceTypes, MarkUnavailable},
     settings::{LAUNCH_TIMEOUT, MINIMUM_DRAIN_TIME, REGISTRATION_TIMEOUT},
     shared::Shared,
@@ -45,11 +53,33 @@ use crate::{
 /// What the actor remembers between steps (lost on restart, rebuilt from the cluster).
 #[derive(Debug, Default, Clone)]
 pub struct Memory {
-    /// The provider ID of an instance launched but not yet seen in the claim's status, so a
-    /// reconcile racing the status write does not launch twice.
-    pub launched: Option<String>,
+    /// The instance launched for the claim: a status write that failed is retried with it
+    /// instead of launching a second instance.
+    pub launched: Option<Launch>,
+    /// A phase this actor just finished, and when, while the read model does not show it yet: a
+    /// step taken on that stale view would write the same thing again.
+    pub finished: Option<(Phase, Instant)>,
     /// When draining began.
     pub drain_started: Option<Instant>,
+}
+
+/// How long the read model may lag the API: a finished phase missing from it, or a claim's pool or
+/// class not in it yet, is waited for this long before the actor acts on what it sees.
+pub const READ_MODEL_LAG: Duration = Duration::from_secs(30);
+
+/// Whether the claim already shows that `phase` finished.
+fn shows(claim: &NodeClaim, phase: Phase) -> bool {
+    let conditions = claim
+        .status
+        .as_ref()
+        .map(|s| s.conditions.as_slice())
+        .unwrap_or_default();
+    match phase {
+        Phase::Launch => is_true(conditions, "Launched"),
+        Phase::Registration => is_true(conditions, "Registered"),
+        Phase::Initialization => is_true(conditions, "Initialized"),
+        Phase::Termination => !claim.finalizers().iter().any(|f| f == TERMINATION_FINALIZER),
+    }
 }
 
 /// When to look again.
@@ -82,6 +112,12 @@ pub async fn step(shared: &Shared, name: &str, memory: &mut Memory) -> Result<Ne
     let Some(claim) = shared.read.node_claim(name) else {
         return Ok(Next::Gone);
     };
+    if let Some((phase, at)) = memory.finished {
+        if !shows(&claim, phase) && at.elapsed() < READ_MODEL_LAG {
+            return Ok(Next::After(READ_MODEL_LAG - at.elapsed()));
+        }
+        memory.finished = None;
+    }
     if claim.metadata.deletion_timestamp.is_some() {
         return terminate(shared, &claim, memory).await;
     }
@@ -91,7 +127,9 @@ pub async fn step(shared: &Shared, name: &str, memory: &mut Memory) -> Result<Ne
         .clone()
         .filter(|_| is_true(&status.conditions, "Launched"))
     else {
-        if memory.launched.is_some() {
+        if let Some(launch) = memory.launched.clone() {
+            record_launch(shared, &claim, &launch).await?;
+            memory.finished = Some((Phase::Launch, Instant::now()));
             return Ok(Next::OnChange);
         }
         let age = age(shared, &claim);
@@ -112,7 +150,7 @@ pub async fn step(shared: &Shared, name: &str, memory: &mut Memory) -> Result<Ne
         if registered {
             return delete_claim(shared, &claim, "NodeDeleted", "its node is gone").await;
         }
-        let since_launch = since(shared, launched_at(&claim).unwrap_or_default());
+        let since_launch = since(shared, transitioned_at(&claim, "Launched").unwrap_or_default());
         if since_launch >= REGISTRATION_TIMEOUT {
             return delete_claim(
                 shared,
@@ -129,35 +167,46 @@ pub async fn step(shared: &Shared, name: &str, memory: &mut Memory) -> Result<Ne
     }
     if !registered {
         register(shared, &claim, &node).await?;
-    } else if !is_true(&status.conditions, "Initialized") {
-        initialize(shared, &claim, &node).await?;
+        memory.finished = Some((Phase::Registration, Instant::now()));
+    } else if !is_true(&status.conditions, "Initialized") && initialize(shared, &claim, &node).await? {
+        memory.finished = Some((Phase::Initialization, Instant::now()));
     }
     Ok(Next::OnChange)
 }
 
 fn age(shared: &Shared, claim: &NodeClaim) -> Duration {
-    since(
-        shared,
-        claim
-            .metadata
-            .creation_timestamp
-            .as_ref()
-            .map_or(0, |t| t.0.as_second()),
-    )
+    since(shared, created_at(claim))
 }
 
 fn since(shared: &Shared, epoch_seconds: i64) -> Duration {
     Duration::from_secs(u64::try_from(shared.clock.now_seconds() - epoch_seconds).unwrap_or(0))
 }
 
-fn launched_at(claim: &NodeClaim) -> Option<i64> {
+/// When the claim's condition `type_` last changed, in epoch seconds.
+fn transitioned_at(claim: &NodeClaim, type_: &str) -> Option<i64> {
     let condition = claim
         .status
         .as_ref()?
         .conditions
         .iter()
-        .find(|c| c.type_ == "Launched")?;
+        .find(|c| c.type_ == type_)?;
     Some(condition.last_transition_time.0.as_second())
+}
+
+fn created_at(claim: &NodeClaim) -> i64 {
+    claim
+        .metadata
+        .creation_timestamp
+        .as_ref()
+        .map_or(0, |t| t.0.as_second())
+}
+
+/// Records that `claim` finished `phase`, which began at the epoch second `since`.
+fn trace_phase(shared: &Shared, claim: &NodeClaim, phase: Phase, since: i64, attributes: Vec<KeyValue>) {
+    let now = shared.clock.now_system();
+    shared
+        .node_tracer
+        .phase(claim, phase, system_time(since), now, attributes);
 }
 
 /// The claim's conditions with `updates` (type, status, reason, message) applied.
@@ -192,6 +241,12 @@ async fn launch(shared: &Shared, claim: &NodeClaim, memory: &mut Memory) -> Resu
         .and_then(|p| shared.read.node_pool(p));
     let class = shared.read.node_class(&claim.spec.node_class_ref.name);
     let (Some(node_pool), Some(node_class)) = (pool, class) else {
+        // Watches of different kinds arrive in any order: a claim seen before its pool or class
+        // gets the read model's lag before it is judged.
+        let age = age(shared, claim);
+        if age < READ_MODEL_LAG {
+            return Ok(Next::After(READ_MODEL_LAG - age));
+        }
         return delete_claim(
             shared,
             claim,
@@ -214,8 +269,9 @@ async fn launch(shared: &Shared, claim: &NodeClaim, memory: &mut Memory) -> Resu
                     offerings: launch.unavailable.clone(),
                 });
             }
-            memory.launched = Some(launch.instance.provider_id.clone());
+            memory.launched = Some(launch.clone());
             record_launch(shared, claim, &launch).await?;
+            memory.finished = Some((Phase::Launch, Instant::now()));
             Ok(Next::OnChange)
         }
         Err(CloudError::InsufficientCapacity { offerings, message }) => {
@@ -260,6 +316,15 @@ async fn record_launch(shared: &Shared, claim: &NodeClaim, launch: &Launch) -> R
         "conditions": conditions,
     });
     kube_ops::patch_status(&api, &claim.name_any(), status).await?;
+    let instance = &launch.instance;
+    let attributes = vec![
+        KeyValue::new("host.type", instance.instance_type.clone()),
+        KeyValue::new("cloud.availability_zone", instance.zone.clone()),
+        KeyValue::new("joist.capacity_type", instance.capacity_type.to_string()),
+        KeyValue::new("joist.provider_id", instance.provider_id.clone()),
+        KeyValue::new("joist.price_per_hour", instance.price),
+    ];
+    trace_phase(shared, claim, Phase::Launch, created_at(claim), attributes);
     tracing::info!(
         nodeclaim = claim.name_any(),
         instance_type = launch.instance.instance_type,
@@ -305,6 +370,9 @@ async fn register(shared: &Shared, claim: &NodeClaim, node: &Node) -> Result<(),
         status,
     )
     .await?;
+    let launched = transitioned_at(claim, "Launched").unwrap_or_else(|| created_at(claim));
+    let attributes = vec![KeyValue::new("k8s.node.name", node.name_any())];
+    trace_phase(shared, claim, Phase::Registration, launched, attributes);
     tracing::info!(nodeclaim = claim.name_any(), node = node.name_any(), "registered");
     Ok(())
 }
@@ -316,7 +384,8 @@ fn taints(node: &Node) -> &[Taint] {
         .unwrap_or_default()
 }
 
-async fn initialize(shared: &Shared, claim: &NodeClaim, node: &Node) -> Result<(), StepError> {
+/// Marks the claim initialized once its node is; whether it did.
+async fn initialize(shared: &Shared, claim: &NodeClaim, node: &Node) -> Result<bool, StepError> {
     let ready = node
         .status
         .as_ref()
@@ -331,7 +400,7 @@ async fn initialize(shared: &Shared, claim: &NodeClaim, node: &Node) -> Result<(
                 .any(|s| s.key == t.key && s.effect == t.effect)
     });
     if !ready || starting {
-        return Ok(());
+        return Ok(false);
     }
     let body = json!({"metadata": {"labels": {INITIALIZED: "true"}}});
     kube_ops::patch(&kube_ops::cluster::<Node>(&shared.client), &node.name_any(), body).await?;
@@ -349,12 +418,15 @@ async fn initialize(shared: &Shared, claim: &NodeClaim, node: &Node) -> Result<(
         json!({"conditions": conditions}),
     )
     .await?;
+    let registered = transitioned_at(claim, "Registered").unwrap_or_else(|| created_at(claim));
+    let attributes = vec![KeyValue::new("k8s.node.name", node.name_any())];
+    trace_phase(shared, claim, Phase::Initialization, registered, attributes);
     tracing::info!(
         nodeclaim = claim.name_any(),
         node = node.name_any(),
         "initialized"
     );
-    Ok(())
+    Ok(true)
 }
 
 /// Pods a drain evicts: everything but DaemonSet pods and pods that already finished.
@@ -372,7 +444,7 @@ async fn terminate(shared: &Shared, claim: &NodeClaim, memory: &mut Memory) -> R
         .status
         .as_ref()
         .and_then(|s| s.provider_id.clone())
-        .or(memory.launched.clone());
+        .or_else(|| Some(memory.launched.as_ref()?.instance.provider_id.clone()));
     if let Some(provider_id) = provider_id {
         let node = shared.read.node_for_provider(&provider_id);
         let exists = match shared.cloud.get(&provider_id).await {
@@ -403,7 +475,35 @@ async fn terminate(shared: &Shared, claim: &NodeClaim, memory: &mut Memory) -> R
         }
     }
     kube_ops::remove_finalizer(&claims, claim).await?;
+    memory.finished = Some((Phase::Termination, Instant::now()));
+    trace_release(shared, claim);
     Ok(Next::OnChange)
+}
+
+/// Records the termination phase and the claim's root span, now that it is released.
+fn trace_release(shared: &Shared, claim: &NodeClaim) {
+    let deleted = claim
+        .metadata
+        .deletion_timestamp
+        .as_ref()
+        .map_or_else(|| created_at(claim), |t| t.0.as_second());
+    trace_phase(shared, claim, Phase::Termination, deleted, Vec::new());
+    let labels = claim.labels();
+    let label = |key: &str| labels.get(key).cloned().unwrap_or_default();
+    let status = claim.status.clone().unwrap_or_default();
+    let attributes = vec![
+        KeyValue::new("joist.nodepool", label(NODEPOOL)),
+        KeyValue::new("host.type", label(INSTANCE_TYPE)),
+        KeyValue::new("cloud.availability_zone", label(ZONE)),
+        KeyValue::new("joist.capacity_type", label(CAPACITY_TYPE)),
+        KeyValue::new("joist.provider_id", status.provider_id.unwrap_or_default()),
+        KeyValue::new("k8s.node.name", status.node_name.unwrap_or_default()),
+        KeyValue::new("joist.launched", is_true(&status.conditions, "Launched")),
+    ];
+    let now = shared.clock.now_system();
+    shared
+        .node_tracer
+        .finish(claim, system_time(created_at(claim)), now, attributes);
 }
 
 /// Taints and drains `node`; `Some(wait)` while pods remain or the minimum drain time runs.

@@ -1,5 +1,5 @@
 //! What every actor is given: the Kubernetes client, the cloud, the read model, the settings, the
-//! clock, and the directory of per-object actors.
+//! clock, the directory of per-object actors, and where node traces go.
 
 use std::sync::Arc;
 
@@ -9,8 +9,8 @@ use joist_messages::time::Clock;
 use joist_provider::CloudProvider;
 
 use crate::{
-    catalog::Catalog, node_claim::NodeClaimActor, node_pool::NodePoolActor, read_model::ReadModel,
-    settings::Settings,
+    catalog::Catalog, node_claim::NodeClaimActor, node_pool::NodePoolActor, node_trace::NodeTracer,
+    read_model::ReadModel, settings::Settings,
 };
 
 /// The addresses of the per-object actors, by object name.
@@ -39,4 +39,6 @@ pub struct Shared {
     pub directory: Arc<Directory>,
     /// The catalog actor.
     pub catalog: Addr<Catalog>,
+    /// Where each node's lifecycle spans go.
+    pub node_tracer: NodeTracer,
 }

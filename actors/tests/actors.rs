@@ -1,6 +1,8 @@
-//! Actor tests: mailbox floods (bounded, nothing lost that matters, the actor keeps serving) and
-//! supervision (a failing NodeClaim actor is restarted without disturbing the others). Time is
-//! paused tokio time, so windows and backoffs are exact.
+//! Actor tests: mailbox floods (bounded, nothing lost that matters, the actor keeps serving),
+//! supervision (a failing NodeClaim actor is restarted without disturbing the others), garbage
+//! collection of leaked instances, and NodePool actors sharded over arbiters. Time is paused tokio
+//! time, so windows and backoffs are exact, except for the sharding test: other arbiters run their
+//! own runtimes on real time.
 
 use std::{
     collections::BTreeMap,
@@ -16,8 +18,11 @@ use joist_actors::{
     batcher::{BATCHER_MAILBOX, Batcher},
     catalog::{CATALOG_MAILBOX, Catalog},
     kube_ops,
-    node_claim::MAX_CONSECUTIVE_FAILURES,
-    protocol::{GetInstanceTypes, MarkUnavailable, PodPending, ProvisionBatch},
+    node_claim::{MAX_CONSECUTIVE_FAILURES, NODE_CLAIM_MAILBOX},
+    node_pool::NODE_POOL_MAILBOX,
+    node_trace::NodeTracer,
+    protocol::{GetInstanceTypes, MarkUnavailable, PodPending, ProvisionBatch, Reconcile},
+    provisioner::PROVISIONER_MAILBOX,
     read_model::PodKey,
     settings::{Settings, SolverMode},
 };
@@ -110,11 +115,32 @@ async fn a_busy_stream_of_pods_is_cut_at_the_max_window() {
     );
 }
 
-/// A cloud for tests: one instance type; listing types fails for NodePools named `broken`.
+/// A cloud for tests: one instance type; listing types fails for NodePools named `broken`;
+/// launched instances are kept until deleted.
 #[derive(Default)]
 struct FakeCloud {
     broken_calls: AtomicUsize,
     launched: Mutex<Vec<String>>,
+    instances: Mutex<BTreeMap<String, Instance>>,
+    deleted: Mutex<Vec<String>>,
+}
+
+fn instance(provider_id: &str, launched_at: i64) -> Instance {
+    Instance {
+        provider_id: provider_id.to_owned(),
+        instance_type: "m5.large".into(),
+        zone: "zone-a".into(),
+        capacity_type: CapacityType::OnDemand,
+        image_id: "ami-fake".into(),
+        price: 0.096,
+        state: InstanceState::Running,
+        launched_at,
+        tags: BTreeMap::new(),
+    }
+}
+
+fn locked<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 fn m5_large() -> InstanceType {
@@ -128,7 +154,9 @@ fn m5_large() -> InstanceType {
             available: true,
             reservation_id: None,
         }],
-        capacity: Resources::new().with(names::CPU, Quantity::from_units(2)),
+        capacity: Resources::new()
+            .with(names::CPU, Quantity::from_units(2))
+            .with(names::PODS, Quantity::from_units(29)),
         overhead: Default::default(),
     }
 }
@@ -140,22 +168,11 @@ impl CloudProvider for FakeCloud {
     fn create<'a>(&'a self, claim: &'a NodeClaim, _types: &'a [InstanceType]) -> CloudFuture<'a, Launch> {
         Box::pin(async move {
             let name = claim.metadata.name.clone().unwrap_or_default();
-            self.launched
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(name.clone());
+            locked(&self.launched).push(name.clone());
+            let instance = instance(&format!("fake:///{name}"), EPOCH);
+            locked(&self.instances).insert(instance.provider_id.clone(), instance.clone());
             Ok(Launch {
-                instance: Instance {
-                    provider_id: format!("fake:///{name}"),
-                    instance_type: "m5.large".into(),
-                    zone: "zone-a".into(),
-                    capacity_type: CapacityType::OnDemand,
-                    image_id: "ami-fake".into(),
-                    price: 0.096,
-                    state: InstanceState::Pending,
-                    launched_at: 0,
-                    tags: BTreeMap::new(),
-                },
+                instance,
                 capacity: m5_large().capacity,
                 allocatable: m5_large().capacity,
                 labels: BTreeMap::new(),
@@ -165,20 +182,27 @@ impl CloudProvider for FakeCloud {
     }
     fn delete<'a>(&'a self, provider_id: &'a str) -> CloudFuture<'a, ()> {
         Box::pin(async move {
-            Err(CloudError::NodeClaimNotFound {
-                provider_id: provider_id.to_owned(),
-            })
+            locked(&self.deleted).push(provider_id.to_owned());
+            match locked(&self.instances).remove(provider_id) {
+                Some(_) => Ok(()),
+                None => Err(CloudError::NodeClaimNotFound {
+                    provider_id: provider_id.to_owned(),
+                }),
+            }
         })
     }
     fn get<'a>(&'a self, provider_id: &'a str) -> CloudFuture<'a, Instance> {
         Box::pin(async move {
-            Err(CloudError::NodeClaimNotFound {
-                provider_id: provider_id.to_owned(),
-            })
+            locked(&self.instances)
+                .get(provider_id)
+                .cloned()
+                .ok_or_else(|| CloudError::NodeClaimNotFound {
+                    provider_id: provider_id.to_owned(),
+                })
         })
     }
     fn list(&self) -> CloudFuture<'_, Vec<Instance>> {
-        Box::pin(async { Ok(Vec::new()) })
+        Box::pin(async { Ok(locked(&self.instances).values().cloned().collect()) })
     }
     fn instance_types<'a>(
         &'a self,
@@ -258,10 +282,19 @@ where
         .unwrap_or_else(|e| panic!("{e}"));
 }
 
-#[actix::test]
-async fn a_failing_nodeclaim_actor_is_restarted_and_the_others_carry_on() {
-    tokio::time::pause();
-    let clock = Clock::starting_at(1_767_225_600);
+/// The Unix time the tests' clocks start at: 2026-01-01T00:00:00Z.
+const EPOCH: i64 = 1_767_225_600;
+
+/// kubesim with Joist's CRDs, a fake cloud and every controller running.
+struct World {
+    cluster: Cluster,
+    client: kube::Client,
+    cloud: Arc<FakeCloud>,
+    controllers: joist_actors::Controllers,
+}
+
+fn world(settings: Settings) -> World {
+    let clock = Clock::starting_at(EPOCH);
     let cluster = Cluster::start(ClusterSettings {
         clock,
         ..ClusterSettings::default()
@@ -278,47 +311,286 @@ async fn a_failing_nodeclaim_actor_is_restarted_and_the_others_carry_on() {
     let cloud = Arc::new(FakeCloud::default());
     let settings = Settings {
         solver: SolverMode::Inline,
-        ..Settings::default()
+        ..settings
     };
-    let controllers = joist_actors::start(client.clone(), cloud.clone(), settings, clock);
-    let classes: Api<EC2NodeClass> = kube_ops::cluster(&client);
-    create(&classes, serde_json::json!({
-        "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass", "metadata": {"name": "default"},
-        "spec": {"role": "r", "amiSelectorTerms": [{"alias": "al2023@latest"}],
-                 "subnetSelectorTerms": [{"id": "subnet-1"}], "securityGroupSelectorTerms": [{"id": "sg-1"}]}
-    }))
-    .await;
-    let pools: Api<NodePool> = kube_ops::cluster(&client);
-    let claims: Api<NodeClaim> = kube_ops::cluster(&client);
-    for name in ["broken", "good"] {
-        create(&pools, serde_json::json!({
+    let controllers = joist_actors::start(
+        client.clone(),
+        cloud.clone(),
+        settings,
+        clock,
+        NodeTracer::disabled(),
+    );
+    World {
+        cluster,
+        client,
+        cloud,
+        controllers,
+    }
+}
+
+impl World {
+    async fn node_class(&self) {
+        create(&kube_ops::cluster::<EC2NodeClass>(&self.client), serde_json::json!({
+            "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass", "metadata": {"name": "default"},
+            "spec": {"role": "r", "amiSelectorTerms": [{"alias": "al2023@latest"}],
+                     "subnetSelectorTerms": [{"id": "subnet-1"}], "securityGroupSelectorTerms": [{"id": "sg-1"}]}
+        }))
+        .await;
+    }
+
+    async fn node_pool(&self, name: &str) {
+        create(&kube_ops::cluster::<NodePool>(&self.client), serde_json::json!({
             "apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": name},
             "spec": {"template": {"spec": {"requirements": [], "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}}}}
         }))
         .await;
-        create(&claims, serde_json::json!({
+    }
+
+    async fn node_claim(&self, name: &str, pool: &str) {
+        create(&self.claims(), serde_json::json!({
             "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
-            "metadata": {"name": format!("{name}-claim"), "labels": {"karpenter.sh/nodepool": name}},
+            "metadata": {"name": name, "labels": {"karpenter.sh/nodepool": pool}},
             "spec": {"requirements": [], "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}}
         }))
         .await;
     }
+
+    /// An unschedulable pod asking for one CPU, written straight into the store.
+    fn pending_pod(&self, name: &str) {
+        let pods = GroupResource::new("", "pods");
+        let pod = serde_json::json!({
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"},
+            "spec": {"containers": [{"name": "pause", "image": "pause", "resources": {"requests": {"cpu": "1"}}}]},
+            "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]}
+        });
+        self.cluster
+            .store()
+            .create(&pods, "default", pod, false)
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    fn claims(&self) -> Api<NodeClaim> {
+        kube_ops::cluster(&self.client)
+    }
+
+    async fn claim_names(&self) -> Vec<String> {
+        let list = self.claims().list(&Default::default()).await;
+        let list = list.unwrap_or_else(|e| panic!("{e}"));
+        list.items.into_iter().filter_map(|c| c.metadata.name).collect()
+    }
+}
+
+/// Offers `count` copies of `message` without yielding; returns how many the mailbox took.
+fn flood<A, M>(addr: &Addr<A>, count: usize, message: impl Fn() -> M) -> usize
+where
+    A: Actor<Context = Context<A>> + Handler<M>,
+    M: Message + Send + 'static,
+    M::Result: Send,
+{
+    let mut accepted = 0;
+    for _ in 0..count {
+        match addr.try_send(message()) {
+            Ok(()) => accepted += 1,
+            Err(SendError::Full(_)) => {}
+            Err(SendError::Closed(_)) => panic!("the actor stopped during the flood"),
+        }
+    }
+    accepted
+}
+
+#[actix::test]
+async fn a_failing_nodeclaim_actor_is_restarted_and_the_others_carry_on() {
+    tokio::time::pause();
+    let world = world(Settings::default());
+    world.node_class().await;
+    for name in ["broken", "good"] {
+        world.node_pool(name).await;
+        world.node_claim(&format!("{name}-claim"), name).await;
+    }
     tokio::time::sleep(Duration::from_secs(60)).await;
-    let calls = cloud.broken_calls.load(Ordering::SeqCst);
+    let calls = world.cloud.broken_calls.load(Ordering::SeqCst);
     assert!(
         calls > MAX_CONSECUTIVE_FAILURES as usize,
         "the failing actor tried {calls} times: it should have been restarted and kept trying"
     );
-    let directory = &controllers.shared.directory.node_claims;
+    let directory = &world.controllers.shared.directory.node_claims;
     let broken = directory.get("broken-claim").map(|a| a.connected());
     assert_eq!(broken, Some(true), "the restarted actor is still reachable");
-    let launched = cloud.launched.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let launched = locked(&world.cloud.launched).clone();
     assert_eq!(
         launched,
         ["good-claim"],
         "the healthy claim launched despite its neighbour"
     );
-    let good = claims.get("good-claim").await.unwrap_or_else(|e| panic!("{e}"));
+    let good = world
+        .claims()
+        .get("good-claim")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     let provider = good.status.and_then(|s| s.provider_id);
     assert_eq!(provider.as_deref(), Some("fake:///good-claim"));
+}
+
+#[actix::test]
+async fn a_provisioner_flood_is_bounded_and_folds_into_one_nodeclaim() {
+    tokio::time::pause();
+    let world = world(Settings::default());
+    world.node_class().await;
+    world.node_pool("default").await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    world.pending_pod("lonely");
+    let batch = || ProvisionBatch {
+        pods: vec![("default".to_owned(), "lonely".to_owned())],
+    };
+    let accepted = flood(&world.controllers.provisioner, 1_000, batch);
+    assert!(
+        (1..=PROVISIONER_MAILBOX + 2).contains(&accepted),
+        "accepted {accepted} of 1,000 batches; capacity {PROVISIONER_MAILBOX}"
+    );
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    assert_eq!(
+        world.claim_names().await.len(),
+        1,
+        "every batch after the first sees the claim in flight: one pod, one NodeClaim"
+    );
+}
+
+#[actix::test]
+async fn a_nodepool_flood_is_bounded_and_its_status_still_lands() {
+    tokio::time::pause();
+    let world = world(Settings::default());
+    world.node_pool("default").await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let actor = world
+        .controllers
+        .shared
+        .directory
+        .node_pools
+        .get("default")
+        .map(|a| a.clone());
+    let actor = actor.unwrap_or_else(|| panic!("no actor for the nodepool"));
+    let accepted = flood(&actor, 1_000, || Reconcile);
+    assert!(
+        accepted <= NODE_POOL_MAILBOX + 2,
+        "accepted {accepted} of 1,000 pokes; capacity {NODE_POOL_MAILBOX}"
+    );
+    // The node class arrives after the flood: the pool must still turn Ready.
+    world.node_class().await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let pool = kube_ops::cluster::<NodePool>(&world.client).get("default").await;
+    let conditions = pool
+        .unwrap_or_else(|e| panic!("{e}"))
+        .status
+        .unwrap_or_default()
+        .conditions;
+    assert!(kube_ops::is_true(&conditions, "Ready"), "{conditions:#?}");
+}
+
+#[actix::test]
+async fn a_nodeclaim_flood_is_bounded_and_launches_once() {
+    tokio::time::pause();
+    let world = world(Settings::default());
+    world.node_class().await;
+    world.node_pool("default").await;
+    world.node_claim("flooded", "default").await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let actor = world
+        .controllers
+        .shared
+        .directory
+        .node_claims
+        .get("flooded")
+        .map(|a| a.clone());
+    let actor = actor.unwrap_or_else(|| panic!("no actor for the nodeclaim"));
+    let accepted = flood(&actor, 1_000, || Reconcile);
+    assert!(
+        accepted <= NODE_CLAIM_MAILBOX + 2,
+        "accepted {accepted} of 1,000 pokes; capacity {NODE_CLAIM_MAILBOX}"
+    );
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    assert_eq!(
+        locked(&world.cloud.launched).clone(),
+        ["flooded"],
+        "one launch, however many pokes"
+    );
+    let claim = world
+        .claims()
+        .get("flooded")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let conditions = claim.status.unwrap_or_default().conditions;
+    assert!(kube_ops::is_true(&conditions, "Launched"), "{conditions:#?}");
+}
+
+#[actix::test]
+async fn a_watch_flood_of_pods_reaches_the_read_model_whole() {
+    tokio::time::pause();
+    let world = world(Settings::default());
+    for i in 0..2_000 {
+        world.pending_pod(&format!("pod-{i}"));
+    }
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    assert_eq!(world.controllers.shared.read.pending_pods().len(), 2_000);
+}
+
+#[actix::test]
+async fn leaked_instances_are_terminated_and_claimed_ones_kept() {
+    tokio::time::pause();
+    let world = world(Settings::default());
+    world.node_class().await;
+    world.node_pool("default").await;
+    world.node_claim("kept", "default").await;
+    let leaked = instance("fake:///leaked", EPOCH - 600);
+    let young = instance("fake:///young", EPOCH + 235);
+    for orphan in [&leaked, &young] {
+        locked(&world.cloud.instances).insert(orphan.provider_id.clone(), orphan.clone());
+    }
+    tokio::time::sleep(Duration::from_secs(250)).await;
+    let remaining: Vec<String> = locked(&world.cloud.instances).keys().cloned().collect();
+    assert_eq!(
+        remaining,
+        ["fake:///kept", "fake:///young"],
+        "the orphan is terminated; the claimed instance and the one inside its grace period stay"
+    );
+    assert_eq!(locked(&world.cloud.deleted).clone(), ["fake:///leaked"]);
+}
+
+#[actix::test]
+async fn nodepool_actors_sharded_over_arbiters_do_their_work() {
+    let world = world(Settings {
+        shards: 2,
+        ..Settings::default()
+    });
+    world.node_class().await;
+    let pools = ["a", "b", "c"];
+    for name in pools {
+        world.node_pool(name).await;
+    }
+    let api = kube_ops::cluster::<NodePool>(&world.client);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let mut ready = 0;
+        for name in pools {
+            let pool = api.get(name).await.unwrap_or_else(|e| panic!("{e}"));
+            let conditions = pool.status.unwrap_or_default().conditions;
+            ready += usize::from(kube_ops::is_true(&conditions, "Ready"));
+        }
+        if ready == pools.len() {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{ready} of 3 sharded nodepools turned Ready in 30 s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    world.pending_pod("placed");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while world.claim_names().await.is_empty() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no NodeClaim from a sharded nodepool in 30 s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }

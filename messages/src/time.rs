@@ -2,6 +2,8 @@
 //! (creationTimestamp, conditions, events) read from `tokio::time`, so a simulation on paused
 //! virtual time stamps objects deterministically and production follows the system clock.
 
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
 use tokio::time::Instant;
 
 /// Seconds since the Unix epoch, counted from a fixed start on tokio's clock.
@@ -22,8 +24,8 @@ impl Clock {
 
     /// A clock that follows the system's wall clock.
     pub fn system() -> Self {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
             .map_or(0, |since| i64::try_from(since.as_secs()).unwrap_or(i64::MAX));
         Self::starting_at(now)
     }
@@ -34,10 +36,20 @@ impl Clock {
         self.epoch_seconds.saturating_add(elapsed)
     }
 
+    /// Now, to the nanosecond, for span timestamps.
+    pub fn now_system(&self) -> SystemTime {
+        system_time(self.epoch_seconds) + self.started.elapsed()
+    }
+
     /// Now, as the RFC 3339 timestamp Kubernetes writes (`2026-11-21T10:00:00Z`).
     pub fn now_rfc3339(&self) -> String {
         rfc3339(self.now_seconds())
     }
+}
+
+/// An epoch second as a [`SystemTime`] (times before 1970 are clamped to the epoch).
+pub fn system_time(seconds: i64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_secs(u64::try_from(seconds).unwrap_or(0))
 }
 
 /// An epoch second as the RFC 3339 timestamp Kubernetes writes.
@@ -64,7 +76,10 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn the_clock_advances_with_paused_tokio_time() {
         let clock = Clock::starting_at(100);
-        tokio::time::sleep(std::time::Duration::from_secs(90)).await;
+        tokio::time::sleep(Duration::from_secs(90)).await;
         assert_eq!(clock.now_seconds(), 190);
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let since_epoch = clock.now_system().duration_since(UNIX_EPOCH).unwrap_or_default();
+        assert_eq!(since_epoch, Duration::from_millis(190_250));
     }
 }

@@ -1,6 +1,7 @@
 //! `joist simulate SCENARIO.yaml [--report FILE.json] [--seed N]`: runs a scenario (see
 //! [`crate::simulate`]), shows progress on stderr when it is a terminal, prints a summary, and
-//! writes the JSON report when asked.
+//! writes the JSON report when asked. Node traces are exported over OTLP when the environment asks
+//! for it ([`crate::telemetry`]), stamped with virtual time.
 
 use std::{
     io::{self, IsTerminal, Write},
@@ -9,7 +10,10 @@ use std::{
 };
 
 use super::CommandError;
-use crate::simulate::{self, Progress, Report, Scenario};
+use crate::{
+    simulate::{self, Progress, Report, Scenario},
+    telemetry::Telemetry,
+};
 
 /// Runs the scenario at `path`.
 pub fn run(
@@ -29,8 +33,12 @@ pub fn run(
     let seed = seed.unwrap_or(scenario.seed);
     let mut stderr = io::stderr();
     let show = stderr.is_terminal();
+    let telemetry = Telemetry::from_env().map_err(|e| CommandError::Simulate {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    })?;
     let wall = std::time::SystemTime::now();
-    let report = simulate::run(&scenario, seed, &mut |p: Progress| {
+    let report = simulate::run(&scenario, seed, telemetry.node_tracer(), &mut |p: Progress| {
         if show {
             let _ = write!(stderr, "\r{}", bar(&p));
             let _ = stderr.flush();
@@ -39,7 +47,9 @@ pub fn run(
     .map_err(|e| CommandError::Simulate {
         path: path.to_path_buf(),
         message: e.to_string(),
-    })?;
+    });
+    telemetry.shutdown();
+    let report = report?;
     if show {
         let _ = writeln!(stderr);
     }

@@ -5,7 +5,10 @@
 
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
-use joist_actors::settings::{Settings, SolverMode};
+use joist_actors::{
+    node_trace::NodeTracer,
+    settings::{Settings, SolverMode},
+};
 use joist_kubesim::{Cluster, ClusterSettings, Store, physics::PhysicsSettings};
 use joist_messages::{
     apis::manifest::{Checker, KarpenterObject, Outcome},
@@ -47,10 +50,11 @@ pub struct Progress {
     pub pending: usize,
 }
 
-/// Runs `scenario` with `seed` and returns its report.
+/// Runs `scenario` with `seed` and returns its report; node traces go to `node_tracer`.
 pub fn run(
     scenario: &Scenario,
     seed: u64,
+    node_tracer: NodeTracer,
     progress: &mut dyn FnMut(Progress),
 ) -> Result<Report, SimulateError> {
     let manifests = prepare(scenario)?;
@@ -60,13 +64,14 @@ pub fn run(
         .build()
         .map_err(SimulateError::Runtime)?;
     let system = actix::System::with_tokio_rt(move || runtime);
-    system.block_on(simulate(scenario, manifests, seed, progress))
+    system.block_on(simulate(scenario, manifests, seed, node_tracer, progress))
 }
 
 async fn simulate(
     scenario: &Scenario,
     mut manifests: Manifests,
     seed: u64,
+    node_tracer: NodeTracer,
     progress: &mut dyn FnMut(Progress),
 ) -> Result<Report, SimulateError> {
     let started = Instant::now();
@@ -98,7 +103,13 @@ async fn simulate(
         ..Settings::default()
     };
     let recorder = Recorder::start(cluster.store().clone(), started);
-    let _controllers = joist_actors::start(client.clone(), Arc::new(cloud.clone()), settings, clock);
+    let _controllers = joist_actors::start(
+        client.clone(),
+        Arc::new(cloud.clone()),
+        settings,
+        clock,
+        node_tracer,
+    );
     // Let every actor start while the runtime is live, so an error in the first step cannot tear
     // one down half-started.
     tokio::task::yield_now().await;
