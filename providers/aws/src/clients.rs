@@ -1,0 +1,63 @@
+//! The AWS SDK clients Joist uses, built from one `SdkConfig`: the default credential chain
+//! (environment, profile, web identity for IRSA, container credentials for EKS Pod Identity,
+//! IMDS), the region, `AWS_ENDPOINT_URL` when set (aws-config reads it), and rustls with ring for
+//! TLS. Building never calls AWS; a missing region is an error naming the variable to set.
+
+use aws_config::{BehaviorVersion, SdkConfig};
+use aws_sdk_ec2::config::SharedHttpClient;
+use aws_smithy_http_client::{
+    Builder,
+    tls::{self, rustls_provider::CryptoMode},
+};
+
+/// Why the clients could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientsError {
+    /// Neither the environment nor the profile names a region.
+    #[error("no AWS region: set AWS_REGION (or the profile's region)")]
+    NoRegion,
+}
+
+/// The HTTP client every SDK client uses: hyper with rustls on ring (plain HTTP works too, for
+/// emulators on loopback).
+pub fn http_client() -> SharedHttpClient {
+    Builder::new()
+        .tls_provider(tls::Provider::Rustls(CryptoMode::Ring))
+        .build_https()
+}
+
+/// The clients and the region they talk to. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct AwsClients {
+    /// EC2.
+    pub ec2: aws_sdk_ec2::Client,
+    /// SSM (AMI aliases).
+    pub ssm: aws_sdk_ssm::Client,
+    /// The region, `us-west-2`.
+    pub region: String,
+}
+
+impl AwsClients {
+    /// Clients configured from the environment (see the module docs).
+    pub async fn from_env() -> Result<Self, ClientsError> {
+        let config = aws_config::defaults(BehaviorVersion::latest())
+            .http_client(
+                Builder::new()
+                    .tls_provider(tls::Provider::Rustls(CryptoMode::Ring))
+                    .build_https(),
+            )
+            .load()
+            .await;
+        Self::from_config(&config)
+    }
+
+    /// Clients for an already loaded configuration.
+    pub fn from_config(config: &SdkConfig) -> Result<Self, ClientsError> {
+        let region = config.region().ok_or(ClientsError::NoRegion)?.to_string();
+        Ok(Self {
+            ec2: aws_sdk_ec2::Client::new(config),
+            ssm: aws_sdk_ssm::Client::new(config),
+            region,
+        })
+    }
+}

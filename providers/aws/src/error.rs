@@ -1,0 +1,93 @@
+//! Errors of the AWS provider: an EC2 or SSM call that failed (named by its operation, with the
+//! service's code and message) or an answer that lacks what Joist needs. Each converts into the
+//! [`CloudError`] the controllers act on: capacity codes become `InsufficientCapacity`, throttling
+//! and server faults `Transient`, the rest `Create` errors with the service's words.
+
+use aws_sdk_ec2::error::{DisplayErrorContext, ProvideErrorMetadata};
+use joist_provider::CloudError;
+
+/// EC2's error codes that mean an offering is out of capacity for now (Karpenter's list).
+pub const CAPACITY_ERROR_CODES: [&str; 7] = [
+    "InsufficientInstanceCapacity",
+    "MaxSpotInstanceCountExceeded",
+    "VcpuLimitExceeded",
+    "UnfulfillableCapacity",
+    "Unsupported",
+    "InsufficientFreeAddressesInSubnet",
+    "MaxFleetCountExceeded",
+];
+
+/// See the module docs.
+#[derive(Debug, thiserror::Error)]
+pub enum AwsError {
+    /// An API call failed.
+    #[error("{operation}: {message}")]
+    Api {
+        /// The operation, as AWS names it (`DescribeInstanceTypes`).
+        operation: &'static str,
+        /// The service's error code, when it sent one.
+        code: Option<String>,
+        /// The whole error, with its sources.
+        message: String,
+    },
+    /// An answer lacked a field Joist needs.
+    #[error("{operation} returned {what} without {field}")]
+    Incomplete {
+        /// The operation.
+        operation: &'static str,
+        /// What was incomplete (`an instance`).
+        what: &'static str,
+        /// The missing field.
+        field: &'static str,
+    },
+}
+
+impl AwsError {
+    /// Wraps an SDK error from `operation`.
+    pub fn api<E>(operation: &'static str, error: E) -> Self
+    where
+        E: ProvideErrorMetadata + std::error::Error + 'static,
+    {
+        Self::Api {
+            operation,
+            code: error.code().map(str::to_owned),
+            message: DisplayErrorContext(&error).to_string(),
+        }
+    }
+
+    /// The service's error code, if any.
+    pub fn code(&self) -> Option<&str> {
+        match self {
+            Self::Api { code, .. } => code.as_deref(),
+            Self::Incomplete { .. } => None,
+        }
+    }
+
+    /// Whether a retry may succeed (throttling, a server fault, no answer at all).
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Self::Api { code: None, .. } => true,
+            Self::Api { code: Some(code), .. } => {
+                code.contains("Throttl")
+                    || code.starts_with("InternalError")
+                    || ["RequestLimitExceeded", "ServiceUnavailable", "Unavailable"].contains(&code.as_str())
+            }
+            Self::Incomplete { .. } => false,
+        }
+    }
+}
+
+impl From<AwsError> for CloudError {
+    fn from(error: AwsError) -> Self {
+        if error.is_retryable() {
+            CloudError::Transient {
+                message: error.to_string(),
+            }
+        } else {
+            CloudError::Create {
+                reason: error.code().unwrap_or("Incomplete").to_owned(),
+                message: error.to_string(),
+            }
+        }
+    }
+}

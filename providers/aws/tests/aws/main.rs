@@ -1,0 +1,207 @@
+//! The AWS provider against moto, a real AWS API emulator (see [`moto`]): the instance-type
+//! catalog read from the wire, and EC2NodeClass resolution from tags, ids, names and AMI aliases.
+//! One test binary, so the SDK is linked once.
+
+mod moto;
+mod paging;
+
+use aws_sdk_ec2::types::Tag;
+use joist_messages::{
+    apis::EC2NodeClass,
+    model::{requirements::Operator, shape::CapacitySettings},
+};
+use joist_provider_aws::{
+    catalog,
+    node_class::{self, ResolveError},
+};
+
+/// Tags the default VPC's subnets in `zones` and its default security group with
+/// `karpenter.sh/discovery: cluster`; returns the subnet ids tagged and the group's id.
+async fn tag_network(
+    clients: &joist_provider_aws::clients::AwsClients,
+    cluster: &str,
+    zones: &[&str],
+) -> (Vec<String>, String) {
+    let ec2 = &clients.ec2;
+    let subnets = ec2
+        .describe_subnets()
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let mut tagged: Vec<String> = subnets
+        .subnets()
+        .iter()
+        .filter(|s| zones.contains(&s.availability_zone().unwrap_or_default()))
+        .filter_map(|s| s.subnet_id().map(str::to_owned))
+        .collect();
+    tagged.sort();
+    let groups = ec2
+        .describe_security_groups()
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let group = groups
+        .security_groups()
+        .iter()
+        .find(|g| g.group_name() == Some("default"))
+        .and_then(|g| g.group_id())
+        .unwrap_or_else(|| panic!("moto has no default security group"))
+        .to_owned();
+    let tag = Tag::builder()
+        .key("karpenter.sh/discovery")
+        .value(cluster)
+        .build();
+    let mut request = ec2.create_tags().tags(tag);
+    for resource in tagged.iter().chain([&group]) {
+        request = request.resources(resource);
+    }
+    request.send().await.unwrap_or_else(|e| panic!("{e}"));
+    (tagged, group)
+}
+
+fn node_class(yaml_spec: &str) -> EC2NodeClass {
+    let text = format!(
+        "apiVersion: karpenter.k8s.aws/v1\nkind: EC2NodeClass\nmetadata: {{name: default}}\nspec:\n{yaml_spec}"
+    );
+    serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("{e}\n{text}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_catalog_is_read_from_the_wire_with_every_page_followed() {
+    let clients = moto::clients().await;
+    let shapes = catalog::shapes(&clients.ec2)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(shapes.len() > 500, "only {} instance types", shapes.len());
+    let m5 = shapes.get("m5.large").unwrap_or_else(|| panic!("no m5.large"));
+    assert_eq!((m5.vcpus, m5.memory_mib, m5.arch.as_str()), (2, 8192, "amd64"));
+    assert_eq!(
+        m5.max_pods(&CapacitySettings::default()),
+        29,
+        "3 ENIs × (10 IPs − 1) + 2"
+    );
+    let graviton = shapes.get("m6g.large").unwrap_or_else(|| panic!("no m6g.large"));
+    assert_eq!(graviton.arch, "arm64");
+    let zones = catalog::zones(&clients.ec2)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let m5_zones: Vec<&str> = zones
+        .get("m5.large")
+        .into_iter()
+        .flatten()
+        .map(String::as_str)
+        .collect();
+    assert!(m5_zones.contains(&"us-west-2a"), "{m5_zones:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_class_resolves_subnets_groups_and_alias_amis_from_tags() {
+    let clients = moto::clients().await;
+    let (subnets, group) = tag_network(&clients, "resolve-tags", &["us-west-2a", "us-west-2b"]).await;
+    let class = node_class(
+        "  instanceProfile: KarpenterNodeInstanceProfile
+  amiSelectorTerms: [{alias: al2023@latest}]
+  subnetSelectorTerms: [{tags: {karpenter.sh/discovery: resolve-tags}}]
+  securityGroupSelectorTerms: [{tags: {karpenter.sh/discovery: '*'}}]
+",
+    );
+    let status = node_class::resolve(&clients, &class, moto::KUBERNETES)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let mut resolved: Vec<String> = status.subnets.iter().map(|s| s.id.clone()).collect();
+    resolved.sort();
+    assert_eq!(resolved, subnets, "exactly the tagged subnets");
+    let zones: Vec<&str> = status.subnets.iter().map(|s| s.zone.as_str()).collect();
+    assert_eq!(zones, ["us-west-2a", "us-west-2b"]);
+    assert!(
+        status.subnets.iter().all(|s| s.zone_id.is_some()),
+        "{:?}",
+        status.subnets
+    );
+    assert!(
+        status.security_groups.iter().any(|g| g.id == group),
+        "{:?}",
+        status.security_groups
+    );
+    assert_eq!(
+        status.instance_profile.as_deref(),
+        Some("KarpenterNodeInstanceProfile")
+    );
+    assert_eq!(
+        status.amis.len(),
+        6,
+        "2 architectures × standard, nvidia, neuron: {:#?}",
+        status.amis
+    );
+    let arm_standard = status
+        .amis
+        .iter()
+        .find(|a| a.name.as_deref() == Some("amazon-eks-node-al2023-arm64-standard-1.35-v20251101"))
+        .unwrap_or_else(|| panic!("{:#?}", status.amis));
+    assert_eq!(arm_standard.requirements[0].values, ["arm64"]);
+    assert_eq!(arm_standard.requirements[1].operator, Operator::DoesNotExist);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ids_and_names_select_directly() {
+    let clients = moto::clients().await;
+    let (subnets, group) = tag_network(&clients, "resolve-ids", &["us-west-2c"]).await;
+    let class = node_class(&format!(
+        "  instanceProfile: p
+  amiSelectorTerms: [{{alias: bottlerocket@latest}}]
+  subnetSelectorTerms: [{{id: {}}}]
+  securityGroupSelectorTerms: [{{name: default}}]
+",
+        subnets[0]
+    ));
+    let status = node_class::resolve(&clients, &class, moto::KUBERNETES)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(status.subnets.len(), 1);
+    assert_eq!(status.subnets[0].zone, "us-west-2c");
+    assert!(status.security_groups.iter().any(|g| g.id == group));
+    assert_eq!(
+        status.amis.len(),
+        4,
+        "bottlerocket: 2 architectures × standard, nvidia"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_selected_says_which_field_and_what_it_asked_for() {
+    let clients = moto::clients().await;
+    let class = node_class(
+        "  instanceProfile: p
+  amiSelectorTerms: [{alias: al2023@latest}]
+  subnetSelectorTerms: [{tags: {karpenter.sh/discovery: nobody-tagged-this}}]
+  securityGroupSelectorTerms: [{name: default}]
+",
+    );
+    let error = node_class::resolve(&clients, &class, moto::KUBERNETES)
+        .await
+        .err();
+    assert_eq!(
+        error.map(|e| e.to_string()).as_deref(),
+        Some(
+            r#"spec.subnetSelectorTerms: no subnet matches [{"tags":{"karpenter.sh/discovery":"nobody-tagged-this"}}]"#
+        )
+    );
+    let role_only = node_class(
+        "  role: KarpenterNodeRole
+  amiSelectorTerms: [{alias: al2023@latest}]
+  subnetSelectorTerms: [{tags: {karpenter.sh/discovery: x}}]
+  securityGroupSelectorTerms: [{name: default}]
+",
+    );
+    let error = node_class::resolve(&clients, &role_only, moto::KUBERNETES).await;
+    assert!(
+        matches!(
+            error,
+            Err(ResolveError::Unsupported {
+                field: "spec.role",
+                ..
+            })
+        ),
+        "{error:?}"
+    );
+}
