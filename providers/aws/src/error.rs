@@ -1,21 +1,10 @@
 //! Errors of the AWS provider: an EC2 or SSM call that failed (named by its operation, with the
 //! service's code and message) or an answer that lacks what Joist needs. Each converts into the
-//! [`CloudError`] the controllers act on: capacity codes become `InsufficientCapacity`, throttling
-//! and server faults `Transient`, the rest `Create` errors with the service's words.
+//! [`CloudError`] the controllers act on: throttling, server faults and no answer at all become
+//! `Transient`, the rest `Create` errors carrying the service's code and words.
 
 use aws_sdk_ec2::error::{DisplayErrorContext, ProvideErrorMetadata};
 use joist_provider::CloudError;
-
-/// EC2's error codes that mean an offering is out of capacity for now (Karpenter's list).
-pub const CAPACITY_ERROR_CODES: [&str; 7] = [
-    "InsufficientInstanceCapacity",
-    "MaxSpotInstanceCountExceeded",
-    "VcpuLimitExceeded",
-    "UnfulfillableCapacity",
-    "Unsupported",
-    "InsufficientFreeAddressesInSubnet",
-    "MaxFleetCountExceeded",
-];
 
 /// See the module docs.
 #[derive(Debug, thiserror::Error)]
