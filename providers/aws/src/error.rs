@@ -1,5 +1,5 @@
 //! Errors of the AWS provider: an EC2 or SSM call that failed (named by its operation, with the
-//! service's code and message) or an answer that lacks what Joist needs. Each converts into the
+//! service's code and message). Each converts into the
 //! [`CloudError`] the controllers act on: throttling, server faults and no answer at all become
 //! `Transient`, the rest `Create` errors carrying the service's code and words.
 
@@ -19,16 +19,6 @@ pub enum AwsError {
         /// The whole error, with its sources.
         message: String,
     },
-    /// An answer lacked a field Joist needs.
-    #[error("{operation} returned {what} without {field}")]
-    Incomplete {
-        /// The operation.
-        operation: &'static str,
-        /// What was incomplete (`an instance`).
-        what: &'static str,
-        /// The missing field.
-        field: &'static str,
-    },
 }
 
 impl AwsError {
@@ -46,10 +36,8 @@ impl AwsError {
 
     /// The service's error code, if any.
     pub fn code(&self) -> Option<&str> {
-        match self {
-            Self::Api { code, .. } => code.as_deref(),
-            Self::Incomplete { .. } => None,
-        }
+        let Self::Api { code, .. } = self;
+        code.as_deref()
     }
 
     /// Whether a retry may succeed (throttling, a server fault, no answer at all).
@@ -61,7 +49,6 @@ impl AwsError {
                     || code.starts_with("InternalError")
                     || ["RequestLimitExceeded", "ServiceUnavailable", "Unavailable"].contains(&code.as_str())
             }
-            Self::Incomplete { .. } => false,
         }
     }
 }
@@ -74,9 +61,38 @@ impl From<AwsError> for CloudError {
             }
         } else {
             CloudError::Create {
-                reason: error.code().unwrap_or("Incomplete").to_owned(),
+                reason: error.code().unwrap_or("Unknown").to_owned(),
                 message: error.to_string(),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn api(code: Option<&str>) -> AwsError {
+        AwsError::Api {
+            operation: "CreateFleet",
+            code: code.map(str::to_owned),
+            message: "it failed".into(),
+        }
+    }
+
+    #[test]
+    fn throttling_and_missing_answers_are_retried_the_rest_names_its_code() {
+        assert!(matches!(
+            CloudError::from(api(Some("RequestLimitExceeded"))),
+            CloudError::Transient { .. }
+        ));
+        assert!(matches!(
+            CloudError::from(api(None)),
+            CloudError::Transient { .. }
+        ));
+        let CloudError::Create { reason, .. } = CloudError::from(api(Some("InvalidParameterValue"))) else {
+            panic!("not a Create error")
+        };
+        assert_eq!(reason, "InvalidParameterValue");
     }
 }
