@@ -205,3 +205,104 @@ async fn nothing_selected_says_which_field_and_what_it_asked_for() {
         "{error:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn instances_are_listed_by_the_cluster_tags_read_and_terminated() {
+    use aws_sdk_ec2::types::{ResourceType, TagSpecification};
+    use joist_provider::{CloudError, InstanceState};
+    use joist_provider_aws::instances;
+
+    let clients = moto::clients().await;
+    let image = clients
+        .ssm
+        .get_parameter()
+        .name("/aws/service/eks/optimized-ami/1.35/amazon-linux-2023/x86_64/standard/recommended/image_id")
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let image = image
+        .parameter()
+        .and_then(|p| p.value())
+        .unwrap_or_default()
+        .to_owned();
+    let launch = |tags: Vec<(&str, &str)>| {
+        let spec = tags
+            .iter()
+            .fold(
+                TagSpecification::builder().resource_type(ResourceType::Instance),
+                |spec, (k, v)| spec.tags(Tag::builder().key(*k).value(*v).build()),
+            )
+            .build();
+        clients
+            .ec2
+            .run_instances()
+            .image_id(&image)
+            .instance_type(aws_sdk_ec2::types::InstanceType::M5Large)
+            .min_count(1)
+            .max_count(1)
+            .tag_specifications(spec)
+            .send()
+    };
+    let cluster_tag = instances::cluster_tag("listed");
+    let ours = launch(vec![
+        (instances::NODEPOOL_TAG, "default"),
+        (&cluster_tag, "owned"),
+    ])
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+    let other_cluster = instances::cluster_tag("someone-else");
+    launch(vec![
+        (instances::NODEPOOL_TAG, "default"),
+        (&other_cluster, "owned"),
+    ])
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+    launch(vec![(&cluster_tag, "owned")])
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let id = ours.instances()[0].instance_id().unwrap_or_default().to_owned();
+
+    let listed = instances::list(&clients, "listed")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        listed.len(),
+        1,
+        "only this cluster's NodePool instances: {listed:#?}"
+    );
+    let instance = &listed[0];
+    assert!(instance.provider_id.ends_with(&id), "{}", instance.provider_id);
+    assert!(
+        instance.provider_id.starts_with("aws:///us-west-2"),
+        "{}",
+        instance.provider_id
+    );
+    assert_eq!(
+        (instance.instance_type.as_str(), instance.image_id.as_str()),
+        ("m5.large", image.as_str())
+    );
+    assert_eq!(
+        instance.tags.get(instances::NODEPOOL_TAG).map(String::as_str),
+        Some("default")
+    );
+
+    let got = instances::get(&clients, &instance.provider_id)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_ne!(got.state, InstanceState::Terminated);
+    instances::terminate(&clients, &instance.provider_id)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let gone = instances::get(&clients, &instance.provider_id).await;
+    assert!(
+        matches!(gone, Err(CloudError::NodeClaimNotFound { .. })),
+        "{gone:?}"
+    );
+    let listed = instances::list(&clients, "listed")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        listed.is_empty(),
+        "a terminated instance is not listed: {listed:#?}"
+    );
+}

@@ -1,0 +1,165 @@
+//! Joist's instances as EC2 reports them: read by id or listed by the cluster's tags, converted to
+//! the provider-neutral [`Instance`], and terminated. Instances are found by the tags Karpenter
+//! writes (`karpenter.sh/nodepool` and `kubernetes.io/cluster/<name>: owned`), so instances
+//! Karpenter launched are adopted and the other way round.
+//!
+//! Failures: an API error is returned with its operation; an instance id EC2 does not know (or
+//! one already terminated) is `NodeClaimNotFound`, as the lifecycle expects.
+
+use std::collections::BTreeMap;
+
+use aws_sdk_ec2::types::{Filter, InstanceStateName};
+use joist_messages::model::instance_type::CapacityType;
+use joist_provider::{CloudError, Instance, InstanceState};
+
+use crate::{clients::AwsClients, error::AwsError};
+
+/// The tag naming the NodePool an instance was launched for.
+pub const NODEPOOL_TAG: &str = "karpenter.sh/nodepool";
+/// The tag naming the NodeClaim an instance was launched for.
+pub const NODECLAIM_TAG: &str = "karpenter.sh/nodeclaim";
+/// The tag naming the EC2NodeClass an instance was launched from.
+pub const NODECLASS_TAG: &str = "karpenter.k8s.aws/ec2nodeclass";
+
+/// The cluster-ownership tag key for `cluster`.
+pub fn cluster_tag(cluster: &str) -> String {
+    format!("kubernetes.io/cluster/{cluster}")
+}
+
+/// The provider ID Kubernetes uses for an instance: `aws:///us-west-2a/i-0123…`.
+pub fn provider_id(zone: &str, instance_id: &str) -> String {
+    format!("aws:///{zone}/{instance_id}")
+}
+
+/// The instance id inside a provider ID, if it is one of AWS's.
+pub fn instance_id(provider_id: &str) -> Option<&str> {
+    let id = provider_id.strip_prefix("aws:///")?.rsplit('/').next()?;
+    id.starts_with("i-").then_some(id)
+}
+
+/// Joist's live instances in `cluster`.
+pub async fn list(clients: &AwsClients, cluster: &str) -> Result<Vec<Instance>, AwsError> {
+    let filters = vec![
+        Filter::builder().name("tag-key").values(NODEPOOL_TAG).build(),
+        Filter::builder()
+            .name(format!("tag:{}", cluster_tag(cluster)))
+            .values("owned")
+            .build(),
+        Filter::builder()
+            .name("instance-state-name")
+            .values("pending")
+            .values("running")
+            .values("stopping")
+            .values("stopped")
+            .values("shutting-down")
+            .build(),
+    ];
+    describe(clients, filters, Vec::new()).await
+}
+
+/// The instance behind `provider_id`.
+pub async fn get(clients: &AwsClients, provider_id: &str) -> Result<Instance, CloudError> {
+    let not_found = || CloudError::NodeClaimNotFound {
+        provider_id: provider_id.to_owned(),
+    };
+    let id = instance_id(provider_id).ok_or_else(not_found)?;
+    match describe(clients, Vec::new(), vec![id.to_owned()]).await {
+        Ok(instances) => instances
+            .into_iter()
+            .find(|i| i.state != InstanceState::Terminated)
+            .ok_or_else(not_found),
+        Err(error) if error.code() == Some("InvalidInstanceID.NotFound") => Err(not_found()),
+        Err(error) => Err(error.into()),
+    }
+}
+
+/// Terminates the instance behind `provider_id`.
+pub async fn terminate(clients: &AwsClients, provider_id: &str) -> Result<(), CloudError> {
+    let not_found = || CloudError::NodeClaimNotFound {
+        provider_id: provider_id.to_owned(),
+    };
+    let id = instance_id(provider_id).ok_or_else(not_found)?;
+    match clients.ec2.terminate_instances().instance_ids(id).send().await {
+        Ok(_) => Ok(()),
+        Err(error) => {
+            let error = AwsError::api("TerminateInstances", error.into_service_error());
+            if error.code() == Some("InvalidInstanceID.NotFound") {
+                Err(not_found())
+            } else {
+                Err(error.into())
+            }
+        }
+    }
+}
+
+async fn describe(
+    clients: &AwsClients,
+    filters: Vec<Filter>,
+    ids: Vec<String>,
+) -> Result<Vec<Instance>, AwsError> {
+    let mut pages = clients
+        .ec2
+        .describe_instances()
+        .set_filters((!filters.is_empty()).then_some(filters))
+        .set_instance_ids((!ids.is_empty()).then_some(ids))
+        .into_paginator()
+        .send();
+    let mut instances = Vec::new();
+    while let Some(page) = pages.next().await {
+        let page = page.map_err(|e| AwsError::api("DescribeInstances", e.into_service_error()))?;
+        for reservation in page.reservations() {
+            instances.extend(reservation.instances().iter().filter_map(instance));
+        }
+    }
+    instances.sort_by(|a, b| a.provider_id.cmp(&b.provider_id));
+    Ok(instances)
+}
+
+/// The neutral view of an EC2 instance; `None` without an id or a zone.
+fn instance(ec2: &aws_sdk_ec2::types::Instance) -> Option<Instance> {
+    let id = ec2.instance_id()?;
+    let zone = ec2.placement()?.availability_zone()?;
+    let tags: BTreeMap<String, String> = ec2
+        .tags()
+        .iter()
+        .filter_map(|t| Some((t.key()?.to_owned(), t.value().unwrap_or_default().to_owned())))
+        .collect();
+    let capacity_type = match ec2.instance_lifecycle().map(|l| l.as_str()) {
+        Some("spot") => CapacityType::Spot,
+        _ => CapacityType::OnDemand,
+    };
+    let state = match ec2.state().and_then(|s| s.name()) {
+        Some(InstanceStateName::Pending) => InstanceState::Pending,
+        Some(InstanceStateName::Running) => InstanceState::Running,
+        Some(InstanceStateName::Terminated) => InstanceState::Terminated,
+        _ => InstanceState::ShuttingDown,
+    };
+    Some(Instance {
+        provider_id: provider_id(zone, id),
+        instance_type: ec2
+            .instance_type()
+            .map(|t| t.as_str().to_owned())
+            .unwrap_or_default(),
+        zone: zone.to_owned(),
+        capacity_type,
+        image_id: ec2.image_id().unwrap_or_default().to_owned(),
+        price: 0.0,
+        state,
+        launched_at: ec2.launch_time().map_or(0, |t| t.secs()),
+        tags,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn provider_ids_round_trip_and_foreign_ones_are_refused() {
+        let id = provider_id("us-west-2a", "i-0123456789abcdef0");
+        assert_eq!(id, "aws:///us-west-2a/i-0123456789abcdef0");
+        assert_eq!(instance_id(&id), Some("i-0123456789abcdef0"));
+        assert_eq!(instance_id("kwok://node-1"), None);
+        assert_eq!(instance_id("aws:///us-west-2a/not-an-instance"), None);
+    }
+}
