@@ -42,14 +42,7 @@ enum Variant {
 
 impl Variant {
     fn requirements(self, arch: &str) -> Vec<NodeSelectorRequirementWithMinValues> {
-        let requirement =
-            |key: &str, operator: Operator, values: Vec<String>| NodeSelectorRequirementWithMinValues {
-                key: key.to_owned(),
-                operator,
-                values,
-                min_values: None,
-            };
-        let mut requirements = vec![requirement(ARCH, Operator::In, vec![arch.to_owned()])];
+        let mut requirements = vec![arch_requirement(arch)];
         let (gpu, accelerator) = match self {
             Self::Standard => (Operator::DoesNotExist, Operator::DoesNotExist),
             Self::Nvidia => (Operator::Exists, Operator::DoesNotExist),
@@ -63,6 +56,20 @@ impl Variant {
         ));
         requirements
     }
+}
+
+fn requirement(key: &str, operator: Operator, values: Vec<String>) -> NodeSelectorRequirementWithMinValues {
+    NodeSelectorRequirementWithMinValues {
+        key: key.to_owned(),
+        operator,
+        values,
+        min_values: None,
+    }
+}
+
+/// The requirement an image of architecture `arch` (`amd64`, `arm64`) puts on instance types.
+pub fn arch_requirement(arch: &str) -> NodeSelectorRequirementWithMinValues {
+    requirement(ARCH, Operator::In, vec![arch.to_owned()])
 }
 
 /// The SSM parameters for `alias` (term `index`) on Kubernetes `kubernetes` (`1.35`).

@@ -28,7 +28,7 @@ pub async fn shapes(ec2: &aws_sdk_ec2::Client) -> Result<BTreeMap<String, Ec2Sha
             .fold(Filter::builder().name(name), |f, v| f.values(*v))
             .build()
     };
-    let mut pages = ec2
+    let infos = ec2
         .describe_instance_types()
         .filters(filter("supported-virtualization-type", &["hvm"]))
         .filters(filter(
@@ -37,20 +37,18 @@ pub async fn shapes(ec2: &aws_sdk_ec2::Client) -> Result<BTreeMap<String, Ec2Sha
         ))
         .max_results(INSTANCE_TYPES_PAGE)
         .into_paginator()
-        .send();
-    let mut shapes = BTreeMap::new();
-    let mut skipped = 0;
-    while let Some(page) = pages.next().await {
-        let page = page.map_err(|e| AwsError::api("DescribeInstanceTypes", e.into_service_error()))?;
-        for info in page.instance_types() {
-            match shape(info) {
-                Some(shape) => {
-                    shapes.insert(shape.name.clone(), shape);
-                }
-                None => skipped += 1,
-            }
-        }
-    }
+        .items()
+        .send()
+        .try_collect()
+        .await
+        .map_err(|e| AwsError::api("DescribeInstanceTypes", e.into_service_error()))?;
+    let total = infos.len();
+    let shapes: BTreeMap<String, Ec2Shape> = infos
+        .iter()
+        .filter_map(shape)
+        .map(|shape| (shape.name.clone(), shape))
+        .collect();
+    let skipped = total - shapes.len();
     if skipped > 0 {
         tracing::debug!(
             skipped,
@@ -62,26 +60,36 @@ pub async fn shapes(ec2: &aws_sdk_ec2::Client) -> Result<BTreeMap<String, Ec2Sha
 
 /// The zones each instance type is offered in.
 pub async fn zones(ec2: &aws_sdk_ec2::Client) -> Result<BTreeMap<String, BTreeSet<String>>, AwsError> {
-    let mut pages = ec2
+    let offerings = ec2
         .describe_instance_type_offerings()
         .location_type(LocationType::AvailabilityZone)
         .max_results(OFFERINGS_PAGE)
         .into_paginator()
-        .send();
+        .items()
+        .send()
+        .try_collect()
+        .await
+        .map_err(|e| AwsError::api("DescribeInstanceTypeOfferings", e.into_service_error()))?;
     let mut zones: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    while let Some(page) = pages.next().await {
-        let page =
-            page.map_err(|e| AwsError::api("DescribeInstanceTypeOfferings", e.into_service_error()))?;
-        for offering in page.instance_type_offerings() {
-            if let (Some(name), Some(zone)) = (offering.instance_type(), offering.location()) {
-                zones
-                    .entry(name.as_str().to_owned())
-                    .or_default()
-                    .insert(zone.to_owned());
-            }
+    for offering in &offerings {
+        if let (Some(name), Some(zone)) = (offering.instance_type(), offering.location()) {
+            zones
+                .entry(name.as_str().to_owned())
+                .or_default()
+                .insert(zone.to_owned());
         }
     }
     Ok(zones)
+}
+
+/// The Kubernetes name (`amd64`, `arm64`) of an EC2 architecture (`x86_64`, `arm64`); `None` for
+/// architectures Joist does not run.
+pub fn kubernetes_arch(ec2_arch: &str) -> Option<&'static str> {
+    match ec2_arch {
+        "x86_64" => Some("amd64"),
+        "arm64" => Some("arm64"),
+        _ => None,
+    }
 }
 
 /// The shape of one `DescribeInstanceTypes` item, `None` when it lacks what a shape needs.
@@ -91,11 +99,7 @@ pub fn shape(info: &InstanceTypeInfo) -> Option<Ec2Shape> {
     let arch = processor
         .supported_architectures()
         .iter()
-        .find_map(|a| match a.as_str() {
-            "x86_64" => Some("amd64"),
-            "arm64" => Some("arm64"),
-            _ => None,
-        })?;
+        .find_map(|a| kubernetes_arch(a.as_str()))?;
     let network = info.network_info();
     let default_card = network.and_then(|n| {
         let index = n.default_network_card_index().unwrap_or(0);

@@ -97,20 +97,21 @@ async fn describe(
     filters: Vec<Filter>,
     ids: Vec<String>,
 ) -> Result<Vec<Instance>, AwsError> {
-    let mut pages = clients
+    let reservations = clients
         .ec2
         .describe_instances()
         .set_filters((!filters.is_empty()).then_some(filters))
         .set_instance_ids((!ids.is_empty()).then_some(ids))
         .into_paginator()
-        .send();
-    let mut instances = Vec::new();
-    while let Some(page) = pages.next().await {
-        let page = page.map_err(|e| AwsError::api("DescribeInstances", e.into_service_error()))?;
-        for reservation in page.reservations() {
-            instances.extend(reservation.instances().iter().filter_map(instance));
-        }
-    }
+        .items()
+        .send()
+        .try_collect()
+        .await
+        .map_err(|e| AwsError::api("DescribeInstances", e.into_service_error()))?;
+    let mut instances: Vec<Instance> = reservations
+        .iter()
+        .flat_map(|r| r.instances().iter().filter_map(instance))
+        .collect();
     instances.sort_by(|a, b| a.provider_id.cmp(&b.provider_id));
     Ok(instances)
 }

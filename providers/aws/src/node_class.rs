@@ -23,6 +23,7 @@ use joist_messages::apis::{
 
 use crate::{
     ami::{self, AliasError},
+    catalog::kubernetes_arch,
     clients::AwsClients,
     error::AwsError,
 };
@@ -110,23 +111,24 @@ async fn subnets(clients: &AwsClients, class: &EC2NodeClass) -> Result<Vec<Resol
         if let Some(id) = &term.id {
             filters.push(filter("subnet-id", id));
         }
-        let mut pages = clients
+        let subnets = clients
             .ec2
             .describe_subnets()
             .set_filters(Some(filters))
             .into_paginator()
-            .send();
-        while let Some(page) = pages.next().await {
-            let page = page.map_err(|e| AwsError::api("DescribeSubnets", e.into_service_error()))?;
-            for subnet in page.subnets() {
-                if let (Some(id), Some(zone)) = (subnet.subnet_id(), subnet.availability_zone()) {
-                    let resolved = ResolvedSubnet {
-                        id: id.to_owned(),
-                        zone: zone.to_owned(),
-                        zone_id: subnet.availability_zone_id().map(str::to_owned),
-                    };
-                    found.insert(id.to_owned(), resolved);
-                }
+            .items()
+            .send()
+            .try_collect()
+            .await
+            .map_err(|e| AwsError::api("DescribeSubnets", e.into_service_error()))?;
+        for subnet in subnets {
+            if let (Some(id), Some(zone)) = (subnet.subnet_id(), subnet.availability_zone()) {
+                let resolved = ResolvedSubnet {
+                    id: id.to_owned(),
+                    zone: zone.to_owned(),
+                    zone_id: subnet.availability_zone_id().map(str::to_owned),
+                };
+                found.insert(id.to_owned(), resolved);
             }
         }
     }
@@ -156,22 +158,23 @@ async fn security_groups(
         if let Some(name) = &term.name {
             filters.push(filter("group-name", name));
         }
-        let mut pages = clients
+        let groups = clients
             .ec2
             .describe_security_groups()
             .set_filters(Some(filters))
             .into_paginator()
-            .send();
-        while let Some(page) = pages.next().await {
-            let page = page.map_err(|e| AwsError::api("DescribeSecurityGroups", e.into_service_error()))?;
-            for group in page.security_groups() {
-                if let Some(id) = group.group_id() {
-                    let resolved = ResolvedSecurityGroup {
-                        id: id.to_owned(),
-                        name: group.group_name().map(str::to_owned),
-                    };
-                    found.insert(id.to_owned(), resolved);
-                }
+            .items()
+            .send()
+            .try_collect()
+            .await
+            .map_err(|e| AwsError::api("DescribeSecurityGroups", e.into_service_error()))?;
+        for group in groups {
+            if let Some(id) = group.group_id() {
+                let resolved = ResolvedSecurityGroup {
+                    id: id.to_owned(),
+                    name: group.group_name().map(str::to_owned),
+                };
+                found.insert(id.to_owned(), resolved);
             }
         }
     }
@@ -228,16 +231,11 @@ async fn amis(
         }
         let owners = term.owner.iter().cloned().collect();
         for image in describe_images(clients, filters, owners).await? {
-            let arch = match image.architecture().map(|a| a.as_str()) {
-                Some("arm64") => "arm64",
-                _ => "amd64",
-            };
-            let requirements = vec![NodeSelectorRequirementWithMinValues {
-                key: joist_messages::labels::ARCH.to_owned(),
-                operator: joist_messages::model::requirements::Operator::In,
-                values: vec![arch.to_owned()],
-                min_values: None,
-            }];
+            let arch = image
+                .architecture()
+                .and_then(|a| kubernetes_arch(a.as_str()))
+                .unwrap_or("amd64");
+            let requirements = vec![ami::arch_requirement(arch)];
             candidates.push(Candidate { image, requirements });
         }
     }
@@ -282,19 +280,17 @@ async fn describe_images(
     filters: Vec<Filter>,
     owners: Vec<String>,
 ) -> Result<Vec<Image>, AwsError> {
-    let mut pages = clients
+    clients
         .ec2
         .describe_images()
         .set_filters(Some(filters))
         .set_owners((!owners.is_empty()).then_some(owners))
         .into_paginator()
-        .send();
-    let mut images = Vec::new();
-    while let Some(page) = pages.next().await {
-        let page = page.map_err(|e| AwsError::api("DescribeImages", e.into_service_error()))?;
-        images.extend(page.images().iter().cloned());
-    }
-    Ok(images)
+        .items()
+        .send()
+        .try_collect()
+        .await
+        .map_err(|e| AwsError::api("DescribeImages", e.into_service_error()))
 }
 
 /// The value of an SSM parameter; `None` when it does not exist (that variant is not published).
