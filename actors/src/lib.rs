@@ -14,6 +14,7 @@ pub mod batcher;
 pub mod catalog;
 pub mod claim_template;
 pub mod cluster_state;
+pub mod fold;
 pub mod garbage;
 pub mod kube_ops;
 pub mod lifecycle;

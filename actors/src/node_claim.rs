@@ -12,6 +12,7 @@ use std::time::Duration;
 use actix::prelude::*;
 
 use crate::{
+    fold::Fold,
     lifecycle::{self, Memory, Next},
     protocol::Reconcile,
     shared::Shared,
@@ -28,8 +29,7 @@ pub struct NodeClaimActor {
     name: String,
     shared: Shared,
     memory: Memory,
-    running: bool,
-    again: bool,
+    fold: Fold,
     failures: u32,
     restarts: u32,
     wake: Option<SpawnHandle>,
@@ -42,8 +42,7 @@ impl NodeClaimActor {
             name,
             shared,
             memory: Memory::default(),
-            running: false,
-            again: false,
+            fold: Fold::default(),
             failures: 0,
             restarts: 0,
             wake: None,
@@ -51,14 +50,15 @@ impl NodeClaimActor {
     }
 
     fn kick(&mut self, ctx: &mut Context<Self>) {
-        if self.running {
-            self.again = true;
-            return;
+        if self.fold.start() {
+            self.step(ctx);
         }
+    }
+
+    fn step(&mut self, ctx: &mut Context<Self>) {
         if let Some(wake) = self.wake.take() {
             ctx.cancel_future(wake);
         }
-        self.running = true;
         let shared = self.shared.clone();
         let name = self.name.clone();
         let mut memory = self.memory.clone();
@@ -67,7 +67,6 @@ impl NodeClaimActor {
             (next, memory)
         };
         ctx.spawn(step.into_actor(self).map(|(next, memory), actor, ctx| {
-            actor.running = false;
             actor.memory = memory;
             match next {
                 Ok(Next::Gone) => {
@@ -92,8 +91,8 @@ impl NodeClaimActor {
                     actor.wake = Some(ctx.run_later(backoff, |actor, ctx| actor.kick(ctx)));
                 }
             }
-            if std::mem::take(&mut actor.again) {
-                actor.kick(ctx);
+            if actor.fold.finish() {
+                actor.step(ctx);
             }
         }));
     }
@@ -117,8 +116,7 @@ impl Supervised for NodeClaimActor {
             "restarting the nodeclaim actor"
         );
         self.memory = Memory::default();
-        self.running = false;
-        self.again = false;
+        self.fold = Fold::default();
         self.failures = 0;
         self.wake = None;
     }

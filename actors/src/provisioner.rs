@@ -16,6 +16,7 @@ use kube::ResourceExt;
 
 use crate::{
     claim_template,
+    fold::Fold,
     kube_ops::{self, is_true},
     protocol::{GetInstanceTypes, LaunchPlan, ProvisionBatch},
     settings::SolverMode,
@@ -29,8 +30,7 @@ pub const PROVISIONER_MAILBOX: usize = 16;
 /// See the module docs.
 pub struct Provisioner {
     shared: Shared,
-    running: bool,
-    again: bool,
+    fold: Fold,
 }
 
 impl Provisioner {
@@ -38,17 +38,14 @@ impl Provisioner {
     pub fn new(shared: Shared) -> Self {
         Self {
             shared,
-            running: false,
-            again: false,
+            fold: Fold::default(),
         }
     }
 
     fn run(&mut self, ctx: &mut Context<Self>) {
-        self.running = true;
         let shared = self.shared.clone();
         ctx.spawn(provision(shared).into_actor(self).map(|(), provisioner, ctx| {
-            provisioner.running = false;
-            if std::mem::take(&mut provisioner.again) {
+            if provisioner.fold.finish() {
                 provisioner.run(ctx);
             }
         }));
@@ -68,9 +65,7 @@ impl Handler<ProvisionBatch> for Provisioner {
 
     fn handle(&mut self, msg: ProvisionBatch, ctx: &mut Self::Context) {
         let _span = tracing::debug_span!("provisioner.batch", pods = msg.pods.len()).entered();
-        if self.running {
-            self.again = true;
-        } else {
+        if self.fold.start() {
             self.run(ctx);
         }
     }
