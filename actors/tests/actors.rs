@@ -299,14 +299,9 @@ fn world(settings: Settings) -> World {
         clock,
         ..ClusterSettings::default()
     });
-    let crds = GroupResource::new("apiextensions.k8s.io", "customresourcedefinitions");
-    for (_, crd) in joist_messages::apis::crds() {
-        let crd = serde_json::to_value(&crd).unwrap_or_default();
-        cluster
-            .store()
-            .create(&crds, "", crd, false)
-            .unwrap_or_else(|e| panic!("{e}"));
-    }
+    cluster
+        .install_crds(joist_messages::apis::crds().into_iter().map(|(_, crd)| crd))
+        .unwrap_or_else(|e| panic!("{e}"));
     let client = cluster.client();
     let cloud = Arc::new(FakeCloud::default());
     let settings = Settings {

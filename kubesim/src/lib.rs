@@ -29,7 +29,10 @@ pub mod store;
 
 use std::{io, sync::Arc};
 
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use tokio::task::JoinHandle;
+
+use self::resources::GroupResource;
 
 pub use self::{
     api::ApiServer,
@@ -82,6 +85,20 @@ impl Cluster {
     /// The storage, for tests and simulations that read or write without HTTP.
     pub fn store(&self) -> &Arc<Store> {
         self.server.store()
+    }
+
+    /// Creates `crds`, so objects of their kinds are served (as `kubectl apply` of the CRD files
+    /// would). Fails on the first one the store refuses (one that already exists, say).
+    pub fn install_crds(
+        &self,
+        crds: impl IntoIterator<Item = CustomResourceDefinition>,
+    ) -> Result<(), ApiError> {
+        let resource = GroupResource::new("apiextensions.k8s.io", "customresourcedefinitions");
+        for crd in crds {
+            let object = serde_json::to_value(&crd).map_err(|e| ApiError::BadRequest(e.to_string()))?;
+            self.store().create(&resource, "", object, false)?;
+        }
+        Ok(())
     }
 
     /// A kube-rs client talking to this cluster in-process.

@@ -6,6 +6,7 @@
 pub mod bench;
 mod bench_kubesim;
 mod crds;
+mod run;
 mod sim;
 mod simulate;
 mod validate;
@@ -56,6 +57,14 @@ pub enum Command {
         #[arg(long)]
         seed: Option<u64>,
     },
+    /// Run the controllers against the cluster and AWS account the environment names (production).
+    ///
+    /// Settings are Karpenter's environment variables: CLUSTER_NAME and CLUSTER_ENDPOINT are
+    /// required; CLUSTER_CA_BUNDLE, CLUSTER_CIDR, VM_MEMORY_OVERHEAD_PERCENT, RESERVED_ENIS,
+    /// BATCH_IDLE_DURATION, BATCH_MAX_DURATION, LOG_LEVEL and INTERRUPTION_QUEUE are optional.
+    /// Kubernetes comes from the in-cluster service account or KUBECONFIG; AWS from the default
+    /// credential chain and AWS_REGION (AWS_ENDPOINT_URL for an emulator).
+    Run,
     /// Print the version and the API versions Joist serves.
     Version,
     /// The embedded simulated cluster.
@@ -151,12 +160,16 @@ pub enum CommandError {
         #[source]
         source: io::Error,
     },
-    /// A CRD could not be installed into kubesim.
-    #[error("cannot install CRD {name} into kubesim: {message}")]
+    /// Joist's CRDs could not be installed into kubesim.
+    #[error("cannot install Joist's CRDs into kubesim: {message}")]
     Install {
-        /// The CRD.
-        name: String,
         /// Why.
+        message: String,
+    },
+    /// `joist run` could not start (a setting, Kubernetes or AWS).
+    #[error("cannot start: {message}")]
+    Start {
+        /// What to fix.
         message: String,
     },
     /// A scenario could not be read or run.
@@ -219,6 +232,7 @@ pub fn run(cli: Cli, out: &mut dyn io::Write) -> Result<ExitCode, CommandError> 
         Command::Sim {
             action: SimAction::Serve { kubeconfig, port },
         } => sim::serve(kubeconfig.as_deref(), port, out),
+        Command::Run => run::run(),
         Command::Version => {
             writeln!(
                 out,

@@ -1,9 +1,9 @@
 //! `joist sim serve`: kubesim (the embedded Kubernetes API server and cluster) on 127.0.0.1, with
 //! Joist's CRDs installed and a kubeconfig written for kubectl and helm. Runs until Ctrl-C.
 
-use std::{io, path::Path, process::ExitCode, sync::Arc};
+use std::{io, path::Path, process::ExitCode};
 
-use joist_kubesim::{Cluster, ClusterSettings, Store, resources::GroupResource};
+use joist_kubesim::{Cluster, ClusterSettings};
 
 use super::CommandError;
 
@@ -16,7 +16,7 @@ pub fn serve(
     let runtime = super::runtime()?;
     runtime.block_on(async {
         let cluster = Cluster::start(ClusterSettings::default());
-        install_crds(cluster.store())?;
+        install_crds(&cluster)?;
         let server = cluster
             .serve_http(port)
             .await
@@ -48,19 +48,10 @@ pub fn serve(
 }
 
 /// Creates the NodePool, NodeClaim and EC2NodeClass CRDs, so their manifests apply unchanged.
-pub fn install_crds(store: &Arc<Store>) -> Result<(), CommandError> {
-    let crds = GroupResource::new("apiextensions.k8s.io", "customresourcedefinitions");
-    for (name, crd) in joist_messages::apis::crds() {
-        let object = serde_json::to_value(&crd).map_err(|e| CommandError::Install {
-            name: name.to_owned(),
+pub fn install_crds(cluster: &Cluster) -> Result<(), CommandError> {
+    cluster
+        .install_crds(joist_messages::apis::crds().into_iter().map(|(_, crd)| crd))
+        .map_err(|e| CommandError::Install {
             message: e.to_string(),
-        })?;
-        store
-            .create(&crds, "", object, false)
-            .map_err(|e| CommandError::Install {
-                name: name.to_owned(),
-                message: e.to_string(),
-            })?;
-    }
-    Ok(())
+        })
 }

@@ -81,7 +81,7 @@ async fn simulate(
         seed,
         physics: PhysicsSettings::default(),
     });
-    crate::commands::install_crds(cluster.store()).map_err(|e| SimulateError::Setup(e.to_string()))?;
+    crate::commands::install_crds(&cluster).map_err(|e| SimulateError::Setup(e.to_string()))?;
     let client = cluster.client();
     let cloud = SimCloud::new(
         SimSettings {

@@ -5,7 +5,7 @@
 //! `spec.amiSelectorTerms[i].alias`.
 
 use joist_messages::{
-    apis::common::NodeSelectorRequirementWithMinValues,
+    apis::{EC2NodeClass, common::NodeSelectorRequirementWithMinValues, ec2nodeclass::AmiFamily},
     labels::{ARCH, aws},
     model::requirements::Operator,
 };
@@ -70,6 +70,23 @@ fn requirement(key: &str, operator: Operator, values: Vec<String>) -> NodeSelect
 /// The requirement an image of architecture `arch` (`amd64`, `arm64`) puts on instance types.
 pub fn arch_requirement(arch: &str) -> NodeSelectorRequirementWithMinValues {
     requirement(ARCH, Operator::In, vec![arch.to_owned()])
+}
+
+/// The AMI family of `class`: `spec.amiFamily` when set, else its alias's family, else `Custom`
+/// (the CRD requires one of the two, so `Custom` only covers Windows aliases, which launch refuses).
+pub fn family(class: &EC2NodeClass) -> AmiFamily {
+    let alias = class
+        .spec
+        .ami_selector_terms
+        .iter()
+        .find_map(|term| term.alias.as_deref()?.split_once('@'));
+    match (class.spec.ami_family, alias) {
+        (Some(family), _) => family,
+        (None, Some(("al2023", _))) => AmiFamily::AL2023,
+        (None, Some(("bottlerocket", _))) => AmiFamily::Bottlerocket,
+        (None, Some(("al2", _))) => AmiFamily::AL2,
+        (None, _) => AmiFamily::Custom,
+    }
 }
 
 /// The SSM parameters for `alias` (term `index`) on Kubernetes `kubernetes` (`1.35`).

@@ -7,7 +7,7 @@ use aws_sdk_ec2::error::{DisplayErrorContext, ProvideErrorMetadata};
 use joist_provider::CloudError;
 
 /// See the module docs.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum AwsError {
     /// An API call failed.
     #[error("{operation}: {message}")]

@@ -73,23 +73,114 @@ pub async fn get(clients: &AwsClients, provider_id: &str) -> Result<Instance, Cl
     }
 }
 
-/// Terminates the instance behind `provider_id`.
-pub async fn terminate(clients: &AwsClients, provider_id: &str) -> Result<(), CloudError> {
+/// Terminates the instances `ids` in one call and answers for each, in order: `Ok` once EC2
+/// is terminating it, `NodeClaimNotFound` when EC2 does not know it. One unknown id fails EC2's
+/// whole call, so then each id is tried on its own.
+pub async fn terminate_all(clients: &AwsClients, ids: &[String]) -> Vec<Result<(), CloudError>> {
+    match terminate(clients, ids).await {
+        Ok(()) => ids.iter().map(|_| Ok(())).collect(),
+        Err(error) if is_not_found(&error) && ids.len() > 1 => {
+            let mut results = Vec::with_capacity(ids.len());
+            for id in ids {
+                results.push(
+                    terminate(clients, std::slice::from_ref(id))
+                        .await
+                        .map_err(|e| answer(e, id)),
+                );
+            }
+            results
+        }
+        Err(error) => ids.iter().map(|id| Err(answer(error.clone(), id))).collect(),
+    }
+}
+
+async fn terminate(clients: &AwsClients, ids: &[String]) -> Result<(), AwsError> {
+    clients
+        .ec2
+        .terminate_instances()
+        .set_instance_ids(Some(ids.to_vec()))
+        .send()
+        .await
+        .map(|_| ())
+        .map_err(|e| AwsError::api("TerminateInstances", e.into_service_error()))
+}
+
+fn is_not_found(error: &AwsError) -> bool {
+    error.code() == Some("InvalidInstanceID.NotFound")
+}
+
+/// The error a caller asking about instance `id` gets for `error`.
+fn answer(error: AwsError, id: &str) -> CloudError {
+    if is_not_found(&error) {
+        CloudError::NodeClaimNotFound {
+            provider_id: id.to_owned(),
+        }
+    } else {
+        error.into()
+    }
+}
+
+/// Adds `tags` to the instance `id`.
+pub async fn tag(clients: &AwsClients, id: &str, tags: &[(&str, &str)]) -> Result<(), AwsError> {
+    clients
+        .ec2
+        .create_tags()
+        .resources(id)
+        .set_tags(Some(
+            tags.iter()
+                .map(|(k, v)| aws_sdk_ec2::types::Tag::builder().key(*k).value(*v).build())
+                .collect(),
+        ))
+        .send()
+        .await
+        .map(|_| ())
+        .map_err(|e| AwsError::api("CreateTags", e.into_service_error()))
+}
+
+/// Where an instance was put: what drift is judged on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Placement {
+    /// The image it booted.
+    pub image_id: String,
+    /// Its subnet.
+    pub subnet_id: String,
+    /// Its security groups.
+    pub security_group_ids: Vec<String>,
+}
+
+/// The placement of the instance behind `provider_id`.
+pub async fn placement(clients: &AwsClients, provider_id: &str) -> Result<Placement, CloudError> {
     let not_found = || CloudError::NodeClaimNotFound {
         provider_id: provider_id.to_owned(),
     };
     let id = instance_id(provider_id).ok_or_else(not_found)?;
-    match clients.ec2.terminate_instances().instance_ids(id).send().await {
-        Ok(_) => Ok(()),
-        Err(error) => {
-            let error = AwsError::api("TerminateInstances", error.into_service_error());
-            if error.code() == Some("InvalidInstanceID.NotFound") {
-                Err(not_found())
-            } else {
-                Err(error.into())
-            }
-        }
-    }
+    let output = clients
+        .ec2
+        .describe_instances()
+        .instance_ids(id)
+        .send()
+        .await
+        .map_err(|e| {
+            answer(
+                AwsError::api("DescribeInstances", e.into_service_error()),
+                provider_id,
+            )
+        })?;
+    let instance = output
+        .reservations()
+        .iter()
+        .flat_map(|r| r.instances())
+        .next()
+        .ok_or_else(not_found)?;
+    Ok(Placement {
+        image_id: instance.image_id().unwrap_or_default().to_owned(),
+        subnet_id: instance.subnet_id().unwrap_or_default().to_owned(),
+        security_group_ids: instance
+            .security_groups()
+            .iter()
+            .filter_map(|g| g.group_id().map(str::to_owned))
+            .collect(),
+    })
 }
 
 async fn describe(

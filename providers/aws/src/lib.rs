@@ -18,8 +18,15 @@
 pub mod ami;
 pub mod catalog;
 pub mod clients;
+pub mod coalesce;
 pub mod error;
+pub mod fleet;
 pub mod instances;
+pub mod launch_template;
 pub mod node_class;
+pub mod offerings;
 pub mod pricing;
+pub mod provider;
 pub mod user_data;
+
+pub use provider::{AwsCloud, AwsCloudError, AwsSettings};

@@ -82,6 +82,35 @@ pub async fn resolve(
     })
 }
 
+/// Per zone, the one of `subnets` with the most free addresses (Karpenter's choice for a launch):
+/// zone → subnet id.
+pub async fn zonal_subnets(
+    clients: &AwsClients,
+    subnets: &[ResolvedSubnet],
+) -> Result<BTreeMap<String, String>, AwsError> {
+    let described = clients
+        .ec2
+        .describe_subnets()
+        .set_subnet_ids(Some(subnets.iter().map(|s| s.id.clone()).collect()))
+        .into_paginator()
+        .items()
+        .send()
+        .try_collect()
+        .await
+        .map_err(|e| AwsError::api("DescribeSubnets", e.into_service_error()))?;
+    let mut best: BTreeMap<String, (i32, String)> = BTreeMap::new();
+    for subnet in &described {
+        let (Some(id), Some(zone)) = (subnet.subnet_id(), subnet.availability_zone()) else {
+            continue;
+        };
+        let free = subnet.available_ip_address_count().unwrap_or(0);
+        if best.get(zone).is_none_or(|(most, _)| free > *most) {
+            best.insert(zone.to_owned(), (free, id.to_owned()));
+        }
+    }
+    Ok(best.into_iter().map(|(zone, (_, id))| (zone, id)).collect())
+}
+
 /// `tag:K=V` filters for a tag selector; `*` asks only for the key.
 fn tag_filters(tags: &BTreeMap<String, String>) -> Vec<Filter> {
     tags.iter()

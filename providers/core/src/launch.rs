@@ -7,15 +7,18 @@
 //! buy reserved capacity if any is offered, else spot if the claim allows it, else on-demand; order
 //! by price and keep at most [`MAX_INSTANCE_TYPES`] types. Fails with a typed error naming the
 //! claim when its requirements do not parse or nothing is left.
+//!
+//! Also here, because every provider writes them the same way: the labels a launched node carries
+//! ([`node_labels`]).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use joist_messages::{
     apis::NodeClaim,
-    labels::{CAPACITY_TYPE, ZONE},
+    labels::{CAPACITY_TYPE, REGION, ZONE},
     model::{
         instance_type::{CapacityType, InstanceType, Offering},
-        requirements::Requirements,
+        requirements::{Operator, Requirements},
         resources::Resources,
     },
 };
@@ -43,6 +46,25 @@ impl Candidate<'_> {
             capacity_type: self.offering.capacity_type,
         }
     }
+}
+
+/// The labels a node of `instance_type` in `zone` carries, before the NodeClaim's own.
+pub fn node_labels(
+    instance_type: &InstanceType,
+    region: &str,
+    zone: &str,
+    capacity_type: &str,
+) -> BTreeMap<String, String> {
+    let mut labels: BTreeMap<String, String> = instance_type
+        .requirements
+        .iter()
+        .filter(|r| r.operator() == Operator::In && r.values().len() == 1)
+        .filter_map(|r| Some((r.key().to_owned(), r.values().next()?.to_owned())))
+        .collect();
+    labels.insert(ZONE.to_owned(), zone.to_owned());
+    labels.insert(REGION.to_owned(), region.to_owned());
+    labels.insert(CAPACITY_TYPE.to_owned(), capacity_type.to_owned());
+    labels
 }
 
 /// The claim's requirements as a set, or a `Create` error naming the bad one.

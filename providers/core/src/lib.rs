@@ -9,6 +9,7 @@
 
 mod error;
 pub mod launch;
+pub mod prices;
 
 use std::{collections::BTreeMap, fmt};
 

@@ -1,8 +1,7 @@
 //! The simulated cloud's catalog: EC2 instance shapes generated from the data the PyPI `moto`
-//! package ships (`data/instance-types.json`, written by `scripts/generate-catalog.py`) and a
-//! built-in table of real on-demand prices per region (`data/on-demand-prices.json`, with each
-//! family's source noted there). Spot prices are on-demand less a per-family discount: a model,
-//! not a quote.
+//! package ships (`data/instance-types.json`, written by `scripts/generate-catalog.py`) and the
+//! built-in table of real on-demand prices per region ([`joist_provider::prices`]). Spot prices
+//! are on-demand less the family's discount from that table: a model, not a quote.
 //!
 //! Only types that have a price in the region are offered, as Karpenter drops unpriced offerings.
 //! Both files are compiled in; a malformed file is a build defect, reported by [`CatalogError`]
@@ -14,18 +13,21 @@ use joist_messages::model::{
     instance_type::{CapacityType, InstanceType, Offering},
     shape::{CapacitySettings, Ec2Shape},
 };
+use joist_provider::prices::{PriceTable, PriceTableError};
 use serde::Deserialize;
 use thiserror::Error;
 
 const INSTANCE_TYPES: &str = include_str!("../data/instance-types.json");
-const PRICES: &str = include_str!("../data/on-demand-prices.json");
 
-/// A catalog data file that does not parse.
+/// A built-in data file that does not parse.
 #[derive(Debug, Error)]
-#[error("the built-in catalog file {file} is malformed: {source}")]
-pub struct CatalogError {
-    file: &'static str,
-    source: serde_json::Error,
+pub enum CatalogError {
+    /// The instance shapes.
+    #[error("the built-in catalog file instance-types.json is malformed: {0}")]
+    Shapes(#[from] serde_json::Error),
+    /// The price table.
+    #[error(transparent)]
+    Prices(#[from] PriceTableError),
 }
 
 #[derive(Deserialize)]
@@ -40,21 +42,6 @@ struct ShapeEntry {
     shape: Ec2Shape,
     /// Region → zones where the type is offered.
     zones: BTreeMap<String, Vec<String>>,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct PricesFile {
-    families: BTreeMap<String, FamilyPrices>,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct FamilyPrices {
-    /// Fraction of the on-demand price spot saves.
-    spot_discount: f64,
-    /// Region → type → on-demand dollars per hour.
-    prices: BTreeMap<String, BTreeMap<String, f64>>,
 }
 
 /// One type the simulated cloud sells in a region.
@@ -107,20 +94,14 @@ pub struct Catalog {
 impl Catalog {
     /// The built-in catalog for `region`, limited to `zones` (every zone of the region when empty).
     pub fn load(region: &str, zones: &[String]) -> Result<Self, CatalogError> {
-        let shapes: ShapesFile = serde_json::from_str(INSTANCE_TYPES).map_err(|source| CatalogError {
-            file: "instance-types.json",
-            source,
-        })?;
-        let prices: PricesFile = serde_json::from_str(PRICES).map_err(|source| CatalogError {
-            file: "on-demand-prices.json",
-            source,
-        })?;
+        let shapes: ShapesFile = serde_json::from_str(INSTANCE_TYPES)?;
+        let prices = PriceTable::built_in()?;
         let mut listings = BTreeMap::new();
         for entry in shapes.instance_types {
-            let Some(family) = prices.families.get(entry.shape.family()) else {
-                continue;
-            };
-            let Some(&on_demand) = family.prices.get(region).and_then(|p| p.get(&entry.shape.name)) else {
+            let (Some(on_demand), Some(spot_discount)) = (
+                prices.on_demand(region, &entry.shape.name),
+                prices.spot_discount(&entry.shape.name),
+            ) else {
                 continue;
             };
             let offered: Vec<String> = entry
@@ -134,7 +115,7 @@ impl Catalog {
             if offered.is_empty() {
                 continue;
             }
-            let spot = round_to_ten_thousandths(on_demand * (1.0 - family.spot_discount));
+            let spot = round_to_ten_thousandths(on_demand * (1.0 - spot_discount));
             listings.insert(
                 entry.shape.name.clone(),
                 Listing {

@@ -36,7 +36,7 @@ pub use self::{
 };
 use self::{
     cloud::Tracked,
-    node::{Registration, instance_labels, node_name},
+    node::{Registration, node_name},
 };
 
 /// The image every simulated instance boots.
@@ -162,7 +162,7 @@ impl SimCloud {
             }
             let (instance_id, ordinal) = books.next_instance_id(&mut state);
             let it = candidate.instance_type;
-            let mut labels = instance_labels(it, &settings.region, &key.zone, key.capacity_type.label());
+            let mut labels = launch::node_labels(it, &settings.region, &key.zone, key.capacity_type.label());
             labels.extend(claim.labels().iter().map(|(k, v)| (k.clone(), v.clone())));
             let instance = Instance {
                 provider_id: format!("aws:///{}/{instance_id}", key.zone),

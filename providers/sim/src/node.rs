@@ -4,10 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use joist_messages::{
-    labels::{CAPACITY_TYPE, HOSTNAME, REGION, ZONE},
-    model::{instance_type::InstanceType, requirements::Operator, resources::Resources},
-};
+use joist_messages::{labels::HOSTNAME, model::resources::Resources};
 use k8s_openapi::{
     api::core::v1::{Node, NodeSpec, NodeStatus, NodeSystemInfo, Taint},
     apimachinery::pkg::{api::resource::Quantity as KubeQuantity, apis::meta::v1::ObjectMeta},
@@ -23,25 +20,6 @@ pub fn node_name(ordinal: u64, region: &str) -> String {
         ordinal / 250,
         ordinal % 250 + 4
     )
-}
-
-/// The labels a node of `instance_type` in `zone` carries, before the NodeClaim's own.
-pub fn instance_labels(
-    instance_type: &InstanceType,
-    region: &str,
-    zone: &str,
-    capacity_type: &str,
-) -> BTreeMap<String, String> {
-    let mut labels: BTreeMap<String, String> = instance_type
-        .requirements
-        .iter()
-        .filter(|r| r.operator() == Operator::In && r.values().len() == 1)
-        .filter_map(|r| Some((r.key().to_owned(), r.values().next()?.to_owned())))
-        .collect();
-    labels.insert(ZONE.to_owned(), zone.to_owned());
-    labels.insert(REGION.to_owned(), region.to_owned());
-    labels.insert(CAPACITY_TYPE.to_owned(), capacity_type.to_owned());
-    labels
 }
 
 /// What a node registers with.

@@ -1,7 +1,9 @@
 //! The AWS provider against moto, a real AWS API emulator (see [`moto`]): the instance-type
-//! catalog read from the wire, and EC2NodeClass resolution from tags, ids, names and AMI aliases.
+//! catalog read from the wire, EC2NodeClass resolution from tags, ids, names and AMI aliases,
+//! instances listed and terminated, and launches through CreateFleet ([`launch`]).
 //! One test binary, so the SDK is linked once.
 
+mod launch;
 mod moto;
 mod paging;
 
@@ -290,9 +292,14 @@ async fn instances_are_listed_by_the_cluster_tags_read_and_terminated() {
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     assert_ne!(got.state, InstanceState::Terminated);
-    instances::terminate(&clients, &instance.provider_id)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let id = instances::instance_id(&instance.provider_id)
+        .unwrap_or_default()
+        .to_owned();
+    let results = instances::terminate_all(&clients, &[id, "i-0000000000000dead".to_owned()]).await;
+    assert!(
+        matches!(results[..], [Ok(()), Err(CloudError::NodeClaimNotFound { .. })]),
+        "one unknown id does not stop the other's termination: {results:?}"
+    );
     let gone = instances::get(&clients, &instance.provider_id).await;
     assert!(
         matches!(gone, Err(CloudError::NodeClaimNotFound { .. })),

@@ -1,0 +1,558 @@
+//! [`AwsCloud`]: the [`CloudProvider`] that runs on EKS, joining the parts of this crate.
+//!
+//! - `instance_types`: the catalog read from EC2 (kept for [`CATALOG_REFRESH`], the last known one
+//!   kept when a refresh fails) priced with the last known prices ([`crate::offerings`]).
+//! - `create`: reads the claim's EC2NodeClass (missing or not Ready: `NodeClassNotReady`), picks
+//!   the offerings ([`joist_provider::launch::candidates`]), an image per type, a launch template per
+//!   image and pod capacity (the user data carries `maxPods`), the subnet with the most free
+//!   addresses per zone, and sends one CreateFleet, coalesced with identical requests
+//!   ([`crate::coalesce`]). The instance is then tagged with its NodeClaim's name.
+//! - `delete`: TerminateInstances, coalesced; `get` and `list`: DescribeInstances by id or by the
+//!   cluster's tags ([`crate::instances`]).
+//! - `resolve_node_class`: [`crate::node_class::resolve`] for the cluster's Kubernetes version.
+//! - `is_drifted`: the instance's image, subnet and security groups against the class's status.
+//!
+//! Failures map to [`CloudError`]: throttling and faults are `Transient`; capacity errors are
+//! `InsufficientCapacity` with the offerings for the unavailable-offering cache; a user data that
+//! cannot be rendered or a request EC2 refuses is a `Create` error naming the class or EC2's code.
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    sync::{Arc, PoisonError, RwLock},
+    time::Duration,
+};
+
+use futures::FutureExt;
+use joist_messages::{
+    apis::{EC2NodeClass, EC2NodeClassStatus, NodeClaim, NodePool},
+    labels::NODEPOOL,
+    model::{
+        instance_type::{CapacityType, InstanceType},
+        resources::names,
+        shape::CapacitySettings,
+    },
+};
+use joist_provider::{
+    CloudError, CloudFuture, CloudProvider, Drift, Instance, InstanceState, Launch, OfferingKey, launch,
+};
+use k8s_openapi::api::core::v1::Taint;
+use kube::{Api, ResourceExt};
+use tokio::{sync::Mutex, time::Instant};
+
+use crate::{
+    ami, catalog,
+    clients::AwsClients,
+    coalesce::{Coalescer, Window},
+    fleet::{self, FleetRequest, Launched, Override, TemplateConfig},
+    instances::{self, NODECLAIM_TAG, NODECLASS_TAG, NODEPOOL_TAG, cluster_tag},
+    launch_template::{self, LaunchTemplates, TemplateInput},
+    node_class,
+    offerings::{self, Catalog},
+    pricing::Prices,
+    user_data::{self, Bootstrap},
+};
+
+/// How long the catalog read from EC2 is used before it is read again.
+pub const CATALOG_REFRESH: Duration = Duration::from_secs(12 * 60 * 60);
+/// The taint every node registers with until Joist sees it.
+const UNREGISTERED_TAINT: &str = "karpenter.sh/unregistered";
+
+/// The cluster facts and controller settings the AWS provider needs.
+#[derive(Debug, Clone)]
+pub struct AwsSettings {
+    /// `CLUSTER_NAME`.
+    pub cluster_name: String,
+    /// `CLUSTER_ENDPOINT`.
+    pub cluster_endpoint: String,
+    /// `CLUSTER_CA_BUNDLE`.
+    pub cluster_ca_bundle: Option<String>,
+    /// The service CIDR (AL2023 nodes need it).
+    pub cluster_cidr: Option<String>,
+    /// The cluster's Kubernetes version (`1.35`), for AMI aliases.
+    pub kubernetes_version: String,
+    /// VM memory overhead and reserved ENIs.
+    pub capacity: CapacitySettings,
+}
+
+/// Why the provider could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum AwsCloudError {
+    /// The built-in price table does not parse.
+    #[error(transparent)]
+    Prices(#[from] joist_provider::prices::PriceTableError),
+}
+
+/// The AWS cloud provider (see the module docs). Cheap to clone.
+#[derive(Clone)]
+pub struct AwsCloud {
+    inner: Arc<Inner>,
+}
+
+type FleetResult = Result<(Launched, Vec<OfferingKey>), CloudError>;
+
+struct Inner {
+    clients: AwsClients,
+    kube: kube::Client,
+    settings: AwsSettings,
+    catalog: Mutex<Option<(Instant, Arc<Catalog>)>>,
+    prices: RwLock<Prices>,
+    templates: LaunchTemplates,
+    fleets: Coalescer<FleetRequest, (), FleetResult>,
+    terminations: Coalescer<(), String, Result<(), CloudError>>,
+}
+
+impl AwsCloud {
+    /// A provider for the cluster `settings` describe, reading EC2NodeClasses through `kube`.
+    pub fn new(
+        clients: AwsClients,
+        kube: kube::Client,
+        settings: AwsSettings,
+    ) -> Result<Self, AwsCloudError> {
+        let built_in = joist_provider::prices::PriceTable::built_in()?.region(&clients.region);
+        let fleet_clients = clients.clone();
+        let fleets = Coalescer::new(
+            Window::CREATE_FLEET,
+            Arc::new(move |request: FleetRequest, items: Vec<()>| {
+                let clients = fleet_clients.clone();
+                async move {
+                    match fleet::create(&clients, &request, items.len()).await {
+                        Ok(outcome) => outcome.into_results(items.len()),
+                        Err(error) => {
+                            let error = CloudError::from(error);
+                            items.iter().map(|()| Err(error.clone())).collect()
+                        }
+                    }
+                }
+                .boxed()
+            }),
+        );
+        let terminate_clients = clients.clone();
+        let terminations = Coalescer::new(
+            Window::TERMINATE,
+            Arc::new(move |(), ids: Vec<String>| {
+                let clients = terminate_clients.clone();
+                async move { instances::terminate_all(&clients, &ids).await }.boxed()
+            }),
+        );
+        Ok(Self {
+            inner: Arc::new(Inner {
+                clients,
+                kube,
+                settings,
+                catalog: Mutex::new(None),
+                prices: RwLock::new(Prices::new(built_in)),
+                templates: LaunchTemplates::default(),
+                fleets,
+                terminations,
+            }),
+        })
+    }
+
+    /// The catalog, read again when older than [`CATALOG_REFRESH`]; the last known one when that
+    /// read fails.
+    async fn catalog(&self) -> Result<Arc<Catalog>, CloudError> {
+        let mut cached = self.inner.catalog.lock().await;
+        if let Some((read_at, catalog)) = cached.as_ref()
+            && read_at.elapsed() < CATALOG_REFRESH
+        {
+            return Ok(catalog.clone());
+        }
+        let ec2 = &self.inner.clients.ec2;
+        match tokio::try_join!(catalog::shapes(ec2), catalog::zones(ec2)) {
+            Ok((shapes, zones)) => {
+                let catalog = Arc::new(Catalog { shapes, zones });
+                tracing::info!(
+                    instance_types = catalog.shapes.len(),
+                    "read the instance-type catalog"
+                );
+                *cached = Some((Instant::now(), catalog.clone()));
+                Ok(catalog)
+            }
+            Err(error) => match cached.as_ref() {
+                Some((_, catalog)) => {
+                    tracing::warn!(%error, "reading the instance-type catalog failed; keeping the last one");
+                    Ok(catalog.clone())
+                }
+                None => Err(error.into()),
+            },
+        }
+    }
+
+    /// The claim's node class, if it exists and is Ready.
+    async fn ready_class(&self, claim: &NodeClaim) -> Result<EC2NodeClass, CloudError> {
+        let name = &claim.spec.node_class_ref.name;
+        let not_ready = |reason: &str| CloudError::NodeClassNotReady {
+            node_class: name.clone(),
+            reason: reason.to_owned(),
+        };
+        let classes: Api<EC2NodeClass> = Api::all(self.inner.kube.clone());
+        let class = classes
+            .get_opt(name)
+            .await
+            .map_err(|e| CloudError::Transient {
+                message: format!("reading EC2NodeClass {name}: {e}"),
+            })?
+            .ok_or_else(|| not_ready("not found"))?;
+        let ready = class
+            .status
+            .iter()
+            .flat_map(|s| &s.conditions)
+            .any(|c| c.type_ == "Ready" && c.status == "True");
+        if !ready {
+            return Err(not_ready("its Ready condition is not True"));
+        }
+        Ok(class)
+    }
+
+    /// The launch template for nodes of `class` booting `image_id` with `max_pods` pods.
+    fn template_input(
+        &self,
+        class: &EC2NodeClass,
+        claim: &NodeClaim,
+        image_id: &str,
+        max_pods: Option<u32>,
+    ) -> Result<TemplateInput, CloudError> {
+        let settings = &self.inner.settings;
+        let class_name = class.name_any();
+        let status = class.status.clone().unwrap_or_default();
+        let family = ami::family(class);
+        let mut taints: Vec<Taint> = claim.spec.taints.clone();
+        taints.extend(claim.spec.startup_taints.iter().cloned());
+        if !taints.iter().any(|t| t.key == UNREGISTERED_TAINT) {
+            taints.push(Taint {
+                key: UNREGISTERED_TAINT.to_owned(),
+                effect: "NoExecute".to_owned(),
+                ..Taint::default()
+            });
+        }
+        let user_data = user_data::render(
+            family,
+            &Bootstrap {
+                cluster_name: &settings.cluster_name,
+                cluster_endpoint: &settings.cluster_endpoint,
+                ca_bundle: settings.cluster_ca_bundle.as_deref(),
+                cluster_cidr: settings.cluster_cidr.as_deref(),
+                labels: claim.labels(),
+                taints: &taints,
+                max_pods,
+                kubelet: class.spec.kubelet.as_ref(),
+                instance_store_policy: class.spec.instance_store_policy,
+                custom: class.spec.user_data.as_deref(),
+            },
+        )
+        .map_err(|e| CloudError::Create {
+            reason: "UserData".to_owned(),
+            message: format!("ec2nodeclass {class_name:?}: {e}"),
+        })?;
+        let instance_profile = status
+            .instance_profile
+            .ok_or_else(|| CloudError::NodeClassNotReady {
+                node_class: class_name.clone(),
+                reason: "status.instanceProfile is not resolved".to_owned(),
+            })?;
+        let mut tags = class.spec.tags.clone();
+        tags.insert(
+            launch_template::CLUSTER_TAG.to_owned(),
+            settings.cluster_name.clone(),
+        );
+        Ok(TemplateInput {
+            image_id: image_id.to_owned(),
+            user_data,
+            security_group_ids: status.security_groups.into_iter().map(|g| g.id).collect(),
+            instance_profile,
+            metadata: class.spec.metadata_options.clone(),
+            block_devices: offerings::block_devices(class, family),
+            detailed_monitoring: class.spec.detailed_monitoring.unwrap_or(false),
+            associate_public_ip: class.spec.associate_public_ip_address,
+            tags,
+        })
+    }
+
+    /// The tags every instance of `claim` launches with (the NodeClaim's name is added after, so
+    /// identical requests can share a fleet).
+    fn launch_tags(&self, class: &EC2NodeClass, claim: &NodeClaim) -> BTreeMap<String, String> {
+        let cluster = &self.inner.settings.cluster_name;
+        let mut tags = class.spec.tags.clone();
+        tags.extend([
+            (cluster_tag(cluster), "owned".to_owned()),
+            ("eks:eks-cluster-name".to_owned(), cluster.clone()),
+            (NODECLASS_TAG.to_owned(), class.name_any()),
+        ]);
+        if let Some(pool) = claim.labels().get(NODEPOOL) {
+            tags.insert(NODEPOOL_TAG.to_owned(), pool.clone());
+        }
+        tags
+    }
+
+    async fn launch(&self, claim: &NodeClaim, instance_types: &[InstanceType]) -> Result<Launch, CloudError> {
+        let class = self.ready_class(claim).await?;
+        let status = class.status.clone().unwrap_or_default();
+        let candidates = launch::candidates(claim, instance_types)?;
+        // `candidates` answers an error rather than nothing, so there is a first.
+        let Some(capacity_type) = candidates.first().map(|c| c.offering.capacity_type) else {
+            return Err(CloudError::InsufficientCapacity {
+                offerings: Vec::new(),
+                message: "no offering to launch".to_owned(),
+            });
+        };
+        let subnets = node_class::zonal_subnets(&self.inner.clients, &status.subnets).await?;
+        let amis = offerings::ami_requirements(&status.amis);
+        let mut templates: HashMap<(String, Option<u32>), String> = HashMap::new();
+        let mut configs: Vec<TemplateConfig> = Vec::new();
+        for (rank, candidate) in candidates.iter().enumerate() {
+            let (Some(subnet), Some(ami)) = (
+                subnets.get(&candidate.offering.zone),
+                offerings::ami_for(&amis, candidate.instance_type),
+            ) else {
+                continue;
+            };
+            let max_pods = u32::try_from(candidate.instance_type.capacity.get(names::PODS).units_ceil()).ok();
+            let key = (ami.id.clone(), max_pods);
+            let template = match templates.get(&key) {
+                Some(name) => name.clone(),
+                None => {
+                    let input = self.template_input(&class, claim, &ami.id, max_pods)?;
+                    let name = self.inner.templates.ensure(&self.inner.clients, &input).await?;
+                    templates.insert(key, name.clone());
+                    name
+                }
+            };
+            let entry = match configs.iter_mut().position(|c| c.template == template) {
+                Some(i) => &mut configs[i],
+                None => {
+                    configs.push(TemplateConfig {
+                        template,
+                        overrides: Vec::new(),
+                    });
+                    configs.last_mut().ok_or_else(|| CloudError::Transient {
+                        message: "unreachable: a config was just pushed".to_owned(),
+                    })?
+                }
+            };
+            entry.overrides.push(Override {
+                instance_type: candidate.instance_type.name.clone(),
+                subnet_id: subnet.clone(),
+                zone: candidate.offering.zone.clone(),
+                priority: u32::try_from(rank).unwrap_or(u32::MAX),
+            });
+        }
+        if configs.is_empty() {
+            return Err(CloudError::NodeClassNotReady {
+                node_class: class.name_any(),
+                reason: "no subnet or image serves any offering the claim allows".to_owned(),
+            });
+        }
+        let request = FleetRequest {
+            capacity_type,
+            configs,
+            tags: self.launch_tags(&class, claim),
+        };
+        let (launched, unavailable) = self
+            .inner
+            .fleets
+            .submit(request.clone(), ())
+            .await
+            .unwrap_or_else(|| {
+                Err(CloudError::Transient {
+                    message: "the CreateFleet call was abandoned before it answered".to_owned(),
+                })
+            })
+            .inspect_err(|error| {
+                if let CloudError::Create { reason, .. } = error
+                    && reason.starts_with("InvalidLaunchTemplateName")
+                {
+                    request
+                        .configs
+                        .iter()
+                        .for_each(|c| self.inner.templates.forget(&c.template));
+                }
+            })?;
+        let claim_name = claim.name_any();
+        instances::tag(
+            &self.inner.clients,
+            &launched.instance_id,
+            &[(NODECLAIM_TAG, &claim_name), ("Name", &claim_name)],
+        )
+        .await
+        .unwrap_or_else(|error| tracing::warn!(%error, instance = %launched.instance_id, "tagging failed"));
+        let offering = &launched.offering;
+        let instance_type = instance_types
+            .iter()
+            .find(|it| it.name == offering.instance_type)
+            .ok_or_else(|| CloudError::Create {
+                reason: "UnknownInstanceType".to_owned(),
+                message: format!(
+                    "CreateFleet launched {}, which the claim did not allow",
+                    offering.instance_type
+                ),
+            })?;
+        let price = instance_type
+            .offerings
+            .iter()
+            .find(|o| o.zone == offering.zone && o.capacity_type == offering.capacity_type)
+            .map_or(0.0, |o| o.price);
+        let image_id = offerings::ami_for(&amis, instance_type)
+            .map(|a| a.id.clone())
+            .unwrap_or_default();
+        let mut labels = launch::node_labels(
+            instance_type,
+            &self.inner.clients.region,
+            &offering.zone,
+            offering.capacity_type.label(),
+        );
+        labels.extend(claim.labels().iter().map(|(k, v)| (k.clone(), v.clone())));
+        let mut tags = request.tags;
+        tags.insert(NODECLAIM_TAG.to_owned(), claim_name);
+        Ok(Launch {
+            instance: Instance {
+                provider_id: instances::provider_id(&offering.zone, &launched.instance_id),
+                instance_type: instance_type.name.clone(),
+                zone: offering.zone.clone(),
+                capacity_type: offering.capacity_type,
+                image_id,
+                price,
+                state: InstanceState::Pending,
+                launched_at: joist_messages::time::Clock::system().now_seconds(),
+                tags,
+            },
+            capacity: instance_type.capacity.clone(),
+            allocatable: instance_type.allocatable(),
+            labels,
+            unavailable,
+        })
+    }
+
+    /// `instance` with the price of its offering filled in from the last known prices.
+    fn priced(&self, mut instance: Instance) -> Instance {
+        let prices = self.inner.prices.read().unwrap_or_else(PoisonError::into_inner);
+        let price = match instance.capacity_type {
+            CapacityType::Spot => prices.spot(&instance.instance_type, &instance.zone),
+            _ => prices.on_demand(&instance.instance_type),
+        };
+        instance.price = price.unwrap_or_default();
+        instance
+    }
+}
+
+impl CloudProvider for AwsCloud {
+    fn name(&self) -> &'static str {
+        "aws"
+    }
+
+    fn create<'a>(
+        &'a self,
+        claim: &'a NodeClaim,
+        instance_types: &'a [InstanceType],
+    ) -> CloudFuture<'a, Launch> {
+        Box::pin(self.launch(claim, instance_types))
+    }
+
+    fn delete<'a>(&'a self, provider_id: &'a str) -> CloudFuture<'a, ()> {
+        Box::pin(async move {
+            let id = instances::instance_id(provider_id).ok_or_else(|| CloudError::NodeClaimNotFound {
+                provider_id: provider_id.to_owned(),
+            })?;
+            self.inner
+                .terminations
+                .submit((), id.to_owned())
+                .await
+                .unwrap_or_else(|| {
+                    Err(CloudError::Transient {
+                        message: "the TerminateInstances call was abandoned before it answered".to_owned(),
+                    })
+                })
+                .map_err(|error| match error {
+                    CloudError::NodeClaimNotFound { .. } => CloudError::NodeClaimNotFound {
+                        provider_id: provider_id.to_owned(),
+                    },
+                    other => other,
+                })
+        })
+    }
+
+    fn get<'a>(&'a self, provider_id: &'a str) -> CloudFuture<'a, Instance> {
+        Box::pin(async move {
+            let instance = instances::get(&self.inner.clients, provider_id).await?;
+            Ok(self.priced(instance))
+        })
+    }
+
+    fn list(&self) -> CloudFuture<'_, Vec<Instance>> {
+        Box::pin(async move {
+            let listed = instances::list(&self.inner.clients, &self.inner.settings.cluster_name).await?;
+            Ok(listed.into_iter().map(|i| self.priced(i)).collect())
+        })
+    }
+
+    fn instance_types<'a>(
+        &'a self,
+        _node_pool: &'a NodePool,
+        node_class: &'a EC2NodeClass,
+    ) -> CloudFuture<'a, Vec<InstanceType>> {
+        Box::pin(async move {
+            let catalog = self.catalog().await?;
+            let family = ami::family(node_class);
+            let settings = offerings::capacity_settings(node_class, family, self.inner.settings.capacity);
+            let prices = self.inner.prices.read().unwrap_or_else(PoisonError::into_inner);
+            Ok(offerings::instance_types(
+                &catalog,
+                &prices,
+                &self.inner.clients.region,
+                node_class,
+                &settings,
+            ))
+        })
+    }
+
+    fn resolve_node_class<'a>(&'a self, node_class: &'a EC2NodeClass) -> CloudFuture<'a, EC2NodeClassStatus> {
+        Box::pin(async move {
+            node_class::resolve(
+                &self.inner.clients,
+                node_class,
+                &self.inner.settings.kubernetes_version,
+            )
+            .await
+            .map_err(|error| match error {
+                node_class::ResolveError::Api(api) => CloudError::from(api),
+                other => CloudError::NodeClassNotReady {
+                    node_class: node_class.name_any(),
+                    reason: other.to_string(),
+                },
+            })
+        })
+    }
+
+    fn is_drifted<'a>(&'a self, claim: &'a NodeClaim) -> CloudFuture<'a, Option<Drift>> {
+        Box::pin(async move {
+            let Some(provider_id) = claim.status.as_ref().and_then(|s| s.provider_id.as_deref()) else {
+                return Ok(None);
+            };
+            let Some(status) = self.ready_class(claim).await?.status else {
+                return Ok(None);
+            };
+            let placement = instances::placement(&self.inner.clients, provider_id).await?;
+            Ok(drift(&placement, &status))
+        })
+    }
+}
+
+/// Why an instance placed as `placement` no longer matches `status`, if it does not.
+fn drift(placement: &instances::Placement, status: &EC2NodeClassStatus) -> Option<Drift> {
+    let reason = if !status.amis.iter().any(|a| a.id == placement.image_id) {
+        "AMIDrift"
+    } else if !status.subnets.iter().any(|s| s.id == placement.subnet_id) {
+        "SubnetDrift"
+    } else {
+        let mut wanted: Vec<&str> = status.security_groups.iter().map(|g| g.id.as_str()).collect();
+        let mut have: Vec<&str> = placement.security_group_ids.iter().map(String::as_str).collect();
+        wanted.sort_unstable();
+        have.sort_unstable();
+        if wanted == have {
+            return None;
+        }
+        "SecurityGroupDrift"
+    };
+    Some(Drift {
+        reason: reason.to_owned(),
+    })
+}

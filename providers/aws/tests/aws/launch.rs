@@ -1,0 +1,226 @@
+//! [`AwsCloud`] launching through moto: a real CreateFleet from a launch template it created,
+//! the instance described and terminated, and the template reused by the next launch. The
+//! EC2NodeClass is read from an in-process kubesim, as `joist run` reads it from the cluster.
+
+use std::collections::BTreeMap;
+
+use base64::Engine;
+use joist_kubesim::{Cluster, ClusterSettings};
+use joist_messages::{
+    apis::{
+        EC2NodeClass, NodeClaim, NodeClaimSpec, NodePool,
+        common::{NodeClassReference, NodeSelectorRequirementWithMinValues},
+        nodeclaim::ResourceRequirements,
+    },
+    labels::{CAPACITY_TYPE, INSTANCE_TYPE, NODEPOOL, ZONE},
+    model::{instance_type::CapacityType, requirements::Operator, shape::CapacitySettings},
+};
+use joist_provider::{CloudError, CloudProvider};
+use joist_provider_aws::{AwsCloud, AwsSettings, instances, launch_template};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+
+use crate::{moto, node_class, tag_network};
+
+const CLUSTER: &str = "fleet";
+const ENDPOINT: &str = "https://fleet.example.eks.amazonaws.com";
+
+fn claim(name: &str) -> NodeClaim {
+    let requirement = |key: &str, values: &[&str]| NodeSelectorRequirementWithMinValues {
+        key: key.to_owned(),
+        operator: Operator::In,
+        values: values.iter().map(|v| (*v).to_owned()).collect(),
+        min_values: None,
+    };
+    let mut claim = NodeClaim::new(
+        name,
+        NodeClaimSpec {
+            taints: Vec::new(),
+            startup_taints: Vec::new(),
+            requirements: vec![
+                requirement(INSTANCE_TYPE, &["m5.large", "c5.large"]),
+                requirement(CAPACITY_TYPE, &["on-demand"]),
+            ],
+            resources: ResourceRequirements {
+                requests: BTreeMap::from([("cpu".to_owned(), "1".parse().unwrap_or_default())]),
+            },
+            node_class_ref: NodeClassReference {
+                group: "karpenter.k8s.aws".into(),
+                kind: "EC2NodeClass".into(),
+                name: "default".into(),
+            },
+            termination_grace_period: None,
+            expire_after: None,
+        },
+    );
+    claim.metadata.labels = Some(BTreeMap::from([(NODEPOOL.to_owned(), "default".to_owned())]));
+    claim
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleet_launches_from_a_reused_template_and_the_instance_is_terminated() {
+    let clients = moto::clients().await;
+    tag_network(&clients, CLUSTER, &["us-west-2d"]).await;
+    let cluster = Cluster::start(ClusterSettings::default());
+    cluster
+        .install_crds(joist_messages::apis::crds().into_iter().map(|(_, crd)| crd))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let kube = cluster.client();
+    let cloud = AwsCloud::new(
+        clients.clone(),
+        kube.clone(),
+        AwsSettings {
+            cluster_name: CLUSTER.to_owned(),
+            cluster_endpoint: ENDPOINT.to_owned(),
+            cluster_ca_bundle: None,
+            cluster_cidr: Some("10.100.0.0/16".to_owned()),
+            kubernetes_version: moto::KUBERNETES.to_owned(),
+            capacity: CapacitySettings::default(),
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+
+    // The class as the NodeClass controller leaves it: resolved and Ready.
+    let mut class = node_class(
+        "  instanceProfile: KarpenterNodeInstanceProfile
+  amiSelectorTerms: [{alias: al2023@latest}]
+  subnetSelectorTerms: [{tags: {karpenter.sh/discovery: fleet}}]
+  securityGroupSelectorTerms: [{tags: {karpenter.sh/discovery: fleet}}]
+",
+    );
+    let classes: Api<EC2NodeClass> = Api::all(kube.clone());
+    classes
+        .create(&PostParams::default(), &class)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let mut status = cloud
+        .resolve_node_class(&class)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    status.conditions.push(Condition {
+        type_: "Ready".into(),
+        status: "True".into(),
+        reason: "Ready".into(),
+        message: String::new(),
+        last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Default::default()),
+        observed_generation: None,
+    });
+    classes
+        .patch_status(
+            "default",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({ "status": status })),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    class.status = Some(status);
+
+    let pool: NodePool = serde_saphyr::from_str(
+        "apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {name: default}\n\
+         spec: {template: {spec: {nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}, requirements: []}}}\n",
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let types = cloud
+        .instance_types(&pool, &class)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let m5 = types
+        .iter()
+        .find(|t| t.name == "m5.large")
+        .unwrap_or_else(|| panic!("no m5.large among {} types", types.len()));
+    assert!(
+        m5.offerings.iter().all(|o| o.zone == "us-west-2d"),
+        "offered only in the class's zone: {:?}",
+        m5.offerings
+    );
+    assert!(types.iter().all(|t| {
+        t.requirements
+            .get("kubernetes.io/arch")
+            .is_some_and(|r| r.has("amd64") || r.has("arm64"))
+    }),);
+
+    let first = cloud
+        .create(&claim("default-first"), &types)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let instance = &first.instance;
+    assert_eq!(
+        (
+            instance.instance_type.as_str(),
+            instance.capacity_type,
+            instance.zone.as_str()
+        ),
+        ("c5.large", CapacityType::OnDemand, "us-west-2d"),
+        "the cheapest allowed offering is the first override"
+    );
+    assert_eq!(instance.price, 0.085);
+    assert_eq!(first.labels.get(ZONE).map(String::as_str), Some("us-west-2d"));
+    assert_eq!(first.labels.get(NODEPOOL).map(String::as_str), Some("default"));
+
+    let described = cloud
+        .get(&instance.provider_id)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let tag = |key: &str| described.tags.get(key).map(String::as_str);
+    assert_eq!(tag(instances::NODECLAIM_TAG), Some("default-first"));
+    assert_eq!(tag(instances::NODEPOOL_TAG), Some("default"));
+    assert_eq!(tag(&instances::cluster_tag(CLUSTER)), Some("owned"));
+    assert_eq!(tag("eks:eks-cluster-name"), Some(CLUSTER));
+    assert!(
+        class
+            .status
+            .iter()
+            .flat_map(|s| &s.amis)
+            .any(|a| a.id == described.image_id),
+        "booted a resolved image: {}",
+        described.image_id
+    );
+
+    let second = cloud
+        .create(&claim("default-second"), &types)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_ne!(second.instance.provider_id, instance.provider_id);
+    let templates = clients
+        .ec2
+        .describe_launch_templates()
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let ours: Vec<&str> = templates
+        .launch_templates()
+        .iter()
+        .filter_map(|t| t.launch_template_name())
+        .filter(|name| name.starts_with(launch_template::NAME_PREFIX))
+        .collect();
+    assert_eq!(ours.len(), 1, "the second launch reused the template: {ours:?}");
+    let versions = clients
+        .ec2
+        .describe_launch_template_versions()
+        .launch_template_name(ours[0])
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let user_data = versions
+        .launch_template_versions()
+        .first()
+        .and_then(|v| v.launch_template_data()?.user_data())
+        .and_then(|encoded| base64::engine::general_purpose::STANDARD.decode(encoded).ok())
+        .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
+        .unwrap_or_else(|| panic!("the template has no user data: {versions:?}"));
+    assert!(user_data.contains(ENDPOINT), "{user_data}");
+    assert!(user_data.contains("maxPods: 29"), "{user_data}");
+
+    let listed = cloud.list().await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(listed.len(), 2, "{listed:#?}");
+    for launched in [&first, &second] {
+        let provider_id = &launched.instance.provider_id;
+        cloud.delete(provider_id).await.unwrap_or_else(|e| panic!("{e}"));
+        let gone = cloud.get(provider_id).await;
+        assert!(
+            matches!(gone, Err(CloudError::NodeClaimNotFound { .. })),
+            "{gone:?}"
+        );
+    }
+    assert!(cloud.list().await.unwrap_or_else(|e| panic!("{e}")).is_empty());
+}

@@ -1,0 +1,117 @@
+//! `joist run`: the production controller. It reads Karpenter's settings from the environment
+//! ([`settings`]), connects to Kubernetes (the in-cluster service account, or `KUBECONFIG`) and to
+//! AWS (the default credential chain: environment, profile, IRSA web identity, EKS Pod Identity,
+//! instance metadata; `AWS_ENDPOINT_URL` for an emulator), and runs every controller until SIGINT or
+//! SIGTERM. Logs go to standard error as JSON lines at `LOG_LEVEL`; node traces are exported when
+//! `OTEL_EXPORTER_OTLP_ENDPOINT` is set.
+//!
+//! Failures at start (a missing or invalid setting, no Kubernetes configuration, an API server that
+//! does not answer, no AWS region) stop the command with a message naming what to fix. Later
+//! failures are the controllers' to log and retry.
+
+mod settings;
+
+use std::{process::ExitCode, sync::Arc};
+
+use joist_actors::settings::{Settings, SolverMode};
+use joist_messages::{model::shape::CapacitySettings, time::Clock};
+use joist_provider_aws::{AwsCloud, AwsSettings, clients::AwsClients};
+
+use self::settings::RunSettings;
+use super::CommandError;
+use crate::telemetry::Telemetry;
+
+/// Runs the controllers until the process is told to stop.
+pub fn run() -> Result<ExitCode, CommandError> {
+    let settings = RunSettings::from_env().map_err(|e| CommandError::Start {
+        message: e.to_string(),
+    })?;
+    tracing_subscriber::fmt()
+        .json()
+        .with_max_level(settings.log_level.as_tracing())
+        .with_writer(std::io::stderr)
+        .init();
+    let telemetry = Telemetry::from_env().map_err(|e| CommandError::Start {
+        message: e.to_string(),
+    })?;
+    let runtime = super::runtime()?;
+    let system = actix::System::with_tokio_rt(move || runtime);
+    let outcome = system.block_on(serve(settings, &telemetry));
+    telemetry.shutdown();
+    outcome.map(|()| ExitCode::SUCCESS)
+}
+
+async fn serve(settings: RunSettings, telemetry: &Telemetry) -> Result<(), CommandError> {
+    let start = |message: String| CommandError::Start { message };
+    if let Some(queue) = &settings.interruption_queue {
+        tracing::warn!(
+            queue,
+            "INTERRUPTION_QUEUE is set, but Joist does not read the interruption queue yet: \
+             interrupted spot instances are replaced only once they are gone"
+        );
+    }
+    let client = kube::Client::try_default().await.map_err(|e| {
+        start(format!(
+            "cannot configure a Kubernetes client (in-cluster service account or KUBECONFIG): {e}"
+        ))
+    })?;
+    let version = client
+        .apiserver_version()
+        .await
+        .map_err(|e| start(format!("the Kubernetes API server does not answer /version: {e}")))?;
+    let kubernetes_version = format!(
+        "{}.{}",
+        version.major.trim_end_matches('+'),
+        version.minor.trim_end_matches('+')
+    );
+    let clients = AwsClients::from_env().await.map_err(|e| start(e.to_string()))?;
+    tracing::info!(
+        cluster = settings.cluster_name,
+        kubernetes = kubernetes_version,
+        region = clients.region,
+        "starting"
+    );
+    let cloud = AwsCloud::new(
+        clients,
+        client.clone(),
+        AwsSettings {
+            cluster_name: settings.cluster_name.clone(),
+            cluster_endpoint: settings.cluster_endpoint.clone(),
+            cluster_ca_bundle: settings.cluster_ca_bundle.clone(),
+            cluster_cidr: settings.cluster_cidr.clone(),
+            kubernetes_version,
+            capacity: CapacitySettings {
+                vm_memory_overhead_permille: settings.vm_memory_overhead_permille(),
+                reserved_enis: i64::from(settings.reserved_enis),
+                ..CapacitySettings::default()
+            },
+        },
+    )
+    .map_err(|e| start(e.to_string()))?;
+    let _controllers = joist_actors::start(
+        client,
+        Arc::new(cloud),
+        Settings {
+            batch_idle: settings.batch_idle,
+            batch_max: settings.batch_max,
+            solver: SolverMode::Pool,
+            ..Settings::default()
+        },
+        Clock::system(),
+        telemetry.node_tracer(),
+    );
+    stopped()
+        .await
+        .map_err(|source| CommandError::Runtime { source })?;
+    tracing::info!("stopping");
+    Ok(())
+}
+
+/// Waits for SIGINT or SIGTERM (what Kubernetes sends a pod it stops).
+async fn stopped() -> std::io::Result<()> {
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        interrupted = tokio::signal::ctrl_c() => interrupted,
+        _ = terminate.recv() => Ok(()),
+    }
+}

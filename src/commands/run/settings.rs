@@ -1,0 +1,463 @@
+//! The production settings of `joist run`, read from environment variables named as Karpenter
+//! names them.
+//!
+//! Required: `CLUSTER_NAME` and `CLUSTER_ENDPOINT` (Karpenter looks the endpoint up with
+//! `eks:DescribeCluster` when it is unset; Joist does not yet). Optional: `CLUSTER_CA_BUNDLE`
+//! (base64), `CLUSTER_CIDR` (Joist's own: the service CIDR AL2023 nodes need, which Karpenter reads
+//! with `eks:DescribeCluster`), `INTERRUPTION_QUEUE`, `VM_MEMORY_OVERHEAD_PERCENT` (default
+//! 0.075), `RESERVED_ENIS` (0), `ISOLATED_VPC` (false), `BATCH_IDLE_DURATION` (1s),
+//! `BATCH_MAX_DURATION` (10s, Go duration syntax) and `LOG_LEVEL` (info). An empty variable
+//! counts as unset.
+//!
+//! Failure modes: the first unusable variable stops [`RunSettings::read`] with a
+//! [`SettingsError`] naming it, its value and what it should be, so `joist run` fails at start
+//! rather than misbehaving later.
+
+use std::{net::IpAddr, time::Duration};
+
+/// What to set `CLUSTER_NAME` to.
+const NAME_HINT: &str = "set it to the name of the EKS cluster";
+/// What `CLUSTER_ENDPOINT` being unset means for Joist.
+const ENDPOINT_HINT: &str =
+    "Joist does not look it up with eks:DescribeCluster yet; set it to the API server URL";
+/// What a valid duration looks like.
+const DURATION_EXPECTED: &str = "a Go duration such as 1s, 500ms or 1m30s";
+
+/// Log verbosity (`LOG_LEVEL`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogLevel {
+    /// Everything, including per-decision detail.
+    Debug,
+    /// Normal operation (the default).
+    Info,
+    /// Errors only.
+    Error,
+}
+
+impl LogLevel {
+    /// The matching `tracing` level.
+    pub fn as_tracing(self) -> tracing::Level {
+        match self {
+            LogLevel::Debug => tracing::Level::DEBUG,
+            LogLevel::Info => tracing::Level::INFO,
+            LogLevel::Error => tracing::Level::ERROR,
+        }
+    }
+
+    /// Parses `debug`, `info` or `error` (any case).
+    fn parse(text: &str) -> Option<Self> {
+        match text.to_ascii_lowercase().as_str() {
+            "debug" => Some(LogLevel::Debug),
+            "info" => Some(LogLevel::Info),
+            "error" => Some(LogLevel::Error),
+            _ => None,
+        }
+    }
+}
+
+/// The settings of `joist run` (see the module docs for the variables and defaults).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunSettings {
+    /// The EKS cluster's name (`CLUSTER_NAME`).
+    pub cluster_name: String,
+    /// The API server URL nodes join (`CLUSTER_ENDPOINT`).
+    pub cluster_endpoint: String,
+    /// The cluster's certificate authority, base64 (`CLUSTER_CA_BUNDLE`).
+    pub cluster_ca_bundle: Option<String>,
+    /// The cluster's service CIDR, which AL2023 nodes need (`CLUSTER_CIDR`).
+    pub cluster_cidr: Option<String>,
+    /// The SQS queue of interruption events (`INTERRUPTION_QUEUE`).
+    pub interruption_queue: Option<String>,
+    /// The fraction of memory the hypervisor keeps, in [0, 1) (`VM_MEMORY_OVERHEAD_PERCENT`).
+    pub vm_memory_overhead_percent: f64,
+    /// ENIs kept for other uses than pods (`RESERVED_ENIS`).
+    pub reserved_enis: u32,
+    /// Whether the VPC has no internet access (`ISOLATED_VPC`).
+    pub isolated_vpc: bool,
+    /// How long a batch of pending pods waits for more after the last (`BATCH_IDLE_DURATION`).
+    pub batch_idle: Duration,
+    /// The longest a batch of pending pods waits in all (`BATCH_MAX_DURATION`).
+    pub batch_max: Duration,
+    /// Log verbosity (`LOG_LEVEL`).
+    pub log_level: LogLevel,
+}
+
+impl RunSettings {
+    /// Reads the settings from the process environment.
+    pub fn from_env() -> Result<Self, SettingsError> {
+        Self::read(&|name: &str| std::env::var(name).ok())
+    }
+
+    /// Reads the settings through `variable` (one environment variable by name; unset → None).
+    /// Empty strings count as unset.
+    pub fn read(variable: &dyn Fn(&str) -> Option<String>) -> Result<Self, SettingsError> {
+        let env = Environment(variable);
+        let cluster_name = env.get("CLUSTER_NAME").ok_or(SettingsError::Missing {
+            variable: "CLUSTER_NAME",
+            hint: NAME_HINT,
+        })?;
+        let cluster_endpoint = env
+            .parse(
+                "CLUSTER_ENDPOINT",
+                "a URL starting with https:// or http://",
+                |text| is_http_url(text).then(|| text.to_owned()),
+            )?
+            .ok_or(SettingsError::Missing {
+                variable: "CLUSTER_ENDPOINT",
+                hint: ENDPOINT_HINT,
+            })?;
+        let base64_expected =
+            "base64 (A-Z, a-z, 0-9, + and /, = padding, a multiple of 4 long, no whitespace)";
+        let cidr_expected = "an IPv4 or IPv6 CIDR such as 10.100.0.0/16 or fd00::/108";
+        let overhead_expected = "a number in [0, 1): the fraction of memory the hypervisor keeps";
+        let batch_idle = env.parse("BATCH_IDLE_DURATION", DURATION_EXPECTED, parse_go_duration)?;
+        let batch_max = env.parse("BATCH_MAX_DURATION", DURATION_EXPECTED, parse_go_duration)?;
+        let settings = RunSettings {
+            cluster_name,
+            cluster_endpoint,
+            cluster_ca_bundle: env.parse("CLUSTER_CA_BUNDLE", base64_expected, |text| {
+                is_base64(text).then(|| text.to_owned())
+            })?,
+            cluster_cidr: env.parse("CLUSTER_CIDR", cidr_expected, |text| {
+                is_cidr(text).then(|| text.to_owned())
+            })?,
+            interruption_queue: env.get("INTERRUPTION_QUEUE"),
+            vm_memory_overhead_percent: env
+                .parse("VM_MEMORY_OVERHEAD_PERCENT", overhead_expected, |text| {
+                    text.parse::<f64>()
+                        .ok()
+                        .filter(|fraction| (0.0..1.0).contains(fraction))
+                })?
+                .unwrap_or(0.075),
+            reserved_enis: env
+                .parse("RESERVED_ENIS", "a non-negative integer", |text| {
+                    text.parse::<u32>().ok()
+                })?
+                .unwrap_or(0),
+            isolated_vpc: env
+                .parse("ISOLATED_VPC", "true or false", parse_bool)?
+                .unwrap_or(false),
+            batch_idle: batch_idle.unwrap_or(Duration::from_secs(1)),
+            batch_max: batch_max.unwrap_or(Duration::from_secs(10)),
+            log_level: env
+                .parse("LOG_LEVEL", "debug, info or error", LogLevel::parse)?
+                .unwrap_or(LogLevel::Info),
+        };
+        if settings.batch_idle > settings.batch_max {
+            return Err(SettingsError::Invalid {
+                variable: "BATCH_IDLE_DURATION",
+                value: env
+                    .get("BATCH_IDLE_DURATION")
+                    .unwrap_or_else(|| format!("{:?}", settings.batch_idle)),
+                expected: format!("at most BATCH_MAX_DURATION ({:?})", settings.batch_max),
+            });
+        }
+        Ok(settings)
+    }
+
+    /// The VM memory overhead in parts per thousand, rounded (0.075 → 75), as
+    /// `joist_messages::model::shape::CapacitySettings` wants it.
+    pub fn vm_memory_overhead_permille(&self) -> i64 {
+        (self.vm_memory_overhead_percent * 1000.0).round() as i64
+    }
+}
+
+/// Why the settings are unusable.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SettingsError {
+    /// A required variable is unset.
+    #[error("{variable} is not set: {hint}")]
+    Missing {
+        /// The variable's name.
+        variable: &'static str,
+        /// What to set it to, or why it has no fallback.
+        hint: &'static str,
+    },
+    /// A variable's value is unusable.
+    #[error("{variable}={value:?} is invalid: {expected}")]
+    Invalid {
+        /// The variable's name.
+        variable: &'static str,
+        /// Its value.
+        value: String,
+        /// What it should be.
+        expected: String,
+    },
+}
+
+/// The environment as seen through a lookup function, with empty values counting as unset.
+struct Environment<'a>(&'a dyn Fn(&str) -> Option<String>);
+
+impl Environment<'_> {
+    /// The value of `name`, unless unset or empty.
+    fn get(&self, name: &str) -> Option<String> {
+        (self.0)(name).filter(|value| !value.is_empty())
+    }
+
+    /// The value of `name` through `parse` (`None` when unset), or [`SettingsError::Invalid`]
+    /// with `expected` when `parse` rejects it.
+    fn parse<T>(
+        &self,
+        name: &'static str,
+        expected: &str,
+        parse: impl FnOnce(&str) -> Option<T>,
+    ) -> Result<Option<T>, SettingsError> {
+        let Some(value) = self.get(name) else {
+            return Ok(None);
+        };
+        match parse(&value) {
+            Some(parsed) => Ok(Some(parsed)),
+            None => Err(SettingsError::Invalid {
+                variable: name,
+                value,
+                expected: expected.to_owned(),
+            }),
+        }
+    }
+}
+
+/// Whether `text` is `http://` or `https://` followed by something.
+fn is_http_url(text: &str) -> bool {
+    text.strip_prefix("https://")
+        .or_else(|| text.strip_prefix("http://"))
+        .is_some_and(|rest| !rest.is_empty())
+}
+
+/// Whether `text` is padded standard base64 (alphabet and length only; whitespace is rejected).
+fn is_base64(text: &str) -> bool {
+    let unpadded = text.trim_end_matches('=');
+    text.len().is_multiple_of(4)
+        && text.len() - unpadded.len() <= 2
+        && unpadded
+            .bytes()
+            .all(|byte| byte.is_ascii_alphanumeric() || byte == b'+' || byte == b'/')
+}
+
+/// Whether `text` is `address/prefix` with an IPv4 (prefix ≤ 32) or IPv6 (≤ 128) address.
+fn is_cidr(text: &str) -> bool {
+    let Some((address, prefix)) = text.split_once('/') else {
+        return false;
+    };
+    let Ok(address) = address.parse::<IpAddr>() else {
+        return false;
+    };
+    let longest = if address.is_ipv4() { 32 } else { 128 };
+    !prefix.starts_with('+') && prefix.parse::<u8>().is_ok_and(|length| length <= longest)
+}
+
+/// Parses `true` or `false` in any case.
+fn parse_bool(text: &str) -> Option<bool> {
+    match text.to_ascii_lowercase().as_str() {
+        "true" => Some(true),
+        "false" => Some(false),
+        _ => None,
+    }
+}
+
+/// Parses Go's `time.ParseDuration` grammar without a sign: `0`, or decimal numbers (with an
+/// optional fraction) each followed by a unit among ns, us, µs, ms, s, m and h.
+fn parse_go_duration(text: &str) -> Option<Duration> {
+    match text {
+        "0" => return Some(Duration::ZERO),
+        "" => return None,
+        _ => {}
+    }
+    let mut rest = text;
+    let mut nanos: u128 = 0;
+    while !rest.is_empty() {
+        let (whole, after_whole) = split_digits(rest);
+        let (fraction, after_number) = match after_whole.strip_prefix('.') {
+            Some(after_point) => split_digits(after_point),
+            None => ("", after_whole),
+        };
+        if whole.is_empty() && fraction.is_empty() {
+            return None;
+        }
+        let unit_end = after_number
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(after_number.len());
+        let (unit, next) = after_number.split_at(unit_end);
+        let unit_nanos: u128 = match unit {
+            "ns" => 1,
+            "us" | "\u{b5}s" | "\u{3bc}s" => 1_000,
+            "ms" => 1_000_000,
+            "s" => 1_000_000_000,
+            "m" => 60_000_000_000,
+            "h" => 3_600_000_000_000,
+            _ => return None,
+        };
+        // Digits past the 18th of a fraction are worth less than a nanosecond.
+        let fraction = fraction.get(..18).unwrap_or(fraction);
+        let scale = fraction.bytes().fold(1u128, |scale, _| scale * 10);
+        let whole_nanos = digits_value(whole)?.checked_mul(unit_nanos)?;
+        let fraction_nanos = digits_value(fraction)? * unit_nanos / scale;
+        nanos = nanos.checked_add(whole_nanos)?.checked_add(fraction_nanos)?;
+        rest = next;
+    }
+    u64::try_from(nanos).ok().map(Duration::from_nanos)
+}
+
+/// Splits `text` after its leading ASCII digits.
+fn split_digits(text: &str) -> (&str, &str) {
+    text.split_at(text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len()))
+}
+
+/// The value of a string of ASCII digits (0 when empty), unless it overflows.
+fn digits_value(digits: &str) -> Option<u128> {
+    digits.bytes().try_fold(0u128, |value, digit| {
+        value.checked_mul(10)?.checked_add(u128::from(digit - b'0'))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ENDPOINT: &str = "https://ABC.gr7.eu-west-1.eks.amazonaws.com";
+    const MINIMAL: &[(&str, &str)] = &[("CLUSTER_NAME", "prod"), ("CLUSTER_ENDPOINT", ENDPOINT)];
+
+    /// Reads settings from `pairs`; the first pair naming a variable wins.
+    fn read(pairs: &[(&str, &str)]) -> Result<RunSettings, SettingsError> {
+        let lookup = |name: &str| {
+            pairs
+                .iter()
+                .find(|(key, _)| *key == name)
+                .map(|(_, value)| value.to_string())
+        };
+        RunSettings::read(&lookup)
+    }
+
+    /// Reads settings from `overrides` on top of [`MINIMAL`].
+    fn with(overrides: &[(&str, &str)]) -> Result<RunSettings, SettingsError> {
+        let mut pairs = overrides.to_vec();
+        pairs.extend_from_slice(MINIMAL);
+        read(&pairs)
+    }
+
+    /// The error of a read that must fail.
+    fn error(read: Result<RunSettings, SettingsError>) -> SettingsError {
+        read.err()
+            .unwrap_or_else(|| panic!("unusable settings were accepted"))
+    }
+
+    fn assert_invalid(variable: &str, value: &str) {
+        match with(&[(variable, value)]) {
+            Err(SettingsError::Invalid { variable: named, .. }) => assert_eq!(named, variable, "{value:?}"),
+            other => panic!("{variable}={value:?}: expected Invalid, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn minimal_environment_takes_the_defaults() {
+        let settings = read(MINIMAL).unwrap_or_else(|e| panic!("{e}"));
+        let expected = RunSettings {
+            cluster_name: "prod".to_owned(),
+            cluster_endpoint: ENDPOINT.to_owned(),
+            cluster_ca_bundle: None,
+            cluster_cidr: None,
+            interruption_queue: None,
+            vm_memory_overhead_percent: 0.075,
+            reserved_enis: 0,
+            isolated_vpc: false,
+            batch_idle: Duration::from_secs(1),
+            batch_max: Duration::from_secs(10),
+            log_level: LogLevel::Info,
+        };
+        assert_eq!(settings, expected);
+        assert_eq!(settings.vm_memory_overhead_permille(), 75);
+        assert_eq!(settings.log_level.as_tracing(), tracing::Level::INFO);
+    }
+
+    #[test]
+    fn every_variable_is_read() {
+        let settings = with(&[
+            ("CLUSTER_CA_BUNDLE", "aGVsbG8="),
+            ("CLUSTER_CIDR", "fd00::/108"),
+            ("INTERRUPTION_QUEUE", "prod-interruptions"),
+            ("VM_MEMORY_OVERHEAD_PERCENT", "0.1"),
+            ("RESERVED_ENIS", "2"),
+            ("ISOLATED_VPC", "TRUE"),
+            ("BATCH_IDLE_DURATION", "500ms"),
+            ("BATCH_MAX_DURATION", "1m30s"),
+            ("LOG_LEVEL", "debug"),
+        ])
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(settings.cluster_ca_bundle.as_deref(), Some("aGVsbG8="));
+        assert_eq!(settings.cluster_cidr.as_deref(), Some("fd00::/108"));
+        assert_eq!(settings.interruption_queue.as_deref(), Some("prod-interruptions"));
+        assert_eq!(settings.vm_memory_overhead_permille(), 100);
+        assert_eq!(settings.reserved_enis, 2);
+        assert!(settings.isolated_vpc);
+        assert_eq!(settings.batch_idle, Duration::from_millis(500));
+        assert_eq!(settings.batch_max, Duration::from_secs(90));
+        assert_eq!(settings.log_level, LogLevel::Debug);
+    }
+
+    #[test]
+    fn missing_or_empty_cluster_name_is_named() {
+        for missing in [error(read(&MINIMAL[1..])), error(with(&[("CLUSTER_NAME", "")]))] {
+            assert_eq!(
+                missing,
+                SettingsError::Missing {
+                    variable: "CLUSTER_NAME",
+                    hint: NAME_HINT
+                }
+            );
+            assert!(
+                missing.to_string().starts_with("CLUSTER_NAME is not set: "),
+                "{missing}"
+            );
+        }
+    }
+
+    #[test]
+    fn missing_cluster_endpoint_explains_there_is_no_lookup() {
+        assert_eq!(
+            error(read(&MINIMAL[..1])).to_string(),
+            "CLUSTER_ENDPOINT is not set: Joist does not look it up with eks:DescribeCluster yet; \
+             set it to the API server URL"
+        );
+    }
+
+    #[test]
+    fn unusable_values_name_their_variable() {
+        assert_invalid("VM_MEMORY_OVERHEAD_PERCENT", "7.5");
+        assert_invalid("VM_MEMORY_OVERHEAD_PERCENT", "abc");
+        assert_invalid("RESERVED_ENIS", "-1");
+        assert_invalid("ISOLATED_VPC", "yes");
+        assert_invalid("BATCH_IDLE_DURATION", "1 s");
+        assert_invalid("BATCH_MAX_DURATION", "-10s");
+        assert_invalid("LOG_LEVEL", "verbose");
+        assert_invalid("CLUSTER_ENDPOINT", "ftp://x");
+        assert_invalid("CLUSTER_CA_BUNDLE", "not base64!");
+        assert_invalid("CLUSTER_CA_BUNDLE", "aGVs bG8=");
+        assert_invalid("CLUSTER_CIDR", "10.100.0.0/33");
+        assert_invalid("CLUSTER_CIDR", "banana");
+        assert_eq!(
+            error(with(&[("LOG_LEVEL", "verbose")])).to_string(),
+            r#"LOG_LEVEL="verbose" is invalid: debug, info or error"#
+        );
+    }
+
+    #[test]
+    fn go_durations_parse() {
+        assert_eq!(parse_go_duration("500ms"), Some(Duration::from_millis(500)));
+        assert_eq!(parse_go_duration("1m30s"), Some(Duration::from_secs(90)));
+        assert_eq!(parse_go_duration("1.5s"), Some(Duration::from_millis(1500)));
+        assert_eq!(parse_go_duration(".5h"), Some(Duration::from_secs(1800)));
+        assert_eq!(parse_go_duration("2us3ns"), Some(Duration::from_nanos(2003)));
+        assert_eq!(parse_go_duration("1\u{b5}s"), Some(Duration::from_micros(1)));
+        assert_eq!(parse_go_duration("0"), Some(Duration::ZERO));
+        for text in ["", "1", "s", ".s", "-1s", "+1s", "1 s", "1d", "1s2", "6000000h"] {
+            assert_eq!(parse_go_duration(text), None, "{text:?}");
+        }
+    }
+
+    #[test]
+    fn batch_idle_longer_than_batch_max_is_rejected() {
+        assert_eq!(
+            error(with(&[("BATCH_IDLE_DURATION", "20s")])).to_string(),
+            r#"BATCH_IDLE_DURATION="20s" is invalid: at most BATCH_MAX_DURATION (10s)"#
+        );
+    }
+}
