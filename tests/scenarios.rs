@@ -3,7 +3,8 @@
 //! own scheduler, on the cheapest type that fits, within NodePool limits, weights, taints, node
 //! affinity and zonal spread; a capacity error falls back to the next offering within one batch
 //! cycle; a pod that fits nowhere stays Pending and is told why. Every node's life is one trace,
-//! recorded in memory or exported over OTLP by the real binary.
+//! recorded in memory or exported over OTLP by the real binary. And the production binary, `joist
+//! run`, against kubesim and moto ([`run`]).
 
 use std::{
     collections::BTreeMap,
@@ -22,6 +23,9 @@ use opentelemetry_proto::tonic::{
 };
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SimpleSpanProcessor, SpanData};
 use prost::Message;
+
+#[path = "scenarios/run.rs"]
+mod run;
 
 /// An on-demand amd64 NodePool, with extra `requirements` entries and extra `spec` fields.
 fn pool(name: &str, requirements: &str, spec: &str) -> String {

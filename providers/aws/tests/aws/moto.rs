@@ -3,6 +3,9 @@
 //! AMI parameters seeded, and stopped when the process exits (the launcher serves until its
 //! standard input, held here, closes). Tests share it and keep apart by tagging their own
 //! resources with names of their own.
+//!
+//! The root crate's end-to-end test includes this file too (`#[path]`), so paths are found from
+//! the repository root, wherever the including crate is.
 
 use std::{
     io::{BufRead, BufReader},
@@ -31,8 +34,8 @@ struct Server {
 fn server() -> &'static Server {
     static SERVER: OnceLock<Server> = OnceLock::new();
     SERVER.get_or_init(|| {
-        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-        let install = Command::new(root.join("../../scripts/moto"))
+        let root = repository_root();
+        let install = Command::new(root.join("scripts/moto"))
             .stderr(Stdio::inherit())
             .output()
             .unwrap_or_else(|e| panic!("cannot run scripts/moto: {e}"));
@@ -42,7 +45,7 @@ fn server() -> &'static Server {
             .find_map(|l| l.strip_prefix("PYTHON="))
             .unwrap_or_else(|| panic!("scripts/moto failed: {stdout}"));
         let mut child = Command::new(python)
-            .arg(root.join("tests/moto/launcher.py"))
+            .arg(root.join("providers/aws/tests/moto/launcher.py"))
             .args(["--region", REGION, "--kubernetes-version", KUBERNETES])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -70,11 +73,26 @@ fn server() -> &'static Server {
     })
 }
 
+/// The repository's root: the nearest ancestor of the including crate holding `scripts/moto`.
+fn repository_root() -> PathBuf {
+    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    manifest
+        .ancestors()
+        .find(|dir| dir.join("scripts/moto").is_file())
+        .unwrap_or_else(|| panic!("no scripts/moto above {}", manifest.display()))
+        .to_path_buf()
+}
+
+/// The shared moto server's URL (`http://127.0.0.1:PORT`), started on first use.
+pub fn endpoint() -> &'static str {
+    &server().endpoint
+}
+
 /// Clients talking to the shared moto server.
 pub async fn clients() -> AwsClients {
     let config = aws_config::defaults(BehaviorVersion::latest())
         .region(Region::new(REGION))
-        .endpoint_url(&server().endpoint)
+        .endpoint_url(endpoint())
         .credentials_provider(Credentials::new("testing", "testing", None, None, "static"))
         .http_client(http_client())
         .load()

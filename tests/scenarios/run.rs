@@ -1,0 +1,276 @@
+//! `joist run`, the production binary, end to end: kubesim served over HTTP with a kubeconfig, moto
+//! as AWS (`AWS_ENDPOINT_URL`), Karpenter's settings in the environment. A pending pod becomes a
+//! NodeClaim and a moto instance; a Node registered with that instance's provider ID turns the claim
+//! Registered and Initialized; SIGTERM stops the binary cleanly. A missing setting stops it at once,
+//! naming the variable.
+
+use std::{
+    path::PathBuf,
+    process::{Child, Command, Stdio},
+    time::Duration,
+};
+
+use joist_kubesim::{Cluster, ClusterSettings};
+use joist_messages::apis::NodeClaim;
+use joist_provider::CloudError;
+use joist_provider_aws::instances;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Api, PostParams};
+
+#[path = "../../providers/aws/tests/aws/moto.rs"]
+mod moto;
+
+const CLUSTER: &str = "e2e";
+
+/// The `joist run` process, killed if a test fails before stopping it.
+struct Joist {
+    child: Child,
+    log: PathBuf,
+}
+
+impl Joist {
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Joist {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn yaml<T: serde::de::DeserializeOwned>(text: &str) -> T {
+    serde_saphyr::from_str(text).unwrap_or_else(|e| panic!("{e}\n{text}"))
+}
+
+/// Polls `check` every 200 ms for up to a minute; panics with `what` and the controller's log.
+async fn eventually<T, F, Fut>(joist: &Joist, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    for _ in 0..300 {
+        if let Some(found) = check().await {
+            return found;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    panic!(
+        "{what} did not happen within a minute; joist run logged:\n{}",
+        joist.log()
+    )
+}
+
+fn condition(claim: &NodeClaim, type_: &str) -> bool {
+    claim
+        .status
+        .iter()
+        .flat_map(|s| &s.conditions)
+        .any(|c| c.type_ == type_ && c.status == "True")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn joist_run_launches_a_moto_instance_for_a_pending_pod_and_initializes_its_node() {
+    let clients = moto::clients().await;
+    let subnets = clients
+        .ec2
+        .describe_subnets()
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let subnet = subnets
+        .subnets()
+        .iter()
+        .find(|s| s.availability_zone() == Some("us-west-2a"))
+        .and_then(|s| s.subnet_id())
+        .unwrap_or_else(|| panic!("moto has no subnet in us-west-2a"))
+        .to_owned();
+
+    let cluster = Cluster::start(ClusterSettings::default());
+    cluster
+        .install_crds(joist_messages::apis::crds().into_iter().map(|(_, crd)| crd))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let server = cluster.serve_http(0).await.unwrap_or_else(|e| panic!("{e}"));
+    let dir = std::env::temp_dir().join(format!("joist-e2e-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
+    let kubeconfig = dir.join("kubeconfig");
+    server
+        .write_kubeconfig(&kubeconfig)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let client = cluster.client();
+    let version = client.apiserver_version().await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        format!("{}.{}", version.major, version.minor),
+        moto::KUBERNETES,
+        "moto is seeded with the AMI parameters of kubesim's version"
+    );
+
+    let log = dir.join("joist.log");
+    let mut joist = Joist {
+        child: Command::new(env!("CARGO_BIN_EXE_joist"))
+            .arg("run")
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("KUBECONFIG", &kubeconfig)
+            .env("CLUSTER_NAME", CLUSTER)
+            .env("CLUSTER_ENDPOINT", server.url())
+            .env("CLUSTER_CIDR", "10.100.0.0/16")
+            .env("LOG_LEVEL", "debug")
+            .env("AWS_ENDPOINT_URL", moto::endpoint())
+            .env("AWS_REGION", moto::REGION)
+            .env("AWS_ACCESS_KEY_ID", "testing")
+            .env("AWS_SECRET_ACCESS_KEY", "testing")
+            .env("AWS_EC2_METADATA_DISABLED", "true")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap_or_else(|e| panic!("{e}")))
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start joist run: {e}")),
+        log,
+    };
+
+    let classes: Api<joist_messages::apis::EC2NodeClass> = Api::all(client.clone());
+    let class = yaml(&format!(
+        "apiVersion: karpenter.k8s.aws/v1
+kind: EC2NodeClass
+metadata: {{name: default}}
+spec:
+  instanceProfile: KarpenterNodeInstanceProfile-e2e
+  amiSelectorTerms: [{{alias: al2023@latest}}]
+  subnetSelectorTerms: [{{id: {subnet}}}]
+  securityGroupSelectorTerms: [{{name: default}}]
+"
+    ));
+    classes
+        .create(&PostParams::default(), &class)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let pools: Api<joist_messages::apis::NodePool> = Api::all(client.clone());
+    let pool = yaml(
+        "apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {name: default}
+spec:
+  template:
+    spec:
+      nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}
+      requirements:
+      - {key: karpenter.sh/capacity-type, operator: In, values: [on-demand]}
+      - {key: node.kubernetes.io/instance-type, operator: In, values: [m5.large, m5.xlarge]}
+",
+    );
+    pools
+        .create(&PostParams::default(), &pool)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let pod = yaml(
+        "apiVersion: v1
+kind: Pod
+metadata: {name: web}
+spec:
+  containers:
+  - name: web
+    image: nginx
+    resources: {requests: {cpu: '1', memory: 1Gi}}
+",
+    );
+    pods.create(&PostParams::default(), &pod)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+
+    let claims: Api<NodeClaim> = Api::all(client.clone());
+    let launched = eventually(&joist, "a launched NodeClaim", || async {
+        let list = claims.list(&Default::default()).await.ok()?;
+        list.items
+            .into_iter()
+            .find(|c| c.status.as_ref().and_then(|s| s.provider_id.as_ref()).is_some())
+    })
+    .await;
+    let claim_name = launched.metadata.name.clone().unwrap_or_default();
+    let status = launched.status.clone().unwrap_or_default();
+    let provider_id = status.provider_id.clone().unwrap_or_default();
+    let instance = instances::get(&clients, &provider_id)
+        .await
+        .unwrap_or_else(|e| panic!("moto has no instance {provider_id}: {e}"));
+    assert_eq!(instance.instance_type, "m5.large", "the cheapest type that fits");
+    assert_eq!(instance.zone, "us-west-2a");
+    assert_eq!(
+        instance.tags.get(instances::NODECLAIM_TAG).map(String::as_str),
+        Some(claim_name.as_str())
+    );
+    assert_eq!(
+        instance.tags.get(instances::NODEPOOL_TAG).map(String::as_str),
+        Some("default")
+    );
+
+    // The kubelet's part: register a Ready Node with the instance's provider ID.
+    let nodes: Api<Node> = Api::all(client.clone());
+    let node: Node = yaml(&format!(
+        "apiVersion: v1
+kind: Node
+metadata:
+  name: ip-10-0-0-10.us-west-2.compute.internal
+  labels: {{kubernetes.io/arch: amd64, kubernetes.io/os: linux}}
+spec:
+  providerID: {provider_id}
+  taints: [{{key: karpenter.sh/unregistered, effect: NoExecute}}]
+status:
+  capacity: {{cpu: '2', memory: 7910Mi, pods: '29'}}
+  allocatable: {{cpu: 1930m, memory: 7220Mi, pods: '29'}}
+  conditions: [{{type: Ready, status: 'True'}}]
+"
+    ));
+    nodes
+        .create(&PostParams::default(), &node)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let initialized = eventually(&joist, "Registered and Initialized", || async {
+        let claim = claims.get(&claim_name).await.ok()?;
+        (condition(&claim, "Registered") && condition(&claim, "Initialized")).then_some(claim)
+    })
+    .await;
+    assert_eq!(
+        initialized.status.and_then(|s| s.node_name).as_deref(),
+        Some("ip-10-0-0-10.us-west-2.compute.internal")
+    );
+
+    // SIGTERM, as Kubernetes stops a pod: a clean exit.
+    let stopped = Command::new("kill")
+        .args(["-TERM", &joist.child.id().to_string()])
+        .status()
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(stopped.success());
+    let mut exit = None;
+    for _ in 0..100 {
+        exit = joist.child.try_wait().unwrap_or_else(|e| panic!("{e}"));
+        if exit.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        exit.is_some_and(|e| e.success()),
+        "{exit:?} within 10 s of SIGTERM; joist run logged:\n{}",
+        joist.log()
+    );
+    let still_there = instances::get(&clients, &provider_id).await;
+    assert!(
+        !matches!(still_there, Err(CloudError::NodeClaimNotFound { .. })),
+        "stopping the controller leaves the node's instance running"
+    );
+}
+
+#[test]
+fn joist_run_without_a_cluster_name_stops_at_once_naming_the_variable() {
+    let output = Command::new(env!("CARGO_BIN_EXE_joist"))
+        .arg("run")
+        .env_clear()
+        .env("CLUSTER_ENDPOINT", "https://example.eks.amazonaws.com")
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("CLUSTER_NAME is not set"), "{stderr}");
+}
