@@ -1,14 +1,22 @@
-//! The AWS SDK clients Joist uses, built from one `SdkConfig`: the default credential chain
+//! The AWS SDK clients Joist uses (EC2, SSM, and the Price List API at the endpoint region that
+//! serves this one), built from one `SdkConfig`: the default credential chain
 //! (environment, profile, web identity for IRSA, container credentials for EKS Pod Identity,
 //! IMDS), the region, `AWS_ENDPOINT_URL` when set (aws-config reads it), and rustls with ring for
 //! TLS. Building never calls AWS; a missing region is an error naming the variable to set.
 
-use aws_config::{BehaviorVersion, SdkConfig};
+use std::time::Duration;
+
+use aws_config::{BehaviorVersion, Region, SdkConfig, timeout::TimeoutConfig};
 use aws_sdk_ec2::config::SharedHttpClient;
 use aws_smithy_http_client::{
     Builder,
     tls::{self, rustls_provider::CryptoMode},
 };
+
+use crate::pricing::pricing_endpoint_region;
+
+/// The longest one Price List API call (a page, with its retries) may take.
+pub const PRICING_CALL_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Why the clients could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -33,6 +41,8 @@ pub struct AwsClients {
     pub ec2: aws_sdk_ec2::Client,
     /// SSM (AMI aliases).
     pub ssm: aws_sdk_ssm::Client,
+    /// The Price List API, at the endpoint region serving this region.
+    pub pricing: aws_sdk_pricing::Client,
     /// The region, `us-west-2`.
     pub region: String,
 }
@@ -41,11 +51,7 @@ impl AwsClients {
     /// Clients configured from the environment (see the module docs).
     pub async fn from_env() -> Result<Self, ClientsError> {
         let config = aws_config::defaults(BehaviorVersion::latest())
-            .http_client(
-                Builder::new()
-                    .tls_provider(tls::Provider::Rustls(CryptoMode::Ring))
-                    .build_https(),
-            )
+            .http_client(http_client())
             .load()
             .await;
         Self::from_config(&config)
@@ -54,9 +60,19 @@ impl AwsClients {
     /// Clients for an already loaded configuration.
     pub fn from_config(config: &SdkConfig) -> Result<Self, ClientsError> {
         let region = config.region().ok_or(ClientsError::NoRegion)?.to_string();
+        // A price refresh runs in the background and must end: bound each call, retries included.
+        let pricing = aws_sdk_pricing::config::Builder::from(config)
+            .region(Region::new(pricing_endpoint_region(&region)))
+            .timeout_config(
+                TimeoutConfig::builder()
+                    .operation_timeout(PRICING_CALL_TIMEOUT)
+                    .build(),
+            )
+            .build();
         Ok(Self {
             ec2: aws_sdk_ec2::Client::new(config),
             ssm: aws_sdk_ssm::Client::new(config),
+            pricing: aws_sdk_pricing::Client::from_conf(pricing),
             region,
         })
     }

@@ -25,6 +25,7 @@ pub mod instances;
 pub mod launch_template;
 pub mod node_class;
 pub mod offerings;
+pub mod price_source;
 pub mod pricing;
 pub mod provider;
 pub mod user_data;

@@ -1,7 +1,9 @@
 //! [`AwsCloud`]: the [`CloudProvider`] that runs on EKS, joining the parts of this crate.
 //!
 //! - `instance_types`: the catalog read from EC2 (kept for [`CATALOG_REFRESH`], the last known one
-//!   kept when a refresh fails) priced with the last known prices ([`crate::offerings`]).
+//!   kept when a refresh fails) priced with the last known prices ([`crate::offerings`]): the
+//!   built-in table at first, then what the Price List API and EC2's spot price history answer,
+//!   refreshed every [`PRICING_REFRESH`] (after a failure, in [`PRICING_RETRY`]).
 //! - `create`: reads the claim's EC2NodeClass (missing or not Ready: `NodeClassNotReady`), picks
 //!   the offerings ([`joist_provider::launch::candidates`]), an image per type, a launch template per
 //!   image and pod capacity (the user data carries `maxPods`), the subnet with the most free
@@ -17,7 +19,7 @@
 //! cannot be rendered or a request EC2 refuses is a `Create` error naming the class or EC2's code.
 
 use std::{
-    collections::{BTreeMap, HashMap},
+    collections::{BTreeMap, BTreeSet, HashMap},
     sync::{Arc, PoisonError, RwLock},
     time::Duration,
 };
@@ -48,10 +50,13 @@ use crate::{
     launch_template::{self, LaunchTemplates, TemplateInput},
     node_class,
     offerings::{self, Catalog},
-    pricing::Prices,
+    price_source::SdkPriceSource,
+    pricing::{self, PRICING_REFRESH, PriceSource, Prices},
     user_data::{self, Bootstrap},
 };
 
+/// How long after a failed price refresh the next one is tried.
+pub const PRICING_RETRY: Duration = Duration::from_secs(10 * 60);
 /// How long the catalog read from EC2 is used before it is read again.
 pub const CATALOG_REFRESH: Duration = Duration::from_secs(12 * 60 * 60);
 /// The taint every node registers with until Joist sees it.
@@ -72,6 +77,8 @@ pub struct AwsSettings {
     pub kubernetes_version: String,
     /// VM memory overhead and reserved ENIs.
     pub capacity: CapacitySettings,
+    /// `ISOLATED_VPC`: the Price List API cannot be reached.
+    pub isolated_vpc: bool,
 }
 
 /// Why the provider could not start.
@@ -102,7 +109,9 @@ struct Inner {
 }
 
 impl AwsCloud {
-    /// A provider for the cluster `settings` describe, reading EC2NodeClasses through `kube`.
+    /// A provider for the cluster `settings` describe, reading EC2NodeClasses through `kube`. It
+    /// starts refreshing prices at once and every [`PRICING_REFRESH`] after (on the current tokio
+    /// runtime, until the provider is dropped).
     pub fn new(
         clients: AwsClients,
         kube: kube::Client,
@@ -134,18 +143,58 @@ impl AwsCloud {
                 async move { instances::terminate_all(&clients, &ids).await }.boxed()
             }),
         );
-        Ok(Self {
-            inner: Arc::new(Inner {
-                clients,
-                kube,
-                settings,
-                catalog: Mutex::new(None),
-                prices: RwLock::new(Prices::new(built_in)),
-                templates: LaunchTemplates::default(),
-                fleets,
-                terminations,
-            }),
-        })
+        let source = SdkPriceSource::new(clients.clone(), settings.isolated_vpc);
+        let inner = Arc::new(Inner {
+            clients,
+            kube,
+            settings,
+            catalog: Mutex::new(None),
+            prices: RwLock::new(Prices::new(built_in)),
+            templates: LaunchTemplates::default(),
+            fleets,
+            terminations,
+        });
+        let weak = Arc::downgrade(&inner);
+        tokio::spawn(async move {
+            while let Some(inner) = weak.upgrade() {
+                let wait = AwsCloud { inner }.refresh_prices(&source).await;
+                tokio::time::sleep(wait).await;
+            }
+        });
+        Ok(Self { inner })
+    }
+
+    /// Fetches fresh prices from `source` into the table; how long until the next refresh.
+    async fn refresh_prices(&self, source: &dyn PriceSource) -> Duration {
+        let zones: Vec<String> = match self.catalog().await {
+            Ok(catalog) => {
+                let all: BTreeSet<&String> = catalog.zones.values().flatten().collect();
+                all.into_iter().cloned().collect()
+            }
+            Err(error) => {
+                tracing::warn!(%error, "cannot refresh prices without the catalog's zones");
+                return PRICING_RETRY;
+            }
+        };
+        // Only this task writes prices, so refreshing a copy loses nothing.
+        let mut prices = self
+            .inner
+            .prices
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        let now = joist_messages::time::Clock::system().now_seconds();
+        let errors = pricing::refresh(&mut prices, source, &self.inner.clients.region, &zones, now).await;
+        *self.inner.prices.write().unwrap_or_else(PoisonError::into_inner) = prices;
+        for error in &errors {
+            tracing::warn!(%error, "price refresh incomplete; keeping the last known prices");
+        }
+        if errors.is_empty() {
+            tracing::info!("refreshed on-demand and spot prices");
+            PRICING_REFRESH
+        } else {
+            PRICING_RETRY
+        }
     }
 
     /// The catalog, read again when older than [`CATALOG_REFRESH`]; the last known one when that

@@ -85,6 +85,7 @@ async fn serve(settings: RunSettings, telemetry: &Telemetry) -> Result<(), Comma
                 reserved_enis: i64::from(settings.reserved_enis),
                 ..CapacitySettings::default()
             },
+            isolated_vpc: settings.isolated_vpc,
         },
     )
     .map_err(|e| start(e.to_string()))?;

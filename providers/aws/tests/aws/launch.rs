@@ -76,6 +76,7 @@ async fn a_fleet_launches_from_a_reused_template_and_the_instance_is_terminated(
             cluster_cidr: Some("10.100.0.0/16".to_owned()),
             kubernetes_version: moto::KUBERNETES.to_owned(),
             capacity: CapacitySettings::default(),
+            isolated_vpc: false,
         },
     )
     .unwrap_or_else(|e| panic!("{e}"));

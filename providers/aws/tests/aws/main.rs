@@ -313,3 +313,41 @@ async fn instances_are_listed_by_the_cluster_tags_read_and_terminated() {
         "a terminated instance is not listed: {listed:#?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spot_prices_come_from_ec2s_spot_price_history_in_the_asked_zones() {
+    use joist_provider_aws::{
+        price_source::SdkPriceSource,
+        pricing::{PriceSource, Prices},
+    };
+    let clients = moto::clients().await;
+    let source = SdkPriceSource::new(clients.clone(), true);
+    let zones = vec!["us-west-2a".to_owned(), "us-west-2b".to_owned()];
+    let spot = source.spot(&zones).await.unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        spot.iter()
+            .any(|s| s.instance_type == "m5.large" && s.zone == "us-west-2a"),
+        "moto answers DescribeSpotPriceHistory for every type"
+    );
+    assert!(
+        spot.iter().all(|s| zones.contains(&s.zone) && s.price > 0.0),
+        "only the asked zones, with prices: {:?}",
+        &spot[..spot.len().min(3)]
+    );
+    let mut prices = Prices::new(std::collections::BTreeMap::from([("m5.large".to_owned(), 0.096)]));
+    assert!(prices.update_spot(spot, 1_800_000_000));
+    assert!(prices.spot("m5.large", "us-west-2a").is_some_and(|p| p < 0.096));
+    assert_eq!(
+        prices.spot("m5.large", "us-west-2c"),
+        None,
+        "no price for a zone not asked"
+    );
+
+    let isolated = source.on_demand(moto::REGION).await;
+    assert!(
+        isolated
+            .as_ref()
+            .is_err_and(|e| e.to_string().contains("ISOLATED_VPC")),
+        "{isolated:?}"
+    );
+}
