@@ -1,8 +1,10 @@
 //! The AWS provider against moto, a real AWS API emulator (see [`moto`]): the instance-type
 //! catalog read from the wire, EC2NodeClass resolution from tags, ids, names and AMI aliases,
-//! instances listed and terminated, and launches through CreateFleet ([`launch`]).
+//! instances listed and terminated, launches through CreateFleet ([`launch`]) and orphaned instances
+//! collected ([`garbage`]).
 //! One test binary, so the SDK is linked once.
 
+mod garbage;
 mod launch;
 mod moto;
 mod paging;
