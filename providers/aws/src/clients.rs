@@ -1,4 +1,4 @@
-//! The AWS SDK clients Joist uses (EC2, SSM, and the Price List API at the endpoint region that
+//! The AWS SDK clients Joist uses (EC2, SSM, IAM, and the Price List API at the endpoint region that
 //! serves this one), built from one `SdkConfig`: the default credential chain
 //! (environment, profile, web identity for IRSA, container credentials for EKS Pod Identity,
 //! IMDS), the region, `AWS_ENDPOINT_URL` when set (aws-config reads it), and rustls with ring for
@@ -41,6 +41,8 @@ pub struct AwsClients {
     pub ec2: aws_sdk_ec2::Client,
     /// SSM (AMI aliases).
     pub ssm: aws_sdk_ssm::Client,
+    /// IAM (instance profiles for a node class's role).
+    pub iam: aws_sdk_iam::Client,
     /// The Price List API, at the endpoint region serving this region.
     pub pricing: aws_sdk_pricing::Client,
     /// The region, `us-west-2`.
@@ -72,6 +74,7 @@ impl AwsClients {
         Ok(Self {
             ec2: aws_sdk_ec2::Client::new(config),
             ssm: aws_sdk_ssm::Client::new(config),
+            iam: aws_sdk_iam::Client::new(config),
             pricing: aws_sdk_pricing::Client::from_conf(pricing),
             region,
         })

@@ -1,17 +1,22 @@
 //! Joist's AWS cloud provider (`joist-provider-aws`): what runs on EKS.
 //!
 //! - [`clients`]: the SDK clients, from the default credential chain;
-//! - [`node_class`]: EC2NodeClass resolution (subnets, security groups, AMIs, instance profile);
+//! - [`node_class`]: EC2NodeClass resolution (subnets, security groups, AMIs, instance profile,
+//!   created for a role by [`instance_profile`]);
 //! - [`ami`]: AMI aliases to the SSM parameters AWS publishes;
 //! - [`catalog`]: instance types and their zones from the EC2 API, as shared [`Ec2Shape`]s;
 //! - [`instances`]: Joist's instances listed by the cluster's tags, read and terminated;
 //! - [`pricing`]: on-demand prices parsed from the Pricing API's price list, spot prices, and the
-//!   store that keeps the last known ones;
-//! - [`user_data`]: the bootstrap user data per AMI family, merged with the user's.
+//!   store that keeps the last known ones; [`price_source`] fetches them;
+//! - [`user_data`]: the bootstrap user data per AMI family, merged with the user's;
+//! - [`offerings`]: the instance types a class can launch, priced, with capacity per its settings;
+//! - [`launch_template`]: hash-named launch templates, created once and reused;
+//! - [`fleet`]: CreateFleet requests and what their answers mean; [`coalesce`] merges identical
+//!   requests (and terminations) into one call;
+//! - [`provider`]: [`AwsCloud`], the `CloudProvider` joining them, which `joist run` uses.
 //!
-//! Built so far: the parts above, tested against moto (an AWS API emulator) in `tests/`. Not built
-//! yet, and not reachable from the `joist` command: launch templates, CreateFleet, the SDK calls behind [`pricing::PriceSource`], and the
-//! `CloudProvider` implementation that joins them (see the README's feature table).
+//! Tested against moto (an AWS API emulator) in `tests/`; what moto cannot do (capacity errors,
+//! the Price List API) is covered by unit tests at the SDK boundary.
 //!
 //! [`Ec2Shape`]: joist_messages::model::shape::Ec2Shape
 
@@ -21,6 +26,7 @@ pub mod clients;
 pub mod coalesce;
 pub mod error;
 pub mod fleet;
+pub mod instance_profile;
 pub mod instances;
 pub mod launch_template;
 pub mod node_class;

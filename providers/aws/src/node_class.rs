@@ -6,8 +6,8 @@
 //! - AMIs: an alias reads the SSM parameters AWS publishes for the cluster's Kubernetes version
 //!   ([`crate::ami`]); ids, tags, name, owner and SSM parameters go through `DescribeImages`.
 //!   Per architecture and variant the newest non-deprecated image wins.
-//! - Instance profile: `spec.instanceProfile` as given. Creating one for `spec.role` is not built
-//!   yet and says so.
+//! - Instance profile: `spec.instanceProfile` as given, or the one Joist keeps for `spec.role`
+//!   ([`crate::instance_profile`]).
 //!
 //! Failures: nothing selected is a [`ResolveError`] naming the field and what it asked for (the
 //! class turns `Ready=False` with that message); an API error is returned as such, for a retry.
@@ -26,6 +26,7 @@ use crate::{
     catalog::kubernetes_arch,
     clients::AwsClients,
     error::AwsError,
+    instance_profile,
 };
 
 /// Why a node class does not resolve.
@@ -57,19 +58,24 @@ pub enum ResolveError {
     Api(#[from] AwsError),
 }
 
-/// Resolves `class` for a cluster running Kubernetes `kubernetes` (`1.35`).
+/// Resolves `class` for `cluster`, running Kubernetes `kubernetes` (`1.35`).
 pub async fn resolve(
     clients: &AwsClients,
     class: &EC2NodeClass,
+    cluster: &str,
     kubernetes: &str,
 ) -> Result<EC2NodeClassStatus, ResolveError> {
     let spec = &class.spec;
     let instance_profile = match (&spec.instance_profile, &spec.role) {
         (Some(profile), _) => profile.clone(),
-        (None, _) => {
+        (None, Some(role)) => {
+            let class_name = class.metadata.name.as_deref().unwrap_or_default();
+            instance_profile::ensure(clients, cluster, class_name, role).await?
+        }
+        (None, None) => {
             return Err(ResolveError::Unsupported {
-                field: "spec.role",
-                reason: "creating an instance profile for a role is not built yet; set spec.instanceProfile",
+                field: "spec",
+                reason: "neither spec.role nor spec.instanceProfile is set",
             });
         }
     };

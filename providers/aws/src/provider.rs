@@ -558,6 +558,7 @@ impl CloudProvider for AwsCloud {
             node_class::resolve(
                 &self.inner.clients,
                 node_class,
+                &self.inner.settings.cluster_name,
                 &self.inner.settings.kubernetes_version,
             )
             .await

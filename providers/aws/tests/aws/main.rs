@@ -109,7 +109,7 @@ async fn a_node_class_resolves_subnets_groups_and_alias_amis_from_tags() {
   securityGroupSelectorTerms: [{tags: {karpenter.sh/discovery: '*'}}]
 ",
     );
-    let status = node_class::resolve(&clients, &class, moto::KUBERNETES)
+    let status = node_class::resolve(&clients, &class, "resolve", moto::KUBERNETES)
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     let mut resolved: Vec<String> = status.subnets.iter().map(|s| s.id.clone()).collect();
@@ -158,7 +158,7 @@ async fn ids_and_names_select_directly() {
 ",
         subnets[0]
     ));
-    let status = node_class::resolve(&clients, &class, moto::KUBERNETES)
+    let status = node_class::resolve(&clients, &class, "resolve", moto::KUBERNETES)
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(status.subnets.len(), 1);
@@ -181,7 +181,7 @@ async fn nothing_selected_says_which_field_and_what_it_asked_for() {
   securityGroupSelectorTerms: [{name: default}]
 ",
     );
-    let error = node_class::resolve(&clients, &class, moto::KUBERNETES)
+    let error = node_class::resolve(&clients, &class, "resolve", moto::KUBERNETES)
         .await
         .err();
     assert_eq!(
@@ -190,23 +190,79 @@ async fn nothing_selected_says_which_field_and_what_it_asked_for() {
             r#"spec.subnetSelectorTerms: no subnet matches [{"tags":{"karpenter.sh/discovery":"nobody-tagged-this"}}]"#
         )
     );
-    let role_only = node_class(
-        "  role: KarpenterNodeRole
-  amiSelectorTerms: [{alias: al2023@latest}]
-  subnetSelectorTerms: [{tags: {karpenter.sh/discovery: x}}]
-  securityGroupSelectorTerms: [{name: default}]
-",
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_role_gets_an_instance_profile_kept_holding_exactly_that_role() {
+    use joist_provider_aws::instance_profile;
+    let clients = moto::clients().await;
+    let trust = r#"{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Principal":{"Service":"ec2.amazonaws.com"},"Action":"sts:AssumeRole"}]}"#;
+    for role in ["KarpenterNodeRole-roles", "OtherNodeRole-roles"] {
+        clients
+            .iam
+            .create_role()
+            .role_name(role)
+            .assume_role_policy_document(trust)
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+    let with_role = |role: &str| {
+        node_class(&format!(
+            "  role: {role}
+  amiSelectorTerms: [{{alias: al2023@latest}}]
+  subnetSelectorTerms: [{{tags: {{karpenter.sh/discovery: '*'}}}}]
+  securityGroupSelectorTerms: [{{name: default}}]
+"
+        ))
+    };
+    let roles_of = |profile: String| {
+        let iam = clients.iam.clone();
+        async move {
+            let found = iam
+                .get_instance_profile()
+                .instance_profile_name(profile)
+                .send()
+                .await
+                .unwrap_or_else(|e| panic!("{e}"));
+            found
+                .instance_profile()
+                .map(|p| {
+                    p.roles()
+                        .iter()
+                        .map(|r| r.role_name().to_owned())
+                        .collect::<Vec<_>>()
+                })
+                .unwrap_or_default()
+        }
+    };
+    let expected = instance_profile::name("roles", moto::REGION, "default");
+
+    let status = node_class::resolve(
+        &clients,
+        &with_role("KarpenterNodeRole-roles"),
+        "roles",
+        moto::KUBERNETES,
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(status.instance_profile.as_deref(), Some(expected.as_str()));
+    assert_eq!(roles_of(expected.clone()).await, ["KarpenterNodeRole-roles"]);
+
+    let arn = "arn:aws:iam::123456789012:role/OtherNodeRole-roles";
+    node_class::resolve(&clients, &with_role(arn), "roles", moto::KUBERNETES)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        roles_of(expected).await,
+        ["OtherNodeRole-roles"],
+        "a changed role replaces the old one"
     );
-    let error = node_class::resolve(&clients, &role_only, moto::KUBERNETES).await;
+
+    let missing = node_class::resolve(&clients, &with_role("NoSuchRole"), "roles", moto::KUBERNETES).await;
     assert!(
-        matches!(
-            error,
-            Err(ResolveError::Unsupported {
-                field: "spec.role",
-                ..
-            })
-        ),
-        "{error:?}"
+        matches!(&missing, Err(ResolveError::Api(e)) if e.to_string().contains("AddRoleToInstanceProfile")),
+        "{missing:?}"
     );
 }
 
