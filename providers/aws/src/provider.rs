@@ -38,7 +38,7 @@ use joist_provider::{
     CloudError, CloudFuture, CloudProvider, Drift, Instance, InstanceState, Launch, OfferingKey, launch,
 };
 use k8s_openapi::api::core::v1::Taint;
-use kube::{Api, ResourceExt};
+use kube::ResourceExt;
 use tokio::{sync::Mutex, time::Instant};
 
 use crate::{
@@ -227,32 +227,6 @@ impl AwsCloud {
         }
     }
 
-    /// The claim's node class, if it exists and is Ready.
-    async fn ready_class(&self, claim: &NodeClaim) -> Result<EC2NodeClass, CloudError> {
-        let name = &claim.spec.node_class_ref.name;
-        let not_ready = |reason: &str| CloudError::NodeClassNotReady {
-            node_class: name.clone(),
-            reason: reason.to_owned(),
-        };
-        let classes: Api<EC2NodeClass> = Api::all(self.inner.kube.clone());
-        let class = classes
-            .get_opt(name)
-            .await
-            .map_err(|e| CloudError::Transient {
-                message: format!("reading EC2NodeClass {name}: {e}"),
-            })?
-            .ok_or_else(|| not_ready("not found"))?;
-        let ready = class
-            .status
-            .iter()
-            .flat_map(|s| &s.conditions)
-            .any(|c| c.type_ == "Ready" && c.status == "True");
-        if !ready {
-            return Err(not_ready("its Ready condition is not True"));
-        }
-        Ok(class)
-    }
-
     /// The launch template for nodes of `class` booting `image_id` with `max_pods` pods.
     fn template_input(
         &self,
@@ -334,7 +308,7 @@ impl AwsCloud {
     }
 
     async fn launch(&self, claim: &NodeClaim, instance_types: &[InstanceType]) -> Result<Launch, CloudError> {
-        let class = self.ready_class(claim).await?;
+        let class = joist_provider::node_class::ready(&self.inner.kube, claim).await?;
         let status = class.status.clone().unwrap_or_default();
         let candidates = launch::candidates(claim, instance_types)?;
         // `candidates` answers an error rather than nothing, so there is a first.
@@ -577,7 +551,10 @@ impl CloudProvider for AwsCloud {
             let Some(provider_id) = claim.status.as_ref().and_then(|s| s.provider_id.as_deref()) else {
                 return Ok(None);
             };
-            let Some(status) = self.ready_class(claim).await?.status else {
+            let Some(status) = joist_provider::node_class::ready(&self.inner.kube, claim)
+                .await?
+                .status
+            else {
                 return Ok(None);
             };
             let placement = instances::placement(&self.inner.clients, provider_id).await?;
@@ -605,4 +582,60 @@ fn drift(placement: &instances::Placement, status: &EC2NodeClassStatus) -> Optio
     Some(Drift {
         reason: reason.to_owned(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use joist_messages::apis::ec2nodeclass::{ResolvedAmi, ResolvedSecurityGroup, ResolvedSubnet};
+
+    use super::*;
+
+    fn status() -> EC2NodeClassStatus {
+        EC2NodeClassStatus {
+            subnets: vec![ResolvedSubnet {
+                id: "subnet-1".into(),
+                zone: "us-west-2a".into(),
+                zone_id: None,
+            }],
+            security_groups: ["sg-1", "sg-2"]
+                .map(|id| ResolvedSecurityGroup {
+                    id: id.into(),
+                    name: None,
+                })
+                .to_vec(),
+            amis: vec![ResolvedAmi {
+                id: "ami-new".into(),
+                name: None,
+                deprecated: false,
+                requirements: Vec::new(),
+            }],
+            ..EC2NodeClassStatus::default()
+        }
+    }
+
+    fn placed(image: &str, subnet: &str, groups: &[&str]) -> instances::Placement {
+        instances::Placement {
+            image_id: image.into(),
+            subnet_id: subnet.into(),
+            security_group_ids: groups.iter().map(|g| (*g).to_owned()).collect(),
+        }
+    }
+
+    #[test]
+    fn an_instance_drifts_when_its_image_subnet_or_groups_left_the_class() {
+        let reason = |p: instances::Placement| drift(&p, &status()).map(|d| d.reason);
+        assert_eq!(reason(placed("ami-new", "subnet-1", &["sg-2", "sg-1"])), None);
+        assert_eq!(
+            reason(placed("ami-old", "subnet-1", &["sg-1", "sg-2"])).as_deref(),
+            Some("AMIDrift")
+        );
+        assert_eq!(
+            reason(placed("ami-new", "subnet-9", &["sg-1", "sg-2"])).as_deref(),
+            Some("SubnetDrift")
+        );
+        assert_eq!(
+            reason(placed("ami-new", "subnet-1", &["sg-1"])).as_deref(),
+            Some("SecurityGroupDrift")
+        );
+    }
 }

@@ -9,6 +9,7 @@
 
 mod error;
 pub mod launch;
+pub mod node_class;
 pub mod prices;
 
 use std::{collections::BTreeMap, fmt};

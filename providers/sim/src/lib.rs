@@ -117,32 +117,6 @@ impl SimCloud {
         }
     }
 
-    async fn check_node_class(&self, claim: &NodeClaim) -> Result<(), CloudError> {
-        let name = &claim.spec.node_class_ref.name;
-        let classes: Api<EC2NodeClass> = Api::all(self.inner.client.clone());
-        let not_ready = |reason: String| CloudError::NodeClassNotReady {
-            node_class: name.clone(),
-            reason,
-        };
-        let class = classes
-            .get_opt(name)
-            .await
-            .map_err(|e| CloudError::Transient {
-                message: e.to_string(),
-            })?
-            .ok_or_else(|| not_ready("not found".to_owned()))?;
-        let ready = class
-            .status
-            .iter()
-            .flat_map(|s| &s.conditions)
-            .any(|c| c.type_ == "Ready" && c.status == "True");
-        if ready {
-            Ok(())
-        } else {
-            Err(not_ready("its Ready condition is not True".to_owned()))
-        }
-    }
-
     fn launch(&self, claim: &NodeClaim, instance_types: &[InstanceType]) -> Result<Launch, CloudError> {
         let settings = &self.inner.settings;
         let books = &self.inner.books;
@@ -271,7 +245,7 @@ impl CloudProvider for SimCloud {
         instance_types: &'a [InstanceType],
     ) -> CloudFuture<'a, Launch> {
         Box::pin(async move {
-            self.check_node_class(claim).await?;
+            joist_provider::node_class::ready(&self.inner.client, claim).await?;
             self.launch(claim, instance_types)
         })
     }

@@ -1,0 +1,38 @@
+//! The node class a launch needs, read from the cluster: every provider checks the claim's
+//! EC2NodeClass the same way before it calls its cloud, as Karpenter does.
+//!
+//! Failures: a class that does not exist, or whose `Ready` condition is not `True`, is
+//! [`CloudError::NodeClassNotReady`] (the claim is deleted and its pods are simulated again); an API
+//! server that does not answer is `Transient`.
+
+use joist_messages::apis::{EC2NodeClass, NodeClaim};
+use kube::Api;
+
+use crate::CloudError;
+
+/// The claim's EC2NodeClass, if it exists and is Ready (see the module docs).
+pub async fn ready(client: &kube::Client, claim: &NodeClaim) -> Result<EC2NodeClass, CloudError> {
+    let name = &claim.spec.node_class_ref.name;
+    let not_ready = |reason: &str| CloudError::NodeClassNotReady {
+        node_class: name.clone(),
+        reason: reason.to_owned(),
+    };
+    let classes: Api<EC2NodeClass> = Api::all(client.clone());
+    let class = classes
+        .get_opt(name)
+        .await
+        .map_err(|e| CloudError::Transient {
+            message: format!("reading EC2NodeClass {name}: {e}"),
+        })?
+        .ok_or_else(|| not_ready("not found"))?;
+    let ready = class
+        .status
+        .iter()
+        .flat_map(|s| &s.conditions)
+        .any(|c| c.type_ == "Ready" && c.status == "True");
+    if ready {
+        Ok(class)
+    } else {
+        Err(not_ready("its Ready condition is not True"))
+    }
+}
