@@ -340,19 +340,17 @@ impl AwsCloud {
                     name
                 }
             };
-            let entry = match configs.iter_mut().position(|c| c.template == template) {
-                Some(i) => &mut configs[i],
+            let index = match configs.iter().position(|c| c.template == template) {
+                Some(index) => index,
                 None => {
                     configs.push(TemplateConfig {
                         template,
                         overrides: Vec::new(),
                     });
-                    configs.last_mut().ok_or_else(|| CloudError::Transient {
-                        message: "unreachable: a config was just pushed".to_owned(),
-                    })?
+                    configs.len() - 1
                 }
             };
-            entry.overrides.push(Override {
+            configs[index].overrides.push(Override {
                 instance_type: candidate.instance_type.name.clone(),
                 subnet_id: subnet.clone(),
                 zone: candidate.offering.zone.clone(),
