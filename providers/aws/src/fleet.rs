@@ -110,13 +110,13 @@ impl FleetOutcome {
     /// they last, with the offerings that reported capacity errors (for the unavailable-offering
     /// cache), then the error the fleet's errors amount to (see the module docs).
     pub fn into_results(self, count: usize) -> Vec<Result<(Launched, Vec<OfferingKey>), CloudError>> {
-        let failure = failure(&self.errors);
         let unavailable: Vec<OfferingKey> = self
             .errors
             .iter()
             .filter(|e| is_capacity_error(&e.code))
             .filter_map(|e| e.offering.clone())
             .collect();
+        let failure = failure(&self.errors, &unavailable);
         let mut launched = self.launched.into_iter();
         (0..count)
             .map(|_| {
@@ -129,29 +129,26 @@ impl FleetOutcome {
     }
 }
 
-/// What a fleet that launched nothing (for one caller) amounts to.
-fn failure(errors: &[FleetError]) -> CloudError {
-    let summary = |errors: &mut dyn Iterator<Item = &FleetError>| {
-        let mut seen: Vec<String> = errors.map(|e| format!("{}: {}", e.code, e.message)).collect();
-        seen.dedup();
-        seen.join("; ")
-    };
-    match errors.iter().find(|e| !is_capacity_error(&e.code)) {
+/// What a fleet that launched nothing (for one caller) amounts to: a capacity error naming the
+/// `unavailable` offerings when any error was one (or EC2 said nothing), else EC2's first code.
+fn failure(errors: &[FleetError], unavailable: &[OfferingKey]) -> CloudError {
+    let mut said: Vec<String> = errors
+        .iter()
+        .map(|e| format!("{}: {}", e.code, e.message))
+        .collect();
+    said.dedup();
+    match errors.first() {
         Some(first) if !errors.iter().any(|e| is_capacity_error(&e.code)) => CloudError::Create {
             reason: first.code.clone(),
-            message: summary(&mut errors.iter()),
+            message: said.join("; "),
         },
-        _ => CloudError::InsufficientCapacity {
-            offerings: errors
-                .iter()
-                .filter(|e| is_capacity_error(&e.code))
-                .filter_map(|e| e.offering.clone())
-                .collect(),
-            message: if errors.is_empty() {
-                "CreateFleet launched fewer instances than asked and reported no error".to_owned()
-            } else {
-                summary(&mut errors.iter())
-            },
+        Some(_) => CloudError::InsufficientCapacity {
+            offerings: unavailable.to_vec(),
+            message: said.join("; "),
+        },
+        None => CloudError::InsufficientCapacity {
+            offerings: Vec::new(),
+            message: "CreateFleet launched fewer instances than asked and reported no error".to_owned(),
         },
     }
 }

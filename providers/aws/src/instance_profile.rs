@@ -8,15 +8,15 @@
 //! profile when its class is deleted is not built yet: the profile stays behind.
 
 use aws_sdk_iam::types::Tag;
-use sha2::{Digest, Sha256};
 
 use crate::{clients::AwsClients, error::AwsError, instances::NODECLASS_TAG};
 
 /// The name of the instance profile of class `class` in `cluster` and `region`.
 pub fn name(cluster: &str, region: &str, class: &str) -> String {
-    let digest = Sha256::digest(format!("{region}/{class}").as_bytes());
-    let hex: String = digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
-    format!("{cluster}_{hex}")
+    format!(
+        "{cluster}_{}",
+        crate::short_hash(format!("{region}/{class}").as_bytes())
+    )
 }
 
 /// The role's name in `role`, which may be a name or an ARN (`arn:aws:iam::1:role/path/Name`).

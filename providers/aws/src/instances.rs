@@ -59,17 +59,29 @@ pub async fn list(clients: &AwsClients, cluster: &str) -> Result<Vec<Instance>, 
 
 /// The instance behind `provider_id`.
 pub async fn get(clients: &AwsClients, provider_id: &str) -> Result<Instance, CloudError> {
-    let not_found = || CloudError::NodeClaimNotFound {
+    by_provider_id(clients, provider_id)
+        .await?
+        .iter()
+        .filter_map(instance)
+        .find(|i| i.state != InstanceState::Terminated)
+        .ok_or_else(|| not_found(provider_id))
+}
+
+/// What EC2 reports for the instance behind `provider_id`: `NodeClaimNotFound` when the provider
+/// ID is not AWS's or EC2 does not know the id.
+async fn by_provider_id(
+    clients: &AwsClients,
+    provider_id: &str,
+) -> Result<Vec<aws_sdk_ec2::types::Instance>, CloudError> {
+    let id = instance_id(provider_id).ok_or_else(|| not_found(provider_id))?;
+    describe_ec2(clients, Vec::new(), vec![id.to_owned()])
+        .await
+        .map_err(|error| answer(error, provider_id))
+}
+
+fn not_found(provider_id: &str) -> CloudError {
+    CloudError::NodeClaimNotFound {
         provider_id: provider_id.to_owned(),
-    };
-    let id = instance_id(provider_id).ok_or_else(not_found)?;
-    match describe(clients, Vec::new(), vec![id.to_owned()]).await {
-        Ok(instances) => instances
-            .into_iter()
-            .find(|i| i.state != InstanceState::Terminated)
-            .ok_or_else(not_found),
-        Err(error) if error.code() == Some("InvalidInstanceID.NotFound") => Err(not_found()),
-        Err(error) => Err(error.into()),
     }
 }
 
@@ -112,9 +124,7 @@ fn is_not_found(error: &AwsError) -> bool {
 /// The error a caller asking about instance `id` gets for `error`.
 fn answer(error: AwsError, id: &str) -> CloudError {
     if is_not_found(&error) {
-        CloudError::NodeClaimNotFound {
-            provider_id: id.to_owned(),
-        }
+        not_found(id)
     } else {
         error.into()
     }
@@ -150,28 +160,8 @@ pub struct Placement {
 
 /// The placement of the instance behind `provider_id`.
 pub async fn placement(clients: &AwsClients, provider_id: &str) -> Result<Placement, CloudError> {
-    let not_found = || CloudError::NodeClaimNotFound {
-        provider_id: provider_id.to_owned(),
-    };
-    let id = instance_id(provider_id).ok_or_else(not_found)?;
-    let output = clients
-        .ec2
-        .describe_instances()
-        .instance_ids(id)
-        .send()
-        .await
-        .map_err(|e| {
-            answer(
-                AwsError::api("DescribeInstances", e.into_service_error()),
-                provider_id,
-            )
-        })?;
-    let instance = output
-        .reservations()
-        .iter()
-        .flat_map(|r| r.instances())
-        .next()
-        .ok_or_else(not_found)?;
+    let described = by_provider_id(clients, provider_id).await?;
+    let instance = described.first().ok_or_else(|| not_found(provider_id))?;
     Ok(Placement {
         image_id: instance.image_id().unwrap_or_default().to_owned(),
         subnet_id: instance.subnet_id().unwrap_or_default().to_owned(),
@@ -188,6 +178,21 @@ async fn describe(
     filters: Vec<Filter>,
     ids: Vec<String>,
 ) -> Result<Vec<Instance>, AwsError> {
+    let mut instances: Vec<Instance> = describe_ec2(clients, filters, ids)
+        .await?
+        .iter()
+        .filter_map(instance)
+        .collect();
+    instances.sort_by(|a, b| a.provider_id.cmp(&b.provider_id));
+    Ok(instances)
+}
+
+/// Every instance matching `filters` and `ids`, every page followed.
+async fn describe_ec2(
+    clients: &AwsClients,
+    filters: Vec<Filter>,
+    ids: Vec<String>,
+) -> Result<Vec<aws_sdk_ec2::types::Instance>, AwsError> {
     let reservations = clients
         .ec2
         .describe_instances()
@@ -199,12 +204,10 @@ async fn describe(
         .try_collect()
         .await
         .map_err(|e| AwsError::api("DescribeInstances", e.into_service_error()))?;
-    let mut instances: Vec<Instance> = reservations
-        .iter()
-        .flat_map(|r| r.instances().iter().filter_map(instance))
-        .collect();
-    instances.sort_by(|a, b| a.provider_id.cmp(&b.provider_id));
-    Ok(instances)
+    Ok(reservations
+        .into_iter()
+        .flat_map(|r| r.instances.unwrap_or_default())
+        .collect())
 }
 
 /// The neutral view of an EC2 instance; `None` without an id or a zone.

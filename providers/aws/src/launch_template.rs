@@ -26,10 +26,9 @@ use joist_messages::apis::ec2nodeclass::{
     BlockDeviceMapping, HttpTokens, MetadataOptions, Toggle, VolumeType,
 };
 use serde::Serialize;
-use sha2::{Digest, Sha256};
 use tokio::time::Instant;
 
-use crate::{clients::AwsClients, error::AwsError};
+use crate::{clients::AwsClients, error::AwsError, offerings};
 
 /// The prefix of every template name Karpenter (and Joist) creates.
 pub const NAME_PREFIX: &str = "karpenter.k8s.aws/";
@@ -66,9 +65,7 @@ impl TemplateInput {
     /// template holds, so equal inputs share a template and any change makes a new one.
     pub fn name(&self) -> String {
         let canonical = serde_json::to_vec(self).unwrap_or_default();
-        let digest = Sha256::digest(&canonical);
-        let hex: String = digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
-        format!("{NAME_PREFIX}{hex}")
+        format!("{NAME_PREFIX}{}", crate::short_hash(&canonical))
     }
 
     fn data(&self) -> RequestLaunchTemplateData {
@@ -155,17 +152,8 @@ fn volume_type(volume_type: VolumeType) -> Ec2VolumeType {
 
 /// An EBS size (`20Gi`, `1Ti`, `100G`, `2T`) in the GiB EC2 takes, rounded up.
 fn volume_size_gib(size: &str) -> Option<i32> {
-    let digits = size.bytes().take_while(u8::is_ascii_digit).count();
-    let value: f64 = size[..digits].parse().ok()?;
-    let gib = match &size[digits..] {
-        "Gi" => value,
-        "Ti" => value * 1024.0,
-        "G" => value * 1e9 / f64::from(1u32 << 30),
-        "T" => value * 1e12 / f64::from(1u32 << 30),
-        _ => return None,
-    };
-    // Sizes are bounded by the CRD's pattern (at most 64 T), so the cast cannot overflow.
-    Some(gib.ceil() as i32)
+    let bytes = u64::try_from(offerings::volume_bytes(size)?).ok()?;
+    i32::try_from(bytes.div_ceil(1 << 30)).ok()
 }
 
 /// The launch templates this process knows exist (see the module docs). Cheap to share.

@@ -37,3 +37,14 @@ pub mod provider;
 pub mod user_data;
 
 pub use provider::{AwsCloud, AwsCloudError, AwsSettings};
+
+/// 16 hex digits naming `data` stably (the first 64 bits of its SHA-256): the suffix of the names
+/// Joist gives the AWS resources it creates (launch templates, instance profiles).
+pub(crate) fn short_hash(data: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    Sha256::digest(data)
+        .iter()
+        .take(8)
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}

@@ -91,8 +91,9 @@ pub fn block_devices(class: &EC2NodeClass, family: AmiFamily) -> Vec<BlockDevice
     }
 }
 
-/// Bytes of an EBS size written as the CRD allows (`20Gi`, `1Ti`, `100G`, `2T`).
-fn volume_bytes(size: &str) -> Option<i64> {
+/// Bytes of an EBS size written as the CRD allows (`20Gi`, `1Ti`, `100G`, `2T`); `None` for any
+/// other form.
+pub(crate) fn volume_bytes(size: &str) -> Option<i64> {
     let digits = size.bytes().take_while(u8::is_ascii_digit).count();
     let value: i64 = size[..digits].parse().ok()?;
     let unit: i64 = match &size[digits..] {

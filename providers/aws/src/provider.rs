@@ -237,7 +237,7 @@ impl AwsCloud {
     ) -> Result<TemplateInput, CloudError> {
         let settings = &self.inner.settings;
         let class_name = class.name_any();
-        let status = class.status.clone().unwrap_or_default();
+        let status = class.status.as_ref();
         let family = ami::family(class);
         let mut taints: Vec<Taint> = claim.spec.taints.clone();
         taints.extend(claim.spec.startup_taints.iter().cloned());
@@ -267,12 +267,13 @@ impl AwsCloud {
             reason: "UserData".to_owned(),
             message: format!("ec2nodeclass {class_name:?}: {e}"),
         })?;
-        let instance_profile = status
-            .instance_profile
-            .ok_or_else(|| CloudError::NodeClassNotReady {
-                node_class: class_name.clone(),
-                reason: "status.instanceProfile is not resolved".to_owned(),
-            })?;
+        let instance_profile =
+            status
+                .and_then(|s| s.instance_profile.clone())
+                .ok_or_else(|| CloudError::NodeClassNotReady {
+                    node_class: class_name.clone(),
+                    reason: "status.instanceProfile is not resolved".to_owned(),
+                })?;
         let mut tags = class.spec.tags.clone();
         tags.insert(
             launch_template::CLUSTER_TAG.to_owned(),
@@ -281,7 +282,11 @@ impl AwsCloud {
         Ok(TemplateInput {
             image_id: image_id.to_owned(),
             user_data,
-            security_group_ids: status.security_groups.into_iter().map(|g| g.id).collect(),
+            security_group_ids: status
+                .iter()
+                .flat_map(|s| &s.security_groups)
+                .map(|g| g.id.clone())
+                .collect(),
             instance_profile,
             metadata: class.spec.metadata_options.clone(),
             block_devices: offerings::block_devices(class, family),
@@ -309,7 +314,12 @@ impl AwsCloud {
 
     async fn launch(&self, claim: &NodeClaim, instance_types: &[InstanceType]) -> Result<Launch, CloudError> {
         let class = joist_provider::node_class::ready(&self.inner.kube, claim).await?;
-        let status = class.status.clone().unwrap_or_default();
+        let Some(status) = class.status.as_ref() else {
+            return Err(CloudError::NodeClassNotReady {
+                node_class: class.name_any(),
+                reason: "its status is not resolved".to_owned(),
+            });
+        };
         let candidates = launch::candidates(claim, instance_types)?;
         // `candidates` answers an error rather than nothing, so there is a first.
         let Some(capacity_type) = candidates.first().map(|c| c.offering.capacity_type) else {
