@@ -144,6 +144,17 @@ fn quickstart_runs_every_pod_and_is_deterministic() {
 }
 
 #[test]
+fn a_custom_label_nodepool_launches_one_node_and_runs_its_pods() {
+    let team = "        - key: company.com/team\n          operator: In\n          values: [a, b]";
+    let selector = "      nodeSelector: {company.com/team: a}";
+    let manifests = pool("teams", team, "") + NODE_CLASS + &deployment("team-a", 3, "100m", selector);
+    let report = run(&scenario(&manifests, "[]", "11m"));
+    let s = &report.summary;
+    assert_eq!((s.pods_running_end, s.pods_pending_end), (3, 0), "{s:#?}");
+    assert_eq!(s.nodes_launched, 1, "one node serves all three pods: {s:#?}");
+}
+
+#[test]
 fn the_cheapest_type_that_fits_is_launched() {
     let manifests =
         pool("default", &family(&["m5", "c5", "r5"]), "") + NODE_CLASS + &deployment("web", 1, "1", "");

@@ -1,13 +1,19 @@
 //! The NodeClaim object for one new node the simulation opened: the NodePool's template, narrowed
 //! to the simulation's requirements and the instance types that fit (cheapest first, at most
 //! Karpenter's 600), owned by the NodePool and finalized by Joist.
+//!
+//! Its labels are what the node will carry beyond the instance's own: the template's labels, the
+//! NodePool and node class names, and one value for every custom requirement (a pool requiring
+//! `company.com/team In [a, b]` whose pods select `team: a` gets `company.com/team=a`), as
+//! Karpenter's launch writes them. Registration copies them onto the Node, so the simulation's
+//! view of the claim in flight and the Node that registers agree.
 
 use joist_messages::{
     apis::{
         NodeClaim, NodeClaimSpec, NodePool, common::NodeSelectorRequirementWithMinValues,
         nodeclaim::ResourceRequirements,
     },
-    labels::{INSTANCE_TYPE, NODEPOOL, TERMINATION_FINALIZER},
+    labels::{EC2_NODE_CLASS, INSTANCE_TYPE, NODEPOOL, TERMINATION_FINALIZER, is_injectable},
     model::{
         instance_type::InstanceType,
         requirements::{Operator, Requirement},
@@ -20,6 +26,13 @@ use kube::ResourceExt;
 /// The NodeClaim to create for `claim` (see the module docs).
 pub fn node_claim(pool: &NodePool, claim: &NewClaim, instance_types: &[InstanceType]) -> NodeClaim {
     let template = &pool.spec.template;
+    let mut labels = claim.requirements.labels_to_inject(is_injectable);
+    labels.extend(template.metadata.labels.clone());
+    labels.insert(NODEPOOL.to_owned(), pool.name_any());
+    labels.insert(
+        EC2_NODE_CLASS.to_owned(),
+        template.spec.node_class_ref.name.clone(),
+    );
     let mut requirements = claim.requirements.clone();
     let names = claim
         .instance_types
@@ -32,8 +45,6 @@ pub fn node_claim(pool: &NodePool, claim: &NewClaim, instance_types: &[InstanceT
     let requirements: Vec<NodeSelectorRequirementWithMinValues> = serde_json::to_value(&requirements)
         .and_then(serde_json::from_value)
         .unwrap_or_default();
-    let mut labels = template.metadata.labels.clone();
-    labels.insert(NODEPOOL.to_owned(), pool.name_any());
     let owner = OwnerReference {
         api_version: "karpenter.sh/v1".to_owned(),
         kind: "NodePool".to_owned(),

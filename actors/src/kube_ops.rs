@@ -1,17 +1,15 @@
 //! The writes the actors make through the Kubernetes API: merge patches of objects and their
-//! status, status conditions, finalizers, and Events. Errors are returned as `kube::Error`; a 404
-//! on a patch or delete means someone else finished the job and is reported as `Ok(false)`.
+//! status, status conditions and finalizers (Events go through [`crate::events`]). Errors are
+//! returned as `kube::Error`; a 404 on a patch or delete means someone else finished the job and is
+//! reported as `Ok(false)`.
 
 use std::fmt::Debug;
 
 use joist_messages::{labels::TERMINATION_FINALIZER, time::Clock};
-use k8s_openapi::{
-    api::core::v1::{Event, EventSource, ObjectReference},
-    apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, Time},
-};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::{
     Api, Resource, ResourceExt,
-    api::{DeleteParams, Patch, PatchParams, PostParams},
+    api::{DeleteParams, Patch, PatchParams},
     core::{ClusterResourceScope, NamespaceResourceScope},
 };
 use serde::de::DeserializeOwned;
@@ -53,7 +51,15 @@ pub async fn patch_status<K>(api: &Api<K>, name: &str, status: Value) -> Result<
 where
     K: Resource + Clone + DeserializeOwned + Debug,
 {
-    let body = serde_json::json!({ "status": status });
+    patch_status_body(api, name, serde_json::json!({ "status": status })).await
+}
+
+/// Merge-patches the status subresource with a whole body (`status`, and `metadata.resourceVersion`
+/// to make the write optimistic); false when the object no longer exists.
+pub async fn patch_status_body<K>(api: &Api<K>, name: &str, body: Value) -> Result<bool, kube::Error>
+where
+    K: Resource + Clone + DeserializeOwned + Debug,
+{
     ok_unless_missing(
         api.patch_status(name, &PatchParams::default(), &Patch::Merge(body))
             .await,
@@ -85,7 +91,7 @@ where
 }
 
 /// The clock's time as a Kubernetes timestamp.
-fn now(clock: &Clock) -> Time {
+pub fn timestamp(clock: &Clock) -> Time {
     Time(jiff::Timestamp::from_second(clock.now_seconds()).unwrap_or_default())
 }
 
@@ -97,7 +103,7 @@ pub fn set_condition(
     generation: Option<i64>,
     (type_, status, reason, message): (&str, &str, &str, &str),
 ) -> bool {
-    let now = now(clock);
+    let now = timestamp(clock);
     match conditions.iter_mut().find(|c| c.type_ == type_) {
         Some(c) if c.status == status && c.reason == reason && c.message == message => false,
         Some(c) => {
@@ -127,50 +133,6 @@ pub fn set_condition(
 /// Whether a condition is `True`.
 pub fn is_true(conditions: &[Condition], type_: &str) -> bool {
     conditions.iter().any(|c| c.type_ == type_ && c.status == "True")
-}
-
-/// Records an Event about `object`; a failure is logged, never returned: an Event is a report,
-/// not part of the action it reports.
-pub async fn record_event<K>(
-    client: &kube::Client,
-    clock: &Clock,
-    object: &K,
-    warning: bool,
-    reason: &str,
-    message: &str,
-) where
-    K: Resource<DynamicType = ()>,
-{
-    let reference: ObjectReference = object.object_ref(&());
-    let namespace = reference
-        .namespace
-        .clone()
-        .unwrap_or_else(|| "default".to_owned());
-    let now = now(clock);
-    let event = Event {
-        metadata: ObjectMeta {
-            generate_name: Some(format!("{}.", reference.name.as_deref().unwrap_or("object"))),
-            namespace: Some(namespace.clone()),
-            ..ObjectMeta::default()
-        },
-        involved_object: reference,
-        reason: Some(reason.to_owned()),
-        message: Some(message.to_owned()),
-        type_: Some(if warning { "Warning" } else { "Normal" }.to_owned()),
-        source: Some(EventSource {
-            component: Some(COMPONENT.to_owned()),
-            host: None,
-        }),
-        reporting_component: Some(COMPONENT.to_owned()),
-        first_timestamp: Some(now.clone()),
-        last_timestamp: Some(now),
-        count: Some(1),
-        ..Event::default()
-    };
-    let events: Api<Event> = Api::namespaced(client.clone(), &namespace);
-    if let Err(error) = events.create(&PostParams::default(), &event).await {
-        tracing::warn!(reason, %error, "recording an event failed");
-    }
 }
 
 /// Namespaced API helper, for symmetry with [`cluster`].

@@ -14,6 +14,7 @@ pub mod batcher;
 pub mod catalog;
 pub mod claim_template;
 pub mod cluster_state;
+pub mod events;
 pub mod fold;
 pub mod garbage;
 pub mod kube_ops;
@@ -36,9 +37,9 @@ use joist_messages::time::Clock;
 use joist_provider::CloudProvider;
 
 use crate::{
-    batcher::Batcher, catalog::Catalog, cluster_state::ClusterState, garbage::GarbageCollector,
-    node_trace::NodeTracer, provisioner::Provisioner, read_model::ReadModel, settings::Settings,
-    shared::Shared,
+    batcher::Batcher, catalog::Catalog, cluster_state::ClusterState, events::Events,
+    garbage::GarbageCollector, node_trace::NodeTracer, provisioner::Provisioner, read_model::ReadModel,
+    settings::Settings, shared::Shared,
 };
 
 /// The running controllers. Dropping it does not stop them; stop the actix system instead.
@@ -69,6 +70,7 @@ pub fn start(
     let catalog = Catalog::new(cloud.clone()).start();
     let shards: Vec<ArbiterHandle> = (0..settings.shards).map(|_| Arbiter::new().handle()).collect();
     let shared = Shared {
+        events: Events::start(client.clone(), clock),
         client,
         cloud,
         read,

@@ -59,15 +59,7 @@ pub async fn reconcile(shared: Shared, class: Arc<EC2NodeClass>) {
                 generation,
                 ("Ready", "False", "ResolutionFailed", &message),
             );
-            kube_ops::record_event(
-                &shared.client,
-                &shared.clock,
-                class.as_ref(),
-                true,
-                "ResolutionFailed",
-                &message,
-            )
-            .await;
+            shared.events.warn(class.as_ref(), "ResolutionFailed", &message);
         }
     }
     let api = kube_ops::cluster::<EC2NodeClass>(&shared.client);

@@ -108,15 +108,7 @@ async fn create_claims(shared: &Shared, name: &str, claims: Vec<NodeClaim>) {
                 "nodepool {name:?} would exceed its limits on {}",
                 exceeded.join(", ")
             );
-            kube_ops::record_event(
-                &shared.client,
-                &shared.clock,
-                pool.as_ref(),
-                true,
-                "LimitsExceeded",
-                &message,
-            )
-            .await;
+            shared.events.warn(pool.as_ref(), "LimitsExceeded", &message);
             continue;
         }
         match api.create(&PostParams::default(), &claim).await {
@@ -126,6 +118,7 @@ async fn create_claims(shared: &Shared, name: &str, claims: Vec<NodeClaim>) {
                     nodeclaim = created.name_any(),
                     "created nodeclaim"
                 );
+                shared.read.record_created(created);
                 used = after;
             }
             Err(error) => tracing::warn!(nodepool = name, %error, "creating a nodeclaim failed"),
@@ -201,6 +194,6 @@ async fn write_status(shared: &Shared, pool: &NodePool) {
         tracing::warn!(nodepool = pool.name_any(), %error, "writing the nodepool status failed");
     }
     if newly_invalid {
-        kube_ops::record_event(&shared.client, clock, pool, true, "ValidationFailed", &problems).await;
+        shared.events.warn(pool, "ValidationFailed", &problems);
     }
 }

@@ -17,7 +17,7 @@ use kube::ResourceExt;
 use crate::{
     claim_template,
     fold::Fold,
-    kube_ops::{self, is_true},
+    kube_ops::is_true,
     protocol::{GetInstanceTypes, LaunchPlan, ProvisionBatch},
     settings::SolverMode,
     shared::Shared,
@@ -72,16 +72,8 @@ impl Handler<ProvisionBatch> for Provisioner {
 }
 
 /// Tells a pod, with a `FailedScheduling` event, why Joist cannot place it.
-async fn failed_scheduling(shared: &Shared, pod: &Pod, message: &str) {
-    kube_ops::record_event(
-        &shared.client,
-        &shared.clock,
-        pod,
-        true,
-        "FailedScheduling",
-        message,
-    )
-    .await;
+fn failed_scheduling(shared: &Shared, pod: &Pod, message: &str) {
+    shared.events.warn(pod, "FailedScheduling", message);
 }
 
 /// One pass: snapshot, simulate, hand out the results.
@@ -149,7 +141,7 @@ async fn provision(shared: Shared) {
     } = snapshot::pending(&read.pending_pods());
     for (pod, why) in &ignored {
         let message = format!("Failed to schedule pod, ignoring it: {why}");
-        failed_scheduling(&shared, pod, &message).await;
+        failed_scheduling(&shared, pod, &message);
     }
     if pending.is_empty() {
         return;
@@ -216,6 +208,6 @@ async fn dispatch(
     for unschedulable in &solution.unschedulable {
         let pod = &pods[unschedulable.pod];
         let message = format!("Failed to schedule pod, {unschedulable}");
-        failed_scheduling(shared, pod, &message).await;
+        failed_scheduling(shared, pod, &message);
     }
 }

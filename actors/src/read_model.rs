@@ -2,11 +2,19 @@
 //! plus the indexes the hot paths need (node by provider ID, NodeClaim by provider ID, NodeClaims
 //! by NodePool, pods by node, provisionable pods), kept by the ClusterState actor as watch events arrive.
 //!
+//! NodeClaims Joist just created are visible at once, before their watch event arrives
+//! ([`ReadModel::record_created`]), as Karpenter's cluster state records its launches: the next
+//! scheduling pass counts them and does not launch for the same pods again. An entry leaves that
+//! overlay when the watch shows the claim, or after [`READ_MODEL_LAG`](crate::lifecycle::READ_MODEL_LAG)
+//! if it never does (it was deleted before the watch saw it).
+//!
 //! Reads are lock-free snapshots (`Arc`s of the objects). Reflector stores iterate in hash order,
 //! so every list this module returns is sorted by namespace and name: the same cluster always
 //! yields the same snapshot, which keeps simulations deterministic.
 
 use std::{collections::BTreeSet, sync::Arc};
+
+use tokio::time::Instant;
 
 use dashmap::{DashMap, DashSet};
 use joist_messages::{
@@ -21,6 +29,8 @@ use kube::{
     Resource, ResourceExt,
     runtime::reflector::{self, ObjectRef, Store, store::Writer},
 };
+
+use crate::lifecycle::{READ_MODEL_LAG, decide::is_mirror};
 
 /// `namespace/name` of a pod.
 pub type PodKey = (String, String);
@@ -43,6 +53,8 @@ struct Index {
     claims_by_pool: DashMap<String, BTreeSet<String>>,
     pods_by_node: DashMap<String, BTreeSet<PodKey>>,
     pending: DashSet<PodKey>,
+    /// Claims created but not yet seen by the watch, with when they were created.
+    created: DashMap<String, (Arc<NodeClaim>, Instant)>,
 }
 
 /// See the module docs. Cheap to clone.
@@ -114,9 +126,41 @@ impl ReadModel {
         );
     }
 
-    /// A NodeClaim by name.
+    /// A NodeClaim by name (the watched store only: a claim's actor acts on what the API shows).
     pub fn node_claim(&self, name: &str) -> Option<Arc<NodeClaim>> {
         self.node_claims.get(&ObjectRef::new(name))
+    }
+
+    /// Records a NodeClaim Joist just created, so that it counts before its watch event arrives.
+    pub fn record_created(&self, claim: NodeClaim) {
+        let name = claim.name_any();
+        if self.node_claim(&name).is_some() {
+            return;
+        }
+        if let Some(pool) = claim.labels().get(NODEPOOL) {
+            file(&self.index.claims_by_pool, pool, name.clone(), true);
+        }
+        self.index.created.insert(name, (Arc::new(claim), Instant::now()));
+    }
+
+    /// The created claims the watch has not shown yet, dropping those waited for too long.
+    fn unseen_claims(&self) -> Vec<Arc<NodeClaim>> {
+        self.index
+            .created
+            .retain(|_, (_, at)| at.elapsed() < READ_MODEL_LAG);
+        self.index
+            .created
+            .iter()
+            .map(|entry| entry.value().0.clone())
+            .collect()
+    }
+
+    /// A claim by name from the watch, or from the claims Joist just created.
+    fn any_claim(&self, name: &str) -> Option<Arc<NodeClaim>> {
+        self.node_claim(name).or_else(|| {
+            let entry = self.index.created.get(name)?;
+            (entry.1.elapsed() < READ_MODEL_LAG).then(|| entry.0.clone())
+        })
     }
 
     /// A NodePool by name.
@@ -161,7 +205,7 @@ impl ReadModel {
         keys.iter().filter_map(|key| self.pod(key)).collect()
     }
 
-    /// The NodeClaims of one NodePool, by name.
+    /// The NodeClaims of one NodePool, by name, those just created included.
     pub fn node_claims_of(&self, pool: &str) -> Vec<Arc<NodeClaim>> {
         let names: Vec<String> = self
             .index
@@ -169,7 +213,7 @@ impl ReadModel {
             .get(pool)
             .map(|names| names.iter().cloned().collect())
             .unwrap_or_default();
-        names.iter().filter_map(|name| self.node_claim(name)).collect()
+        names.iter().filter_map(|name| self.any_claim(name)).collect()
     }
 
     /// The first provisionable pod by namespace and name, if any (without listing them all).
@@ -189,9 +233,15 @@ impl ReadModel {
         sorted(&self.nodes)
     }
 
-    /// Every NodeClaim, by name.
+    /// Every NodeClaim, by name, those just created included.
     pub fn node_claims(&self) -> Vec<Arc<NodeClaim>> {
-        sorted(&self.node_claims)
+        let mut claims = sorted(&self.node_claims);
+        let unseen = self.unseen_claims();
+        if !unseen.is_empty() {
+            claims.extend(unseen);
+            claims.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+        }
+        claims
     }
 
     /// Every NodePool, by name.
@@ -242,6 +292,7 @@ impl ReadModel {
     /// Updates the NodeClaim indexes after a watch event.
     pub(crate) fn observe_claim(&self, claim: &NodeClaim, deleted: bool) {
         let name = claim.name_any();
+        self.index.created.remove(&name);
         if let Some(pool) = claim.labels().get(NODEPOOL) {
             file(&self.index.claims_by_pool, pool, name.clone(), !deleted);
         }
@@ -279,7 +330,8 @@ where
 }
 
 /// Karpenter's `IsProvisionable`: not bound, not finished, not being deleted, marked
-/// `PodScheduled=False/Unschedulable` by the scheduler, and not a DaemonSet's.
+/// `PodScheduled=False/Unschedulable` by the scheduler, not nominated to a node by a preemption
+/// (the scheduler has a place for it), not a DaemonSet's and not a static pod's mirror.
 pub fn is_provisionable(pod: &Pod) -> bool {
     let bound = pod.spec.as_ref().is_some_and(|s| s.node_name.is_some());
     let status = pod.status.as_ref();
@@ -297,5 +349,14 @@ pub fn is_provisionable(pod: &Pod) -> bool {
         .owner_references()
         .iter()
         .any(|o| o.kind == "DaemonSet" && o.controller == Some(true));
-    !bound && !finished && unschedulable && !daemon && pod.metadata.deletion_timestamp.is_none()
+    let nominated = status
+        .and_then(|s| s.nominated_node_name.as_deref())
+        .is_some_and(|n| !n.is_empty());
+    !bound
+        && !finished
+        && unschedulable
+        && !nominated
+        && !daemon
+        && !is_mirror(pod)
+        && pod.metadata.deletion_timestamp.is_none()
 }

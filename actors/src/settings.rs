@@ -51,3 +51,5 @@ pub const INSTANCE_TYPES_TTL: Duration = Duration::from_secs(5 * 60);
 pub const MINIMUM_DRAIN_TIME: Duration = Duration::from_secs(5);
 /// An instance with no NodeClaim is terminated once it is older than this.
 pub const ORPHAN_GRACE: Duration = Duration::from_secs(30);
+/// How long an actor waits for another actor's answer before it gives up on this step.
+pub const ACTOR_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);

@@ -1,5 +1,5 @@
 //! What every actor is given: the Kubernetes client, the cloud, the read model, the settings, the
-//! clock, the directory of per-object actors, and where node traces go.
+//! clock, the directory of per-object actors, where node traces go, and the event recorder.
 
 use std::sync::Arc;
 
@@ -9,8 +9,8 @@ use joist_messages::time::Clock;
 use joist_provider::CloudProvider;
 
 use crate::{
-    catalog::Catalog, node_claim::NodeClaimActor, node_pool::NodePoolActor, node_trace::NodeTracer,
-    read_model::ReadModel, settings::Settings,
+    catalog::Catalog, events::Events, node_claim::NodeClaimActor, node_pool::NodePoolActor,
+    node_trace::NodeTracer, read_model::ReadModel, settings::Settings,
 };
 
 /// The addresses of the per-object actors, by object name.
@@ -41,4 +41,6 @@ pub struct Shared {
     pub catalog: Addr<Catalog>,
     /// Where each node's lifecycle spans go.
     pub node_tracer: NodeTracer,
+    /// Kubernetes Events, de-duplicated.
+    pub events: Events,
 }

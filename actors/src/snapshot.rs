@@ -246,3 +246,139 @@ pub fn pending(pods: &[Arc<Pod>]) -> Pending {
     }
     pending
 }
+
+#[cfg(test)]
+mod tests {
+    use joist_messages::{
+        apis::EC2NodeClass,
+        labels,
+        model::{
+            instance_type::{CapacityType, InstanceType, Offering},
+            requirements::Requirement,
+        },
+    };
+    use joist_provider::launch;
+    use joist_scheduling::NewClaim;
+
+    use super::*;
+    use crate::claim_template;
+
+    fn pool() -> NodePool {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodePool",
+            "metadata": {"name": "teams", "uid": "pool-uid"},
+            "spec": {"template": {
+                "metadata": {"labels": {"company.com/owner": "platform"}},
+                "spec": {
+                    "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+                    "requirements": [
+                        {"key": "company.com/team", "operator": "In", "values": ["a", "b"]},
+                        {"key": "company.com/tier", "operator": "Exists"},
+                        {"key": "company.com/generation", "operator": "Gt", "values": ["3"]},
+                        {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
+                    ],
+                },
+            }},
+        }))
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn c5_large() -> InstanceType {
+        InstanceType {
+            name: "c5.large".into(),
+            requirements: [
+                Requirement::new(labels::INSTANCE_TYPE, Operator::In, ["c5.large"])
+                    .unwrap_or_else(|e| panic!("{e}")),
+            ]
+            .into_iter()
+            .collect(),
+            offerings: vec![Offering {
+                zone: "us-west-2a".into(),
+                capacity_type: CapacityType::OnDemand,
+                price: 0.085,
+                available: true,
+                reservation_id: None,
+            }],
+            capacity: Resources::new().with(names::CPU, Quantity::from_units(2)),
+            overhead: Default::default(),
+        }
+    }
+
+    /// The labels the Node registers with: the instance's (as every provider writes them) under
+    /// the claim's (which registration copies onto the Node).
+    fn registered_labels(claim: &NodeClaim, it: &InstanceType) -> BTreeMap<String, String> {
+        let class: EC2NodeClass = serde_json::from_value(serde_json::json!({
+            "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass", "metadata": {"name": "default"},
+            "spec": {"role": "r", "amiSelectorTerms": [{"alias": "al2023@latest"}],
+                     "subnetSelectorTerms": [{"id": "subnet-1"}], "securityGroupSelectorTerms": [{"id": "sg-1"}]},
+            "status": {"subnets": [{"id": "subnet-1", "zone": "us-west-2a", "zoneID": "usw2-az1"}]},
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        let mut labels = launch::node_labels(it, "us-west-2", "us-west-2a", "on-demand", &class);
+        labels.extend(claim.labels().clone());
+        labels
+    }
+
+    #[test]
+    fn the_claim_in_flight_looks_like_the_node_that_registers() {
+        let pool = pool();
+        let input = pool_input_requirements(&pool);
+        // The pods select team a: the simulation narrows the pool's requirement to it.
+        let mut narrowed = input.clone();
+        narrowed
+            .add(Requirement::new("company.com/team", Operator::In, ["a"]).unwrap_or_else(|e| panic!("{e}")));
+        let new = NewClaim {
+            node_pool: 0,
+            requirements: narrowed,
+            instance_types: vec![0],
+            price: 0.085,
+            requests: Resources::new(),
+            pods: vec![0],
+        };
+        let types = [c5_large()];
+        let claim = claim_template::node_claim(&pool, &new, &types);
+        let node = registered_labels(&claim, &types[0]);
+        let flight = in_flight(&claim);
+        for (key, value) in &flight.labels {
+            assert_eq!(
+                node.get(key),
+                Some(value),
+                "in flight {key}={value}; the node carries {node:?}"
+            );
+        }
+        let requirements: Requirements = claim
+            .spec
+            .requirements
+            .iter()
+            .map(|r| r.to_requirement().unwrap_or_else(|e| panic!("{e}")))
+            .collect();
+        assert!(
+            requirements.matches_labels(|key| node.get(key).map(String::as_str)),
+            "the node's labels {node:?} must meet the claim's requirements {:?}",
+            claim.spec.requirements
+        );
+        assert_eq!(node.get("company.com/team").map(String::as_str), Some("a"));
+        assert_eq!(
+            node.get("company.com/owner").map(String::as_str),
+            Some("platform")
+        );
+        assert_eq!(
+            node.get(labels::EC2_NODE_CLASS).map(String::as_str),
+            Some("default")
+        );
+        assert_eq!(
+            node.get(labels::aws::ZONE_ID).map(String::as_str),
+            Some("usw2-az1")
+        );
+    }
+
+    fn pool_input_requirements(pool: &NodePool) -> Requirements {
+        pool.spec
+            .template
+            .spec
+            .requirements
+            .iter()
+            .map(|r| r.to_requirement().unwrap_or_else(|e| panic!("{e}")))
+            .collect()
+    }
+}

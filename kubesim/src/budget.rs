@@ -108,7 +108,7 @@ pub fn status(pdb: &Value, budget: Budget, now: &str) -> Value {
 }
 
 /// Evicts a pod: deletes it if no budget forbids it.
-pub fn evict(store: &Store, key: &ObjectKey, dry_run: bool) -> Result<(), ApiError> {
+pub fn evict(store: &Store, key: &ObjectKey, options: &DeleteOptions) -> Result<(), ApiError> {
     let _guard = store.eviction_guard();
     let pods = GroupResource::new("", "pods");
     let pod = store.get(&pods, key)?;
@@ -150,14 +150,7 @@ pub fn evict(store: &Store, key: &ObjectKey, dry_run: bool) -> Result<(), ApiErr
             }
         }
     }
-    store.delete(
-        &pods,
-        key,
-        &DeleteOptions {
-            dry_run,
-            ..DeleteOptions::default()
-        },
-    )?;
+    store.delete(&pods, key, options)?;
     Ok(())
 }
 

@@ -23,6 +23,9 @@ use crate::{
     resources::{GroupResource, Registry, ResourceType},
 };
 
+/// A pod's `terminationGracePeriodSeconds` when its spec does not say.
+pub const DEFAULT_TERMINATION_GRACE_SECONDS: i64 = 30;
+
 /// Watch events kept per resource for watches that resume from a resourceVersion.
 pub const HISTORY_PER_RESOURCE: usize = 50_000;
 
@@ -121,6 +124,9 @@ pub struct DeleteOptions {
     pub uid: Option<String>,
     /// Only delete if the resourceVersion still matches.
     pub resource_version: Option<String>,
+    /// For pods: how long the containers get to stop (`None`: the pod's
+    /// `terminationGracePeriodSeconds`, 30 by default; `Some(0)`: at once).
+    pub grace_period_seconds: Option<i64>,
     /// Check everything but change nothing.
     pub dry_run: bool,
 }
@@ -561,6 +567,16 @@ impl Store {
         if options.dry_run {
             return Ok(current);
         }
+        if let Some(grace) = graceful_pod_deletion(resource, &current, options) {
+            if current.pointer("/metadata/deletionTimestamp").is_some() {
+                return Ok(current);
+            }
+            let mut next = (*current).clone();
+            let deadline = joist_messages::time::rfc3339(self.clock.now_seconds() + grace);
+            next["metadata"]["deletionTimestamp"] = json!(deadline);
+            next["metadata"]["deletionGracePeriodSeconds"] = json!(grace);
+            return Ok(state.commit(resource, key.clone(), EventKind::Modified, Some(next)));
+        }
         if !finalizers(&current).is_empty() {
             if current.pointer("/metadata/deletionTimestamp").is_some() {
                 return Ok(current);
@@ -949,6 +965,25 @@ fn keep_system_fields(current: &Value, next: &mut Value, part: Part, status_subr
 /// Whether anything besides metadata and status changed: what bumps `generation`.
 fn spec_changed(before: &Value, after: &Value) -> bool {
     !equal_except(before, after, &["metadata", "status"])
+}
+
+/// The grace period a pod's deletion starts, as kube-apiserver's graceful deletion does: a pod
+/// bound to a node and not finished keeps running with a `deletionTimestamp` at the end of its
+/// grace period until its kubelet stops it and deletes it for good. `None`: delete at once (not a
+/// pod, not bound, finished, or a zero grace period). A pod already terminating keeps its deadline.
+fn graceful_pod_deletion(resource: &GroupResource, pod: &Value, options: &DeleteOptions) -> Option<i64> {
+    if !resource.group.is_empty() || resource.resource != "pods" || text(pod, "/spec/nodeName").is_empty() {
+        return None;
+    }
+    if matches!(text(pod, "/status/phase"), "Succeeded" | "Failed") {
+        return None;
+    }
+    let grace = options.grace_period_seconds.unwrap_or_else(|| {
+        pod.pointer("/spec/terminationGracePeriodSeconds")
+            .and_then(Value::as_i64)
+            .unwrap_or(DEFAULT_TERMINATION_GRACE_SECONDS)
+    });
+    (grace > 0).then_some(grace)
 }
 
 /// Whether a write changes nothing but the resourceVersion it carries (then it is a no-op).

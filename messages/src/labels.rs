@@ -282,9 +282,33 @@ pub fn restricted_label_reason(key: &str) -> Option<String> {
     None
 }
 
+/// Whether Joist writes a label for a requirement on `key` onto NodeClaims and Nodes (Karpenter's
+/// `!IsRestrictedNodeLabel`): not a well-known label (the cloud provider sets those from the
+/// instance), not in a restricted domain, and not in the AWS provider's own domain.
+pub fn is_injectable(key: &str) -> bool {
+    !is_well_known(key) && restricted_label_reason(key).is_none() && !domain(key).ends_with(AWS_GROUP)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn custom_keys_are_injected_and_provider_keys_are_not() {
+        assert!(is_injectable("company.com/team"));
+        assert!(is_injectable("node.kubernetes.io/role"));
+        for key in [
+            ZONE,
+            INSTANCE_TYPE,
+            CAPACITY_TYPE,
+            NODEPOOL,
+            HOSTNAME,
+            EC2_NODE_CLASS,
+            aws::INSTANCE_FAMILY,
+        ] {
+            assert!(!is_injectable(key), "{key}");
+        }
+    }
 
     #[test]
     fn restricted_domains_follow_karpenter() {

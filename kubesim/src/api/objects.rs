@@ -330,6 +330,10 @@ fn delete_options(request: &ApiRequest) -> Result<DeleteOptions, ApiError> {
             .pointer("/preconditions/resourceVersion")
             .and_then(Value::as_str)
             .map(str::to_owned),
+        grace_period_seconds: body
+            .get("gracePeriodSeconds")
+            .and_then(Value::as_i64)
+            .or_else(|| request.query.get("gracePeriodSeconds")?.parse().ok()),
         dry_run,
     })
 }

@@ -13,7 +13,7 @@ use crate::object::text;
 use crate::{
     budget,
     error::ApiError,
-    store::{ObjectKey, Part, Store},
+    store::{DeleteOptions, ObjectKey, Part, Store},
 };
 
 /// Serves one subresource request; returns the code and the body.
@@ -83,11 +83,35 @@ pub fn handle(
             Ok((201, success()))
         }
         ("eviction", "POST") => {
-            budget::evict(store, &key, dry_run)?;
+            budget::evict(store, &key, &eviction_options(request, dry_run)?)?;
             Ok((201, success()))
         }
         _ => Err(ApiError::MethodNotAllowed),
     }
+}
+
+/// The DeleteOptions an Eviction carries (`deleteOptions`: a uid precondition, a grace period),
+/// from a JSON body; other encodings take the defaults.
+fn eviction_options(request: &ApiRequest, dry_run: bool) -> Result<DeleteOptions, ApiError> {
+    let body = if request.body.is_empty() || !request.content_type.contains("json") {
+        json!({})
+    } else {
+        parse_body(request)?
+    };
+    let options = &body["deleteOptions"];
+    let precondition = |field: &str| {
+        options
+            .pointer(&format!("/preconditions/{field}"))
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+    };
+    Ok(DeleteOptions {
+        uid: precondition("uid"),
+        resource_version: precondition("resourceVersion"),
+        grace_period_seconds: options.get("gracePeriodSeconds").and_then(Value::as_i64),
+        dry_run,
+        ..DeleteOptions::default()
+    })
 }
 
 fn success() -> Value {

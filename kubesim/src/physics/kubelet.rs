@@ -3,6 +3,10 @@
 //! [`RUN_FOR_ANNOTATION`] succeeds once it has run that long; a node agent removes the startup taints
 //! its NodeClaim declares once the node is Ready; and the pods of a deleted Node are deleted (pod
 //! garbage collection).
+//!
+//! Graceful shutdown: a pod being deleted keeps running until its containers stop, which takes
+//! the time its [`SHUTDOWN_AFTER_ANNOTATION`] says (none: at once), never past the end of its grace
+//! period (the `deletionTimestamp`); then its kubelet deletes it for good.
 
 use std::{
     collections::{BTreeMap, HashMap, HashSet},
@@ -24,6 +28,10 @@ use crate::{
 /// A pod annotation (`30s`, `5m`) after which the simulated containers exit successfully; pods
 /// without it run until deleted.
 pub const RUN_FOR_ANNOTATION: &str = "kubesim.joist.dev/run-for";
+
+/// A pod annotation (`45s`, `2m`): how long the simulated containers take to exit after SIGTERM.
+/// Pods without it stop at once; none outlives its grace period.
+pub const SHUTDOWN_AFTER_ANNOTATION: &str = "kubesim.joist.dev/shutdown-after";
 
 /// Timings of the simulated kubelets.
 #[derive(Debug, Clone, Copy)]
@@ -51,6 +59,7 @@ enum Action {
     NodeReady(String),
     StartPod(ObjectKey),
     FinishPod(ObjectKey),
+    StopPod(ObjectKey),
     RemoveStartupTaints(String),
 }
 
@@ -80,7 +89,7 @@ pub async fn run(store: Arc<Store>, settings: KubeletSettings) {
             kubelets.observe_node(&store, change.kind, &change.object, settings);
         }
         for change in pods.changes(&store) {
-            kubelets.observe_pod(change.kind, &change.object, settings);
+            kubelets.observe_pod(change.kind, &change.object, settings, store.clock().now_seconds());
         }
         kubelets.fire_due(&store);
         let deadline = kubelets.timers.keys().next().map(|(at, _)| *at);
@@ -105,8 +114,12 @@ impl Kubelets {
             self.ready_nodes.remove(&name);
             self.waiting.remove(&name);
             let pods = GroupResource::new("", "pods");
+            let force = DeleteOptions {
+                grace_period_seconds: Some(0),
+                ..DeleteOptions::default()
+            };
             for pod in self.pods_by_node.remove(&name).unwrap_or_default() {
-                if let Err(error) = store.delete(&pods, &pod, &DeleteOptions::default()) {
+                if let Err(error) = store.delete(&pods, &pod, &force) {
                     tracing::debug!(%error, pod = %pod.name, "kubesim pod gc: cannot delete");
                 }
             }
@@ -134,7 +147,7 @@ impl Kubelets {
         }
     }
 
-    fn observe_pod(&mut self, kind: EventKind, pod: &Value, settings: KubeletSettings) {
+    fn observe_pod(&mut self, kind: EventKind, pod: &Value, settings: KubeletSettings, now_seconds: i64) {
         let key = ObjectKey::of(pod);
         let node = text(pod, "/spec/nodeName").to_owned();
         if node.is_empty() {
@@ -150,6 +163,10 @@ impl Kubelets {
             .entry(node.clone())
             .or_default()
             .insert(key.clone());
+        if let Some(deadline) = pod.pointer("/metadata/deletionTimestamp").and_then(Value::as_str) {
+            self.schedule(shutdown_time(pod, deadline, now_seconds), Action::StopPod(key));
+            return;
+        }
         let phase = pod
             .pointer("/status/phase")
             .and_then(Value::as_str)
@@ -239,6 +256,16 @@ impl Kubelets {
                     true
                 }),
             ),
+            Action::StopPod(key) => {
+                let force = DeleteOptions {
+                    grace_period_seconds: Some(0),
+                    ..DeleteOptions::default()
+                };
+                if let Err(error) = store.delete(&GroupResource::new("", "pods"), key, &force) {
+                    tracing::debug!(%error, pod = %key.name, "kubesim kubelet: stopped pod already gone");
+                }
+                return;
+            }
             Action::RemoveStartupTaints(name) => {
                 let startup = startup_taint_keys(store, name);
                 (
@@ -267,6 +294,17 @@ impl Kubelets {
             tracing::debug!(%error, ?action, "kubesim kubelet: action skipped");
         }
     }
+}
+
+/// How long from now a terminating pod's containers take to stop: its shutdown time, cut short by
+/// its grace period's end (`deadline`, RFC 3339).
+fn shutdown_time(pod: &Value, deadline: &str, now_seconds: i64) -> Duration {
+    let left = joist_messages::time::parse_rfc3339(deadline).map_or(0, |d| d - now_seconds);
+    let left = Duration::from_secs(u64::try_from(left).unwrap_or(0));
+    pod["metadata"]["annotations"][SHUTDOWN_AFTER_ANNOTATION]
+        .as_str()
+        .and_then(|text| text.parse::<joist_messages::apis::duration::Duration>().ok())
+        .map_or(Duration::ZERO, |d| d.as_std().min(left))
 }
 
 /// A pod's containers started: Running, Ready, with an IP.

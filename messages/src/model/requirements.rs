@@ -202,6 +202,21 @@ impl Requirement {
         (!self.complement).then_some(self.values.len())
     }
 
+    /// One value a node's label could carry to satisfy this requirement, as Karpenter's
+    /// `Requirement.Any` picks it: the smallest allowed value of an `In` set; for `Exists`, `NotIn`
+    /// and integer bounds, the smallest non-negative integer allowed (Karpenter draws a random
+    /// one; the smallest keeps simulations reproducible). `None` when no value is allowed.
+    pub fn any_value(&self) -> Option<String> {
+        if !self.complement {
+            return self.values.iter().next().cloned();
+        }
+        let start = self.greater_than.map_or(0, |gt| gt.saturating_add(1).max(0));
+        (start..=i64::MAX)
+            .take(self.values.len() + 1)
+            .map(|n| n.to_string())
+            .find(|v| self.has(v))
+    }
+
     /// The exclusive integer bounds `(greater_than, less_than)`.
     pub fn bounds(&self) -> (Option<i64>, Option<i64>) {
         (self.greater_than, self.less_than)
@@ -447,6 +462,18 @@ impl Requirements {
         self.intersects(other)
     }
 
+    /// The labels a NodeClaim carries so that its node meets these requirements, as Karpenter's
+    /// launch writes them (`Requirements.Labels`): one value (see [`Requirement::any_value`]) for
+    /// every key `is_injectable` accepts. Well-known and restricted keys are left to the cloud
+    /// provider, which labels them from the instance it launched.
+    pub fn labels_to_inject(&self, is_injectable: impl Fn(&str) -> bool) -> BTreeMap<String, String> {
+        self.by_key
+            .iter()
+            .filter(|(key, _)| is_injectable(key))
+            .filter_map(|(key, req)| Some((key.clone(), req.any_value()?)))
+            .collect()
+    }
+
     /// True when a node with `labels` satisfies every requirement.
     pub fn matches_labels<'a>(&self, labels: impl Fn(&str) -> Option<&'a str>) -> bool {
         self.by_key.values().all(|req| match labels(&req.key) {
@@ -536,6 +563,60 @@ mod tests {
 
     fn req(key: &str, op: Operator, values: &[&str]) -> Requirement {
         Requirement::new(key, op, values.iter().copied()).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn any_value_satisfies_the_requirement() {
+        assert_eq!(
+            req("team", Operator::In, &["b", "a"]).any_value().as_deref(),
+            Some("a")
+        );
+        assert_eq!(
+            req("tier", Operator::Exists, &[]).any_value().as_deref(),
+            Some("0")
+        );
+        assert_eq!(
+            req("tier", Operator::NotIn, &["0", "1"]).any_value().as_deref(),
+            Some("2")
+        );
+        assert_eq!(req("gen", Operator::Gt, &["4"]).any_value().as_deref(), Some("5"));
+        let bounded = req("gen", Operator::Gt, &["4"]).intersection(&req("gen", Operator::Lt, &["1000"]));
+        assert_eq!(bounded.any_value().as_deref(), Some("5"));
+        assert_eq!(req("gone", Operator::DoesNotExist, &[]).any_value(), None);
+        for r in [
+            req("a", Operator::In, &["x"]),
+            req("a", Operator::NotIn, &["0", "2"]),
+            req("a", Operator::Lt, &["3"]),
+        ] {
+            let value = r.any_value().unwrap_or_else(|| panic!("{r} has no value"));
+            assert!(r.has(&value), "{r} does not allow {value}");
+        }
+    }
+
+    #[test]
+    fn injected_labels_cover_every_injectable_key() {
+        let reqs: Requirements = [
+            req("company.com/team", Operator::In, &["a"]),
+            req("company.com/tier", Operator::Exists, &[]),
+            req("kubernetes.io/arch", Operator::In, &["amd64"]),
+            req("company.com/none", Operator::DoesNotExist, &[]),
+        ]
+        .into_iter()
+        .collect();
+        let labels = reqs.labels_to_inject(|key| key.starts_with("company.com/"));
+        assert_eq!(
+            labels,
+            BTreeMap::from([
+                ("company.com/team".to_owned(), "a".to_owned()),
+                ("company.com/tier".to_owned(), "0".to_owned()),
+            ])
+        );
+        assert!(reqs.matches_labels(|key| {
+            labels
+                .get(key)
+                .map(String::as_str)
+                .or((key == "kubernetes.io/arch").then_some("amd64"))
+        }));
     }
 
     #[test]

@@ -430,6 +430,7 @@ impl AwsCloud {
             &self.inner.clients.region,
             &offering.zone,
             offering.capacity_type.label(),
+            &class,
         );
         labels.extend(claim.labels().iter().map(|(k, v)| (k.clone(), v.clone())));
         let mut tags = request.tags;

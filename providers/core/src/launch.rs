@@ -14,8 +14,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use joist_messages::{
-    apis::NodeClaim,
-    labels::{CAPACITY_TYPE, REGION, ZONE},
+    apis::{EC2NodeClass, NodeClaim},
+    labels::{CAPACITY_TYPE, REGION, ZONE, aws},
     model::{
         instance_type::{CapacityType, InstanceType, Offering},
         requirements::{Operator, Requirements},
@@ -48,12 +48,15 @@ impl Candidate<'_> {
     }
 }
 
-/// The labels a node of `instance_type` in `zone` carries, before the NodeClaim's own.
+/// The labels a node of `instance_type` in `zone` carries, before the NodeClaim's own: the
+/// instance type's single-valued labels, zone, region, capacity type, and the zone's ID
+/// (`topology.k8s.aws/zone-id`) when `node_class` resolved a subnet in it.
 pub fn node_labels(
     instance_type: &InstanceType,
     region: &str,
     zone: &str,
     capacity_type: &str,
+    node_class: &EC2NodeClass,
 ) -> BTreeMap<String, String> {
     let mut labels: BTreeMap<String, String> = instance_type
         .requirements
@@ -64,6 +67,15 @@ pub fn node_labels(
     labels.insert(ZONE.to_owned(), zone.to_owned());
     labels.insert(REGION.to_owned(), region.to_owned());
     labels.insert(CAPACITY_TYPE.to_owned(), capacity_type.to_owned());
+    let zone_id = node_class
+        .status
+        .iter()
+        .flat_map(|s| &s.subnets)
+        .find(|s| s.zone == zone)
+        .and_then(|s| s.zone_id.clone());
+    if let Some(zone_id) = zone_id {
+        labels.insert(aws::ZONE_ID.to_owned(), zone_id);
+    }
     labels
 }
 

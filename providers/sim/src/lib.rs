@@ -117,7 +117,12 @@ impl SimCloud {
         }
     }
 
-    fn launch(&self, claim: &NodeClaim, instance_types: &[InstanceType]) -> Result<Launch, CloudError> {
+    fn launch(
+        &self,
+        claim: &NodeClaim,
+        node_class: &EC2NodeClass,
+        instance_types: &[InstanceType],
+    ) -> Result<Launch, CloudError> {
         let settings = &self.inner.settings;
         let books = &self.inner.books;
         let mut unavailable = Vec::new();
@@ -136,7 +141,13 @@ impl SimCloud {
             }
             let (instance_id, ordinal) = books.next_instance_id(&mut state);
             let it = candidate.instance_type;
-            let mut labels = launch::node_labels(it, &settings.region, &key.zone, key.capacity_type.label());
+            let mut labels = launch::node_labels(
+                it,
+                &settings.region,
+                &key.zone,
+                key.capacity_type.label(),
+                node_class,
+            );
             labels.extend(claim.labels().iter().map(|(k, v)| (k.clone(), v.clone())));
             let instance = Instance {
                 provider_id: format!("aws:///{}/{instance_id}", key.zone),
@@ -225,6 +236,32 @@ impl SimCloud {
     }
 }
 
+/// The prefix of a region's zone IDs, as AWS writes them: `us-west-2` → `usw2`, `ap-northeast-1` →
+/// `apne1`.
+fn zone_id_prefix(region: &str) -> String {
+    let mut parts = region.split('-');
+    let mut prefix = parts.next().unwrap_or_default().to_owned();
+    for part in parts {
+        let mut rest = part;
+        while !rest.is_empty() {
+            let word = ["north", "south", "east", "west", "central"]
+                .into_iter()
+                .find(|w| rest.starts_with(w));
+            match word {
+                Some(word) => {
+                    prefix.push_str(&word[..1]);
+                    rest = &rest[word.len()..];
+                }
+                None => {
+                    prefix.push_str(rest);
+                    rest = "";
+                }
+            }
+        }
+    }
+    prefix
+}
+
 /// Waits for the instance to boot, then registers its Node.
 async fn register(client: kube::Client, node: Node, boot: Duration) {
     tokio::time::sleep(boot).await;
@@ -245,8 +282,8 @@ impl CloudProvider for SimCloud {
         instance_types: &'a [InstanceType],
     ) -> CloudFuture<'a, Launch> {
         Box::pin(async move {
-            joist_provider::node_class::ready(&self.inner.client, claim).await?;
-            self.launch(claim, instance_types)
+            let node_class = joist_provider::node_class::ready(&self.inner.client, claim).await?;
+            self.launch(claim, &node_class, instance_types)
         })
     }
 
@@ -345,7 +382,7 @@ impl CloudProvider for SimCloud {
                 .map(|(i, zone)| ResolvedSubnet {
                     id: format!("subnet-0sim{i:013}"),
                     zone: zone.clone(),
-                    zone_id: Some(format!("usw2-az{}", i + 1)),
+                    zone_id: Some(format!("{}-az{}", zone_id_prefix(&settings.region), i + 1)),
                 })
                 .collect();
             let amis = ["amd64", "arm64"]
@@ -379,5 +416,18 @@ impl CloudProvider for SimCloud {
 
     fn is_drifted<'a>(&'a self, _claim: &'a NodeClaim) -> CloudFuture<'a, Option<Drift>> {
         Box::pin(async { Ok(None) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::zone_id_prefix;
+
+    #[test]
+    fn zone_ids_are_named_as_aws_names_them() {
+        assert_eq!(zone_id_prefix("us-west-2"), "usw2");
+        assert_eq!(zone_id_prefix("us-east-1"), "use1");
+        assert_eq!(zone_id_prefix("ap-northeast-1"), "apne1");
+        assert_eq!(zone_id_prefix("eu-central-1"), "euc1");
     }
 }

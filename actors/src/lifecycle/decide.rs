@@ -1,0 +1,856 @@
+//! What a NodeClaim actor does next, decided without I/O: [`decide`] maps what the actor knows
+//! ([`Facts`] from the read model and the cloud, its [`Memory`]) to a [`Plan`] of [`Action`]s for
+//! the executor and when to look again; [`after_launch`] and [`after_evictions`] map the outcomes
+//! of the two actions whose results steer the next move. Every rule of the module docs of
+//! [`crate::lifecycle`] is here, and unit-tested here.
+
+use std::{sync::Arc, time::Duration};
+
+use joist_messages::{
+    apis::NodeClaim,
+    labels::TERMINATION_FINALIZER,
+    model::{quantity::Quantity, resources::Resources},
+};
+use joist_provider::{CloudError, Launch, OfferingKey};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::ResourceExt;
+use tokio::time::Instant;
+
+use crate::{
+    kube_ops::is_true,
+    node_trace::Phase,
+    settings::{LAUNCH_TIMEOUT, MINIMUM_DRAIN_TIME, REGISTRATION_TIMEOUT},
+    snapshot::{finished, is_ephemeral, resources_of},
+};
+
+/// How long the read model may lag the API: a finished phase missing from it, or a claim's pool or
+/// class not in it yet, is waited for this long before the actor acts on what it sees.
+pub const READ_MODEL_LAG: Duration = Duration::from_secs(30);
+
+/// How soon a launch that failed in a way a retry may fix is tried again.
+pub const LAUNCH_RETRY: Duration = Duration::from_secs(10);
+
+/// How soon a drain looks again while pods are leaving.
+pub const DRAIN_POLL: Duration = Duration::from_secs(1);
+
+/// How soon a drain tries again when a PodDisruptionBudget refused an eviction (429).
+pub const BLOCKED_EVICTION_RETRY: Duration = Duration::from_secs(5);
+
+/// What the actor remembers between steps (lost on restart, rebuilt from the cluster).
+#[derive(Debug, Default, Clone)]
+pub struct Memory {
+    /// The instance launched for the claim: a status write that failed is retried with it
+    /// instead of launching a second instance.
+    pub launched: Option<Launch>,
+    /// A phase this actor just finished, and when, while the read model does not show it yet: a
+    /// step taken on that stale view would write the same thing again.
+    pub finished: Option<(Phase, Instant)>,
+    /// When draining began.
+    pub drain_started: Option<Instant>,
+}
+
+/// What the actor knows when it decides.
+#[derive(Debug, Clone, Copy)]
+pub struct Facts<'a> {
+    /// The claim, as the read model has it.
+    pub claim: &'a NodeClaim,
+    /// The Node registered with the claim's provider ID, if any.
+    pub node: Option<&'a Node>,
+    /// The pods bound to that Node.
+    pub pods: &'a [Arc<Pod>],
+    /// Whether the claim's NodePool and node class are in the read model.
+    pub pool_and_class_known: bool,
+    /// Whether the claim's instance still exists: asked of the cloud only while the claim is being
+    /// deleted (`None` otherwise, or when there is no instance to ask about).
+    pub instance_exists: Option<bool>,
+    /// The clock, in epoch seconds (for the claim's timestamps).
+    pub now_seconds: i64,
+    /// The monotonic time (for the memory's instants).
+    pub now: Instant,
+}
+
+/// One thing the executor does.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Action {
+    /// Launch an instance for the claim.
+    Launch,
+    /// Remember the launch, then write it onto the claim: labels, provider ID, image, capacity,
+    /// `Launched=True`.
+    RecordLaunch(Box<Launch>),
+    /// Tell the Catalog these offerings are out of capacity.
+    MarkUnavailable(Vec<OfferingKey>),
+    /// Set `Launched=Unknown` with the cloud's message (the launch is retried).
+    LaunchFailed(String),
+    /// Delete the claim, with an event giving the reason.
+    DeleteClaim {
+        /// Karpenter's reason.
+        reason: &'static str,
+        /// Why, for the event and the log.
+        message: String,
+    },
+    /// Copy the claim's labels, finalizer and ownership onto the Node, remove the
+    /// `karpenter.sh/unregistered` taint, and mark the claim `Registered`.
+    Register,
+    /// Label the Node initialized and mark the claim `Initialized` and `Ready`.
+    Initialize,
+    /// Taint the Node `karpenter.sh/disrupted:NoSchedule` and exclude it from load balancers.
+    Taint,
+    /// Evict these pods through the Eviction API (each with its UID as a precondition).
+    Evict(Vec<PodRef>),
+    /// Terminate the instance.
+    TerminateInstance(String),
+    /// Remove Joist's finalizer from the Node, then delete it unless it is already being deleted.
+    ReleaseNode,
+    /// Remove Joist's finalizer from the claim: the claim is gone.
+    ReleaseClaim,
+}
+
+/// A pod to evict.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodRef {
+    /// Its namespace.
+    pub namespace: String,
+    /// Its name.
+    pub name: String,
+    /// Its UID: the eviction is refused if the name now belongs to another pod.
+    pub uid: String,
+}
+
+/// When to look again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Next {
+    /// When something changes.
+    OnChange,
+    /// After this long (or sooner, on a change).
+    After(Duration),
+    /// The claim is gone: the actor stops.
+    Gone,
+}
+
+/// Actions in order, then when to look again.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan {
+    /// What to do, in order; the executor stops at the first that fails.
+    pub actions: Vec<Action>,
+    /// When to look again once they are done.
+    pub next: Next,
+}
+
+impl Plan {
+    fn wait(next: Next) -> Self {
+        Self {
+            actions: Vec::new(),
+            next,
+        }
+    }
+
+    fn act(actions: Vec<Action>, next: Next) -> Self {
+        Self { actions, next }
+    }
+
+    fn delete(reason: &'static str, message: &str) -> Self {
+        Self::act(
+            vec![Action::DeleteClaim {
+                reason,
+                message: message.to_owned(),
+            }],
+            Next::OnChange,
+        )
+    }
+}
+
+/// Whether the claim already shows that `phase` finished.
+pub fn shows(claim: &NodeClaim, phase: Phase) -> bool {
+    let conditions = claim
+        .status
+        .as_ref()
+        .map(|s| s.conditions.as_slice())
+        .unwrap_or_default();
+    match phase {
+        Phase::Launch => is_true(conditions, "Launched"),
+        Phase::Registration => is_true(conditions, "Registered"),
+        Phase::Initialization => is_true(conditions, "Initialized"),
+        Phase::Termination => !claim.finalizers().iter().any(|f| f == TERMINATION_FINALIZER),
+    }
+}
+
+/// The claim's provider ID: from its status, or from a launch not yet written there.
+pub fn provider_id(claim: &NodeClaim, memory: &Memory) -> Option<String> {
+    claim
+        .status
+        .as_ref()
+        .and_then(|s| s.provider_id.clone())
+        .or_else(|| Some(memory.launched.as_ref()?.instance.provider_id.clone()))
+}
+
+/// The next step for the claim (see the module docs of [`crate::lifecycle`]). `memory.finished`
+/// is cleared once the read model shows the phase or the lag is over.
+pub fn decide(facts: &Facts<'_>, memory: &mut Memory) -> Plan {
+    let claim = facts.claim;
+    if let Some((phase, at)) = memory.finished {
+        let waited = facts.now.saturating_duration_since(at);
+        if !shows(claim, phase) && waited < READ_MODEL_LAG {
+            return Plan::wait(Next::After(READ_MODEL_LAG - waited));
+        }
+        memory.finished = None;
+    }
+    if claim.metadata.deletion_timestamp.is_some() {
+        return terminate(facts, memory);
+    }
+    let status = claim.status.clone().unwrap_or_default();
+    let launched = is_true(&status.conditions, "Launched") && status.provider_id.is_some();
+    if !launched {
+        if let Some(launch) = &memory.launched {
+            return Plan::act(
+                vec![Action::RecordLaunch(Box::new(launch.clone()))],
+                Next::OnChange,
+            );
+        }
+        let age = since(facts.now_seconds, created_at(claim));
+        if age >= LAUNCH_TIMEOUT {
+            return Plan::delete("LaunchTimeout", "the instance was not launched in time");
+        }
+        if !facts.pool_and_class_known {
+            // Watches of different kinds arrive in any order: a claim seen before its pool or
+            // class gets the read model's lag before it is judged.
+            if age < READ_MODEL_LAG {
+                return Plan::wait(Next::After(READ_MODEL_LAG - age));
+            }
+            return Plan::delete("NodeClassNotReady", "its nodepool or node class does not exist");
+        }
+        return Plan::act(vec![Action::Launch], Next::OnChange);
+    }
+    memory.launched = None;
+    let registered = is_true(&status.conditions, "Registered");
+    let Some(node) = facts.node else {
+        if registered {
+            return Plan::delete("NodeDeleted", "its node is gone");
+        }
+        let since_launch = since(
+            facts.now_seconds,
+            transitioned_at(claim, "Launched").unwrap_or_else(|| created_at(claim)),
+        );
+        if since_launch >= REGISTRATION_TIMEOUT {
+            return Plan::delete("RegistrationTimeout", "the node did not register in time");
+        }
+        return Plan::wait(Next::After(REGISTRATION_TIMEOUT - since_launch));
+    };
+    if node.metadata.deletion_timestamp.is_some() {
+        return Plan::delete("NodeDeleted", "its node is being deleted");
+    }
+    if !registered {
+        return Plan::act(vec![Action::Register], Next::OnChange);
+    }
+    if !is_true(&status.conditions, "Initialized") && initialized(claim, node) {
+        return Plan::act(vec![Action::Initialize], Next::OnChange);
+    }
+    Plan::wait(Next::OnChange)
+}
+
+/// What follows a launch attempt: a launch is recorded; a capacity error marks the offerings and
+/// deletes the claim (its pods are simulated again without them); an unready node class deletes
+/// it; any other error sets `Launched=Unknown` and retries.
+pub fn after_launch(outcome: Result<Launch, CloudError>) -> Plan {
+    match outcome {
+        Ok(launch) => {
+            let mut actions = Vec::new();
+            if !launch.unavailable.is_empty() {
+                actions.push(Action::MarkUnavailable(launch.unavailable.clone()));
+            }
+            actions.push(Action::RecordLaunch(Box::new(launch)));
+            Plan::act(actions, Next::OnChange)
+        }
+        Err(CloudError::InsufficientCapacity { offerings, message }) => Plan::act(
+            vec![
+                Action::MarkUnavailable(offerings),
+                Action::DeleteClaim {
+                    reason: "InsufficientCapacityError",
+                    message,
+                },
+            ],
+            Next::OnChange,
+        ),
+        Err(error @ CloudError::NodeClassNotReady { .. }) => {
+            Plan::delete("NodeClassNotReady", &error.to_string())
+        }
+        Err(error) => Plan::act(
+            vec![Action::LaunchFailed(error.to_string())],
+            Next::After(LAUNCH_RETRY),
+        ),
+    }
+}
+
+/// When a drain looks again after evicting: sooner while pods just leave, later when a
+/// PodDisruptionBudget refused one.
+pub fn after_evictions(blocked: bool) -> Next {
+    Next::After(if blocked {
+        BLOCKED_EVICTION_RETRY
+    } else {
+        DRAIN_POLL
+    })
+}
+
+/// The termination steps, in Karpenter's order: drain while the instance runs, terminate it,
+/// release the Node (finalizer, then delete), release the claim.
+fn terminate(facts: &Facts<'_>, memory: &mut Memory) -> Plan {
+    let claim = facts.claim;
+    if !claim.finalizers().iter().any(|f| f == TERMINATION_FINALIZER) {
+        return Plan::wait(Next::OnChange);
+    }
+    let mut actions = Vec::new();
+    if let Some(provider_id) = provider_id(claim, memory) {
+        let exists = facts.instance_exists.unwrap_or(true);
+        if let (Some(node), true) = (facts.node, exists)
+            && let Some(plan) = drain(facts, node, memory)
+        {
+            return plan;
+        }
+        if exists {
+            actions.push(Action::TerminateInstance(provider_id));
+        }
+        if facts.node.is_some() {
+            actions.push(Action::ReleaseNode);
+        }
+    }
+    actions.push(Action::ReleaseClaim);
+    Plan::act(actions, Next::OnChange)
+}
+
+/// The drain of `node`: `None` once it is done (no pod left to evict or leaving, and the minimum
+/// drain time since tainting is over).
+fn drain(facts: &Facts<'_>, node: &Node, memory: &mut Memory) -> Option<Plan> {
+    let mut actions = Vec::new();
+    if !is_tainted_for_drain(node) {
+        actions.push(Action::Taint);
+    }
+    let started = *memory.drain_started.get_or_insert(facts.now);
+    let (leaving, staying): (Vec<&Arc<Pod>>, Vec<&Arc<Pod>>) = facts
+        .pods
+        .iter()
+        .filter(|p| drainable(p))
+        .partition(|p| p.metadata.deletion_timestamp.is_some());
+    if !staying.is_empty() {
+        actions.push(Action::Evict(staying.iter().map(|p| pod_ref(p)).collect()));
+        return Some(Plan::act(actions, Next::After(DRAIN_POLL)));
+    }
+    if !leaving.is_empty() {
+        // Pods shutting down still run on the instance: it is not terminated under them.
+        return Some(Plan::act(actions, Next::After(DRAIN_POLL)));
+    }
+    let drained_for = facts.now.saturating_duration_since(started);
+    (drained_for < MINIMUM_DRAIN_TIME || !actions.is_empty()).then(|| {
+        Plan::act(
+            actions,
+            Next::After(MINIMUM_DRAIN_TIME.saturating_sub(drained_for)),
+        )
+    })
+}
+
+fn is_tainted_for_drain(node: &Node) -> bool {
+    node_taints(node)
+        .iter()
+        .any(|t| t.key == joist_messages::labels::taints::DISRUPTED)
+}
+
+fn pod_ref(pod: &Pod) -> PodRef {
+    PodRef {
+        namespace: pod.namespace().unwrap_or_default(),
+        name: pod.name_any(),
+        uid: pod.uid().unwrap_or_default(),
+    }
+}
+
+/// Pods a drain waits for: everything but DaemonSet pods, mirror pods (the kubelet owns them;
+/// the API cannot evict them) and pods that already finished.
+pub fn drainable(pod: &Pod) -> bool {
+    let daemon = pod.owner_references().iter().any(|o| o.kind == "DaemonSet");
+    !daemon && !is_mirror(pod) && !finished(pod)
+}
+
+/// A static pod's mirror, which the kubelet creates and the API cannot evict.
+pub fn is_mirror(pod: &Pod) -> bool {
+    pod.annotations().contains_key(MIRROR_ANNOTATION)
+}
+
+/// The annotation the kubelet puts on the mirror pods of static pods.
+pub const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
+
+/// Whether the node is ready to take the claim's pods: `Ready`, no startup or ephemeral taint
+/// left, and every extended resource the claim's capacity promises (`nvidia.com/gpu` …) registered
+/// by its device plugin (non-zero in the Node's allocatable).
+pub fn initialized(claim: &NodeClaim, node: &Node) -> bool {
+    let ready = node
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+    let starting = node_taints(node).iter().any(|t| {
+        is_ephemeral(t)
+            || claim
+                .spec
+                .startup_taints
+                .iter()
+                .any(|s| s.key == t.key && s.effect == t.effect)
+    });
+    ready && !starting && extended_resources_registered(claim, node)
+}
+
+fn extended_resources_registered(claim: &NodeClaim, node: &Node) -> bool {
+    let Some(capacity) = claim.status.as_ref().map(|s| Resources::from(&s.capacity)) else {
+        return true;
+    };
+    let allocatable = node
+        .status
+        .as_ref()
+        .and_then(|s| s.allocatable.as_ref())
+        .map(resources_of)
+        .unwrap_or_default();
+    capacity
+        .iter()
+        .filter(|(name, q)| is_extended(name) && *q > Quantity::ZERO)
+        .all(|(name, _)| allocatable.get(name) > Quantity::ZERO)
+}
+
+/// A resource a device plugin advertises (anything but the kubelet's own, hugepages included).
+fn is_extended(name: &str) -> bool {
+    !matches!(name, "cpu" | "memory" | "pods" | "ephemeral-storage") && !name.starts_with("hugepages-")
+}
+
+/// The Node's taints.
+pub fn node_taints(node: &Node) -> &[k8s_openapi::api::core::v1::Taint] {
+    node.spec
+        .as_ref()
+        .and_then(|s| s.taints.as_deref())
+        .unwrap_or_default()
+}
+
+fn since(now_seconds: i64, epoch_seconds: i64) -> Duration {
+    Duration::from_secs(u64::try_from(now_seconds - epoch_seconds).unwrap_or(0))
+}
+
+/// When the claim's condition `type_` last changed, in epoch seconds.
+pub fn transitioned_at(claim: &NodeClaim, type_: &str) -> Option<i64> {
+    let condition = claim
+        .status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)?;
+    Some(condition.last_transition_time.0.as_second())
+}
+
+/// When the claim was created, in epoch seconds.
+pub fn created_at(claim: &NodeClaim) -> i64 {
+    claim
+        .metadata
+        .creation_timestamp
+        .as_ref()
+        .map_or(0, |t| t.0.as_second())
+}
+
+#[cfg(test)]
+mod tests {
+    use joist_messages::labels::taints::DISRUPTED;
+    use joist_provider::{Instance, InstanceState};
+    use serde_json::{Value, json};
+
+    use super::*;
+
+    const NOW: i64 = 1_767_225_600;
+
+    fn at(seconds_ago: i64) -> String {
+        joist_messages::time::rfc3339(NOW - seconds_ago)
+    }
+
+    fn claim(created_ago: i64, conditions: &[(&str, &str, i64)], extra_status: Value) -> NodeClaim {
+        let conditions: Vec<Value> = conditions
+            .iter()
+            .map(|(type_, status, ago)| {
+                json!({"type": type_, "status": status, "reason": type_, "message": "",
+                       "lastTransitionTime": at(*ago)})
+            })
+            .collect();
+        let mut status = json!({"conditions": conditions});
+        if let (Some(status), Some(extra)) = (status.as_object_mut(), extra_status.as_object()) {
+            status.extend(extra.clone());
+        }
+        serde_json::from_value(json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+            "metadata": {"name": "c", "uid": "claim-uid", "creationTimestamp": at(created_ago),
+                         "finalizers": [TERMINATION_FINALIZER], "labels": {"karpenter.sh/nodepool": "p"}},
+            "spec": {"requirements": [], "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "d"},
+                     "startupTaints": [{"key": "agent.io/starting", "effect": "NoSchedule"}]},
+            "status": status,
+        }))
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn launched(created_ago: i64, launched_ago: i64) -> NodeClaim {
+        claim(
+            created_ago,
+            &[("Launched", "True", launched_ago)],
+            json!({"providerID": "aws:///zone-a/i-1"}),
+        )
+    }
+
+    fn registered(extra_status: Value) -> NodeClaim {
+        let mut status = json!({"providerID": "aws:///zone-a/i-1"});
+        if let (Some(s), Some(extra)) = (status.as_object_mut(), extra_status.as_object()) {
+            s.extend(extra.clone());
+        }
+        claim(
+            600,
+            &[("Launched", "True", 590), ("Registered", "True", 500)],
+            status,
+        )
+    }
+
+    fn deleting(mut claim: NodeClaim) -> NodeClaim {
+        claim.metadata.deletion_timestamp = Some(kube_ops_time(NOW - 1));
+        claim
+    }
+
+    fn kube_ops_time(seconds: i64) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Time {
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            jiff::Timestamp::from_second(seconds).unwrap_or_default(),
+        )
+    }
+
+    fn node(ready: bool, taints: Value, allocatable: Value) -> Node {
+        serde_json::from_value(json!({
+            "metadata": {"name": "n", "resourceVersion": "7"},
+            "spec": {"providerID": "aws:///zone-a/i-1", "taints": taints},
+            "status": {"conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }}],
+                       "allocatable": allocatable},
+        }))
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn pod(name: &str, extra_metadata: Value) -> Arc<Pod> {
+        let mut metadata = json!({"name": name, "namespace": "default", "uid": format!("{name}-uid")});
+        if let (Some(m), Some(extra)) = (metadata.as_object_mut(), extra_metadata.as_object()) {
+            m.extend(extra.clone());
+        }
+        Arc::new(
+            serde_json::from_value(json!({
+                "metadata": metadata, "spec": {"nodeName": "n", "containers": []},
+                "status": {"phase": "Running"},
+            }))
+            .unwrap_or_else(|e| panic!("{e}")),
+        )
+    }
+
+    struct Case<'a> {
+        claim: &'a NodeClaim,
+        node: Option<&'a Node>,
+        pods: &'a [Arc<Pod>],
+        known: bool,
+        exists: Option<bool>,
+        now: Instant,
+    }
+
+    impl<'a> Case<'a> {
+        fn new(claim: &'a NodeClaim) -> Self {
+            Self {
+                claim,
+                node: None,
+                pods: &[],
+                known: true,
+                exists: None,
+                now: Instant::now(),
+            }
+        }
+
+        fn decide(&self, memory: &mut Memory) -> Plan {
+            let facts = Facts {
+                claim: self.claim,
+                node: self.node,
+                pods: self.pods,
+                pool_and_class_known: self.known,
+                instance_exists: self.exists,
+                now_seconds: NOW,
+                now: self.now,
+            };
+            decide(&facts, memory)
+        }
+    }
+
+    fn deleted_with(plan: &Plan) -> Option<&'static str> {
+        plan.actions.iter().find_map(|a| match a {
+            Action::DeleteClaim { reason, .. } => Some(*reason),
+            _ => None,
+        })
+    }
+
+    #[test]
+    fn a_new_claim_launches_and_one_never_launched_times_out() {
+        let fresh = claim(10, &[], json!({}));
+        assert_eq!(
+            Case::new(&fresh).decide(&mut Memory::default()).actions,
+            [Action::Launch]
+        );
+        let stale = claim(301, &[("Launched", "Unknown", 200)], json!({}));
+        let plan = Case::new(&stale).decide(&mut Memory::default());
+        assert_eq!(deleted_with(&plan), Some("LaunchTimeout"), "{plan:?}");
+    }
+
+    #[test]
+    fn a_missing_pool_or_class_waits_for_the_read_model_then_deletes() {
+        let young = claim(10, &[], json!({}));
+        let mut case = Case::new(&young);
+        case.known = false;
+        let plan = case.decide(&mut Memory::default());
+        assert_eq!(plan, Plan::wait(Next::After(Duration::from_secs(20))));
+        let old = claim(40, &[], json!({}));
+        let mut case = Case::new(&old);
+        case.known = false;
+        assert_eq!(
+            deleted_with(&case.decide(&mut Memory::default())),
+            Some("NodeClassNotReady")
+        );
+        let refused = after_launch(Err(CloudError::NodeClassNotReady {
+            node_class: "d".into(),
+            reason: "its Ready condition is not True".into(),
+        }));
+        assert_eq!(deleted_with(&refused), Some("NodeClassNotReady"));
+    }
+
+    fn a_launch(unavailable: Vec<OfferingKey>) -> Launch {
+        Launch {
+            instance: Instance {
+                provider_id: "aws:///zone-a/i-1".into(),
+                instance_type: "m5.large".into(),
+                zone: "zone-a".into(),
+                capacity_type: joist_messages::model::instance_type::CapacityType::OnDemand,
+                image_id: "ami-1".into(),
+                price: 0.096,
+                state: InstanceState::Pending,
+                launched_at: NOW,
+                tags: Default::default(),
+            },
+            capacity: Resources::new(),
+            allocatable: Resources::new(),
+            labels: Default::default(),
+            unavailable,
+        }
+    }
+
+    #[test]
+    fn launch_outcomes_record_mark_delete_or_retry() {
+        let offering = OfferingKey {
+            instance_type: "c5.large".into(),
+            zone: "zone-a".into(),
+            capacity_type: joist_messages::model::instance_type::CapacityType::OnDemand,
+        };
+        let ok = after_launch(Ok(a_launch(vec![offering.clone()])));
+        assert!(matches!(
+            ok.actions.as_slice(),
+            [Action::MarkUnavailable(_), Action::RecordLaunch(_)]
+        ));
+        let ice = after_launch(Err(CloudError::InsufficientCapacity {
+            offerings: vec![offering],
+            message: "no capacity".into(),
+        }));
+        assert!(matches!(ice.actions[0], Action::MarkUnavailable(_)));
+        assert_eq!(deleted_with(&ice), Some("InsufficientCapacityError"));
+        let transient = after_launch(Err(CloudError::Transient {
+            message: "throttled".into(),
+        }));
+        assert!(matches!(transient.actions.as_slice(), [Action::LaunchFailed(_)]));
+        assert_eq!(transient.next, Next::After(LAUNCH_RETRY));
+    }
+
+    #[test]
+    fn a_launch_whose_status_write_failed_is_recorded_not_repeated() {
+        let fresh = claim(10, &[], json!({}));
+        let mut memory = Memory {
+            launched: Some(a_launch(Vec::new())),
+            ..Memory::default()
+        };
+        let plan = Case::new(&fresh).decide(&mut memory);
+        assert!(
+            matches!(plan.actions.as_slice(), [Action::RecordLaunch(_)]),
+            "{plan:?}"
+        );
+    }
+
+    #[test]
+    fn an_instance_that_never_registers_times_out_after_fifteen_minutes() {
+        let waiting = launched(700, 600);
+        let plan = Case::new(&waiting).decide(&mut Memory::default());
+        assert_eq!(plan, Plan::wait(Next::After(Duration::from_secs(300))));
+        let late = launched(1000, 901);
+        assert_eq!(
+            deleted_with(&Case::new(&late).decide(&mut Memory::default())),
+            Some("RegistrationTimeout")
+        );
+    }
+
+    #[test]
+    fn a_registered_claim_whose_node_went_away_is_deleted() {
+        let claim = registered(json!({}));
+        assert_eq!(
+            deleted_with(&Case::new(&claim).decide(&mut Memory::default())),
+            Some("NodeDeleted")
+        );
+    }
+
+    #[test]
+    fn a_node_registers_then_initializes_once_ready_untainted_and_its_devices_registered() {
+        let unregistered = launched(100, 90);
+        let node_starting = node(
+            false,
+            json!([{"key": "karpenter.sh/unregistered", "effect": "NoExecute"}]),
+            json!({}),
+        );
+        let mut case = Case::new(&unregistered);
+        case.node = Some(&node_starting);
+        assert_eq!(case.decide(&mut Memory::default()).actions, [Action::Register]);
+
+        let gpu = registered(json!({"capacity": {"cpu": "8", "nvidia.com/gpu": "1"}}));
+        let startup = node(
+            true,
+            json!([{"key": "agent.io/starting", "effect": "NoSchedule"}]),
+            json!({"nvidia.com/gpu": "1"}),
+        );
+        let no_plugin = node(true, json!([]), json!({"cpu": "8", "nvidia.com/gpu": "0"}));
+        let ready = node(true, json!([]), json!({"cpu": "8", "nvidia.com/gpu": "1"}));
+        for (node, initializes) in [(&startup, false), (&no_plugin, false), (&ready, true)] {
+            let mut case = Case::new(&gpu);
+            case.node = Some(node);
+            let plan = case.decide(&mut Memory::default());
+            assert_eq!(
+                plan.actions == [Action::Initialize],
+                initializes,
+                "{node:?}: {plan:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_phase_just_finished_is_not_repeated_while_the_read_model_lags() {
+        let unregistered = launched(100, 90);
+        let node = node(true, json!([]), json!({}));
+        let now = Instant::now();
+        let mut memory = Memory {
+            finished: Some((Phase::Registration, now)),
+            ..Memory::default()
+        };
+        let mut case = Case::new(&unregistered);
+        case.node = Some(&node);
+        case.now = now + Duration::from_secs(10);
+        assert_eq!(
+            case.decide(&mut memory),
+            Plan::wait(Next::After(Duration::from_secs(20)))
+        );
+        case.now = now + READ_MODEL_LAG;
+        assert_eq!(
+            case.decide(&mut memory).actions,
+            [Action::Register],
+            "the lag is over: act on what is seen"
+        );
+        assert!(memory.finished.is_none());
+    }
+
+    fn tainted() -> Node {
+        node(
+            true,
+            json!([{"key": DISRUPTED, "effect": "NoSchedule"}]),
+            json!({}),
+        )
+    }
+
+    #[test]
+    fn a_drain_taints_then_evicts_every_pod_but_daemons_and_mirrors() {
+        let claim = deleting(registered(json!({})));
+        let untainted = node(true, json!([]), json!({}));
+        let pods = [
+            pod("web", json!({})),
+            pod(
+                "daemon",
+                json!({"ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "d", "uid": "d"}]}),
+            ),
+            pod("static", json!({"annotations": {MIRROR_ANNOTATION: "x"}})),
+        ];
+        let mut case = Case::new(&claim);
+        case.node = Some(&untainted);
+        case.pods = &pods;
+        case.exists = Some(true);
+        let plan = case.decide(&mut Memory::default());
+        assert_eq!(
+            plan.actions,
+            [
+                Action::Taint,
+                Action::Evict(vec![PodRef {
+                    namespace: "default".into(),
+                    name: "web".into(),
+                    uid: "web-uid".into()
+                }])
+            ]
+        );
+        assert_eq!(
+            after_evictions(true),
+            Next::After(BLOCKED_EVICTION_RETRY),
+            "a PDB's 429 waits longer"
+        );
+        assert_eq!(after_evictions(false), Next::After(DRAIN_POLL));
+    }
+
+    #[test]
+    fn pods_shutting_down_keep_the_instance_running() {
+        let claim = deleting(registered(json!({})));
+        let node = tainted();
+        let leaving = [pod("slow", json!({"deletionTimestamp": at(-60)}))];
+        let now = Instant::now();
+        let mut memory = Memory {
+            drain_started: Some(now - Duration::from_secs(60)),
+            ..Memory::default()
+        };
+        let mut case = Case::new(&claim);
+        case.node = Some(&node);
+        case.pods = &leaving;
+        case.exists = Some(true);
+        case.now = now;
+        let plan = case.decide(&mut memory);
+        assert_eq!(
+            plan,
+            Plan::wait(Next::After(DRAIN_POLL)),
+            "no eviction again, no termination"
+        );
+    }
+
+    #[test]
+    fn termination_waits_the_minimum_drain_then_releases_in_order() {
+        let claim = deleting(registered(json!({})));
+        let node = tainted();
+        let now = Instant::now();
+        let mut memory = Memory {
+            drain_started: Some(now - Duration::from_secs(2)),
+            ..Memory::default()
+        };
+        let mut case = Case::new(&claim);
+        case.node = Some(&node);
+        case.exists = Some(true);
+        case.now = now;
+        assert_eq!(
+            case.decide(&mut memory),
+            Plan::wait(Next::After(Duration::from_secs(3)))
+        );
+        case.now = now + Duration::from_secs(3);
+        assert_eq!(
+            case.decide(&mut memory).actions,
+            [
+                Action::TerminateInstance("aws:///zone-a/i-1".into()),
+                Action::ReleaseNode,
+                Action::ReleaseClaim
+            ],
+            "the instance goes first, then the node's finalizer, then the claim's"
+        );
+        case.exists = Some(false);
+        assert_eq!(
+            case.decide(&mut memory).actions,
+            [Action::ReleaseNode, Action::ReleaseClaim],
+            "an instance already gone is not drained or terminated again"
+        );
+    }
+}

@@ -1,0 +1,413 @@
+//! Performs a NodeClaim actor's [`Plan`]: the API writes, cloud calls and traces behind each
+//! [`Action`], in order, stopping at the first that fails.
+//!
+//! Writes that change lists (the Node's taints, finalizers and owner references, the claim's
+//! conditions) carry the `resourceVersion` the decision was made on, so a stale view is refused
+//! with 409 instead of undoing another agent's change; a refused write makes the step look again
+//! shortly ([`STALE_VIEW_RETRY`]) once the read model has caught up. Evictions carry the pod's UID.
+
+use std::{collections::BTreeMap, time::Duration};
+
+use futures::{StreamExt, stream};
+use joist_messages::{
+    apis::NodeClaim,
+    labels::{
+        CAPACITY_TYPE, EXCLUDE_FROM_EXTERNAL_LB, INITIALIZED, INSTANCE_TYPE, NODEPOOL, REGISTERED,
+        TERMINATION_FINALIZER, ZONE, taints,
+    },
+    time::system_time,
+};
+use joist_provider::{CloudError, Launch};
+use k8s_openapi::api::core::v1::{Node, Pod, Taint};
+use kube::{
+    Api, ResourceExt,
+    api::{DeleteParams, EvictParams, Preconditions},
+};
+use opentelemetry::KeyValue;
+use serde_json::{Value, json};
+use tokio::time::Instant;
+
+use super::{
+    StepError,
+    decide::{
+        Action, Memory, Next, Plan, PodRef, after_evictions, after_launch, created_at, node_taints,
+        transitioned_at,
+    },
+};
+use crate::{
+    kube_ops::{self, is_true, set_condition},
+    node_trace::Phase,
+    protocol::{GetInstanceTypes, MarkUnavailable},
+    settings::ACTOR_REQUEST_TIMEOUT,
+    shared::Shared,
+};
+
+/// How soon a step looks again after a write was refused for a stale view (409).
+pub const STALE_VIEW_RETRY: Duration = Duration::from_secs(1);
+
+/// Evictions of one drain in flight at once.
+pub const EVICTION_CONCURRENCY: usize = 32;
+
+/// What the executor works on.
+pub struct Target<'a> {
+    /// The claim the plan was decided for.
+    pub claim: &'a NodeClaim,
+    /// Its Node, as the decision saw it.
+    pub node: Option<&'a Node>,
+}
+
+/// Performs `plan` (see the module docs) and says when to look again.
+pub async fn execute(
+    shared: &Shared,
+    target: &Target<'_>,
+    plan: Plan,
+    memory: &mut Memory,
+) -> Result<Next, StepError> {
+    match perform(shared, target, plan, memory).await {
+        Err(StepError::Kube(kube::Error::Api(status))) if status.code == 409 => {
+            tracing::debug!(nodeclaim = target.claim.name_any(), %status.message, "stale view; looking again");
+            Ok(Next::After(STALE_VIEW_RETRY))
+        }
+        other => other,
+    }
+}
+
+async fn perform(
+    shared: &Shared,
+    target: &Target<'_>,
+    plan: Plan,
+    memory: &mut Memory,
+) -> Result<Next, StepError> {
+    let mut next = plan.next;
+    for action in plan.actions {
+        match action {
+            Action::Launch => {
+                let outcome = launch(shared, target.claim).await?;
+                return Box::pin(perform(shared, target, after_launch(outcome), memory)).await;
+            }
+            Action::RecordLaunch(launch) => {
+                memory.launched = Some((*launch).clone());
+                record_launch(shared, target.claim, &launch).await?;
+                memory.finished = Some((Phase::Launch, Instant::now()));
+            }
+            Action::MarkUnavailable(offerings) => shared.catalog.do_send(MarkUnavailable { offerings }),
+            Action::LaunchFailed(message) => launch_failed(shared, target.claim, &message).await?,
+            Action::DeleteClaim { reason, message } => {
+                delete_claim(shared, target.claim, reason, &message).await?
+            }
+            Action::Register => {
+                register(shared, target.claim, node(target)?).await?;
+                memory.finished = Some((Phase::Registration, Instant::now()));
+            }
+            Action::Initialize => {
+                initialize(shared, target.claim, node(target)?).await?;
+                memory.finished = Some((Phase::Initialization, Instant::now()));
+            }
+            Action::Taint => taint(shared, node(target)?).await?,
+            Action::Evict(pods) => next = after_evictions(evict(shared, pods).await?),
+            Action::TerminateInstance(provider_id) => {
+                match shared.cloud.delete(&provider_id).await {
+                    Ok(()) | Err(CloudError::NodeClaimNotFound { .. }) => {}
+                    Err(error) => return Err(error.into()),
+                }
+                tracing::info!(
+                    nodeclaim = target.claim.name_any(),
+                    provider_id,
+                    "terminated instance"
+                );
+            }
+            Action::ReleaseNode => {
+                let node = node(target)?;
+                // The finalizer goes first: deleting first would change the node's resourceVersion
+                // and make the finalizer's optimistic write fail.
+                let nodes = kube_ops::cluster::<Node>(&shared.client);
+                kube_ops::remove_finalizer(&nodes, node).await?;
+                if node.metadata.deletion_timestamp.is_none() {
+                    kube_ops::delete(&nodes, &node.name_any()).await?;
+                }
+            }
+            Action::ReleaseClaim => {
+                let claims = kube_ops::cluster::<NodeClaim>(&shared.client);
+                kube_ops::remove_finalizer(&claims, target.claim).await?;
+                memory.finished = Some((Phase::Termination, Instant::now()));
+                trace_release(shared, target.claim);
+            }
+        }
+    }
+    Ok(next)
+}
+
+fn node<'a>(target: &Target<'a>) -> Result<&'a Node, StepError> {
+    target.node.ok_or(StepError::NoNode)
+}
+
+/// Lists the claim's instance types and asks the cloud for an instance.
+async fn launch(shared: &Shared, claim: &NodeClaim) -> Result<Result<Launch, CloudError>, StepError> {
+    let pool = claim
+        .labels()
+        .get(NODEPOOL)
+        .and_then(|p| shared.read.node_pool(p));
+    let class = shared.read.node_class(&claim.spec.node_class_ref.name);
+    let (Some(node_pool), Some(node_class)) = (pool, class) else {
+        return Ok(Err(CloudError::NodeClassNotReady {
+            node_class: claim.spec.node_class_ref.name.clone(),
+            reason: "its nodepool or node class does not exist".to_owned(),
+        }));
+    };
+    let types = shared
+        .catalog
+        .send(GetInstanceTypes {
+            node_pool,
+            node_class,
+        })
+        .timeout(ACTOR_REQUEST_TIMEOUT)
+        .await??;
+    Ok(shared.cloud.create(claim, &types).await)
+}
+
+/// Records that `claim` finished `phase`, which began at the epoch second `since`.
+fn trace_phase(shared: &Shared, claim: &NodeClaim, phase: Phase, since: i64, attributes: Vec<KeyValue>) {
+    let now = shared.clock.now_system();
+    shared
+        .node_tracer
+        .phase(claim, phase, system_time(since), now, attributes);
+}
+
+/// The claim's conditions with `updates` (type, status, reason, message) applied, as a status
+/// patch body that holds only if the claim is still the version they were computed from.
+fn conditions_patch(
+    shared: &Shared,
+    claim: &NodeClaim,
+    updates: &[(&str, &str, &str, &str)],
+    mut status: Value,
+) -> Value {
+    let mut conditions = claim.status.clone().unwrap_or_default().conditions;
+    for &update in updates {
+        set_condition(&mut conditions, &shared.clock, claim.metadata.generation, update);
+    }
+    status["conditions"] = json!(conditions);
+    json!({"metadata": {"resourceVersion": claim.resource_version()}, "status": status})
+}
+
+async fn write_claim_status(shared: &Shared, claim: &NodeClaim, body: Value) -> Result<(), StepError> {
+    let api = kube_ops::cluster::<NodeClaim>(&shared.client);
+    kube_ops::patch_status_body(&api, &claim.name_any(), body).await?;
+    Ok(())
+}
+
+async fn delete_claim(shared: &Shared, claim: &NodeClaim, reason: &str, why: &str) -> Result<(), StepError> {
+    tracing::info!(nodeclaim = claim.name_any(), reason, "deleting nodeclaim: {why}");
+    shared.events.warn(claim, reason, why);
+    kube_ops::delete(&kube_ops::cluster::<NodeClaim>(&shared.client), &claim.name_any()).await?;
+    Ok(())
+}
+
+async fn launch_failed(shared: &Shared, claim: &NodeClaim, message: &str) -> Result<(), StepError> {
+    tracing::warn!(nodeclaim = claim.name_any(), message, "launch failed; retrying");
+    let body = conditions_patch(
+        shared,
+        claim,
+        &[("Launched", "Unknown", "LaunchFailed", message)],
+        json!({}),
+    );
+    write_claim_status(shared, claim, body).await
+}
+
+async fn record_launch(shared: &Shared, claim: &NodeClaim, launch: &Launch) -> Result<(), StepError> {
+    let status = json!({
+        "providerID": launch.instance.provider_id,
+        "imageID": launch.instance.image_id,
+        "capacity": launch.capacity,
+        "allocatable": launch.allocatable,
+    });
+    let body = conditions_patch(
+        shared,
+        claim,
+        &[
+            ("Launched", "True", "Launched", ""),
+            ("Registered", "Unknown", "AwaitingRegistration", ""),
+        ],
+        status,
+    );
+    write_claim_status(shared, claim, body).await?;
+    // Labels are a map: merging them needs no version. The claim's own labels win over the
+    // cloud's, as in Karpenter.
+    let mut labels: BTreeMap<String, String> = launch.labels.clone();
+    labels.extend(claim.labels().clone());
+    let api = kube_ops::cluster::<NodeClaim>(&shared.client);
+    kube_ops::patch(&api, &claim.name_any(), json!({"metadata": {"labels": labels}})).await?;
+    let instance = &launch.instance;
+    let attributes = vec![
+        KeyValue::new("host.type", instance.instance_type.clone()),
+        KeyValue::new("cloud.availability_zone", instance.zone.clone()),
+        KeyValue::new("joist.capacity_type", instance.capacity_type.to_string()),
+        KeyValue::new("joist.provider_id", instance.provider_id.clone()),
+        KeyValue::new("joist.price_per_hour", instance.price),
+    ];
+    trace_phase(shared, claim, Phase::Launch, created_at(claim), attributes);
+    tracing::info!(
+        nodeclaim = claim.name_any(),
+        instance_type = launch.instance.instance_type,
+        zone = launch.instance.zone,
+        capacity_type = %launch.instance.capacity_type,
+        "launched"
+    );
+    Ok(())
+}
+
+/// The Node patch registration writes: the claim's labels, Joist's finalizer, the claim as owner,
+/// the taints without `karpenter.sh/unregistered`; valid only against the Node version it was
+/// computed from.
+pub fn registration_patch(claim: &NodeClaim, node: &Node) -> Value {
+    let mut labels = claim.labels().clone();
+    labels.insert(REGISTERED.to_owned(), "true".to_owned());
+    let mut finalizers = node.finalizers().to_vec();
+    if !finalizers.iter().any(|f| f == TERMINATION_FINALIZER) {
+        finalizers.push(TERMINATION_FINALIZER.to_owned());
+    }
+    let taints: Vec<&Taint> = node_taints(node)
+        .iter()
+        .filter(|t| t.key != taints::UNREGISTERED)
+        .collect();
+    let mut owners: Vec<Value> = node
+        .owner_references()
+        .iter()
+        .filter(|o| o.kind != "NodeClaim")
+        .map(|o| json!(o))
+        .collect();
+    owners.push(json!({
+        "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim", "name": claim.name_any(),
+        "uid": claim.uid().unwrap_or_default(), "blockOwnerDeletion": true,
+    }));
+    json!({
+        "metadata": {
+            "labels": labels, "finalizers": finalizers, "ownerReferences": owners,
+            "resourceVersion": node.resource_version(),
+        },
+        "spec": {"taints": taints},
+    })
+}
+
+async fn register(shared: &Shared, claim: &NodeClaim, node: &Node) -> Result<(), StepError> {
+    let nodes = kube_ops::cluster::<Node>(&shared.client);
+    kube_ops::patch(&nodes, &node.name_any(), registration_patch(claim, node)).await?;
+    let body = conditions_patch(
+        shared,
+        claim,
+        &[
+            ("Registered", "True", "Registered", ""),
+            ("Initialized", "Unknown", "AwaitingInitialization", ""),
+        ],
+        json!({"nodeName": node.name_any()}),
+    );
+    write_claim_status(shared, claim, body).await?;
+    let launched = transitioned_at(claim, "Launched").unwrap_or_else(|| created_at(claim));
+    let attributes = vec![KeyValue::new("k8s.node.name", node.name_any())];
+    trace_phase(shared, claim, Phase::Registration, launched, attributes);
+    tracing::info!(nodeclaim = claim.name_any(), node = node.name_any(), "registered");
+    Ok(())
+}
+
+async fn initialize(shared: &Shared, claim: &NodeClaim, node: &Node) -> Result<(), StepError> {
+    let body = json!({"metadata": {"labels": {INITIALIZED: "true"}}});
+    kube_ops::patch(&kube_ops::cluster::<Node>(&shared.client), &node.name_any(), body).await?;
+    let body = conditions_patch(
+        shared,
+        claim,
+        &[
+            ("Initialized", "True", "Initialized", ""),
+            ("Ready", "True", "Ready", ""),
+        ],
+        json!({}),
+    );
+    write_claim_status(shared, claim, body).await?;
+    let registered = transitioned_at(claim, "Registered").unwrap_or_else(|| created_at(claim));
+    let attributes = vec![KeyValue::new("k8s.node.name", node.name_any())];
+    trace_phase(shared, claim, Phase::Initialization, registered, attributes);
+    tracing::info!(
+        nodeclaim = claim.name_any(),
+        node = node.name_any(),
+        "initialized"
+    );
+    Ok(())
+}
+
+/// Adds the `karpenter.sh/disrupted:NoSchedule` taint to the taints the Node has at the version the
+/// decision saw, and the label that takes it out of load balancers.
+async fn taint(shared: &Shared, node: &Node) -> Result<(), StepError> {
+    let mut with_taint = node_taints(node).to_vec();
+    with_taint.push(Taint {
+        key: taints::DISRUPTED.to_owned(),
+        effect: "NoSchedule".to_owned(),
+        value: None,
+        time_added: None,
+    });
+    let body = json!({
+        "metadata": {
+            "labels": {EXCLUDE_FROM_EXTERNAL_LB: "karpenter"},
+            "resourceVersion": node.resource_version(),
+        },
+        "spec": {"taints": with_taint},
+    });
+    kube_ops::patch(&kube_ops::cluster::<Node>(&shared.client), &node.name_any(), body).await?;
+    Ok(())
+}
+
+/// Evicts `pods`, at most [`EVICTION_CONCURRENCY`] at once; whether a PodDisruptionBudget refused
+/// any (429). A pod already gone (404) or replaced by another of the same name (409) is done.
+async fn evict(shared: &Shared, pods: Vec<PodRef>) -> Result<bool, StepError> {
+    let results: Vec<Result<bool, kube::Error>> = stream::iter(pods)
+        .map(|pod| async move {
+            let api: Api<Pod> = kube_ops::namespaced(&shared.client, &pod.namespace);
+            let params = EvictParams {
+                delete_options: Some(DeleteParams {
+                    preconditions: Some(Preconditions {
+                        uid: Some(pod.uid.clone()),
+                        resource_version: None,
+                    }),
+                    ..DeleteParams::default()
+                }),
+                ..EvictParams::default()
+            };
+            match api.evict(&pod.name, &params).await {
+                Ok(_) => Ok(false),
+                Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => Ok(false),
+                Err(kube::Error::Api(status)) if status.code == 429 => Ok(true),
+                Err(error) => Err(error),
+            }
+        })
+        .buffer_unordered(EVICTION_CONCURRENCY)
+        .collect()
+        .await;
+    let mut blocked = false;
+    for result in results {
+        blocked |= result?;
+    }
+    Ok(blocked)
+}
+
+/// Records the termination phase and the claim's root span, now that it is released.
+fn trace_release(shared: &Shared, claim: &NodeClaim) {
+    let deleted = claim
+        .metadata
+        .deletion_timestamp
+        .as_ref()
+        .map_or_else(|| created_at(claim), |t| t.0.as_second());
+    trace_phase(shared, claim, Phase::Termination, deleted, Vec::new());
+    let labels = claim.labels();
+    let label = |key: &str| labels.get(key).cloned().unwrap_or_default();
+    let status = claim.status.clone().unwrap_or_default();
+    let attributes = vec![
+        KeyValue::new("joist.nodepool", label(NODEPOOL)),
+        KeyValue::new("host.type", label(INSTANCE_TYPE)),
+        KeyValue::new("cloud.availability_zone", label(ZONE)),
+        KeyValue::new("joist.capacity_type", label(CAPACITY_TYPE)),
+        KeyValue::new("joist.provider_id", status.provider_id.unwrap_or_default()),
+        KeyValue::new("k8s.node.name", status.node_name.unwrap_or_default()),
+        KeyValue::new("joist.launched", is_true(&status.conditions, "Launched")),
+    ];
+    let now = shared.clock.now_system();
+    shared
+        .node_tracer
+        .finish(claim, system_time(created_at(claim)), now, attributes);
+}

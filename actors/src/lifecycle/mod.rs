@@ -1,0 +1,100 @@
+//! What a NodeClaim actor does next, one step at a time, as Karpenter's lifecycle and termination
+//! controllers do. Each step reads what it needs ([`decide::Facts`]), decides without I/O
+//! ([`decide`]), and performs the plan ([`execute`]):
+//!
+//! - **launch**: the cloud creates an instance from the NodePool's instance types; capacity errors
+//!   mark offerings unavailable and delete the claim (its pods are simulated again without them),
+//!   an unready node class deletes it, other errors set `Launched=Unknown` and retry;
+//! - **registration**: the Node with the claim's provider ID gets the claim's labels, Joist's
+//!   finalizer and an owner reference, loses `karpenter.sh/unregistered`, and the claim turns
+//!   `Registered`;
+//! - **initialization**: once the Node is Ready with no startup or boot taints left and every
+//!   extended resource of the claim registered, it is labelled `karpenter.sh/initialized` and the
+//!   claim turns `Initialized` and `Ready`;
+//! - **liveness**: not launched within [`LAUNCH_TIMEOUT`](crate::settings::LAUNCH_TIMEOUT) or not
+//!   registered within [`REGISTRATION_TIMEOUT`](crate::settings::REGISTRATION_TIMEOUT) deletes the
+//!   claim; so does its Node going away after registration;
+//! - **termination** (the claim is being deleted): taint the Node `karpenter.sh/disrupted`, evict
+//!   its pods through the Eviction API (a PodDisruptionBudget's 429 is retried), wait until every
+//!   evicted pod is gone (pods shutting down still run on the instance) and at least
+//!   [`MINIMUM_DRAIN_TIME`](crate::settings::MINIMUM_DRAIN_TIME), terminate the instance, then
+//!   release the Node's and the claim's finalizers, in that order.
+//!
+//! Each finished phase is recorded as a span of the node's trace ([`crate::node_trace`]).
+//!
+//! Kubernetes API and cloud errors are returned to the actor, which retries with backoff and, when
+//! they persist, stops so its supervisor restarts it from the read model.
+
+pub mod decide;
+pub mod execute;
+
+use joist_provider::CloudError;
+use tokio::time::Instant;
+
+pub use self::decide::{Memory, Next, READ_MODEL_LAG};
+use self::{
+    decide::{Facts, decide, provider_id},
+    execute::{Target, execute},
+};
+use crate::shared::Shared;
+
+/// Why a step failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StepError {
+    /// A Kubernetes API call failed.
+    #[error("kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    /// A cloud call failed in a way a retry may fix.
+    #[error("cloud: {0}")]
+    Cloud(#[from] CloudError),
+    /// The catalog actor did not answer in time.
+    #[error("catalog: {0}")]
+    Catalog(#[from] actix::MailboxError),
+    /// A Node action was planned but the claim has no Node (a decision bug, never a cluster state).
+    #[error("the plan acts on a node the claim does not have")]
+    NoNode,
+}
+
+/// Takes the next step for the claim `name` (see the module docs).
+pub async fn step(shared: &Shared, name: &str, memory: &mut Memory) -> Result<Next, StepError> {
+    let read = &shared.read;
+    let Some(claim) = read.node_claim(name) else {
+        return Ok(Next::Gone);
+    };
+    let provider_id = provider_id(&claim, memory);
+    let node = provider_id.as_deref().and_then(|p| read.node_for_provider(p));
+    let pods = node
+        .as_ref()
+        .map(|n| read.pods_on(&n.metadata.name.clone().unwrap_or_default()))
+        .unwrap_or_default();
+    let pool_known = claim
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(joist_messages::labels::NODEPOOL))
+        .is_some_and(|p| read.node_pool(p).is_some());
+    let class_known = read.node_class(&claim.spec.node_class_ref.name).is_some();
+    let instance_exists = match (&claim.metadata.deletion_timestamp, &provider_id) {
+        (Some(_), Some(provider_id)) => match shared.cloud.get(provider_id).await {
+            Ok(_) => Some(true),
+            Err(CloudError::NodeClaimNotFound { .. }) => Some(false),
+            Err(error) => return Err(error.into()),
+        },
+        _ => None,
+    };
+    let facts = Facts {
+        claim: &claim,
+        node: node.as_deref(),
+        pods: &pods,
+        pool_and_class_known: pool_known && class_known,
+        instance_exists,
+        now_seconds: shared.clock.now_seconds(),
+        now: Instant::now(),
+    };
+    let plan = decide(&facts, memory);
+    let target = Target {
+        claim: &claim,
+        node: node.as_deref(),
+    };
+    execute(shared, &target, plan, memory).await
+}
