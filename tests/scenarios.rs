@@ -155,6 +155,38 @@ fn a_custom_label_nodepool_launches_one_node_and_runs_its_pods() {
 }
 
 #[test]
+fn a_drained_node_outlives_the_pods_shutting_down_on_it() {
+    let slow = "      terminationGracePeriodSeconds: 120";
+    let manifests = pool("default", &family(&["c5"]), "")
+        + NODE_CLASS
+        + &deployment("slow", 1, "1", slow).replace(
+            "    metadata: {labels: {app: slow}}",
+            "    metadata: {labels: {app: slow}, annotations: {kubesim.joist.dev/shutdown-after: 90s}}",
+        );
+    // Deleting the NodePool deletes its NodeClaims: the node is drained and terminated.
+    let steps = "[{at: 3m, delete: {kind: NodePool, name: default}}]";
+    let report = run(&scenario(&manifests, steps, "8m"));
+    let first = |event: &str| {
+        report
+            .timeline
+            .iter()
+            .find(|e| e.event == event)
+            .map(|e| e.at_seconds)
+            .unwrap_or_else(|| panic!("no {event} in {:#?}", report.timeline))
+    };
+    let (terminating, terminated) = (first("pod-terminating"), first("pod-terminated"));
+    assert!(
+        (89.0..=91.0).contains(&(terminated - terminating)),
+        "the pod shuts down for 90 s: {terminating} → {terminated}"
+    );
+    let ended = first("instance-ended");
+    assert!(
+        ended >= terminated,
+        "the instance ended at {ended}s, before its pod stopped at {terminated}s"
+    );
+}
+
+#[test]
 fn the_cheapest_type_that_fits_is_launched() {
     let manifests =
         pool("default", &family(&["m5", "c5", "r5"]), "") + NODE_CLASS + &deployment("web", 1, "1", "");

@@ -5,7 +5,9 @@
 //! adopted), sharding NodePool actors over the arbiters it is given.
 //!
 //! Pod notifications use `try_send`: when the Batcher's mailbox is full the trigger is remembered
-//! and sent again on the next tick, never lost and never blocking the watch. Watch errors are
+//! and sent again on the next tick, never lost and never blocking the watch. Pending pods are
+//! looked at again every [`PENDING_REQUEUE`], and at once when capacity goes away (a Node or
+//! NodeClaim deleted). Watch errors are
 //! retried by the watchers with backoff and logged.
 //!
 //! It takes no messages, so it has no mailbox to bound: the watch streams are pulled one event at
@@ -46,6 +48,11 @@ use crate::{
 
 /// How often a trigger the Batcher could not take is retried.
 const RETRY_TRIGGER: Duration = Duration::from_secs(1);
+
+/// How often provisionable pods are looked at again even when nothing changed (Karpenter's pod
+/// controller requeues them every 10 s): a failed NodeClaim create, a NodePool skipped for a
+/// pass or a launch that went nowhere is retried, and no pod stays pending silently.
+pub const PENDING_REQUEUE: Duration = Duration::from_secs(10);
 
 /// One watch event, by kind; `deleted` tells a removal from an add or update.
 #[derive(Debug)]
@@ -217,6 +224,7 @@ impl Actor for ClusterState {
                 state.trigger();
             }
         });
+        ctx.run_interval(PENDING_REQUEUE, |state, _ctx| state.trigger());
     }
 }
 
@@ -260,9 +268,11 @@ impl StreamHandler<Change> for ClusterState {
                     self.node_claim_actor(&name);
                 }
                 self.poke_claim(&name);
-                // A claim launched, initialized or went away: pods still pending are simulated
-                // again against what the cluster now holds.
-                self.trigger();
+                // A claim that went away took its capacity with it: its pods are simulated again
+                // now. Other changes wait for the periodic look at pending pods.
+                if deleted {
+                    self.trigger();
+                }
                 if let Some(pool) = claim.labels().get(NODEPOOL) {
                     let _ = self.node_pool_actor(pool).try_send(Reconcile);
                 }

@@ -129,14 +129,32 @@ impl Notes {
         }
     }
 
-    fn pod(&mut self, at: f64, kind: EventKind, object: &Value) {
+    fn pod(&mut self, at: f64, kind: EventKind, object: &Value, previous: Option<&Value>) {
         let key = format!(
             "{}/{}",
             text(object, "/metadata/namespace"),
             text(object, "/metadata/name")
         );
+        let terminating = |o: &Value| !o["metadata"]["deletionTimestamp"].is_null();
         if kind == EventKind::Deleted {
+            // Pods that shut down gracefully on a node: when their containers stopped.
+            if terminating(object) {
+                self.entry(at, "pod-terminated", key, text(object, "/spec/nodeName"));
+            }
             return;
+        }
+        if terminating(object)
+            && !previous.is_some_and(terminating)
+            && !text(object, "/spec/nodeName").is_empty()
+        {
+            let grace = object["metadata"]["deletionGracePeriodSeconds"]
+                .as_i64()
+                .unwrap_or(0);
+            let detail = format!(
+                "on {} with a {grace}s grace period",
+                text(object, "/spec/nodeName")
+            );
+            self.entry(at, "pod-terminating", key.clone(), detail);
         }
         let unschedulable = object["status"]["conditions"].as_array().is_some_and(|c| {
             c.iter().any(|c| {
@@ -194,7 +212,7 @@ impl Recorder {
                                 notes.node_claim(at, event.kind, object, event.previous.as_deref());
                             }
                             Watched::Nodes => notes.node(at, event.kind, object),
-                            Watched::Pods => notes.pod(at, event.kind, object),
+                            Watched::Pods => notes.pod(at, event.kind, object, event.previous.as_deref()),
                         }
                     }
                 }
