@@ -166,14 +166,7 @@ fn a_drained_node_outlives_the_pods_shutting_down_on_it() {
     // Deleting the NodePool deletes its NodeClaims: the node is drained and terminated.
     let steps = "[{at: 3m, delete: {kind: NodePool, name: default}}]";
     let report = run(&scenario(&manifests, steps, "8m"));
-    let first = |event: &str| {
-        report
-            .timeline
-            .iter()
-            .find(|e| e.event == event)
-            .map(|e| e.at_seconds)
-            .unwrap_or_else(|| panic!("no {event} in {:#?}", report.timeline))
-    };
+    let first = |event: &str| first_at(&report, event);
     let (terminating, terminated) = (first("pod-terminating"), first("pod-terminated"));
     assert!(
         (89.0..=91.0).contains(&(terminated - terminating)),
@@ -183,6 +176,57 @@ fn a_drained_node_outlives_the_pods_shutting_down_on_it() {
     assert!(
         ended >= terminated,
         "the instance ended at {ended}s, before its pod stopped at {terminated}s"
+    );
+}
+
+/// When the timeline first shows `event`, in seconds.
+fn first_at(report: &Report, event: &str) -> f64 {
+    report
+        .timeline
+        .iter()
+        .find(|e| e.event == event)
+        .map(|e| e.at_seconds)
+        .unwrap_or_else(|| panic!("no {event} in {:#?}", report.timeline))
+}
+
+#[test]
+fn a_pod_pending_after_a_failed_create_gets_its_node_at_the_next_requeue() {
+    let manifests = pool("default", &family(&["c5"]), "") + NODE_CLASS + &deployment("web", 0, "1", "");
+    let steps = "
+    - at: 0s
+      failCreates: {resource: nodeclaims.karpenter.sh, count: 1}
+    - at: 10s
+      scale: {kind: Deployment, namespace: default, name: web, replicas: 1}";
+    let report = run(&scenario(&manifests, steps, "3m"));
+    assert_eq!(report.summary.pods_running_end, 1, "{:#?}", report.summary);
+    // The first pass (batch closed at ~11 s) fails to create its claim; nothing changes in the
+    // cluster after that, and the 10 s requeue plus one batch window bring the claim.
+    let created = first_at(&report, "nodeclaim-created");
+    assert!(
+        (13.0..=23.0).contains(&created),
+        "the claim came at {created}s: not within a requeue of the failure"
+    );
+}
+
+#[test]
+fn a_node_class_that_first_fails_to_resolve_recovers_and_nodes_launch() {
+    let manifests = pool("default", &family(&["c5"]), "") + &deployment("web", 2, "1", "");
+    let class = indent(&indent(&indent(NODE_CLASS)));
+    let steps = format!(
+        "
+    - at: 0s
+      failCloud: {{operation: resolveNodeClass, for: 30s}}
+    - at: 1s
+      apply: |
+{class}"
+    );
+    let report = run(&scenario(&manifests, &steps, "4m"));
+    let s = &report.summary;
+    assert_eq!((s.pods_running_end, s.pods_pending_end), (2, 0), "{s:#?}");
+    let created = first_at(&report, "nodeclaim-created");
+    assert!(
+        (30.0..=75.0).contains(&created),
+        "resolution is retried with backoff once the fault clears (30 s): the first claim came at {created}s"
     );
 }
 

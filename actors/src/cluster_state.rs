@@ -14,7 +14,7 @@
 //! a time, when the previous one has been handled, so a busy ClusterState slows its watches down
 //! instead of growing a queue.
 
-use std::{sync::Arc, time::Duration};
+use std::{collections::HashMap, sync::Arc, time::Duration};
 
 use actix::prelude::*;
 use futures::{StreamExt, stream::BoxStream};
@@ -79,6 +79,8 @@ pub struct ClusterState {
     shards: Vec<ArbiterHandle>,
     next_shard: usize,
     missed_trigger: bool,
+    /// Failed resolutions in a row, per node class.
+    class_failures: HashMap<String, u32>,
 }
 
 impl ClusterState {
@@ -92,6 +94,7 @@ impl ClusterState {
             shards,
             next_shard: 0,
             missed_trigger: false,
+            class_failures: HashMap::new(),
         }
     }
 
@@ -148,6 +151,26 @@ impl ClusterState {
             // A full mailbox already holds a poke: nothing is lost.
             let _ = actor.try_send(Reconcile);
         }
+    }
+
+    /// Reconciles a node class off the mailbox; a failed resolution is retried with backoff.
+    fn reconcile_class(&mut self, ctx: &mut Context<Self>, class: Arc<EC2NodeClass>, refresh: bool) {
+        let name = class.name_any();
+        let work = node_class::reconcile(self.shared.clone(), class, refresh);
+        ctx.spawn(work.into_actor(self).map(move |outcome, state, ctx| {
+            if outcome != node_class::Outcome::Failed {
+                state.class_failures.remove(&name);
+                return;
+            }
+            let failures = state.class_failures.entry(name.clone()).or_default();
+            *failures += 1;
+            let wait = node_class::retry_after(*failures);
+            ctx.run_later(wait, move |state, ctx| {
+                if let Some(class) = state.shared.read.node_class(&name) {
+                    state.reconcile_class(ctx, class, true);
+                }
+            });
+        }));
     }
 
     fn poke_pools(&self) {
@@ -225,6 +248,11 @@ impl Actor for ClusterState {
             }
         });
         ctx.run_interval(PENDING_REQUEUE, |state, _ctx| state.trigger());
+        ctx.run_interval(node_class::NODE_CLASS_REFRESH, |state, ctx| {
+            for class in state.shared.read.node_classes() {
+                state.reconcile_class(ctx, class, true);
+            }
+        });
     }
 }
 
@@ -272,6 +300,10 @@ impl StreamHandler<Change> for ClusterState {
                 // now. Other changes wait for the periodic look at pending pods.
                 if deleted {
                     self.trigger();
+                    let class = read.node_class(&claim.spec.node_class_ref.name);
+                    if let Some(class) = class.filter(|c| c.metadata.deletion_timestamp.is_some()) {
+                        self.reconcile_class(ctx, class, false);
+                    }
                 }
                 if let Some(pool) = claim.labels().get(NODEPOOL) {
                     let _ = self.node_pool_actor(pool).try_send(Reconcile);
@@ -292,9 +324,10 @@ impl StreamHandler<Change> for ClusterState {
             Change::NodeClass(class, deleted) => {
                 let _span =
                     tracing::debug_span!("cluster_state.nodeclass", nodeclass = class.name_any()).entered();
-                if !deleted && !node_class::is_current(&class) {
-                    let shared = self.shared.clone();
-                    ctx.spawn(node_class::reconcile(shared, Arc::new(*class)).into_actor(self));
+                if deleted {
+                    self.class_failures.remove(&class.name_any());
+                } else {
+                    self.reconcile_class(ctx, Arc::new(*class), false);
                 }
                 self.poke_pools();
             }

@@ -1,17 +1,31 @@
-//! EC2NodeClass status: the cloud resolves a node class (subnets, security groups, images,
-//! instance profile) and Joist publishes the result with Karpenter's conditions. A resolution that
-//! fails sets `Ready=False` with the cloud's message, so NodePools using the class stop launching
-//! and say why.
+//! EC2NodeClass status and finalizer: the cloud resolves a node class (subnets, security groups,
+//! images, instance profile) and Joist publishes the result with Karpenter's conditions.
+//!
+//! - Resolution runs when the class changes and again every [`NODE_CLASS_REFRESH`], so a new image
+//!   or subnet is picked up as Karpenter picks it up.
+//! - A resolution that fails sets `Ready=False` with the cloud's message (NodePools using the
+//!   class stop launching and say why), and is retried with backoff ([`retry_after`]) instead of
+//!   waiting for the class to be edited.
+//! - Joist's finalizer keeps a class that NodeClaims still use from going away: its deletion waits,
+//!   with a `WaitingOnNodeClaimTermination` event, until the last claim is gone.
 
-use std::sync::Arc;
+use std::{sync::Arc, time::Duration};
 
-use joist_messages::apis::EC2NodeClass;
+use joist_messages::{apis::EC2NodeClass, labels::TERMINATION_FINALIZER};
 use kube::ResourceExt;
+use serde_json::json;
 
 use crate::{
     kube_ops::{self, set_condition},
     shared::Shared,
 };
+
+/// How often every node class is resolved again.
+pub const NODE_CLASS_REFRESH: Duration = Duration::from_secs(60);
+
+/// The first retry of a failed resolution; each further failure doubles it, up to
+/// [`NODE_CLASS_REFRESH`].
+pub const RESOLUTION_RETRY: Duration = Duration::from_secs(5);
 
 const READY_PARTS: [&str; 5] = [
     "SubnetsReady",
@@ -21,23 +35,57 @@ const READY_PARTS: [&str; 5] = [
     "ValidationSucceeded",
 ];
 
+/// What one reconcile of a class came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// The class resolved (or its status already answered its generation).
+    Resolved,
+    /// Resolution failed: try again after [`retry_after`].
+    Failed,
+    /// The class is being deleted: its finalizer was released, or waits for its NodeClaims.
+    Deleting,
+}
+
+/// The wait before retrying a resolution that failed `failures` times in a row.
+pub fn retry_after(failures: u32) -> Duration {
+    RESOLUTION_RETRY
+        .saturating_mul(1 << failures.saturating_sub(1).min(8))
+        .min(NODE_CLASS_REFRESH)
+}
+
 /// Whether the class's status already answers its current generation.
 pub fn is_current(class: &EC2NodeClass) -> bool {
     class.status.as_ref().is_some_and(|s| {
-        s.conditions
-            .iter()
-            .any(|c| c.type_ == "Ready" && c.observed_generation == class.metadata.generation)
+        s.conditions.iter().any(|c| {
+            c.type_ == "Ready" && c.status == "True" && c.observed_generation == class.metadata.generation
+        })
     })
 }
 
-/// Resolves `class` and writes its status.
-pub async fn reconcile(shared: Shared, class: Arc<EC2NodeClass>) {
-    if is_current(&class) || class.metadata.deletion_timestamp.is_some() {
-        return;
+/// Resolves `class` and writes its status (see the module docs); `refresh` resolves even a class
+/// whose status is current.
+pub async fn reconcile(shared: Shared, class: Arc<EC2NodeClass>, refresh: bool) -> Outcome {
+    if class.metadata.deletion_timestamp.is_some() {
+        release(&shared, &class).await;
+        return Outcome::Deleting;
+    }
+    let api = kube_ops::cluster::<EC2NodeClass>(&shared.client);
+    if !class.finalizers().iter().any(|f| f == TERMINATION_FINALIZER) {
+        let mut finalizers = class.finalizers().to_vec();
+        finalizers.push(TERMINATION_FINALIZER.to_owned());
+        let body =
+            json!({"metadata": {"finalizers": finalizers, "resourceVersion": class.resource_version()}});
+        if let Err(error) = kube_ops::patch(&api, &class.name_any(), body).await {
+            tracing::debug!(ec2nodeclass = class.name_any(), %error, "adding the finalizer failed; next time");
+        }
+    }
+    if is_current(&class) && !refresh {
+        return Outcome::Resolved;
     }
     let generation = class.metadata.generation;
-    let mut status = class.status.clone().unwrap_or_default();
-    match shared.cloud.resolve_node_class(&class).await {
+    let before = class.status.clone().unwrap_or_default();
+    let mut status = before.clone();
+    let outcome = match shared.cloud.resolve_node_class(&class).await {
         Ok(resolved) => {
             let conditions = std::mem::take(&mut status.conditions);
             status = resolved;
@@ -50,9 +98,11 @@ pub async fn reconcile(shared: Shared, class: Arc<EC2NodeClass>) {
                     (part, "True", part, ""),
                 );
             }
+            Outcome::Resolved
         }
         Err(error) => {
             let message = error.to_string();
+            tracing::warn!(ec2nodeclass = class.name_any(), %message, "resolving the node class failed");
             set_condition(
                 &mut status.conditions,
                 &shared.clock,
@@ -60,11 +110,50 @@ pub async fn reconcile(shared: Shared, class: Arc<EC2NodeClass>) {
                 ("Ready", "False", "ResolutionFailed", &message),
             );
             shared.events.warn(class.as_ref(), "ResolutionFailed", &message);
+            Outcome::Failed
+        }
+    };
+    if status != before {
+        let body = serde_json::to_value(&status).unwrap_or_default();
+        if let Err(error) = kube_ops::patch_status(&api, &class.name_any(), body).await {
+            tracing::warn!(ec2nodeclass = class.name_any(), %error, "writing the node class status failed");
         }
     }
+    outcome
+}
+
+/// Releases a deleted class's finalizer once no NodeClaim uses it.
+async fn release(shared: &Shared, class: &EC2NodeClass) {
+    if !class.finalizers().iter().any(|f| f == TERMINATION_FINALIZER) {
+        return;
+    }
+    let name = class.name_any();
+    let users = shared
+        .read
+        .node_claims()
+        .iter()
+        .filter(|c| c.spec.node_class_ref.name == name)
+        .count();
+    if users > 0 {
+        let message = format!("waiting on {users} NodeClaim(s) using the class to terminate");
+        shared
+            .events
+            .normal(class, "WaitingOnNodeClaimTermination", &message);
+        return;
+    }
     let api = kube_ops::cluster::<EC2NodeClass>(&shared.client);
-    let body = serde_json::to_value(&status).unwrap_or_default();
-    if let Err(error) = kube_ops::patch_status(&api, &class.name_any(), body).await {
-        tracing::warn!(ec2nodeclass = class.name_any(), %error, "writing the node class status failed");
+    if let Err(error) = kube_ops::remove_finalizer(&api, class).await {
+        tracing::warn!(ec2nodeclass = name, %error, "releasing the node class failed");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failed_resolutions_back_off_up_to_the_refresh_period() {
+        let waits: Vec<u64> = (1..=6).map(|n| retry_after(n).as_secs()).collect();
+        assert_eq!(waits, [5, 10, 20, 40, 60, 60]);
     }
 }

@@ -249,6 +249,11 @@ impl ReadModel {
         sorted(&self.node_pools)
     }
 
+    /// Every EC2NodeClass, by name.
+    pub fn node_classes(&self) -> Vec<Arc<EC2NodeClass>> {
+        sorted(&self.node_classes)
+    }
+
     /// Every DaemonSet, by namespace and name.
     pub fn daemon_sets(&self) -> Vec<Arc<DaemonSet>> {
         sorted(&self.daemon_sets)

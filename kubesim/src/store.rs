@@ -185,6 +185,8 @@ struct State {
     any_change: watch::Sender<u64>,
     clock: Clock,
     history_limit: usize,
+    /// Creates still to refuse per resource (fault injection for tests and scenarios).
+    failing_creates: HashMap<GroupResource, usize>,
 }
 
 /// The API server's storage. Cheap to share behind an `Arc`.
@@ -211,6 +213,7 @@ impl Store {
                 any_change: watch::Sender::new(1),
                 clock,
                 history_limit: HISTORY_PER_RESOURCE,
+                failing_creates: HashMap::new(),
             }),
             clock,
             uid_seed,
@@ -342,6 +345,13 @@ impl Store {
             .registry
             .any_version(resource)
             .ok_or(ApiError::NoSuchResource)?;
+        if let Some(left) = state.failing_creates.get_mut(resource).filter(|left| **left > 0) {
+            *left -= 1;
+            return Err(ApiError::Internal(format!(
+                "injected fault: this create of {} fails",
+                resource.qualified()
+            )));
+        }
         let Some(fields) = object.as_object_mut() else {
             return Err(ApiError::BadRequest(format!(
                 "the body of a {} create is not an object",
@@ -587,6 +597,12 @@ impl Store {
             return Ok(state.commit(resource, key.clone(), EventKind::Modified, Some(next)));
         }
         Ok(state.remove(resource, key, None, options.propagation))
+    }
+
+    /// Makes the next `count` creates of `resource` fail with 500 Internal Server Error, as an API
+    /// server under trouble would (fault injection: the object is not created).
+    pub fn fail_creates(&self, resource: &GroupResource, count: usize) {
+        self.lock().failing_creates.insert(resource.clone(), count);
     }
 
     /// Registers a watch of a resource that starts after `revision` (None: after now). Fails with 410

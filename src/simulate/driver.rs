@@ -187,6 +187,15 @@ fn describe(action: &Action, documents: usize) -> String {
             format!("interrupt {count} node(s) matching {node_selector:?}")
         }
         Action::Delete(object) => format!("delete {} {}", object.kind, object.name),
+        Action::FailCreates { resource, count } => {
+            format!(
+                "the API server refuses the next {count} create(s) of {}",
+                resource.qualified()
+            )
+        }
+        Action::FailCloud { operation, duration } => {
+            format!("the cloud fails {operation:?} for {}s", duration.as_secs())
+        }
     }
 }
 
@@ -240,6 +249,14 @@ async fn execute(
         }
         Action::Interrupt { node_selector, count } => {
             cloud.interrupt(node_selector, *count);
+            Ok(())
+        }
+        Action::FailCreates { resource, count } => {
+            store.fail_creates(resource, *count);
+            Ok(())
+        }
+        Action::FailCloud { operation, duration } => {
+            cloud.fail(*operation, *duration);
             Ok(())
         }
     }

@@ -5,7 +5,9 @@
 
 use std::{collections::BTreeMap, time::Duration};
 
+use joist_kubesim::resources::GroupResource;
 use joist_messages::{apis::duration::Duration as KarpenterDuration, model::instance_type::CapacityType};
+use joist_provider_sim::Operation;
 use serde::Deserialize;
 
 /// A scenario that cannot be run.
@@ -82,6 +84,26 @@ struct StepSpec {
     unavailable: Option<UnavailableSpec>,
     interrupt: Option<InterruptSpec>,
     delete: Option<ObjectSpec>,
+    #[serde(rename = "failCreates")]
+    fail_creates: Option<FailCreatesSpec>,
+    #[serde(rename = "failCloud")]
+    fail_cloud: Option<FailCloudSpec>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct FailCreatesSpec {
+    resource: String,
+    #[serde(default = "one")]
+    count: usize,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct FailCloudSpec {
+    operation: String,
+    #[serde(rename = "for")]
+    duration: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -169,6 +191,20 @@ pub enum Action {
     },
     /// Delete an object.
     Delete(ObjectRef),
+    /// Make the API server refuse the next creates of a resource (500).
+    FailCreates {
+        /// The resource: `nodeclaims.karpenter.sh`, `pods`.
+        resource: GroupResource,
+        /// How many creates fail.
+        count: usize,
+    },
+    /// Make a cloud call fail with a transient error.
+    FailCloud {
+        /// The call.
+        operation: Operation,
+        /// For how long.
+        duration: Duration,
+    },
 }
 
 /// One timed step.
@@ -319,11 +355,29 @@ impl Scenario {
         if let Some(d) = step.delete {
             actions.push(Action::Delete(ObjectRef::new(d.kind, d.namespace, d.name)));
         }
+        if let Some(f) = step.fail_creates {
+            let (resource, group) = f.resource.split_once('.').unwrap_or((&f.resource, ""));
+            actions.push(Action::FailCreates {
+                resource: GroupResource::new(group, resource),
+                count: f.count,
+            });
+        }
+        if let Some(f) = step.fail_cloud {
+            let operation = Operation::from_name(&f.operation).ok_or_else(|| ScenarioError::Field {
+                field: format!("{field}.failCloud.operation"),
+                message: format!("{:?} is not resolveNodeClass or create", f.operation),
+            })?;
+            actions.push(Action::FailCloud {
+                operation,
+                duration: duration(&format!("{field}.failCloud.for"), &f.duration)?,
+            });
+        }
         match (actions.pop(), actions.is_empty()) {
             (Some(action), true) => Ok(action),
             _ => Err(ScenarioError::Field {
                 field: field.to_owned(),
-                message: "a step does exactly one of apply, scale, unavailable, interrupt, delete".to_owned(),
+                message: "a step does exactly one of apply, scale, unavailable, interrupt, delete, failCreates, failCloud"
+                    .to_owned(),
             }),
         }
     }

@@ -1,5 +1,5 @@
 //! The simulated cloud's state: instances with their lifetimes and prices, injected capacity
-//! outages, and the ledger `joist simulate` reports from.
+//! outages and failing operations, and the ledger `joist simulate` reports from.
 //!
 //! Instances boot for [`SimSettings::boot`] and then register as Nodes through the Kubernetes API
 //! ([`crate::node`]); terminating one removes its Node, as the cloud controller manager does. The
@@ -12,7 +12,7 @@ use std::{
 };
 
 use joist_messages::model::shape::CapacitySettings;
-use joist_provider::{Instance, InstanceState, OfferingKey};
+use joist_provider::{CloudError, Instance, InstanceState, OfferingKey};
 use serde::Serialize;
 use tokio::{task::JoinHandle, time::Instant};
 
@@ -95,6 +95,26 @@ pub enum CloudEvent {
     },
 }
 
+/// A cloud call a scenario can make fail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Operation {
+    /// Resolving an EC2NodeClass (subnets, security groups, images).
+    ResolveNodeClass,
+    /// Launching an instance.
+    Create,
+}
+
+impl Operation {
+    /// The operation a scenario names (`resolveNodeClass`, `create`).
+    pub fn from_name(name: &str) -> Option<Self> {
+        match name {
+            "resolveNodeClass" => Some(Self::ResolveNodeClass),
+            "create" => Some(Self::Create),
+            _ => None,
+        }
+    }
+}
+
 /// An instance the cloud tracks.
 pub(crate) struct Tracked {
     pub record: InstanceRecord,
@@ -112,6 +132,8 @@ pub(crate) struct State {
     launched: u64,
     pub instances: BTreeMap<String, Tracked>,
     outages: Vec<Outage>,
+    /// Operations failing until the instant given (fault injection).
+    failing: BTreeMap<Operation, Instant>,
     pub events: Vec<(f64, CloudEvent)>,
 }
 
@@ -162,6 +184,26 @@ impl Books {
     pub fn make_unavailable(&self, offering: OfferingKey, duration: Duration) {
         let until = Instant::now() + duration;
         self.lock().outages.push(Outage { offering, until });
+    }
+
+    /// Makes every call of `operation` fail with a transient error for `duration`.
+    pub fn fail(&self, operation: Operation, duration: Duration) {
+        self.lock().failing.insert(operation, Instant::now() + duration);
+    }
+
+    /// The transient error `operation` fails with right now, if it is failing.
+    pub(crate) fn fault(&self, operation: Operation) -> Result<(), CloudError> {
+        let failing = self
+            .lock()
+            .failing
+            .get(&operation)
+            .is_some_and(|until| *until > Instant::now());
+        if failing {
+            return Err(CloudError::Transient {
+                message: format!("{operation:?}: RequestLimitExceeded (injected fault)"),
+            });
+        }
+        Ok(())
     }
 
     /// Whether an offering is out of capacity right now.

@@ -1,6 +1,6 @@
 //! A simulated cloud for Joist: real EC2 instance shapes and prices ([`catalog`]), instances that
 //! boot after a delay and register as Nodes through the Kubernetes API ([`node`]), injectable
-//! capacity outages per offering and spot interruptions ([`cloud`]).
+//! capacity outages per offering, failing operations and spot interruptions ([`cloud`]).
 //!
 //! [`SimCloud`] implements [`CloudProvider`], so the actors drive it exactly as they drive AWS. It
 //! fails the way EC2 does: an offering in an outage returns `InsufficientCapacity` (after the
@@ -32,7 +32,7 @@ use kube::{
 
 pub use self::{
     catalog::{Catalog, CatalogError},
-    cloud::{Books, CloudEvent, EndReason, INTERRUPTION_NOTICE, InstanceRecord, SimSettings},
+    cloud::{Books, CloudEvent, EndReason, INTERRUPTION_NOTICE, InstanceRecord, Operation, SimSettings},
 };
 use self::{
     cloud::Tracked,
@@ -77,6 +77,11 @@ impl SimCloud {
     /// The cloud's books: instances, events, costs.
     pub fn books(&self) -> &Books {
         &self.inner.books
+    }
+
+    /// Makes every call of `operation` fail with a transient error (throttling) for `duration`.
+    pub fn fail(&self, operation: Operation, duration: Duration) {
+        self.inner.books.fail(operation, duration);
     }
 
     /// Makes an offering refuse launches for `duration`.
@@ -282,6 +287,7 @@ impl CloudProvider for SimCloud {
         instance_types: &'a [InstanceType],
     ) -> CloudFuture<'a, Launch> {
         Box::pin(async move {
+            self.inner.books.fault(Operation::Create)?;
             let node_class = joist_provider::node_class::ready(&self.inner.client, claim).await?;
             self.launch(claim, &node_class, instance_types)
         })
@@ -361,6 +367,7 @@ impl CloudProvider for SimCloud {
 
     fn resolve_node_class<'a>(&'a self, node_class: &'a EC2NodeClass) -> CloudFuture<'a, EC2NodeClassStatus> {
         Box::pin(async move {
+            self.inner.books.fault(Operation::ResolveNodeClass)?;
             let settings = &self.inner.settings;
             let name = node_class.metadata.name.as_deref().unwrap_or_default();
             let zones: Vec<String> = if settings.zones.is_empty() {
