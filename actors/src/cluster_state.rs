@@ -14,7 +14,11 @@
 //! a time, when the previous one has been handled, so a busy ClusterState slows its watches down
 //! instead of growing a queue.
 
-use std::{collections::HashMap, sync::Arc, time::Duration};
+use std::{
+    collections::{HashMap, HashSet},
+    sync::Arc,
+    time::Duration,
+};
 
 use actix::prelude::*;
 use futures::{StreamExt, stream::BoxStream};
@@ -42,7 +46,7 @@ use crate::{
     node_class,
     node_pool::NodePoolActor,
     protocol::{PodPending, Reconcile},
-    read_model::Writers,
+    read_model::{Listed, PodKey, Writers},
     shared::Shared,
 };
 
@@ -67,7 +71,9 @@ pub enum Change {
     NodePool(Box<NodePool>, bool),
     /// A node class.
     NodeClass(Box<EC2NodeClass>, bool),
-    /// Nothing that needs a poke (lists starting and ending, DaemonSets, Namespaces, errors).
+    /// A (re)list of a kind the indexes cover ended, with every object it listed.
+    Relisted(Listed, HashSet<PodKey>),
+    /// Nothing that needs a poke (lists starting, DaemonSets, Namespaces, errors).
     Quiet,
 }
 
@@ -180,11 +186,14 @@ impl ClusterState {
     }
 }
 
-/// A reflector over every object of `K`, as a stream of [`Change`]s.
+/// A reflector over every object of `K`, as a stream of [`Change`]s. A (re)list ends with
+/// `relisted(every object it listed)`, so indexes can drop objects deleted while the watch was
+/// away (after a `410 Gone`, the reflector's store is replaced; the indexes must follow).
 fn reflect<K>(
     api: Api<K>,
     writer: Writer<K>,
     change: fn(Box<K>, bool) -> Change,
+    relisted: fn(HashSet<PodKey>) -> Change,
 ) -> BoxStream<'static, Change>
 where
     K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
@@ -192,14 +201,27 @@ where
 {
     let events = watcher::watcher(api, watcher::Config::default()).default_backoff();
     reflector::reflector(writer, events)
-        .map(move |event| match event {
-            Ok(Event::Apply(object) | Event::InitApply(object)) => change(Box::new(object), false),
-            Ok(Event::Delete(object)) => change(Box::new(object), true),
-            Ok(Event::Init | Event::InitDone) => Change::Quiet,
-            Err(error) => {
-                tracing::warn!(%error, "watch failed; retrying");
-                Change::Quiet
-            }
+        .scan(None::<HashSet<PodKey>>, move |listing, event| {
+            let next = match event {
+                Ok(Event::Apply(object)) => change(Box::new(object), false),
+                Ok(Event::InitApply(object)) => {
+                    if let Some(listed) = listing.as_mut() {
+                        listed.insert((object.namespace().unwrap_or_default(), object.name_any()));
+                    }
+                    change(Box::new(object), false)
+                }
+                Ok(Event::Delete(object)) => change(Box::new(object), true),
+                Ok(Event::Init) => {
+                    *listing = Some(HashSet::new());
+                    Change::Quiet
+                }
+                Ok(Event::InitDone) => listing.take().map_or(Change::Quiet, relisted),
+                Err(error) => {
+                    tracing::warn!(%error, "watch failed; retrying");
+                    Change::Quiet
+                }
+            };
+            futures::future::ready(Some(next))
         })
         .boxed()
 }
@@ -217,29 +239,44 @@ impl Actor for ClusterState {
                 Api::<NodeClaim>::all(client.clone()),
                 writers.node_claims,
                 Change::NodeClaim,
+                |listed| Change::Relisted(Listed::NodeClaims, listed),
             ),
-            reflect(Api::<Node>::all(client.clone()), writers.nodes, Change::Node),
+            reflect(
+                Api::<Node>::all(client.clone()),
+                writers.nodes,
+                Change::Node,
+                |listed| Change::Relisted(Listed::Nodes, listed),
+            ),
             reflect(
                 Api::<NodePool>::all(client.clone()),
                 writers.node_pools,
                 Change::NodePool,
+                |_| Change::Quiet,
             ),
             reflect(
                 Api::<EC2NodeClass>::all(client.clone()),
                 writers.node_classes,
                 Change::NodeClass,
+                |_| Change::Quiet,
             ),
             reflect(
                 Api::<DaemonSet>::all(client.clone()),
                 writers.daemon_sets,
                 |_, _| Change::Quiet,
+                |_| Change::Quiet,
             ),
             reflect(
                 Api::<Namespace>::all(client.clone()),
                 writers.namespaces,
                 |_, _| Change::Quiet,
+                |_| Change::Quiet,
             ),
-            reflect(Api::<Pod>::all(client.clone()), writers.pods, Change::Pod),
+            reflect(
+                Api::<Pod>::all(client.clone()),
+                writers.pods,
+                Change::Pod,
+                |listed| Change::Relisted(Listed::Pods, listed),
+            ),
         ];
         ctx.add_stream(futures::stream::select_all(streams));
         ctx.run_interval(RETRY_TRIGGER, |state, _ctx| {
@@ -330,6 +367,13 @@ impl StreamHandler<Change> for ClusterState {
                     self.reconcile_class(ctx, Arc::new(*class), false);
                 }
                 self.poke_pools();
+            }
+            Change::Relisted(kind, listed) => {
+                let _span =
+                    tracing::debug_span!("cluster_state.relisted", ?kind, objects = listed.len()).entered();
+                for gone in read.relisted(kind, &listed) {
+                    self.poke_claim(&gone);
+                }
             }
             Change::Quiet => {}
         }

@@ -12,7 +12,10 @@
 //! so every list this module returns is sorted by namespace and name: the same cluster always
 //! yields the same snapshot, which keeps simulations deterministic.
 
-use std::{collections::BTreeSet, sync::Arc};
+use std::{
+    collections::{BTreeSet, HashSet},
+    sync::Arc,
+};
 
 use tokio::time::Instant;
 
@@ -32,8 +35,19 @@ use kube::{
 
 use crate::lifecycle::{READ_MODEL_LAG, decide::is_mirror};
 
-/// `namespace/name` of a pod.
+/// `namespace/name` of a pod (or of any object: the namespace is empty for cluster-scoped ones).
 pub type PodKey = (String, String);
+
+/// The kinds whose indexes a relist rebuilds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Listed {
+    /// Pods: pods by node, provisionable pods.
+    Pods,
+    /// Nodes: node by provider ID, pods by node.
+    Nodes,
+    /// NodeClaims: NodeClaim by provider ID, NodeClaims by NodePool.
+    NodeClaims,
+}
 
 /// The writing halves of the stores, consumed by the reflectors ClusterState runs.
 pub struct Writers {
@@ -264,6 +278,47 @@ impl ReadModel {
         sorted(&self.namespaces)
     }
 
+    /// Drops from the indexes every object of `kind` a relist did not list (deleted while the
+    /// watch was away); returns the NodeClaims that went, so their actors look again.
+    pub(crate) fn relisted(&self, kind: Listed, listed: &HashSet<PodKey>) -> Vec<String> {
+        let index = &self.index;
+        let cluster_scoped = |name: &String| listed.contains(&(String::new(), name.clone()));
+        match kind {
+            Listed::Pods => {
+                index.pending.retain(|key| listed.contains(key));
+                for mut pods in index.pods_by_node.iter_mut() {
+                    pods.retain(|key| listed.contains(key));
+                }
+                Vec::new()
+            }
+            Listed::Nodes => {
+                index.node_by_provider.retain(|_, node| cluster_scoped(node));
+                index.pods_by_node.retain(|node, _| cluster_scoped(node));
+                Vec::new()
+            }
+            Listed::NodeClaims => {
+                let mut gone = BTreeSet::new();
+                index.claim_by_provider.retain(|_, claim| {
+                    let kept = cluster_scoped(claim);
+                    if !kept {
+                        gone.insert(claim.clone());
+                    }
+                    kept
+                });
+                for mut claims in index.claims_by_pool.iter_mut() {
+                    claims.retain(|claim| {
+                        let kept = cluster_scoped(claim) || index.created.contains_key(claim);
+                        if !kept {
+                            gone.insert(claim.clone());
+                        }
+                        kept
+                    });
+                }
+                gone.into_iter().collect()
+            }
+        }
+    }
+
     /// Updates the pod indexes after a watch event.
     pub(crate) fn observe_pod(&self, pod: &Pod, deleted: bool) -> PodChange {
         let key = (pod.namespace().unwrap_or_default(), pod.name_any());
@@ -364,4 +419,58 @@ pub fn is_provisionable(pod: &Pod) -> bool {
         && !daemon
         && !is_mirror(pod)
         && pod.metadata.deletion_timestamp.is_none()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn object<K: serde::de::DeserializeOwned>(value: serde_json::Value) -> K {
+        serde_json::from_value(value).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn a_relist_drops_what_was_deleted_while_the_watch_was_away() {
+        let (read, _writers) = ReadModel::new();
+        let pending: Pod = object(serde_json::json!({
+            "metadata": {"name": "waiting", "namespace": "default"},
+            "status": {"conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]},
+        }));
+        let bound: Pod = object(serde_json::json!({
+            "metadata": {"name": "bound", "namespace": "default"}, "spec": {"nodeName": "n", "containers": []},
+        }));
+        let node: Node =
+            object(serde_json::json!({"metadata": {"name": "n"}, "spec": {"providerID": "p-1"}}));
+        let claim: NodeClaim = object(serde_json::json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+            "metadata": {"name": "c", "labels": {"karpenter.sh/nodepool": "pool"}},
+            "spec": {"requirements": [], "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "d"}},
+            "status": {"providerID": "p-1"},
+        }));
+        assert!(read.observe_pod(&pending, false).newly_pending);
+        read.observe_pod(&bound, false);
+        read.observe_node(&node, false);
+        read.observe_claim(&claim, false);
+        assert_eq!(read.claim_for_provider("p-1").as_deref(), Some("c"));
+
+        // The relist after a 410 lists the bound pod only: the pending one was deleted meanwhile,
+        // and so were the node and the claim.
+        let listed = HashSet::from([("default".to_owned(), "bound".to_owned())]);
+        read.relisted(Listed::Pods, &listed);
+        assert_eq!(
+            read.first_pending_pod(),
+            None,
+            "a deleted pod is no longer pending"
+        );
+        read.relisted(Listed::Nodes, &HashSet::new());
+        assert!(!read.index.node_by_provider.contains_key("p-1"));
+        assert!(!read.index.pods_by_node.contains_key("n"));
+        assert_eq!(
+            read.relisted(Listed::NodeClaims, &HashSet::new()),
+            ["c"],
+            "its actor is told"
+        );
+        assert_eq!(read.claim_for_provider("p-1"), None);
+        assert!(read.index.claims_by_pool.get("pool").is_none_or(|c| c.is_empty()));
+    }
 }
