@@ -2,10 +2,12 @@
 //! step runs as a spawned future so the mailbox keeps being served, pokes that arrive meanwhile
 //! fold into one more step, and a step that asks to be woken later gets a timer.
 //!
-//! Supervision: a step that fails is retried with backoff; after
-//! [`MAX_CONSECUTIVE_FAILURES`] the actor stops and its supervisor restarts it with fresh memory,
-//! reading the claim again from the read model. Other NodeClaims' actors are untouched. When the
-//! claim is gone the actor leaves the directory and stops for good.
+//! Supervision: a step that fails is retried with backoff ([`backoff`]); after every
+//! [`MAX_CONSECUTIVE_FAILURES`] in a row the actor stops and its supervisor restarts it with fresh
+//! memory, reading the claim again from the read model. The backoff outlives the restart: a
+//! persistent failure is retried ever more slowly, up to [`MAX_BACKOFF`], never in a tight loop.
+//! Other NodeClaims' actors are untouched. When the claim is gone the actor leaves the directory
+//! and stops for good.
 
 use std::time::Duration;
 
@@ -23,6 +25,16 @@ pub const NODE_CLAIM_MAILBOX: usize = 8;
 
 /// Failed steps in a row before the actor restarts.
 pub const MAX_CONSECUTIVE_FAILURES: u32 = 5;
+
+/// The longest wait between two attempts of a failing step.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(300);
+
+/// The wait after `failures` failed steps in a row: 200 ms, doubling, up to [`MAX_BACKOFF`].
+pub fn backoff(failures: u32) -> Duration {
+    Duration::from_millis(100)
+        .saturating_mul(1 << failures.min(16))
+        .min(MAX_BACKOFF)
+}
 
 /// See the module docs.
 pub struct NodeClaimActor {
@@ -83,12 +95,12 @@ impl NodeClaimActor {
                 Err(error) => {
                     actor.failures += 1;
                     tracing::warn!(nodeclaim = actor.name, failures = actor.failures, %error, "nodeclaim step failed");
-                    if actor.failures >= MAX_CONSECUTIVE_FAILURES {
+                    if actor.failures.is_multiple_of(MAX_CONSECUTIVE_FAILURES) {
                         ctx.stop();
                         return;
                     }
-                    let backoff = Duration::from_millis(100 << actor.failures.min(7));
-                    actor.wake = Some(ctx.run_later(backoff, |actor, ctx| actor.kick(ctx)));
+                    let wait = backoff(actor.failures);
+                    actor.wake = Some(ctx.run_later(wait, |actor, ctx| actor.kick(ctx)));
                 }
             }
             if actor.fold.finish() {
@@ -103,7 +115,13 @@ impl Actor for NodeClaimActor {
 
     fn started(&mut self, ctx: &mut Self::Context) {
         ctx.set_mailbox_capacity(NODE_CLAIM_MAILBOX);
-        self.kick(ctx);
+        if self.failures == 0 {
+            self.kick(ctx);
+        } else {
+            // Restarted after failures: the first step waits out the backoff it earned.
+            let wait = backoff(self.failures);
+            self.wake = Some(ctx.run_later(wait, |actor, ctx| actor.kick(ctx)));
+        }
     }
 }
 
@@ -117,7 +135,6 @@ impl Supervised for NodeClaimActor {
         );
         self.memory = Memory::default();
         self.fold = Fold::default();
-        self.failures = 0;
         self.wake = None;
     }
 }
@@ -128,5 +145,18 @@ impl Handler<Reconcile> for NodeClaimActor {
     fn handle(&mut self, _msg: Reconcile, ctx: &mut Self::Context) {
         let _span = tracing::debug_span!("nodeclaim.reconcile", nodeclaim = self.name).entered();
         self.kick(ctx);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_and_is_capped() {
+        assert_eq!(backoff(1), Duration::from_millis(200));
+        assert_eq!(backoff(5), Duration::from_millis(3_200));
+        assert_eq!(backoff(12), MAX_BACKOFF);
+        assert_eq!(backoff(u32::MAX), MAX_BACKOFF);
     }
 }

@@ -7,6 +7,7 @@
 //! the field and the rule it breaks, and a Warning event, and launches nothing until fixed.
 
 use actix::prelude::*;
+use futures::{StreamExt, stream};
 use joist_messages::{
     apis::{NodeClaim, NodePool, Validate},
     model::{
@@ -25,6 +26,9 @@ use crate::{
 
 /// Launch plans and pokes queued before senders wait or see `Full`.
 pub const NODE_POOL_MAILBOX: usize = 64;
+
+/// NodeClaim creates of one launch plan in flight at once.
+pub const CLAIM_CREATES_IN_FLIGHT: usize = 16;
 
 /// See the module docs.
 pub struct NodePoolActor {
@@ -84,14 +88,16 @@ impl Handler<LaunchPlan> for NodePoolActor {
     }
 }
 
-/// Creates the planned claims that still fit the pool's limits.
+/// Creates the planned claims that still fit the pool's limits: the limits are checked claim by
+/// claim against what the pool holds, then the creates run [`CLAIM_CREATES_IN_FLIGHT`] at a time.
+/// A create that fails is logged; its pods stay pending and the next pass plans for them again.
 async fn create_claims(shared: &Shared, name: &str, claims: Vec<NodeClaim>) {
     let Some(pool) = shared.read.node_pool(name) else {
         return;
     };
-    let api: Api<NodeClaim> = kube_ops::cluster(&shared.client);
     let mut used = snapshot::usage(&shared.read, name);
     let limits = Resources::from(&pool.spec.limits);
+    let mut accepted = Vec::with_capacity(claims.len());
     for claim in claims {
         let mut after = used.clone();
         after.add(&Resources::from(&claim.spec.resources.requests));
@@ -103,27 +109,36 @@ async fn create_claims(shared: &Shared, name: &str, claims: Vec<NodeClaim>) {
             .filter(|key| after.get(key) > limits.get(key))
             .cloned()
             .collect();
-        if !exceeded.is_empty() {
+        if exceeded.is_empty() {
+            accepted.push(claim);
+            used = after;
+        } else {
             let message = format!(
                 "nodepool {name:?} would exceed its limits on {}",
                 exceeded.join(", ")
             );
             shared.events.warn(pool.as_ref(), "LimitsExceeded", &message);
-            continue;
-        }
-        match api.create(&PostParams::default(), &claim).await {
-            Ok(created) => {
-                tracing::info!(
-                    nodepool = name,
-                    nodeclaim = created.name_any(),
-                    "created nodeclaim"
-                );
-                shared.read.record_created(created);
-                used = after;
-            }
-            Err(error) => tracing::warn!(nodepool = name, %error, "creating a nodeclaim failed"),
         }
     }
+    let api: Api<NodeClaim> = kube_ops::cluster(&shared.client);
+    stream::iter(accepted)
+        .for_each_concurrent(CLAIM_CREATES_IN_FLIGHT, |claim| {
+            let api = api.clone();
+            async move {
+                match api.create(&PostParams::default(), &claim).await {
+                    Ok(created) => {
+                        tracing::info!(
+                            nodepool = name,
+                            nodeclaim = created.name_any(),
+                            "created nodeclaim"
+                        );
+                        shared.read.record_created(created);
+                    }
+                    Err(error) => tracing::warn!(nodepool = name, %error, "creating a nodeclaim failed"),
+                }
+            }
+        })
+        .await;
 }
 
 /// Publishes usage and readiness.

@@ -19,7 +19,7 @@ use crate::{
     fold::Fold,
     kube_ops::is_true,
     protocol::{GetInstanceTypes, LaunchPlan, ProvisionBatch},
-    settings::SolverMode,
+    settings::{ACTOR_REQUEST_TIMEOUT, SolverMode},
     shared::Shared,
     snapshot,
 };
@@ -102,7 +102,7 @@ async fn provision(shared: Shared) {
             node_pool: pool.clone(),
             node_class: class,
         };
-        let types = match shared.catalog.send(request).await {
+        let types = match shared.catalog.send(request).timeout(ACTOR_REQUEST_TIMEOUT).await {
             Ok(Ok(types)) => types,
             Ok(Err(error)) => {
                 tracing::warn!(nodepool = pool.name_any(), %error, "listing instance types failed");
@@ -201,7 +201,11 @@ async fn dispatch(
             );
             continue;
         };
-        if let Err(error) = actor.send(LaunchPlan { claims }).await {
+        if let Err(error) = actor
+            .send(LaunchPlan { claims })
+            .timeout(ACTOR_REQUEST_TIMEOUT)
+            .await
+        {
             tracing::warn!(nodepool = name, %error, "the nodepool actor did not take its launch plan");
         }
     }

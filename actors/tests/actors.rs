@@ -424,6 +424,14 @@ async fn a_failing_nodeclaim_actor_is_restarted_and_the_others_carry_on() {
         .unwrap_or_else(|e| panic!("{e}"));
     let provider = good.status.and_then(|s| s.provider_id);
     assert_eq!(provider.as_deref(), Some("fake:///good-claim"));
+    // A failure that persists is retried ever more slowly across restarts: twenty more minutes
+    // bring a handful of calls (the backoff is capped at five minutes), not hundreds.
+    tokio::time::sleep(Duration::from_secs(20 * 60)).await;
+    let later = world.cloud.broken_calls.load(Ordering::SeqCst) - calls;
+    assert!(
+        (1..=8).contains(&later),
+        "{later} calls in twenty minutes: the restart must keep the backoff"
+    );
 }
 
 #[actix::test]
@@ -588,4 +596,54 @@ async fn nodepool_actors_sharded_over_arbiters_do_their_work() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+#[actix::test]
+async fn events_are_written_once_per_two_minutes_without_holding_up_the_caller() {
+    tokio::time::pause();
+    let world = world(Settings::default());
+    let events = joist_actors::events::Events::start(world.client.clone(), Clock::starting_at(EPOCH));
+    let pods: Vec<k8s_openapi::api::core::v1::Pod> = (0..5_000)
+        .map(|i| {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": format!("pod-{i}"), "namespace": "default", "uid": format!("uid-{i}")}
+            }))
+            .unwrap_or_else(|e| panic!("{e}"))
+        })
+        .collect();
+    // Two passes over 5,000 unschedulable pods: recording returns at once, and the second pass
+    // repeats the first's messages, so it writes nothing.
+    for _ in 0..2 {
+        for pod in &pods {
+            events.warn(
+                pod,
+                "FailedScheduling",
+                "Failed to schedule pod, no nodepool fits",
+            );
+        }
+    }
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let count = || {
+        world
+            .cluster
+            .store()
+            .list(&GroupResource::new("", "events"), None, None, None, |e| {
+                e["reason"] == "FailedScheduling"
+            })
+            .items
+            .len()
+    };
+    assert_eq!(count(), 5_000, "one event per pod, not one per pass");
+    tokio::time::sleep(joist_actors::events::DEDUPE_WINDOW).await;
+    events.warn(
+        &pods[0],
+        "FailedScheduling",
+        "Failed to schedule pod, no nodepool fits",
+    );
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        count(),
+        5_001,
+        "after two minutes the same event is written again"
+    );
 }

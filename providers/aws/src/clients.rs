@@ -2,7 +2,8 @@
 //! serves this one), built from one `SdkConfig`: the default credential chain
 //! (environment, profile, web identity for IRSA, container credentials for EKS Pod Identity,
 //! IMDS), the region, `AWS_ENDPOINT_URL` when set (aws-config reads it), and rustls with ring for
-//! TLS. Building never calls AWS; a missing region is an error naming the variable to set.
+//! TLS. Every call is bounded ([`AWS_CALL_TIMEOUT`], [`PRICING_CALL_TIMEOUT`]). Building never
+//! calls AWS; a missing region is an error naming the variable to set.
 
 use std::time::Duration;
 
@@ -17,6 +18,15 @@ use crate::pricing::pricing_endpoint_region;
 
 /// The longest one Price List API call (a page, with its retries) may take.
 pub const PRICING_CALL_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The longest one EC2, SSM or IAM call (with its retries) may take: a call that hangs fails, and
+/// the controller that made it retries on its own schedule instead of waiting forever.
+pub const AWS_CALL_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A timeout configuration bounding each operation, retries included, by `timeout`.
+fn bounded(timeout: Duration) -> TimeoutConfig {
+    TimeoutConfig::builder().operation_timeout(timeout).build()
+}
 
 /// Why the clients could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -65,16 +75,21 @@ impl AwsClients {
         // A price refresh runs in the background and must end: bound each call, retries included.
         let pricing = aws_sdk_pricing::config::Builder::from(config)
             .region(Region::new(pricing_endpoint_region(&region)))
-            .timeout_config(
-                TimeoutConfig::builder()
-                    .operation_timeout(PRICING_CALL_TIMEOUT)
-                    .build(),
-            )
+            .timeout_config(bounded(PRICING_CALL_TIMEOUT))
+            .build();
+        let ec2 = aws_sdk_ec2::config::Builder::from(config)
+            .timeout_config(bounded(AWS_CALL_TIMEOUT))
+            .build();
+        let ssm = aws_sdk_ssm::config::Builder::from(config)
+            .timeout_config(bounded(AWS_CALL_TIMEOUT))
+            .build();
+        let iam = aws_sdk_iam::config::Builder::from(config)
+            .timeout_config(bounded(AWS_CALL_TIMEOUT))
             .build();
         Ok(Self {
-            ec2: aws_sdk_ec2::Client::new(config),
-            ssm: aws_sdk_ssm::Client::new(config),
-            iam: aws_sdk_iam::Client::new(config),
+            ec2: aws_sdk_ec2::Client::from_conf(ec2),
+            ssm: aws_sdk_ssm::Client::from_conf(ssm),
+            iam: aws_sdk_iam::Client::from_conf(iam),
             pricing: aws_sdk_pricing::Client::from_conf(pricing),
             region,
         })
