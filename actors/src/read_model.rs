@@ -159,9 +159,13 @@ impl ReadModel {
 
     /// The created claims the watch has not shown yet, dropping those waited for too long.
     fn unseen_claims(&self) -> Vec<Arc<NodeClaim>> {
-        self.index
-            .created
-            .retain(|_, (_, at)| at.elapsed() < READ_MODEL_LAG);
+        self.index.created.retain(|name, (claim, at)| {
+            let fresh = at.elapsed() < READ_MODEL_LAG;
+            if !fresh && let Some(pool) = claim.labels().get(NODEPOOL) {
+                file(&self.index.claims_by_pool, pool, name.clone(), false);
+            }
+            fresh
+        });
         self.index
             .created
             .iter()
@@ -427,6 +431,54 @@ mod tests {
 
     fn object<K: serde::de::DeserializeOwned>(value: serde_json::Value) -> K {
         serde_json::from_value(value).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn claim(name: &str) -> NodeClaim {
+        object(serde_json::json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+            "metadata": {"name": name, "labels": {"karpenter.sh/nodepool": "pool"}},
+            "spec": {"requirements": [], "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "d"},
+                     "resources": {"requests": {"cpu": "3"}}},
+        }))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_claim_just_created_counts_before_its_watch_event() {
+        let (read, _writers) = ReadModel::new();
+        read.record_created(claim("pool-a"));
+        let names =
+            |claims: Vec<Arc<NodeClaim>>| -> Vec<String> { claims.iter().map(|c| c.name_any()).collect() };
+        assert_eq!(
+            names(read.node_claims()),
+            ["pool-a"],
+            "the next pass sees it as in flight"
+        );
+        assert_eq!(
+            names(read.node_claims_of("pool")),
+            ["pool-a"],
+            "and counts it against the pool's limits"
+        );
+        assert_eq!(crate::snapshot::existing_nodes(&read).len(), 1);
+        assert!(
+            read.node_claim("pool-a").is_none(),
+            "its actor still waits for the API's view"
+        );
+
+        // The watch shows it: it leaves the overlay (the store holds it from then on).
+        read.observe_claim(&claim("pool-a"), false);
+        assert!(read.index.created.is_empty());
+
+        // A claim the watch never shows (deleted before it was seen) is forgotten after the lag.
+        read.record_created(claim("pool-b"));
+        tokio::time::sleep(READ_MODEL_LAG).await;
+        assert!(read.node_claims().is_empty());
+        assert!(read.node_claims_of("pool").is_empty());
+        assert!(
+            read.index
+                .claims_by_pool
+                .get("pool")
+                .is_none_or(|c| !c.contains("pool-b"))
+        );
     }
 
     #[test]

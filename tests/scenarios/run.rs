@@ -10,10 +10,10 @@ use std::{
     time::Duration,
 };
 
-use joist_kubesim::{Cluster, ClusterSettings};
+use joist_kubesim::{Cluster, ClusterSettings, http::HttpServer};
 use joist_messages::apis::NodeClaim;
 use joist_provider::CloudError;
-use joist_provider_aws::instances;
+use joist_provider_aws::{clients::AwsClients, instances};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, PostParams};
 
@@ -71,45 +71,59 @@ fn condition(claim: &NodeClaim, type_: &str) -> bool {
         .any(|c| c.type_ == type_ && c.status == "True")
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn joist_run_launches_a_moto_instance_for_a_pending_pod_and_initializes_its_node() {
-    let clients = moto::clients().await;
-    let subnets = clients
-        .ec2
-        .describe_subnets()
-        .send()
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-    let subnet = subnets
-        .subnets()
-        .iter()
-        .find(|s| s.availability_zone() == Some("us-west-2a"))
-        .and_then(|s| s.subnet_id())
-        .unwrap_or_else(|| panic!("moto has no subnet in us-west-2a"))
-        .to_owned();
+/// kubesim over HTTP with Joist's CRDs, `joist run` against it and moto, and an EC2NodeClass on
+/// moto's subnet in us-west-2a and a NodePool of `instance_types`; `env` adds settings.
+struct World {
+    clients: AwsClients,
+    client: kube::Client,
+    joist: Joist,
+    _server: HttpServer,
+    _cluster: Cluster,
+}
 
-    let cluster = Cluster::start(ClusterSettings::default());
-    cluster
-        .install_crds(joist_messages::apis::crds().into_iter().map(|(_, crd)| crd))
-        .unwrap_or_else(|e| panic!("{e}"));
-    let server = cluster.serve_http(0).await.unwrap_or_else(|e| panic!("{e}"));
-    let dir = std::env::temp_dir().join(format!("joist-e2e-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
-    let kubeconfig = dir.join("kubeconfig");
-    server
-        .write_kubeconfig(&kubeconfig)
-        .unwrap_or_else(|e| panic!("{e}"));
-    let client = cluster.client();
-    let version = client.apiserver_version().await.unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(
-        format!("{}.{}", version.major, version.minor),
-        moto::KUBERNETES,
-        "moto is seeded with the AMI parameters of kubesim's version"
-    );
+impl World {
+    async fn start(instance_types: &str, env: &[(&str, &str)]) -> Self {
+        let clients = moto::clients().await;
+        let subnets = clients
+            .ec2
+            .describe_subnets()
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let subnet = subnets
+            .subnets()
+            .iter()
+            .find(|s| s.availability_zone() == Some("us-west-2a"))
+            .and_then(|s| s.subnet_id())
+            .unwrap_or_else(|| panic!("moto has no subnet in us-west-2a"))
+            .to_owned();
 
-    let log = dir.join("joist.log");
-    let mut joist = Joist {
-        child: Command::new(env!("CARGO_BIN_EXE_joist"))
+        let cluster = Cluster::start(ClusterSettings::default());
+        cluster
+            .install_crds(joist_messages::apis::crds().into_iter().map(|(_, crd)| crd))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let server = cluster.serve_http(0).await.unwrap_or_else(|e| panic!("{e}"));
+        let dir = std::env::temp_dir().join(format!(
+            "joist-e2e-{}-{}",
+            std::process::id(),
+            instance_types.len()
+        ));
+        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
+        let kubeconfig = dir.join("kubeconfig");
+        server
+            .write_kubeconfig(&kubeconfig)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let client = cluster.client();
+        let version = client.apiserver_version().await.unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            format!("{}.{}", version.major, version.minor),
+            moto::KUBERNETES,
+            "moto is seeded with the AMI parameters of kubesim's version"
+        );
+
+        let log = dir.join("joist.log");
+        let mut command = Command::new(env!("CARGO_BIN_EXE_joist"));
+        command
             .arg("run")
             .env_clear()
             .env("PATH", std::env::var("PATH").unwrap_or_default())
@@ -123,16 +137,19 @@ async fn joist_run_launches_a_moto_instance_for_a_pending_pod_and_initializes_it
             .env("AWS_ACCESS_KEY_ID", "testing")
             .env("AWS_SECRET_ACCESS_KEY", "testing")
             .env("AWS_EC2_METADATA_DISABLED", "true")
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap_or_else(|e| panic!("{e}")))
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start joist run: {e}")),
-        log,
-    };
+            .stderr(std::fs::File::create(&log).unwrap_or_else(|e| panic!("{e}")));
+        let joist = Joist {
+            child: command
+                .spawn()
+                .unwrap_or_else(|e| panic!("cannot start joist run: {e}")),
+            log,
+        };
 
-    let classes: Api<joist_messages::apis::EC2NodeClass> = Api::all(client.clone());
-    let class = yaml(&format!(
-        "apiVersion: karpenter.k8s.aws/v1
+        let classes: Api<joist_messages::apis::EC2NodeClass> = Api::all(client.clone());
+        let class = yaml(&format!(
+            "apiVersion: karpenter.k8s.aws/v1
 kind: EC2NodeClass
 metadata: {{name: default}}
 spec:
@@ -141,44 +158,69 @@ spec:
   subnetSelectorTerms: [{{id: {subnet}}}]
   securityGroupSelectorTerms: [{{name: default}}]
 "
-    ));
-    classes
-        .create(&PostParams::default(), &class)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-    let pools: Api<joist_messages::apis::NodePool> = Api::all(client.clone());
-    let pool = yaml(
-        "apiVersion: karpenter.sh/v1
+        ));
+        classes
+            .create(&PostParams::default(), &class)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let pools: Api<joist_messages::apis::NodePool> = Api::all(client.clone());
+        let pool = yaml(&format!(
+            "apiVersion: karpenter.sh/v1
 kind: NodePool
-metadata: {name: default}
+metadata: {{name: default}}
 spec:
   template:
     spec:
-      nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}
+      nodeClassRef: {{group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}}
       requirements:
-      - {key: karpenter.sh/capacity-type, operator: In, values: [on-demand]}
-      - {key: node.kubernetes.io/instance-type, operator: In, values: [m5.large, m5.xlarge]}
-",
-    );
-    pools
-        .create(&PostParams::default(), &pool)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
-    let pod = yaml(
-        "apiVersion: v1
+      - {{key: karpenter.sh/capacity-type, operator: In, values: [on-demand]}}
+      - {{key: node.kubernetes.io/instance-type, operator: In, values: [{instance_types}]}}
+"
+        ));
+        pools
+            .create(&PostParams::default(), &pool)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        Self {
+            clients,
+            client,
+            joist,
+            _server: server,
+            _cluster: cluster,
+        }
+    }
+
+    /// A pod asking for `cpu` CPUs and 1 GiB.
+    async fn pod(&self, name: &str, cpu: &str) {
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), "default");
+        let pod = yaml(&format!(
+            "apiVersion: v1
 kind: Pod
-metadata: {name: web}
+metadata: {{name: {name}}}
 spec:
   containers:
   - name: web
     image: nginx
-    resources: {requests: {cpu: '1', memory: 1Gi}}
-",
-    );
-    pods.create(&PostParams::default(), &pod)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    resources: {{requests: {{cpu: '{cpu}', memory: 1Gi}}}}
+"
+        ));
+        pods.create(&PostParams::default(), &pod)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn joist_run_launches_a_moto_instance_for_a_pending_pod_and_initializes_its_node() {
+    let world = World::start("m5.large, m5.xlarge", &[]).await;
+    world.pod("web", "1").await;
+    let World {
+        clients,
+        client,
+        mut joist,
+        _server,
+        _cluster,
+    } = world;
 
     let claims: Api<NodeClaim> = Api::all(client.clone());
     let launched = eventually(&joist, "a launched NodeClaim", || async {
@@ -259,6 +301,40 @@ status:
     assert!(
         !matches!(still_there, Err(CloudError::NodeClaimNotFound { .. })),
         "stopping the controller leaves the node's instance running"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bursts_of_pending_pods_over_http_get_one_nodeclaim_per_needed_node() {
+    // Short batch windows make passes run back to back, each right after the last one created its
+    // claims: a pass that did not see those claims yet would launch for the same pods again.
+    let world = World::start(
+        "m5.xlarge",
+        &[("BATCH_IDLE_DURATION", "100ms"), ("BATCH_MAX_DURATION", "300ms")],
+    )
+    .await;
+    // Three CPUs each: one pod per m5.xlarge, so the pods need exactly as many nodes.
+    const PODS: usize = 20;
+    for burst in 0..4 {
+        for i in 0..PODS / 4 {
+            world.pod(&format!("burst-{burst}-{i}"), "3").await;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let claims: Api<NodeClaim> = Api::all(world.client.clone());
+    let count = || async { claims.list(&Default::default()).await.map(|l| l.items.len()).ok() };
+    let reached = eventually(&world.joist, "a NodeClaim for every pod", || async {
+        count().await.filter(|n| *n >= PODS)
+    })
+    .await;
+    // Passes keep running (every 10 s, and as the claims launch): none may add a claim.
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    let settled = count().await.unwrap_or_default();
+    assert_eq!(
+        (reached, settled),
+        (PODS, PODS),
+        "one NodeClaim per pod that needs its own node; joist run logged:\n{}",
+        world.joist.log()
     );
 }
 
