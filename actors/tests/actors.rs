@@ -225,6 +225,18 @@ impl CloudProvider for FakeCloud {
     fn is_drifted<'a>(&'a self, _claim: &'a NodeClaim) -> CloudFuture<'a, Option<Drift>> {
         Box::pin(async { Ok(None) })
     }
+    fn name_instance<'a>(&'a self, provider_id: &'a str, node_name: &'a str) -> CloudFuture<'a, ()> {
+        Box::pin(async move {
+            let mut instances = locked(&self.instances);
+            let instance = instances
+                .get_mut(provider_id)
+                .ok_or_else(|| CloudError::NodeClaimNotFound {
+                    provider_id: provider_id.to_owned(),
+                })?;
+            instance.tags.insert("Name".into(), node_name.into());
+            Ok(())
+        })
+    }
 }
 
 #[actix::test]

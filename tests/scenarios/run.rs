@@ -273,10 +273,19 @@ status:
         (condition(&claim, "Registered") && condition(&claim, "Initialized")).then_some(claim)
     })
     .await;
+    let node_name = "ip-10-0-0-10.us-west-2.compute.internal";
     assert_eq!(
         initialized.status.and_then(|s| s.node_name).as_deref(),
-        Some("ip-10-0-0-10.us-west-2.compute.internal")
+        Some(node_name)
     );
+    // Karpenter's tagging: the instance is named after its Node, and the claim says so.
+    eventually(&joist, "the instance named after its node", || async {
+        let instance = instances::get(&clients, &provider_id).await.ok()?;
+        let claim = claims.get(&claim_name).await.ok()?;
+        let tagged = claim.metadata.annotations?.get("karpenter.k8s.aws/tagged")? == "true";
+        (tagged && instance.tags.get("Name").map(String::as_str) == Some(node_name)).then_some(())
+    })
+    .await;
 
     // SIGTERM, as Kubernetes stops a pod: a clean exit.
     let stopped = Command::new("kill")

@@ -8,7 +8,7 @@ use std::{sync::Arc, time::Duration};
 
 use joist_messages::{
     apis::NodeClaim,
-    labels::TERMINATION_FINALIZER,
+    labels::{TERMINATION_FINALIZER, annotations::TAGGED},
     model::{quantity::Quantity, resources::Resources},
 };
 use joist_provider::{CloudError, Launch, OfferingKey};
@@ -93,6 +93,13 @@ pub enum Action {
     Register,
     /// Label the Node initialized and mark the claim `Initialized` and `Ready`.
     Initialize,
+    /// Name the instance after its Node, then annotate the claim `karpenter.k8s.aws/tagged`.
+    NameInstance {
+        /// The instance.
+        provider_id: String,
+        /// The Node's name.
+        node_name: String,
+    },
     /// Taint the Node `karpenter.sh/disrupted:NoSchedule` and exclude it from load balancers.
     Taint,
     /// Evict these pods through the Eviction API (each with its UID as a precondition).
@@ -241,10 +248,19 @@ pub fn decide(facts: &Facts<'_>, memory: &mut Memory) -> Plan {
     if !registered {
         return Plan::act(vec![Action::Register], Next::OnChange);
     }
+    let mut actions = Vec::new();
     if !is_true(&status.conditions, "Initialized") && initialized(claim, node) {
-        return Plan::act(vec![Action::Initialize], Next::OnChange);
+        actions.push(Action::Initialize);
     }
-    Plan::wait(Next::OnChange)
+    if claim.annotations().get(TAGGED).is_none_or(|v| v != "true")
+        && let Some(provider_id) = status.provider_id
+    {
+        actions.push(Action::NameInstance {
+            provider_id,
+            node_name: node.name_any(),
+        });
+    }
+    Plan::act(actions, Next::OnChange)
 }
 
 /// What follows a launch attempt: a launch is recorded; a capacity error marks the offerings and
@@ -720,11 +736,31 @@ mod tests {
             case.node = Some(node);
             let plan = case.decide(&mut Memory::default());
             assert_eq!(
-                plan.actions == [Action::Initialize],
+                plan.actions.contains(&Action::Initialize),
                 initializes,
                 "{node:?}: {plan:?}"
             );
         }
+    }
+
+    #[test]
+    fn a_registered_instance_is_named_after_its_node_once() {
+        let mut claim = registered(json!({}));
+        let node = node(true, json!([]), json!({}));
+        let named = Action::NameInstance {
+            provider_id: "aws:///zone-a/i-1".into(),
+            node_name: "n".into(),
+        };
+        let mut case = Case::new(&claim);
+        case.node = Some(&node);
+        assert!(case.decide(&mut Memory::default()).actions.contains(&named));
+        claim.metadata.annotations = Some([(TAGGED.to_owned(), "true".to_owned())].into());
+        let mut case = Case::new(&claim);
+        case.node = Some(&node);
+        assert!(
+            !case.decide(&mut Memory::default()).actions.contains(&named),
+            "tagged already"
+        );
     }
 
     #[test]

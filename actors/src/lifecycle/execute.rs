@@ -13,7 +13,7 @@ use joist_messages::{
     apis::NodeClaim,
     labels::{
         CAPACITY_TYPE, EXCLUDE_FROM_EXTERNAL_LB, INITIALIZED, INSTANCE_TYPE, NODEPOOL, REGISTERED,
-        TERMINATION_FINALIZER, ZONE, taints,
+        TERMINATION_FINALIZER, ZONE, annotations::TAGGED, taints,
     },
     time::system_time,
 };
@@ -103,6 +103,10 @@ async fn perform(
                 initialize(shared, target.claim, node(target)?).await?;
                 memory.finished = Some((Phase::Initialization, Instant::now()));
             }
+            Action::NameInstance {
+                provider_id,
+                node_name,
+            } => name_instance(shared, target.claim, &provider_id, &node_name).await?,
             Action::Taint => taint(shared, node(target)?).await?,
             Action::Evict(pods) => next = after_evictions(evict(shared, pods).await?),
             Action::TerminateInstance(provider_id) => {
@@ -329,6 +333,28 @@ async fn initialize(shared: &Shared, claim: &NodeClaim, node: &Node) -> Result<(
         node = node.name_any(),
         "initialized"
     );
+    Ok(())
+}
+
+/// Names the instance after its Node and records on the claim that it is done (an instance
+/// already gone needs no name).
+async fn name_instance(
+    shared: &Shared,
+    claim: &NodeClaim,
+    provider_id: &str,
+    node_name: &str,
+) -> Result<(), StepError> {
+    match shared.cloud.name_instance(provider_id, node_name).await {
+        Ok(()) | Err(CloudError::NodeClaimNotFound { .. }) => {}
+        Err(error) => return Err(error.into()),
+    }
+    let body = json!({"metadata": {"annotations": {TAGGED: "true"}}});
+    kube_ops::patch(
+        &kube_ops::cluster::<NodeClaim>(&shared.client),
+        &claim.name_any(),
+        body,
+    )
+    .await?;
     Ok(())
 }
 

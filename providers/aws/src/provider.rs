@@ -97,6 +97,9 @@ pub struct AwsCloud {
 
 type FleetResult = Result<(Launched, Vec<OfferingKey>), CloudError>;
 
+/// The least time between two CreateTags calls that name instances after their Nodes.
+pub const CREATE_TAGS_INTERVAL: Duration = Duration::from_secs(1);
+
 struct Inner {
     clients: AwsClients,
     kube: kube::Client,
@@ -106,6 +109,8 @@ struct Inner {
     templates: LaunchTemplates,
     fleets: Coalescer<FleetRequest, (), FleetResult>,
     terminations: Coalescer<(), String, Result<(), CloudError>>,
+    /// When the next CreateTags call for a Node name may go out.
+    next_create_tags: Mutex<Instant>,
 }
 
 impl AwsCloud {
@@ -153,6 +158,7 @@ impl AwsCloud {
             templates: LaunchTemplates::default(),
             fleets,
             terminations,
+            next_create_tags: Mutex::new(Instant::now()),
         });
         let weak = Arc::downgrade(&inner);
         tokio::spawn(async move {
@@ -552,6 +558,29 @@ impl CloudProvider for AwsCloud {
                     reason: other.to_string(),
                 },
             })
+        })
+    }
+
+    fn name_instance<'a>(&'a self, provider_id: &'a str, node_name: &'a str) -> CloudFuture<'a, ()> {
+        Box::pin(async move {
+            let not_found = || CloudError::NodeClaimNotFound {
+                provider_id: provider_id.to_owned(),
+            };
+            let id = instances::instance_id(provider_id).ok_or_else(not_found)?;
+            // CreateTags is rate limited account-wide: Joist spends at most one call a second.
+            let slot = {
+                let mut next = self.inner.next_create_tags.lock().await;
+                let slot = (*next).max(Instant::now());
+                *next = slot + CREATE_TAGS_INTERVAL;
+                slot
+            };
+            tokio::time::sleep_until(slot).await;
+            instances::tag(&self.inner.clients, id, &[("Name", node_name)])
+                .await
+                .map_err(|error| match error.code() {
+                    Some(code) if code.starts_with("InvalidInstanceID") => not_found(),
+                    _ => error.into(),
+                })
         })
     }
 

@@ -141,4 +141,9 @@ pub trait CloudProvider: Send + Sync + 'static {
 
     /// Whether the claim's instance has drifted from what its node class now resolves to.
     fn is_drifted<'a>(&'a self, claim: &'a NodeClaim) -> CloudFuture<'a, Option<Drift>>;
+
+    /// Names the instance after the Node it registered as (EC2's `Name` tag, as Karpenter's
+    /// tagging controller writes it once the Node is known); [`CloudError::NodeClaimNotFound`] when
+    /// the instance is gone.
+    fn name_instance<'a>(&'a self, provider_id: &'a str, node_name: &'a str) -> CloudFuture<'a, ()>;
 }

@@ -421,6 +421,25 @@ impl CloudProvider for SimCloud {
         })
     }
 
+    fn name_instance<'a>(&'a self, provider_id: &'a str, node_name: &'a str) -> CloudFuture<'a, ()> {
+        Box::pin(async move {
+            let mut state = self.inner.books.lock();
+            let instance = state
+                .instances
+                .get_mut(Self::instance_id(provider_id))
+                .filter(|t| t.record.ended.is_none())
+                .ok_or_else(|| CloudError::NodeClaimNotFound {
+                    provider_id: provider_id.to_owned(),
+                })?;
+            instance
+                .record
+                .instance
+                .tags
+                .insert("Name".to_owned(), node_name.to_owned());
+            Ok(())
+        })
+    }
+
     fn is_drifted<'a>(&'a self, _claim: &'a NodeClaim) -> CloudFuture<'a, Option<Drift>> {
         Box::pin(async { Ok(None) })
     }
