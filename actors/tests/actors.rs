@@ -659,3 +659,85 @@ async fn events_are_written_once_per_two_minutes_without_holding_up_the_caller()
         "after two minutes the same event is written again"
     );
 }
+
+#[actix::test]
+async fn registration_never_undoes_a_taint_another_agent_just_removed() {
+    use joist_actors::lifecycle::{
+        decide::{Action, Memory, Next, Plan},
+        execute::{STALE_VIEW_RETRY, Target, execute},
+    };
+    let world = world(Settings::default());
+    let nodes = GroupResource::new("", "nodes");
+    let store = world.cluster.store();
+    let node = serde_json::json!({
+        "apiVersion": "v1", "kind": "Node", "metadata": {"name": "n-1"},
+        "spec": {"providerID": "fake:///unclaimed", "taints": [
+            {"key": "karpenter.sh/unregistered", "effect": "NoExecute"},
+            {"key": "agent.io/starting", "effect": "NoSchedule"}]},
+    });
+    let created = store
+        .create(&nodes, "", node, false)
+        .unwrap_or_else(|e| panic!("{e}"));
+    // What Joist read: the node with both taints.
+    let stale: k8s_openapi::api::core::v1::Node =
+        serde_json::from_value((*created).clone()).unwrap_or_else(|e| panic!("{e}"));
+    // Meanwhile the node's agent removes its startup taint.
+    let key = joist_kubesim::store::ObjectKey::new("", "n-1");
+    store
+        .modify(
+            &nodes,
+            &key,
+            joist_kubesim::store::Part::Whole,
+            false,
+            |current| {
+                let mut next = current.clone();
+                next["spec"]["taints"] =
+                    serde_json::json!([{"key": "karpenter.sh/unregistered", "effect": "NoExecute"}]);
+                Ok(next)
+            },
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+    let claim: NodeClaim = serde_json::from_value(serde_json::json!({
+        "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim", "metadata": {"name": "c", "uid": "c-uid"},
+        "spec": {"requirements": [], "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}},
+    }))
+    .unwrap_or_else(|e| panic!("{e}"));
+    let register = || Plan {
+        actions: vec![Action::Register],
+        next: Next::OnChange,
+    };
+    let shared = &world.controllers.shared;
+    let target = Target {
+        claim: &claim,
+        node: Some(&stale),
+    };
+    let next = execute(shared, &target, register(), &mut Memory::default()).await;
+    assert_eq!(
+        next.ok(),
+        Some(Next::After(STALE_VIEW_RETRY)),
+        "a stale view is refused"
+    );
+    let taints = |node: &serde_json::Value| node["spec"]["taints"].clone();
+    let now = store.get(&nodes, &key).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        taints(&now),
+        serde_json::json!([{"key": "karpenter.sh/unregistered", "effect": "NoExecute"}]),
+        "the agent's removal stands"
+    );
+    // Looking again with the fresh node registers it: the boot taint goes, nothing comes back.
+    let fresh: k8s_openapi::api::core::v1::Node =
+        serde_json::from_value((*now).clone()).unwrap_or_else(|e| panic!("{e}"));
+    let target = Target {
+        claim: &claim,
+        node: Some(&fresh),
+    };
+    execute(shared, &target, register(), &mut Memory::default())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let registered = store.get(&nodes, &key).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(taints(&registered), serde_json::json!([]));
+    assert_eq!(
+        registered["metadata"]["labels"]["karpenter.sh/registered"],
+        "true"
+    );
+}
