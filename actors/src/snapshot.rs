@@ -38,6 +38,15 @@ pub fn resources_of(list: &BTreeMap<String, KubeQuantity>) -> Resources {
         .collect()
 }
 
+/// What a Node says it can hold (its `status.allocatable`; empty when it says nothing).
+pub fn node_allocatable(node: &Node) -> Resources {
+    node.status
+        .as_ref()
+        .and_then(|s| s.allocatable.as_ref())
+        .map(resources_of)
+        .unwrap_or_default()
+}
+
 /// The nodes the simulation may place pods on: registered Nodes that are not being deleted,
 /// cordoned or drained, then NodeClaims still launching or booting.
 pub fn existing_nodes(read: &ReadModel) -> Vec<ExistingNode> {
@@ -98,12 +107,7 @@ fn existing_node(read: &ReadModel, node: &Node, claim: Option<&NodeClaim>) -> Ex
             .filter(|t| !is_ephemeral(t))
             .collect(),
     };
-    let allocatable = node
-        .status
-        .as_ref()
-        .and_then(|s| s.allocatable.as_ref())
-        .map(resources_of)
-        .unwrap_or_default();
+    let allocatable = node_allocatable(node);
     let pods = read
         .pods_on(&node.name_any())
         .iter()

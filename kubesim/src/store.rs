@@ -131,6 +131,17 @@ pub struct DeleteOptions {
     pub dry_run: bool,
 }
 
+impl DeleteOptions {
+    /// A delete with no grace period: the object goes at once (a kubelet's final delete of a
+    /// stopped pod, pod garbage collection).
+    pub fn immediate() -> Self {
+        Self {
+            grace_period_seconds: Some(0),
+            ..Self::default()
+        }
+    }
+}
+
 /// One page of a list.
 #[derive(Debug, Clone)]
 pub struct ListPage {

@@ -20,7 +20,7 @@ use crate::{
     kube_ops::is_true,
     node_trace::Phase,
     settings::{LAUNCH_TIMEOUT, MINIMUM_DRAIN_TIME, REGISTRATION_TIMEOUT},
-    snapshot::{finished, is_ephemeral, resources_of},
+    snapshot::{finished, is_ephemeral, node_allocatable},
 };
 
 /// How long the read model may lag the API: a finished phase missing from it, or a claim's pool or
@@ -415,12 +415,7 @@ fn extended_resources_registered(claim: &NodeClaim, node: &Node) -> bool {
     let Some(capacity) = claim.status.as_ref().map(|s| Resources::from(&s.capacity)) else {
         return true;
     };
-    let allocatable = node
-        .status
-        .as_ref()
-        .and_then(|s| s.allocatable.as_ref())
-        .map(resources_of)
-        .unwrap_or_default();
+    let allocatable = node_allocatable(node);
     capacity
         .iter()
         .filter(|(name, q)| is_extended(name) && *q > Quantity::ZERO)

@@ -114,12 +114,8 @@ impl Kubelets {
             self.ready_nodes.remove(&name);
             self.waiting.remove(&name);
             let pods = GroupResource::new("", "pods");
-            let force = DeleteOptions {
-                grace_period_seconds: Some(0),
-                ..DeleteOptions::default()
-            };
             for pod in self.pods_by_node.remove(&name).unwrap_or_default() {
-                if let Err(error) = store.delete(&pods, &pod, &force) {
+                if let Err(error) = store.delete(&pods, &pod, &DeleteOptions::immediate()) {
                     tracing::debug!(%error, pod = %pod.name, "kubesim pod gc: cannot delete");
                 }
             }
@@ -257,11 +253,8 @@ impl Kubelets {
                 }),
             ),
             Action::StopPod(key) => {
-                let force = DeleteOptions {
-                    grace_period_seconds: Some(0),
-                    ..DeleteOptions::default()
-                };
-                if let Err(error) = store.delete(&GroupResource::new("", "pods"), key, &force) {
+                let pods = GroupResource::new("", "pods");
+                if let Err(error) = store.delete(&pods, key, &DeleteOptions::immediate()) {
                     tracing::debug!(%error, pod = %key.name, "kubesim kubelet: stopped pod already gone");
                 }
                 return;
