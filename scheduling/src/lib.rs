@@ -3,12 +3,13 @@
 //! No I/O, no async, no actor runtime: providers and actors depend on it, never the reverse.
 //! [`pod`] and [`terms`] turn Kubernetes pods into the compact form the simulation works on,
 //! [`input`] describes a problem (nodes, NodePools, instance types, daemonsets, pods),
-//! [`solver::solve`] answers it with a [`solution::Solution`], and [`workloads`] builds the
-//! benchmark problems.
+//! [`solver::solve`] answers it with a [`solution::Solution`], [`consolidation`] asks it whether
+//! nodes can go, and [`workloads`] builds the benchmark problems.
 
 mod bitset;
 mod catalog;
 mod classes;
+pub mod consolidation;
 mod dims;
 pub mod input;
 pub mod pod;

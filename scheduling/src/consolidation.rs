@@ -1,0 +1,260 @@
+//! The consolidation search (DESIGN.md §3): can these nodes go, and what would replace them?
+//!
+//! As Karpenter decides it: the candidates' reschedulable pods (the caller leaves out DaemonSet
+//! pods and pods that are finishing) are simulated with the provisioning solver, every constraint
+//! it knows included, against the cluster without the candidates plus whatever the NodePools can
+//! launch. When every pod fits on the remaining nodes, the candidates can be **deleted**. When they
+//! need exactly one new node that is strictly cheaper than the candidates together, they can be
+//! **replaced** by it, its instance types narrowed to the ones cheaper than what they replace.
+//! Consolidation never turns nodes into more nodes: needing two new nodes is a refusal. Spot nodes
+//! are replaced by spot nodes only with [`Settings::spot_to_spot`] (Karpenter's
+//! `SpotToSpotConsolidation` gate), and then only when at least [`SPOT_TO_SPOT_MIN_TYPES`] cheaper
+//! spot types exist, of which the cheapest that many are kept, so one spot node is not replaced
+//! over and over.
+//!
+//! The search borrows the caller's [`Input`] (the base, built once per pass) and simulates each
+//! set of candidates as a change to it: the candidates' nodes are taken out for the simulation and
+//! put back after, so nothing of the cluster is copied per candidate. Failures are values
+//! ([`Refusal`]), written for people, as Karpenter's `Unconsolidatable` events are.
+
+use std::fmt;
+
+use joist_messages::{
+    labels::CAPACITY_TYPE,
+    model::{
+        instance_type::CapacityType,
+        requirements::{Operator, Requirement},
+    },
+};
+
+use crate::{
+    input::{ExistingNode, Input},
+    pod::PodInfo,
+    solution::NewClaim,
+    solver::solve,
+};
+
+/// Spot replacements need at least this many cheaper spot types, and keep that many.
+pub const SPOT_TO_SPOT_MIN_TYPES: usize = 15;
+
+/// A node consolidation may remove.
+#[derive(Debug, Clone)]
+pub struct Candidate {
+    /// Its position in `Input::nodes`.
+    pub node: usize,
+    /// What it costs per hour.
+    pub price: f64,
+    /// Its capacity type.
+    pub capacity_type: CapacityType,
+    /// The pods that must find another place.
+    pub pods: Vec<PodInfo>,
+}
+
+/// What consolidation may do.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Settings {
+    /// Karpenter's `SpotToSpotConsolidation` feature gate.
+    pub spot_to_spot: bool,
+}
+
+/// A way to remove the candidates.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Decision {
+    /// Every pod fits on the remaining nodes.
+    Delete,
+    /// Every pod fits on the remaining nodes and one new, cheaper node.
+    Replace(Replacement),
+}
+
+/// The node that replaces the candidates.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Replacement {
+    /// The NodeClaim to launch, instance types cheaper than the candidates only.
+    pub claim: NewClaim,
+    /// The cheapest price it may launch at, per hour.
+    pub price: f64,
+}
+
+impl Decision {
+    /// The hourly cost of what the decision launches.
+    pub fn launch_price(&self) -> f64 {
+        match self {
+            Decision::Delete => 0.0,
+            Decision::Replace(replacement) => replacement.price,
+        }
+    }
+}
+
+/// Why the candidates cannot go.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Refusal {
+    /// A pod fits nowhere, not even on new capacity.
+    PodDoesNotFit {
+        /// The pod's name.
+        pod: String,
+        /// Why, per NodePool.
+        reason: String,
+    },
+    /// The pods need more than one new node.
+    MoreThanOneNode {
+        /// How many.
+        nodes: usize,
+    },
+    /// The cheapest replacement is not cheaper.
+    NotCheaper {
+        /// The replacement's price.
+        replacement: f64,
+        /// The candidates' price.
+        current: f64,
+    },
+    /// Spot would be replaced by spot, which the feature gate forbids or too few types allow.
+    SpotToSpot {
+        /// How many cheaper spot types there are.
+        cheaper_types: usize,
+        /// Whether the gate is on.
+        enabled: bool,
+    },
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Refusal::PodDoesNotFit { pod, reason } => write!(f, "pod {pod} would not fit: {reason}"),
+            Refusal::MoreThanOneNode { nodes } => {
+                write!(
+                    f,
+                    "its pods would need {nodes} new nodes, and consolidation launches at most one"
+                )
+            }
+            Refusal::NotCheaper { replacement, current } => write!(
+                f,
+                "the cheapest replacement (${replacement:.4}/h) is not cheaper than ${current:.4}/h"
+            ),
+            Refusal::SpotToSpot { enabled: false, .. } => {
+                f.write_str("spot-to-spot consolidation is disabled (feature gate SpotToSpotConsolidation)")
+            }
+            Refusal::SpotToSpot { cheaper_types, .. } => write!(
+                f,
+                "spot-to-spot replacement needs {SPOT_TO_SPOT_MIN_TYPES} cheaper spot types, found {cheaper_types}"
+            ),
+        }
+    }
+}
+
+/// Decides whether `candidates` (positions into `base.nodes`, distinct) can go (see the module
+/// docs). `base.pods` must be empty; it is left as it was found.
+pub fn consolidate(
+    base: &mut Input,
+    candidates: &[&Candidate],
+    settings: Settings,
+) -> Result<Decision, Refusal> {
+    let current: f64 = candidates.iter().map(|c| c.price).sum();
+    let removed = take_nodes(base, candidates);
+    base.pods = candidates.iter().flat_map(|c| c.pods.iter().cloned()).collect();
+    let solution = solve(base);
+    let pods = std::mem::take(&mut base.pods);
+    put_back(base, removed);
+    if let Some(unschedulable) = solution.unschedulable.first() {
+        return Err(Refusal::PodDoesNotFit {
+            pod: pods[unschedulable.pod].name.clone(),
+            reason: unschedulable.to_string(),
+        });
+    }
+    let mut claims = solution.claims;
+    match claims.len() {
+        0 => Ok(Decision::Delete),
+        1 => {
+            let all_spot = candidates.iter().all(|c| c.capacity_type == CapacityType::Spot);
+            replacement(base, claims.remove(0), current, all_spot, settings).map(Decision::Replace)
+        }
+        nodes => Err(Refusal::MoreThanOneNode { nodes }),
+    }
+}
+
+/// Moves the candidates' nodes out of `base`, remembering where they stood.
+fn take_nodes(base: &mut Input, candidates: &[&Candidate]) -> Vec<(usize, ExistingNode)> {
+    let mut positions: Vec<usize> = candidates.iter().map(|c| c.node).collect();
+    positions.sort_unstable_by(|a, b| b.cmp(a));
+    positions.dedup();
+    positions
+        .into_iter()
+        .map(|position| (position, base.nodes.remove(position)))
+        .collect()
+}
+
+/// Puts back what [`take_nodes`] took, in place.
+fn put_back(base: &mut Input, removed: Vec<(usize, ExistingNode)>) {
+    for (position, node) in removed.into_iter().rev() {
+        base.nodes.insert(position, node);
+    }
+}
+
+/// The replacement for a claim the simulation opened: its instance types cut to those cheaper
+/// than `current`, pinned to the capacity type of the cheapest, spot-to-spot rules applied.
+fn replacement(
+    base: &Input,
+    mut claim: NewClaim,
+    current: f64,
+    all_spot: bool,
+    settings: Settings,
+) -> Result<Replacement, Refusal> {
+    let offer = |i: usize| {
+        let it = &base.instance_types[i];
+        it.offerings
+            .iter()
+            .filter(|o| {
+                o.available
+                    && claim
+                        .requirements
+                        .get(CAPACITY_TYPE)
+                        .is_none_or(|r| r.has(o.capacity_type.label()))
+            })
+            .filter(|o| {
+                claim
+                    .requirements
+                    .get(joist_messages::labels::ZONE)
+                    .is_none_or(|r| r.has(&o.zone))
+            })
+            .min_by(|a, b| a.price.total_cmp(&b.price))
+            .map(|o| (o.price, o.capacity_type))
+    };
+    let Some((cheapest, capacity_type)) = claim.instance_types.first().and_then(|&i| offer(i)) else {
+        return Err(Refusal::NotCheaper {
+            replacement: claim.price,
+            current,
+        });
+    };
+    if cheapest >= current {
+        return Err(Refusal::NotCheaper {
+            replacement: cheapest,
+            current,
+        });
+    }
+    let mut cheaper: Vec<usize> = claim
+        .instance_types
+        .iter()
+        .copied()
+        .filter(|&i| offer(i).is_some_and(|(price, ct)| price < current && ct == capacity_type))
+        .collect();
+    if all_spot && capacity_type == CapacityType::Spot {
+        if !settings.spot_to_spot || cheaper.len() < SPOT_TO_SPOT_MIN_TYPES {
+            return Err(Refusal::SpotToSpot {
+                cheaper_types: cheaper.len(),
+                enabled: settings.spot_to_spot,
+            });
+        }
+        cheaper.truncate(SPOT_TO_SPOT_MIN_TYPES);
+    }
+    if let Ok(pinned) = Requirement::new(CAPACITY_TYPE, Operator::In, [capacity_type.label()]) {
+        claim.requirements.add(pinned);
+    }
+    claim.instance_types = cheaper;
+    claim.price = cheapest;
+    Ok(Replacement {
+        claim,
+        price: cheapest,
+    })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,262 @@
+use std::collections::BTreeMap;
+
+use joist_messages::model::{
+    quantity::Quantity,
+    requirements::Requirements,
+    resources::{Resources, names},
+};
+use k8s_openapi::api::core::v1::Pod;
+use proptest::prelude::*;
+use serde_json::{Value, json};
+
+use super::*;
+use crate::{input::NodePoolInput, workloads::karpenter_instance_types};
+
+fn pod(name: &str, cpu: &str, spec: Value) -> PodInfo {
+    let mut spec = spec;
+    spec["containers"] = json!([{"name": "app", "resources": {"requests": {"cpu": cpu, "memory": "256Mi"}}}]);
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": "default", "uid": name, "labels": {"app": "web"}},
+        "spec": spec,
+    }))
+    .unwrap_or_else(|e| panic!("{e}"));
+    PodInfo::from_pod(&pod).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn node(name: &str, cpu: i64, pods: Vec<PodInfo>) -> ExistingNode {
+    ExistingNode {
+        name: name.to_owned(),
+        labels: BTreeMap::from([
+            (joist_messages::labels::HOSTNAME.to_owned(), name.to_owned()),
+            (joist_messages::labels::ZONE.to_owned(), "test-zone-1".to_owned()),
+        ]),
+        taints: Vec::new(),
+        allocatable: Resources::new()
+            .with(names::CPU, Quantity::from_units(cpu))
+            .with(names::MEMORY, Quantity::from_units(cpu * (2 << 30)))
+            .with(names::PODS, Quantity::from_units(110)),
+        pods,
+        initialized: true,
+    }
+}
+
+/// The fake catalog's on-demand price of a type with `cpu` CPUs.
+fn price(cpu: i64) -> f64 {
+    0.1 * cpu as f64 + 0.1 * (2 * cpu * (1 << 30)) as f64 / 1e9
+}
+
+fn on_demand_pool(types: usize) -> NodePoolInput {
+    NodePoolInput {
+        name: "default".to_owned(),
+        weight: 0,
+        requirements: [
+            Requirement::new(CAPACITY_TYPE, Operator::In, ["on-demand"]).unwrap_or_else(|e| panic!("{e}"))
+        ]
+        .into_iter()
+        .collect::<Requirements>(),
+        labels: BTreeMap::new(),
+        taints: Vec::new(),
+        remaining: None,
+        instance_types: (0..types).collect(),
+    }
+}
+
+fn cluster(nodes: Vec<ExistingNode>) -> Input {
+    Input {
+        instance_types: karpenter_instance_types(16),
+        node_pools: vec![on_demand_pool(16)],
+        nodes,
+        ..Input::default()
+    }
+}
+
+fn candidate(input: &Input, position: usize, cpu: i64, capacity_type: CapacityType) -> Candidate {
+    Candidate {
+        node: position,
+        price: price(cpu),
+        capacity_type,
+        pods: input.nodes[position].pods.clone(),
+    }
+}
+
+#[test]
+fn a_node_whose_pods_fit_elsewhere_is_deleted() {
+    let mut input = cluster(vec![
+        node("a", 8, vec![pod("a1", "1", json!({})), pod("a2", "1", json!({}))]),
+        node("b", 8, vec![pod("b1", "1", json!({}))]),
+    ]);
+    let a = candidate(&input, 0, 8, CapacityType::OnDemand);
+    let decision = consolidate(&mut input, &[&a], Settings::default());
+    assert_eq!(decision, Ok(Decision::Delete));
+    let names: Vec<&str> = input.nodes.iter().map(|n| n.name.as_str()).collect();
+    assert_eq!(names, ["a", "b"], "the base is put back as it was");
+    assert!(input.pods.is_empty());
+}
+
+#[test]
+fn an_oversized_node_is_replaced_by_a_cheaper_one_that_fits() {
+    let mut input = cluster(vec![node(
+        "big",
+        16,
+        vec![pod("p1", "1", json!({})), pod("p2", "1", json!({}))],
+    )]);
+    let big = candidate(&input, 0, 16, CapacityType::OnDemand);
+    let Ok(Decision::Replace(replacement)) = consolidate(&mut input, &[&big], Settings::default()) else {
+        panic!("expected a replacement")
+    };
+    assert!(
+        replacement.price < price(16),
+        "{} is not cheaper",
+        replacement.price
+    );
+    assert!(
+        replacement
+            .claim
+            .instance_types
+            .iter()
+            .all(|&i| input.instance_types[i]
+                .offerings
+                .iter()
+                .any(|o| o.price < price(16))),
+        "only types cheaper than the node are kept"
+    );
+    let pinned = replacement
+        .claim
+        .requirements
+        .get(CAPACITY_TYPE)
+        .map(|r| r.values().collect::<Vec<_>>());
+    assert_eq!(pinned, Some(vec!["on-demand"]));
+}
+
+#[test]
+fn the_smallest_node_that_fits_is_not_replaced_by_itself() {
+    let mut input = cluster(vec![node("small", 2, vec![pod("p1", "1500m", json!({}))])]);
+    let small = candidate(&input, 0, 2, CapacityType::OnDemand);
+    let refusal = consolidate(&mut input, &[&small], Settings::default());
+    assert!(matches!(refusal, Err(Refusal::NotCheaper { .. })), "{refusal:?}");
+}
+
+#[test]
+fn consolidation_never_turns_nodes_into_more_nodes() {
+    let apart = json!({"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"app": "web"}}, "topologyKey": "kubernetes.io/hostname"}]}}});
+    let mut input = cluster(vec![
+        node("a", 4, vec![pod("a1", "1", apart.clone())]),
+        node("b", 4, vec![pod("b1", "1", apart.clone())]),
+    ]);
+    let (a, b) = (
+        candidate(&input, 0, 4, CapacityType::OnDemand),
+        candidate(&input, 1, 4, CapacityType::OnDemand),
+    );
+    let refusal = consolidate(&mut input, &[&a, &b], Settings::default());
+    assert_eq!(refusal, Err(Refusal::MoreThanOneNode { nodes: 2 }));
+}
+
+#[test]
+fn a_pod_that_fits_nowhere_keeps_its_node() {
+    let mut input = cluster(vec![node("a", 64, vec![pod("huge", "40", json!({}))])]);
+    let a = candidate(&input, 0, 64, CapacityType::OnDemand);
+    let refusal = consolidate(&mut input, &[&a], Settings::default());
+    assert!(
+        matches!(&refusal, Err(Refusal::PodDoesNotFit { pod, .. }) if pod == "huge"),
+        "{refusal:?}"
+    );
+}
+
+#[test]
+fn spot_is_replaced_by_spot_only_behind_the_gate_and_with_fifteen_cheaper_types() {
+    let spot_pool = NodePoolInput {
+        requirements: [
+            Requirement::new(CAPACITY_TYPE, Operator::In, ["spot"]).unwrap_or_else(|e| panic!("{e}"))
+        ]
+        .into_iter()
+        .collect(),
+        ..on_demand_pool(32)
+    };
+    let mut input = Input {
+        instance_types: karpenter_instance_types(32),
+        node_pools: vec![spot_pool],
+        nodes: vec![node("spot", 32, vec![pod("p", "1", json!({}))])],
+        ..Input::default()
+    };
+    let spot = candidate(&input, 0, 32, CapacityType::Spot);
+    let off = consolidate(&mut input, &[&spot], Settings::default());
+    assert!(
+        matches!(off, Err(Refusal::SpotToSpot { enabled: false, .. })),
+        "{off:?}"
+    );
+    let on = consolidate(&mut input, &[&spot], Settings { spot_to_spot: true });
+    let Ok(Decision::Replace(replacement)) = on else {
+        panic!("expected a replacement: {on:?}")
+    };
+    assert_eq!(replacement.claim.instance_types.len(), SPOT_TO_SPOT_MIN_TYPES);
+}
+
+fn random_cluster() -> impl Strategy<Value = (Vec<(i64, Vec<i64>)>, usize)> {
+    // Nodes of 2..16 CPUs, each with pods of 100m..2 CPUs that fit it; one candidate.
+    proptest::collection::vec(
+        (2i64..=16).prop_flat_map(|cpu| (Just(cpu), proptest::collection::vec(1i64..=20, 0..6))),
+        1..8,
+    )
+    .prop_flat_map(|nodes| {
+        let count = nodes.len();
+        (Just(nodes), 0..count)
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    #[test]
+    fn a_decision_never_raises_cost_nor_strands_a_pod((layout, chosen) in random_cluster()) {
+        let nodes: Vec<ExistingNode> = layout
+            .iter()
+            .enumerate()
+            .map(|(n, (cpu, pods))| {
+                let mut left = cpu * 1000 - 200;
+                let pods = pods
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, tenths)| {
+                        let millis = tenths * 100;
+                        (millis <= left).then(|| {
+                            left -= millis;
+                            pod(&format!("n{n}-p{i}"), &format!("{millis}m"), json!({}))
+                        })
+                    })
+                    .collect();
+                node(&format!("n{n}"), *cpu, pods)
+            })
+            .collect();
+        let mut input = cluster(nodes);
+        let c = candidate(&input, chosen, layout[chosen].0, CapacityType::OnDemand);
+        let before = input.nodes.clone();
+        let decision = consolidate(&mut input, &[&c], Settings::default());
+        prop_assert_eq!(input.nodes.len(), before.len());
+        let cpu = |r: &Resources| r.get(names::CPU).millis();
+        match decision {
+            Ok(Decision::Delete) => {
+                // Independently: the moved pods' CPU fits in what the other nodes have free, and
+                // each pod fits some other node on its own.
+                let free: Vec<i64> = before
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, _)| *i != chosen)
+                    .map(|(_, n)| cpu(&n.allocatable) - n.pods.iter().map(|p| cpu(&p.requests)).sum::<i64>())
+                    .collect();
+                let moved: i64 = c.pods.iter().map(|p| cpu(&p.requests)).sum();
+                prop_assert!(moved <= free.iter().sum::<i64>());
+                for p in &c.pods {
+                    prop_assert!(free.iter().any(|f| *f >= cpu(&p.requests)), "{} has no place", p.name);
+                }
+            }
+            Ok(Decision::Replace(replacement)) => {
+                prop_assert!(replacement.price < c.price, "{} ≥ {}", replacement.price, c.price);
+                let largest = replacement.claim.instance_types.iter().map(|&i| cpu(&input.instance_types[i].allocatable())).max();
+                let needed = c.pods.iter().map(|p| cpu(&p.requests)).max().unwrap_or(0);
+                prop_assert!(largest.unwrap_or(0) >= needed);
+            }
+            Err(_) => {}
+        }
+    }
+}
