@@ -230,6 +230,174 @@ fn a_node_class_that_first_fails_to_resolve_recovers_and_nodes_launch() {
     );
 }
 
+/// How many nodes the report says were removed for `reason`.
+fn terminated(report: &Report, reason: &str) -> usize {
+    report.summary.nodes_terminated.get(reason).copied().unwrap_or(0)
+}
+
+/// A NodePool's `disruption` block.
+fn disruption(policy: &str, budgets: &str) -> String {
+    format!(
+        "  disruption:\n    consolidationPolicy: {policy}\n    consolidateAfter: 30s\n    budgets: {budgets}"
+    )
+}
+
+#[test]
+fn nodes_go_once_their_workload_is_deleted() {
+    let manifests = pool(
+        "default",
+        &family(&["c5"]),
+        &disruption("WhenEmptyOrUnderutilized", "[{nodes: '100%'}]"),
+    ) + NODE_CLASS
+        + &deployment("inflate", 10, "1", "");
+    let steps = "[{at: 3m, delete: {kind: Deployment, namespace: default, name: inflate}}]";
+    let report = run(&scenario(&manifests, steps, "6m"));
+    let s = &report.summary;
+    assert!(s.nodes_launched >= 1);
+    assert!(s.final_nodes.is_empty(), "every empty node goes: {s:#?}");
+    assert_eq!(terminated(&report, "empty"), s.nodes_launched, "{s:#?}");
+    assert!(
+        report
+            .timeline
+            .iter()
+            .any(|e| e.event == "disruption-decided" && e.detail.contains("emptiness")),
+        "{:#?}",
+        report.timeline
+    );
+}
+
+#[test]
+fn scaling_forty_replicas_down_to_four_ends_on_a_node_sized_for_four() {
+    let manifests = pool(
+        "default",
+        &family(&["c5"]),
+        &disruption("WhenEmptyOrUnderutilized", "[{nodes: '100%'}]"),
+    ) + NODE_CLASS
+        + &deployment("inflate", 40, "1", "");
+    let steps = "[{at: 3m, scale: {kind: Deployment, namespace: default, name: inflate, replicas: 4}}]";
+    let report = run(&scenario(&manifests, steps, "10m"));
+    let s = &report.summary;
+    assert_eq!((s.pods_running_end, s.pods_pending_end), (4, 0), "{s:#?}");
+    assert_eq!(s.final_nodes.len(), 1, "{s:#?}");
+    // Four 1-CPU pods (and nothing else) fit a c5.xlarge (4 vCPUs, about 3.9 allocatable)? No:
+    // they need a c5.2xlarge, the cheapest c5 with room for four.
+    assert_eq!(s.final_nodes[0].instance_type, "c5.2xlarge", "{s:#?}");
+    assert!(terminated(&report, "underutilized") >= 1, "{s:#?}");
+}
+
+#[test]
+fn when_empty_keeps_an_underused_node_and_removes_an_empty_one() {
+    let manifests = pool(
+        "default",
+        &family(&["c5"]),
+        &disruption("WhenEmpty", "[{nodes: '100%'}]"),
+    ) + NODE_CLASS
+        + &deployment("inflate", 20, "1", "");
+    let steps = "
+    - at: 3m
+      scale: {kind: Deployment, namespace: default, name: inflate, replicas: 1}
+    - at: 8m
+      delete: {kind: Deployment, namespace: default, name: inflate}";
+    let scale_only = "[{at: 3m, scale: {kind: Deployment, namespace: default, name: inflate, replicas: 1}}]";
+    let kept = run(&scenario(&manifests, scale_only, "7m59s"));
+    assert_eq!(terminated(&kept, "underutilized"), 0, "{:#?}", kept.summary);
+    assert!(!kept.summary.final_nodes.is_empty(), "the underused node stays");
+    let emptied = run(&scenario(&manifests, steps, "11m"));
+    assert!(emptied.summary.final_nodes.is_empty(), "{:#?}", emptied.summary);
+    assert!(terminated(&emptied, "empty") >= 1);
+}
+
+#[test]
+fn budgets_of_zero_block_every_disruption() {
+    let delete = "[{at: 3m, delete: {kind: Deployment, namespace: default, name: inflate}}]";
+    for budgets in [
+        "[{nodes: '0'}]",
+        // Active from midnight for 12 hours: the whole run (it starts 2026-01-01T00:00Z).
+        "[{nodes: '100%'}, {nodes: '0', schedule: '0 0 * * *', duration: 12h}]",
+    ] {
+        let manifests = pool(
+            "default",
+            &family(&["c5"]),
+            &disruption("WhenEmptyOrUnderutilized", budgets),
+        ) + NODE_CLASS
+            + &deployment("inflate", 4, "1", "");
+        let report = run(&scenario(&manifests, delete, "6m"));
+        assert!(
+            !report.summary.final_nodes.is_empty(),
+            "{budgets}: {:#?}",
+            report.summary
+        );
+        assert_eq!(terminated(&report, "empty"), 0, "{budgets}");
+    }
+}
+
+#[test]
+fn do_not_disrupt_pods_and_a_pdb_without_disruptions_pin_their_node() {
+    let pinned = "      annotations: {karpenter.sh/do-not-disrupt: 'true'}";
+    let pdb = "apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {name: guarded, namespace: default}
+spec:
+  maxUnavailable: 0
+  selector: {matchLabels: {app: guarded}}
+---
+";
+    let scale_down = "[{at: 3m, scale: {kind: Deployment, namespace: default, name: NAME, replicas: 1}}]";
+    for (name, extra, objects) in [("pinned", pinned, ""), ("guarded", "", pdb)] {
+        let mut workload = deployment(name, 10, "1", "");
+        if !extra.is_empty() {
+            workload = workload.replace(
+                &format!("    metadata: {{labels: {{app: {name}}}}}"),
+                &format!("    metadata:\n      labels: {{app: {name}}}\n{extra}"),
+            );
+        }
+        let manifests = pool(
+            "default",
+            &family(&["c5"]),
+            &disruption("WhenEmptyOrUnderutilized", "[{nodes: '100%'}]"),
+        ) + NODE_CLASS
+            + objects
+            + &workload;
+        let report = run(&scenario(&manifests, &scale_down.replace("NAME", name), "8m"));
+        let s = &report.summary;
+        assert_eq!(terminated(&report, "underutilized"), 0, "{name}: {s:#?}");
+        assert_eq!(s.pods_running_end, 1, "{name}");
+        assert_eq!(s.final_nodes.len(), s.nodes_launched, "{name}: every node stays");
+    }
+}
+
+#[test]
+fn a_failed_replacement_rolls_back_and_the_node_keeps_serving() {
+    let manifests = pool(
+        "default",
+        &family(&["c5"]),
+        &disruption("WhenEmptyOrUnderutilized", "[{nodes: '100%'}]"),
+    ) + NODE_CLASS
+        + &deployment("inflate", 40, "1", "");
+    // Every launch fails from the scale-down on: the replacement never comes.
+    let steps = "
+    - at: 3m
+      scale: {kind: Deployment, namespace: default, name: inflate, replicas: 4}
+    - at: 3m
+      failCloud: {operation: create, for: 1h}";
+    let report = run(&scenario(&manifests, steps, "12m"));
+    let s = &report.summary;
+    assert!(
+        report
+            .timeline
+            .iter()
+            .any(|e| e.event == "disruption-rolled-back"),
+        "{:#?}",
+        report.timeline
+    );
+    assert_eq!(terminated(&report, "underutilized"), 0, "{s:#?}");
+    assert_eq!(
+        (s.pods_running_end, s.pods_pending_end),
+        (4, 0),
+        "the pods kept running: {s:#?}"
+    );
+}
+
 #[test]
 fn the_cheapest_type_that_fits_is_launched() {
     let manifests =

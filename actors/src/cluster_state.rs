@@ -29,6 +29,7 @@ use joist_messages::{
 use k8s_openapi::api::{
     apps::v1::DaemonSet,
     core::v1::{Namespace, Node, Pod},
+    policy::v1::PodDisruptionBudget,
 };
 use kube::{
     Api, Resource, ResourceExt,
@@ -266,6 +267,12 @@ impl Actor for ClusterState {
                 |_| Change::Quiet,
             ),
             reflect(
+                Api::<PodDisruptionBudget>::all(client.clone()),
+                writers.budgets,
+                |_, _| Change::Quiet,
+                |_| Change::Quiet,
+            ),
+            reflect(
                 Api::<Namespace>::all(client.clone()),
                 writers.namespaces,
                 |_, _| Change::Quiet,
@@ -299,7 +306,7 @@ impl StreamHandler<Change> for ClusterState {
         match change {
             Change::Pod(pod, deleted) => {
                 let _span = tracing::debug_span!("cluster_state.pod", pod = pod.name_any()).entered();
-                let change = read.observe_pod(&pod, deleted);
+                let change = read.observe_pod(&pod, deleted, self.shared.clock.now_seconds());
                 if change.newly_pending {
                     self.notify(PodPending {
                         pod: (pod.namespace().unwrap_or_default(), pod.name_any()),

@@ -4,7 +4,8 @@
 //! window; one [`node_pool::NodePoolActor`] per NodePool creates NodeClaims within its limits and
 //! keeps its status; one [`node_claim::NodeClaimActor`] per NodeClaim runs its
 //! [`lifecycle`]; the [`catalog::Catalog`] lists instance types and remembers offerings out of
-//! capacity; the [`garbage::GarbageCollector`] terminates instances no NodeClaim accounts for.
+//! capacity; the [`garbage::GarbageCollector`] terminates instances no NodeClaim accounts for; the
+//! [`disruption::DisruptionPlanner`] removes empty nodes and consolidates underused ones.
 //! Every node's life is one OpenTelemetry trace ([`node_trace`]).
 //!
 //! Every actor's mailbox is bounded by a named constant. Per-object actors are supervised: one
@@ -14,6 +15,7 @@ pub mod batcher;
 pub mod catalog;
 pub mod claim_template;
 pub mod cluster_state;
+pub mod disruption;
 pub mod events;
 pub mod fold;
 pub mod garbage;
@@ -23,6 +25,7 @@ pub mod node_claim;
 pub mod node_class;
 pub mod node_pool;
 pub mod node_trace;
+pub mod problem;
 pub mod protocol;
 pub mod provisioner;
 pub mod read_model;
@@ -37,9 +40,9 @@ use joist_messages::time::Clock;
 use joist_provider::CloudProvider;
 
 use crate::{
-    batcher::Batcher, catalog::Catalog, cluster_state::ClusterState, events::Events,
-    garbage::GarbageCollector, node_trace::NodeTracer, provisioner::Provisioner, read_model::ReadModel,
-    settings::Settings, shared::Shared,
+    batcher::Batcher, catalog::Catalog, cluster_state::ClusterState, disruption::DisruptionPlanner,
+    events::Events, garbage::GarbageCollector, node_trace::NodeTracer, provisioner::Provisioner,
+    read_model::ReadModel, settings::Settings, shared::Shared,
 };
 
 /// The running controllers. Dropping it does not stop them; stop the actix system instead.
@@ -54,6 +57,8 @@ pub struct Controllers {
     pub provisioner: Addr<Provisioner>,
     /// The garbage collector.
     pub garbage_collector: Addr<GarbageCollector>,
+    /// The disruption planner.
+    pub disruption_planner: Addr<DisruptionPlanner>,
 }
 
 /// Starts every controller on the current actix system, talking to the cluster through `client`
@@ -83,6 +88,7 @@ pub fn start(
     let provisioner = Provisioner::new(shared.clone()).start();
     let batcher = Batcher::new(&shared.settings, provisioner.clone().recipient()).start();
     let garbage_collector = GarbageCollector::new(shared.clone()).start();
+    let disruption_planner = DisruptionPlanner::new(shared.clone()).start();
     let cluster_state = ClusterState::new(shared.clone(), writers, batcher.clone(), shards).start();
     Controllers {
         shared,
@@ -90,5 +96,6 @@ pub fn start(
         batcher,
         provisioner,
         garbage_collector,
+        disruption_planner,
     }
 }

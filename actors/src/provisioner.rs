@@ -10,15 +10,15 @@ use std::{collections::BTreeMap, sync::Arc};
 
 use actix::prelude::*;
 use joist_messages::apis::NodePool;
-use joist_scheduling::{Input, Solution, pod::PodInfo, solve};
+use joist_scheduling::{Input, Solution, solve};
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 
 use crate::{
     claim_template,
     fold::Fold,
-    kube_ops::is_true,
-    protocol::{GetInstanceTypes, LaunchPlan, ProvisionBatch},
+    problem::{self, Problem},
+    protocol::{LaunchPlan, ProvisionBatch},
     settings::{ACTOR_REQUEST_TIMEOUT, SolverMode},
     shared::Shared,
     snapshot,
@@ -80,61 +80,7 @@ fn failed_scheduling(shared: &Shared, pod: &Pod, message: &str) {
 async fn provision(shared: Shared) {
     let read = &shared.read;
     read.synced().await;
-    let nodes = snapshot::existing_nodes(read);
-    let mut input = Input {
-        nodes,
-        namespaces: snapshot::namespace_labels(read),
-        ..Input::default()
-    };
-    let mut pools: Vec<Arc<NodePool>> = Vec::new();
-    for pool in read.node_pools() {
-        let ready = pool
-            .status
-            .as_ref()
-            .is_some_and(|s| is_true(&s.conditions, "Ready"));
-        if !ready || pool.metadata.deletion_timestamp.is_some() {
-            continue;
-        }
-        let Some(class) = read.node_class(&pool.spec.template.spec.node_class_ref.name) else {
-            continue;
-        };
-        let request = GetInstanceTypes {
-            node_pool: pool.clone(),
-            node_class: class,
-        };
-        let types = match shared.catalog.send(request).timeout(ACTOR_REQUEST_TIMEOUT).await {
-            Ok(Ok(types)) => types,
-            Ok(Err(error)) => {
-                tracing::warn!(nodepool = pool.name_any(), %error, "listing instance types failed");
-                continue;
-            }
-            Err(error) => {
-                tracing::warn!(nodepool = pool.name_any(), %error, "the catalog did not answer");
-                continue;
-            }
-        };
-        let start = input.instance_types.len();
-        input.instance_types.extend(types.iter().cloned());
-        match snapshot::pool_input(read, &pool, (start..input.instance_types.len()).collect()) {
-            Ok(pool_input) => {
-                input.node_pools.push(pool_input);
-                pools.push(pool);
-            }
-            Err(message) => tracing::warn!(%message, "skipping an invalid nodepool"),
-        }
-    }
-    input.daemonsets = read
-        .daemon_sets()
-        .iter()
-        .filter_map(|ds| {
-            let template = &ds.spec.as_ref()?.template;
-            PodInfo::from_pod(&snapshot::daemon_pod(
-                template,
-                &ds.namespace().unwrap_or_default(),
-            ))
-            .ok()
-        })
-        .collect();
+    let Problem { mut input, pools } = problem::cluster(&shared, snapshot::existing_nodes(read)).await;
     let snapshot::Pending {
         pods: pending,
         ignored,

@@ -27,6 +27,7 @@ use joist_messages::{
 use k8s_openapi::api::{
     apps::v1::DaemonSet,
     core::v1::{Namespace, Node, Pod},
+    policy::v1::PodDisruptionBudget,
 };
 use kube::{
     Resource, ResourceExt,
@@ -57,6 +58,7 @@ pub struct Writers {
     pub(crate) node_pools: Writer<NodePool>,
     pub(crate) node_classes: Writer<EC2NodeClass>,
     pub(crate) daemon_sets: Writer<DaemonSet>,
+    pub(crate) budgets: Writer<PodDisruptionBudget>,
     pub(crate) namespaces: Writer<Namespace>,
 }
 
@@ -67,6 +69,8 @@ struct Index {
     claims_by_pool: DashMap<String, BTreeSet<String>>,
     pods_by_node: DashMap<String, BTreeSet<PodKey>>,
     pending: DashSet<PodKey>,
+    /// When a pod last arrived on or left each node, in epoch seconds.
+    last_pod_event: DashMap<String, i64>,
     /// Claims created but not yet seen by the watch, with when they were created.
     created: DashMap<String, (Arc<NodeClaim>, Instant)>,
 }
@@ -80,6 +84,7 @@ pub struct ReadModel {
     node_pools: Store<NodePool>,
     node_classes: Store<EC2NodeClass>,
     daemon_sets: Store<DaemonSet>,
+    budgets: Store<PodDisruptionBudget>,
     namespaces: Store<Namespace>,
     index: Arc<Index>,
 }
@@ -102,6 +107,7 @@ impl ReadModel {
         let (node_pools, node_pools_w) = reflector::store();
         let (node_classes, node_classes_w) = reflector::store();
         let (daemon_sets, daemon_sets_w) = reflector::store();
+        let (budgets, budgets_w) = reflector::store();
         let (namespaces, namespaces_w) = reflector::store();
         let model = Self {
             pods,
@@ -110,6 +116,7 @@ impl ReadModel {
             node_pools,
             node_classes,
             daemon_sets,
+            budgets,
             namespaces,
             index: Arc::default(),
         };
@@ -120,6 +127,7 @@ impl ReadModel {
             node_pools: node_pools_w,
             node_classes: node_classes_w,
             daemon_sets: daemon_sets_w,
+            budgets: budgets_w,
             namespaces: namespaces_w,
         };
         (model, writers)
@@ -136,6 +144,7 @@ impl ReadModel {
             self.node_pools.wait_until_ready(),
             self.node_classes.wait_until_ready(),
             self.daemon_sets.wait_until_ready(),
+            self.budgets.wait_until_ready(),
             self.namespaces.wait_until_ready(),
         );
     }
@@ -277,6 +286,16 @@ impl ReadModel {
         sorted(&self.daemon_sets)
     }
 
+    /// Every PodDisruptionBudget, by namespace and name.
+    pub fn disruption_budgets(&self) -> Vec<Arc<PodDisruptionBudget>> {
+        sorted(&self.budgets)
+    }
+
+    /// When a pod last arrived on or left `node`, in epoch seconds (Karpenter's `lastPodEventTime`).
+    pub fn last_pod_event(&self, node: &str) -> Option<i64> {
+        self.index.last_pod_event.get(node).map(|at| *at)
+    }
+
     /// Every Namespace, by name.
     pub fn namespaces(&self) -> Vec<Arc<Namespace>> {
         sorted(&self.namespaces)
@@ -324,10 +343,18 @@ impl ReadModel {
     }
 
     /// Updates the pod indexes after a watch event.
-    pub(crate) fn observe_pod(&self, pod: &Pod, deleted: bool) -> PodChange {
+    pub(crate) fn observe_pod(&self, pod: &Pod, deleted: bool, now_seconds: i64) -> PodChange {
         let key = (pod.namespace().unwrap_or_default(), pod.name_any());
         let node = pod.spec.as_ref().and_then(|s| s.node_name.clone());
         if let Some(node) = &node {
+            let known = self
+                .index
+                .pods_by_node
+                .get(node)
+                .is_some_and(|pods| pods.contains(&key));
+            if known == deleted {
+                self.index.last_pod_event.insert(node.clone(), now_seconds);
+            }
             file(&self.index.pods_by_node, node, key.clone(), !deleted);
         }
         let newly_pending = if !deleted && is_provisionable(pod) {
@@ -345,6 +372,7 @@ impl ReadModel {
         if deleted {
             self.index.node_by_provider.remove(&provider_id);
             self.index.pods_by_node.remove(&node.name_any());
+            self.index.last_pod_event.remove(&node.name_any());
         } else {
             self.index
                 .node_by_provider
@@ -499,8 +527,8 @@ mod tests {
             "spec": {"requirements": [], "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "d"}},
             "status": {"providerID": "p-1"},
         }));
-        assert!(read.observe_pod(&pending, false).newly_pending);
-        read.observe_pod(&bound, false);
+        assert!(read.observe_pod(&pending, false, 0).newly_pending);
+        read.observe_pod(&bound, false, 0);
         read.observe_node(&node, false);
         read.observe_claim(&claim, false);
         assert_eq!(read.claim_for_provider("p-1").as_deref(), Some("c"));

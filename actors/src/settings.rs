@@ -25,6 +25,8 @@ pub struct Settings {
     pub shards: usize,
     /// How often the garbage collector compares the cloud with the cluster.
     pub garbage_collection: Duration,
+    /// Karpenter's `SpotToSpotConsolidation` feature gate: spot nodes may be replaced by spot.
+    pub spot_to_spot_consolidation: bool,
 }
 
 impl Default for Settings {
@@ -35,6 +37,7 @@ impl Default for Settings {
             solver: SolverMode::Pool,
             shards: 0,
             garbage_collection: Duration::from_secs(120),
+            spot_to_spot_consolidation: false,
         }
     }
 }

@@ -17,6 +17,8 @@ use joist_messages::labels::{CAPACITY_TYPE, INSTANCE_TYPE, NODEPOOL, ZONE};
 use serde_json::Value;
 use tokio::{task::JoinHandle, time::Instant};
 
+use joist_actors::disruption::orchestrate::DISRUPTION_REASON;
+
 use super::report::{Entry, Recorded, label, round, text};
 
 /// Per pod: created, first unschedulable, first running (seconds since the start).
@@ -37,6 +39,10 @@ struct Notes {
     /// The earliest pod that became unschedulable since the last NodeClaim was created.
     waiting_since: Option<f64>,
     max_pending_to_claim: Option<f64>,
+    /// Disruption reasons by provider ID, while the claims carry them.
+    disruption_reasons: BTreeMap<String, String>,
+    /// The last disruption decision put on the timeline (each candidate carries it).
+    last_decision: Option<String>,
 }
 
 /// The resources the recorder follows.
@@ -112,6 +118,31 @@ impl Notes {
                     );
                 }
                 let deleting = |o: &Value| !o["metadata"]["deletionTimestamp"].is_null();
+                let disruption = |o: &Value| {
+                    o["status"]["conditions"]
+                        .as_array()?
+                        .iter()
+                        .find(|c| c["type"] == DISRUPTION_REASON)
+                        .map(|c| (text(c, "/reason").to_owned(), text(c, "/message").to_owned()))
+                };
+                match (disruption(object), previous.and_then(disruption)) {
+                    (Some((reason, message)), None) => {
+                        self.disruption_reasons.insert(
+                            text(object, "/status/providerID").to_owned(),
+                            reason.to_lowercase(),
+                        );
+                        if self.last_decision.as_deref() != Some(message.as_str()) {
+                            self.entry(at, "disruption-decided", name.clone(), message.clone());
+                            self.last_decision = Some(message);
+                        }
+                    }
+                    (None, Some((_, message))) if !deleting(object) => {
+                        self.disruption_reasons
+                            .remove(&text(object, "/status/providerID"));
+                        self.entry(at, "disruption-rolled-back", name.clone(), message);
+                    }
+                    _ => {}
+                }
                 if deleting(object) && !previous.is_some_and(deleting) {
                     self.entry(at, "nodeclaim-deleting", name, String::new());
                 }
@@ -235,6 +266,7 @@ impl Recorder {
             timeline: std::mem::take(&mut notes.timeline),
             pods: std::mem::take(&mut notes.pods),
             max_pending_to_claim: notes.max_pending_to_claim,
+            disruption_reasons: std::mem::take(&mut notes.disruption_reasons),
         }
     }
 }

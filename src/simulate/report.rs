@@ -121,6 +121,8 @@ pub struct Recorded {
     pub pods: BTreeMap<String, PodTimes>,
     /// Worst unschedulable → NodeClaim latency.
     pub max_pending_to_claim: Option<f64>,
+    /// Karpenter's disruption reason (lower case), by the provider ID of the node it removed.
+    pub disruption_reasons: BTreeMap<String, String>,
 }
 
 /// Builds the report at the end of a run lasting `end` seconds.
@@ -134,9 +136,11 @@ pub fn build(name: &str, seed: u64, end: f64, store: &Store, cloud: &SimCloud, r
         cost_total += record.instance.price * (ended - record.launched) / 3600.0;
         match record.end_reason {
             Some(reason) => {
-                let key = match reason {
-                    EndReason::Terminated => "terminated",
-                    EndReason::SpotInterruption => "spot-interruption",
+                let disrupted = recorded.disruption_reasons.get(&record.instance.provider_id);
+                let key = match (reason, disrupted) {
+                    (EndReason::Terminated, Some(reason)) => reason.as_str(),
+                    (EndReason::Terminated, None) => "terminated",
+                    (EndReason::SpotInterruption, _) => "spot-interruption",
                 };
                 *nodes_terminated.entry(key.to_owned()).or_insert(0) += 1;
             }

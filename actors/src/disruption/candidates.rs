@@ -1,0 +1,287 @@
+//! Which nodes the DisruptionPlanner may take, as Karpenter filters them: a managed NodeClaim that
+//! is initialized and not being deleted, whose Node exists, is not being deleted or already
+//! disrupted, and whose NodePool and instance type (with a price) are known.
+//!
+//! Graceful methods also skip a node annotated `karpenter.sh/do-not-disrupt: "true"`, or running
+//! a pod whose `karpenter.sh/do-not-disrupt` is active (`"true"`, or a duration not yet elapsed
+//! since the pod started) or whose PodDisruptionBudget allows no eviction now (or that more than
+//! one budget covers, which the Eviction API refuses): such a node is [`Blocked`], with why.
+//!
+//! Each candidate carries what the methods rank and budget by: its price, its pods that must move
+//! (not DaemonSet or mirror pods, not pods finished or terminating), Karpenter's disruption cost,
+//! and whether it is consolidatable (`consolidateAfter` has passed since it initialized and since
+//! a pod last arrived or left).
+
+use std::{collections::BTreeMap, sync::Arc, time::Duration};
+
+use joist_messages::{
+    apis::{NodeClaim, NodePool, duration::Duration as KarpenterDuration},
+    labels::{CAPACITY_TYPE, INSTANCE_TYPE, NODEPOOL, ZONE, annotations::DO_NOT_DISRUPT, taints},
+    model::instance_type::{CapacityType, InstanceType},
+};
+use joist_scheduling::terms::{label_selector, selects};
+use k8s_openapi::api::{
+    core::v1::{Node, Pod},
+    policy::v1::PodDisruptionBudget,
+};
+use kube::ResourceExt;
+
+use crate::{
+    kube_ops::is_true,
+    lifecycle::decide::{drainable, node_taints, transitioned_at},
+    read_model::ReadModel,
+};
+
+/// A node the planner may disrupt.
+#[derive(Debug, Clone)]
+pub struct Candidate {
+    /// Its NodeClaim.
+    pub claim: Arc<NodeClaim>,
+    /// Its Node.
+    pub node: Arc<Node>,
+    /// Its NodePool.
+    pub pool: Arc<NodePool>,
+    /// What it costs per hour.
+    pub price: f64,
+    /// Its capacity type.
+    pub capacity_type: CapacityType,
+    /// The pods that must find another place.
+    pub pods: Vec<Arc<Pod>>,
+    /// Karpenter's disruption cost: the pods' eviction costs, scaled by the lifetime left.
+    pub disruption_cost: f64,
+    /// Whether `consolidateAfter` has passed since the node last changed.
+    pub consolidatable: bool,
+}
+
+impl Candidate {
+    /// The Node's name.
+    pub fn node_name(&self) -> String {
+        self.node.name_any()
+    }
+
+    /// Karpenter's ordering key: savings per unit of disruption (higher first).
+    pub fn savings_ratio(&self) -> f64 {
+        self.price / (1.0 + self.disruption_cost.max(0.0))
+    }
+}
+
+/// A node graceful methods must leave alone, and why.
+#[derive(Debug, Clone)]
+pub struct Blocked {
+    /// The Node.
+    pub node: Arc<Node>,
+    /// Why, for the `DisruptionBlocked` event.
+    pub reason: String,
+}
+
+/// Each NodePool's instance types in this pass, by NodePool name.
+pub type PoolTypes<'a> = BTreeMap<String, &'a [InstanceType]>;
+
+/// What [`collect`] found.
+#[derive(Debug, Default)]
+pub struct Collected {
+    /// The candidates, highest savings ratio first.
+    pub candidates: Vec<Candidate>,
+    /// Nodes graceful methods must leave alone.
+    pub blocked: Vec<Blocked>,
+    /// Managed nodes still inside their `consolidateAfter` window: consolidation moves no pod
+    /// onto them.
+    pub settling: Vec<String>,
+}
+
+/// Every candidate and every blocked node (see the module docs).
+pub fn collect(read: &ReadModel, types: &PoolTypes<'_>, now_seconds: i64) -> Collected {
+    let budgets = read.disruption_budgets();
+    let mut collected = Collected::default();
+    for claim in read.node_claims() {
+        let Some(candidate) = candidate(read, types, &claim, now_seconds) else {
+            continue;
+        };
+        if !candidate.consolidatable {
+            collected.settling.push(candidate.node_name());
+        }
+        match blocker(&candidate, &budgets, now_seconds) {
+            Some(reason) => collected.blocked.push(Blocked {
+                node: candidate.node,
+                reason,
+            }),
+            None => collected.candidates.push(candidate),
+        }
+    }
+    collected.candidates.sort_by(|a, b| {
+        b.savings_ratio()
+            .total_cmp(&a.savings_ratio())
+            .then_with(|| a.claim.name_any().cmp(&b.claim.name_any()))
+    });
+    collected
+}
+
+fn candidate(
+    read: &ReadModel,
+    types: &PoolTypes<'_>,
+    claim: &Arc<NodeClaim>,
+    now_seconds: i64,
+) -> Option<Candidate> {
+    let status = claim.status.as_ref()?;
+    if claim.metadata.deletion_timestamp.is_some() || !is_true(&status.conditions, "Initialized") {
+        return None;
+    }
+    let labels = claim.labels();
+    let pool_name = labels.get(NODEPOOL)?;
+    let pool = read.node_pool(pool_name)?;
+    let node = read.node_for_provider(status.provider_id.as_deref()?)?;
+    let disrupted = node_taints(&node).iter().any(|t| t.key == taints::DISRUPTED);
+    if node.metadata.deletion_timestamp.is_some() || disrupted {
+        return None;
+    }
+    let capacity_type = CapacityType::from_label(labels.get(CAPACITY_TYPE)?)?;
+    let instance_type = labels.get(INSTANCE_TYPE)?;
+    let zone = labels.get(ZONE)?;
+    let price = types
+        .get(pool_name)?
+        .iter()
+        .find(|it| &it.name == instance_type)?
+        .offerings
+        .iter()
+        .find(|o| &o.zone == zone && o.capacity_type == capacity_type)?
+        .price;
+    let pods: Vec<Arc<Pod>> = read
+        .pods_on(&node.name_any())
+        .into_iter()
+        .filter(|p| drainable(p) && p.metadata.deletion_timestamp.is_none())
+        .collect();
+    let disruption_cost = disruption_cost(claim, &pool, &pods, now_seconds);
+    let consolidatable = consolidatable(read, claim, &node, &pool, now_seconds);
+    Some(Candidate {
+        claim: claim.clone(),
+        node,
+        pool,
+        price,
+        capacity_type,
+        pods,
+        disruption_cost,
+        consolidatable,
+    })
+}
+
+/// Why graceful methods must leave the candidate alone, if they must.
+fn blocker(candidate: &Candidate, budgets: &[Arc<PodDisruptionBudget>], now_seconds: i64) -> Option<String> {
+    if candidate
+        .node
+        .annotations()
+        .get(DO_NOT_DISRUPT)
+        .is_some_and(|v| v == "true")
+    {
+        return Some(format!("node has the {DO_NOT_DISRUPT} annotation"));
+    }
+    for pod in &candidate.pods {
+        let name = format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any());
+        if do_not_disrupt(pod, now_seconds) {
+            return Some(format!("pod {name} has the {DO_NOT_DISRUPT} annotation"));
+        }
+        let covering: Vec<&Arc<PodDisruptionBudget>> = budgets.iter().filter(|b| covers(b, pod)).collect();
+        match covering.as_slice() {
+            [] => {}
+            [budget] => {
+                let allowed = budget.status.as_ref().map_or(0, |s| s.disruptions_allowed);
+                if allowed <= 0 {
+                    return Some(format!(
+                        "pdb {}/{} prevents pod evictions",
+                        budget.namespace().unwrap_or_default(),
+                        budget.name_any()
+                    ));
+                }
+            }
+            _ => return Some(format!("pod {name} is covered by more than one pdb")),
+        }
+    }
+    None
+}
+
+/// Whether a pod's `karpenter.sh/do-not-disrupt` protects it now: `"true"`, or a duration that
+/// has not passed since the pod started (an invalid value protects nothing, as in Karpenter).
+pub fn do_not_disrupt(pod: &Pod, now_seconds: i64) -> bool {
+    let Some(value) = pod.annotations().get(DO_NOT_DISRUPT) else {
+        return false;
+    };
+    if value == "true" {
+        return true;
+    }
+    let Ok(protection) = value.parse::<KarpenterDuration>() else {
+        return false;
+    };
+    let started = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.start_time.as_ref())
+        .map_or(now_seconds, |t| t.0.as_second());
+    now_seconds - started < i64::try_from(protection.as_std().as_secs()).unwrap_or(i64::MAX)
+}
+
+fn covers(budget: &PodDisruptionBudget, pod: &Pod) -> bool {
+    if budget.namespace() != pod.namespace() {
+        return false;
+    }
+    let selector = budget.spec.as_ref().and_then(|s| s.selector.as_ref());
+    label_selector("", "spec.selector", selector)
+        .ok()
+        .flatten()
+        .is_some_and(|s| selects(Some(&s), pod.labels()))
+}
+
+/// Karpenter's per-pod eviction cost: `1 + deletion-cost/2^27 + priority/2^25`, within ±10.
+pub fn eviction_cost(pod: &Pod) -> f64 {
+    let deletion_cost = pod
+        .annotations()
+        .get("controller.kubernetes.io/pod-deletion-cost")
+        .and_then(|v| v.parse::<f64>().ok())
+        .unwrap_or(0.0);
+    let priority = pod.spec.as_ref().and_then(|s| s.priority).map_or(0.0, f64::from);
+    (1.0 + deletion_cost / 2f64.powi(27) + priority / 2f64.powi(25)).clamp(-10.0, 10.0)
+}
+
+/// The candidate's disruption cost: its pods' eviction costs, times the fraction of its lifetime
+/// left before `expireAfter` (the whole of it when it never expires).
+fn disruption_cost(claim: &NodeClaim, pool: &NodePool, pods: &[Arc<Pod>], now_seconds: i64) -> f64 {
+    let cost: f64 = pods.iter().map(|p| eviction_cost(p)).sum();
+    let lifetime = pool
+        .spec
+        .template
+        .spec
+        .expire_after
+        .duration()
+        .map(|d| d.as_std());
+    let created = claim
+        .metadata
+        .creation_timestamp
+        .as_ref()
+        .map_or(now_seconds, |t| t.0.as_second());
+    let left = match lifetime {
+        Some(lifetime) if !lifetime.is_zero() => {
+            let age = Duration::from_secs(u64::try_from(now_seconds - created).unwrap_or(0));
+            (1.0 - age.as_secs_f64() / lifetime.as_secs_f64()).clamp(0.0, 1.0)
+        }
+        _ => 1.0,
+    };
+    cost * left
+}
+
+/// Karpenter's `Consolidatable`: initialized, and `consolidateAfter` passed since then and since a
+/// pod last arrived or left; never under `consolidateAfter: Never`.
+fn consolidatable(
+    read: &ReadModel,
+    claim: &NodeClaim,
+    node: &Node,
+    pool: &NodePool,
+    now_seconds: i64,
+) -> bool {
+    let Some(after) = pool.spec.disruption.consolidate_after.duration() else {
+        return false;
+    };
+    let initialized = transitioned_at(claim, "Initialized").unwrap_or(0);
+    let changed = read
+        .last_pod_event(&node.name_any())
+        .unwrap_or(0)
+        .max(initialized);
+    now_seconds - changed >= i64::try_from(after.as_std().as_secs()).unwrap_or(i64::MAX)
+}

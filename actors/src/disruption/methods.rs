@@ -1,0 +1,257 @@
+//! Karpenter's graceful disruption methods, tried in its order, first success wins (drift joins
+//! them with its issue):
+//!
+//! 1. **Emptiness** (reason `Empty`): every consolidatable candidate with no pod to move, of a
+//!    NodePool whose `consolidateAfter` is not `Never`, as many as each pool's budget allows, in
+//!    one command.
+//! 2. **Multi-node consolidation** (reason `Underutilized`): the largest prefix of the candidates
+//!    (by savings ratio, within budgets) that can be deleted or replaced by one cheaper node,
+//!    found by binary search over **all** candidates (Karpenter stops at 100).
+//! 3. **Single-node consolidation**: the first candidate that can be deleted or replaced by a
+//!    cheaper node.
+//!
+//! Only NodePools with `consolidationPolicy: WhenEmptyOrUnderutilized` (or `Balanced`, which Joist
+//! treats alike) take part in 2 and 3. Each decision is pure over the pass's candidates, budgets
+//! and base problem; refusals are kept so the planner can tell users why a node stays
+//! (`Unconsolidatable`).
+
+use std::collections::BTreeMap;
+
+use joist_messages::apis::nodepool::{ConsolidationPolicy, DisruptionReason};
+use joist_scheduling::{
+    Input,
+    consolidation::{self, Decision, Refusal, Settings},
+    pod::PodInfo,
+};
+use kube::ResourceExt;
+
+use super::candidates::Candidate;
+
+/// A disruption method.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Method {
+    /// Empty nodes.
+    Emptiness,
+    /// Several nodes at once.
+    MultiNode,
+    /// One node.
+    SingleNode,
+}
+
+impl Method {
+    /// The method's name in logs, events and reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Method::Emptiness => "emptiness",
+            Method::MultiNode => "multi-node consolidation",
+            Method::SingleNode => "single-node consolidation",
+        }
+    }
+}
+
+/// What the planner decided.
+#[derive(Debug, Clone)]
+pub struct Command {
+    /// How.
+    pub method: Method,
+    /// Why, as budgets and conditions name it.
+    pub reason: DisruptionReason,
+    /// The nodes to remove.
+    pub candidates: Vec<Candidate>,
+    /// Delete them, or replace them by one new node.
+    pub decision: Decision,
+}
+
+impl Command {
+    /// What the command saves per hour.
+    pub fn savings(&self) -> f64 {
+        self.candidates.iter().map(|c| c.price).sum::<f64>() - self.decision.launch_price()
+    }
+
+    /// The candidates' NodeClaim names.
+    pub fn claim_names(&self) -> Vec<String> {
+        self.candidates.iter().map(|c| c.claim.name_any()).collect()
+    }
+}
+
+/// Disruptions each NodePool still allows for a reason, by NodePool name.
+pub type Allowance = BTreeMap<String, u32>;
+
+/// The base problem of a pass, and where each candidate's node stands in it.
+pub struct Base<'a> {
+    /// The cluster, without pods.
+    pub input: &'a mut Input,
+    /// Node positions in `input.nodes`, by Node name.
+    pub positions: BTreeMap<String, usize>,
+    /// What consolidation may do.
+    pub settings: Settings,
+}
+
+/// The first method that finds something to do (see the module docs); with it, why candidates
+/// single-node consolidation looked at could not go.
+pub fn plan(
+    candidates: &[Candidate],
+    base: &mut Base<'_>,
+    allowed: impl Fn(&str, DisruptionReason) -> u32,
+) -> (Option<Command>, Vec<(Candidate, Refusal)>) {
+    if let Some(command) = emptiness(candidates, &allowed) {
+        return (Some(command), Vec::new());
+    }
+    let consolidatable: Vec<&Candidate> = candidates
+        .iter()
+        .filter(|c| c.consolidatable && underutilized_policy(c))
+        .collect();
+    let within = within_budgets(&consolidatable, |pool| {
+        allowed(pool, DisruptionReason::Underutilized)
+    });
+    if let Some(command) = multi_node(&within, base) {
+        return (Some(command), Vec::new());
+    }
+    // One node at a time: each candidate needs room for itself alone in its pool's budget.
+    let each: Vec<&Candidate> = consolidatable
+        .into_iter()
+        .filter(|c| allowed(&c.pool.name_any(), DisruptionReason::Underutilized) > 0)
+        .collect();
+    single_node(&each, base)
+}
+
+fn underutilized_policy(candidate: &Candidate) -> bool {
+    candidate.pool.spec.disruption.consolidation_policy != ConsolidationPolicy::WhenEmpty
+}
+
+/// Empty consolidatable candidates, within each pool's `Empty` budget.
+fn emptiness(candidates: &[Candidate], allowed: &impl Fn(&str, DisruptionReason) -> u32) -> Option<Command> {
+    let empty: Vec<&Candidate> = candidates
+        .iter()
+        .filter(|c| c.consolidatable && c.pods.is_empty())
+        .collect();
+    let chosen = within_budgets(&empty, |pool| allowed(pool, DisruptionReason::Empty));
+    (!chosen.is_empty()).then(|| Command {
+        method: Method::Emptiness,
+        reason: DisruptionReason::Empty,
+        candidates: chosen.into_iter().cloned().collect(),
+        decision: Decision::Delete,
+    })
+}
+
+/// The candidates, in order, that their pools' budgets leave room for.
+fn within_budgets<'a>(candidates: &[&'a Candidate], allowed: impl Fn(&str) -> u32) -> Vec<&'a Candidate> {
+    let mut left: BTreeMap<String, u32> = BTreeMap::new();
+    candidates
+        .iter()
+        .copied()
+        .filter(|c| {
+            let pool = c.pool.name_any();
+            let room = left.entry(pool.clone()).or_insert_with(|| allowed(&pool));
+            let fits = *room > 0;
+            if fits {
+                *room -= 1;
+            }
+            fits
+        })
+        .collect()
+}
+
+/// Simulates removing `candidates` from the base.
+fn simulate(candidates: &[&Candidate], base: &mut Base<'_>) -> Option<Result<Decision, Refusal>> {
+    let prepared: Vec<consolidation::Candidate> = candidates
+        .iter()
+        .map(|c| {
+            Some(consolidation::Candidate {
+                node: *base.positions.get(&c.node_name())?,
+                price: c.price,
+                capacity_type: c.capacity_type,
+                pods: c.pods.iter().filter_map(|p| PodInfo::from_pod(p).ok()).collect(),
+            })
+        })
+        .collect::<Option<_>>()?;
+    let refs: Vec<&consolidation::Candidate> = prepared.iter().collect();
+    Some(consolidation::consolidate(base.input, &refs, base.settings))
+}
+
+/// The largest prefix of at least two candidates that consolidates (binary search).
+fn multi_node(candidates: &[&Candidate], base: &mut Base<'_>) -> Option<Command> {
+    let (mut low, mut high) = (2, candidates.len());
+    let mut best = None;
+    while low <= high {
+        let middle = (low + high) / 2;
+        match simulate(&candidates[..middle], base) {
+            Some(Ok(decision)) => {
+                best = Some((middle, decision));
+                low = middle + 1;
+            }
+            _ => high = middle - 1,
+        }
+    }
+    tracing::debug!(searched = candidates.len(), "multi-node consolidation");
+    best.map(|(count, decision)| Command {
+        method: Method::MultiNode,
+        reason: DisruptionReason::Underutilized,
+        candidates: candidates[..count].iter().map(|c| (*c).clone()).collect(),
+        decision,
+    })
+}
+
+/// The first candidate that consolidates alone; the refusals of those before it.
+fn single_node(
+    candidates: &[&Candidate],
+    base: &mut Base<'_>,
+) -> (Option<Command>, Vec<(Candidate, Refusal)>) {
+    let mut refusals = Vec::new();
+    for candidate in candidates {
+        match simulate(&[candidate], base) {
+            Some(Ok(decision)) => {
+                let command = Command {
+                    method: Method::SingleNode,
+                    reason: DisruptionReason::Underutilized,
+                    candidates: vec![(*candidate).clone()],
+                    decision,
+                };
+                return (Some(command), refusals);
+            }
+            Some(Err(refusal)) => refusals.push(((*candidate).clone(), refusal)),
+            None => {}
+        }
+    }
+    (None, refusals)
+}
+
+/// Whether `previous` still holds over this pass's `candidates`: every one of its candidates is
+/// still a candidate (consolidatable, and still empty for emptiness), within budgets, and the
+/// simulation gives the same kind of outcome. The command as it stands now, or `None`.
+pub fn revalidate(
+    previous: &Command,
+    candidates: &[Candidate],
+    base: &mut Base<'_>,
+    allowed: impl Fn(&str, DisruptionReason) -> u32,
+) -> Option<Command> {
+    let current: Vec<&Candidate> = previous
+        .candidates
+        .iter()
+        .map(|old| {
+            candidates
+                .iter()
+                .find(|c| c.claim.name_any() == old.claim.name_any() && c.consolidatable)
+        })
+        .collect::<Option<_>>()?;
+    if within_budgets(&current, |pool| allowed(pool, previous.reason)).len() != current.len() {
+        return None;
+    }
+    let decision = match previous.method {
+        Method::Emptiness => current
+            .iter()
+            .all(|c| c.pods.is_empty())
+            .then_some(Decision::Delete)?,
+        Method::MultiNode | Method::SingleNode => simulate(&current, base)?.ok()?,
+    };
+    let same_kind = matches!(
+        (&previous.decision, &decision),
+        (Decision::Delete, Decision::Delete) | (Decision::Replace(_), Decision::Replace(_))
+    );
+    same_kind.then(|| Command {
+        method: previous.method,
+        reason: previous.reason,
+        candidates: current.into_iter().cloned().collect(),
+        decision,
+    })
+}

@@ -1,0 +1,281 @@
+//! The DisruptionPlanner (DESIGN.md §3): removes empty nodes and consolidates underused ones, to
+//! Karpenter's semantics and safety rules.
+//!
+//! Every [`PASS_INTERVAL`] (and on [`PlanNow`]), once the read model is synced, a pass:
+//!
+//! 1. builds the cluster problem once ([`crate::problem`]), the candidates and the nodes they may
+//!    not be disrupted for ([`candidates`]), and each NodePool's budget ([`budgets`]);
+//! 2. tries the methods in Karpenter's order ([`methods`]); a node that cannot go is told why
+//!    (`Unconsolidatable`), a blocked one too (`DisruptionBlocked`);
+//! 3. waits [`VALIDATION_DELAY`] and decides again over fresh state: the same candidates must
+//!    still be candidates, within budgets, with the same outcome, or nothing happens;
+//! 4. runs the command ([`orchestrate`]): taint, launch and wait for the replacement, delete; a
+//!    failure rolls everything back.
+//!
+//! One command runs at a time; passes that come meanwhile fold into one more. The first pass
+//! removes `karpenter.sh/disrupted` taints a crash left on nodes whose NodeClaims are not being
+//! deleted. Failures of a pass are logged; the next pass starts from the cluster again.
+
+pub mod budgets;
+pub mod candidates;
+pub mod methods;
+pub mod orchestrate;
+
+use std::{collections::BTreeMap, time::Duration};
+
+use actix::prelude::*;
+use joist_messages::{
+    apis::{NodeClaim, nodepool::DisruptionReason},
+    labels::{NODEPOOL, taints},
+};
+use joist_scheduling::consolidation::{Decision, Settings};
+use kube::ResourceExt;
+
+use self::{
+    candidates::{Collected, PoolTypes},
+    methods::{Base, Command},
+};
+use crate::{
+    claim_template,
+    fold::Fold,
+    kube_ops::is_true,
+    lifecycle::decide::node_taints,
+    problem::{self, Problem},
+    shared::Shared,
+    snapshot,
+};
+
+/// How often the planner looks for something to do (Karpenter's idle requeue).
+pub const PASS_INTERVAL: Duration = Duration::from_secs(10);
+
+/// How long a decision waits before it is checked against fresh state and carried out.
+pub const VALIDATION_DELAY: Duration = Duration::from_secs(15);
+
+/// Requests for a pass queued before senders see `Full` (one queued is as good as many).
+pub const PLANNER_MAILBOX: usize = 8;
+
+/// Look for something to do now.
+#[derive(Debug, Clone, Copy, Message)]
+#[rtype(result = "()")]
+pub struct PlanNow;
+
+/// See the module docs.
+pub struct DisruptionPlanner {
+    shared: Shared,
+    fold: Fold,
+    cleaned: bool,
+}
+
+impl DisruptionPlanner {
+    /// A planner over `shared`.
+    pub fn new(shared: Shared) -> Self {
+        Self {
+            shared,
+            fold: Fold::default(),
+            cleaned: false,
+        }
+    }
+
+    fn kick(&mut self, ctx: &mut Context<Self>) {
+        if self.fold.start() {
+            self.run(ctx);
+        }
+    }
+
+    fn run(&mut self, ctx: &mut Context<Self>) {
+        let shared = self.shared.clone();
+        let clean = !std::mem::replace(&mut self.cleaned, true);
+        ctx.spawn(pass(shared, clean).into_actor(self).map(|(), planner, ctx| {
+            if planner.fold.finish() {
+                planner.run(ctx);
+            }
+        }));
+    }
+}
+
+impl Actor for DisruptionPlanner {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        ctx.set_mailbox_capacity(PLANNER_MAILBOX);
+        ctx.run_interval(PASS_INTERVAL, |planner, ctx| planner.kick(ctx));
+    }
+}
+
+impl Handler<PlanNow> for DisruptionPlanner {
+    type Result = ();
+
+    fn handle(&mut self, _msg: PlanNow, ctx: &mut Self::Context) {
+        let _span = tracing::debug_span!("disruption_planner.plan_now").entered();
+        self.kick(ctx);
+    }
+}
+
+/// A decision ready to run: the command, and the NodeClaim that replaces its candidates.
+pub struct Planned {
+    /// The command.
+    pub command: Command,
+    /// The replacement to create, if the command replaces.
+    pub replacement: Option<NodeClaim>,
+}
+
+/// One pass (see the module docs).
+async fn pass(shared: Shared, clean: bool) {
+    shared.read.synced().await;
+    if clean {
+        orchestrate::remove_stale_taints(&shared).await;
+    }
+    let Some(planned) = decide(&shared, None).await else {
+        return;
+    };
+    let command = &planned.command;
+    tracing::info!(
+        method = command.method.name(),
+        candidates = ?command.claim_names(),
+        savings_per_hour = command.savings(),
+        "disruption decided; validating in {}s",
+        VALIDATION_DELAY.as_secs()
+    );
+    tokio::time::sleep(VALIDATION_DELAY).await;
+    match decide(&shared, Some(&planned.command)).await {
+        Some(validated) => orchestrate::run(&shared, validated).await,
+        None => tracing::info!(
+            candidates = ?planned.command.claim_names(),
+            "disruption abandoned: the cluster changed and the decision no longer holds"
+        ),
+    }
+}
+
+/// Decides what to do now; with `previous`, only whether that command still holds (same
+/// candidates, within budgets, same kind of outcome), and with what replacement.
+async fn decide(shared: &Shared, previous: Option<&Command>) -> Option<Planned> {
+    let read = &shared.read;
+    let now = shared.clock.now_seconds();
+    let initialized = |c: &NodeClaim| {
+        c.status
+            .as_ref()
+            .is_some_and(|s| is_true(&s.conditions, "Initialized"))
+    };
+    if !read.node_claims().iter().any(|c| initialized(c)) {
+        // Nothing could be a candidate: spare the catalog and the simulation.
+        return None;
+    }
+    let Problem { mut input, pools } = problem::cluster(shared, snapshot::existing_nodes(read)).await;
+    let collected = {
+        let types: PoolTypes<'_> = pools
+            .iter()
+            .zip(&input.node_pools)
+            .map(|(pool, pool_input)| {
+                let range = match (
+                    pool_input.instance_types.first(),
+                    pool_input.instance_types.last(),
+                ) {
+                    (Some(&first), Some(&last)) => first..last + 1,
+                    _ => 0..0,
+                };
+                (pool.name_any(), &input.instance_types[range])
+            })
+            .collect();
+        candidates::collect(read, &types, now)
+    };
+    let Collected {
+        candidates,
+        blocked,
+        settling,
+    } = collected;
+    if previous.is_none() {
+        for b in &blocked {
+            shared.events.normal(
+                b.node.as_ref(),
+                "DisruptionBlocked",
+                &format!("Cannot disrupt Node: {}", b.reason),
+            );
+        }
+    }
+    input
+        .nodes
+        .retain(|n| n.initialized && !settling.contains(&n.name));
+    let positions = input
+        .nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (n.name.clone(), i))
+        .collect();
+    let counts = budget_counts(shared);
+    let allowed = |pool: &str, reason: DisruptionReason| {
+        let Some(pool) = pools.iter().find(|p| p.name_any() == pool) else {
+            return 0;
+        };
+        let (nodes, disrupting) = counts.get(pool.name_any().as_str()).copied().unwrap_or((0, 0));
+        budgets::allowed(pool, reason, nodes, disrupting, now)
+    };
+    let settings = Settings {
+        spot_to_spot: shared.settings.spot_to_spot_consolidation,
+    };
+    let mut base = Base {
+        input: &mut input,
+        positions,
+        settings,
+    };
+    let command = match previous {
+        None => {
+            let (command, refusals) = methods::plan(&candidates, &mut base, allowed);
+            for (candidate, refusal) in &refusals {
+                shared
+                    .events
+                    .normal(candidate.claim.as_ref(), "Unconsolidatable", &refusal.to_string());
+            }
+            command?
+        }
+        Some(previous) => methods::revalidate(previous, &candidates, &mut base, allowed)?,
+    };
+    let replacement = match &command.decision {
+        Decision::Delete => None,
+        Decision::Replace(replacement) => {
+            let pool = pools.get(replacement.claim.node_pool)?;
+            Some(claim_template::node_claim(
+                pool,
+                &replacement.claim,
+                &input.instance_types,
+            ))
+        }
+    };
+    Some(Planned { command, replacement })
+}
+
+/// Per NodePool: its initialized nodes not being deleted, and those already being disrupted
+/// (deleting, tainted `karpenter.sh/disrupted`) or NotReady.
+fn budget_counts(shared: &Shared) -> BTreeMap<String, (u32, u32)> {
+    let read = &shared.read;
+    let mut counts: BTreeMap<String, (u32, u32)> = BTreeMap::new();
+    for claim in read.node_claims() {
+        let Some(pool) = claim.labels().get(NODEPOOL) else {
+            continue;
+        };
+        let status = claim.status.clone().unwrap_or_default();
+        if !is_true(&status.conditions, "Initialized") {
+            continue;
+        }
+        let node = status
+            .provider_id
+            .as_deref()
+            .and_then(|p| read.node_for_provider(p));
+        let deleting = claim.metadata.deletion_timestamp.is_some();
+        let disrupted = node.as_ref().is_some_and(|n| {
+            node_taints(n).iter().any(|t| t.key == taints::DISRUPTED)
+                || !n
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+        });
+        let entry = counts.entry(pool.clone()).or_default();
+        if !deleting {
+            entry.0 += 1;
+        }
+        if deleting || disrupted {
+            entry.1 += 1;
+        }
+    }
+    counts
+}

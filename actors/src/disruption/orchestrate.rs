@@ -1,0 +1,319 @@
+//! Carries out a disruption command, as Karpenter's orchestration queue does:
+//!
+//! 1. taint each candidate's Node `karpenter.sh/disrupted:NoSchedule` (nothing new lands there)
+//!    and set its NodeClaim's `DisruptionReason` condition;
+//! 2. when the command replaces, create the replacement NodeClaim (`DisruptionLaunching`) and wait
+//!    until it is Initialized (`DisruptionWaitingReadiness`), at most [`REPLACEMENT_TIMEOUT`];
+//! 3. delete the candidates' NodeClaims (`DisruptionTerminating`): termination drains them
+//!    through the Eviction API.
+//!
+//! A failure before step 3 (a write refused, the replacement deleted or not ready in time) rolls
+//! back: the taints and conditions are removed, an unready replacement is deleted, and the
+//! candidates keep serving (`DisruptionRolledBack`). Writes of the Node's taints carry its
+//! `resourceVersion` and are retried on a fresh read when another agent got there first.
+
+use std::time::Duration;
+
+use joist_messages::{
+    apis::NodeClaim,
+    labels::{TERMINATION_FINALIZER, taints},
+};
+use joist_scheduling::consolidation::Decision;
+use k8s_openapi::api::core::v1::{Node, Taint};
+use kube::{Api, ResourceExt, api::PostParams};
+use serde_json::json;
+
+use super::{Planned, candidates::Candidate};
+use crate::{
+    kube_ops::{self, is_true, set_condition},
+    lifecycle::decide::node_taints,
+    shared::Shared,
+};
+
+/// How long a replacement may take to become Initialized before the command is rolled back.
+pub const REPLACEMENT_TIMEOUT: Duration = Duration::from_secs(10 * 60);
+
+/// How often a replacement's readiness is looked at.
+const READINESS_POLL: Duration = Duration::from_secs(1);
+
+/// Attempts at an optimistic write before giving up on it.
+const WRITE_ATTEMPTS: usize = 3;
+
+/// The condition a NodeClaim carries while it is being disrupted, and why.
+pub const DISRUPTION_REASON: &str = "DisruptionReason";
+
+/// Why a command could not finish.
+#[derive(Debug, thiserror::Error)]
+enum Failure {
+    #[error("kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("node {0} changed under every attempt to taint it")]
+    Contended(String),
+    #[error("the replacement {0} went away before it was ready")]
+    ReplacementGone(String),
+    #[error("the replacement {0} was not ready within {1}s")]
+    ReplacementTimeout(String, u64),
+}
+
+/// Runs `planned` (see the module docs).
+pub async fn run(shared: &Shared, planned: Planned) {
+    let Planned { command, replacement } = planned;
+    let how = match &command.decision {
+        Decision::Delete => "Delete",
+        Decision::Replace(_) => "Replace",
+    };
+    let reason = format!("{:?}", command.reason);
+    let label = format!("{reason}/{how}");
+    let detail = describe(&command, replacement.as_ref());
+    let mut created = None;
+    let outcome = async {
+        for candidate in &command.candidates {
+            mark(shared, candidate, &reason, &detail).await?;
+        }
+        if let Some(replacement) = &replacement {
+            let name = launch(shared, replacement, &command.candidates, &label).await?;
+            created = Some(name.clone());
+            wait_until_initialized(shared, &name, &command.candidates).await?;
+        }
+        Ok::<(), Failure>(())
+    }
+    .await;
+    if let Err(failure) = outcome {
+        tracing::warn!(%failure, candidates = ?command.claim_names(), "disruption failed; rolling back");
+        rollback(
+            shared,
+            &command.candidates,
+            created.as_deref(),
+            &failure.to_string(),
+        )
+        .await;
+        return;
+    }
+    for candidate in &command.candidates {
+        shared.events.normal(
+            candidate.claim.as_ref(),
+            "DisruptionTerminating",
+            &format!("Disrupting NodeClaim: {label}; {detail}"),
+        );
+        let claims = kube_ops::cluster::<NodeClaim>(&shared.client);
+        if let Err(error) = kube_ops::delete(&claims, &candidate.claim.name_any()).await {
+            tracing::warn!(nodeclaim = candidate.claim.name_any(), %error, "deleting a disrupted nodeclaim failed");
+        }
+    }
+    tracing::info!(method = command.method.name(), candidates = ?command.claim_names(), "disruption done");
+}
+
+/// The command in words, for events and the report's timeline.
+fn describe(command: &super::methods::Command, replacement: Option<&NodeClaim>) -> String {
+    let replaced_by = match (&command.decision, replacement) {
+        (Decision::Replace(r), Some(_)) => format!(" by one node from ${:.4}/h", r.price),
+        _ => String::new(),
+    };
+    format!(
+        "{} of {}{replaced_by}, saving ${:.4}/h",
+        command.method.name(),
+        command.claim_names().join(", "),
+        command.savings()
+    )
+}
+
+/// Taints the candidate's Node and sets its claim's `DisruptionReason` condition (the reason,
+/// and the command in words).
+async fn mark(shared: &Shared, candidate: &Candidate, reason: &str, detail: &str) -> Result<(), Failure> {
+    set_taint(shared, &candidate.node_name(), true).await?;
+    set_reason(shared, &candidate.claim.name_any(), Some((reason, detail))).await
+}
+
+/// Adds (or removes) the `karpenter.sh/disrupted:NoSchedule` taint, against a fresh read each
+/// attempt.
+async fn set_taint(shared: &Shared, node_name: &str, tainted: bool) -> Result<(), Failure> {
+    let nodes = kube_ops::cluster::<Node>(&shared.client);
+    for _ in 0..WRITE_ATTEMPTS {
+        let Some(node) = nodes.get_opt(node_name).await? else {
+            return Ok(());
+        };
+        let has = node_taints(&node).iter().any(|t| t.key == taints::DISRUPTED);
+        if has == tainted {
+            return Ok(());
+        }
+        let mut wanted: Vec<Taint> = node_taints(&node)
+            .iter()
+            .filter(|t| t.key != taints::DISRUPTED)
+            .cloned()
+            .collect();
+        if tainted {
+            wanted.push(Taint {
+                key: taints::DISRUPTED.to_owned(),
+                effect: "NoSchedule".to_owned(),
+                value: None,
+                time_added: None,
+            });
+        }
+        let body =
+            json!({"metadata": {"resourceVersion": node.resource_version()}, "spec": {"taints": wanted}});
+        match kube_ops::patch(&nodes, node_name, body).await {
+            Ok(_) => return Ok(()),
+            Err(kube::Error::Api(status)) if status.code == 409 => continue,
+            Err(error) => return Err(error.into()),
+        }
+    }
+    Err(Failure::Contended(node_name.to_owned()))
+}
+
+/// Sets the claim's `DisruptionReason` condition (reason and message), or removes it.
+async fn set_reason(shared: &Shared, claim_name: &str, reason: Option<(&str, &str)>) -> Result<(), Failure> {
+    let claims = kube_ops::cluster::<NodeClaim>(&shared.client);
+    for _ in 0..WRITE_ATTEMPTS {
+        let Some(claim) = claims.get_opt(claim_name).await? else {
+            return Ok(());
+        };
+        let mut conditions = claim.status.clone().unwrap_or_default().conditions;
+        match reason {
+            Some((reason, message)) => {
+                let update = (DISRUPTION_REASON, "True", reason, message);
+                set_condition(&mut conditions, &shared.clock, claim.metadata.generation, update);
+            }
+            None => conditions.retain(|c| c.type_ != DISRUPTION_REASON),
+        }
+        let body = json!({"metadata": {"resourceVersion": claim.resource_version()}, "status": {"conditions": conditions}});
+        match kube_ops::patch_status_body(&claims, claim_name, body).await {
+            Ok(_) => return Ok(()),
+            Err(kube::Error::Api(status)) if status.code == 409 => continue,
+            Err(error) => return Err(error.into()),
+        }
+    }
+    Err(Failure::Contended(claim_name.to_owned()))
+}
+
+/// Creates the replacement; its name.
+async fn launch(
+    shared: &Shared,
+    replacement: &NodeClaim,
+    candidates: &[Candidate],
+    label: &str,
+) -> Result<String, Failure> {
+    let api: Api<NodeClaim> = kube_ops::cluster(&shared.client);
+    let created = api.create(&PostParams::default(), replacement).await?;
+    let name = created.name_any();
+    shared.read.record_created(created);
+    for candidate in candidates {
+        shared.events.normal(
+            candidate.claim.as_ref(),
+            "DisruptionLaunching",
+            &format!("Launching NodeClaim: {label}; replacement {name}"),
+        );
+    }
+    tracing::info!(nodeclaim = name, "launched a replacement");
+    Ok(name)
+}
+
+/// Waits until the replacement is Initialized; fails when it goes away or takes too long.
+async fn wait_until_initialized(
+    shared: &Shared,
+    name: &str,
+    candidates: &[Candidate],
+) -> Result<(), Failure> {
+    let started = tokio::time::Instant::now();
+    let mut told = false;
+    loop {
+        match shared.read.node_claim(name) {
+            Some(claim) if claim.metadata.deletion_timestamp.is_some() => {
+                return Err(Failure::ReplacementGone(name.to_owned()));
+            }
+            Some(claim)
+                if claim
+                    .status
+                    .as_ref()
+                    .is_some_and(|s| is_true(&s.conditions, "Initialized")) =>
+            {
+                return Ok(());
+            }
+            None if started.elapsed() > crate::lifecycle::READ_MODEL_LAG => {
+                return Err(Failure::ReplacementGone(name.to_owned()));
+            }
+            _ => {}
+        }
+        if started.elapsed() >= REPLACEMENT_TIMEOUT {
+            return Err(Failure::ReplacementTimeout(
+                name.to_owned(),
+                REPLACEMENT_TIMEOUT.as_secs(),
+            ));
+        }
+        if !told {
+            told = true;
+            for candidate in candidates {
+                shared.events.normal(
+                    candidate.claim.as_ref(),
+                    "DisruptionWaitingReadiness",
+                    "Waiting on readiness to continue disruption",
+                );
+            }
+        }
+        tokio::time::sleep(READINESS_POLL).await;
+    }
+}
+
+/// Undoes a command that could not finish (see the module docs).
+async fn rollback(shared: &Shared, candidates: &[Candidate], replacement: Option<&str>, why: &str) {
+    for candidate in candidates {
+        let untainted = set_taint(shared, &candidate.node_name(), false).await;
+        let cleared = set_reason(shared, &candidate.claim.name_any(), None).await;
+        if let Err(error) = untainted.and(cleared) {
+            tracing::warn!(nodeclaim = candidate.claim.name_any(), %error, "rolling back a disruption failed; the next start cleans up");
+        }
+        shared.events.warn(
+            candidate.claim.as_ref(),
+            "DisruptionRolledBack",
+            &format!("Disruption rolled back: {why}"),
+        );
+    }
+    if let Some(name) = replacement {
+        let claims = kube_ops::cluster::<NodeClaim>(&shared.client);
+        let initialized = shared.read.node_claim(name).is_some_and(|c| {
+            c.status
+                .as_ref()
+                .is_some_and(|s| is_true(&s.conditions, "Initialized"))
+        });
+        if !initialized && let Err(error) = kube_ops::delete(&claims, name).await {
+            tracing::warn!(nodeclaim = name, %error, "deleting an unready replacement failed");
+        }
+    }
+}
+
+/// Removes `karpenter.sh/disrupted` taints and `DisruptionReason` conditions a crash left behind:
+/// from every Node whose NodeClaim is not being deleted (no command is running at start).
+pub async fn remove_stale_taints(shared: &Shared) {
+    let read = &shared.read;
+    for claim in read.node_claims() {
+        if claim.metadata.deletion_timestamp.is_some()
+            || !claim.finalizers().iter().any(|f| f == TERMINATION_FINALIZER)
+        {
+            continue;
+        }
+        let Some(node) = claim
+            .status
+            .as_ref()
+            .and_then(|s| s.provider_id.as_deref())
+            .and_then(|p| read.node_for_provider(p))
+        else {
+            continue;
+        };
+        let stale_taint = node_taints(&node).iter().any(|t| t.key == taints::DISRUPTED);
+        let stale_reason = claim
+            .status
+            .as_ref()
+            .is_some_and(|s| s.conditions.iter().any(|c| c.type_ == DISRUPTION_REASON));
+        if !stale_taint && !stale_reason {
+            continue;
+        }
+        tracing::info!(
+            nodeclaim = claim.name_any(),
+            "removing a disruption taint left by a crash"
+        );
+        let untainted = set_taint(shared, &node.name_any(), false).await;
+        let cleared = set_reason(shared, &claim.name_any(), None).await;
+        if let Err(error) = untainted.and(cleared) {
+            tracing::warn!(nodeclaim = claim.name_any(), %error, "removing a stale disruption taint failed");
+        }
+    }
+}
