@@ -367,6 +367,44 @@ spec:
 }
 
 #[test]
+fn nodes_kept_apart_by_anti_affinity_are_packed_once_the_constraint_goes() {
+    let apart = "      affinity:
+        podAntiAffinity:
+          requiredDuringSchedulingIgnoredDuringExecution:
+            - labelSelector: {matchLabels: {app: web}}
+              topologyKey: kubernetes.io/hostname";
+    let pool = pool(
+        "default",
+        &family(&["c5"]),
+        &disruption("WhenEmptyOrUnderutilized", "[{nodes: '100%'}]"),
+    );
+    let manifests = pool + NODE_CLASS + &deployment("web", 4, "500m", apart);
+    // The workload without the constraint replaces it: its pods may share nodes.
+    let together = indent(&indent(&indent(&deployment("packed", 4, "500m", ""))));
+    let steps = format!(
+        "\n    - at: 3m\n      delete: {{kind: Deployment, namespace: default, name: web}}\n    - at: 3m\n      apply: |\n{together}"
+    );
+    let report = run(&scenario(&manifests, &steps, "12m"));
+    let s = &report.summary;
+    let apart_nodes = report
+        .timeline
+        .iter()
+        .filter(|e| e.event == "instance-launched" && e.at_seconds < 180.0)
+        .count();
+    assert_eq!(
+        apart_nodes, 4,
+        "one node per pod while they must stay apart: {s:#?}"
+    );
+    assert!(terminated(&report, "underutilized") >= 3, "{s:#?}");
+    assert_eq!(s.pods_running_end, 4);
+    assert!(
+        s.final_nodes.len() <= 2,
+        "four half-used nodes are packed: {s:#?}"
+    );
+    assert!(s.cost_per_hour_end < 4.0 * 0.085, "{s:#?}");
+}
+
+#[test]
 fn a_failed_replacement_rolls_back_and_the_node_keeps_serving() {
     let manifests = pool(
         "default",

@@ -175,7 +175,14 @@ impl CloudProvider for FakeCloud {
                 instance,
                 capacity: m5_large().capacity,
                 allocatable: m5_large().capacity,
-                labels: BTreeMap::new(),
+                labels: BTreeMap::from([
+                    (
+                        "node.kubernetes.io/instance-type".to_owned(),
+                        "m5.large".to_owned(),
+                    ),
+                    ("topology.kubernetes.io/zone".to_owned(), "zone-a".to_owned()),
+                    ("karpenter.sh/capacity-type".to_owned(), "on-demand".to_owned()),
+                ]),
                 unavailable: Vec::new(),
             })
         })
@@ -739,5 +746,49 @@ async fn registration_never_undoes_a_taint_another_agent_just_removed() {
     assert_eq!(
         registered["metadata"]["labels"]["karpenter.sh/registered"],
         "true"
+    );
+}
+
+#[actix::test]
+async fn a_planner_flood_is_bounded_and_folds_into_one_disruption() {
+    use joist_actors::disruption::{PLANNER_MAILBOX, PlanNow};
+    tokio::time::pause();
+    let world = world(Settings::default());
+    world.node_class().await;
+    world.node_pool("default").await;
+    // A claim as the provisioner writes it: with Joist's finalizer, so termination runs.
+    create(&world.claims(), serde_json::json!({
+        "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+        "metadata": {"name": "idle", "labels": {"karpenter.sh/nodepool": "default"}, "finalizers": ["karpenter.sh/termination"]},
+        "spec": {"requirements": [], "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}}
+    }))
+    .await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    // The kubelet's part: the launched instance registers as a Ready node with nothing on it.
+    let node = serde_json::json!({
+        "apiVersion": "v1", "kind": "Node", "metadata": {"name": "idle-node"},
+        "spec": {"providerID": "fake:///idle"},
+        "status": {"allocatable": {"cpu": "2", "pods": "29"}, "conditions": [{"type": "Ready", "status": "True"}]},
+    });
+    world
+        .cluster
+        .store()
+        .create(&GroupResource::new("", "nodes"), "", node, false)
+        .unwrap_or_else(|e| panic!("{e}"));
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let accepted = flood(&world.controllers.disruption_planner, 1_000, || PlanNow);
+    assert!(
+        (1..=PLANNER_MAILBOX + 2).contains(&accepted),
+        "accepted {accepted} of 1,000 requests; capacity {PLANNER_MAILBOX}"
+    );
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert!(
+        world.claim_names().await.is_empty(),
+        "the empty node's claim went"
+    );
+    assert_eq!(
+        locked(&world.cloud.deleted).as_slice(),
+        ["fake:///idle"],
+        "one disruption, one termination, however many requests"
     );
 }
