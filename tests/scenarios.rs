@@ -125,14 +125,25 @@ fn quickstart_runs_every_pod_and_is_deterministic() {
     let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/examples/quickstart.yaml"))
         .unwrap_or_else(|e| panic!("{e}"));
     let scenario = Scenario::parse(&text).unwrap_or_else(|e| panic!("{e}"));
-    let report = run(&scenario);
-    let s = &report.summary;
+    // Just before `inflate` is deleted at 6m: every pod runs, on on-demand nodes of the pool, the
+    // first node already consolidated into the second.
+    let mut scaled = scenario.clone();
+    scaled.steps.retain(|step| step.at < Duration::from_secs(360));
+    scaled.until = Duration::from_secs(359);
+    let before = run(&scaled);
+    let s = &before.summary;
     assert_eq!((s.pods_running_end, s.pods_pending_end), (30, 0), "{s:#?}");
     assert!(!s.final_nodes.is_empty() && s.final_nodes.iter().all(|n| n.nodepool == "default"));
     assert!(
         s.final_nodes.iter().all(|n| n.capacity_type == "on-demand"),
         "the NodePool allows on-demand only: {s:#?}"
     );
+    assert_eq!(s.nodes_terminated.get("underutilized"), Some(&1), "{s:#?}");
+    // Then the Deployment goes, and so do its nodes.
+    let report = run(&scenario);
+    let s = &report.summary;
+    assert!(s.final_nodes.is_empty(), "{s:#?}");
+    assert_eq!(s.nodes_terminated.values().sum::<usize>(), s.nodes_launched);
     let latency = s.max_pending_to_nodeclaim_seconds.unwrap_or(f64::MAX);
     assert!(
         latency <= 1.1,

@@ -1,10 +1,16 @@
 //! Criterion benchmarks of one `solve` call (problem construction is not timed), on Karpenter's
-//! diverse benchmark at several sizes and on the larger problems. `cargo bench -p joist-scheduling`.
+//! diverse benchmark at several sizes and on the larger problems; and of the consolidation search
+//! on a fragmented cluster (one single-node candidate, the multi-node search over all).
+//! `cargo bench -p joist-scheduling`.
 
 use std::hint::black_box;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_main};
-use joist_scheduling::{solve, workloads};
+use joist_messages::model::instance_type::CapacityType;
+use joist_scheduling::{
+    consolidation::{self, Candidate, Settings},
+    solve, workloads,
+};
 
 fn diverse(c: &mut Criterion) {
     let mut group = c.benchmark_group("diverse");
@@ -31,9 +37,37 @@ fn larger(c: &mut Criterion) {
     group.finish();
 }
 
+fn consolidation(c: &mut Criterion) {
+    let mut group = c.benchmark_group("consolidation");
+    group.sample_size(10);
+    for nodes in [100, 1_000] {
+        let mut base = workloads::fragmented_cluster(nodes, 0.6);
+        let candidates: Vec<Candidate> = (0..base.nodes.len())
+            .map(|node| Candidate {
+                node,
+                price: 1.0,
+                capacity_type: CapacityType::OnDemand,
+                pods: base.nodes[node].pods.clone(),
+            })
+            .collect();
+        let refs: Vec<&Candidate> = candidates.iter().collect();
+        group.bench_function(BenchmarkId::new("single-node-candidate", nodes), |b| {
+            b.iter(|| {
+                black_box(consolidation::consolidate(&mut base, &refs[..1], Settings::default()).is_ok())
+            })
+        });
+        group.bench_function(BenchmarkId::new("multi-node-search", nodes), |b| {
+            b.iter(|| {
+                black_box(consolidation::largest_prefix(&mut base, &refs, Settings::default()).is_some())
+            })
+        });
+    }
+    group.finish();
+}
+
 // The macro defines an undocumented entry point.
 #[allow(missing_docs)]
 mod entry {
-    criterion::criterion_group!(benches, super::diverse, super::larger);
+    criterion::criterion_group!(benches, super::diverse, super::larger, super::consolidation);
 }
 criterion_main!(entry::benches);

@@ -17,10 +17,10 @@
 //! put back after, so nothing of the cluster is copied per candidate. Failures are values
 //! ([`Refusal`]), written for people, as Karpenter's `Unconsolidatable` events are.
 
-use std::fmt;
+use std::{collections::BTreeMap, fmt};
 
 use joist_messages::{
-    labels::CAPACITY_TYPE,
+    labels::{CAPACITY_TYPE, HOSTNAME},
     model::{
         instance_type::CapacityType,
         requirements::{Operator, Requirement},
@@ -30,7 +30,7 @@ use joist_messages::{
 use crate::{
     input::{ExistingNode, Input},
     pod::PodInfo,
-    solution::NewClaim,
+    solution::{NewClaim, Solution},
     solver::solve,
 };
 
@@ -148,27 +148,115 @@ pub fn consolidate(
     candidates: &[&Candidate],
     settings: Settings,
 ) -> Result<Decision, Refusal> {
-    let current: f64 = candidates.iter().map(|c| c.price).sum();
     let removed = take_nodes(base, candidates);
+    let outcome = decide(base, candidates, settings);
+    put_back(base, removed);
+    outcome.map(|(decision, _)| decision)
+}
+
+/// The largest prefix of `candidates` (at least two) that can go together, found by binary search
+/// as Karpenter's multi-node consolidation does, over all of them: how many, and how.
+pub fn largest_prefix(
+    base: &mut Input,
+    candidates: &[&Candidate],
+    settings: Settings,
+) -> Option<(usize, Decision)> {
+    let (mut low, mut high) = (2, candidates.len());
+    let mut best = None;
+    while low <= high {
+        let middle = (low + high) / 2;
+        match consolidate(base, &candidates[..middle], settings) {
+            Ok(decision) => {
+                best = Some((middle, decision));
+                low = middle + 1;
+            }
+            Err(_) => high = middle - 1,
+        }
+    }
+    best
+}
+
+/// Carries out a decision on the base, as if the cluster had followed it: the candidates' nodes
+/// leave, their pods go where the simulation put them, and a replacement joins as a node of its
+/// cheapest type (named `name`). `Err` when the candidates cannot go after all.
+pub fn apply(
+    base: &mut Input,
+    candidates: &[&Candidate],
+    settings: Settings,
+    name: &str,
+) -> Result<Decision, Refusal> {
+    let removed = take_nodes(base, candidates);
+    let (decision, solution) = match decide(base, candidates, settings) {
+        Ok(outcome) => outcome,
+        Err(refusal) => {
+            put_back(base, removed);
+            return Err(refusal);
+        }
+    };
+    let mut pods: Vec<Option<PodInfo>> = candidates
+        .iter()
+        .flat_map(|c| c.pods.iter().cloned().map(Some))
+        .collect();
+    for placement in &solution.placements {
+        if let Some(pod) = pods[placement.pod].take() {
+            base.nodes[placement.node].pods.push(pod);
+        }
+    }
+    if let Decision::Replace(replacement) = &decision
+        && let Some(&first) = replacement.claim.instance_types.first()
+    {
+        let it = &base.instance_types[first];
+        let mut labels: BTreeMap<String, String> = it
+            .requirements
+            .iter()
+            .chain(replacement.claim.requirements.iter())
+            .filter(|r| r.operator() == Operator::In && r.values().len() == 1)
+            .filter_map(|r| Some((r.key().to_owned(), r.values().next()?.to_owned())))
+            .collect();
+        labels.insert(HOSTNAME.to_owned(), name.to_owned());
+        let moved = replacement
+            .claim
+            .pods
+            .iter()
+            .filter_map(|&p| pods.get_mut(p)?.take());
+        base.nodes.push(ExistingNode {
+            name: name.to_owned(),
+            labels,
+            taints: Vec::new(),
+            allocatable: it.allocatable(),
+            pods: moved.collect(),
+            initialized: true,
+        });
+    }
+    Ok(decision)
+}
+
+/// Simulates the candidates' pods on the base without them (already taken out) and judges the
+/// outcome; with the simulation's solution. Leaves `base.pods` empty.
+fn decide(
+    base: &mut Input,
+    candidates: &[&Candidate],
+    settings: Settings,
+) -> Result<(Decision, Solution), Refusal> {
+    let current: f64 = candidates.iter().map(|c| c.price).sum();
     base.pods = candidates.iter().flat_map(|c| c.pods.iter().cloned()).collect();
     let solution = solve(base);
     let pods = std::mem::take(&mut base.pods);
-    put_back(base, removed);
     if let Some(unschedulable) = solution.unschedulable.first() {
         return Err(Refusal::PodDoesNotFit {
             pod: pods[unschedulable.pod].name.clone(),
             reason: unschedulable.to_string(),
         });
     }
-    let mut claims = solution.claims;
-    match claims.len() {
-        0 => Ok(Decision::Delete),
-        1 => {
+    let decision = match solution.claims.as_slice() {
+        [] => Decision::Delete,
+        [claim] => {
             let all_spot = candidates.iter().all(|c| c.capacity_type == CapacityType::Spot);
-            replacement(base, claims.remove(0), current, all_spot, settings).map(Decision::Replace)
+            Decision::Replace(replacement(base, claim.clone(), current, all_spot, settings)?)
         }
-        nodes => Err(Refusal::MoreThanOneNode { nodes }),
-    }
+        claims => return Err(Refusal::MoreThanOneNode { nodes: claims.len() }),
+    };
+    Ok((decision, solution))
 }
 
 /// Moves the candidates' nodes out of `base`, remembering where they stood.

@@ -584,3 +584,62 @@ pub fn many_node_pools(pods: usize) -> Input {
         ..Input::default()
     }
 }
+
+/// A fragmented cluster of `nodes` nodes for consolidation benchmarks: Karpenter's diverse workload
+/// provisioned (pods grown until the simulation opens at least `nodes` nodes, the first `nodes`
+/// kept, each on its cheapest type's cheapest on-demand offering, labelled as it would be), then a
+/// seeded `deleted` share of the pods removed. No pods are left to place.
+pub fn fragmented_cluster(nodes: usize, deleted: f64) -> Input {
+    let mut pods = nodes.max(1) * 8;
+    let (mut input, solution) = loop {
+        let input = karpenter_diverse(pods);
+        let solution = crate::solve(&input);
+        if solution.claims.len() >= nodes || pods > nodes * 1_000 {
+            break (input, solution);
+        }
+        pods = pods * nodes / solution.claims.len().max(1) + pods / 10 + 1;
+    };
+    let mut rng = Rng::new(60);
+    let placed = std::mem::take(&mut input.pods);
+    input.nodes = solution
+        .claims
+        .iter()
+        .take(nodes)
+        .enumerate()
+        .filter_map(|(i, claim)| {
+            let it = &input.instance_types[*claim.instance_types.first()?];
+            let offering = it
+                .offerings
+                .iter()
+                .filter(|o| o.capacity_type == CapacityType::OnDemand)
+                .min_by(|a, b| a.price.total_cmp(&b.price))?;
+            let name = format!("node-{i}");
+            let mut labels: BTreeMap<String, String> = claim
+                .requirements
+                .iter()
+                .chain(it.requirements.iter())
+                .filter(|r| r.operator() == Operator::In && r.values().len() == 1)
+                .filter_map(|r| Some((r.key().to_owned(), r.values().next()?.to_owned())))
+                .collect();
+            labels.insert(HOSTNAME.to_owned(), name.clone());
+            labels.insert(ZONE.to_owned(), offering.zone.clone());
+            labels.insert(CAPACITY_TYPE.to_owned(), "on-demand".to_owned());
+            labels.insert(INSTANCE_TYPE.to_owned(), it.name.clone());
+            let kept = claim
+                .pods
+                .iter()
+                .filter(|_| (rng.below(1_000) as f64) >= deleted * 1_000.0)
+                .map(|&p| placed[p].clone())
+                .collect();
+            Some(ExistingNode {
+                name,
+                labels,
+                taints: Vec::new(),
+                allocatable: it.allocatable(),
+                pods: kept,
+                initialized: true,
+            })
+        })
+        .collect();
+    input
+}

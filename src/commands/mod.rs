@@ -4,6 +4,7 @@
 //! return the process exit code; failures that stop a command outright are [`CommandError`]s.
 
 pub mod bench;
+pub mod bench_consolidation;
 mod bench_kubesim;
 mod crds;
 mod run;
@@ -107,6 +108,13 @@ pub enum BenchTarget {
         /// The problem.
         #[arg(long, value_enum, default_value_t = bench::Scenario::Diverse)]
         scenario: bench::Scenario,
+    },
+    /// The consolidation search on a fragmented cluster: a single-node scan of every node, the
+    /// multi-node search, and consolidation to a fixed point with its savings.
+    Consolidation {
+        /// Nodes in the cluster before consolidation.
+        #[arg(long, default_value_t = 1_000)]
+        nodes: usize,
     },
     /// kubesim at scale: nodes and pods created and run by its scheduler and kubelets, a full pod
     /// list through the API, and a watch fan-out.
@@ -216,6 +224,9 @@ pub fn run(cli: Cli, out: &mut dyn io::Write) -> Result<ExitCode, CommandError> 
         Command::Bench {
             target: BenchTarget::Scheduling { pods, scenario },
         } => bench::run(scenario, pods, out),
+        Command::Bench {
+            target: BenchTarget::Consolidation { nodes },
+        } => bench_consolidation::run(nodes, out),
         Command::Bench {
             target:
                 BenchTarget::Kubesim {

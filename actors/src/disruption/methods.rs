@@ -152,9 +152,9 @@ fn within_budgets<'a>(candidates: &[&'a Candidate], allowed: impl Fn(&str) -> u3
         .collect()
 }
 
-/// Simulates removing `candidates` from the base.
-fn simulate(candidates: &[&Candidate], base: &mut Base<'_>) -> Option<Result<Decision, Refusal>> {
-    let prepared: Vec<consolidation::Candidate> = candidates
+/// The candidates in the search's terms, or `None` when one's node is not in the base.
+fn prepare(candidates: &[&Candidate], base: &Base<'_>) -> Option<Vec<consolidation::Candidate>> {
+    candidates
         .iter()
         .map(|c| {
             Some(consolidation::Candidate {
@@ -164,26 +164,26 @@ fn simulate(candidates: &[&Candidate], base: &mut Base<'_>) -> Option<Result<Dec
                 pods: c.pods.iter().filter_map(|p| PodInfo::from_pod(p).ok()).collect(),
             })
         })
-        .collect::<Option<_>>()?;
+        .collect()
+}
+
+/// Simulates removing `candidates` from the base.
+fn simulate(candidates: &[&Candidate], base: &mut Base<'_>) -> Option<Result<Decision, Refusal>> {
+    let prepared = prepare(candidates, base)?;
     let refs: Vec<&consolidation::Candidate> = prepared.iter().collect();
     Some(consolidation::consolidate(base.input, &refs, base.settings))
 }
 
-/// The largest prefix of at least two candidates that consolidates (binary search).
+/// The largest prefix of at least two candidates that consolidates (binary search over all).
 fn multi_node(candidates: &[&Candidate], base: &mut Base<'_>) -> Option<Command> {
-    let (mut low, mut high) = (2, candidates.len());
-    let mut best = None;
-    while low <= high {
-        let middle = (low + high) / 2;
-        match simulate(&candidates[..middle], base) {
-            Some(Ok(decision)) => {
-                best = Some((middle, decision));
-                low = middle + 1;
-            }
-            _ => high = middle - 1,
-        }
-    }
-    tracing::debug!(searched = candidates.len(), "multi-node consolidation");
+    let prepared = prepare(candidates, base)?;
+    let refs: Vec<&consolidation::Candidate> = prepared.iter().collect();
+    let best = consolidation::largest_prefix(base.input, &refs, base.settings);
+    tracing::info!(
+        searched = candidates.len(),
+        found = best.as_ref().map_or(0, |(count, _)| *count),
+        "multi-node consolidation"
+    );
     best.map(|(count, decision)| Command {
         method: Method::MultiNode,
         reason: DisruptionReason::Underutilized,

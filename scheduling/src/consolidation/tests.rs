@@ -260,3 +260,31 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn applying_a_decision_moves_the_pods_and_adds_the_replacement() {
+    let mut input = cluster(vec![
+        node("a", 8, vec![pod("a1", "1", json!({}))]),
+        node("b", 8, vec![pod("b1", "1", json!({}))]),
+    ]);
+    let a = candidate(&input, 0, 8, CapacityType::OnDemand);
+    assert_eq!(
+        apply(&mut input, &[&a], Settings::default(), "unused"),
+        Ok(Decision::Delete)
+    );
+    let names: Vec<(&str, usize)> = input
+        .nodes
+        .iter()
+        .map(|n| (n.name.as_str(), n.pods.len()))
+        .collect();
+    assert_eq!(names, [("b", 2)], "a is gone, its pod on b");
+    let b = candidate(&input, 0, 8, CapacityType::OnDemand);
+    let Ok(Decision::Replace(_)) = apply(&mut input, &[&b], Settings::default(), "small") else {
+        panic!("two 1-CPU pods on an 8-CPU node are replaced by a smaller one")
+    };
+    assert_eq!(input.nodes.len(), 1);
+    assert_eq!(
+        (input.nodes[0].name.as_str(), input.nodes[0].pods.len()),
+        ("small", 2)
+    );
+}
