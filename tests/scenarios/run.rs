@@ -210,6 +210,50 @@ spec:
     }
 }
 
+/// The first NodeClaim that has launched an instance.
+async fn launched_claim(joist: &Joist, claims: &Api<NodeClaim>) -> NodeClaim {
+    eventually(joist, "a launched NodeClaim", || async {
+        let list = claims.list(&Default::default()).await.ok()?;
+        list.items
+            .into_iter()
+            .find(|c| c.status.as_ref().and_then(|s| s.provider_id.as_ref()).is_some())
+    })
+    .await
+}
+
+/// The kubelet's part: registers a Ready Node named `name` with the instance's provider ID.
+async fn register_node(client: &kube::Client, name: &str, provider_id: &str) {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let node: Node = yaml(&format!(
+        "apiVersion: v1
+kind: Node
+metadata:
+  name: {name}
+  labels: {{kubernetes.io/arch: amd64, kubernetes.io/os: linux}}
+spec:
+  providerID: {provider_id}
+  taints: [{{key: karpenter.sh/unregistered, effect: NoExecute}}]
+status:
+  capacity: {{cpu: '2', memory: 7910Mi, pods: '29'}}
+  allocatable: {{cpu: 1930m, memory: 7220Mi, pods: '29'}}
+  conditions: [{{type: Ready, status: 'True'}}]
+"
+    ));
+    nodes
+        .create(&PostParams::default(), &node)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// The claim, once it is Registered and Initialized.
+async fn initialized_claim(joist: &Joist, claims: &Api<NodeClaim>, name: &str) -> NodeClaim {
+    eventually(joist, "Registered and Initialized", || async {
+        let claim = claims.get(name).await.ok()?;
+        (condition(&claim, "Registered") && condition(&claim, "Initialized")).then_some(claim)
+    })
+    .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn joist_run_launches_a_moto_instance_for_a_pending_pod_and_initializes_its_node() {
     let world = World::start("m5.large, m5.xlarge", &[]).await;
@@ -223,13 +267,7 @@ async fn joist_run_launches_a_moto_instance_for_a_pending_pod_and_initializes_it
     } = world;
 
     let claims: Api<NodeClaim> = Api::all(client.clone());
-    let launched = eventually(&joist, "a launched NodeClaim", || async {
-        let list = claims.list(&Default::default()).await.ok()?;
-        list.items
-            .into_iter()
-            .find(|c| c.status.as_ref().and_then(|s| s.provider_id.as_ref()).is_some())
-    })
-    .await;
+    let launched = launched_claim(&joist, &claims).await;
     let claim_name = launched.metadata.name.clone().unwrap_or_default();
     let status = launched.status.clone().unwrap_or_default();
     let provider_id = status.provider_id.clone().unwrap_or_default();
@@ -247,32 +285,8 @@ async fn joist_run_launches_a_moto_instance_for_a_pending_pod_and_initializes_it
         Some("default")
     );
 
-    // The kubelet's part: register a Ready Node with the instance's provider ID.
-    let nodes: Api<Node> = Api::all(client.clone());
-    let node: Node = yaml(&format!(
-        "apiVersion: v1
-kind: Node
-metadata:
-  name: ip-10-0-0-10.us-west-2.compute.internal
-  labels: {{kubernetes.io/arch: amd64, kubernetes.io/os: linux}}
-spec:
-  providerID: {provider_id}
-  taints: [{{key: karpenter.sh/unregistered, effect: NoExecute}}]
-status:
-  capacity: {{cpu: '2', memory: 7910Mi, pods: '29'}}
-  allocatable: {{cpu: 1930m, memory: 7220Mi, pods: '29'}}
-  conditions: [{{type: Ready, status: 'True'}}]
-"
-    ));
-    nodes
-        .create(&PostParams::default(), &node)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-    let initialized = eventually(&joist, "Registered and Initialized", || async {
-        let claim = claims.get(&claim_name).await.ok()?;
-        (condition(&claim, "Registered") && condition(&claim, "Initialized")).then_some(claim)
-    })
-    .await;
+    register_node(&client, "ip-10-0-0-10.us-west-2.compute.internal", &provider_id).await;
+    let initialized = initialized_claim(&joist, &claims, &claim_name).await;
     let node_name = "ip-10-0-0-10.us-west-2.compute.internal";
     assert_eq!(
         initialized.status.and_then(|s| s.node_name).as_deref(),
@@ -345,6 +359,41 @@ async fn bursts_of_pending_pods_over_http_get_one_nodeclaim_per_needed_node() {
         "one NodeClaim per pod that needs its own node; joist run logged:\n{}",
         world.joist.log()
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn joist_run_removes_a_node_once_its_pods_are_gone() {
+    let world = World::start("m5.large", &[]).await;
+    world.pod("web", "1").await;
+    let claims: Api<NodeClaim> = Api::all(world.client.clone());
+    let launched = launched_claim(&world.joist, &claims).await;
+    let claim_name = launched.metadata.name.clone().unwrap_or_default();
+    let provider_id = launched.status.and_then(|s| s.provider_id).unwrap_or_default();
+    register_node(
+        &world.client,
+        "ip-10-0-0-20.us-west-2.compute.internal",
+        &provider_id,
+    )
+    .await;
+    initialized_claim(&world.joist, &claims, &claim_name).await;
+    // The workload goes: the node is empty, and emptiness removes it (a pass every 10 s, a 15 s
+    // validation, the drain's 5 s).
+    let pods: Api<Pod> = Api::namespaced(world.client.clone(), "default");
+    pods.delete("web", &Default::default())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    eventually(&world.joist, "the empty node's NodeClaim removed", || async {
+        claims.get_opt(&claim_name).await.ok()?.is_none().then_some(())
+    })
+    .await;
+    let instance = instances::get(&world.clients, &provider_id).await;
+    assert!(
+        matches!(instance, Err(CloudError::NodeClaimNotFound { .. })),
+        "the instance is terminated: {instance:?}"
+    );
+    let nodes: Api<Node> = Api::all(world.client.clone());
+    let node = nodes.get_opt("ip-10-0-0-20.us-west-2.compute.internal").await;
+    assert!(matches!(node, Ok(None)), "and its Node deleted: {node:?}");
 }
 
 #[test]
