@@ -253,14 +253,16 @@ fn disruption(policy: &str, budgets: &str) -> String {
     )
 }
 
+/// A c5 NodePool with `policy` and `budgets`, the node class, and `inflate` with `replicas` 1-CPU pods.
+fn c5_inflate(policy: &str, budgets: &str, replicas: u32) -> String {
+    pool("default", &family(&["c5"]), &disruption(policy, budgets))
+        + NODE_CLASS
+        + &deployment("inflate", replicas, "1", "")
+}
+
 #[test]
 fn nodes_go_once_their_workload_is_deleted() {
-    let manifests = pool(
-        "default",
-        &family(&["c5"]),
-        &disruption("WhenEmptyOrUnderutilized", "[{nodes: '100%'}]"),
-    ) + NODE_CLASS
-        + &deployment("inflate", 10, "1", "");
+    let manifests = c5_inflate("WhenEmptyOrUnderutilized", "[{nodes: '100%'}]", 10);
     let steps = "[{at: 3m, delete: {kind: Deployment, namespace: default, name: inflate}}]";
     let report = run(&scenario(&manifests, steps, "6m"));
     let s = &report.summary;
@@ -279,12 +281,7 @@ fn nodes_go_once_their_workload_is_deleted() {
 
 #[test]
 fn scaling_forty_replicas_down_to_four_ends_on_a_node_sized_for_four() {
-    let manifests = pool(
-        "default",
-        &family(&["c5"]),
-        &disruption("WhenEmptyOrUnderutilized", "[{nodes: '100%'}]"),
-    ) + NODE_CLASS
-        + &deployment("inflate", 40, "1", "");
+    let manifests = c5_inflate("WhenEmptyOrUnderutilized", "[{nodes: '100%'}]", 40);
     let steps = "[{at: 3m, scale: {kind: Deployment, namespace: default, name: inflate, replicas: 4}}]";
     let report = run(&scenario(&manifests, steps, "10m"));
     let s = &report.summary;
@@ -298,12 +295,7 @@ fn scaling_forty_replicas_down_to_four_ends_on_a_node_sized_for_four() {
 
 #[test]
 fn when_empty_keeps_an_underused_node_and_removes_an_empty_one() {
-    let manifests = pool(
-        "default",
-        &family(&["c5"]),
-        &disruption("WhenEmpty", "[{nodes: '100%'}]"),
-    ) + NODE_CLASS
-        + &deployment("inflate", 20, "1", "");
+    let manifests = c5_inflate("WhenEmpty", "[{nodes: '100%'}]", 20);
     let steps = "
     - at: 3m
       scale: {kind: Deployment, namespace: default, name: inflate, replicas: 1}
@@ -326,12 +318,7 @@ fn budgets_of_zero_block_every_disruption() {
         // Active from midnight for 12 hours: the whole run (it starts 2026-01-01T00:00Z).
         "[{nodes: '100%'}, {nodes: '0', schedule: '0 0 * * *', duration: 12h}]",
     ] {
-        let manifests = pool(
-            "default",
-            &family(&["c5"]),
-            &disruption("WhenEmptyOrUnderutilized", budgets),
-        ) + NODE_CLASS
-            + &deployment("inflate", 4, "1", "");
+        let manifests = c5_inflate("WhenEmptyOrUnderutilized", budgets, 4);
         let report = run(&scenario(&manifests, delete, "6m"));
         assert!(
             !report.summary.final_nodes.is_empty(),
@@ -417,12 +404,7 @@ fn nodes_kept_apart_by_anti_affinity_are_packed_once_the_constraint_goes() {
 
 #[test]
 fn a_failed_replacement_rolls_back_and_the_node_keeps_serving() {
-    let manifests = pool(
-        "default",
-        &family(&["c5"]),
-        &disruption("WhenEmptyOrUnderutilized", "[{nodes: '100%'}]"),
-    ) + NODE_CLASS
-        + &deployment("inflate", 40, "1", "");
+    let manifests = c5_inflate("WhenEmptyOrUnderutilized", "[{nodes: '100%'}]", 40);
     // Every launch fails from the scale-down on: the replacement never comes.
     let steps = "
     - at: 3m
