@@ -776,6 +776,17 @@ async fn a_planner_flood_is_bounded_and_folds_into_one_disruption() {
         .create(&GroupResource::new("", "nodes"), "", node, false)
         .unwrap_or_else(|e| panic!("{e}"));
     tokio::time::sleep(Duration::from_secs(10)).await;
+    let claim = world.claims().get("idle").await.unwrap_or_else(|e| panic!("{e}"));
+    let consolidatable = claim
+        .status
+        .iter()
+        .flat_map(|s| &s.conditions)
+        .any(|c| c.type_ == "Consolidatable" && c.status == "True");
+    assert!(
+        consolidatable,
+        "the planner shows what it found: {:?}",
+        claim.status
+    );
     let accepted = flood(&world.controllers.disruption_planner, 1_000, || PlanNow);
     assert!(
         (1..=PLANNER_MAILBOX + 2).contains(&accepted),

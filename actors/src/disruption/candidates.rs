@@ -10,7 +10,7 @@
 //! Each candidate carries what the methods rank and budget by: its price, its pods that must move
 //! (not DaemonSet or mirror pods, not pods finished or terminating), Karpenter's disruption cost,
 //! and whether it is consolidatable (`consolidateAfter` has passed since it initialized and since
-//! a pod last arrived or left).
+//! a pod last arrived or left), which its NodeClaim's `Consolidatable` condition shows.
 
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
@@ -77,6 +77,9 @@ pub struct Blocked {
 /// Each NodePool's instance types in this pass, by NodePool name.
 pub type PoolTypes<'a> = BTreeMap<String, &'a [InstanceType]>;
 
+/// The NodeClaim condition that says whether a node may be consolidated.
+pub const CONSOLIDATABLE: &str = "Consolidatable";
+
 /// What [`collect`] found.
 #[derive(Debug, Default)]
 pub struct Collected {
@@ -87,6 +90,8 @@ pub struct Collected {
     /// Managed nodes still inside their `consolidateAfter` window: consolidation moves no pod
     /// onto them.
     pub settling: Vec<String>,
+    /// NodeClaims whose `Consolidatable` condition no longer says what is true, with what is.
+    pub stale_conditions: Vec<(Arc<NodeClaim>, bool)>,
 }
 
 /// Every candidate and every blocked node (see the module docs).
@@ -99,6 +104,15 @@ pub fn collect(read: &ReadModel, types: &PoolTypes<'_>, now_seconds: i64) -> Col
         };
         if !candidate.consolidatable {
             collected.settling.push(candidate.node_name());
+        }
+        let shown = claim
+            .status
+            .as_ref()
+            .is_some_and(|s| is_true(&s.conditions, CONSOLIDATABLE));
+        if shown != candidate.consolidatable {
+            collected
+                .stale_conditions
+                .push((claim.clone(), candidate.consolidatable));
         }
         match blocker(&candidate, &budgets, now_seconds) {
             Some(reason) => collected.blocked.push(Blocked {

@@ -38,7 +38,7 @@ use self::{
 use crate::{
     claim_template,
     fold::Fold,
-    kube_ops::is_true,
+    kube_ops::{self, is_true, set_condition},
     lifecycle::decide::node_taints,
     problem::{self, Problem},
     shared::Shared,
@@ -182,8 +182,12 @@ async fn decide(shared: &Shared, previous: Option<&Command>) -> Option<Planned> 
         candidates,
         blocked,
         settling,
+        stale_conditions,
     } = collected;
     if previous.is_none() {
+        for (claim, consolidatable) in &stale_conditions {
+            write_consolidatable(shared, claim, *consolidatable).await;
+        }
         for b in &blocked {
             shared.events.normal(
                 b.node.as_ref(),
@@ -278,4 +282,29 @@ fn budget_counts(shared: &Shared) -> BTreeMap<String, (u32, u32)> {
         }
     }
     counts
+}
+
+/// Sets a NodeClaim's `Consolidatable` condition; a write that loses a race is left to the next
+/// pass.
+async fn write_consolidatable(shared: &Shared, claim: &NodeClaim, consolidatable: bool) {
+    let mut conditions = claim.status.clone().unwrap_or_default().conditions;
+    let update = if consolidatable {
+        (candidates::CONSOLIDATABLE, "True", "Consolidatable", "")
+    } else {
+        (
+            candidates::CONSOLIDATABLE,
+            "False",
+            "NotConsolidatable",
+            "consolidateAfter has not passed since the node last changed",
+        )
+    };
+    set_condition(&mut conditions, &shared.clock, claim.metadata.generation, update);
+    let body = serde_json::json!({
+        "metadata": {"resourceVersion": claim.resource_version()},
+        "status": {"conditions": conditions},
+    });
+    let api = kube_ops::cluster::<NodeClaim>(&shared.client);
+    if let Err(error) = kube_ops::patch_status_body(&api, &claim.name_any(), body).await {
+        tracing::debug!(nodeclaim = claim.name_any(), %error, "writing Consolidatable failed; next pass");
+    }
 }
