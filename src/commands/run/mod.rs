@@ -50,6 +50,12 @@ async fn serve(settings: RunSettings, telemetry: &Telemetry) -> Result<(), Comma
              interrupted spot instances are replaced only once they are gone"
         );
     }
+    for gate in &settings.feature_gates.unimplemented_on {
+        tracing::warn!(
+            gate,
+            "FEATURE_GATES turns {gate} on, but Joist does not implement it yet: it has no effect"
+        );
+    }
     let client = kube::Client::try_default().await.map_err(|e| {
         start(format!(
             "cannot configure a Kubernetes client (in-cluster service account or KUBECONFIG): {e}"
@@ -96,6 +102,7 @@ async fn serve(settings: RunSettings, telemetry: &Telemetry) -> Result<(), Comma
             batch_idle: settings.batch_idle,
             batch_max: settings.batch_max,
             solver: SolverMode::Pool,
+            spot_to_spot_consolidation: settings.feature_gates.spot_to_spot_consolidation,
             ..Settings::default()
         },
         Clock::system(),

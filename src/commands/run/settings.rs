@@ -6,8 +6,10 @@
 //! (base64), `CLUSTER_CIDR` (Joist's own: the service CIDR AL2023 nodes need, which Karpenter reads
 //! with `eks:DescribeCluster`), `INTERRUPTION_QUEUE`, `VM_MEMORY_OVERHEAD_PERCENT` (default
 //! 0.075), `RESERVED_ENIS` (0), `ISOLATED_VPC` (false), `BATCH_IDLE_DURATION` (1s),
-//! `BATCH_MAX_DURATION` (10s, Go duration syntax) and `LOG_LEVEL` (info). An empty variable
-//! counts as unset.
+//! `BATCH_MAX_DURATION` (10s, Go duration syntax), `FEATURE_GATES` (Karpenter's
+//! `Name=true,Name=false` form; Joist acts on `SpotToSpotConsolidation` and accepts Karpenter's
+//! other gates, which it does not implement yet, with a warning) and `LOG_LEVEL` (info). An empty
+//! variable counts as unset.
 //!
 //! Failure modes: the first unusable variable stops [`RunSettings::read`] with a
 //! [`SettingsError`] naming it, its value and what it should be, so `joist run` fails at start
@@ -20,6 +22,9 @@ const NAME_HINT: &str = "set it to the name of the EKS cluster";
 /// What `CLUSTER_ENDPOINT` being unset means for Joist.
 const ENDPOINT_HINT: &str =
     "Joist does not look it up with eks:DescribeCluster yet; set it to the API server URL";
+/// What `FEATURE_GATES` looks like.
+const FEATURE_GATES_EXPECTED: &str = "comma-separated Name=true or Name=false pairs of Karpenter's gates \
+     (SpotToSpotConsolidation, NodeRepair, ReservedCapacity, NodeOverlay, StaticCapacity)";
 /// What a valid duration looks like.
 const DURATION_EXPECTED: &str = "a Go duration such as 1s, 500ms or 1m30s";
 
@@ -80,6 +85,41 @@ pub struct RunSettings {
     pub batch_max: Duration,
     /// Log verbosity (`LOG_LEVEL`).
     pub log_level: LogLevel,
+    /// Karpenter's feature gates, as set (`FEATURE_GATES`).
+    pub feature_gates: FeatureGates,
+}
+
+/// Karpenter's feature gates (`FEATURE_GATES=SpotToSpotConsolidation=true,NodeRepair=false`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FeatureGates {
+    /// `SpotToSpotConsolidation`: spot nodes may be replaced by spot nodes (default off).
+    pub spot_to_spot_consolidation: bool,
+    /// Gates Karpenter has that Joist does not implement yet, turned on.
+    pub unimplemented_on: Vec<String>,
+}
+
+/// Karpenter's gates that Joist accepts but does not act on yet.
+const UNIMPLEMENTED_GATES: &[&str] = &["NodeRepair", "ReservedCapacity", "NodeOverlay", "StaticCapacity"];
+
+impl FeatureGates {
+    /// Parses `Name=bool` pairs separated by commas; `None` on anything else or an unknown gate.
+    fn parse(text: &str) -> Option<Self> {
+        let mut gates = FeatureGates::default();
+        for pair in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let (name, value) = pair.split_once('=')?;
+            let on = parse_bool(value.trim())?;
+            match name.trim() {
+                "SpotToSpotConsolidation" => gates.spot_to_spot_consolidation = on,
+                other if UNIMPLEMENTED_GATES.contains(&other) => {
+                    if on {
+                        gates.unimplemented_on.push(other.to_owned());
+                    }
+                }
+                _ => return None,
+            }
+        }
+        Some(gates)
+    }
 }
 
 impl RunSettings {
@@ -142,6 +182,9 @@ impl RunSettings {
             log_level: env
                 .parse("LOG_LEVEL", "debug, info or error", LogLevel::parse)?
                 .unwrap_or(LogLevel::Info),
+            feature_gates: env
+                .parse("FEATURE_GATES", FEATURE_GATES_EXPECTED, FeatureGates::parse)?
+                .unwrap_or_default(),
         };
         if settings.batch_idle > settings.batch_max {
             return Err(SettingsError::Invalid {
@@ -340,6 +383,19 @@ mod tests {
             .unwrap_or_else(|| panic!("unusable settings were accepted"))
     }
 
+    #[test]
+    fn feature_gates_are_read_in_karpenters_form() {
+        let gates = |text: &str| with(&[("FEATURE_GATES", text)]).map(|s| s.feature_gates);
+        let on = gates("SpotToSpotConsolidation=true,NodeRepair=false").unwrap_or_else(|e| panic!("{e}"));
+        assert!(on.spot_to_spot_consolidation);
+        assert!(on.unimplemented_on.is_empty());
+        let repair = gates("NodeRepair=true").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(repair.unimplemented_on, ["NodeRepair"]);
+        assert_invalid("FEATURE_GATES", "SpotToSpotConsolidation");
+        assert_invalid("FEATURE_GATES", "Teleport=true");
+        assert_invalid("FEATURE_GATES", "SpotToSpotConsolidation=yes");
+    }
+
     fn assert_invalid(variable: &str, value: &str) {
         match with(&[(variable, value)]) {
             Err(SettingsError::Invalid { variable: named, .. }) => assert_eq!(named, variable, "{value:?}"),
@@ -362,6 +418,7 @@ mod tests {
             batch_idle: Duration::from_secs(1),
             batch_max: Duration::from_secs(10),
             log_level: LogLevel::Info,
+            feature_gates: FeatureGates::default(),
         };
         assert_eq!(settings, expected);
         assert_eq!(settings.vm_memory_overhead_permille(), 75);
