@@ -74,7 +74,9 @@ pub enum Change {
     NodeClass(Box<EC2NodeClass>, bool),
     /// A (re)list of a kind the indexes cover ended, with every object it listed.
     Relisted(Listed, HashSet<PodKey>),
-    /// Nothing that needs a poke (lists starting, DaemonSets, Namespaces, errors).
+    /// An object no actor is poked for changed (a DaemonSet, PodDisruptionBudget or Namespace).
+    Other,
+    /// Nothing changed (lists starting, watch errors).
     Quiet,
 }
 
@@ -263,19 +265,19 @@ impl Actor for ClusterState {
             reflect(
                 Api::<DaemonSet>::all(client.clone()),
                 writers.daemon_sets,
-                |_, _| Change::Quiet,
+                |_, _| Change::Other,
                 |_| Change::Quiet,
             ),
             reflect(
                 Api::<PodDisruptionBudget>::all(client.clone()),
                 writers.budgets,
-                |_, _| Change::Quiet,
+                |_, _| Change::Other,
                 |_| Change::Quiet,
             ),
             reflect(
                 Api::<Namespace>::all(client.clone()),
                 writers.namespaces,
-                |_, _| Change::Quiet,
+                |_, _| Change::Other,
                 |_| Change::Quiet,
             ),
             reflect(
@@ -303,6 +305,9 @@ impl Actor for ClusterState {
 impl StreamHandler<Change> for ClusterState {
     fn handle(&mut self, change: Change, ctx: &mut Self::Context) {
         let read = self.shared.read.clone();
+        if !matches!(change, Change::Quiet) {
+            read.note_change();
+        }
         match change {
             Change::Pod(pod, deleted) => {
                 let _span = tracing::debug_span!("cluster_state.pod", pod = pod.name_any()).entered();
@@ -382,7 +387,7 @@ impl StreamHandler<Change> for ClusterState {
                     self.poke_claim(&gone);
                 }
             }
-            Change::Quiet => {}
+            Change::Other | Change::Quiet => {}
         }
     }
 

@@ -71,6 +71,8 @@ struct Index {
     pending: DashSet<PodKey>,
     /// When a pod last arrived on or left each node, in epoch seconds.
     last_pod_event: DashMap<String, i64>,
+    /// Watch events seen so far: unchanged means nothing in the cluster changed.
+    changes: std::sync::atomic::AtomicU64,
     /// Claims created but not yet seen by the watch, with when they were created.
     created: DashMap<String, (Arc<NodeClaim>, Instant)>,
 }
@@ -289,6 +291,18 @@ impl ReadModel {
     /// Every PodDisruptionBudget, by namespace and name.
     pub fn disruption_budgets(&self) -> Vec<Arc<PodDisruptionBudget>> {
         sorted(&self.budgets)
+    }
+
+    /// How many watch events have changed the model: equal counts mean an unchanged cluster.
+    pub fn changes(&self) -> u64 {
+        self.index.changes.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Counts a watch event that changed the model.
+    pub(crate) fn note_change(&self) {
+        self.index
+            .changes
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// When a pod last arrived on or left `node`, in epoch seconds (Karpenter's `lastPodEventTime`).

@@ -5,7 +5,8 @@
 //!
 //! 1. builds the cluster problem once ([`crate::problem`]), the candidates and the nodes they may
 //!    not be disrupted for ([`candidates`]), and each NodePool's budget ([`budgets`]);
-//! 2. tries the methods in Karpenter's order ([`methods`]); a node that cannot go is told why
+//! 2. tries the methods in Karpenter's order ([`methods`]), unless nothing they depend on changed
+//!    since a pass that found nothing ([`memo`]); a node that cannot go is told why
 //!    (`Unconsolidatable`), a blocked one too (`DisruptionBlocked`);
 //! 3. waits [`VALIDATION_DELAY`] and decides again over fresh state: the same candidates must
 //!    still be candidates, within budgets, with the same outcome, or nothing happens;
@@ -18,10 +19,15 @@
 
 pub mod budgets;
 pub mod candidates;
+pub mod memo;
 pub mod methods;
 pub mod orchestrate;
 
-use std::{collections::BTreeMap, time::Duration};
+use std::{
+    collections::BTreeMap,
+    sync::{Arc, Mutex, MutexGuard},
+    time::Duration,
+};
 
 use actix::prelude::*;
 use joist_messages::{
@@ -33,6 +39,7 @@ use kube::ResourceExt;
 
 use self::{
     candidates::{Collected, PoolTypes},
+    memo::{Fingerprint, Memo},
     methods::{Base, Command},
 };
 use crate::{
@@ -64,6 +71,14 @@ pub struct DisruptionPlanner {
     shared: Shared,
     fold: Fold,
     cleaned: bool,
+    memo: SharedMemo,
+}
+
+/// The memo, shared with the pass that runs (one at a time).
+type SharedMemo = Arc<Mutex<Memo>>;
+
+fn lock(memo: &SharedMemo) -> MutexGuard<'_, Memo> {
+    memo.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl DisruptionPlanner {
@@ -73,6 +88,7 @@ impl DisruptionPlanner {
             shared,
             fold: Fold::default(),
             cleaned: false,
+            memo: SharedMemo::default(),
         }
     }
 
@@ -85,11 +101,16 @@ impl DisruptionPlanner {
     fn run(&mut self, ctx: &mut Context<Self>) {
         let shared = self.shared.clone();
         let clean = !std::mem::replace(&mut self.cleaned, true);
-        ctx.spawn(pass(shared, clean).into_actor(self).map(|(), planner, ctx| {
-            if planner.fold.finish() {
-                planner.run(ctx);
-            }
-        }));
+        let memo = self.memo.clone();
+        ctx.spawn(
+            pass(shared, clean, memo)
+                .into_actor(self)
+                .map(|(), planner, ctx| {
+                    if planner.fold.finish() {
+                        planner.run(ctx);
+                    }
+                }),
+        );
     }
 }
 
@@ -120,12 +141,12 @@ pub struct Planned {
 }
 
 /// One pass (see the module docs).
-async fn pass(shared: Shared, clean: bool) {
+async fn pass(shared: Shared, clean: bool, memo: SharedMemo) {
     shared.read.synced().await;
     if clean {
         orchestrate::remove_stale_taints(&shared).await;
     }
-    let Some(planned) = decide(&shared, None).await else {
+    let Some(planned) = decide(&shared, None, &memo).await else {
         return;
     };
     let command = &planned.command;
@@ -137,7 +158,7 @@ async fn pass(shared: Shared, clean: bool) {
         VALIDATION_DELAY.as_secs()
     );
     tokio::time::sleep(VALIDATION_DELAY).await;
-    match decide(&shared, Some(&planned.command)).await {
+    match decide(&shared, Some(&planned.command), &memo).await {
         Some(validated) => orchestrate::run(&shared, validated).await,
         None => tracing::info!(
             candidates = ?planned.command.claim_names(),
@@ -148,7 +169,7 @@ async fn pass(shared: Shared, clean: bool) {
 
 /// Decides what to do now; with `previous`, only whether that command still holds (same
 /// candidates, within budgets, same kind of outcome), and with what replacement.
-async fn decide(shared: &Shared, previous: Option<&Command>) -> Option<Planned> {
+async fn decide(shared: &Shared, previous: Option<&Command>, memo: &SharedMemo) -> Option<Planned> {
     let read = &shared.read;
     let now = shared.clock.now_seconds();
     let initialized = |c: &NodeClaim| {
@@ -223,13 +244,41 @@ async fn decide(shared: &Shared, previous: Option<&Command>) -> Option<Planned> 
     };
     let command = match previous {
         None => {
+            let fingerprint = Fingerprint {
+                changes: read.changes(),
+                candidates: candidates
+                    .iter()
+                    .map(|c| (c.claim.name_any(), c.consolidatable))
+                    .collect(),
+                allowances: pools
+                    .iter()
+                    .map(|p| {
+                        let name = p.name_any();
+                        let empty = allowed(&name, DisruptionReason::Empty);
+                        let underutilized = allowed(&name, DisruptionReason::Underutilized);
+                        (name, empty, underutilized)
+                    })
+                    .collect(),
+            };
+            if lock(memo).still_idle(&fingerprint) {
+                return None;
+            }
             let (command, refusals) = methods::plan(&candidates, &mut base, allowed);
             for (candidate, refusal) in &refusals {
                 shared
                     .events
                     .normal(candidate.claim.as_ref(), "Unconsolidatable", &refusal.to_string());
             }
-            command?
+            match command {
+                Some(command) => {
+                    lock(memo).forget();
+                    command
+                }
+                None => {
+                    lock(memo).idle(fingerprint);
+                    return None;
+                }
+            }
         }
         Some(previous) => methods::revalidate(previous, &candidates, &mut base, allowed)?,
     };
