@@ -430,6 +430,59 @@ fn a_failed_replacement_rolls_back_and_the_node_keeps_serving() {
 }
 
 #[test]
+fn a_spot_interruption_is_replaced_before_the_instance_is_reclaimed() {
+    let spot = pool("spot", &family(&["c5"]), "").replace("values: [on-demand]", "values: [spot]");
+    let manifests = spot + NODE_CLASS + &deployment("web", 2, "1", "");
+    let steps = "[{at: 3m, interrupt: {nodeSelector: {karpenter.sh/capacity-type: spot}, count: 1}}]";
+    let report = run(&scenario(&manifests, steps, "8m"));
+    let s = &report.summary;
+    let warned = first_at(&report, "interruption-warning");
+    // The warning is on the queue at 3m; the replacement is asked for within seconds.
+    let replacement = report
+        .timeline
+        .iter()
+        .find(|e| e.event == "nodeclaim-created" && e.at_seconds >= warned)
+        .map(|e| e.at_seconds)
+        .unwrap_or_else(|| panic!("no replacement: {:#?}", report.timeline));
+    assert!(
+        replacement - warned <= 5.0,
+        "replacement {}s after the warning",
+        replacement - warned
+    );
+    // The old node is drained while it still runs, and the pods run again before the two-minute
+    // notice is up.
+    let ended = report
+        .timeline
+        .iter()
+        .find(|e| e.event == "instance-ended" && e.at_seconds >= warned)
+        .unwrap_or_else(|| panic!("the instance never ended: {:#?}", report.timeline));
+    assert!(
+        ended.at_seconds - warned < 120.0,
+        "Joist terminated it {}s after the warning, before the reclaim",
+        ended.at_seconds - warned
+    );
+    assert_eq!((s.pods_running_end, s.pods_pending_end), (2, 0), "{s:#?}");
+    assert_eq!(s.nodes_terminated.get("interrupted"), Some(&1), "{s:#?}");
+    // The interrupted offering is marked unavailable: the replacement launches elsewhere.
+    let offering =
+        |event: &simulate::report::Entry| event.detail.split(" at ").next().unwrap_or_default().to_owned();
+    let launched = |pick: &dyn Fn(&simulate::report::Entry) -> bool| {
+        report
+            .timeline
+            .iter()
+            .find(|e| e.event == "instance-launched" && pick(e))
+            .map(offering)
+            .unwrap_or_else(|| panic!("{:#?}", report.timeline))
+    };
+    let interrupted = launched(&|e| e.object == ended.object);
+    let replacement = launched(&|e| e.at_seconds >= warned);
+    assert_ne!(
+        interrupted, replacement,
+        "the replacement avoids the interrupted offering"
+    );
+}
+
+#[test]
 fn the_cheapest_type_that_fits_is_launched() {
     let manifests =
         pool("default", &family(&["m5", "c5", "r5"]), "") + NODE_CLASS + &deployment("web", 1, "1", "");

@@ -5,7 +5,8 @@
 //! keeps its status; one [`node_claim::NodeClaimActor`] per NodeClaim runs its
 //! [`lifecycle`]; the [`catalog::Catalog`] lists instance types and remembers offerings out of
 //! capacity; the [`garbage::GarbageCollector`] terminates instances no NodeClaim accounts for; the
-//! [`disruption::DisruptionPlanner`] removes empty nodes and consolidates underused ones.
+//! [`disruption::DisruptionPlanner`] removes empty nodes and consolidates underused ones; the
+//! [`interruption::InterruptionActor`] acts on the cloud's interruption warnings.
 //! Every node's life is one OpenTelemetry trace ([`node_trace`]).
 //!
 //! Every actor's mailbox is bounded by a named constant. Per-object actors are supervised: one
@@ -19,6 +20,7 @@ pub mod disruption;
 pub mod events;
 pub mod fold;
 pub mod garbage;
+pub mod interruption;
 pub mod kube_ops;
 pub mod lifecycle;
 pub mod node_claim;
@@ -41,8 +43,8 @@ use joist_provider::CloudProvider;
 
 use crate::{
     batcher::Batcher, catalog::Catalog, cluster_state::ClusterState, disruption::DisruptionPlanner,
-    events::Events, garbage::GarbageCollector, node_trace::NodeTracer, provisioner::Provisioner,
-    read_model::ReadModel, settings::Settings, shared::Shared,
+    events::Events, garbage::GarbageCollector, interruption::InterruptionActor, node_trace::NodeTracer,
+    provisioner::Provisioner, read_model::ReadModel, settings::Settings, shared::Shared,
 };
 
 /// The running controllers. Dropping it does not stop them; stop the actix system instead.
@@ -59,6 +61,8 @@ pub struct Controllers {
     pub garbage_collector: Addr<GarbageCollector>,
     /// The disruption planner.
     pub disruption_planner: Addr<DisruptionPlanner>,
+    /// The interruption actor, when a queue is configured.
+    pub interruption: Option<Addr<InterruptionActor>>,
 }
 
 /// Starts every controller on the current actix system, talking to the cluster through `client`
@@ -89,6 +93,11 @@ pub fn start(
     let batcher = Batcher::new(&shared.settings, provisioner.clone().recipient()).start();
     let garbage_collector = GarbageCollector::new(shared.clone()).start();
     let disruption_planner = DisruptionPlanner::new(shared.clone()).start();
+    let interruption = shared
+        .settings
+        .interruption_queue
+        .clone()
+        .map(|queue| InterruptionActor::new(shared.clone(), queue).start());
     let cluster_state = ClusterState::new(shared.clone(), writers, batcher.clone(), shards).start();
     Controllers {
         shared,
@@ -97,5 +106,6 @@ pub fn start(
         provisioner,
         garbage_collector,
         disruption_planner,
+        interruption,
     }
 }

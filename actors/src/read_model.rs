@@ -66,6 +66,7 @@ pub struct Writers {
 struct Index {
     node_by_provider: DashMap<String, String>,
     claim_by_provider: DashMap<String, String>,
+    claim_by_instance: DashMap<String, String>,
     claims_by_pool: DashMap<String, BTreeSet<String>>,
     pods_by_node: DashMap<String, BTreeSet<PodKey>>,
     pending: DashSet<PodKey>,
@@ -223,6 +224,11 @@ impl ReadModel {
         self.index.claim_by_provider.get(provider_id).map(|n| n.clone())
     }
 
+    /// The NodeClaim whose instance has the cloud's `instance_id` (the provider ID's last part).
+    pub fn claim_for_instance(&self, instance_id: &str) -> Option<String> {
+        self.index.claim_by_instance.get(instance_id).map(|n| n.clone())
+    }
+
     /// The pods bound to a node, by namespace and name.
     pub fn pods_on(&self, node: &str) -> Vec<Arc<Pod>> {
         let keys: Vec<PodKey> = self
@@ -335,6 +341,7 @@ impl ReadModel {
             }
             Listed::NodeClaims => {
                 let mut gone = BTreeSet::new();
+                index.claim_by_instance.retain(|_, claim| cluster_scoped(claim));
                 index.claim_by_provider.retain(|_, claim| {
                     let kept = cluster_scoped(claim);
                     if !kept {
@@ -405,12 +412,20 @@ impl ReadModel {
         let Some(provider_id) = claim.status.as_ref().and_then(|s| s.provider_id.clone()) else {
             return;
         };
+        let instance = instance_id(&provider_id).to_owned();
         if deleted {
             self.index.claim_by_provider.remove(&provider_id);
+            self.index.claim_by_instance.remove(&instance);
         } else {
-            self.index.claim_by_provider.insert(provider_id, name);
+            self.index.claim_by_provider.insert(provider_id, name.clone());
+            self.index.claim_by_instance.insert(instance, name);
         }
     }
+}
+
+/// The cloud's instance id in a provider ID (`aws:///us-west-2a/i-0abc` → `i-0abc`).
+pub fn instance_id(provider_id: &str) -> &str {
+    provider_id.rsplit('/').next().unwrap_or(provider_id)
 }
 
 /// Adds `member` to (or, when not `present`, removes it from) the set filed under `group`.

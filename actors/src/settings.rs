@@ -1,7 +1,9 @@
 //! Controller settings, named as Karpenter names them (`BATCH_IDLE_DURATION`, `BATCH_MAX_DURATION`
 //! …), with Karpenter's defaults.
 
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
+
+use joist_provider::interruption::InterruptionQueue;
 
 /// Where the scheduling simulation runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,6 +29,8 @@ pub struct Settings {
     pub garbage_collection: Duration,
     /// Karpenter's `SpotToSpotConsolidation` feature gate: spot nodes may be replaced by spot.
     pub spot_to_spot_consolidation: bool,
+    /// The interruption queue to read (`INTERRUPTION_QUEUE`); none: interruptions are not read.
+    pub interruption_queue: Option<Arc<dyn InterruptionQueue>>,
 }
 
 impl Default for Settings {
@@ -38,6 +42,7 @@ impl Default for Settings {
             shards: 0,
             garbage_collection: Duration::from_secs(120),
             spot_to_spot_consolidation: false,
+            interruption_queue: None,
         }
     }
 }

@@ -803,3 +803,46 @@ async fn a_planner_flood_is_bounded_and_folds_into_one_disruption() {
         "one disruption, one termination, however many requests"
     );
 }
+
+#[actix::test]
+async fn an_interruption_flood_is_drained_and_every_message_deleted() {
+    use joist_provider_sim::queue::SimQueue;
+    tokio::time::pause();
+    let queue = Arc::new(SimQueue::default());
+    let world = world(Settings {
+        interruption_queue: Some(queue.clone()),
+        ..Settings::default()
+    });
+    world.node_class().await;
+    world.node_pool("default").await;
+    create(&world.claims(), serde_json::json!({
+        "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+        "metadata": {"name": "doomed", "labels": {"karpenter.sh/nodepool": "default"}, "finalizers": ["karpenter.sh/termination"]},
+        "spec": {"requirements": [], "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}}
+    }))
+    .await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    // 1,000 messages: garbage, events for instances no claim has, and one warning for the claim's
+    // instance (the fake cloud names it after the claim).
+    for i in 0..1_000 {
+        let instance = if i == 500 {
+            "doomed".to_owned()
+        } else {
+            format!("i-{i:04}")
+        };
+        let body = match i % 3 {
+            0 => format!("not json {i}"),
+            _ => serde_json::json!({
+                "version": "0", "id": format!("e-{i}"), "detail-type": "EC2 Spot Instance Interruption Warning",
+                "source": "aws.ec2", "time": "2026-01-01T00:00:05Z", "region": "us-west-2",
+                "resources": [], "detail": {"instance-id": instance, "instance-action": "terminate"},
+            })
+            .to_string(),
+        };
+        queue.send(body);
+    }
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert!(queue.is_empty(), "{} messages left", queue.len());
+    assert!(world.claim_names().await.is_empty(), "the interrupted claim went");
+    assert_eq!(locked(&world.cloud.deleted).as_slice(), ["fake:///doomed"]);
+}

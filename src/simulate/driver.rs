@@ -100,6 +100,7 @@ async fn simulate(
         batch_idle: scenario.batch_idle,
         batch_max: scenario.batch_max,
         solver: SolverMode::Inline,
+        interruption_queue: Some(cloud.queue()),
         ..Settings::default()
     };
     let recorder = Recorder::start(cluster.store().clone(), started);

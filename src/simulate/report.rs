@@ -140,7 +140,7 @@ pub fn build(name: &str, seed: u64, end: f64, store: &Store, cloud: &SimCloud, r
                 let key = match (reason, disrupted) {
                     (EndReason::Terminated, Some(reason)) => reason.as_str(),
                     (EndReason::Terminated, None) => "terminated",
-                    (EndReason::SpotInterruption, _) => "spot-interruption",
+                    (EndReason::SpotInterruption, _) => "interrupted",
                 };
                 *nodes_terminated.entry(key.to_owned()).or_insert(0) += 1;
             }

@@ -13,9 +13,7 @@
 //! - [`launch_template`]: hash-named launch templates, created once and reused;
 //! - [`fleet`]: CreateFleet requests and what their answers mean; [`coalesce`] merges identical
 //!   requests (and terminations) into one call;
-//! - [`provider`]: [`AwsCloud`], the `CloudProvider` joining them, which `joist run` uses;
-//! - [`interruption`]: the interruption queue's EventBridge events, parsed (the actor that reads
-//!   the queue is not built yet).
+//! - [`provider`]: [`AwsCloud`], the `CloudProvider` joining them, which `joist run` uses.
 //!
 //! Tested against moto (an AWS API emulator) in `tests/`; what moto cannot do (capacity errors,
 //! the Price List API) is covered by unit tests at the SDK boundary.
@@ -30,7 +28,6 @@ pub mod error;
 pub mod fleet;
 pub mod instance_profile;
 pub mod instances;
-pub mod interruption;
 pub mod launch_template;
 pub mod node_class;
 pub mod offerings;

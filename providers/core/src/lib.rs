@@ -5,9 +5,12 @@
 //! provider in production, the simulated cloud in `joist simulate` and the tests. Every method
 //! returns a boxed future so the trait stays object-safe; errors say whether a retry can help
 //! ([`CloudError::is_retryable`]) and which offerings ran out of capacity, so the unavailable-offering
-//! cache can route the next attempt elsewhere.
+//! cache can route the next attempt elsewhere. [`interruption`] is the other channel a cloud speaks
+//! through: the queue of interruption events (SQS on AWS, an in-memory queue in the simulated
+//! cloud), read the same way for both.
 
 mod error;
+pub mod interruption;
 pub mod launch;
 pub mod node_class;
 pub mod prices;

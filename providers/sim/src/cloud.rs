@@ -44,7 +44,7 @@ pub struct SimSettings {
 pub enum EndReason {
     /// Joist (or anyone) terminated it.
     Terminated,
-    /// The cloud reclaimed a spot instance.
+    /// The cloud reclaimed a spot instance, or it was terminated after its interruption warning.
     SpotInterruption,
 }
 
@@ -254,6 +254,13 @@ impl Books {
     }
 
     /// Running instances whose node labels include all of `selector`, at most `count`, in id order.
+    /// Whether the instance got an interruption warning.
+    pub(crate) fn was_warned(&self, instance_id: &str) -> bool {
+        self.lock().events.iter().any(
+            |(_, event)| matches!(event, CloudEvent::InterruptionWarning { instance } if instance == instance_id),
+        )
+    }
+
     pub(crate) fn pick(&self, selector: &BTreeMap<String, String>, count: usize) -> Vec<String> {
         let state = self.lock();
         // Instances are keyed by id, so this walks them in id order.

@@ -10,6 +10,7 @@
 pub mod catalog;
 pub mod cloud;
 pub mod node;
+pub mod queue;
 
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
@@ -37,6 +38,7 @@ pub use self::{
 use self::{
     cloud::Tracked,
     node::{Registration, node_name},
+    queue::SimQueue,
 };
 
 /// The image every simulated instance boots.
@@ -53,6 +55,7 @@ struct Inner {
     types: Vec<InstanceType>,
     client: kube::Client,
     books: Books,
+    queue: Arc<SimQueue>,
 }
 
 impl SimCloud {
@@ -70,6 +73,7 @@ impl SimCloud {
                 types,
                 client,
                 books,
+                queue: Arc::default(),
             }),
         })
     }
@@ -89,8 +93,14 @@ impl SimCloud {
         self.inner.books.make_unavailable(offering, duration);
     }
 
+    /// The interruption queue this cloud's warnings go to, as EventBridge puts them on SQS.
+    pub fn queue(&self) -> Arc<SimQueue> {
+        self.inner.queue.clone()
+    }
+
     /// Sends the two-minute warning to up to `count` running instances whose nodes carry every
-    /// label of `selector`, and reclaims them when it runs out. Returns their ids.
+    /// label of `selector` (an EC2 Spot Instance Interruption Warning on the queue), and reclaims
+    /// them when it runs out. Returns their ids.
     pub fn interrupt(&self, selector: &BTreeMap<String, String>, count: usize) -> Vec<String> {
         let chosen = self.inner.books.pick(selector, count);
         for id in &chosen {
@@ -99,6 +109,7 @@ impl SimCloud {
                 let event = CloudEvent::InterruptionWarning { instance: id.clone() };
                 self.inner.books.record(&mut state, event);
             }
+            self.inner.queue.send(self.spot_warning(id));
             let cloud = self.clone();
             let id = id.clone();
             tokio::spawn(async move {
@@ -107,6 +118,24 @@ impl SimCloud {
             });
         }
         chosen
+    }
+
+    /// The EventBridge event AWS sends two minutes before it reclaims spot instance `id`.
+    fn spot_warning(&self, id: &str) -> String {
+        let settings = &self.inner.settings;
+        let now = settings.epoch_seconds + self.inner.books.elapsed() as i64;
+        serde_json::json!({
+            "version": "0",
+            "id": format!("sim-warning-{id}"),
+            "detail-type": "EC2 Spot Instance Interruption Warning",
+            "source": "aws.ec2",
+            "account": "000000000000",
+            "time": joist_messages::time::rfc3339(now),
+            "region": settings.region,
+            "resources": [format!("arn:aws:ec2:{}:instance/{id}", settings.region)],
+            "detail": {"instance-id": id, "instance-action": "terminate"},
+        })
+        .to_string()
     }
 
     /// Ends an instance and removes its Node, as the cloud controller manager would.
@@ -308,7 +337,12 @@ impl CloudProvider for SimCloud {
                     provider_id: provider_id.to_owned(),
                 });
             }
-            self.end(id, EndReason::Terminated).await;
+            let reason = if self.inner.books.was_warned(id) {
+                EndReason::SpotInterruption
+            } else {
+                EndReason::Terminated
+            };
+            self.end(id, reason).await;
             Ok(())
         })
     }

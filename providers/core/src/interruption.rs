@@ -1,5 +1,7 @@
-//! The interruption messages of the SQS queue Karpenter users point `INTERRUPTION_QUEUE` at:
-//! EventBridge events in AWS's published shapes, parsed into typed values without I/O.
+//! The interruption queue: the [`InterruptionQueue`] a cloud delivers its warnings through (the
+//! SQS queue Karpenter users point `INTERRUPTION_QUEUE` at, or the simulated cloud's own), and the
+//! messages on it: EventBridge events in AWS's published shapes, parsed into typed values without
+//! I/O by [`parse`].
 //!
 //! Every event shares the envelope (`version` "0", `id`, `detail-type`, `source`, `time`,
 //! `resources`, `detail`) and is dispatched on (`source`, `detail-type`) as Karpenter does:
@@ -19,6 +21,27 @@
 //! caller deletes such messages after counting them.
 
 use serde_json::Value;
+
+use crate::CloudFuture;
+
+/// A message taken from the queue, to be deleted once handled.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueMessage {
+    /// The handle that deletes it.
+    pub receipt: String,
+    /// Its body.
+    pub body: String,
+}
+
+/// A queue of interruption events (see the module docs). A message received and not deleted is
+/// delivered again after the queue's visibility timeout.
+pub trait InterruptionQueue: std::fmt::Debug + Send + Sync + 'static {
+    /// Up to 10 messages, waiting up to 20 s for the first (Karpenter's long poll).
+    fn receive(&self) -> CloudFuture<'_, Vec<QueueMessage>>;
+
+    /// Deletes a handled message.
+    fn delete<'a>(&'a self, receipt: &'a str) -> CloudFuture<'a, ()>;
+}
 
 /// The largest body SQS delivers (256 KiB); anything larger is not one of these events.
 pub const MAX_BODY_BYTES: usize = 256 * 1024;

@@ -1,0 +1,212 @@
+//! The Interruption actor (DESIGN.md §3): reads the cloud's interruption queue and acts before the
+//! instance goes, as Karpenter's interruption controller does.
+//!
+//! It long-polls the queue ([`InterruptionQueue::receive`]: up to 10 messages, 20 s wait),
+//! handles up to [`MESSAGES_IN_FLIGHT`] at once, maps each instance id to its NodeClaim through the
+//! read model's index, and:
+//!
+//! - spot interruption, capacity-reservation interruption, stopping or terminating instance, AWS
+//!   Health scheduled change: records Karpenter's event (`SpotInterrupted`, `InstanceStopping` …)
+//!   and `TerminatingOnInterruption`, and deletes the NodeClaim, which drains the node while it
+//!   still runs; the provisioner replaces the capacity at once. A spot interruption also marks the
+//!   offering unavailable in the Catalog, so the replacement goes elsewhere;
+//! - rebalance recommendation: records `SpotRebalanceRecommendation`, nothing more.
+//!
+//! Every message is deleted once handled: one for an unknown instance, one that asks for nothing,
+//! and one that is not understood (logged) alike. A queue that fails (a wrong name, throttling)
+//! is retried with backoff and logged; the other controllers never notice. It takes no messages
+//! (its polling drives it), so it has no mailbox to bound.
+
+use std::{sync::Arc, time::Duration};
+
+use actix::prelude::*;
+use futures::{StreamExt, stream};
+use joist_messages::{
+    apis::NodeClaim,
+    labels::{CAPACITY_TYPE, INSTANCE_TYPE, ZONE},
+    model::instance_type::CapacityType,
+};
+use joist_provider::{
+    OfferingKey,
+    interruption::{Interruption, InterruptionQueue, Kind, Parsed, QueueMessage, parse},
+};
+use kube::ResourceExt;
+
+use crate::{kube_ops, protocol::MarkUnavailable, shared::Shared};
+
+/// Queue messages handled at once.
+pub const MESSAGES_IN_FLIGHT: usize = 10;
+
+/// The longest wait between two attempts at a failing queue.
+pub const MAX_QUEUE_BACKOFF: Duration = Duration::from_secs(60);
+
+/// See the module docs.
+pub struct InterruptionActor {
+    shared: Shared,
+    queue: Arc<dyn InterruptionQueue>,
+}
+
+impl InterruptionActor {
+    /// An actor reading `queue`.
+    pub fn new(shared: Shared, queue: Arc<dyn InterruptionQueue>) -> Self {
+        Self { shared, queue }
+    }
+}
+
+impl Actor for InterruptionActor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        ctx.spawn(poll(self.shared.clone(), self.queue.clone()).into_actor(self));
+    }
+}
+
+/// The wait after `failures` failed receives in a row: 1 s, doubling, up to a minute.
+pub fn queue_backoff(failures: u32) -> Duration {
+    Duration::from_secs(1)
+        .saturating_mul(1 << failures.saturating_sub(1).min(16))
+        .min(MAX_QUEUE_BACKOFF)
+}
+
+/// Reads the queue for as long as the actor lives.
+async fn poll(shared: Shared, queue: Arc<dyn InterruptionQueue>) {
+    shared.read.synced().await;
+    let mut failures = 0;
+    loop {
+        match queue.receive().await {
+            Ok(messages) => {
+                failures = 0;
+                stream::iter(messages)
+                    .for_each_concurrent(MESSAGES_IN_FLIGHT, |message| {
+                        handle(&shared, queue.as_ref(), message)
+                    })
+                    .await;
+            }
+            Err(error) => {
+                failures += 1;
+                let wait = queue_backoff(failures);
+                tracing::warn!(%error, failures, retry_in = ?wait, "receiving from the interruption queue failed");
+                tokio::time::sleep(wait).await;
+            }
+        }
+    }
+}
+
+/// Handles one message, then deletes it.
+async fn handle(shared: &Shared, queue: &dyn InterruptionQueue, message: QueueMessage) {
+    match parse(&message.body) {
+        Parsed::Interruption(interruption) => {
+            for instance in &interruption.instance_ids {
+                act(shared, &interruption, instance).await;
+            }
+        }
+        Parsed::Ignored(why) => tracing::debug!(why, "interruption message needs no action"),
+        Parsed::NotUnderstood(why) => {
+            tracing::warn!(why, "dropping a message the interruption queue should not carry");
+        }
+    }
+    if let Err(error) = queue.delete(&message.receipt).await {
+        tracing::warn!(%error, "deleting an interruption message failed; it will come back");
+    }
+}
+
+/// Karpenter's event for each kind: reason, message, whether a warning.
+fn event(kind: Kind) -> (&'static str, &'static str, bool) {
+    match kind {
+        Kind::SpotInterrupted => ("SpotInterrupted", "Spot interruption warning was triggered", true),
+        Kind::CapacityReservationInterrupted => (
+            "CapacityReservationInstanceInterrupted",
+            "Capacity reservation interruption warning was triggered",
+            true,
+        ),
+        Kind::RebalanceRecommendation => (
+            "SpotRebalanceRecommendation",
+            "Spot rebalance recommendation was triggered",
+            false,
+        ),
+        Kind::InstanceStopped => ("InstanceStopping", "Instance is stopping", true),
+        Kind::InstanceTerminated => ("InstanceTerminating", "Instance is terminating", true),
+        Kind::ScheduledChange => (
+            "InstanceUnhealthy",
+            "An unhealthy warning was triggered for the instance",
+            true,
+        ),
+    }
+}
+
+/// Acts on one instance of an interruption (see the module docs).
+async fn act(shared: &Shared, interruption: &Interruption, instance: &str) {
+    let read = &shared.read;
+    let Some(claim) = read
+        .claim_for_instance(instance)
+        .and_then(|name| read.node_claim(&name))
+    else {
+        tracing::debug!(
+            instance,
+            kind = interruption.kind.message_type(),
+            "no NodeClaim for the instance"
+        );
+        return;
+    };
+    let (reason, message, warning) = event(interruption.kind);
+    record(shared, &claim, reason, message, warning);
+    tracing::info!(
+        nodeclaim = claim.name_any(),
+        instance,
+        kind = interruption.kind.message_type(),
+        "interruption"
+    );
+    if !interruption.kind.drains() {
+        return;
+    }
+    if interruption.kind == Kind::SpotInterrupted
+        && let Some(offering) = offering(&claim)
+    {
+        shared.catalog.do_send(MarkUnavailable {
+            offerings: vec![offering],
+        });
+    }
+    if claim.metadata.deletion_timestamp.is_some() {
+        return;
+    }
+    record(
+        shared,
+        &claim,
+        "TerminatingOnInterruption",
+        "Interruption triggered termination for the NodeClaim",
+        true,
+    );
+    let claims = kube_ops::cluster::<NodeClaim>(&shared.client);
+    if let Err(error) = kube_ops::delete(&claims, &claim.name_any()).await {
+        tracing::warn!(nodeclaim = claim.name_any(), %error, "deleting an interrupted nodeclaim failed");
+    }
+}
+
+fn record(shared: &Shared, claim: &NodeClaim, reason: &str, message: &str, warning: bool) {
+    if warning {
+        shared.events.warn(claim, reason, message);
+    } else {
+        shared.events.normal(claim, reason, message);
+    }
+}
+
+/// The spot offering the claim runs on.
+fn offering(claim: &NodeClaim) -> Option<OfferingKey> {
+    let labels = claim.labels();
+    Some(OfferingKey {
+        instance_type: labels.get(INSTANCE_TYPE)?.clone(),
+        zone: labels.get(ZONE)?.clone(),
+        capacity_type: CapacityType::from_label(labels.get(CAPACITY_TYPE)?)?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failing_queue_is_retried_ever_more_slowly() {
+        let waits: Vec<u64> = (1..=8).map(|n| queue_backoff(n).as_secs()).collect();
+        assert_eq!(waits, [1, 2, 4, 8, 16, 32, 60, 60]);
+    }
+}
