@@ -396,6 +396,69 @@ async fn joist_run_removes_a_node_once_its_pods_are_gone() {
     assert!(matches!(node, Ok(None)), "and its Node deleted: {node:?}");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn joist_run_reads_the_interruption_queue_and_drains_the_warned_node() {
+    let queue = "e2e-interruptions";
+    let sqs = moto::clients().await.sqs;
+    let url = sqs
+        .create_queue()
+        .queue_name(queue)
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+        .queue_url
+        .unwrap_or_default();
+    let world = World::start("m5.large", &[("INTERRUPTION_QUEUE", queue)]).await;
+    world.pod("web", "1").await;
+    let claims: Api<NodeClaim> = Api::all(world.client.clone());
+    let launched = launched_claim(&world.joist, &claims).await;
+    let claim_name = launched.metadata.name.clone().unwrap_or_default();
+    let provider_id = launched.status.and_then(|s| s.provider_id).unwrap_or_default();
+    register_node(
+        &world.client,
+        "ip-10-0-0-30.us-west-2.compute.internal",
+        &provider_id,
+    )
+    .await;
+    initialized_claim(&world.joist, &claims, &claim_name).await;
+    let instance = provider_id.rsplit('/').next().unwrap_or_default();
+    let warning = serde_json::json!({
+        "version": "0", "id": "e2e-warning", "detail-type": "EC2 Spot Instance Interruption Warning",
+        "source": "aws.ec2", "account": "123456789012", "time": "2026-01-01T00:00:00Z", "region": "us-west-2",
+        "resources": [format!("arn:aws:ec2:us-west-2:instance/{instance}")],
+        "detail": {"instance-id": instance, "instance-action": "terminate"},
+    });
+    for body in [warning.to_string(), "not an event".to_owned()] {
+        sqs.send_message()
+            .queue_url(&url)
+            .message_body(body)
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+    // The warned node's claim goes: drained (its bare pod evicted) and its instance terminated.
+    eventually(&world.joist, "the warned NodeClaim removed", || async {
+        claims.get_opt(&claim_name).await.ok()?.is_none().then_some(())
+    })
+    .await;
+    let terminated = instances::get(&world.clients, &provider_id).await;
+    assert!(
+        matches!(terminated, Err(CloudError::NodeClaimNotFound { .. })),
+        "{terminated:?}"
+    );
+    let left = sqs
+        .receive_message()
+        .queue_url(&url)
+        .max_number_of_messages(10)
+        .visibility_timeout(0)
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+        .messages
+        .unwrap_or_default();
+    assert!(left.is_empty(), "every message was deleted: {left:?}");
+}
+
 #[test]
 fn joist_run_without_a_cluster_name_stops_at_once_naming_the_variable() {
     let output = Command::new(env!("CARGO_BIN_EXE_joist"))

@@ -1,4 +1,4 @@
-//! The AWS SDK clients Joist uses (EC2, SSM, IAM, and the Price List API at the endpoint region that
+//! The AWS SDK clients Joist uses (EC2, SSM, IAM, SQS, and the Price List API at the endpoint region that
 //! serves this one), built from one `SdkConfig`: the default credential chain
 //! (environment, profile, web identity for IRSA, container credentials for EKS Pod Identity,
 //! IMDS), the region, `AWS_ENDPOINT_URL` when set (aws-config reads it), and rustls with ring for
@@ -51,6 +51,8 @@ pub struct AwsClients {
     pub ec2: aws_sdk_ec2::Client,
     /// SSM (AMI aliases).
     pub ssm: aws_sdk_ssm::Client,
+    /// SQS (the interruption queue).
+    pub sqs: aws_sdk_sqs::Client,
     /// IAM (instance profiles for a node class's role).
     pub iam: aws_sdk_iam::Client,
     /// The Price List API, at the endpoint region serving this region.
@@ -83,12 +85,16 @@ impl AwsClients {
         let ssm = aws_sdk_ssm::config::Builder::from(config)
             .timeout_config(bounded(AWS_CALL_TIMEOUT))
             .build();
+        let sqs = aws_sdk_sqs::config::Builder::from(config)
+            .timeout_config(bounded(AWS_CALL_TIMEOUT))
+            .build();
         let iam = aws_sdk_iam::config::Builder::from(config)
             .timeout_config(bounded(AWS_CALL_TIMEOUT))
             .build();
         Ok(Self {
             ec2: aws_sdk_ec2::Client::from_conf(ec2),
             ssm: aws_sdk_ssm::Client::from_conf(ssm),
+            sqs: aws_sdk_sqs::Client::from_conf(sqs),
             iam: aws_sdk_iam::Client::from_conf(iam),
             pricing: aws_sdk_pricing::Client::from_conf(pricing),
             region,

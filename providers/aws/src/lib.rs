@@ -13,7 +13,8 @@
 //! - [`launch_template`]: hash-named launch templates, created once and reused;
 //! - [`fleet`]: CreateFleet requests and what their answers mean; [`coalesce`] merges identical
 //!   requests (and terminations) into one call;
-//! - [`provider`]: [`AwsCloud`], the `CloudProvider` joining them, which `joist run` uses.
+//! - [`provider`]: [`AwsCloud`], the `CloudProvider` joining them, which `joist run` uses;
+//! - [`sqs`]: the interruption queue, read from SQS.
 //!
 //! Tested against moto (an AWS API emulator) in `tests/`; what moto cannot do (capacity errors,
 //! the Price List API) is covered by unit tests at the SDK boundary.
@@ -34,6 +35,7 @@ pub mod offerings;
 pub mod price_source;
 pub mod pricing;
 pub mod provider;
+pub mod sqs;
 pub mod user_data;
 
 pub use provider::{AwsCloud, AwsCloudError, AwsSettings};

@@ -15,7 +15,8 @@ use std::{process::ExitCode, sync::Arc};
 
 use joist_actors::settings::{Settings, SolverMode};
 use joist_messages::{model::shape::CapacitySettings, time::Clock};
-use joist_provider_aws::{AwsCloud, AwsSettings, clients::AwsClients};
+use joist_provider::interruption::InterruptionQueue;
+use joist_provider_aws::{AwsCloud, AwsSettings, clients::AwsClients, sqs::SqsQueue};
 
 use self::settings::RunSettings;
 use super::CommandError;
@@ -43,13 +44,6 @@ pub fn run() -> Result<ExitCode, CommandError> {
 
 async fn serve(settings: RunSettings, telemetry: &Telemetry) -> Result<(), CommandError> {
     let start = |message: String| CommandError::Start { message };
-    if let Some(queue) = &settings.interruption_queue {
-        tracing::warn!(
-            queue,
-            "INTERRUPTION_QUEUE is set, but Joist does not read the interruption queue yet: \
-             interrupted spot instances are replaced only once they are gone"
-        );
-    }
     for gate in &settings.feature_gates.unimplemented_on {
         tracing::warn!(
             gate,
@@ -77,6 +71,10 @@ async fn serve(settings: RunSettings, telemetry: &Telemetry) -> Result<(), Comma
         region = clients.region,
         "starting"
     );
+    let interruption_queue = settings.interruption_queue.clone().map(|name| {
+        tracing::info!(queue = name, "reading the interruption queue");
+        Arc::new(SqsQueue::new(clients.sqs.clone(), name)) as Arc<dyn InterruptionQueue>
+    });
     let cloud = AwsCloud::new(
         clients,
         client.clone(),
@@ -103,6 +101,7 @@ async fn serve(settings: RunSettings, telemetry: &Telemetry) -> Result<(), Comma
             batch_max: settings.batch_max,
             solver: SolverMode::Pool,
             spot_to_spot_consolidation: settings.feature_gates.spot_to_spot_consolidation,
+            interruption_queue,
             ..Settings::default()
         },
         Clock::system(),
