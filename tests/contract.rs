@@ -340,3 +340,94 @@ fn validate_reads_kubectl_lists_from_stdin() {
         "{out}"
     );
 }
+
+/// The interruption queue's CloudFormation: the queue as Karpenter's (300 s retention, SQS-managed
+/// encryption), only EventBridge may send, a rule for every event kind Joist reads whose pattern
+/// matches the event AWS sends, and the controller's SQS permissions exactly the calls it makes.
+#[test]
+fn the_interruption_template_routes_every_event_joist_reads_to_the_queue() {
+    use joist_provider::interruption::{Parsed, parse};
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/deploy/cloudformation/interruption-queue.yaml"
+    );
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let template: Value = serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let resources = template["Resources"].as_object().cloned().unwrap_or_default();
+    let queue = &resources["InterruptionQueue"]["Properties"];
+    assert_eq!(queue["MessageRetentionPeriod"], 300);
+    assert_eq!(queue["SqsManagedSseEnabled"], true);
+    let sends: Vec<&Value> =
+        resources["InterruptionQueuePolicy"]["Properties"]["PolicyDocument"]["Statement"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|s| s["Effect"] == "Allow")
+            .collect();
+    assert_eq!(sends.len(), 1);
+    assert_eq!(
+        sends[0]["Principal"]["Service"],
+        serde_json::json!(["events.amazonaws.com"])
+    );
+    let patterns: Vec<(String, String)> = resources
+        .values()
+        .filter(|r| r["Type"] == "AWS::Events::Rule")
+        .flat_map(|r| {
+            let pattern = &r["Properties"]["EventPattern"];
+            let sources: Vec<String> = pattern["source"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|v| v.as_str().map(str::to_owned))
+                .collect();
+            let types: Vec<String> = pattern["detail-type"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|v| v.as_str().map(str::to_owned))
+                .collect();
+            sources
+                .into_iter()
+                .flat_map(move |s| types.clone().into_iter().map(move |t| (s.clone(), t)))
+        })
+        .collect();
+    // The events AWS sends for each kind Joist reads.
+    let instance = serde_json::json!({"instance-id": "i-0123456789abcdef0", "instance-action": "terminate", "state": "stopping"});
+    let health = serde_json::json!({"service": "EC2", "eventTypeCategory": "scheduledChange",
+                                    "affectedEntities": [{"entityValue": "i-0123456789abcdef0"}]});
+    let samples = [
+        ("aws.ec2", "EC2 Spot Instance Interruption Warning", &instance),
+        (
+            "aws.ec2",
+            "EC2 Capacity Reservation Instance Interruption Warning",
+            &instance,
+        ),
+        ("aws.ec2", "EC2 Instance Rebalance Recommendation", &instance),
+        ("aws.ec2", "EC2 Instance State-change Notification", &instance),
+        ("aws.health", "AWS Health Event", &health),
+    ];
+    for (source, detail_type, detail) in samples {
+        let event = serde_json::json!({"version": "0", "id": "1", "detail-type": detail_type, "source": source,
+                                       "time": "2026-01-01T00:00:00Z", "region": "us-west-2", "resources": [], "detail": detail});
+        assert!(
+            matches!(parse(&event.to_string()), Parsed::Interruption(_)),
+            "Joist reads {detail_type}"
+        );
+        assert!(
+            patterns.contains(&(source.to_owned(), detail_type.to_owned())),
+            "no rule routes {source} / {detail_type} to the queue: {patterns:?}"
+        );
+    }
+    assert_eq!(
+        patterns.len(),
+        samples.len(),
+        "a rule for nothing Joist reads: {patterns:?}"
+    );
+    let statement =
+        &resources["ControllerInterruptionPolicy"]["Properties"]["PolicyDocument"]["Statement"][0];
+    assert_eq!(
+        statement["Action"],
+        serde_json::json!(["sqs:DeleteMessage", "sqs:GetQueueUrl", "sqs:ReceiveMessage"]),
+        "exactly the calls providers/aws/src/sqs.rs makes"
+    );
+}
