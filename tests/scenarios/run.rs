@@ -190,6 +190,19 @@ spec:
         }
     }
 
+    /// A pod `web` (1 CPU) whose NodeClaim launched and whose Node, `node_name`, registered and
+    /// initialized: the claims API, the claim's name and its provider ID.
+    async fn running_node(&self, node_name: &str) -> (Api<NodeClaim>, String, String) {
+        self.pod("web", "1").await;
+        let claims: Api<NodeClaim> = Api::all(self.client.clone());
+        let launched = launched_claim(&self.joist, &claims).await;
+        let claim_name = launched.metadata.name.clone().unwrap_or_default();
+        let provider_id = launched.status.and_then(|s| s.provider_id).unwrap_or_default();
+        register_node(&self.client, node_name, &provider_id).await;
+        initialized_claim(&self.joist, &claims, &claim_name).await;
+        (claims, claim_name, provider_id)
+    }
+
     /// A pod asking for `cpu` CPUs and 1 GiB.
     async fn pod(&self, name: &str, cpu: &str) {
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), "default");
@@ -364,18 +377,9 @@ async fn bursts_of_pending_pods_over_http_get_one_nodeclaim_per_needed_node() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn joist_run_removes_a_node_once_its_pods_are_gone() {
     let world = World::start("m5.large", &[]).await;
-    world.pod("web", "1").await;
-    let claims: Api<NodeClaim> = Api::all(world.client.clone());
-    let launched = launched_claim(&world.joist, &claims).await;
-    let claim_name = launched.metadata.name.clone().unwrap_or_default();
-    let provider_id = launched.status.and_then(|s| s.provider_id).unwrap_or_default();
-    register_node(
-        &world.client,
-        "ip-10-0-0-20.us-west-2.compute.internal",
-        &provider_id,
-    )
-    .await;
-    initialized_claim(&world.joist, &claims, &claim_name).await;
+    let (claims, claim_name, provider_id) = world
+        .running_node("ip-10-0-0-20.us-west-2.compute.internal")
+        .await;
     // The workload goes: the node is empty, and emptiness removes it (a pass every 10 s, a 15 s
     // validation, the drain's 5 s).
     let pods: Api<Pod> = Api::namespaced(world.client.clone(), "default");
@@ -409,18 +413,9 @@ async fn joist_run_reads_the_interruption_queue_and_drains_the_warned_node() {
         .queue_url
         .unwrap_or_default();
     let world = World::start("m5.large", &[("INTERRUPTION_QUEUE", queue)]).await;
-    world.pod("web", "1").await;
-    let claims: Api<NodeClaim> = Api::all(world.client.clone());
-    let launched = launched_claim(&world.joist, &claims).await;
-    let claim_name = launched.metadata.name.clone().unwrap_or_default();
-    let provider_id = launched.status.and_then(|s| s.provider_id).unwrap_or_default();
-    register_node(
-        &world.client,
-        "ip-10-0-0-30.us-west-2.compute.internal",
-        &provider_id,
-    )
-    .await;
-    initialized_claim(&world.joist, &claims, &claim_name).await;
+    let (claims, claim_name, provider_id) = world
+        .running_node("ip-10-0-0-30.us-west-2.compute.internal")
+        .await;
     let instance = provider_id.rsplit('/').next().unwrap_or_default();
     let warning = serde_json::json!({
         "version": "0", "id": "e2e-warning", "detail-type": "EC2 Spot Instance Interruption Warning",
