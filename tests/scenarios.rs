@@ -118,6 +118,7 @@ spec:
 fn run(scenario: &Scenario) -> Report {
     simulate::run(scenario, scenario.seed, NodeTracer::disabled(), &mut |_| {})
         .unwrap_or_else(|e| panic!("{e}"))
+        .report
 }
 
 #[test]
@@ -463,6 +464,11 @@ fn a_spot_interruption_is_replaced_before_the_instance_is_reclaimed() {
     );
     assert_eq!((s.pods_running_end, s.pods_pending_end), (2, 0), "{s:#?}");
     assert_eq!(s.nodes_terminated.get("interrupted"), Some(&1), "{s:#?}");
+    // The evicted pods' successors run before the instance would have been reclaimed.
+    let waited = s
+        .max_pod_pending_after_interruption_seconds
+        .unwrap_or_else(|| panic!("no interruption measured: {s:#?}"));
+    assert!(waited > 0.0 && waited < 120.0, "evicted pods waited {waited}s");
     // The interrupted offering is marked unavailable: the replacement launches elsewhere.
     let offering =
         |event: &simulate::report::Entry| event.detail.split(" at ").next().unwrap_or_default().to_owned();
@@ -480,6 +486,102 @@ fn a_spot_interruption_is_replaced_before_the_instance_is_reclaimed() {
         interrupted, replacement,
         "the replacement avoids the interrupted offering"
     );
+}
+
+#[test]
+fn a_throttled_interruption_queue_is_retried_while_provisioning_goes_on() {
+    let spot = pool("spot", &family(&["c5"]), "").replace("values: [on-demand]", "values: [spot]");
+    let manifests = spot + NODE_CLASS + &deployment("web", 2, "1", "");
+    let steps = "[{at: 2m, failCloud: {operation: receiveMessages, for: 60s}},
+                  {at: 2m10s, interrupt: {nodeSelector: {karpenter.sh/capacity-type: spot}, count: 1}},
+                  {at: 2m20s, scale: {kind: Deployment, namespace: default, name: web, replicas: 12}}]";
+    let report = run(&scenario(&manifests, steps, "8m"));
+    let s = &report.summary;
+    let warned = first_at(&report, "interruption-warning");
+    // Provisioning does not wait for the queue: the scale-up gets its nodes during the outage.
+    let during = report
+        .timeline
+        .iter()
+        .filter(|e| e.event == "nodeclaim-created" && e.at_seconds > 140.0 && e.at_seconds < 180.0)
+        .count();
+    assert!(during >= 1, "{:#?}", report.timeline);
+    // The warning is read once the queue answers again (backoff at most doubling past the minute),
+    // and the warned node is still drained before its reclaim.
+    let drained = report
+        .timeline
+        .iter()
+        .find(|e| e.event == "nodeclaim-deleting" && e.at_seconds >= warned)
+        .map(|e| e.at_seconds)
+        .unwrap_or_else(|| panic!("the warned node was never drained: {:#?}", report.timeline));
+    assert!(
+        (180.0..=180.0 + 32.0).contains(&drained),
+        "drained at {drained}s; the queue failed from 120s to 180s"
+    );
+    assert!(drained < warned + 120.0, "before the reclaim");
+    assert_eq!((s.pods_running_end, s.pods_pending_end), (12, 0), "{s:#?}");
+}
+
+/// The value of the series named exactly `series` in an OpenMetrics exposition.
+fn sample(exposition: &str, series: &str) -> Option<f64> {
+    exposition
+        .lines()
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}
+
+#[test]
+fn the_final_metrics_count_launches_interruptions_and_disruptions_as_karpenter_does() {
+    let spot = c5_inflate("WhenEmptyOrUnderutilized", "[{nodes: '100%'}]", 2)
+        .replace("values: [on-demand]", "values: [spot]");
+    let steps = "[{at: 3m, interrupt: {nodeSelector: {karpenter.sh/capacity-type: spot}, count: 1}},
+                  {at: 6m, delete: {kind: Deployment, namespace: default, name: inflate}}]";
+    let scenario = scenario(&spot, steps, "10m");
+    let simulate::Simulated { report, metrics } =
+        simulate::run(&scenario, scenario.seed, NodeTracer::disabled(), &mut |_| {})
+            .unwrap_or_else(|e| panic!("{e}"));
+    let s = &report.summary;
+    let launched = s.nodes_launched as f64;
+    let count =
+        |series: &str| sample(&metrics, series).unwrap_or_else(|| panic!("no {series} in\n{metrics}"));
+    assert_eq!(
+        count(
+            "karpenter_nodeclaims_created_total{reason=\"provisioned\",nodepool=\"default\",min_values_relaxed=\"false\"}"
+        ),
+        launched
+    );
+    assert_eq!(
+        count("karpenter_interruption_received_messages_total{message_type=\"spot_interrupted\"}"),
+        1.0
+    );
+    assert_eq!(count("karpenter_interruption_deleted_messages_total"), 1.0);
+    assert_eq!(
+        count(
+            "karpenter_nodeclaims_disrupted_total{reason=\"spot_interrupted\",nodepool=\"default\",capacity_type=\"spot\"}"
+        ),
+        1.0
+    );
+    let emptied = terminated(&report, "empty") as f64;
+    assert!(emptied >= 1.0, "{s:#?}");
+    assert_eq!(
+        count(
+            "karpenter_nodeclaims_disrupted_total{reason=\"empty\",nodepool=\"default\",capacity_type=\"spot\"}"
+        ),
+        emptied
+    );
+    assert!(
+        count(
+            "karpenter_voluntary_disruption_decisions_total{decision=\"delete\",reason=\"empty\",consolidation_type=\"empty\"}"
+        ) >= 1.0
+    );
+    let ended: f64 = metrics
+        .lines()
+        .filter(|l| l.starts_with("karpenter_nodeclaims_terminated_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    assert_eq!(
+        ended, launched,
+        "every NodeClaim's termination finished and was counted"
+    );
+    assert_eq!(count("karpenter_cluster_state_node_count"), 0.0);
 }
 
 #[test]
@@ -671,8 +773,9 @@ fn every_node_life_is_one_trace_with_a_span_per_phase() {
     );
     let steps = "[{at: 3m, interrupt: {nodeSelector: {karpenter.sh/capacity-type: on-demand}, count: 1}}]";
     let scenario = scenario(&manifests, steps, "8m");
-    let report =
-        simulate::run(&scenario, scenario.seed, tracer, &mut |_| {}).unwrap_or_else(|e| panic!("{e}"));
+    let report = simulate::run(&scenario, scenario.seed, tracer, &mut |_| {})
+        .unwrap_or_else(|e| panic!("{e}"))
+        .report;
     let spans = exporter.get_finished_spans().unwrap_or_else(|e| panic!("{e}"));
     let mut traces: BTreeMap<_, Vec<SpanData>> = BTreeMap::new();
     for span in spans {

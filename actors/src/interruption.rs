@@ -32,7 +32,7 @@ use joist_provider::{
 };
 use kube::ResourceExt;
 
-use crate::{kube_ops, protocol::MarkUnavailable, shared::Shared};
+use crate::{kube_ops, metrics::MessageLabels, protocol::MarkUnavailable, shared::Shared};
 
 /// Queue messages handled at once.
 pub const MESSAGES_IN_FLIGHT: usize = 10;
@@ -94,21 +94,45 @@ async fn poll(shared: Shared, queue: Arc<dyn InterruptionQueue>) {
 
 /// Handles one message, then deletes it.
 async fn handle(shared: &Shared, queue: &dyn InterruptionQueue, message: QueueMessage) {
-    match parse(&message.body) {
+    let metrics = &shared.metrics;
+    let message_type = match parse(&message.body) {
         Parsed::Interruption(interruption) => {
             for instance in &interruption.instance_ids {
                 act(shared, &interruption, instance).await;
             }
+            if let Ok(sent) = interruption.time.parse::<jiff::Timestamp>() {
+                let waited = shared.clock.now_system().duration_since(sent.into());
+                metrics
+                    .interruption_queue_duration
+                    .observe(waited.unwrap_or_default().as_secs_f64());
+            }
+            interruption.kind.message_type()
         }
-        Parsed::Ignored(why) => tracing::debug!(why, "interruption message needs no action"),
+        Parsed::Ignored(why) => {
+            tracing::debug!(why, "interruption message needs no action");
+            NO_OP
+        }
         Parsed::NotUnderstood(why) => {
             tracing::warn!(why, "dropping a message the interruption queue should not carry");
+            NO_OP
         }
-    }
-    if let Err(error) = queue.delete(&message.receipt).await {
-        tracing::warn!(%error, "deleting an interruption message failed; it will come back");
+    };
+    metrics
+        .interruption_received
+        .get_or_create(&MessageLabels {
+            message_type: message_type.to_owned(),
+        })
+        .inc();
+    match queue.delete(&message.receipt).await {
+        Ok(()) => {
+            metrics.interruption_deleted.inc();
+        }
+        Err(error) => tracing::warn!(%error, "deleting an interruption message failed; it will come back"),
     }
 }
+
+/// The `message_type` of a message that asks for nothing or is not understood (Karpenter's).
+pub const NO_OP: &str = "no_op";
 
 /// Karpenter's event for each kind: reason, message, whether a warning.
 fn event(kind: Kind) -> (&'static str, &'static str, bool) {
@@ -177,8 +201,13 @@ async fn act(shared: &Shared, interruption: &Interruption, instance: &str) {
         true,
     );
     let claims = kube_ops::cluster::<NodeClaim>(&shared.client);
-    if let Err(error) = kube_ops::delete(&claims, &claim.name_any()).await {
-        tracing::warn!(nodeclaim = claim.name_any(), %error, "deleting an interrupted nodeclaim failed");
+    match kube_ops::delete(&claims, &claim.name_any()).await {
+        Ok(_) => shared
+            .metrics
+            .disrupted(claim.as_ref(), interruption.kind.message_type()),
+        Err(error) => {
+            tracing::warn!(nodeclaim = claim.name_any(), %error, "deleting an interrupted nodeclaim failed")
+        }
     }
 }
 

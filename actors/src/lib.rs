@@ -7,7 +7,8 @@
 //! capacity; the [`garbage::GarbageCollector`] terminates instances no NodeClaim accounts for; the
 //! [`disruption::DisruptionPlanner`] removes empty nodes and consolidates underused ones; the
 //! [`interruption::InterruptionActor`] acts on the cloud's interruption warnings.
-//! Every node's life is one OpenTelemetry trace ([`node_trace`]).
+//! Every node's life is one OpenTelemetry trace ([`node_trace`]); what happens is counted in
+//! Karpenter's Prometheus [`metrics`].
 //!
 //! Every actor's mailbox is bounded by a named constant. Per-object actors are supervised: one
 //! that fails is restarted from the read model without touching the others.
@@ -23,6 +24,7 @@ pub mod garbage;
 pub mod interruption;
 pub mod kube_ops;
 pub mod lifecycle;
+pub mod metrics;
 pub mod node_claim;
 pub mod node_class;
 pub mod node_pool;
@@ -43,8 +45,9 @@ use joist_provider::CloudProvider;
 
 use crate::{
     batcher::Batcher, catalog::Catalog, cluster_state::ClusterState, disruption::DisruptionPlanner,
-    events::Events, garbage::GarbageCollector, interruption::InterruptionActor, node_trace::NodeTracer,
-    provisioner::Provisioner, read_model::ReadModel, settings::Settings, shared::Shared,
+    events::Events, garbage::GarbageCollector, interruption::InterruptionActor, metrics::Metrics,
+    node_trace::NodeTracer, provisioner::Provisioner, read_model::ReadModel, settings::Settings,
+    shared::Shared,
 };
 
 /// The running controllers. Dropping it does not stop them; stop the actix system instead.
@@ -82,6 +85,7 @@ pub fn start(
         events: Events::start(client.clone(), clock),
         client,
         cloud,
+        metrics: Metrics::new(read.clone()),
         read,
         settings: Arc::new(settings),
         clock,

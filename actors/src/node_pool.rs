@@ -133,6 +133,7 @@ async fn create_claims(shared: &Shared, name: &str, claims: Vec<NodeClaim>) {
                             "created nodeclaim"
                         );
                         shared.read.record_created(created);
+                        shared.metrics.created(name, "provisioned");
                     }
                     Err(error) => tracing::warn!(nodepool = name, %error, "creating a nodeclaim failed"),
                 }

@@ -17,6 +17,7 @@ use kube::ResourceExt;
 use crate::{
     claim_template,
     fold::Fold,
+    metrics::ControllerLabels,
     problem::{self, Problem},
     protocol::{LaunchPlan, ProvisionBatch},
     settings::{ACTOR_REQUEST_TIMEOUT, SolverMode},
@@ -94,6 +95,7 @@ async fn provision(shared: Shared) {
     }
     let pods: Vec<Arc<Pod>> = pending.iter().map(|(pod, _)| pod.clone()).collect();
     input.pods = pending.into_iter().map(|(_, info)| info).collect();
+    let started = tokio::time::Instant::now();
     let (input, solution) = match shared.settings.solver {
         SolverMode::Inline => {
             let solution = solve(&input);
@@ -112,6 +114,13 @@ async fn provision(shared: Shared) {
             }
         },
     };
+    shared
+        .metrics
+        .scheduling_duration
+        .get_or_create(&ControllerLabels {
+            controller: "provisioner".to_owned(),
+        })
+        .observe(started.elapsed().as_secs_f64());
     tracing::info!(
         pods = input.pods.len(),
         placed = solution.placements.len(),

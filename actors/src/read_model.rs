@@ -152,6 +152,11 @@ impl ReadModel {
         );
     }
 
+    /// Whether every store has its initial list, without waiting.
+    pub fn is_synced(&self) -> bool {
+        futures::FutureExt::now_or_never(self.synced()).is_some()
+    }
+
     /// A NodeClaim by name (the watched store only: a claim's actor acts on what the API shows).
     pub fn node_claim(&self, name: &str) -> Option<Arc<NodeClaim>> {
         self.node_claims.get(&ObjectRef::new(name))
@@ -261,6 +266,11 @@ impl ReadModel {
         let mut keys: Vec<PodKey> = self.index.pending.iter().map(|k| k.clone()).collect();
         keys.sort_unstable();
         keys.iter().filter_map(|key| self.pod(key)).collect()
+    }
+
+    /// Every pod (unsorted: for metrics, which do not care about order).
+    pub fn pods(&self) -> Vec<Arc<Pod>> {
+        self.pods.state()
     }
 
     /// Every Node, by name.

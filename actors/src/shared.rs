@@ -1,5 +1,6 @@
 //! What every actor is given: the Kubernetes client, the cloud, the read model, the settings, the
-//! clock, the directory of per-object actors, where node traces go, and the event recorder.
+//! clock, the directory of per-object actors, where node traces go, the event recorder and the
+//! metrics.
 
 use std::sync::Arc;
 
@@ -9,7 +10,7 @@ use joist_messages::time::Clock;
 use joist_provider::CloudProvider;
 
 use crate::{
-    catalog::Catalog, events::Events, node_claim::NodeClaimActor, node_pool::NodePoolActor,
+    catalog::Catalog, events::Events, metrics::Metrics, node_claim::NodeClaimActor, node_pool::NodePoolActor,
     node_trace::NodeTracer, read_model::ReadModel, settings::Settings,
 };
 
@@ -43,4 +44,6 @@ pub struct Shared {
     pub node_tracer: NodeTracer,
     /// Kubernetes Events, de-duplicated.
     pub events: Events,
+    /// Prometheus metrics.
+    pub metrics: Metrics,
 }

@@ -293,7 +293,10 @@ fn parse_quantity(pod: &str, field: &str, amount: &KubeQuantity) -> Result<Quant
 }
 
 /// The pod's effective requests, as kube-scheduler computes them (see the module docs).
-fn effective_requests(pod: &str, spec: &k8s_openapi::api::core::v1::PodSpec) -> Result<Resources, PodError> {
+pub fn effective_requests(
+    pod: &str,
+    spec: &k8s_openapi::api::core::v1::PodSpec,
+) -> Result<Resources, PodError> {
     let mut total = Resources::new();
     for (i, c) in spec.containers.iter().enumerate() {
         total.add(&container_requests(pod, &format!("spec.containers[{i}]"), c)?);

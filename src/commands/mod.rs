@@ -54,6 +54,9 @@ pub enum Command {
         /// Where to write the JSON report.
         #[arg(long)]
         report: Option<PathBuf>,
+        /// Where to write the controllers' Prometheus metrics at the end (OpenMetrics text).
+        #[arg(long)]
+        metrics: Option<PathBuf>,
         /// Overrides the scenario's seed.
         #[arg(long)]
         seed: Option<u64>,
@@ -238,8 +241,9 @@ pub fn run(cli: Cli, out: &mut dyn io::Write) -> Result<ExitCode, CommandError> 
         Command::Simulate {
             scenario,
             report,
+            metrics,
             seed,
-        } => simulate::run(&scenario, report.as_deref(), seed, out),
+        } => simulate::run(&scenario, report.as_deref(), metrics.as_deref(), seed, out),
         Command::Sim {
             action: SimAction::Serve { kubeconfig, port },
         } => sim::serve(kubeconfig.as_deref(), port, out),

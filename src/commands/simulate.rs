@@ -1,7 +1,8 @@
-//! `joist simulate SCENARIO.yaml [--report FILE.json] [--seed N]`: runs a scenario (see
-//! [`crate::simulate`]), shows progress on stderr when it is a terminal, prints a summary, and
-//! writes the JSON report when asked. Node traces are exported over OTLP when the environment asks
-//! for it ([`crate::telemetry`]), stamped with virtual time.
+//! `joist simulate SCENARIO.yaml [--report FILE.json] [--metrics FILE] [--seed N]`: runs a
+//! scenario (see [`crate::simulate`]), shows progress on stderr when it is a terminal, prints a
+//! summary, and writes the JSON report and the final Prometheus exposition when asked. Node traces
+//! are exported over OTLP when the environment asks for it ([`crate::telemetry`]), stamped with
+//! virtual time.
 
 use std::{
     io::{self, IsTerminal, Write},
@@ -19,6 +20,7 @@ use crate::{
 pub fn run(
     path: &Path,
     report_path: Option<&Path>,
+    metrics_path: Option<&Path>,
     seed: Option<u64>,
     out: &mut dyn Write,
 ) -> Result<ExitCode, CommandError> {
@@ -49,7 +51,7 @@ pub fn run(
         message: e.to_string(),
     });
     telemetry.shutdown();
-    let report = report?;
+    let simulate::Simulated { report, metrics } = report?;
     if show {
         let _ = writeln!(stderr);
     }
@@ -62,6 +64,13 @@ pub fn run(
             source,
         })?;
         writeln!(out, "report: {}", report_path.display()).map_err(CommandError::stdout)?;
+    }
+    if let Some(metrics_path) = metrics_path {
+        std::fs::write(metrics_path, metrics).map_err(|source| CommandError::Write {
+            path: metrics_path.to_path_buf(),
+            source,
+        })?;
+        writeln!(out, "metrics: {}", metrics_path.display()).map_err(CommandError::stdout)?;
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -50,13 +50,22 @@ pub struct Progress {
     pub pending: usize,
 }
 
+/// What a simulation leaves.
+#[derive(Debug)]
+pub struct Simulated {
+    /// What happened.
+    pub report: Report,
+    /// The controllers' Prometheus metrics at the end (OpenMetrics text).
+    pub metrics: String,
+}
+
 /// Runs `scenario` with `seed` and returns its report; node traces go to `node_tracer`.
 pub fn run(
     scenario: &Scenario,
     seed: u64,
     node_tracer: NodeTracer,
     progress: &mut dyn FnMut(Progress),
-) -> Result<Report, SimulateError> {
+) -> Result<Simulated, SimulateError> {
     let manifests = prepare(scenario)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -73,7 +82,7 @@ async fn simulate(
     seed: u64,
     node_tracer: NodeTracer,
     progress: &mut dyn FnMut(Progress),
-) -> Result<Report, SimulateError> {
+) -> Result<Simulated, SimulateError> {
     let started = Instant::now();
     let clock = Clock::starting_at(EPOCH);
     let cluster = Cluster::start(ClusterSettings {
@@ -104,7 +113,7 @@ async fn simulate(
         ..Settings::default()
     };
     let recorder = Recorder::start(cluster.store().clone(), started);
-    let _controllers = joist_actors::start(
+    let controllers = joist_actors::start(
         client.clone(),
         Arc::new(cloud.clone()),
         settings,
@@ -125,14 +134,10 @@ async fn simulate(
     advance(started, scenario.until, scenario.until, cluster.store(), progress).await;
     let recorded = recorder.finish();
     let end = started.elapsed().as_secs_f64();
-    Ok(report::build(
-        &scenario.name,
-        seed,
-        end,
-        cluster.store(),
-        &cloud,
-        recorded,
-    ))
+    Ok(Simulated {
+        report: report::build(&scenario.name, seed, end, cluster.store(), &cloud, recorded),
+        metrics: controllers.shared.metrics.encode(),
+    })
 }
 
 /// Lets virtual time run to `target`, reporting progress on the way.

@@ -7,7 +7,7 @@ pub mod recorder;
 pub mod report;
 pub mod scenario;
 
-pub use driver::{Progress, run};
+pub use driver::{Progress, Simulated, run};
 
 /// Parses a scenario and checks its manifests as the API server would, without running it.
 pub fn check(text: &str) -> Result<Scenario, SimulateError> {

@@ -68,6 +68,10 @@ pub struct Summary {
     pub pods_running_end: usize,
     /// The longest any pod waited from creation to running (or to the end).
     pub max_pod_pending_seconds: f64,
+    /// The longest a pod created after the first interruption warning waited from creation to
+    /// running (or to the end): how long the interrupted nodes' evicted pods went without a
+    /// place. None without interruptions.
+    pub max_pod_pending_after_interruption_seconds: Option<f64>,
     /// The longest from a pod becoming unschedulable to the NodeClaim created for it.
     pub max_pending_to_nodeclaim_seconds: Option<f64>,
     /// Pods pending at the end, with why.
@@ -216,6 +220,19 @@ pub fn build(name: &str, seed: u64, end: f64, store: &Store, cloud: &SimCloud, r
             .map(|(at, event)| cloud_entry(at, event)),
     );
     timeline.sort_by(|a, b| a.at_seconds.total_cmp(&b.at_seconds));
+    let first_warning = timeline
+        .iter()
+        .find(|e| e.event == "interruption-warning")
+        .map(|e| e.at_seconds);
+    let max_pod_pending_after_interruption_seconds = first_warning.map(|warned| {
+        let waits = recorded.pods.values().filter(|t| t.created >= warned);
+        round(
+            waits
+                .map(|t| t.running.unwrap_or(end) - t.created)
+                .fold(0.0, f64::max),
+            3,
+        )
+    });
     Report {
         scenario: name.to_owned(),
         seed,
@@ -227,6 +244,7 @@ pub fn build(name: &str, seed: u64, end: f64, store: &Store, cloud: &SimCloud, r
             pods_pending_end: pending_pods.len(),
             pods_running_end: pods.iter().filter(|p| phase(p, "Running")).count(),
             max_pod_pending_seconds: round(max_pod_pending_seconds, 3),
+            max_pod_pending_after_interruption_seconds,
             max_pending_to_nodeclaim_seconds: recorded.max_pending_to_claim,
             pending_pods,
             cost_per_hour_end: round(cost_per_hour_end, 4),

@@ -365,7 +365,10 @@ impl Scenario {
         if let Some(f) = step.fail_cloud {
             let operation = Operation::from_name(&f.operation).ok_or_else(|| ScenarioError::Field {
                 field: format!("{field}.failCloud.operation"),
-                message: format!("{:?} is not resolveNodeClass or create", f.operation),
+                message: format!(
+                    "{:?} is not resolveNodeClass, create or receiveMessages",
+                    f.operation
+                ),
             })?;
             actions.push(Action::FailCloud {
                 operation,

@@ -32,6 +32,52 @@ impl Joist {
     fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
+
+    /// Where `joist run` serves `what` (`metrics` or `health probes`), from its "listening" log line.
+    async fn address(&self, what: &str) -> String {
+        eventually(self, &format!("listening for {what}"), || async {
+            self.log().lines().find_map(|line| {
+                let entry: serde_json::Value = serde_json::from_str(line).ok()?;
+                let fields = &entry["fields"];
+                (fields["message"] == "listening" && fields["what"] == what)
+                    .then(|| fields["address"].as_str().map(str::to_owned))?
+            })
+        })
+        .await
+    }
+
+    /// `GET path` from the server for `what`: the status code and the body.
+    async fn get(&self, what: &str, path: &str) -> (u16, String) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let address = self.address(what).await;
+        let mut stream = tokio::net::TcpStream::connect(&address)
+            .await
+            .unwrap_or_else(|e| panic!("{address}: {e}"));
+        let request = format!("GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n");
+        stream
+            .write_all(request.as_bytes())
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let mut response = String::new();
+        stream
+            .read_to_string(&mut response)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let status = response
+            .split(' ')
+            .nth(1)
+            .and_then(|code| code.parse().ok())
+            .unwrap_or_else(|| panic!("not an HTTP response: {response}"));
+        let body = response.split_once("\r\n\r\n").map(|(_, body)| body.to_owned());
+        (status, body.unwrap_or_default())
+    }
+}
+
+/// The value of the sample `series` (its name and labels exactly as exposed) in `exposition`.
+fn sample(exposition: &str, series: &str) -> Option<f64> {
+    exposition
+        .lines()
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
 }
 
 impl Drop for Joist {
@@ -137,6 +183,9 @@ impl World {
             .env("AWS_ACCESS_KEY_ID", "testing")
             .env("AWS_SECRET_ACCESS_KEY", "testing")
             .env("AWS_EC2_METADATA_DISABLED", "true")
+            .env("LISTEN_ADDRESS", "127.0.0.1")
+            .env("METRICS_PORT", "0")
+            .env("HEALTH_PROBE_PORT", "0")
             .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap_or_else(|e| panic!("{e}")));
@@ -314,6 +363,35 @@ async fn joist_run_launches_a_moto_instance_for_a_pending_pod_and_initializes_it
     })
     .await;
 
+    // The kubelet's probes and Prometheus' scrape, on Karpenter's endpoints.
+    assert_eq!(joist.get("health probes", "/healthz").await.0, 200);
+    assert_eq!(joist.get("health probes", "/readyz").await.0, 200, "synced");
+    assert_eq!(joist.get("metrics", "/nothing").await.0, 404);
+    let (status, metrics) = joist.get("metrics", "/metrics").await;
+    assert_eq!(status, 200);
+    for (series, value) in [
+        (
+            "karpenter_nodeclaims_created_total{reason=\"provisioned\",nodepool=\"default\",min_values_relaxed=\"false\"}",
+            1.0,
+        ),
+        (
+            "karpenter_nodes_created_total{nodepool=\"default\",zone=\"us-west-2a\"}",
+            1.0,
+        ),
+        ("karpenter_cluster_state_synced", 1.0),
+        ("karpenter_cluster_state_node_count", 1.0),
+    ] {
+        assert_eq!(sample(&metrics, series), Some(value), "{series} in\n{metrics}");
+    }
+    assert!(
+        metrics.contains("karpenter_nodes_allocatable{node_name=\"ip-10-0-0-10.us-west-2.compute.internal\""),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("karpenter_pods_state{name=\"web\",namespace=\"default\""),
+        "{metrics}"
+    );
+
     // SIGTERM, as Kubernetes stops a pod: a clean exit.
     let stopped = Command::new("kill")
         .args(["-TERM", &joist.child.id().to_string()])
@@ -417,13 +495,53 @@ async fn joist_run_reads_the_interruption_queue_and_drains_the_warned_node() {
         .running_node("ip-10-0-0-30.us-west-2.compute.internal")
         .await;
     let instance = provider_id.rsplit('/').next().unwrap_or_default();
-    let warning = serde_json::json!({
-        "version": "0", "id": "e2e-warning", "detail-type": "EC2 Spot Instance Interruption Warning",
-        "source": "aws.ec2", "account": "123456789012", "time": "2026-01-01T00:00:00Z", "region": "us-west-2",
-        "resources": [format!("arn:aws:ec2:us-west-2:instance/{instance}")],
-        "detail": {"instance-id": instance, "instance-action": "terminate"},
-    });
-    for body in [warning.to_string(), "not an event".to_owned()] {
+    let event = |source: &str, detail_type: &str, detail: serde_json::Value| {
+        serde_json::json!({
+            "version": "0", "id": "e2e", "detail-type": detail_type, "source": source,
+            "account": "123456789012", "time": "2026-01-01T00:00:00Z", "region": "us-west-2",
+            "resources": [], "detail": detail,
+        })
+        .to_string()
+    };
+    let warned = |id: &str| serde_json::json!({"instance-id": id, "instance-action": "terminate"});
+    let state = |state: &str| serde_json::json!({"instance-id": "i-0123456789abcdef0", "state": state});
+    // Every kind Joist reads: the spot warning and a rebalance recommendation for the running
+    // node, the other kinds for an instance Joist does not know, and a body that is no event.
+    let bodies = [
+        event(
+            "aws.ec2",
+            "EC2 Instance Rebalance Recommendation",
+            warned(instance),
+        ),
+        event(
+            "aws.ec2",
+            "EC2 Spot Instance Interruption Warning",
+            warned(instance),
+        ),
+        event(
+            "aws.ec2",
+            "EC2 Capacity Reservation Instance Interruption Warning",
+            warned("i-0123456789abcdef0"),
+        ),
+        event(
+            "aws.ec2",
+            "EC2 Instance State-change Notification",
+            state("stopping"),
+        ),
+        event(
+            "aws.ec2",
+            "EC2 Instance State-change Notification",
+            state("shutting-down"),
+        ),
+        event(
+            "aws.health",
+            "AWS Health Event",
+            serde_json::json!({"service": "EC2", "eventTypeCategory": "scheduledChange",
+                               "affectedEntities": [{"entityValue": "i-0123456789abcdef0"}]}),
+        ),
+        "not an event".to_owned(),
+    ];
+    for body in bodies {
         sqs.send_message()
             .queue_url(&url)
             .message_body(body)
@@ -452,6 +570,33 @@ async fn joist_run_reads_the_interruption_queue_and_drains_the_warned_node() {
         .messages
         .unwrap_or_default();
     assert!(left.is_empty(), "every message was deleted: {left:?}");
+    let deleted = "karpenter_interruption_deleted_messages_total";
+    let metrics = eventually(&world.joist, "seven messages counted as deleted", || async {
+        let metrics = world.joist.get("metrics", "/metrics").await.1;
+        (sample(&metrics, deleted) == Some(7.0)).then_some(metrics)
+    })
+    .await;
+    for message_type in [
+        "rebalance_recommendation",
+        "spot_interrupted",
+        "capacity_reservation_interrupted",
+        "instance_stopped",
+        "instance_terminated",
+        "scheduled_change",
+        "no_op",
+    ] {
+        let series =
+            format!("karpenter_interruption_received_messages_total{{message_type=\"{message_type}\"}}");
+        assert_eq!(sample(&metrics, &series), Some(1.0), "{series} in\n{metrics}");
+    }
+    assert_eq!(
+        sample(
+            &metrics,
+            "karpenter_nodeclaims_disrupted_total{reason=\"spot_interrupted\",nodepool=\"default\",capacity_type=\"on-demand\"}"
+        ),
+        Some(1.0),
+        "{metrics}"
+    );
 }
 
 #[test]

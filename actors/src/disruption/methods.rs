@@ -47,6 +47,15 @@ impl Method {
             Method::SingleNode => "single-node consolidation",
         }
     }
+
+    /// Karpenter's `consolidation_type` metric label.
+    pub fn consolidation_type(self) -> &'static str {
+        match self {
+            Method::Emptiness => "empty",
+            Method::MultiNode => "multi",
+            Method::SingleNode => "single",
+        }
+    }
 }
 
 /// What the planner decided.

@@ -47,6 +47,7 @@ use crate::{
     fold::Fold,
     kube_ops::{self, is_true, set_condition},
     lifecycle::decide::node_taints,
+    metrics::{ConsolidationTypeLabels, PoolReasonLabels, ReasonLabels},
     problem::{self, Problem},
     shared::Shared,
     snapshot,
@@ -160,10 +161,19 @@ async fn pass(shared: Shared, clean: bool, memo: SharedMemo) {
     tokio::time::sleep(VALIDATION_DELAY).await;
     match decide(&shared, Some(&planned.command), &memo).await {
         Some(validated) => orchestrate::run(&shared, validated).await,
-        None => tracing::info!(
-            candidates = ?planned.command.claim_names(),
-            "disruption abandoned: the cluster changed and the decision no longer holds"
-        ),
+        None => {
+            tracing::info!(
+                candidates = ?planned.command.claim_names(),
+                "disruption abandoned: the cluster changed and the decision no longer holds"
+            );
+            shared
+                .metrics
+                .disruption_failed_validations
+                .get_or_create(&ConsolidationTypeLabels {
+                    consolidation_type: planned.command.method.consolidation_type().to_owned(),
+                })
+                .inc();
+        }
     }
 }
 
@@ -260,10 +270,20 @@ async fn decide(shared: &Shared, previous: Option<&Command>, memo: &SharedMemo) 
                     })
                     .collect(),
             };
+            count_pass(shared, &candidates, &fingerprint.allowances);
             if lock(memo).still_idle(&fingerprint) {
                 return None;
             }
+            let started = tokio::time::Instant::now();
             let (command, refusals) = methods::plan(&candidates, &mut base, allowed);
+            let reason = command.as_ref().map_or(UNDERUTILIZED, |c| reason_label(c.reason));
+            shared
+                .metrics
+                .disruption_evaluation_duration
+                .get_or_create(&ReasonLabels {
+                    reason: reason.to_owned(),
+                })
+                .observe(started.elapsed().as_secs_f64());
             for (candidate, refusal) in &refusals {
                 shared
                     .events
@@ -294,6 +314,45 @@ async fn decide(shared: &Shared, previous: Option<&Command>, memo: &SharedMemo) 
         }
     };
     Some(Planned { command, replacement })
+}
+
+const EMPTY: &str = "empty";
+const UNDERUTILIZED: &str = "underutilized";
+
+/// The metric label of a disruption reason.
+pub(crate) fn reason_label(reason: DisruptionReason) -> &'static str {
+    match reason {
+        DisruptionReason::Empty => EMPTY,
+        DisruptionReason::Underutilized => UNDERUTILIZED,
+        DisruptionReason::Drifted => "drifted",
+    }
+}
+
+/// Sets the gauges of a pass: nodes eligible for each reason, and the disruptions each NodePool's
+/// budgets allow.
+fn count_pass(shared: &Shared, candidates: &[candidates::Candidate], allowances: &[(String, u32, u32)]) {
+    let metrics = &shared.metrics;
+    let empty = candidates.iter().filter(|c| c.pods.is_empty()).count();
+    let underutilized = candidates.iter().filter(|c| c.consolidatable).count();
+    for (reason, count) in [(EMPTY, empty), (UNDERUTILIZED, underutilized)] {
+        metrics
+            .disruption_eligible_nodes
+            .get_or_create(&ReasonLabels {
+                reason: reason.to_owned(),
+            })
+            .set(i64::try_from(count).unwrap_or(i64::MAX));
+    }
+    for (pool, empty, underutilized) in allowances {
+        for (reason, allowed) in [(EMPTY, empty), (UNDERUTILIZED, underutilized)] {
+            metrics
+                .nodepools_allowed_disruptions
+                .get_or_create(&PoolReasonLabels {
+                    nodepool: pool.clone(),
+                    reason: reason.to_owned(),
+                })
+                .set(i64::from(*allowed));
+        }
+    }
 }
 
 /// Per NodePool: its initialized nodes not being deleted, and those already being disrupted

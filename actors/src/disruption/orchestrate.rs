@@ -16,17 +16,18 @@ use std::time::Duration;
 
 use joist_messages::{
     apis::NodeClaim,
-    labels::{TERMINATION_FINALIZER, taints},
+    labels::{NODEPOOL, TERMINATION_FINALIZER, taints},
 };
 use joist_scheduling::consolidation::Decision;
 use k8s_openapi::api::core::v1::{Node, Taint};
 use kube::{Api, ResourceExt, api::PostParams};
 use serde_json::json;
 
-use super::{Planned, candidates::Candidate};
+use super::{Planned, candidates::Candidate, reason_label};
 use crate::{
     kube_ops::{self, is_true, set_condition},
     lifecycle::decide::node_taints,
+    metrics::DecisionLabels,
     shared::Shared,
 };
 
@@ -72,6 +73,8 @@ pub async fn run(shared: &Shared, planned: Planned) {
         }
         if let Some(replacement) = &replacement {
             let name = launch(shared, replacement, &command.candidates, &label).await?;
+            let pool = replacement.labels().get(NODEPOOL).cloned().unwrap_or_default();
+            shared.metrics.created(&pool, reason_label(command.reason));
             created = Some(name.clone());
             wait_until_initialized(shared, &name, &command.candidates).await?;
         }
@@ -100,7 +103,25 @@ pub async fn run(shared: &Shared, planned: Planned) {
             tracing::warn!(nodeclaim = candidate.claim.name_any(), %error, "deleting a disrupted nodeclaim failed");
         }
     }
+    count_decision(shared, &command, how);
     tracing::info!(method = command.method.name(), candidates = ?command.claim_names(), "disruption done");
+}
+
+/// Counts a command carried out, and each NodeClaim it disrupted.
+fn count_decision(shared: &Shared, command: &super::methods::Command, how: &str) {
+    let reason = reason_label(command.reason);
+    shared
+        .metrics
+        .disruption_decisions
+        .get_or_create(&DecisionLabels {
+            decision: how.to_lowercase(),
+            reason: reason.to_owned(),
+            consolidation_type: command.method.consolidation_type().to_owned(),
+        })
+        .inc();
+    for candidate in &command.candidates {
+        shared.metrics.disrupted(candidate.claim.as_ref(), reason);
+    }
 }
 
 /// The command in words, for events and the report's timeline.

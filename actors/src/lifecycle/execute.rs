@@ -36,6 +36,7 @@ use super::{
 };
 use crate::{
     kube_ops::{self, is_true, set_condition},
+    metrics::{Metrics, PoolLabels, snake_case},
     node_trace::Phase,
     protocol::{GetInstanceTypes, MarkUnavailable},
     settings::ACTOR_REQUEST_TIMEOUT,
@@ -97,6 +98,9 @@ async fn perform(
             }
             Action::Register => {
                 register(shared, target.claim, node(target)?).await?;
+                // The claim's labels: the Node gets them only from the registration patch.
+                let labels = Metrics::node_labels(target.claim);
+                shared.metrics.nodes_created.get_or_create(&labels).inc();
                 memory.finished = Some((Phase::Registration, Instant::now()));
             }
             Action::Initialize => {
@@ -129,11 +133,14 @@ async fn perform(
                 if node.metadata.deletion_timestamp.is_none() {
                     kube_ops::delete(&nodes, &node.name_any()).await?;
                 }
+                let labels = Metrics::node_labels(target.claim);
+                shared.metrics.nodes_terminated.get_or_create(&labels).inc();
             }
             Action::ReleaseClaim => {
                 let claims = kube_ops::cluster::<NodeClaim>(&shared.client);
                 kube_ops::remove_finalizer(&claims, target.claim).await?;
                 memory.finished = Some((Phase::Termination, Instant::now()));
+                count_termination(shared, target.claim);
                 trace_release(shared, target.claim);
             }
         }
@@ -203,7 +210,24 @@ async fn delete_claim(shared: &Shared, claim: &NodeClaim, reason: &str, why: &st
     tracing::info!(nodeclaim = claim.name_any(), reason, "deleting nodeclaim: {why}");
     shared.events.warn(claim, reason, why);
     kube_ops::delete(&kube_ops::cluster::<NodeClaim>(&shared.client), &claim.name_any()).await?;
+    shared.metrics.disrupted(claim, &snake_case(reason));
     Ok(())
+}
+
+/// Counts a NodeClaim whose termination finished, and how long it took since its deletion.
+fn count_termination(shared: &Shared, claim: &NodeClaim) {
+    let labels = Metrics::claim_labels(claim);
+    if let Some(deleted) = &claim.metadata.deletion_timestamp {
+        let seconds = (shared.clock.now_seconds() - deleted.0.as_second()).max(0);
+        shared
+            .metrics
+            .nodeclaims_termination_duration
+            .get_or_create(&PoolLabels {
+                nodepool: labels.nodepool.clone(),
+            })
+            .observe(seconds as f64);
+    }
+    shared.metrics.nodeclaims_terminated.get_or_create(&labels).inc();
 }
 
 async fn launch_failed(shared: &Shared, claim: &NodeClaim, message: &str) -> Result<(), StepError> {

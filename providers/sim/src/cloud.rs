@@ -102,14 +102,17 @@ pub enum Operation {
     ResolveNodeClass,
     /// Launching an instance.
     Create,
+    /// Receiving from the interruption queue.
+    ReceiveMessages,
 }
 
 impl Operation {
-    /// The operation a scenario names (`resolveNodeClass`, `create`).
+    /// The operation a scenario names (`resolveNodeClass`, `create`, `receiveMessages`).
     pub fn from_name(name: &str) -> Option<Self> {
         match name {
             "resolveNodeClass" => Some(Self::ResolveNodeClass),
             "create" => Some(Self::Create),
+            "receiveMessages" => Some(Self::ReceiveMessages),
             _ => None,
         }
     }

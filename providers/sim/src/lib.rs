@@ -85,7 +85,10 @@ impl SimCloud {
 
     /// Makes every call of `operation` fail with a transient error (throttling) for `duration`.
     pub fn fail(&self, operation: Operation, duration: Duration) {
-        self.inner.books.fail(operation, duration);
+        match operation {
+            Operation::ReceiveMessages => self.inner.queue.fail(duration),
+            _ => self.inner.books.fail(operation, duration),
+        }
     }
 
     /// Makes an offering refuse launches for `duration`.

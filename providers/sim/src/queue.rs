@@ -4,7 +4,7 @@
 //!
 //! As SQS does: a receive waits up to [`LONG_POLL`] for a message and takes up to
 //! [`RECEIVE_BATCH`]; a message received and not deleted within [`VISIBILITY_TIMEOUT`] is
-//! delivered again. Nothing fails.
+//! delivered again. Receives fail with throttling while a fault is injected ([`SimQueue::fail`]).
 
 use std::{
     collections::{BTreeMap, VecDeque},
@@ -13,7 +13,7 @@ use std::{
 };
 
 use joist_provider::{
-    CloudFuture,
+    CloudError, CloudFuture,
     interruption::{InterruptionQueue, QueueMessage},
 };
 use tokio::{sync::Notify, time::Instant};
@@ -39,6 +39,7 @@ struct QueueState {
     waiting: VecDeque<QueueMessage>,
     in_flight: BTreeMap<String, (QueueMessage, Instant)>,
     sent: u64,
+    failing_until: Option<Instant>,
 }
 
 impl SimQueue {
@@ -50,6 +51,11 @@ impl SimQueue {
         state.waiting.push_back(QueueMessage { receipt, body });
         drop(state);
         self.arrived.notify_one();
+    }
+
+    /// Makes receives fail with a throttling error for `duration`.
+    pub fn fail(&self, duration: Duration) {
+        self.lock().failing_until = Some(Instant::now() + duration);
     }
 
     /// Messages waiting or received and not yet deleted.
@@ -69,10 +75,16 @@ impl SimQueue {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Takes up to a batch, putting back messages whose visibility timeout passed.
-    fn take(&self) -> Vec<QueueMessage> {
+    /// Takes up to a batch, putting back messages whose visibility timeout passed; fails while a
+    /// fault is injected.
+    fn take(&self) -> Result<Vec<QueueMessage>, CloudError> {
         let now = Instant::now();
         let mut state = self.lock();
+        if state.failing_until.is_some_and(|until| until > now) {
+            return Err(CloudError::Transient {
+                message: "ReceiveMessage: RequestThrottled (injected fault)".to_owned(),
+            });
+        }
         let expired: Vec<String> = state
             .in_flight
             .iter()
@@ -92,7 +104,7 @@ impl SimQueue {
                 (message.clone(), now + VISIBILITY_TIMEOUT),
             );
         }
-        taken
+        Ok(taken)
     }
 }
 
@@ -101,7 +113,7 @@ impl InterruptionQueue for SimQueue {
         Box::pin(async move {
             let deadline = Instant::now() + LONG_POLL;
             loop {
-                let taken = self.take();
+                let taken = self.take()?;
                 if !taken.is_empty() {
                     return Ok(taken);
                 }
@@ -152,5 +164,16 @@ mod tests {
         assert!(queue.receive().await.unwrap_or_default().is_empty());
         assert!(started.elapsed() >= LONG_POLL, "an empty queue is long-polled");
         assert!(queue.is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_injected_fault_throttles_receives_until_it_ends_and_loses_nothing() {
+        let queue = SimQueue::default();
+        queue.send("warning".to_owned());
+        queue.fail(Duration::from_secs(30));
+        assert!(matches!(queue.receive().await, Err(CloudError::Transient { .. })));
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        let received = queue.receive().await.unwrap_or_default();
+        assert_eq!(received.len(), 1, "the message waited out the fault");
     }
 }

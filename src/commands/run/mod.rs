@@ -3,15 +3,17 @@
 //! AWS (the default credential chain: environment, profile, IRSA web identity, EKS Pod Identity,
 //! instance metadata; `AWS_ENDPOINT_URL` for an emulator), and runs every controller until SIGINT or
 //! SIGTERM. Logs go to standard error as JSON lines at `LOG_LEVEL`; node traces are exported when
-//! `OTEL_EXPORTER_OTLP_ENDPOINT` is set.
+//! `OTEL_EXPORTER_OTLP_ENDPOINT` is set; Prometheus metrics and health probes are served on
+//! Karpenter's ports ([`endpoints`]).
 //!
 //! Failures at start (a missing or invalid setting, no Kubernetes configuration, an API server that
 //! does not answer, no AWS region) stop the command with a message naming what to fix. Later
 //! failures are the controllers' to log and retry.
 
+mod endpoints;
 mod settings;
 
-use std::{process::ExitCode, sync::Arc};
+use std::{net::SocketAddr, process::ExitCode, sync::Arc};
 
 use joist_actors::settings::{Settings, SolverMode};
 use joist_messages::{model::shape::CapacitySettings, time::Clock};
@@ -93,7 +95,7 @@ async fn serve(settings: RunSettings, telemetry: &Telemetry) -> Result<(), Comma
         },
     )
     .map_err(|e| start(e.to_string()))?;
-    let _controllers = joist_actors::start(
+    let controllers = joist_actors::start(
         client,
         Arc::new(cloud),
         Settings {
@@ -107,6 +109,14 @@ async fn serve(settings: RunSettings, telemetry: &Telemetry) -> Result<(), Comma
         Clock::system(),
         telemetry.node_tracer(),
     );
+    let shared = &controllers.shared;
+    let address = |port| SocketAddr::new(settings.listen_address, port);
+    endpoints::serve_metrics(address(settings.metrics_port), shared.metrics.clone())
+        .await
+        .map_err(start)?;
+    endpoints::serve_health(address(settings.health_probe_port), shared.read.clone())
+        .await
+        .map_err(start)?;
     stopped()
         .await
         .map_err(|source| CommandError::Runtime { source })?;

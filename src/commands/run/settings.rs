@@ -8,8 +8,9 @@
 //! 0.075), `RESERVED_ENIS` (0), `ISOLATED_VPC` (false), `BATCH_IDLE_DURATION` (1s),
 //! `BATCH_MAX_DURATION` (10s, Go duration syntax), `FEATURE_GATES` (Karpenter's
 //! `Name=true,Name=false` form; Joist acts on `SpotToSpotConsolidation` and accepts Karpenter's
-//! other gates, which it does not implement yet, with a warning) and `LOG_LEVEL` (info). An empty
-//! variable counts as unset.
+//! other gates, which it does not implement yet, with a warning), `LOG_LEVEL` (info),
+//! `METRICS_PORT` (8080), `HEALTH_PROBE_PORT` (8081) and `LISTEN_ADDRESS` (Joist's own: the address
+//! both listen on, 0.0.0.0). An empty variable counts as unset.
 //!
 //! Failure modes: the first unusable variable stops [`RunSettings::read`] with a
 //! [`SettingsError`] naming it, its value and what it should be, so `joist run` fails at start
@@ -25,6 +26,8 @@ const ENDPOINT_HINT: &str =
 /// What `FEATURE_GATES` looks like.
 const FEATURE_GATES_EXPECTED: &str = "comma-separated Name=true or Name=false pairs of Karpenter's gates \
      (SpotToSpotConsolidation, NodeRepair, ReservedCapacity, NodeOverlay, StaticCapacity)";
+/// What a valid port looks like.
+const PORT_EXPECTED: &str = "a TCP port number, 0 to 65535";
 /// What a valid duration looks like.
 const DURATION_EXPECTED: &str = "a Go duration such as 1s, 500ms or 1m30s";
 
@@ -87,6 +90,12 @@ pub struct RunSettings {
     pub log_level: LogLevel,
     /// Karpenter's feature gates, as set (`FEATURE_GATES`).
     pub feature_gates: FeatureGates,
+    /// Where Prometheus scrapes `/metrics` (`METRICS_PORT`).
+    pub metrics_port: u16,
+    /// Where the kubelet probes `/healthz` and `/readyz` (`HEALTH_PROBE_PORT`).
+    pub health_probe_port: u16,
+    /// The address both listen on (`LISTEN_ADDRESS`).
+    pub listen_address: IpAddr,
 }
 
 /// Karpenter's feature gates (`FEATURE_GATES=SpotToSpotConsolidation=true,NodeRepair=false`).
@@ -185,6 +194,19 @@ impl RunSettings {
             feature_gates: env
                 .parse("FEATURE_GATES", FEATURE_GATES_EXPECTED, FeatureGates::parse)?
                 .unwrap_or_default(),
+            metrics_port: env
+                .parse("METRICS_PORT", PORT_EXPECTED, |text| text.parse().ok())?
+                .unwrap_or(8080),
+            health_probe_port: env
+                .parse("HEALTH_PROBE_PORT", PORT_EXPECTED, |text| text.parse().ok())?
+                .unwrap_or(8081),
+            listen_address: env
+                .parse(
+                    "LISTEN_ADDRESS",
+                    "an IPv4 or IPv6 address such as 0.0.0.0",
+                    |text| text.parse().ok(),
+                )?
+                .unwrap_or(IpAddr::from([0, 0, 0, 0])),
         };
         if settings.batch_idle > settings.batch_max {
             return Err(SettingsError::Invalid {
@@ -394,6 +416,9 @@ mod tests {
         assert_invalid("FEATURE_GATES", "SpotToSpotConsolidation");
         assert_invalid("FEATURE_GATES", "Teleport=true");
         assert_invalid("FEATURE_GATES", "SpotToSpotConsolidation=yes");
+        assert_invalid("METRICS_PORT", "80800");
+        assert_invalid("HEALTH_PROBE_PORT", "http");
+        assert_invalid("LISTEN_ADDRESS", "localhost:8080");
     }
 
     fn assert_invalid(variable: &str, value: &str) {
@@ -419,6 +444,9 @@ mod tests {
             batch_max: Duration::from_secs(10),
             log_level: LogLevel::Info,
             feature_gates: FeatureGates::default(),
+            metrics_port: 8080,
+            health_probe_port: 8081,
+            listen_address: IpAddr::from([0, 0, 0, 0]),
         };
         assert_eq!(settings, expected);
         assert_eq!(settings.vm_memory_overhead_permille(), 75);
@@ -437,6 +465,9 @@ mod tests {
             ("BATCH_IDLE_DURATION", "500ms"),
             ("BATCH_MAX_DURATION", "1m30s"),
             ("LOG_LEVEL", "debug"),
+            ("METRICS_PORT", "9080"),
+            ("HEALTH_PROBE_PORT", "9081"),
+            ("LISTEN_ADDRESS", "127.0.0.1"),
         ])
         .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(settings.cluster_ca_bundle.as_deref(), Some("aGVsbG8="));
@@ -448,6 +479,8 @@ mod tests {
         assert_eq!(settings.batch_idle, Duration::from_millis(500));
         assert_eq!(settings.batch_max, Duration::from_secs(90));
         assert_eq!(settings.log_level, LogLevel::Debug);
+        assert_eq!((settings.metrics_port, settings.health_probe_port), (9080, 9081));
+        assert_eq!(settings.listen_address, IpAddr::from([127, 0, 0, 1]));
     }
 
     #[test]

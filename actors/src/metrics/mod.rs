@@ -1,0 +1,377 @@
+//! Prometheus metrics with Karpenter's names, types and labels, so Karpenter's dashboards work
+//! against Joist unchanged (README: "Metrics").
+//!
+//! Two kinds live here. Counters and histograms of things that happen (a NodeClaim created, a
+//! disruption decided, an interruption message received) are fields of [`Metrics`], recorded by the
+//! actor that sees the event. Gauges of what the cluster holds (nodes' allocatable and requests,
+//! pods by phase, NodePool usage and limits, cluster-state sync) are read from the read model when
+//! Prometheus scrapes ([`state`]), so no event pays for them.
+//!
+//! Recording never fails and never blocks. Encoding can only fail on a formatter error, which
+//! writing to a `String` never produces.
+
+mod state;
+#[cfg(test)]
+mod tests;
+
+use std::sync::Arc;
+
+use joist_messages::labels::{CAPACITY_TYPE, NODEPOOL, ZONE};
+use kube::ResourceExt;
+use prometheus_client::{
+    encoding::{EncodeLabelSet, text},
+    metrics::{counter::Counter, family::Family, gauge::Gauge, histogram::Histogram, info::Info},
+    registry::Registry,
+};
+
+use crate::read_model::ReadModel;
+
+/// Karpenter's `DurationBuckets`: controller-runtime's thresholds, plus longer ones for
+/// controllers without a timeout.
+pub const DURATION_BUCKETS: [f64; 45] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.25,
+    1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 15.0, 20.0, 25.0, 30.0, 40.0,
+    50.0, 60.0, 90.0, 120.0, 150.0, 300.0, 600.0,
+];
+
+/// Karpenter's NodeClaim termination buckets: 1 s doubling to 2048 s.
+const TERMINATION_BUCKETS: [f64; 12] = [
+    1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0,
+];
+
+/// `karpenter_nodeclaims_created_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CreatedLabels {
+    /// `provisioned`, or the disruption reason a replacement is for.
+    pub reason: String,
+    /// The NodePool.
+    pub nodepool: String,
+    /// Whether minValues was relaxed to find an instance type (never, in Joist).
+    pub min_values_relaxed: String,
+}
+
+/// `karpenter_nodeclaims_terminated_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ClaimLabels {
+    /// The NodePool.
+    pub nodepool: String,
+    /// `spot`, `on-demand` or `reserved`.
+    pub capacity_type: String,
+    /// The zone.
+    pub zone: String,
+}
+
+/// `karpenter_nodeclaims_disrupted_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DisruptedLabels {
+    /// Snake-case reason: `empty`, `underutilized`, `spot_interrupted`, `instance_terminated` …
+    pub reason: String,
+    /// The NodePool.
+    pub nodepool: String,
+    /// `spot`, `on-demand` or `reserved`.
+    pub capacity_type: String,
+}
+
+/// `karpenter_nodes_created_total` and `karpenter_nodes_terminated_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NodeLabels {
+    /// The NodePool.
+    pub nodepool: String,
+    /// The zone.
+    pub zone: String,
+}
+
+/// `karpenter_voluntary_disruption_decisions_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DecisionLabels {
+    /// `delete` or `replace`.
+    pub decision: String,
+    /// `empty`, `underutilized` or `drifted`.
+    pub reason: String,
+    /// `empty`, `single` or `multi`.
+    pub consolidation_type: String,
+}
+
+/// Labels of one consolidation type.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ConsolidationTypeLabels {
+    /// `empty`, `single` or `multi`.
+    pub consolidation_type: String,
+}
+
+/// Labels of one disruption reason.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabels {
+    /// `empty`, `underutilized` or `drifted`.
+    pub reason: String,
+}
+
+/// `karpenter_nodepools_allowed_disruptions`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PoolReasonLabels {
+    /// The NodePool.
+    pub nodepool: String,
+    /// `empty`, `underutilized` or `drifted`.
+    pub reason: String,
+}
+
+/// Labels of one NodePool.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PoolLabels {
+    /// The NodePool.
+    pub nodepool: String,
+}
+
+/// `karpenter_interruption_received_messages_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct MessageLabels {
+    /// The event kind (`spot_interrupted`, `scheduled_change` …; `no_action` when not understood).
+    pub message_type: String,
+}
+
+/// Labels of one controller.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ControllerLabels {
+    /// The controller (Joist: the actor kind).
+    pub controller: String,
+}
+
+/// Every metric an event records (see the module docs). Cheap to clone: clones share the series.
+#[derive(Clone)]
+pub struct Metrics {
+    registry: Arc<Registry>,
+    /// NodeClaims created, by reason and NodePool.
+    pub nodeclaims_created: Family<CreatedLabels, Counter>,
+    /// NodeClaims whose termination finished.
+    pub nodeclaims_terminated: Family<ClaimLabels, Counter>,
+    /// NodeClaims deleted for a reason (disruption, interruption, launch failure).
+    pub nodeclaims_disrupted: Family<DisruptedLabels, Counter>,
+    /// From a NodeClaim's deletion to its finalizer's removal.
+    pub nodeclaims_termination_duration: Family<PoolLabels, Histogram>,
+    /// Nodes registered.
+    pub nodes_created: Family<NodeLabels, Counter>,
+    /// Nodes released.
+    pub nodes_terminated: Family<NodeLabels, Counter>,
+    /// Disruption commands carried out.
+    pub disruption_decisions: Family<DecisionLabels, Counter>,
+    /// Disruption commands abandoned at validation.
+    pub disruption_failed_validations: Family<ConsolidationTypeLabels, Counter>,
+    /// Candidates at the last pass, by reason.
+    pub disruption_eligible_nodes: Family<ReasonLabels, Gauge>,
+    /// Time to evaluate one disruption pass.
+    pub disruption_evaluation_duration: Family<ReasonLabels, Histogram>,
+    /// Disruptions each NodePool's budgets allow now, by reason.
+    pub nodepools_allowed_disruptions: Family<PoolReasonLabels, Gauge>,
+    /// Interruption messages received, by kind.
+    pub interruption_received: Family<MessageLabels, Counter>,
+    /// Interruption messages deleted.
+    pub interruption_deleted: Counter,
+    /// From an interruption event's emission to its handling.
+    pub interruption_queue_duration: Histogram,
+    /// Time to simulate scheduling one batch.
+    pub scheduling_duration: Family<ControllerLabels, Histogram>,
+}
+
+impl Metrics {
+    /// A fresh registry with every metric at zero, and the cluster-state gauges read from `read`.
+    pub fn new(read: ReadModel) -> Self {
+        let duration = || Histogram::new(DURATION_BUCKETS);
+        let metrics = Self {
+            registry: Arc::default(),
+            nodeclaims_created: Family::default(),
+            nodeclaims_terminated: Family::default(),
+            nodeclaims_disrupted: Family::default(),
+            nodeclaims_termination_duration: Family::new_with_constructor(|| {
+                Histogram::new(TERMINATION_BUCKETS)
+            }),
+            nodes_created: Family::default(),
+            nodes_terminated: Family::default(),
+            disruption_decisions: Family::default(),
+            disruption_failed_validations: Family::default(),
+            disruption_eligible_nodes: Family::default(),
+            disruption_evaluation_duration: Family::new_with_constructor(duration),
+            nodepools_allowed_disruptions: Family::default(),
+            interruption_received: Family::default(),
+            interruption_deleted: Counter::default(),
+            interruption_queue_duration: duration(),
+            scheduling_duration: Family::new_with_constructor(duration),
+        };
+        // Karpenter starts these series at zero, so a rate over them exists before any failure.
+        for consolidation_type in ["empty", "single", "multi"] {
+            metrics
+                .disruption_failed_validations
+                .get_or_create_owned(&ConsolidationTypeLabels {
+                    consolidation_type: consolidation_type.to_owned(),
+                });
+        }
+        let mut registry = Registry::default();
+        metrics.register(&mut registry);
+        registry.register_collector(Box::new(state::ClusterStateCollector::new(read)));
+        Self {
+            registry: Arc::new(registry),
+            ..metrics
+        }
+    }
+
+    fn register(&self, r: &mut Registry) {
+        // prometheus-client appends `_total` to counters.
+        let c = "karpenter_nodeclaims_";
+        r.register(
+            format!("{c}created"),
+            "NodeClaims created",
+            self.nodeclaims_created.clone(),
+        );
+        r.register(
+            format!("{c}terminated"),
+            "NodeClaims terminated",
+            self.nodeclaims_terminated.clone(),
+        );
+        r.register(
+            format!("{c}disrupted"),
+            "NodeClaims disrupted, by reason",
+            self.nodeclaims_disrupted.clone(),
+        );
+        r.register(
+            format!("{c}termination_duration_seconds"),
+            "From a NodeClaim's deletion to the removal of its finalizer",
+            self.nodeclaims_termination_duration.clone(),
+        );
+        r.register(
+            "karpenter_nodes_created",
+            "Nodes registered",
+            self.nodes_created.clone(),
+        );
+        r.register(
+            "karpenter_nodes_terminated",
+            "Nodes terminated",
+            self.nodes_terminated.clone(),
+        );
+        let d = "karpenter_voluntary_disruption_";
+        r.register(
+            format!("{d}decisions"),
+            "Disruption decisions carried out",
+            self.disruption_decisions.clone(),
+        );
+        r.register(
+            format!("{d}failed_validations"),
+            "Disruption decisions that no longer held at validation",
+            self.disruption_failed_validations.clone(),
+        );
+        r.register(
+            format!("{d}eligible_nodes"),
+            "Nodes eligible for disruption at the last pass",
+            self.disruption_eligible_nodes.clone(),
+        );
+        r.register(
+            format!("{d}decision_evaluation_duration_seconds"),
+            "Time to evaluate a disruption pass",
+            self.disruption_evaluation_duration.clone(),
+        );
+        r.register(
+            "karpenter_nodepools_allowed_disruptions",
+            "Disruptions each NodePool's budgets allow now",
+            self.nodepools_allowed_disruptions.clone(),
+        );
+        let i = "karpenter_interruption_";
+        r.register(
+            format!("{i}received_messages"),
+            "Interruption messages received, by kind",
+            self.interruption_received.clone(),
+        );
+        r.register(
+            format!("{i}deleted_messages"),
+            "Interruption messages deleted",
+            self.interruption_deleted.clone(),
+        );
+        r.register(
+            format!("{i}message_queue_duration_seconds"),
+            "From an interruption event's emission to its handling",
+            self.interruption_queue_duration.clone(),
+        );
+        r.register(
+            "karpenter_scheduler_scheduling_duration_seconds",
+            "Time to simulate scheduling one batch of pending pods",
+            self.scheduling_duration.clone(),
+        );
+        r.register(
+            "karpenter_build",
+            "Joist's version",
+            Info::new(vec![
+                ("version", env!("CARGO_PKG_VERSION")),
+                ("goarch", std::env::consts::ARCH),
+            ]),
+        );
+    }
+
+    /// The OpenMetrics text exposition of every metric.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        text::encode(&mut out, &self.registry).expect("writing to a String cannot fail");
+        out
+    }
+
+    /// The terminated-claim labels of `claim`.
+    pub fn claim_labels(claim: &impl ResourceExt) -> ClaimLabels {
+        let label = |key: &str| claim.labels().get(key).cloned().unwrap_or_default();
+        ClaimLabels {
+            nodepool: label(NODEPOOL),
+            capacity_type: label(CAPACITY_TYPE),
+            zone: label(ZONE),
+        }
+    }
+
+    /// Counts a NodeClaim created in `nodepool` for `reason` (`provisioned`, or the disruption
+    /// reason a replacement is for).
+    pub fn created(&self, nodepool: &str, reason: &str) {
+        self.nodeclaims_created
+            .get_or_create(&CreatedLabels {
+                reason: reason.to_owned(),
+                nodepool: nodepool.to_owned(),
+                min_values_relaxed: "false".to_owned(),
+            })
+            .inc();
+    }
+
+    /// The node labels (`nodepool`, `zone`) of `object`.
+    pub fn node_labels(object: &impl ResourceExt) -> NodeLabels {
+        let ClaimLabels { nodepool, zone, .. } = Self::claim_labels(object);
+        NodeLabels { nodepool, zone }
+    }
+
+    /// Counts `claim` as disrupted for `reason` (snake case).
+    pub fn disrupted(&self, claim: &impl ResourceExt, reason: &str) {
+        let ClaimLabels {
+            nodepool,
+            capacity_type,
+            ..
+        } = Self::claim_labels(claim);
+        self.nodeclaims_disrupted
+            .get_or_create(&DisruptedLabels {
+                reason: reason.to_owned(),
+                nodepool,
+                capacity_type,
+            })
+            .inc();
+    }
+}
+
+/// Karpenter's snake-case metric reason for an event or disruption reason: `LaunchTimeout` →
+/// `launch_timeout`, `Underutilized` → `underutilized`; a trailing `Error` is dropped, as Karpenter
+/// counts `InsufficientCapacityError` as `insufficient_capacity`.
+pub fn snake_case(reason: &str) -> String {
+    let reason = reason.strip_suffix("Error").unwrap_or(reason);
+    let mut snake = String::with_capacity(reason.len() + 4);
+    for (i, c) in reason.chars().enumerate() {
+        if c.is_ascii_uppercase() && i > 0 {
+            snake.push('_');
+        }
+        snake.push(c.to_ascii_lowercase());
+    }
+    snake
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,264 @@
+//! The gauges of what the cluster holds, read from the read model at each scrape, with
+//! Karpenter's names and labels: cluster-state sync and node count, each node's allocatable and
+//! its pods' and daemons' requests (labelled with the node's well-known labels, as Karpenter's
+//! node metrics are), every pod's state, and each NodePool's usage and limits.
+//!
+//! A scrape costs one pass over nodes, pods and NodePools; nothing is kept between scrapes, so a
+//! deleted object's series disappears at once. A pod whose requests do not parse counts as
+//! requesting nothing.
+
+use std::fmt;
+
+use joist_messages::{
+    apis::NodePool,
+    labels::{self, ARCH, CAPACITY_TYPE, INSTANCE_TYPE, NODEPOOL, ZONE},
+    model::resources::Resources,
+};
+use joist_scheduling::pod::effective_requests;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::ResourceExt;
+use prometheus_client::{
+    collector::Collector,
+    encoding::{DescriptorEncoder, EncodeLabelSet},
+    metrics::MetricType,
+};
+
+use crate::{
+    read_model::ReadModel,
+    snapshot::{finished, node_allocatable, usage},
+};
+
+/// A series' labels, built per scrape.
+type Labels = Vec<(String, String)>;
+
+/// See the module docs.
+pub struct ClusterStateCollector {
+    read: ReadModel,
+}
+
+impl ClusterStateCollector {
+    /// Reads `read` at each scrape.
+    pub fn new(read: ReadModel) -> Self {
+        Self { read }
+    }
+}
+
+impl fmt::Debug for ClusterStateCollector {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClusterStateCollector").finish_non_exhaustive()
+    }
+}
+
+impl Collector for ClusterStateCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> fmt::Result {
+        let read = &self.read;
+        let nodes = read.nodes();
+        let synced = u8::from(read.is_synced());
+        single(
+            &mut encoder,
+            "karpenter_cluster_state_synced",
+            "1 once the cluster state has its initial lists",
+            synced,
+        )?;
+        single(
+            &mut encoder,
+            "karpenter_cluster_state_node_count",
+            "Nodes in the cluster state",
+            nodes.len(),
+        )?;
+        let mut allocatable = Vec::new();
+        let mut pod_requests = Vec::new();
+        let mut daemon_requests = Vec::new();
+        for node in &nodes {
+            let labels = node_labels(node);
+            let (pods, daemons) = requests_on(read, &node.name_any());
+            series(&mut allocatable, &labels, &node_allocatable(node));
+            series(&mut pod_requests, &labels, &pods);
+            series(&mut daemon_requests, &labels, &daemons);
+        }
+        family(
+            &mut encoder,
+            "karpenter_nodes_allocatable",
+            "Node allocatable, by resource",
+            allocatable,
+        )?;
+        family(
+            &mut encoder,
+            "karpenter_nodes_total_pod_requests",
+            "Requests of the non-daemon pods bound to the node, by resource",
+            pod_requests,
+        )?;
+        family(
+            &mut encoder,
+            "karpenter_nodes_total_daemon_requests",
+            "Requests of the daemon pods bound to the node, by resource",
+            daemon_requests,
+        )?;
+        let pods = read
+            .pods()
+            .iter()
+            .map(|pod| (pod_labels(read, pod), 1u8))
+            .collect();
+        family(
+            &mut encoder,
+            "karpenter_pods_state",
+            "1 for each pod, labelled with its state",
+            pods,
+        )?;
+        let mut pool_usage = Vec::new();
+        let mut pool_limits = Vec::new();
+        for pool in read.node_pools() {
+            let name = pool.name_any();
+            let labels: Labels = vec![("nodepool".to_owned(), name.clone())];
+            series(&mut pool_usage, &labels, &usage(read, &name));
+            series(&mut pool_limits, &labels, &limits(&pool));
+        }
+        family(
+            &mut encoder,
+            "karpenter_nodepools_usage",
+            "What a NodePool's nodes hold, by resource",
+            pool_usage,
+        )?;
+        family(
+            &mut encoder,
+            "karpenter_nodepools_limit",
+            "A NodePool's limits, by resource",
+            pool_limits,
+        )
+    }
+}
+
+/// One gauge without labels.
+fn single(
+    encoder: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    value: impl TryInto<i64>,
+) -> fmt::Result {
+    let value: i64 = value.try_into().unwrap_or(i64::MAX);
+    encoder
+        .encode_descriptor(name, help, None, MetricType::Gauge)?
+        .encode_gauge(&value)
+}
+
+/// One gauge family.
+fn family<S: EncodeLabelSet, V: Into<f64>>(
+    encoder: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    series: Vec<(S, V)>,
+) -> fmt::Result {
+    let mut metric = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
+    for (labels, value) in series {
+        metric.encode_family(&labels)?.encode_gauge(&value.into())?;
+    }
+    Ok(())
+}
+
+/// Adds one series per resource in `amounts`, `labels` plus `resource_type`.
+fn series(out: &mut Vec<(Labels, f64)>, labels: &Labels, amounts: &Resources) {
+    for (name, amount) in amounts.iter() {
+        let mut labels = labels.clone();
+        labels.push(("resource_type".to_owned(), resource_type(name)));
+        out.push((labels, amount.millis() as f64 / 1000.0));
+    }
+}
+
+/// Karpenter's `resource_type` value: the resource name lower-cased, `-` as `_`.
+fn resource_type(name: &str) -> String {
+    name.to_lowercase().replace('-', "_")
+}
+
+/// Karpenter's node labels: `node_name`, `managed`, and for every well-known label key the part
+/// after `/`, snake-cased, with the node's value ("" when it has none).
+fn node_labels(node: &Node) -> Labels {
+    let values = node.labels();
+    let mut labels: Labels = vec![
+        ("node_name".to_owned(), node.name_any()),
+        ("managed".to_owned(), values.contains_key(NODEPOOL).to_string()),
+    ];
+    for key in labels::WELL_KNOWN.iter().chain(labels::aws::WELL_KNOWN) {
+        labels.push((label_name(key), values.get(*key).cloned().unwrap_or_default()));
+    }
+    labels
+}
+
+/// `karpenter.k8s.aws/instance-cpu` → `instance_cpu`.
+fn label_name(key: &str) -> String {
+    let name = key.rsplit('/').next().unwrap_or(key);
+    name.to_lowercase().replace(['-', '.'], "_")
+}
+
+/// The requests of the running pods bound to `node`: non-daemon pods, then daemon pods.
+fn requests_on(read: &ReadModel, node: &str) -> (Resources, Resources) {
+    let mut pods = Resources::new();
+    let mut daemons = Resources::new();
+    for pod in read.pods_on(node).iter().filter(|p| !finished(p)) {
+        let Some(requests) = pod
+            .spec
+            .as_ref()
+            .and_then(|spec| effective_requests(&pod.name_any(), spec).ok())
+        else {
+            continue;
+        };
+        if is_daemon(pod) { &mut daemons } else { &mut pods }.add(&requests);
+    }
+    (pods, daemons)
+}
+
+fn is_daemon(pod: &Pod) -> bool {
+    pod.owner_references().iter().any(|o| o.kind == "DaemonSet")
+}
+
+/// Karpenter's pod-state labels; node labels come from the node the pod is bound to.
+fn pod_labels(read: &ReadModel, pod: &Pod) -> Vec<(&'static str, String)> {
+    let node_name = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_name.clone())
+        .unwrap_or_default();
+    let node = (!node_name.is_empty()).then(|| read.node(&node_name)).flatten();
+    let node_label = |key: &str| {
+        node.as_ref()
+            .and_then(|n| n.labels().get(key).cloned())
+            .unwrap_or_default()
+    };
+    let status = pod.status.as_ref();
+    let ready = status
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten()
+        .any(|c| c.type_ == "Ready" && c.status == "True");
+    let owner = pod
+        .owner_references()
+        .first()
+        .map(|o| format!("{}/{}", o.kind, o.name))
+        .unwrap_or_default();
+    vec![
+        ("name", pod.name_any()),
+        ("namespace", pod.namespace().unwrap_or_default()),
+        ("owner", owner),
+        ("node", node_name.clone()),
+        ("scheduled", (!node_name.is_empty()).to_string()),
+        ("nodepool", node_label(NODEPOOL)),
+        ("zone", node_label(ZONE)),
+        ("arch", node_label(ARCH)),
+        ("capacity_type", node_label(CAPACITY_TYPE)),
+        ("instance_type", node_label(INSTANCE_TYPE)),
+        ("phase", status.and_then(|s| s.phase.clone()).unwrap_or_default()),
+        ("ready", ready.to_string()),
+        (
+            "managed",
+            node.is_some_and(|n| n.labels().contains_key(NODEPOOL))
+                .to_string(),
+        ),
+    ]
+}
+
+/// A NodePool's limits as resources.
+fn limits(pool: &NodePool) -> Resources {
+    pool.spec
+        .limits
+        .iter()
+        .fold(Resources::new(), |all, (name, amount)| all.with(name, *amount))
+}

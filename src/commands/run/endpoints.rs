@@ -1,0 +1,105 @@
+//! The HTTP endpoints of `joist run`, on Karpenter's ports: Prometheus metrics at
+//! `METRICS_PORT/metrics`, and the kubelet's probes at `HEALTH_PROBE_PORT/healthz` (the process
+//! answers) and `/readyz` (the cluster state has its initial lists; 503 until then).
+//!
+//! Failing to listen (a port in use, an address not on this host) stops `joist run` at start with
+//! the address named. Other paths answer 404; a connection that breaks is logged at debug and
+//! forgotten.
+
+use std::{convert::Infallible, net::SocketAddr, sync::Arc};
+
+use bytes::Bytes;
+use http::{Request, Response, StatusCode, header::CONTENT_TYPE};
+use http_body_util::Full;
+use hyper::{body::Incoming, service::service_fn};
+use hyper_util::rt::TokioIo;
+use joist_actors::{metrics::Metrics, read_model::ReadModel};
+use tokio::net::TcpListener;
+
+/// What Prometheus is told the exposition is.
+const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// What one endpoint server answers.
+type Answer = Arc<dyn Fn(&str) -> Response<Full<Bytes>> + Send + Sync>;
+
+/// Serves `/metrics` from `metrics` on `address`; the address it listens on.
+pub async fn serve_metrics(address: SocketAddr, metrics: Metrics) -> Result<SocketAddr, String> {
+    serve(
+        address,
+        "metrics",
+        Arc::new(move |path| match path {
+            "/metrics" => respond(StatusCode::OK, OPENMETRICS, metrics.encode()),
+            _ => not_found(),
+        }),
+    )
+    .await
+}
+
+/// Serves `/healthz` and `/readyz` on `address`; the address it listens on.
+pub async fn serve_health(address: SocketAddr, read: ReadModel) -> Result<SocketAddr, String> {
+    serve(
+        address,
+        "health probes",
+        Arc::new(move |path| match path {
+            "/healthz" => respond(StatusCode::OK, "text/plain", "ok".to_owned()),
+            "/readyz" if read.is_synced() => respond(StatusCode::OK, "text/plain", "ok".to_owned()),
+            "/readyz" => respond(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "text/plain",
+                "the cluster state has not been listed yet".to_owned(),
+            ),
+            _ => not_found(),
+        }),
+    )
+    .await
+}
+
+async fn serve(address: SocketAddr, what: &'static str, answer: Answer) -> Result<SocketAddr, String> {
+    let listener = TcpListener::bind(address)
+        .await
+        .map_err(|e| format!("cannot listen on {address} for {what}: {e}"))?;
+    let bound = listener
+        .local_addr()
+        .map_err(|e| format!("cannot listen on {address} for {what}: {e}"))?;
+    tracing::info!(address = %bound, what, "listening");
+    tokio::spawn(async move {
+        loop {
+            let stream = match listener.accept().await {
+                Ok((stream, _)) => stream,
+                Err(error) => {
+                    // Out of file descriptors, most likely: give connections time to close.
+                    tracing::warn!(%error, what, "accepting a connection failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                    continue;
+                }
+            };
+            let answer = answer.clone();
+            let service = service_fn(move |request: Request<Incoming>| {
+                let response = answer(request.uri().path());
+                async move { Ok::<_, Infallible>(response) }
+            });
+            tokio::spawn(async move {
+                if let Err(error) = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await
+                {
+                    tracing::debug!(%error, what, "endpoint connection ended");
+                }
+            });
+        }
+    });
+    Ok(bound)
+}
+
+fn respond(status: StatusCode, content_type: &'static str, body: String) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() = status;
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, http::HeaderValue::from_static(content_type));
+    response
+}
+
+fn not_found() -> Response<Full<Bytes>> {
+    respond(StatusCode::NOT_FOUND, "text/plain", "not found".to_owned())
+}
