@@ -4,7 +4,7 @@
 //! affinity and zonal spread; a capacity error falls back to the next offering within one batch
 //! cycle; a pod that fits nowhere stays Pending and is told why. Every node's life is one trace,
 //! recorded in memory or exported over OTLP by the real binary. And the production binary, `joist
-//! run`, against kubesim and moto ([`run`]).
+//! run`, against kubesim and moto ([`run`]); the Interruption actor under a flood ([`flood`]).
 
 use std::{
     collections::BTreeMap,
@@ -24,6 +24,8 @@ use opentelemetry_proto::tonic::{
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SimpleSpanProcessor, SpanData};
 use prost::Message;
 
+#[path = "scenarios/flood.rs"]
+mod flood;
 #[path = "scenarios/run.rs"]
 mod run;
 

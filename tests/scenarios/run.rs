@@ -20,6 +20,8 @@ use kube::api::{Api, PostParams};
 #[path = "../../providers/aws/tests/aws/moto.rs"]
 mod moto;
 
+use super::sample;
+
 const CLUSTER: &str = "e2e";
 
 /// The `joist run` process, killed if a test fails before stopping it.
@@ -71,13 +73,6 @@ impl Joist {
         let body = response.split_once("\r\n\r\n").map(|(_, body)| body.to_owned());
         (status, body.unwrap_or_default())
     }
-}
-
-/// The value of the sample `series` (its name and labels exactly as exposed) in `exposition`.
-fn sample(exposition: &str, series: &str) -> Option<f64> {
-    exposition
-        .lines()
-        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
 }
 
 impl Drop for Joist {
@@ -149,11 +144,10 @@ impl World {
             .install_crds(joist_messages::apis::crds().into_iter().map(|(_, crd)| crd))
             .unwrap_or_else(|e| panic!("{e}"));
         let server = cluster.serve_http(0).await.unwrap_or_else(|e| panic!("{e}"));
-        let dir = std::env::temp_dir().join(format!(
-            "joist-e2e-{}-{}",
-            std::process::id(),
-            instance_types.len()
-        ));
+        // One directory per world: tests run in parallel in this process.
+        static WORLDS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let world = WORLDS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let dir = std::env::temp_dir().join(format!("joist-e2e-{}-{world}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
         let kubeconfig = dir.join("kubeconfig");
         server
@@ -597,6 +591,26 @@ async fn joist_run_reads_the_interruption_queue_and_drains_the_warned_node() {
         Some(1.0),
         "{metrics}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn joist_run_retries_a_queue_that_does_not_exist_and_provisions_all_the_same() {
+    let world = World::start("m5.large", &[("INTERRUPTION_QUEUE", "no-such-queue")]).await;
+    // The other controllers go on: a pending pod gets its node.
+    world
+        .running_node("ip-10-0-0-40.us-west-2.compute.internal")
+        .await;
+    // The queue is tried again, and each failure logged with the queue's error.
+    eventually(&world.joist, "two failed receives logged", || async {
+        let log = world.joist.log();
+        let failures = log
+            .lines()
+            .filter(|l| l.contains("receiving from the interruption queue failed"))
+            .filter(|l| l.contains("GetQueueUrl"))
+            .count();
+        (failures >= 2).then_some(())
+    })
+    .await;
 }
 
 #[test]
