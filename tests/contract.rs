@@ -1,8 +1,8 @@
 //! The compatibility contract, checked end to end against the project's fixtures:
 //! `joist validate` accepts the valid manifests and rejects each invalid one on the field its
 //! `# expect:` lines name; the generated CRDs alone (OpenAPI schema + CEL rules, evaluated with
-//! kube-cel) reject the same manifests; the committed CRDs are current; and decoding keeps every
-//! field a user wrote.
+//! kube-cel) reject the same manifests; the committed CRDs (and the charts' copies) are current;
+//! decoding keeps every field a user wrote; and the Helm charts hold to Karpenter's ([`charts`]).
 
 use std::{
     collections::HashMap,
@@ -22,6 +22,13 @@ use joist_messages::{
     model::quantity::Quantity,
 };
 use serde_json::Value;
+
+#[path = "support/chart.rs"]
+mod chart;
+#[path = "contract/charts.rs"]
+mod charts;
+#[path = "contract/iam.rs"]
+mod iam;
 
 fn fixtures(dir: &str) -> Vec<PathBuf> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -188,18 +195,25 @@ fn the_crds_alone_accept_valid_and_reject_invalid_manifests() {
 
 #[test]
 fn committed_crds_match_the_generated_ones() {
-    let deploy = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/crds");
     let dir = std::env::temp_dir().join(format!("joist-crds-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap_or_default();
     let (code, out) = joist(&["crds", "--out-dir", &dir.to_string_lossy()]);
     assert_eq!(code, 0, "{out}");
+    // The charts carry copies: the joist chart's crds/ (installed once), joist-crd's files/.
+    let copies = [
+        "deploy/crds",
+        "deploy/charts/joist/crds",
+        "deploy/charts/joist-crd/files",
+    ];
     for (file, _) in crds() {
         let generated = read(&dir.join(file));
-        let committed = read(&deploy.join(file));
-        assert!(
-            generated == committed,
-            "deploy/crds/{file} is stale: run `cargo run -- crds --out-dir deploy/crds`"
-        );
+        for copy in copies {
+            let committed = read(&Path::new(env!("CARGO_MANIFEST_DIR")).join(copy).join(file));
+            assert!(
+                generated == committed,
+                "{copy}/{file} is stale: run `cargo run -- crds --out-dir {copy}`"
+            );
+        }
     }
     std::fs::remove_dir_all(&dir).unwrap_or_default();
     let (code, out) = joist(&["crds"]);

@@ -24,6 +24,8 @@ use opentelemetry_proto::tonic::{
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SimpleSpanProcessor, SpanData};
 use prost::Message;
 
+#[path = "support/chart.rs"]
+mod chart;
 #[path = "scenarios/flood.rs"]
 mod flood;
 #[path = "scenarios/run.rs"]

@@ -68,6 +68,7 @@ impl Default for ClusterSettings {
 #[derive(Debug)]
 pub struct Cluster {
     server: Arc<ApiServer>,
+    audit: Arc<api::Audit>,
     controllers: Vec<JoinHandle<()>>,
 }
 
@@ -78,6 +79,7 @@ impl Cluster {
         let controllers = physics::start(&store, settings.physics);
         Self {
             server: Arc::new(ApiServer::new(store, "127.0.0.1:443")),
+            audit: Arc::default(),
             controllers,
         }
     }
@@ -101,6 +103,12 @@ impl Cluster {
         Ok(())
     }
 
+    /// Every distinct request clients made of the cluster's resources over HTTP (not through the
+    /// in-process [`Cluster::client`]), as RBAC names it.
+    pub fn accesses(&self) -> Vec<api::Access> {
+        self.audit.accesses()
+    }
+
     /// A kube-rs client talking to this cluster in-process.
     pub fn client(&self) -> kube::Client {
         kube::Client::new(InProcess::new(self.server.clone()), "default")
@@ -108,7 +116,7 @@ impl Cluster {
 
     /// Serves the cluster over HTTP on `127.0.0.1:port` (0: any free port).
     pub async fn serve_http(&self, port: u16) -> io::Result<HttpServer> {
-        HttpServer::bind(self.server.clone(), port).await
+        HttpServer::bind(Arc::new(self.server.audited(self.audit.clone())), port).await
     }
 }
 

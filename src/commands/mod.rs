@@ -177,6 +177,12 @@ pub enum CommandError {
         /// Why.
         message: String,
     },
+    /// `joist run` lost its leader election Lease: it stops, so that only one replica acts.
+    #[error("lost the leader election lease {lease}: stopping so that only one replica runs the controllers")]
+    LeadershipLost {
+        /// The Lease.
+        lease: String,
+    },
     /// `joist run` could not start (a setting, Kubernetes or AWS).
     #[error("cannot start: {message}")]
     Start {

@@ -14,13 +14,16 @@ use joist_kubesim::{Cluster, ClusterSettings, http::HttpServer};
 use joist_messages::apis::NodeClaim;
 use joist_provider::CloudError;
 use joist_provider_aws::{clients::AwsClients, instances};
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::{
+    coordination::v1::Lease,
+    core::v1::{Node, Pod},
+};
 use kube::api::{Api, PostParams};
 
 #[path = "../../providers/aws/tests/aws/moto.rs"]
 mod moto;
 
-use super::sample;
+use super::{chart, sample};
 
 const CLUSTER: &str = "e2e";
 
@@ -82,6 +85,106 @@ impl Drop for Joist {
     }
 }
 
+/// The harness's settings for `joist run` against the API server at `url`, as the chart would set
+/// them in kube-system but with a debug log and ephemeral ports on 127.0.0.1, then `env`.
+fn harness_environment(url: &str, env: &[(&str, &str)]) -> Vec<(String, String)> {
+    [
+        ("CLUSTER_NAME", CLUSTER),
+        ("CLUSTER_ENDPOINT", url),
+        ("CLUSTER_CIDR", "10.100.0.0/16"),
+        ("LOG_LEVEL", "debug"),
+        ("LISTEN_ADDRESS", "127.0.0.1"),
+        ("METRICS_PORT", "0"),
+        ("HEALTH_PROBE_PORT", "0"),
+        ("SYSTEM_NAMESPACE", "kube-system"),
+    ]
+    .iter()
+    .chain(env)
+    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+    .collect()
+}
+
+/// Every request made of `cluster` (by `joist run`: the test's own go through the in-process client
+/// and are made after) is one the Helm chart's Roles grant, in the release's namespace kube-system.
+fn assert_granted(cluster: &Cluster) {
+    let objects = chart::render(&chart::REQUIRED).unwrap_or_else(|e| panic!("{e}"));
+    let denied: Vec<String> = cluster
+        .accesses()
+        .into_iter()
+        .filter(|a| {
+            !chart::grants(
+                &objects,
+                a.verb,
+                &a.group,
+                &a.resource,
+                a.namespace.as_deref(),
+                a.name.as_deref(),
+            )
+        })
+        .map(|a| format!("{a:?}"))
+        .collect();
+    assert!(
+        denied.is_empty(),
+        "joist run made requests the chart's RBAC does not grant:\n{}",
+        denied.join("\n")
+    );
+}
+
+/// Starts `joist run` with exactly `env` and the platform's: the kubeconfig (for the pod's service
+/// account), moto's endpoint and test credentials (for IRSA), `PATH`. Its log goes to `dir/name.log`.
+fn spawn(dir: &std::path::Path, kubeconfig: &std::path::Path, name: &str, env: &[(String, String)]) -> Joist {
+    let log = dir.join(format!("{name}.log"));
+    let child = Command::new(env!("CARGO_BIN_EXE_joist"))
+        .arg("run")
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("KUBECONFIG", kubeconfig)
+        .env("AWS_ENDPOINT_URL", moto::endpoint())
+        .env("AWS_REGION", moto::REGION)
+        .env("AWS_ACCESS_KEY_ID", "testing")
+        .env("AWS_SECRET_ACCESS_KEY", "testing")
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap_or_else(|e| panic!("{e}")))
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start joist run: {e}"));
+    Joist { child, log }
+}
+
+/// The environment the chart's Deployment gives the controller container, rendered for this
+/// cluster with `values`; downward-API values as the kubelet would fill them (namespace
+/// kube-system, pod joist-0).
+fn chart_environment(server_url: &str, values: &[&str]) -> Vec<(String, String)> {
+    let endpoint = format!("settings.clusterEndpoint={server_url}");
+    let mut args = vec![
+        "--set",
+        "settings.clusterName=e2e",
+        "--set",
+        &endpoint,
+        "--set",
+        "settings.clusterCIDR=10.100.0.0/16",
+    ];
+    args.extend_from_slice(values);
+    let objects = chart::render(&args).unwrap_or_else(|e| panic!("{e}"));
+    let deployment = chart::object(&objects, "Deployment", "joist");
+    deployment["spec"]["template"]["spec"]["containers"][0]["env"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no env in {deployment}"))
+        .iter()
+        .map(|e| {
+            let name = e["name"].as_str().unwrap_or_default().to_owned();
+            let value = match e["valueFrom"]["fieldRef"]["fieldPath"].as_str() {
+                Some("metadata.namespace") => "kube-system".to_owned(),
+                Some("metadata.name") => "joist-0".to_owned(),
+                Some(other) => panic!("{name}: no downward-API value for {other}"),
+                None => e["value"].as_str().unwrap_or_default().to_owned(),
+            };
+            (name, value)
+        })
+        .collect()
+}
+
 fn yaml<T: serde::de::DeserializeOwned>(text: &str) -> T {
     serde_saphyr::from_str(text).unwrap_or_else(|e| panic!("{e}\n{text}"))
 }
@@ -118,12 +221,26 @@ struct World {
     clients: AwsClients,
     client: kube::Client,
     joist: Joist,
-    _server: HttpServer,
-    _cluster: Cluster,
+    dir: PathBuf,
+    kubeconfig: PathBuf,
+    server: HttpServer,
+    cluster: Cluster,
+}
+
+/// Where `joist run`'s settings come from.
+enum Settings<'a> {
+    /// The test's own (the cluster, a debug log level, ephemeral ports on 127.0.0.1), and `env`.
+    Harness(&'a [(&'a str, &'a str)]),
+    /// Exactly what the Helm chart's Deployment gives the container, rendered with `values`.
+    Chart(&'a [&'a str]),
 }
 
 impl World {
     async fn start(instance_types: &str, env: &[(&str, &str)]) -> Self {
+        Self::start_with(instance_types, Settings::Harness(env)).await
+    }
+
+    async fn start_with(instance_types: &str, settings: Settings<'_>) -> Self {
         let clients = moto::clients().await;
         let subnets = clients
             .ec2
@@ -161,34 +278,11 @@ impl World {
             "moto is seeded with the AMI parameters of kubesim's version"
         );
 
-        let log = dir.join("joist.log");
-        let mut command = Command::new(env!("CARGO_BIN_EXE_joist"));
-        command
-            .arg("run")
-            .env_clear()
-            .env("PATH", std::env::var("PATH").unwrap_or_default())
-            .env("KUBECONFIG", &kubeconfig)
-            .env("CLUSTER_NAME", CLUSTER)
-            .env("CLUSTER_ENDPOINT", server.url())
-            .env("CLUSTER_CIDR", "10.100.0.0/16")
-            .env("LOG_LEVEL", "debug")
-            .env("AWS_ENDPOINT_URL", moto::endpoint())
-            .env("AWS_REGION", moto::REGION)
-            .env("AWS_ACCESS_KEY_ID", "testing")
-            .env("AWS_SECRET_ACCESS_KEY", "testing")
-            .env("AWS_EC2_METADATA_DISABLED", "true")
-            .env("LISTEN_ADDRESS", "127.0.0.1")
-            .env("METRICS_PORT", "0")
-            .env("HEALTH_PROBE_PORT", "0")
-            .envs(env.iter().copied())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap_or_else(|e| panic!("{e}")));
-        let joist = Joist {
-            child: command
-                .spawn()
-                .unwrap_or_else(|e| panic!("cannot start joist run: {e}")),
-            log,
+        let env: Vec<(String, String)> = match settings {
+            Settings::Harness(env) => harness_environment(&server.url(), env),
+            Settings::Chart(values) => chart_environment(&server.url(), values),
         };
+        let joist = spawn(&dir, &kubeconfig, "joist", &env);
 
         let classes: Api<joist_messages::apis::EC2NodeClass> = Api::all(client.clone());
         let class = yaml(&format!(
@@ -228,9 +322,23 @@ spec:
             clients,
             client,
             joist,
-            _server: server,
-            _cluster: cluster,
+            dir,
+            kubeconfig,
+            server,
+            cluster,
         }
+    }
+
+    /// Another `joist run` replica against the same cluster, named `name`, with `env` added to the
+    /// harness's settings.
+    fn replica(&self, name: &str, env: &[(&str, &str)]) -> Joist {
+        let env = harness_environment(&self.server.url(), env);
+        spawn(&self.dir, &self.kubeconfig, name, &env)
+    }
+
+    /// Every request `joist run` made of the cluster so far is one the Helm chart's Roles grant.
+    fn assert_the_chart_grants_every_request(&self) {
+        assert_granted(&self.cluster);
     }
 
     /// A pod `web` (1 CPU) whose NodeClaim launched and whose Node, `node_name`, registered and
@@ -318,8 +426,8 @@ async fn joist_run_launches_a_moto_instance_for_a_pending_pod_and_initializes_it
         clients,
         client,
         mut joist,
-        _server,
-        _cluster,
+        cluster,
+        ..
     } = world;
 
     let claims: Api<NodeClaim> = Api::all(client.clone());
@@ -385,6 +493,8 @@ async fn joist_run_launches_a_moto_instance_for_a_pending_pod_and_initializes_it
         metrics.contains("karpenter_pods_state{name=\"web\",namespace=\"default\""),
         "{metrics}"
     );
+
+    assert_granted(&cluster);
 
     // SIGTERM, as Kubernetes stops a pod: a clean exit.
     let stopped = Command::new("kill")
@@ -470,6 +580,7 @@ async fn joist_run_removes_a_node_once_its_pods_are_gone() {
     let nodes: Api<Node> = Api::all(world.client.clone());
     let node = nodes.get_opt("ip-10-0-0-20.us-west-2.compute.internal").await;
     assert!(matches!(node, Ok(None)), "and its Node deleted: {node:?}");
+    world.assert_the_chart_grants_every_request();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -591,6 +702,7 @@ async fn joist_run_reads_the_interruption_queue_and_drains_the_warned_node() {
         Some(1.0),
         "{metrics}"
     );
+    world.assert_the_chart_grants_every_request();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -611,6 +723,168 @@ async fn joist_run_retries_a_queue_that_does_not_exist_and_provisions_all_the_sa
         (failures >= 2).then_some(())
     })
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn joist_run_with_the_charts_environment_reaches_ready_and_provisions() {
+    // Karpenter's values file, with the ports this test may use: the chart decides the rest.
+    let values = [
+        "-f",
+        "tests/fixtures/helm/karpenter-values.yaml",
+        "--set",
+        "controller.metrics.port=0",
+        "--set",
+        "controller.healthProbe.port=0",
+        "--set",
+        "controller.env[0].name=LISTEN_ADDRESS",
+        "--set",
+        "controller.env[0].value=127.0.0.1",
+        "--set",
+        "settings.interruptionQueue=",
+    ];
+    let world = World::start_with("m5.large", Settings::Chart(&values)).await;
+    eventually(&world.joist, "Ready", || async {
+        (world.joist.get("health probes", "/readyz").await.0 == 200).then_some(())
+    })
+    .await;
+    world
+        .running_node("ip-10-0-0-50.us-west-2.compute.internal")
+        .await;
+    let leases: Api<Lease> = Api::namespaced(world.client.clone(), "kube-system");
+    let lease = leases
+        .get("joist-leader-election")
+        .await
+        .unwrap_or_else(|e| panic!("the chart's lease: {e}"));
+    assert_eq!(
+        lease.spec.and_then(|s| s.holder_identity).as_deref(),
+        Some("joist-0"),
+        "the pod named by the downward API leads"
+    );
+    world.assert_the_chart_grants_every_request();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn both_charts_install_into_kubesim_with_the_real_helm() {
+    let cluster = Cluster::start(ClusterSettings::default());
+    let server = cluster.serve_http(0).await.unwrap_or_else(|e| panic!("{e}"));
+    let dir = std::env::temp_dir().join(format!("joist-helm-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
+    let kubeconfig = dir.join("kubeconfig");
+    server
+        .write_kubeconfig(&kubeconfig)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let kubeconfig = kubeconfig.to_string_lossy().into_owned();
+    for install in [
+        vec!["install", "joist-crd", "deploy/charts/joist-crd"],
+        vec![
+            "install",
+            "joist",
+            "deploy/charts/joist",
+            "--namespace",
+            "kube-system",
+            "-f",
+            "tests/fixtures/helm/karpenter-values.yaml",
+        ],
+    ] {
+        let mut args = install.clone();
+        args.extend(["--kubeconfig", &kubeconfig]);
+        let (ok, out, err) = chart::run_helm(&args);
+        assert!(
+            ok && out.contains("STATUS: deployed"),
+            "helm {install:?}: {out}{err}"
+        );
+    }
+    // The CRDs are served: NodePools can be listed and created.
+    let client = cluster.client();
+    let pools: Api<joist_messages::apis::NodePool> = Api::all(client.clone());
+    assert!(pools.list(&Default::default()).await.is_ok());
+    let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
+        Api::namespaced(client.clone(), "kube-system");
+    let deployment = deployments.get("joist").await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(deployment.spec.and_then(|s| s.replicas), Some(2));
+    let roles: Api<k8s_openapi::api::rbac::v1::ClusterRole> = Api::all(client);
+    assert!(roles.get("joist").await.is_ok(), "the controller's ClusterRole");
+}
+
+/// The holder of the leader election Lease in `namespace`, if any.
+async fn leader(client: &kube::Client, namespace: &str) -> Option<String> {
+    let leases: Api<Lease> = Api::namespaced(client.clone(), namespace);
+    let lease = leases.get_opt("joist-leader-election").await.ok()??;
+    lease.spec?.holder_identity.filter(|h| !h.is_empty())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_elect_one_leader_that_a_standby_replaces_when_killed_or_stopped() {
+    let mut world = World::start("m5.large", &[("POD_NAME", "joist-a")]).await;
+    let client = world.client.clone();
+    eventually(&world.joist, "joist-a leading", || async {
+        (leader(&client, "kube-system").await.as_deref() == Some("joist-a")).then_some(())
+    })
+    .await;
+    let mut b = world.replica("joist-b", &[("POD_NAME", "joist-b")]);
+    eventually(&b, "joist-b standing by", || async {
+        b.log().contains("standing by").then_some(())
+    })
+    .await;
+    assert_eq!(
+        b.get("health probes", "/readyz").await,
+        (200, "standing by".to_owned())
+    );
+    assert_eq!(
+        b.get("metrics", "/metrics").await.1,
+        "# EOF\n",
+        "a standby runs no controllers"
+    );
+    // Only the leader acts: one pending pod, one NodeClaim.
+    world.pod("web", "1").await;
+    let claims: Api<NodeClaim> = Api::all(client.clone());
+    launched_claim(&world.joist, &claims).await;
+
+    // kill -9: the standby takes over once the lease has not changed for its 15 s.
+    world.joist.child.kill().unwrap_or_else(|e| panic!("{e}"));
+    let killed = tokio::time::Instant::now();
+    eventually(&b, "joist-b leading", || async {
+        (leader(&client, "kube-system").await.as_deref() == Some("joist-b")).then_some(())
+    })
+    .await;
+    let failover = killed.elapsed();
+    println!("a standby took over {failover:?} after kill -9");
+    assert!(
+        failover >= Duration::from_secs(12) && failover < Duration::from_secs(18),
+        "took over {failover:?} after the leader died (15 s lease, 1 s retries)"
+    );
+    eventually(&b, "joist-b ready as leader", || async {
+        (b.get("health probes", "/readyz").await == (200, "ok".to_owned())).then_some(())
+    })
+    .await;
+
+    // SIGTERM: the leader gives the lease up at once, and a new replica leads within seconds.
+    let mut c = world.replica("joist-c", &[("POD_NAME", "joist-c")]);
+    eventually(&c, "joist-c standing by", || async {
+        c.log().contains("standing by").then_some(())
+    })
+    .await;
+    let stopped = Command::new("kill")
+        .args(["-TERM", &b.child.id().to_string()])
+        .status()
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(stopped.success());
+    let terminated = tokio::time::Instant::now();
+    eventually(&c, "joist-c leading", || async {
+        (leader(&client, "kube-system").await.as_deref() == Some("joist-c")).then_some(())
+    })
+    .await;
+    println!("a standby took over {:?} after SIGTERM", terminated.elapsed());
+    assert!(
+        terminated.elapsed() < Duration::from_secs(5),
+        "the released lease was taken in {:?}",
+        terminated.elapsed()
+    );
+    let exit = b.child.wait().unwrap_or_else(|e| panic!("{e}"));
+    assert!(exit.success(), "{exit:?}\n{}", b.log());
+    assert!(b.log().contains("released the lease"), "{}", b.log());
+    let _ = c.child.kill();
+    world.assert_the_chart_grants_every_request();
 }
 
 #[test]

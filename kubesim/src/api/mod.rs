@@ -5,6 +5,7 @@
 //! Every failure becomes a `Status` body with kube-apiserver's code and reason ([`ApiError`]); no
 //! request can stop the server.
 
+mod audit;
 mod objects;
 mod openapi;
 mod request;
@@ -20,6 +21,7 @@ use http_body_util::{BodyExt, Full, combinators::BoxBody};
 use serde_json::{Value, json};
 
 pub use self::{
+    audit::{Access, Audit},
     request::{Query, ResourcePath, Route},
     subresources::bind,
 };
@@ -82,6 +84,7 @@ impl ApiRequest {
 pub struct ApiServer {
     store: Arc<Store>,
     address: String,
+    audit: Option<Arc<Audit>>,
 }
 
 impl ApiServer {
@@ -90,6 +93,15 @@ impl ApiServer {
         Self {
             store,
             address: address.into(),
+            audit: None,
+        }
+    }
+
+    /// The same server, recording every resource request in `audit`.
+    pub fn audited(&self, audit: Arc<Audit>) -> Self {
+        Self {
+            audit: Some(audit),
+            ..self.clone()
         }
     }
 
@@ -136,6 +148,9 @@ impl ApiServer {
     }
 
     fn resource(&self, request: &ApiRequest, path: &ResourcePath) -> Result<Response<ApiBody>, ApiError> {
+        if let Some(audit) = &self.audit {
+            audit.record(&request.method, request.query.flag("watch"), path);
+        }
         if let Some(subresource) = path.subresource.as_deref() {
             return subresources::handle(&self.store, request, path, subresource)
                 .map(|(code, doc)| json_response(code, &doc));

@@ -1,12 +1,17 @@
 //! The HTTP endpoints of `joist run`, on Karpenter's ports: Prometheus metrics at
 //! `METRICS_PORT/metrics`, and the kubelet's probes at `HEALTH_PROBE_PORT/healthz` (the process
-//! answers) and `/readyz` (the cluster state has its initial lists; 503 until then).
+//! answers) and `/readyz` (ready while standing by for the leader; once leading, when the cluster
+//! state has its initial lists, 503 until then). A standby has no metrics of its own yet.
 //!
 //! Failing to listen (a port in use, an address not on this host) stops `joist run` at start with
 //! the address named. Other paths answer 404; a connection that breaks is logged at debug and
 //! forgotten.
 
-use std::{convert::Infallible, net::SocketAddr, sync::Arc};
+use std::{
+    convert::Infallible,
+    net::SocketAddr,
+    sync::{Arc, OnceLock},
+};
 
 use bytes::Bytes;
 use http::{Request, Response, StatusCode, header::CONTENT_TYPE};
@@ -22,13 +27,17 @@ const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=
 /// What one endpoint server answers.
 type Answer = Arc<dyn Fn(&str) -> Response<Full<Bytes>> + Send + Sync>;
 
-/// Serves `/metrics` from `metrics` on `address`; the address it listens on.
-pub async fn serve_metrics(address: SocketAddr, metrics: Metrics) -> Result<SocketAddr, String> {
+/// The running controllers' metrics and read model, once this replica leads.
+pub type Leading = Arc<OnceLock<(Metrics, ReadModel)>>;
+
+/// Serves `/metrics` on `address`; the address it listens on.
+pub async fn serve_metrics(address: SocketAddr, leading: Leading) -> Result<SocketAddr, String> {
     serve(
         address,
         "metrics",
-        Arc::new(move |path| match path {
-            "/metrics" => respond(StatusCode::OK, OPENMETRICS, metrics.encode()),
+        Arc::new(move |path| match (path, leading.get()) {
+            ("/metrics", Some((metrics, _))) => respond(StatusCode::OK, OPENMETRICS, metrics.encode()),
+            ("/metrics", None) => respond(StatusCode::OK, OPENMETRICS, "# EOF\n".to_owned()),
             _ => not_found(),
         }),
     )
@@ -36,14 +45,17 @@ pub async fn serve_metrics(address: SocketAddr, metrics: Metrics) -> Result<Sock
 }
 
 /// Serves `/healthz` and `/readyz` on `address`; the address it listens on.
-pub async fn serve_health(address: SocketAddr, read: ReadModel) -> Result<SocketAddr, String> {
+pub async fn serve_health(address: SocketAddr, leading: Leading) -> Result<SocketAddr, String> {
     serve(
         address,
         "health probes",
-        Arc::new(move |path| match path {
-            "/healthz" => respond(StatusCode::OK, "text/plain", "ok".to_owned()),
-            "/readyz" if read.is_synced() => respond(StatusCode::OK, "text/plain", "ok".to_owned()),
-            "/readyz" => respond(
+        Arc::new(move |path| match (path, leading.get()) {
+            ("/healthz", _) => respond(StatusCode::OK, "text/plain", "ok".to_owned()),
+            ("/readyz", None) => respond(StatusCode::OK, "text/plain", "standing by".to_owned()),
+            ("/readyz", Some((_, read))) if read.is_synced() => {
+                respond(StatusCode::OK, "text/plain", "ok".to_owned())
+            }
+            ("/readyz", Some(_)) => respond(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "text/plain",
                 "the cluster state has not been listed yet".to_owned(),

@@ -4,13 +4,15 @@
 //! instance metadata; `AWS_ENDPOINT_URL` for an emulator), and runs every controller until SIGINT or
 //! SIGTERM. Logs go to standard error as JSON lines at `LOG_LEVEL`; node traces are exported when
 //! `OTEL_EXPORTER_OTLP_ENDPOINT` is set; Prometheus metrics and health probes are served on
-//! Karpenter's ports ([`endpoints`]).
+//! Karpenter's ports ([`endpoints`]). Replicas elect a leader on a Lease ([`leader`]): only the
+//! leader runs the controllers, and one that loses the Lease stops.
 //!
 //! Failures at start (a missing or invalid setting, no Kubernetes configuration, an API server that
 //! does not answer, no AWS region) stop the command with a message naming what to fix. Later
 //! failures are the controllers' to log and retry.
 
 mod endpoints;
+mod leader;
 mod settings;
 
 use std::{net::SocketAddr, process::ExitCode, sync::Arc};
@@ -95,6 +97,25 @@ async fn serve(settings: RunSettings, telemetry: &Telemetry) -> Result<(), Comma
         },
     )
     .map_err(|e| start(e.to_string()))?;
+    let address = |port| SocketAddr::new(settings.listen_address, port);
+    let leading = endpoints::Leading::default();
+    endpoints::serve_metrics(address(settings.metrics_port), leading.clone())
+        .await
+        .map_err(start)?;
+    endpoints::serve_health(address(settings.health_probe_port), leading.clone())
+        .await
+        .map_err(start)?;
+    let mut elector = (!settings.disable_leader_election).then(|| elector(&settings, &client));
+    if let Some(elector) = &mut elector {
+        tokio::select! {
+            () = elector.acquire() => {}
+            stopped = stopped() => {
+                stopped.map_err(|source| CommandError::Runtime { source })?;
+                tracing::info!("stopping while standing by");
+                return Ok(());
+            }
+        }
+    }
     let controllers = joist_actors::start(
         client,
         Arc::new(cloud),
@@ -110,18 +131,49 @@ async fn serve(settings: RunSettings, telemetry: &Telemetry) -> Result<(), Comma
         telemetry.node_tracer(),
     );
     let shared = &controllers.shared;
-    let address = |port| SocketAddr::new(settings.listen_address, port);
-    endpoints::serve_metrics(address(settings.metrics_port), shared.metrics.clone())
-        .await
-        .map_err(start)?;
-    endpoints::serve_health(address(settings.health_probe_port), shared.read.clone())
-        .await
-        .map_err(start)?;
-    stopped()
-        .await
-        .map_err(|source| CommandError::Runtime { source })?;
+    // Set once, here: the endpoints only read it.
+    let _ = leading.set((shared.metrics.clone(), shared.read.clone()));
+    let lost = async {
+        match &mut elector {
+            Some(elector) => elector.hold().await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        () = lost => {
+            return Err(CommandError::LeadershipLost { lease: settings.leader_election_name.clone() });
+        }
+        stopped = stopped() => stopped.map_err(|source| CommandError::Runtime { source })?,
+    }
     tracing::info!("stopping");
+    if let Some(elector) = &mut elector {
+        elector.release().await;
+    }
     Ok(())
+}
+
+/// This replica's candidate for the Lease `settings` name, in its namespace (the client's when
+/// unset), under its pod name (the host name and process id when unset).
+fn elector(settings: &RunSettings, client: &kube::Client) -> leader::Elector {
+    let namespace = settings
+        .leader_election_namespace
+        .clone()
+        .unwrap_or_else(|| client.default_namespace().to_owned());
+    let identity = settings.pod_name.clone().unwrap_or_else(|| {
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+        format!("{}_{}", host.trim(), std::process::id())
+    });
+    tracing::info!(
+        lease = settings.leader_election_name,
+        namespace,
+        identity,
+        "electing a leader"
+    );
+    leader::Elector::new(
+        kube::Api::namespaced(client.clone(), &namespace),
+        settings.leader_election_name.clone(),
+        identity,
+    )
 }
 
 /// Waits for SIGINT or SIGTERM (what Kubernetes sends a pod it stops).

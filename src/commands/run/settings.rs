@@ -9,8 +9,11 @@
 //! `BATCH_MAX_DURATION` (10s, Go duration syntax), `FEATURE_GATES` (Karpenter's
 //! `Name=true,Name=false` form; Joist acts on `SpotToSpotConsolidation` and accepts Karpenter's
 //! other gates, which it does not implement yet, with a warning), `LOG_LEVEL` (info),
-//! `METRICS_PORT` (8080), `HEALTH_PROBE_PORT` (8081) and `LISTEN_ADDRESS` (Joist's own: the address
-//! both listen on, 0.0.0.0). An empty variable counts as unset.
+//! `METRICS_PORT` (8080), `HEALTH_PROBE_PORT` (8081), `LISTEN_ADDRESS` (Joist's own: the address
+//! both listen on, 0.0.0.0), and leader election's `DISABLE_LEADER_ELECTION` (false),
+//! `LEADER_ELECTION_NAME` (joist-leader-election), `LEADER_ELECTION_NAMESPACE` (`SYSTEM_NAMESPACE`,
+//! else the client's namespace) and `POD_NAME` (this replica's identity; the host name and process
+//! id when unset). An empty variable counts as unset.
 //!
 //! Failure modes: the first unusable variable stops [`RunSettings::read`] with a
 //! [`SettingsError`] naming it, its value and what it should be, so `joist run` fails at start
@@ -25,7 +28,7 @@ const ENDPOINT_HINT: &str =
     "Joist does not look it up with eks:DescribeCluster yet; set it to the API server URL";
 /// What `FEATURE_GATES` looks like.
 const FEATURE_GATES_EXPECTED: &str = "comma-separated Name=true or Name=false pairs of Karpenter's gates \
-     (SpotToSpotConsolidation, NodeRepair, ReservedCapacity, NodeOverlay, StaticCapacity)";
+     (SpotToSpotConsolidation, NodeRepair, ReservedCapacity, NodeOverlay, StaticCapacity, CapacityBuffer)";
 /// What a valid port looks like.
 const PORT_EXPECTED: &str = "a TCP port number, 0 to 65535";
 /// What a valid duration looks like.
@@ -96,6 +99,14 @@ pub struct RunSettings {
     pub health_probe_port: u16,
     /// The address both listen on (`LISTEN_ADDRESS`).
     pub listen_address: IpAddr,
+    /// Whether every replica runs the controllers (`DISABLE_LEADER_ELECTION`).
+    pub disable_leader_election: bool,
+    /// The Lease replicas elect a leader with (`LEADER_ELECTION_NAME`).
+    pub leader_election_name: String,
+    /// Its namespace (`LEADER_ELECTION_NAMESPACE`, else `SYSTEM_NAMESPACE`).
+    pub leader_election_namespace: Option<String>,
+    /// This replica's identity in the Lease (`POD_NAME`).
+    pub pod_name: Option<String>,
 }
 
 /// Karpenter's feature gates (`FEATURE_GATES=SpotToSpotConsolidation=true,NodeRepair=false`).
@@ -108,7 +119,13 @@ pub struct FeatureGates {
 }
 
 /// Karpenter's gates that Joist accepts but does not act on yet.
-const UNIMPLEMENTED_GATES: &[&str] = &["NodeRepair", "ReservedCapacity", "NodeOverlay", "StaticCapacity"];
+const UNIMPLEMENTED_GATES: &[&str] = &[
+    "NodeRepair",
+    "ReservedCapacity",
+    "NodeOverlay",
+    "StaticCapacity",
+    "CapacityBuffer",
+];
 
 impl FeatureGates {
     /// Parses `Name=bool` pairs separated by commas; `None` on anything else or an unknown gate.
@@ -207,6 +224,16 @@ impl RunSettings {
                     |text| text.parse().ok(),
                 )?
                 .unwrap_or(IpAddr::from([0, 0, 0, 0])),
+            disable_leader_election: env
+                .parse("DISABLE_LEADER_ELECTION", "true or false", parse_bool)?
+                .unwrap_or(false),
+            leader_election_name: env
+                .get("LEADER_ELECTION_NAME")
+                .unwrap_or_else(|| "joist-leader-election".to_owned()),
+            leader_election_namespace: env
+                .get("LEADER_ELECTION_NAMESPACE")
+                .or_else(|| env.get("SYSTEM_NAMESPACE")),
+            pod_name: env.get("POD_NAME"),
         };
         if settings.batch_idle > settings.batch_max {
             return Err(SettingsError::Invalid {
@@ -447,6 +474,10 @@ mod tests {
             metrics_port: 8080,
             health_probe_port: 8081,
             listen_address: IpAddr::from([0, 0, 0, 0]),
+            disable_leader_election: false,
+            leader_election_name: "joist-leader-election".to_owned(),
+            leader_election_namespace: None,
+            pod_name: None,
         };
         assert_eq!(settings, expected);
         assert_eq!(settings.vm_memory_overhead_permille(), 75);
@@ -468,6 +499,9 @@ mod tests {
             ("METRICS_PORT", "9080"),
             ("HEALTH_PROBE_PORT", "9081"),
             ("LISTEN_ADDRESS", "127.0.0.1"),
+            ("SYSTEM_NAMESPACE", "kube-system"),
+            ("POD_NAME", "joist-7d9c-x2"),
+            ("DISABLE_LEADER_ELECTION", "true"),
         ])
         .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(settings.cluster_ca_bundle.as_deref(), Some("aGVsbG8="));
@@ -481,6 +515,9 @@ mod tests {
         assert_eq!(settings.log_level, LogLevel::Debug);
         assert_eq!((settings.metrics_port, settings.health_probe_port), (9080, 9081));
         assert_eq!(settings.listen_address, IpAddr::from([127, 0, 0, 1]));
+        assert_eq!(settings.leader_election_namespace.as_deref(), Some("kube-system"));
+        assert_eq!(settings.pod_name.as_deref(), Some("joist-7d9c-x2"));
+        assert!(settings.disable_leader_election);
     }
 
     #[test]
