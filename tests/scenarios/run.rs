@@ -51,30 +51,11 @@ impl Joist {
         .await
     }
 
-    /// `GET path` from the server for `what`: the status code and the body.
+    /// `GET path` from the server for `what`, as Prometheus asks (OpenMetrics preferred): the
+    /// status code and the body.
     async fn get(&self, what: &str, path: &str) -> (u16, String) {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let address = self.address(what).await;
-        let mut stream = tokio::net::TcpStream::connect(&address)
-            .await
-            .unwrap_or_else(|e| panic!("{address}: {e}"));
-        let request = format!("GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n");
-        stream
-            .write_all(request.as_bytes())
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
-        let mut response = String::new();
-        stream
-            .read_to_string(&mut response)
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
-        let status = response
-            .split(' ')
-            .nth(1)
-            .and_then(|code| code.parse().ok())
-            .unwrap_or_else(|| panic!("not an HTTP response: {response}"));
-        let body = response.split_once("\r\n\r\n").map(|(_, body)| body.to_owned());
-        (status, body.unwrap_or_default())
+        let accept = "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5";
+        http_get(&self.address(what).await, path, Some(accept)).await
     }
 }
 
@@ -83,6 +64,32 @@ impl Drop for Joist {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// `GET path` from `address` over HTTP/1.1, with `accept` if given: the status code and the body.
+async fn http_get(address: &str, path: &str, accept: Option<&str>) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(address)
+        .await
+        .unwrap_or_else(|e| panic!("{address}: {e}"));
+    let accept = accept.map(|a| format!("Accept: {a}\r\n")).unwrap_or_default();
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {address}\r\n{accept}Connection: close\r\n\r\n");
+    stream
+        .write_all(request.as_bytes())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let mut response = String::new();
+    stream
+        .read_to_string(&mut response)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let status = response
+        .split(' ')
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or_else(|| panic!("not an HTTP response: {response}"));
+    let body = response.split_once("\r\n\r\n").map(|(_, body)| body.to_owned());
+    (status, body.unwrap_or_default())
 }
 
 /// The harness's settings for `joist run` against the API server at `url`, as the chart would set
@@ -804,6 +811,155 @@ async fn both_charts_install_into_kubesim_with_the_real_helm() {
     assert_eq!(deployment.spec.and_then(|s| s.replicas), Some(2));
     let roles: Api<k8s_openapi::api::rbac::v1::ClusterRole> = Api::all(client);
     assert!(roles.get("joist").await.is_ok(), "the controller's ClusterRole");
+}
+
+/// A Prometheus server of Debian's package (installed by `scripts/prometheus`), killed on drop.
+struct Prometheus {
+    child: Child,
+    address: String,
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Paths of `prometheus` and `promtool`.
+fn prometheus_binaries() -> (PathBuf, PathBuf) {
+    let output = Command::new(chart::root().join("scripts/prometheus"))
+        .output()
+        .unwrap_or_else(|e| panic!("run scripts/prometheus: {e}"));
+    let text = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "scripts/prometheus failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let find = |key: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(key))
+            .map(PathBuf::from)
+            .unwrap_or_else(|| panic!("{key} missing in {text}"))
+    };
+    (find("PROMETHEUS="), find("PROMTOOL="))
+}
+
+/// PromQL `query` against `prometheus`: the result vector.
+async fn query(prometheus: &Prometheus, query: &str) -> Vec<serde_json::Value> {
+    let encoded: String = query
+        .bytes()
+        .map(|b| match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'_' => (b as char).to_string(),
+            other => format!("%{other:02X}"),
+        })
+        .collect();
+    let (status, body) = http_get(
+        &prometheus.address,
+        &format!("/api/v1/query?query={encoded}"),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{query}: {body}");
+    let answer: serde_json::Value = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {body}"));
+    answer["data"]["result"].as_array().cloned().unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prometheus_scrapes_the_series_karpenters_dashboards_query() {
+    let (prometheus, promtool) = prometheus_binaries();
+    let world = World::start("m5.large", &[]).await;
+    world
+        .running_node("ip-10-0-0-60.us-west-2.compute.internal")
+        .await;
+    let target = world.joist.address("metrics").await;
+
+    // promtool reads the Prometheus text format a scraper without OpenMetrics gets. Its one lint
+    // finding is Karpenter's own name for the cluster state's node count.
+    let (status, text) = http_get(&target, "/metrics", None).await;
+    assert_eq!(status, 200);
+    let mut check = Command::new(&promtool)
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{e}"));
+    {
+        use std::io::Write;
+        let mut stdin = check.stdin.take().unwrap_or_else(|| panic!("promtool's stdin"));
+        stdin.write_all(text.as_bytes()).unwrap_or_else(|e| panic!("{e}"));
+    }
+    let checked = check.wait_with_output().unwrap_or_else(|e| panic!("{e}"));
+    let findings =
+        String::from_utf8_lossy(&checked.stdout).into_owned() + &String::from_utf8_lossy(&checked.stderr);
+    let unexpected: Vec<&str> = findings
+        .lines()
+        .filter(|l| !l.starts_with("karpenter_cluster_state_node_count non-histogram and non-summary metrics should not have \"_count\" suffix"))
+        .collect();
+    assert!(
+        unexpected.is_empty(),
+        "promtool check metrics:\n{findings}\n{text}"
+    );
+
+    // A real Prometheus scrapes `joist run` as Karpenter's guide sets it up: job `karpenter`.
+    let dir = world.dir.join("prometheus");
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap_or_else(|e| panic!("{e}"));
+    let config = dir.join("prometheus.yml");
+    std::fs::write(
+        &config,
+        format!("global: {{scrape_interval: 1s}}\nscrape_configs:\n- job_name: karpenter\n  static_configs: [{{targets: ['{target}']}}]\n"),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let server = Prometheus {
+        child: Command::new(&prometheus)
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!("--storage.tsdb.path={}", dir.join("data").display()))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.join("prometheus.log")).unwrap_or_else(|e| panic!("{e}")))
+            .spawn()
+            .unwrap_or_else(|e| panic!("start prometheus: {e}")),
+        address: format!("127.0.0.1:{port}"),
+    };
+    // Queries of Karpenter's capacity dashboard, each of which must return series.
+    let dashboard = [
+        "sum by(cluster,nodepool)(karpenter_nodes_created_total{nodepool=~\".*\"})",
+        "sum by(reason)(karpenter_voluntary_disruption_eligible_nodes)",
+        "sum by(phase)(karpenter_pods_state)",
+        "sum by(arch,capacity_type,instance_type,nodepool,zone)(karpenter_pods_state{nodepool=~\".*\"})",
+        "count by(nodepool)(karpenter_nodes_allocatable{nodepool!=\"N/A\",resource_type=\"cpu\"})",
+        "sum by(nodepool)(karpenter_nodes_allocatable{nodepool!=\"N/A\",resource_type=\"memory\"})",
+        "karpenter_nodepools_usage{resource_type=\"cpu\"}",
+        "karpenter_nodes_total_pod_requests{resource_type=\"cpu\"} / karpenter_nodes_allocatable{resource_type=\"cpu\"}",
+        "sum by(nodepool)(karpenter_nodeclaims_created_total)",
+    ];
+    let logs = world.dir.join("prometheus/prometheus.log");
+    for promql in dashboard {
+        let mut result = Vec::new();
+        for _ in 0..150 {
+            let listening = tokio::net::TcpStream::connect(&server.address).await.is_ok();
+            if listening && http_get(&server.address, "/-/ready", None).await.0 == 200 {
+                result = query(&server, promql).await;
+                if !result.is_empty() {
+                    break;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        assert!(
+            !result.is_empty(),
+            "{promql} returned no series; prometheus logged:\n{}",
+            std::fs::read_to_string(&logs).unwrap_or_default()
+        );
+    }
+    let up = query(&server, "up{job=\"karpenter\"}").await;
+    assert_eq!(up[0]["value"][1], "1", "{up:?}");
 }
 
 /// The holder of the leader election Lease in `namespace`, if any.

@@ -20,7 +20,7 @@ use joist_messages::labels::{CAPACITY_TYPE, NODEPOOL, ZONE};
 use kube::ResourceExt;
 use prometheus_client::{
     encoding::{EncodeLabelSet, text},
-    metrics::{counter::Counter, family::Family, gauge::Gauge, histogram::Histogram, info::Info},
+    metrics::{counter::Counter, family::Family, gauge::Gauge, histogram::Histogram},
     registry::Registry,
 };
 
@@ -293,20 +293,39 @@ impl Metrics {
             "Time to simulate scheduling one batch of pending pods",
             self.scheduling_duration.clone(),
         );
-        r.register(
-            "karpenter_build",
-            "Joist's version",
-            Info::new(vec![
-                ("version", env!("CARGO_PKG_VERSION")),
-                ("goarch", std::env::consts::ARCH),
-            ]),
-        );
     }
 
     /// The OpenMetrics text exposition of every metric.
     pub fn encode(&self) -> String {
         let mut out = String::new();
         text::encode(&mut out, &self.registry).expect("writing to a String cannot fail");
+        out
+    }
+
+    /// The Prometheus text format (0.0.4) of every metric, for scrapers that do not ask for
+    /// OpenMetrics (promtool, older agents): the same samples, with each counter family named by
+    /// its `_total` samples as that format wants, and no `# EOF`.
+    pub fn encode_text(&self) -> String {
+        let open = self.encode();
+        let mut out = String::with_capacity(open.len() + 1024);
+        let mut lines = open.lines().peekable();
+        while let Some(line) = lines.next() {
+            if line == "# EOF" {
+                continue;
+            }
+            if let Some(rest) = line.strip_prefix("# HELP ") {
+                let name = rest.split(' ').next().unwrap_or_default();
+                let counter_type = format!("# TYPE {name} counter");
+                if lines.peek() == Some(&counter_type.as_str()) {
+                    lines.next();
+                    out.push_str(&format!("# HELP {name}_total{}\n", &rest[name.len()..]));
+                    out.push_str(&format!("# TYPE {name}_total counter\n"));
+                    continue;
+                }
+            }
+            out.push_str(line);
+            out.push('\n');
+        }
         out
     }
 

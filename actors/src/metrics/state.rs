@@ -51,6 +51,16 @@ impl fmt::Debug for ClusterStateCollector {
 
 impl Collector for ClusterStateCollector {
     fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> fmt::Result {
+        let build = [
+            ("version", env!("CARGO_PKG_VERSION")),
+            ("goarch", std::env::consts::ARCH),
+        ];
+        family(
+            &mut encoder,
+            "karpenter_build_info",
+            "1, labelled with Joist's version",
+            vec![(build, 1u8)],
+        )?;
         let read = &self.read;
         let nodes = read.nodes();
         let synced = u8::from(read.is_synced());

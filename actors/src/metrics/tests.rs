@@ -209,6 +209,27 @@ fn recorded_events_are_counted_under_karpenters_names() {
 }
 
 #[test]
+fn the_prometheus_text_format_names_counter_families_by_their_samples() {
+    let (read, _writers) = ReadModel::new();
+    let metrics = Metrics::new(read);
+    metrics.created("default", "provisioned");
+    let text = metrics.encode_text();
+    assert!(
+        text.contains("# HELP karpenter_nodeclaims_created_total NodeClaims created.\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("# TYPE karpenter_nodeclaims_created_total counter\n"),
+        "{text}"
+    );
+    assert!(!text.contains("# TYPE karpenter_nodeclaims_created counter"));
+    assert!(!text.contains("# EOF"));
+    assert!(text.contains("# TYPE karpenter_build_info gauge\n"));
+    let samples = |t: &str| t.lines().filter(|l| !l.starts_with('#')).count();
+    assert_eq!(samples(&text), samples(&metrics.encode()), "the same samples");
+}
+
+#[test]
 fn reasons_are_snake_cased_as_karpenter_counts_them() {
     assert_eq!(snake_case("LaunchTimeout"), "launch_timeout");
     assert_eq!(snake_case("InsufficientCapacityError"), "insufficient_capacity");

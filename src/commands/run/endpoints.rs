@@ -1,7 +1,8 @@
 //! The HTTP endpoints of `joist run`, on Karpenter's ports: Prometheus metrics at
 //! `METRICS_PORT/metrics`, and the kubelet's probes at `HEALTH_PROBE_PORT/healthz` (the process
 //! answers) and `/readyz` (ready while standing by for the leader; once leading, when the cluster
-//! state has its initial lists, 503 until then). A standby has no metrics of its own yet.
+//! state has its initial lists, 503 until then). A standby has no metrics of its own yet. Metrics
+//! are OpenMetrics for a scraper that accepts it, else the Prometheus text format.
 //!
 //! Failing to listen (a port in use, an address not on this host) stops `joist run` at start with
 //! the address named. Other paths answer 404; a connection that breaks is logged at debug and
@@ -21,11 +22,13 @@ use hyper_util::rt::TokioIo;
 use joist_actors::{metrics::Metrics, read_model::ReadModel};
 use tokio::net::TcpListener;
 
-/// What Prometheus is told the exposition is.
+/// The OpenMetrics exposition, for scrapers that accept it (Prometheus does).
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+/// The Prometheus text format, for the others.
+const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
 
-/// What one endpoint server answers.
-type Answer = Arc<dyn Fn(&str) -> Response<Full<Bytes>> + Send + Sync>;
+/// What one endpoint server answers to a path and the request's Accept header.
+type Answer = Arc<dyn Fn(&str, &str) -> Response<Full<Bytes>> + Send + Sync>;
 
 /// The running controllers' metrics and read model, once this replica leads.
 pub type Leading = Arc<OnceLock<(Metrics, ReadModel)>>;
@@ -35,10 +38,19 @@ pub async fn serve_metrics(address: SocketAddr, leading: Leading) -> Result<Sock
     serve(
         address,
         "metrics",
-        Arc::new(move |path| match (path, leading.get()) {
-            ("/metrics", Some((metrics, _))) => respond(StatusCode::OK, OPENMETRICS, metrics.encode()),
-            ("/metrics", None) => respond(StatusCode::OK, OPENMETRICS, "# EOF\n".to_owned()),
-            _ => not_found(),
+        Arc::new(move |path, accept| {
+            let openmetrics = accept.contains("application/openmetrics-text");
+            match (path, leading.get(), openmetrics) {
+                ("/metrics", Some((metrics, _)), true) => {
+                    respond(StatusCode::OK, OPENMETRICS, metrics.encode())
+                }
+                ("/metrics", Some((metrics, _)), false) => {
+                    respond(StatusCode::OK, PROMETHEUS_TEXT, metrics.encode_text())
+                }
+                ("/metrics", None, true) => respond(StatusCode::OK, OPENMETRICS, "# EOF\n".to_owned()),
+                ("/metrics", None, false) => respond(StatusCode::OK, PROMETHEUS_TEXT, String::new()),
+                _ => not_found(),
+            }
         }),
     )
     .await
@@ -49,7 +61,7 @@ pub async fn serve_health(address: SocketAddr, leading: Leading) -> Result<Socke
     serve(
         address,
         "health probes",
-        Arc::new(move |path| match (path, leading.get()) {
+        Arc::new(move |path, _| match (path, leading.get()) {
             ("/healthz", _) => respond(StatusCode::OK, "text/plain", "ok".to_owned()),
             ("/readyz", None) => respond(StatusCode::OK, "text/plain", "standing by".to_owned()),
             ("/readyz", Some((_, read))) if read.is_synced() => {
@@ -87,7 +99,12 @@ async fn serve(address: SocketAddr, what: &'static str, answer: Answer) -> Resul
             };
             let answer = answer.clone();
             let service = service_fn(move |request: Request<Incoming>| {
-                let response = answer(request.uri().path());
+                let accept = request
+                    .headers()
+                    .get(http::header::ACCEPT)
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or_default();
+                let response = answer(request.uri().path(), accept);
                 async move { Ok::<_, Infallible>(response) }
             });
             tokio::spawn(async move {
