@@ -585,6 +585,21 @@ fn the_final_metrics_count_launches_interruptions_and_disruptions_as_karpenter_d
         ended, launched,
         "every NodeClaim's termination finished and was counted"
     );
+    // The performance dashboard's summaries, read by quantile.
+    assert_eq!(
+        count("karpenter_nodes_termination_duration_seconds_count{nodepool=\"default\"}"),
+        launched
+    );
+    assert!(
+        count("karpenter_nodes_termination_duration_seconds{nodepool=\"default\",quantile=\"0.5\"}") > 0.0
+    );
+    let started = count("karpenter_pods_startup_duration_seconds_count");
+    assert!(started >= 2.0, "every pod that ran was timed: {started}");
+    assert!(count("karpenter_pods_startup_duration_seconds{quantile=\"1\"}") > 0.0);
+    assert!(
+        count("controller_runtime_reconcile_total{controller=\"nodeclaim.lifecycle\",result=\"success\"}")
+            >= 1.0
+    );
     assert_eq!(count("karpenter_cluster_state_node_count"), 0.0);
 }
 

@@ -311,7 +311,14 @@ impl StreamHandler<Change> for ClusterState {
         match change {
             Change::Pod(pod, deleted) => {
                 let _span = tracing::debug_span!("cluster_state.pod", pod = pod.name_any()).entered();
-                let change = read.observe_pod(&pod, deleted, self.shared.clock.now_seconds());
+                let now = self.shared.clock.now_seconds();
+                let change = read.observe_pod(&pod, deleted, now);
+                if change.started
+                    && let Some(created) = &pod.metadata.creation_timestamp
+                {
+                    let seconds = (now - created.0.as_second()).max(0);
+                    self.shared.metrics.pods_startup.observe("", seconds as f64);
+                }
                 if change.newly_pending {
                     self.notify(PodPending {
                         pod: (pod.namespace().unwrap_or_default(), pod.name_any()),

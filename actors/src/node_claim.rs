@@ -75,7 +75,15 @@ impl NodeClaimActor {
         let name = self.name.clone();
         let mut memory = self.memory.clone();
         let step = async move {
+            let started = tokio::time::Instant::now();
             let next = lifecycle::step(&shared, &name, &mut memory).await;
+            let result = match &next {
+                Ok(Next::After(_)) => "requeue_after",
+                Ok(_) => "success",
+                Err(_) => "error",
+            };
+            let seconds = started.elapsed().as_secs_f64();
+            shared.metrics.reconciled("nodeclaim.lifecycle", result, seconds);
             (next, memory)
         };
         ctx.spawn(step.into_actor(self).map(|(next, memory), actor, ctx| {

@@ -114,13 +114,15 @@ async fn provision(shared: Shared) {
             }
         },
     };
+    let seconds = started.elapsed().as_secs_f64();
     shared
         .metrics
         .scheduling_duration
         .get_or_create(&ControllerLabels {
             controller: "provisioner".to_owned(),
         })
-        .observe(started.elapsed().as_secs_f64());
+        .observe(seconds);
+    shared.metrics.reconciled("provisioner", "success", seconds);
     tracing::info!(
         pods = input.pods.len(),
         placed = solution.placements.len(),

@@ -70,6 +70,8 @@ struct Index {
     claims_by_pool: DashMap<String, BTreeSet<String>>,
     pods_by_node: DashMap<String, BTreeSet<PodKey>>,
     pending: DashSet<PodKey>,
+    /// Pods seen before they ran, whose start is still to be timed.
+    unstarted: DashSet<PodKey>,
     /// When a pod last arrived on or left each node, in epoch seconds.
     last_pod_event: DashMap<String, i64>,
     /// Watch events seen so far: unchanged means nothing in the cluster changed.
@@ -99,6 +101,8 @@ pub struct PodChange {
     pub newly_pending: bool,
     /// The node it is bound to.
     pub node: Option<String>,
+    /// The pod, seen before it ran, is now Running: its start can be timed.
+    pub started: bool,
 }
 
 impl ReadModel {
@@ -339,6 +343,7 @@ impl ReadModel {
         match kind {
             Listed::Pods => {
                 index.pending.retain(|key| listed.contains(key));
+                index.unstarted.retain(|key| listed.contains(key));
                 for mut pods in index.pods_by_node.iter_mut() {
                     pods.retain(|key| listed.contains(key));
                 }
@@ -388,13 +393,28 @@ impl ReadModel {
             }
             file(&self.index.pods_by_node, node, key.clone(), !deleted);
         }
+        let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+        let started = if !deleted && phase == Some("Running") {
+            self.index.unstarted.remove(&key).is_some()
+        } else {
+            if !deleted && matches!(phase, None | Some("Pending")) {
+                self.index.unstarted.insert(key.clone());
+            } else {
+                self.index.unstarted.remove(&key);
+            }
+            false
+        };
         let newly_pending = if !deleted && is_provisionable(pod) {
             self.index.pending.insert(key)
         } else {
             self.index.pending.remove(&key);
             false
         };
-        PodChange { newly_pending, node }
+        PodChange {
+            newly_pending,
+            node,
+            started,
+        }
     }
 
     /// Updates the node index after a watch event; returns the NodeClaim that owns the node.
@@ -546,6 +566,33 @@ mod tests {
                 .get("pool")
                 .is_none_or(|c| !c.contains("pool-b"))
         );
+    }
+
+    #[test]
+    fn a_pods_start_is_reported_once_and_only_for_pods_seen_before_they_ran() {
+        let (read, _writers) = ReadModel::new();
+        let pod = |name: &str, phase: &str| -> Pod {
+            object(serde_json::json!({
+                "metadata": {"name": name, "namespace": "default"},
+                "status": {"phase": phase},
+            }))
+        };
+        assert!(!read.observe_pod(&pod("web", "Pending"), false, 0).started);
+        assert!(
+            read.observe_pod(&pod("web", "Running"), false, 0).started,
+            "Pending, then Running"
+        );
+        assert!(
+            !read.observe_pod(&pod("web", "Running"), false, 0).started,
+            "once"
+        );
+        assert!(
+            !read.observe_pod(&pod("old", "Running"), false, 0).started,
+            "running before it was seen: its start is unknown"
+        );
+        read.observe_pod(&pod("gone", "Pending"), false, 0);
+        read.observe_pod(&pod("gone", "Pending"), true, 0);
+        assert!(read.index.unstarted.is_empty(), "deleted pods are forgotten");
     }
 
     #[test]

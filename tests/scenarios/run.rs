@@ -938,6 +938,9 @@ async fn prometheus_scrapes_the_series_karpenters_dashboards_query() {
         "karpenter_nodepools_usage{resource_type=\"cpu\"}",
         "karpenter_nodes_total_pod_requests{resource_type=\"cpu\"} / karpenter_nodes_allocatable{resource_type=\"cpu\"}",
         "sum by(nodepool)(karpenter_nodeclaims_created_total)",
+        // And of its performance dashboard.
+        "sum(rate(controller_runtime_reconcile_total{job=\"karpenter\"}[10m])) by (controller)",
+        "histogram_quantile(0.99, rate(controller_runtime_reconcile_time_seconds_bucket{controller=\"nodeclaim.lifecycle\"}[10m]))",
     ];
     let logs = world.dir.join("prometheus/prometheus.log");
     for promql in dashboard {

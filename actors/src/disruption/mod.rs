@@ -147,7 +147,11 @@ async fn pass(shared: Shared, clean: bool, memo: SharedMemo) {
     if clean {
         orchestrate::remove_stale_taints(&shared).await;
     }
-    let Some(planned) = decide(&shared, None, &memo).await else {
+    let started = tokio::time::Instant::now();
+    let decided = decide(&shared, None, &memo).await;
+    let seconds = started.elapsed().as_secs_f64();
+    shared.metrics.reconciled("disruption", "success", seconds);
+    let Some(planned) = decided else {
         return;
     };
     let command = &planned.command;

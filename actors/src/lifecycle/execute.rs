@@ -226,6 +226,10 @@ fn count_termination(shared: &Shared, claim: &NodeClaim) {
                 nodepool: labels.nodepool.clone(),
             })
             .observe(seconds as f64);
+        shared
+            .metrics
+            .nodes_termination
+            .observe(&labels.nodepool, seconds as f64);
     }
     shared.metrics.nodeclaims_terminated.get_or_create(&labels).inc();
 }

@@ -11,6 +11,7 @@
 //! writing to a `String` never produces.
 
 mod state;
+mod summary;
 #[cfg(test)]
 mod tests;
 
@@ -24,6 +25,7 @@ use prometheus_client::{
     registry::Registry,
 };
 
+pub use self::summary::Summary;
 use crate::read_model::ReadModel;
 
 /// Karpenter's `DurationBuckets`: controller-runtime's thresholds, plus longer ones for
@@ -136,6 +138,15 @@ pub struct ControllerLabels {
     pub controller: String,
 }
 
+/// `controller_runtime_reconcile_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReconcileLabels {
+    /// The controller (Joist: the actor kind).
+    pub controller: String,
+    /// `success`, `requeue_after` or `error`.
+    pub result: String,
+}
+
 /// Every metric an event records (see the module docs). Cheap to clone: clones share the series.
 #[derive(Clone)]
 pub struct Metrics {
@@ -170,6 +181,14 @@ pub struct Metrics {
     pub interruption_queue_duration: Histogram,
     /// Time to simulate scheduling one batch.
     pub scheduling_duration: Family<ControllerLabels, Histogram>,
+    /// Reconciles (an actor's step, pass or batch), by controller and result.
+    pub reconciles: Family<ReconcileLabels, Counter>,
+    /// Time of one reconcile, by controller.
+    pub reconcile_time: Family<ControllerLabels, Histogram>,
+    /// From a pod's creation to its running, for pods seen before they ran.
+    pub pods_startup: Summary,
+    /// From a NodeClaim's deletion to its node's release, by NodePool.
+    pub nodes_termination: Summary,
 }
 
 impl Metrics {
@@ -195,6 +214,18 @@ impl Metrics {
             interruption_deleted: Counter::default(),
             interruption_queue_duration: duration(),
             scheduling_duration: Family::new_with_constructor(duration),
+            reconciles: Family::default(),
+            reconcile_time: Family::new_with_constructor(duration),
+            pods_startup: Summary::new(
+                "karpenter_pods_startup_duration_seconds",
+                "From a pod's creation to its running",
+                None,
+            ),
+            nodes_termination: Summary::new(
+                "karpenter_nodes_termination_duration_seconds",
+                "From a node's deletion to its release",
+                Some("nodepool"),
+            ),
         };
         // Karpenter starts these series at zero, so a rate over them exists before any failure.
         for consolidation_type in ["empty", "single", "multi"] {
@@ -207,6 +238,8 @@ impl Metrics {
         let mut registry = Registry::default();
         metrics.register(&mut registry);
         registry.register_collector(Box::new(state::ClusterStateCollector::new(read)));
+        registry.register_collector(Box::new(metrics.pods_startup.clone()));
+        registry.register_collector(Box::new(metrics.nodes_termination.clone()));
         Self {
             registry: Arc::new(registry),
             ..metrics
@@ -289,6 +322,16 @@ impl Metrics {
             self.interruption_queue_duration.clone(),
         );
         r.register(
+            "controller_runtime_reconcile",
+            "Reconciles, by controller and result",
+            self.reconciles.clone(),
+        );
+        r.register(
+            "controller_runtime_reconcile_time_seconds",
+            "Time of one reconcile, by controller",
+            self.reconcile_time.clone(),
+        );
+        r.register(
             "karpenter_scheduler_scheduling_duration_seconds",
             "Time to simulate scheduling one batch of pending pods",
             self.scheduling_duration.clone(),
@@ -304,13 +347,32 @@ impl Metrics {
 
     /// The Prometheus text format (0.0.4) of every metric, for scrapers that do not ask for
     /// OpenMetrics (promtool, older agents): the same samples, with each counter family named by
-    /// its `_total` samples as that format wants, and no `# EOF`.
+    /// its `_total` samples as that format wants, summaries typed as summaries (their `_sum` and
+    /// `_count` samples in the family), and no `# EOF`.
     pub fn encode_text(&self) -> String {
+        let summaries = [self.pods_startup.name(), self.nodes_termination.name()];
+        let summary_part = |line: &str| {
+            summaries.iter().any(|s| {
+                ["HELP", "TYPE"].iter().any(|kind| {
+                    ["_sum ", "_count "]
+                        .iter()
+                        .any(|part| line.starts_with(&format!("# {kind} {s}{part}")))
+                })
+            })
+        };
         let open = self.encode();
         let mut out = String::with_capacity(open.len() + 1024);
         let mut lines = open.lines().peekable();
         while let Some(line) = lines.next() {
-            if line == "# EOF" {
+            if line == "# EOF" || summary_part(line) {
+                continue;
+            }
+            if let Some(name) = line
+                .strip_prefix("# TYPE ")
+                .and_then(|rest| rest.strip_suffix(" gauge"))
+                .filter(|name| summaries.contains(name))
+            {
+                out.push_str(&format!("# TYPE {name} summary\n"));
                 continue;
             }
             if let Some(rest) = line.strip_prefix("# HELP ") {
@@ -327,6 +389,20 @@ impl Metrics {
             out.push('\n');
         }
         out
+    }
+
+    /// Counts one reconcile of `controller` that ended with `result` after `seconds`.
+    pub fn reconciled(&self, controller: &str, result: &str, seconds: f64) {
+        let labels = ControllerLabels {
+            controller: controller.to_owned(),
+        };
+        self.reconcile_time.get_or_create(&labels).observe(seconds);
+        self.reconciles
+            .get_or_create(&ReconcileLabels {
+                controller: labels.controller,
+                result: result.to_owned(),
+            })
+            .inc();
     }
 
     /// The terminated-claim labels of `claim`.

@@ -226,7 +226,23 @@ fn the_prometheus_text_format_names_counter_families_by_their_samples() {
     assert!(!text.contains("# EOF"));
     assert!(text.contains("# TYPE karpenter_build_info gauge\n"));
     let samples = |t: &str| t.lines().filter(|l| !l.starts_with('#')).count();
+    metrics.nodes_termination.observe("default", 12.0);
+    let text = metrics.encode_text();
     assert_eq!(samples(&text), samples(&metrics.encode()), "the same samples");
+    let summary = "karpenter_nodes_termination_duration_seconds";
+    assert!(text.contains(&format!("# TYPE {summary} summary\n")), "{text}");
+    assert!(
+        !text.contains(&format!("# TYPE {summary}_count")),
+        "part of the summary"
+    );
+    assert!(
+        text.contains(&format!("{summary}_count{{nodepool=\"default\"}} 1")),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("{summary}{{nodepool=\"default\",quantile=\"0.5\"}} 12")),
+        "{text}"
+    );
 }
 
 #[test]
