@@ -12,6 +12,7 @@ use actix::prelude::*;
 use tokio::time::Instant;
 
 use crate::{
+    metrics::Metrics,
     protocol::{PodPending, ProvisionBatch},
     read_model::PodKey,
     settings::Settings,
@@ -25,6 +26,7 @@ pub struct Batcher {
     idle: std::time::Duration,
     max: std::time::Duration,
     provisioner: Recipient<ProvisionBatch>,
+    metrics: Metrics,
     window: BTreeSet<PodKey>,
     opened: Option<Instant>,
     last: Option<Instant>,
@@ -33,11 +35,12 @@ pub struct Batcher {
 
 impl Batcher {
     /// A batcher feeding `provisioner` (the Provisioner, or anything that takes batches).
-    pub fn new(settings: &Settings, provisioner: Recipient<ProvisionBatch>) -> Self {
+    pub fn new(settings: &Settings, provisioner: Recipient<ProvisionBatch>, metrics: Metrics) -> Self {
         Self {
             idle: settings.batch_idle,
             max: settings.batch_max,
             provisioner,
+            metrics,
             window: BTreeSet::new(),
             opened: None,
             last: None,
@@ -74,6 +77,7 @@ impl Batcher {
                 self.last = None;
             }
             Err(SendError::Full(batch) | SendError::Closed(batch)) => {
+                self.metrics.found_full("provisioner");
                 tracing::debug!(pods = batch.pods.len(), "provisioner busy; keeping the window");
                 self.window.extend(batch.pods);
                 self.opened = Some(now);

@@ -117,7 +117,19 @@ impl ClusterState {
 
     fn notify(&mut self, pending: PodPending) {
         if self.batcher.try_send(pending).is_err() {
+            self.shared.metrics.found_full("batcher");
             self.missed_trigger = true;
+        }
+    }
+
+    /// Asks `actor` (a `kind` actor) to reconcile; a full mailbox already holds a poke, so nothing
+    /// is lost, and the coalescing is counted.
+    fn poke<A>(&self, actor: &Addr<A>, kind: &str)
+    where
+        A: Actor<Context = Context<A>> + Handler<Reconcile>,
+    {
+        if actor.try_send(Reconcile).is_err() {
+            self.shared.metrics.found_full(kind);
         }
     }
 
@@ -157,8 +169,7 @@ impl ClusterState {
 
     fn poke_claim(&self, name: &str) {
         if let Some(actor) = self.shared.directory.node_claims.get(name) {
-            // A full mailbox already holds a poke: nothing is lost.
-            let _ = actor.try_send(Reconcile);
+            self.poke(&actor, "nodeclaim");
         }
     }
 
@@ -184,7 +195,7 @@ impl ClusterState {
 
     fn poke_pools(&self) {
         for actor in self.shared.directory.node_pools.iter() {
-            let _ = actor.try_send(Reconcile);
+            self.poke(&actor, "nodepool");
         }
     }
 }
@@ -362,7 +373,8 @@ impl StreamHandler<Change> for ClusterState {
                     }
                 }
                 if let Some(pool) = claim.labels().get(NODEPOOL) {
-                    let _ = self.node_pool_actor(pool).try_send(Reconcile);
+                    let actor = self.node_pool_actor(pool);
+                    self.poke(&actor, "nodepool");
                 }
             }
             Change::NodePool(pool, deleted) => {
@@ -370,10 +382,11 @@ impl StreamHandler<Change> for ClusterState {
                 let _span = tracing::debug_span!("cluster_state.nodepool", nodepool = name).entered();
                 if deleted {
                     if let Some(actor) = self.shared.directory.node_pools.get(&name) {
-                        let _ = actor.try_send(Reconcile);
+                        self.poke(&actor, "nodepool");
                     }
                 } else {
-                    let _ = self.node_pool_actor(&name).try_send(Reconcile);
+                    let actor = self.node_pool_actor(&name);
+                    self.poke(&actor, "nodepool");
                     self.trigger();
                 }
             }

@@ -22,7 +22,10 @@ use k8s_openapi::{
 use kube::{Api, Resource, api::PostParams};
 use tokio::{sync::mpsc, time::Instant};
 
-use crate::kube_ops::{COMPONENT, timestamp};
+use crate::{
+    kube_ops::{COMPONENT, timestamp},
+    metrics::Metrics,
+};
 
 /// The same event is written at most once in this long (Karpenter's de-duplication window).
 pub const DEDUPE_WINDOW: Duration = Duration::from_secs(120);
@@ -37,6 +40,7 @@ pub const EVENT_WRITES_IN_FLIGHT: usize = 16;
 #[derive(Clone)]
 pub struct Events {
     clock: Clock,
+    metrics: Metrics,
     queue: mpsc::Sender<Event>,
     recent: Arc<Mutex<HashMap<EventKey, Instant>>>,
 }
@@ -45,8 +49,9 @@ pub struct Events {
 type EventKey = (String, String, String);
 
 impl Events {
-    /// A recorder writing through `client`; starts its writer on the current tokio runtime.
-    pub fn start(client: kube::Client, clock: Clock) -> Self {
+    /// A recorder writing through `client`; starts its writer on the current tokio runtime. Events
+    /// dropped for a full queue are counted in `metrics`.
+    pub fn start(client: kube::Client, clock: Clock, metrics: Metrics) -> Self {
         let (queue, mut received) = mpsc::channel::<Event>(EVENT_QUEUE);
         let events = futures::stream::poll_fn(move |cx| received.poll_recv(cx));
         tokio::spawn(events.for_each_concurrent(EVENT_WRITES_IN_FLIGHT, move |event| {
@@ -61,6 +66,7 @@ impl Events {
         }));
         Self {
             clock,
+            metrics,
             queue,
             recent: Arc::default(),
         }
@@ -89,6 +95,7 @@ impl Events {
         tracing::debug!(reason, message, object = reference.name, "event");
         let event = event(&self.clock, reference, warning, reason, message);
         if self.queue.try_send(event).is_err() {
+            self.metrics.found_full("events");
             tracing::warn!(reason, "the event queue is full; dropping an event");
         }
     }

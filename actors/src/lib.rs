@@ -81,11 +81,12 @@ pub fn start(
     let (read, writers) = ReadModel::new();
     let catalog = Catalog::new(cloud.clone()).start();
     let shards: Vec<ArbiterHandle> = (0..settings.shards).map(|_| Arbiter::new().handle()).collect();
+    let metrics = Metrics::new(read.clone());
     let shared = Shared {
-        events: Events::start(client.clone(), clock),
+        events: Events::start(client.clone(), clock, metrics.clone()),
         client,
         cloud,
-        metrics: Metrics::new(read.clone()),
+        metrics,
         read,
         settings: Arc::new(settings),
         clock,
@@ -94,7 +95,12 @@ pub fn start(
         node_tracer,
     };
     let provisioner = Provisioner::new(shared.clone()).start();
-    let batcher = Batcher::new(&shared.settings, provisioner.clone().recipient()).start();
+    let batcher = Batcher::new(
+        &shared.settings,
+        provisioner.clone().recipient(),
+        shared.metrics.clone(),
+    )
+    .start();
     let garbage_collector = GarbageCollector::new(shared.clone()).start();
     let disruption_planner = DisruptionPlanner::new(shared.clone()).start();
     let interruption = shared

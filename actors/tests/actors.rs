@@ -18,12 +18,13 @@ use joist_actors::{
     batcher::{BATCHER_MAILBOX, Batcher},
     catalog::{CATALOG_MAILBOX, Catalog},
     kube_ops,
+    metrics::Metrics,
     node_claim::{MAX_CONSECUTIVE_FAILURES, NODE_CLAIM_MAILBOX},
     node_pool::NODE_POOL_MAILBOX,
     node_trace::NodeTracer,
     protocol::{GetInstanceTypes, MarkUnavailable, PodPending, ProvisionBatch, Reconcile},
     provisioner::PROVISIONER_MAILBOX,
-    read_model::PodKey,
+    read_model::{PodKey, ReadModel},
     settings::{Settings, SolverMode},
 };
 use joist_kubesim::{Cluster, ClusterSettings, resources::GroupResource};
@@ -40,6 +41,11 @@ use joist_provider::{
     CloudError, CloudFuture, CloudProvider, Drift, Instance, InstanceState, Launch, OfferingKey,
 };
 use kube::{Api, api::PostParams};
+
+/// Metrics no test reads.
+fn metrics() -> Metrics {
+    Metrics::new(ReadModel::new().0)
+}
 
 /// The batches a Batcher sent, each a list of pod keys.
 type Batches = Arc<Mutex<Vec<Vec<PodKey>>>>;
@@ -69,7 +75,7 @@ async fn a_pod_flood_is_bounded_deduplicated_and_batched_once() {
     tokio::time::pause();
     let batches = Arc::new(Mutex::new(Vec::new()));
     let collector = Collector(batches.clone()).start();
-    let batcher = Batcher::new(&Settings::default(), collector.recipient()).start();
+    let batcher = Batcher::new(&Settings::default(), collector.recipient(), metrics()).start();
     tokio::task::yield_now().await;
     // 10,000 notifications, each pod twice, sent without yielding: the mailbox fills.
     let (mut accepted, mut full) = (0, 0);
@@ -96,7 +102,7 @@ async fn a_busy_stream_of_pods_is_cut_at_the_max_window() {
     tokio::time::pause();
     let batches = Arc::new(Mutex::new(Vec::new()));
     let collector = Collector(batches.clone()).start();
-    let batcher = Batcher::new(&Settings::default(), collector.recipient()).start();
+    let batcher = Batcher::new(&Settings::default(), collector.recipient(), metrics()).start();
     for i in 0..30 {
         batcher.do_send(pod(i));
         tokio::time::sleep(Duration::from_millis(500)).await;
@@ -621,7 +627,8 @@ async fn nodepool_actors_sharded_over_arbiters_do_their_work() {
 async fn events_are_written_once_per_two_minutes_without_holding_up_the_caller() {
     tokio::time::pause();
     let world = world(Settings::default());
-    let events = joist_actors::events::Events::start(world.client.clone(), Clock::starting_at(EPOCH));
+    let events =
+        joist_actors::events::Events::start(world.client.clone(), Clock::starting_at(EPOCH), metrics());
     let pods: Vec<k8s_openapi::api::core::v1::Pod> = (0..5_000)
         .map(|i| {
             serde_json::from_value(serde_json::json!({

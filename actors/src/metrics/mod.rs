@@ -138,6 +138,13 @@ pub struct ControllerLabels {
     pub controller: String,
 }
 
+/// `joist_mailbox_full_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ActorLabels {
+    /// The actor kind whose mailbox was full.
+    pub actor: String,
+}
+
 /// `controller_runtime_reconcile_total`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReconcileLabels {
@@ -189,6 +196,8 @@ pub struct Metrics {
     pub pods_startup: Summary,
     /// From a NodeClaim's deletion to its node's release, by NodePool.
     pub nodes_termination: Summary,
+    /// Sends that found an actor's mailbox (or the event writer's queue) full, by actor.
+    pub mailbox_full: Family<ActorLabels, Counter>,
 }
 
 impl Metrics {
@@ -215,6 +224,7 @@ impl Metrics {
             interruption_queue_duration: duration(),
             scheduling_duration: Family::new_with_constructor(duration),
             reconciles: Family::default(),
+            mailbox_full: Family::default(),
             reconcile_time: Family::new_with_constructor(duration),
             pods_startup: Summary::new(
                 "karpenter_pods_startup_duration_seconds",
@@ -322,6 +332,12 @@ impl Metrics {
             self.interruption_queue_duration.clone(),
         );
         r.register(
+            "joist_mailbox_full",
+            "Sends that found an actor's mailbox full: coalesced into the message already queued \
+             (nodeclaim and nodepool pokes, batcher triggers, provisioner batches) or dropped (events)",
+            self.mailbox_full.clone(),
+        );
+        r.register(
             "controller_runtime_reconcile",
             "Reconciles, by controller and result",
             self.reconciles.clone(),
@@ -389,6 +405,15 @@ impl Metrics {
             out.push('\n');
         }
         out
+    }
+
+    /// Counts a send that found `actor`'s mailbox full.
+    pub fn found_full(&self, actor: &str) {
+        self.mailbox_full
+            .get_or_create(&ActorLabels {
+                actor: actor.to_owned(),
+            })
+            .inc();
     }
 
     /// Counts one reconcile of `controller` that ended with `result` after `seconds`.

@@ -161,6 +161,7 @@ fn recorded_events_are_counted_under_karpenters_names() {
     metrics.created("default", "provisioned");
     metrics.created("default", "provisioned");
     metrics.interruption_deleted.inc();
+    metrics.found_full("events");
     metrics
         .interruption_received
         .get_or_create(&MessageLabels {
@@ -182,6 +183,10 @@ fn recorded_events_are_counted_under_karpenters_names() {
     );
     assert_eq!(
         sample(&text, "karpenter_interruption_deleted_messages_total", &[]),
+        Some(1.0)
+    );
+    assert_eq!(
+        sample(&text, "joist_mailbox_full_total", &[("actor", "events")]),
         Some(1.0)
     );
     assert_eq!(
