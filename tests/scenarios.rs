@@ -4,7 +4,8 @@
 //! affinity and zonal spread; a capacity error falls back to the next offering within one batch
 //! cycle; a pod that fits nowhere stays Pending and is told why. Every node's life is one trace,
 //! recorded in memory or exported over OTLP by the real binary. And the production binary, `joist
-//! run`, against kubesim and moto ([`run`]); the Interruption actor under a flood ([`flood`]).
+//! run`, against kubesim and moto ([`run`]); `joist sim serve` with Joist running on it ([`serve`]); the
+//! Interruption actor under a flood ([`flood`]).
 
 use std::{
     collections::BTreeMap,
@@ -30,6 +31,8 @@ mod chart;
 mod flood;
 #[path = "scenarios/run.rs"]
 mod run;
+#[path = "scenarios/serve.rs"]
+mod serve;
 
 /// An on-demand amd64 NodePool, with extra `requirements` entries and extra `spec` fields.
 fn pool(name: &str, requirements: &str, spec: &str) -> String {

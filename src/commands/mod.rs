@@ -7,6 +7,7 @@ pub mod bench;
 pub mod bench_consolidation;
 mod bench_kubesim;
 mod crds;
+mod endpoints;
 mod run;
 mod sim;
 mod simulate;
@@ -89,14 +90,24 @@ pub enum Command {
 #[derive(Debug, Subcommand)]
 pub enum SimAction {
     /// Serve kubesim (a Kubernetes API server with a scheduler and kubelets, but no nodes) on
-    /// 127.0.0.1 and write a kubeconfig for kubectl and helm.
+    /// 127.0.0.1, write a kubeconfig for kubectl and helm, and run Joist on it against the
+    /// simulated cloud, its metrics served on 127.0.0.1.
     Serve {
         /// Where to write the kubeconfig (default: kubesim-PORT.kubeconfig in the temp directory).
         #[arg(long)]
         kubeconfig: Option<PathBuf>,
-        /// The port (0: any free one).
+        /// The API server's port (0: any free one).
         #[arg(long, default_value_t = 0)]
         port: u16,
+        /// The metrics port (0: any free one).
+        #[arg(long, default_value_t = 0)]
+        metrics_port: u16,
+        /// Serve kubesim alone, without Joist's controllers.
+        #[arg(long)]
+        no_controllers: bool,
+        /// Seconds from a simulated instance's launch to its node registering.
+        #[arg(long, default_value_t = 5)]
+        boot_seconds: u64,
     },
 }
 
@@ -251,8 +262,24 @@ pub fn run(cli: Cli, out: &mut dyn io::Write) -> Result<ExitCode, CommandError> 
             seed,
         } => simulate::run(&scenario, report.as_deref(), metrics.as_deref(), seed, out),
         Command::Sim {
-            action: SimAction::Serve { kubeconfig, port },
-        } => sim::serve(kubeconfig.as_deref(), port, out),
+            action:
+                SimAction::Serve {
+                    kubeconfig,
+                    port,
+                    metrics_port,
+                    no_controllers,
+                    boot_seconds,
+                },
+        } => sim::serve(
+            sim::ServeOptions {
+                kubeconfig,
+                port,
+                metrics_port,
+                controllers: !no_controllers,
+                boot: std::time::Duration::from_secs(boot_seconds),
+            },
+            out,
+        ),
         Command::Run => run::run(),
         Command::Version => {
             writeln!(

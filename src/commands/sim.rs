@@ -1,27 +1,50 @@
 //! `joist sim serve`: kubesim (the embedded Kubernetes API server and cluster) on 127.0.0.1, with
-//! Joist's CRDs installed and a kubeconfig written for kubectl and helm. Runs until Ctrl-C.
+//! Joist's CRDs installed and a kubeconfig written for kubectl and helm, and, unless
+//! `--no-controllers`, Joist's controllers on real time against the simulated cloud, with their
+//! Prometheus metrics served on 127.0.0.1. Runs until Ctrl-C.
+//!
+//! Failures at start (a port in use, an unwritable kubeconfig) stop the command naming what failed.
 
-use std::{io, path::Path, process::ExitCode};
+use std::{io, net::SocketAddr, path::PathBuf, process::ExitCode, sync::Arc, time::Duration};
 
+use joist_actors::{
+    node_trace::NodeTracer,
+    settings::{Settings, SolverMode},
+};
 use joist_kubesim::{Cluster, ClusterSettings};
+use joist_messages::{model::shape::CapacitySettings, time::Clock};
+use joist_provider_sim::{SimCloud, SimSettings};
 
-use super::CommandError;
+use super::{CommandError, endpoints};
 
-/// Serves kubesim until interrupted.
-pub fn serve(
-    kubeconfig: Option<&Path>,
-    port: u16,
-    out: &mut dyn io::Write,
-) -> Result<ExitCode, CommandError> {
+/// What `joist sim serve` was asked for.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    /// Where to write the kubeconfig (default: kubesim-PORT.kubeconfig in the temp directory).
+    pub kubeconfig: Option<PathBuf>,
+    /// The API server's port (0: any free one).
+    pub port: u16,
+    /// The metrics port (0: any free one).
+    pub metrics_port: u16,
+    /// Whether Joist's controllers run.
+    pub controllers: bool,
+    /// From a simulated instance's launch to its node registering.
+    pub boot: Duration,
+}
+
+/// Serves kubesim, and Joist on it, until interrupted.
+pub fn serve(options: ServeOptions, out: &mut dyn io::Write) -> Result<ExitCode, CommandError> {
     let runtime = super::runtime()?;
-    runtime.block_on(async {
+    let system = actix::System::with_tokio_rt(move || runtime);
+    system.block_on(async move {
         let cluster = Cluster::start(ClusterSettings::default());
         install_crds(&cluster)?;
+        let port = options.port;
         let server = cluster
             .serve_http(port)
             .await
             .map_err(|source| CommandError::Serve { port, source })?;
-        let path = kubeconfig.map(Path::to_path_buf).unwrap_or_else(|| {
+        let path = options.kubeconfig.clone().unwrap_or_else(|| {
             std::env::temp_dir().join(format!("kubesim-{}.kubeconfig", server.address().port()))
         });
         server
@@ -30,10 +53,20 @@ pub fn serve(
                 path: path.clone(),
                 source,
             })?;
+        let joist = if options.controllers {
+            let metrics = start_joist(&cluster, &options).await?;
+            format!(
+                "Joist is running on it against a simulated cloud (us-west-2; nodes boot in {}s).\n\
+                 metrics: http://{metrics}/metrics\n",
+                options.boot.as_secs()
+            )
+        } else {
+            String::new()
+        };
         writeln!(
             out,
             "kubesim is serving Kubernetes v1.35 on {url} (no nodes yet; Joist's CRDs installed).\n\
-             kubeconfig: {path}\n\n  export KUBECONFIG={path}\n  kubectl apply -f deployment.yaml\n  \
+             {joist}kubeconfig: {path}\n\n  export KUBECONFIG={path}\n  kubectl apply -f deployment.yaml\n  \
              kubectl get pods -w\n\nCtrl-C stops it.",
             url = server.url(),
             path = path.display()
@@ -45,6 +78,43 @@ pub fn serve(
             .map_err(|source| CommandError::Runtime { source })?;
         Ok(ExitCode::SUCCESS)
     })
+}
+
+/// Starts the simulated cloud and Joist's controllers on `cluster`, and serves their metrics; the
+/// address they are served on.
+async fn start_joist(cluster: &Cluster, options: &ServeOptions) -> Result<SocketAddr, CommandError> {
+    let client = cluster.client();
+    let clock = Clock::system();
+    let cloud = SimCloud::new(
+        SimSettings {
+            region: "us-west-2".to_owned(),
+            zones: Vec::new(),
+            boot: options.boot,
+            cluster_name: "kubesim".to_owned(),
+            capacity: CapacitySettings::default(),
+            epoch_seconds: clock.now_seconds(),
+            seed: 1,
+        },
+        client.clone(),
+    )
+    .map_err(|e| CommandError::Start {
+        message: e.to_string(),
+    })?;
+    let settings = Settings {
+        solver: SolverMode::Pool,
+        interruption_queue: Some(cloud.queue()),
+        ..Settings::default()
+    };
+    let controllers = joist_actors::start(client, Arc::new(cloud), settings, clock, NodeTracer::disabled());
+    let leading = endpoints::Leading::default();
+    let _ = leading.set((
+        controllers.shared.metrics.clone(),
+        controllers.shared.read.clone(),
+    ));
+    let address = SocketAddr::from(([127, 0, 0, 1], options.metrics_port));
+    endpoints::serve_metrics(address, leading)
+        .await
+        .map_err(|message| CommandError::Start { message })
 }
 
 /// Creates the NodePool, NodeClaim and EC2NodeClass CRDs, so their manifests apply unchanged.

@@ -67,7 +67,7 @@ impl Drop for Joist {
 }
 
 /// `GET path` from `address` over HTTP/1.1, with `accept` if given: the status code and the body.
-async fn http_get(address: &str, path: &str, accept: Option<&str>) -> (u16, String) {
+pub(super) async fn http_get(address: &str, path: &str, accept: Option<&str>) -> (u16, String) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut stream = tokio::net::TcpStream::connect(address)
         .await

@@ -4,14 +4,13 @@
 //! instance metadata; `AWS_ENDPOINT_URL` for an emulator), and runs every controller until SIGINT or
 //! SIGTERM. Logs go to standard error as JSON lines at `LOG_LEVEL`; node traces are exported when
 //! `OTEL_EXPORTER_OTLP_ENDPOINT` is set; Prometheus metrics and health probes are served on
-//! Karpenter's ports ([`endpoints`]). Replicas elect a leader on a Lease ([`leader`]): only the
+//! Karpenter's ports ([`super::endpoints`]). Replicas elect a leader on a Lease ([`leader`]): only the
 //! leader runs the controllers, and one that loses the Lease stops.
 //!
 //! Failures at start (a missing or invalid setting, no Kubernetes configuration, an API server that
 //! does not answer, no AWS region) stop the command with a message naming what to fix. Later
 //! failures are the controllers' to log and retry.
 
-mod endpoints;
 mod leader;
 mod settings;
 
@@ -23,7 +22,7 @@ use joist_provider::interruption::InterruptionQueue;
 use joist_provider_aws::{AwsCloud, AwsSettings, clients::AwsClients, sqs::SqsQueue};
 
 use self::settings::RunSettings;
-use super::CommandError;
+use super::{CommandError, endpoints};
 use crate::telemetry::Telemetry;
 
 /// Runs the controllers until the process is told to stop.

@@ -1,6 +1,6 @@
-//! The HTTP endpoints of `joist run`, on Karpenter's ports: Prometheus metrics at
-//! `METRICS_PORT/metrics`, and the kubelet's probes at `HEALTH_PROBE_PORT/healthz` (the process
-//! answers) and `/readyz` (ready while standing by for the leader; once leading, when the cluster
+//! The HTTP endpoints of `joist run` (and the metrics of `joist sim serve`), on Karpenter's ports:
+//! Prometheus metrics at `METRICS_PORT/metrics`, and the kubelet's probes at
+//! `HEALTH_PROBE_PORT/healthz` (the process answers) and `/readyz` (ready while standing by for the leader; once leading, when the cluster
 //! state has its initial lists, 503 until then). A standby has no metrics of its own yet. Metrics
 //! are OpenMetrics for a scraper that accepts it, else the Prometheus text format.
 //!

@@ -1,0 +1,139 @@
+//! `joist sim serve`, the real binary: kubesim over HTTP with Joist running on it against the
+//! simulated cloud. A pod applied through the printed kubeconfig gets a NodeClaim and a Ready node
+//! within seconds, and the printed metrics URL counts it.
+
+use std::{
+    io::{BufRead, BufReader},
+    process::{Command, Stdio},
+    time::Duration,
+};
+
+use joist_messages::apis::NodeClaim;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::{
+    Api,
+    api::PostParams,
+    config::{KubeConfigOptions, Kubeconfig},
+};
+
+use super::run::http_get;
+
+/// The `joist sim serve` process, killed when the test ends.
+struct Serving(std::process::Child);
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn object<K: serde::de::DeserializeOwned>(value: serde_json::Value) -> K {
+    serde_json::from_value(value).unwrap_or_else(|e| panic!("{e}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sim_serve_runs_joist_on_kubesim_and_serves_its_metrics() {
+    let dir = std::env::temp_dir().join(format!("joist-serve-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
+    let kubeconfig = dir.join("kubeconfig");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_joist"))
+        .args(["sim", "serve", "--boot-seconds", "1", "--kubeconfig"])
+        .arg(&kubeconfig)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start joist sim serve: {e}"));
+    let stdout = child.stdout.take().unwrap_or_else(|| panic!("no stdout"));
+    let serving = Serving(child);
+    let printed: Vec<String> = BufReader::new(stdout)
+        .lines()
+        .map_while(Result::ok)
+        .take_while(|line| line != "Ctrl-C stops it.")
+        .collect();
+    let metrics = printed
+        .iter()
+        .find_map(|l| l.strip_prefix("metrics: http://"))
+        .and_then(|rest| rest.strip_suffix("/metrics"))
+        .unwrap_or_else(|| panic!("no metrics URL in {printed:#?}"))
+        .to_owned();
+
+    let config = Kubeconfig::read_from(&kubeconfig).unwrap_or_else(|e| panic!("{e}"));
+    let config = kube::Config::from_custom_kubeconfig(config, &KubeConfigOptions::default())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let client = kube::Client::try_from(config).unwrap_or_else(|e| panic!("{e}"));
+    let create = |value: serde_json::Value| {
+        let client = client.clone();
+        async move {
+            let kind = value["kind"].as_str().unwrap_or_default().to_owned();
+            let result = match kind.as_str() {
+                "EC2NodeClass" => Api::<joist_messages::apis::EC2NodeClass>::all(client)
+                    .create(&PostParams::default(), &object(value))
+                    .await
+                    .map(|_| ()),
+                "NodePool" => Api::<joist_messages::apis::NodePool>::all(client)
+                    .create(&PostParams::default(), &object(value))
+                    .await
+                    .map(|_| ()),
+                _ => Api::<Pod>::namespaced(client, "default")
+                    .create(&PostParams::default(), &object(value))
+                    .await
+                    .map(|_| ()),
+            };
+            result.unwrap_or_else(|e| panic!("{kind}: {e}"));
+        }
+    };
+    create(serde_json::json!({
+        "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass", "metadata": {"name": "default"},
+        "spec": {"role": "KarpenterNodeRole-kubesim", "amiSelectorTerms": [{"alias": "al2023@latest"}],
+                 "subnetSelectorTerms": [{"tags": {"karpenter.sh/discovery": "kubesim"}}],
+                 "securityGroupSelectorTerms": [{"tags": {"karpenter.sh/discovery": "kubesim"}}]},
+    }))
+    .await;
+    create(serde_json::json!({
+        "apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "default"},
+        "spec": {"template": {"spec": {
+            "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+            "requirements": [{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]}]}}},
+    }))
+    .await;
+    create(serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web"},
+        "spec": {"containers": [{"name": "web", "image": "nginx", "resources": {"requests": {"cpu": "1"}}}]},
+    }))
+    .await;
+
+    // Within seconds: a NodeClaim, a Ready node, and the pod running on it.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let mut running = false;
+    for _ in 0..150 {
+        let pod = pods.get("web").await.unwrap_or_else(|e| panic!("{e}"));
+        if pod.status.and_then(|s| s.phase).as_deref() == Some("Running") {
+            running = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let claims = Api::<NodeClaim>::all(client.clone())
+        .list(&Default::default())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let nodes = Api::<Node>::all(client)
+        .list(&Default::default())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        running,
+        "the pod never ran: {} claims, {} nodes",
+        claims.items.len(),
+        nodes.items.len()
+    );
+    assert_eq!((claims.items.len(), nodes.items.len()), (1, 1));
+
+    let (status, exposition) = http_get(&metrics, "/metrics", None).await;
+    assert_eq!(status, 200);
+    let created = "karpenter_nodeclaims_created_total{reason=\"provisioned\",nodepool=\"default\",min_values_relaxed=\"false\"} 1";
+    assert!(exposition.lines().any(|l| l == created), "{exposition}");
+    drop(serving);
+}
