@@ -29,6 +29,8 @@ mod chart;
 mod charts;
 #[path = "contract/iam.rs"]
 mod iam;
+#[path = "support/tools.rs"]
+mod tools;
 
 fn fixtures(dir: &str) -> Vec<PathBuf> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -33,6 +33,8 @@ mod flood;
 mod run;
 #[path = "scenarios/serve.rs"]
 mod serve;
+#[path = "support/tools.rs"]
+mod tools;
 
 /// An on-demand amd64 NodePool, with extra `requirements` entries and extra `spec` fields.
 fn pool(name: &str, requirements: &str, spec: &str) -> String {

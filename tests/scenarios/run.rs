@@ -23,7 +23,7 @@ use kube::api::{Api, PostParams};
 #[path = "../../providers/aws/tests/aws/moto.rs"]
 mod moto;
 
-use super::{chart, sample};
+use super::{chart, sample, tools};
 
 const CLUSTER: &str = "e2e";
 
@@ -828,22 +828,11 @@ impl Drop for Prometheus {
 
 /// Paths of `prometheus` and `promtool`.
 fn prometheus_binaries() -> (PathBuf, PathBuf) {
-    let output = Command::new(chart::root().join("scripts/prometheus"))
-        .output()
-        .unwrap_or_else(|e| panic!("run scripts/prometheus: {e}"));
-    let text = String::from_utf8_lossy(&output.stdout).into_owned();
-    assert!(
-        output.status.success(),
-        "scripts/prometheus failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let find = |key: &str| {
-        text.lines()
-            .find_map(|l| l.strip_prefix(key))
-            .map(PathBuf::from)
-            .unwrap_or_else(|| panic!("{key} missing in {text}"))
-    };
-    (find("PROMETHEUS="), find("PROMTOOL="))
+    let paths = tools::installed("prometheus");
+    (
+        tools::path(&paths, "prometheus", "PROMETHEUS"),
+        tools::path(&paths, "prometheus", "PROMTOOL"),
+    )
 }
 
 /// PromQL `query` against `prometheus`: the result vector.

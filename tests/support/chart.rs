@@ -10,29 +10,12 @@ use std::{
 
 use serde_json::Value;
 
-/// The repository's root.
-pub fn root() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-}
+use super::tools::{self, root};
 
 /// The `helm` binary, installed on first use.
 pub fn helm() -> &'static Path {
     static HELM: OnceLock<PathBuf> = OnceLock::new();
-    HELM.get_or_init(|| {
-        let output = Command::new(root().join("scripts/kube-clients"))
-            .output()
-            .unwrap_or_else(|e| panic!("run scripts/kube-clients: {e}"));
-        let text = String::from_utf8_lossy(&output.stdout).into_owned();
-        assert!(
-            output.status.success(),
-            "scripts/kube-clients failed: {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        text.lines()
-            .find_map(|l| l.strip_prefix("HELM="))
-            .map(PathBuf::from)
-            .unwrap_or_else(|| panic!("HELM= missing in {text}"))
-    })
+    HELM.get_or_init(|| tools::path(&tools::installed("kube-clients"), "kube-clients", "HELM"))
 }
 
 /// Runs helm with `args`: its exit status, standard output and standard error.
