@@ -90,6 +90,8 @@ pub struct ClusterState {
     missed_trigger: bool,
     /// Failed resolutions in a row, per node class.
     class_failures: HashMap<String, u32>,
+    /// The retry waiting for each failing node class: one at most, however many resolutions fail.
+    class_retries: HashMap<String, SpawnHandle>,
 }
 
 impl ClusterState {
@@ -104,6 +106,7 @@ impl ClusterState {
             next_shard: 0,
             missed_trigger: false,
             class_failures: HashMap::new(),
+            class_retries: HashMap::new(),
         }
     }
 
@@ -179,18 +182,34 @@ impl ClusterState {
         let work = node_class::reconcile(self.shared.clone(), class, refresh);
         ctx.spawn(work.into_actor(self).map(move |outcome, state, ctx| {
             if outcome != node_class::Outcome::Failed {
-                state.class_failures.remove(&name);
+                state.forget_class(ctx, &name);
                 return;
             }
             let failures = state.class_failures.entry(name.clone()).or_default();
             *failures += 1;
             let wait = node_class::retry_after(*failures);
-            ctx.run_later(wait, move |state, ctx| {
-                if let Some(class) = state.shared.read.node_class(&name) {
-                    state.reconcile_class(ctx, class, true);
+            if let Some(pending) = state.class_retries.remove(&name) {
+                ctx.cancel_future(pending);
+            }
+            let retry = ctx.run_later(wait, {
+                let name = name.clone();
+                move |state, ctx| {
+                    state.class_retries.remove(&name);
+                    if let Some(class) = state.shared.read.node_class(&name) {
+                        state.reconcile_class(ctx, class, true);
+                    }
                 }
             });
+            state.class_retries.insert(name, retry);
         }));
+    }
+
+    /// Drops a node class's failures and its pending retry (it resolved, or it is gone).
+    fn forget_class(&mut self, ctx: &mut Context<Self>, name: &str) {
+        self.class_failures.remove(name);
+        if let Some(pending) = self.class_retries.remove(name) {
+            ctx.cancel_future(pending);
+        }
     }
 
     fn poke_pools(&self) {
@@ -394,7 +413,7 @@ impl StreamHandler<Change> for ClusterState {
                 let _span =
                     tracing::debug_span!("cluster_state.nodeclass", nodeclass = class.name_any()).entered();
                 if deleted {
-                    self.class_failures.remove(&class.name_any());
+                    self.forget_class(ctx, &class.name_any());
                 } else {
                     self.reconcile_class(ctx, Arc::new(*class), false);
                 }

@@ -42,7 +42,16 @@ pub struct Events {
     clock: Clock,
     metrics: Metrics,
     queue: mpsc::Sender<Event>,
-    recent: Arc<Mutex<HashMap<EventKey, Instant>>>,
+    recent: Arc<Mutex<Recent>>,
+}
+
+/// Events written within the window, by what makes them the same. Expired entries count as
+/// absent; they are pruned once the map has doubled since the last prune, so recording stays
+/// amortised constant time however many distinct events a pass records.
+#[derive(Default)]
+struct Recent {
+    written: HashMap<EventKey, Instant>,
+    prune_at: usize,
 }
 
 /// What makes two events the same: the object (its UID, or name), the reason and the message.
@@ -104,14 +113,17 @@ impl Events {
     fn first_in_window(&self, identity: String, reason: &str, message: &str) -> bool {
         let now = Instant::now();
         let mut recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
-        if recent.len() >= EVENT_QUEUE {
-            recent.retain(|_, at| now.saturating_duration_since(*at) < DEDUPE_WINDOW);
+        if recent.written.len() >= recent.prune_at.max(EVENT_QUEUE) {
+            recent
+                .written
+                .retain(|_, at| now.saturating_duration_since(*at) < DEDUPE_WINDOW);
+            recent.prune_at = 2 * recent.written.len();
         }
         let key = (identity, reason.to_owned(), message.to_owned());
-        match recent.get(&key) {
+        match recent.written.get(&key) {
             Some(at) if now.saturating_duration_since(*at) < DEDUPE_WINDOW => false,
             _ => {
-                recent.insert(key, now);
+                recent.written.insert(key, now);
                 true
             }
         }

@@ -32,7 +32,9 @@ use joist_provider::{
 };
 use kube::ResourceExt;
 
-use crate::{kube_ops, metrics::MessageLabels, protocol::MarkUnavailable, shared::Shared};
+use crate::{
+    kube_ops, metrics::MessageLabels, protocol::MarkUnavailable, settings::doubling_backoff, shared::Shared,
+};
 
 /// Queue messages handled at once.
 pub const MESSAGES_IN_FLIGHT: usize = 10;
@@ -63,9 +65,7 @@ impl Actor for InterruptionActor {
 
 /// The wait after `failures` failed receives in a row: 1 s, doubling, up to a minute.
 pub fn queue_backoff(failures: u32) -> Duration {
-    Duration::from_secs(1)
-        .saturating_mul(1 << failures.saturating_sub(1).min(16))
-        .min(MAX_QUEUE_BACKOFF)
+    doubling_backoff(Duration::from_secs(1), failures, MAX_QUEUE_BACKOFF)
 }
 
 /// Reads the queue for as long as the actor lives.

@@ -5,7 +5,7 @@
 
 use std::fmt::Debug;
 
-use joist_messages::{labels::TERMINATION_FINALIZER, time::Clock};
+use joist_messages::{apis::NodeClaim, labels::TERMINATION_FINALIZER, time::Clock};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::{
     Api, Resource, ResourceExt,
@@ -93,6 +93,27 @@ where
 /// The clock's time as a Kubernetes timestamp.
 pub fn timestamp(clock: &Clock) -> Time {
     Time(jiff::Timestamp::from_second(clock.now_seconds()).unwrap_or_default())
+}
+
+/// The claim's conditions with `updates` (type, status, reason, message) applied, merged into the
+/// `status` fields given, as a status patch body that holds only if the claim is still the version
+/// they were computed from (a stale view gets 409).
+pub fn claim_conditions_patch(
+    clock: &Clock,
+    claim: &NodeClaim,
+    updates: &[(&str, &str, &str, &str)],
+    mut status: Value,
+) -> Value {
+    let mut conditions = claim
+        .status
+        .as_ref()
+        .map(|s| s.conditions.clone())
+        .unwrap_or_default();
+    for &update in updates {
+        set_condition(&mut conditions, clock, claim.metadata.generation, update);
+    }
+    status["conditions"] = serde_json::json!(conditions);
+    serde_json::json!({"metadata": {"resourceVersion": claim.resource_version()}, "status": status})
 }
 
 /// Sets a condition in `conditions`; true when anything changed. The transition time moves only

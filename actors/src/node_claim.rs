@@ -17,6 +17,7 @@ use crate::{
     fold::Fold,
     lifecycle::{self, Memory, Next},
     protocol::Reconcile,
+    settings::doubling_backoff,
     shared::Shared,
 };
 
@@ -31,9 +32,7 @@ pub const MAX_BACKOFF: Duration = Duration::from_secs(300);
 
 /// The wait after `failures` failed steps in a row: 200 ms, doubling, up to [`MAX_BACKOFF`].
 pub fn backoff(failures: u32) -> Duration {
-    Duration::from_millis(100)
-        .saturating_mul(1 << failures.min(16))
-        .min(MAX_BACKOFF)
+    doubling_backoff(Duration::from_millis(200), failures, MAX_BACKOFF)
 }
 
 /// See the module docs.

@@ -17,6 +17,7 @@ use serde_json::json;
 
 use crate::{
     kube_ops::{self, set_condition},
+    settings::doubling_backoff,
     shared::Shared,
 };
 
@@ -48,9 +49,7 @@ pub enum Outcome {
 
 /// The wait before retrying a resolution that failed `failures` times in a row.
 pub fn retry_after(failures: u32) -> Duration {
-    RESOLUTION_RETRY
-        .saturating_mul(1 << failures.saturating_sub(1).min(8))
-        .min(NODE_CLASS_REFRESH)
+    doubling_backoff(RESOLUTION_RETRY, failures, NODE_CLASS_REFRESH)
 }
 
 /// Whether the class's status already answers its current generation.

@@ -59,5 +59,12 @@ pub const INSTANCE_TYPES_TTL: Duration = Duration::from_secs(5 * 60);
 pub const MINIMUM_DRAIN_TIME: Duration = Duration::from_secs(5);
 /// An instance with no NodeClaim is terminated once it is older than this.
 pub const ORPHAN_GRACE: Duration = Duration::from_secs(30);
+/// A retry wait that doubles with each failure in a row: `first` after the first, up to `max`.
+pub fn doubling_backoff(first: Duration, failures: u32, max: Duration) -> Duration {
+    first
+        .saturating_mul(1 << failures.saturating_sub(1).min(16))
+        .min(max)
+}
+
 /// How long an actor waits for another actor's answer before it gives up on this step.
 pub const ACTOR_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);

@@ -23,7 +23,7 @@ use k8s_openapi::{
 };
 use kube::ResourceExt;
 
-use crate::read_model::ReadModel;
+use crate::{lifecycle::decide::is_disrupted, read_model::ReadModel};
 
 /// Whether a taint comes and goes while a node starts (the kubelet's and the cloud's, and the
 /// boot taint): such taints never make a node unfit for the simulation or block initialization.
@@ -78,9 +78,7 @@ fn usable(node: &Node) -> bool {
     let spec = node.spec.as_ref();
     node.metadata.deletion_timestamp.is_none()
         && !spec.and_then(|s| s.unschedulable).unwrap_or(false)
-        && !spec
-            .and_then(|s| s.taints.as_ref())
-            .is_some_and(|t| t.iter().any(|t| t.key == taints::DISRUPTED))
+        && !is_disrupted(node)
 }
 
 fn registered(read: &ReadModel, claim: &NodeClaim) -> bool {

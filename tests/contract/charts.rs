@@ -17,7 +17,7 @@ use serde_json::Value;
 
 use super::{
     assert_kept,
-    chart::{REQUIRED, grants, object, render, run_helm},
+    chart::{REQUIRED, defaults, grants, object, render, run_helm},
 };
 
 const KARPENTER_VALUES: &str = "tests/fixtures/helm/karpenter-values.yaml";
@@ -132,7 +132,7 @@ fn check<K: serde::de::DeserializeOwned + serde::Serialize>(object: &Value, path
 
 #[test]
 fn every_rendered_object_is_a_valid_kubernetes_1_35_object() {
-    let defaults = render(&REQUIRED).unwrap_or_else(|e| panic!("{e}"));
+    let defaults = defaults();
     let karpenter = render(&["-f", KARPENTER_VALUES]).unwrap_or_else(|e| panic!("{e}"));
     let (ok, crds, err) = run_helm(&[
         "template",
@@ -215,7 +215,7 @@ fn values_joist_cannot_honour_fail_the_install_naming_them() {
 
 #[test]
 fn the_chart_grants_least_privilege() {
-    let objects = render(&REQUIRED).unwrap_or_else(|e| panic!("{e}"));
+    let objects = defaults();
     let controller: Vec<Value> = objects
         .iter()
         .filter(|o| matches!(o["kind"].as_str(), Some("ClusterRole" | "Role")))
@@ -235,7 +235,7 @@ fn the_chart_grants_least_privilege() {
         }
     }
     let can = |verb: &str, group: &str, resource: &str, namespace: Option<&str>, name: Option<&str>| {
-        grants(&objects, verb, group, resource, namespace, name)
+        grants(objects, verb, group, resource, namespace, name)
     };
     assert!(can("create", "karpenter.sh", "nodeclaims", None, None));
     assert!(can("create", "", "pods/eviction", Some("default"), Some("web")));
@@ -281,7 +281,7 @@ fn the_chart_grants_least_privilege() {
     ));
     // Bound to the chart's service account.
     for binding in ["ClusterRoleBinding", "RoleBinding"] {
-        let subject = &object(&objects, binding, "joist")["subjects"][0];
+        let subject = &object(objects, binding, "joist")["subjects"][0];
         assert_eq!(
             (subject["name"].as_str(), subject["namespace"].as_str()),
             (Some("joist"), Some("kube-system"))

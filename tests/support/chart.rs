@@ -65,6 +65,12 @@ pub const REQUIRED: [&str; 4] = [
     "settings.clusterEndpoint=https://ABCDEF.gr7.us-west-2.eks.amazonaws.com",
 ];
 
+/// The chart rendered with only [`REQUIRED`] set, once per test process.
+pub fn defaults() -> &'static [Value] {
+    static DEFAULTS: OnceLock<Vec<Value>> = OnceLock::new();
+    DEFAULTS.get_or_init(|| render(&REQUIRED).unwrap_or_else(|e| panic!("{e}")))
+}
+
 /// The rendered object of `kind` named `name`.
 pub fn object<'a>(objects: &'a [Value], kind: &str, name: &str) -> &'a Value {
     objects

@@ -16,7 +16,7 @@ use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 use joist_messages::{
     apis::{NodeClaim, NodePool, duration::Duration as KarpenterDuration},
-    labels::{CAPACITY_TYPE, INSTANCE_TYPE, NODEPOOL, ZONE, annotations::DO_NOT_DISRUPT, taints},
+    labels::{CAPACITY_TYPE, INSTANCE_TYPE, NODEPOOL, ZONE, annotations::DO_NOT_DISRUPT},
     model::instance_type::{CapacityType, InstanceType},
 };
 use joist_scheduling::terms::{label_selector, selects};
@@ -28,7 +28,7 @@ use kube::ResourceExt;
 
 use crate::{
     kube_ops::is_true,
-    lifecycle::decide::{drainable, node_taints, transitioned_at},
+    lifecycle::decide::{drainable, is_disrupted, transitioned_at},
     read_model::ReadModel,
 };
 
@@ -144,8 +144,7 @@ fn candidate(
     let pool_name = labels.get(NODEPOOL)?;
     let pool = read.node_pool(pool_name)?;
     let node = read.node_for_provider(status.provider_id.as_deref()?)?;
-    let disrupted = node_taints(&node).iter().any(|t| t.key == taints::DISRUPTED);
-    if node.metadata.deletion_timestamp.is_some() || disrupted {
+    if node.metadata.deletion_timestamp.is_some() || is_disrupted(&node) {
         return None;
     }
     let capacity_type = CapacityType::from_label(labels.get(CAPACITY_TYPE)?)?;

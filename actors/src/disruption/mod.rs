@@ -32,7 +32,7 @@ use std::{
 use actix::prelude::*;
 use joist_messages::{
     apis::{NodeClaim, nodepool::DisruptionReason},
-    labels::{NODEPOOL, taints},
+    labels::NODEPOOL,
 };
 use joist_scheduling::consolidation::{Decision, Settings};
 use kube::ResourceExt;
@@ -45,8 +45,8 @@ use self::{
 use crate::{
     claim_template,
     fold::Fold,
-    kube_ops::{self, is_true, set_condition},
-    lifecycle::decide::node_taints,
+    kube_ops::{self, is_true},
+    lifecycle::decide::is_disrupted,
     metrics::{ConsolidationTypeLabels, PoolReasonLabels, ReasonLabels},
     problem::{self, Problem},
     shared::Shared,
@@ -378,7 +378,7 @@ fn budget_counts(shared: &Shared) -> BTreeMap<String, (u32, u32)> {
             .and_then(|p| read.node_for_provider(p));
         let deleting = claim.metadata.deletion_timestamp.is_some();
         let disrupted = node.as_ref().is_some_and(|n| {
-            node_taints(n).iter().any(|t| t.key == taints::DISRUPTED)
+            is_disrupted(n)
                 || !n
                     .status
                     .as_ref()
@@ -399,7 +399,6 @@ fn budget_counts(shared: &Shared) -> BTreeMap<String, (u32, u32)> {
 /// Sets a NodeClaim's `Consolidatable` condition; a write that loses a race is left to the next
 /// pass.
 async fn write_consolidatable(shared: &Shared, claim: &NodeClaim, consolidatable: bool) {
-    let mut conditions = claim.status.clone().unwrap_or_default().conditions;
     let update = if consolidatable {
         (candidates::CONSOLIDATABLE, "True", "Consolidatable", "")
     } else {
@@ -410,11 +409,7 @@ async fn write_consolidatable(shared: &Shared, claim: &NodeClaim, consolidatable
             "consolidateAfter has not passed since the node last changed",
         )
     };
-    set_condition(&mut conditions, &shared.clock, claim.metadata.generation, update);
-    let body = serde_json::json!({
-        "metadata": {"resourceVersion": claim.resource_version()},
-        "status": {"conditions": conditions},
-    });
+    let body = kube_ops::claim_conditions_patch(&shared.clock, claim, &[update], serde_json::json!({}));
     let api = kube_ops::cluster::<NodeClaim>(&shared.client);
     if let Err(error) = kube_ops::patch_status_body(&api, &claim.name_any(), body).await {
         tracing::debug!(nodeclaim = claim.name_any(), %error, "writing Consolidatable failed; next pass");

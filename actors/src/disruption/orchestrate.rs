@@ -25,8 +25,8 @@ use serde_json::json;
 
 use super::{Planned, candidates::Candidate, reason_label};
 use crate::{
-    kube_ops::{self, is_true, set_condition},
-    lifecycle::decide::node_taints,
+    kube_ops::{self, is_true},
+    lifecycle::decide::{disrupted_taint, is_disrupted, node_taints},
     metrics::DecisionLabels,
     shared::Shared,
 };
@@ -153,8 +153,7 @@ async fn set_taint(shared: &Shared, node_name: &str, tainted: bool) -> Result<()
         let Some(node) = nodes.get_opt(node_name).await? else {
             return Ok(());
         };
-        let has = node_taints(&node).iter().any(|t| t.key == taints::DISRUPTED);
-        if has == tainted {
+        if is_disrupted(&node) == tainted {
             return Ok(());
         }
         let mut wanted: Vec<Taint> = node_taints(&node)
@@ -163,12 +162,7 @@ async fn set_taint(shared: &Shared, node_name: &str, tainted: bool) -> Result<()
             .cloned()
             .collect();
         if tainted {
-            wanted.push(Taint {
-                key: taints::DISRUPTED.to_owned(),
-                effect: "NoSchedule".to_owned(),
-                value: None,
-                time_added: None,
-            });
+            wanted.push(disrupted_taint());
         }
         let body =
             json!({"metadata": {"resourceVersion": node.resource_version()}, "spec": {"taints": wanted}});
@@ -188,15 +182,17 @@ async fn set_reason(shared: &Shared, claim_name: &str, reason: Option<(&str, &st
         let Some(claim) = claims.get_opt(claim_name).await? else {
             return Ok(());
         };
-        let mut conditions = claim.status.clone().unwrap_or_default().conditions;
-        match reason {
+        let body = match reason {
             Some((reason, message)) => {
                 let update = (DISRUPTION_REASON, "True", reason, message);
-                set_condition(&mut conditions, &shared.clock, claim.metadata.generation, update);
+                kube_ops::claim_conditions_patch(&shared.clock, &claim, &[update], json!({}))
             }
-            None => conditions.retain(|c| c.type_ != DISRUPTION_REASON),
-        }
-        let body = json!({"metadata": {"resourceVersion": claim.resource_version()}, "status": {"conditions": conditions}});
+            None => {
+                let mut conditions = claim.status.clone().unwrap_or_default().conditions;
+                conditions.retain(|c| c.type_ != DISRUPTION_REASON);
+                json!({"metadata": {"resourceVersion": claim.resource_version()}, "status": {"conditions": conditions}})
+            }
+        };
         match kube_ops::patch_status_body(&claims, claim_name, body).await {
             Ok(_) => return Ok(()),
             Err(kube::Error::Api(status)) if status.code == 409 => continue,
@@ -319,7 +315,7 @@ pub async fn remove_stale_taints(shared: &Shared) {
         else {
             continue;
         };
-        let stale_taint = node_taints(&node).iter().any(|t| t.key == taints::DISRUPTED);
+        let stale_taint = is_disrupted(&node);
         let stale_reason = claim
             .status
             .as_ref()

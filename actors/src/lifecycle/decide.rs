@@ -56,7 +56,7 @@ pub struct Facts<'a> {
     pub claim: &'a NodeClaim,
     /// The Node registered with the claim's provider ID, if any.
     pub node: Option<&'a Node>,
-    /// The pods bound to that Node.
+    /// The pods bound to that Node, once the claim is being deleted (only a drain reads them).
     pub pods: &'a [Arc<Pod>],
     /// Whether the claim's NodePool and node class are in the read model.
     pub pool_and_class_known: bool,
@@ -336,7 +336,7 @@ fn terminate(facts: &Facts<'_>, memory: &mut Memory) -> Plan {
 /// drain time since tainting is over).
 fn drain(facts: &Facts<'_>, node: &Node, memory: &mut Memory) -> Option<Plan> {
     let mut actions = Vec::new();
-    if !is_tainted_for_drain(node) {
+    if !is_disrupted(node) {
         actions.push(Action::Taint);
     }
     let started = *memory.drain_started.get_or_insert(facts.now);
@@ -362,10 +362,22 @@ fn drain(facts: &Facts<'_>, node: &Node, memory: &mut Memory) -> Option<Plan> {
     })
 }
 
-fn is_tainted_for_drain(node: &Node) -> bool {
+/// Whether the node carries `karpenter.sh/disrupted` (it is being drained, or a disruption is
+/// about to drain it).
+pub fn is_disrupted(node: &Node) -> bool {
     node_taints(node)
         .iter()
         .any(|t| t.key == joist_messages::labels::taints::DISRUPTED)
+}
+
+/// The `karpenter.sh/disrupted:NoSchedule` taint.
+pub fn disrupted_taint() -> k8s_openapi::api::core::v1::Taint {
+    k8s_openapi::api::core::v1::Taint {
+        key: joist_messages::labels::taints::DISRUPTED.to_owned(),
+        effect: "NoSchedule".to_owned(),
+        value: None,
+        time_added: None,
+    }
 }
 
 fn pod_ref(pod: &Pod) -> PodRef {
@@ -379,8 +391,12 @@ fn pod_ref(pod: &Pod) -> PodRef {
 /// Pods a drain waits for: everything but DaemonSet pods, mirror pods (the kubelet owns them;
 /// the API cannot evict them) and pods that already finished.
 pub fn drainable(pod: &Pod) -> bool {
-    let daemon = pod.owner_references().iter().any(|o| o.kind == "DaemonSet");
-    !daemon && !is_mirror(pod) && !finished(pod)
+    !is_daemon(pod) && !is_mirror(pod) && !finished(pod)
+}
+
+/// A DaemonSet's pod.
+pub fn is_daemon(pod: &Pod) -> bool {
+    pod.owner_references().iter().any(|o| o.kind == "DaemonSet")
 }
 
 /// A static pod's mirror, which the kubelet creates and the API cannot evict.

@@ -30,12 +30,12 @@ use tokio::time::Instant;
 use super::{
     StepError,
     decide::{
-        Action, Memory, Next, Plan, PodRef, after_evictions, after_launch, created_at, node_taints,
-        transitioned_at,
+        Action, Memory, Next, Plan, PodRef, after_evictions, after_launch, created_at, disrupted_taint,
+        node_taints, transitioned_at,
     },
 };
 use crate::{
-    kube_ops::{self, is_true, set_condition},
+    kube_ops::{self, is_true},
     metrics::{Metrics, PoolLabels, snake_case},
     node_trace::Phase,
     protocol::{GetInstanceTypes, MarkUnavailable},
@@ -184,22 +184,6 @@ fn trace_phase(shared: &Shared, claim: &NodeClaim, phase: Phase, since: i64, att
         .phase(claim, phase, system_time(since), now, attributes);
 }
 
-/// The claim's conditions with `updates` (type, status, reason, message) applied, as a status
-/// patch body that holds only if the claim is still the version they were computed from.
-fn conditions_patch(
-    shared: &Shared,
-    claim: &NodeClaim,
-    updates: &[(&str, &str, &str, &str)],
-    mut status: Value,
-) -> Value {
-    let mut conditions = claim.status.clone().unwrap_or_default().conditions;
-    for &update in updates {
-        set_condition(&mut conditions, &shared.clock, claim.metadata.generation, update);
-    }
-    status["conditions"] = json!(conditions);
-    json!({"metadata": {"resourceVersion": claim.resource_version()}, "status": status})
-}
-
 async fn write_claim_status(shared: &Shared, claim: &NodeClaim, body: Value) -> Result<(), StepError> {
     let api = kube_ops::cluster::<NodeClaim>(&shared.client);
     kube_ops::patch_status_body(&api, &claim.name_any(), body).await?;
@@ -236,8 +220,8 @@ fn count_termination(shared: &Shared, claim: &NodeClaim) {
 
 async fn launch_failed(shared: &Shared, claim: &NodeClaim, message: &str) -> Result<(), StepError> {
     tracing::warn!(nodeclaim = claim.name_any(), message, "launch failed; retrying");
-    let body = conditions_patch(
-        shared,
+    let body = kube_ops::claim_conditions_patch(
+        &shared.clock,
         claim,
         &[("Launched", "Unknown", "LaunchFailed", message)],
         json!({}),
@@ -252,8 +236,8 @@ async fn record_launch(shared: &Shared, claim: &NodeClaim, launch: &Launch) -> R
         "capacity": launch.capacity,
         "allocatable": launch.allocatable,
     });
-    let body = conditions_patch(
-        shared,
+    let body = kube_ops::claim_conditions_patch(
+        &shared.clock,
         claim,
         &[
             ("Launched", "True", "Launched", ""),
@@ -323,8 +307,8 @@ pub fn registration_patch(claim: &NodeClaim, node: &Node) -> Value {
 async fn register(shared: &Shared, claim: &NodeClaim, node: &Node) -> Result<(), StepError> {
     let nodes = kube_ops::cluster::<Node>(&shared.client);
     kube_ops::patch(&nodes, &node.name_any(), registration_patch(claim, node)).await?;
-    let body = conditions_patch(
-        shared,
+    let body = kube_ops::claim_conditions_patch(
+        &shared.clock,
         claim,
         &[
             ("Registered", "True", "Registered", ""),
@@ -343,8 +327,8 @@ async fn register(shared: &Shared, claim: &NodeClaim, node: &Node) -> Result<(),
 async fn initialize(shared: &Shared, claim: &NodeClaim, node: &Node) -> Result<(), StepError> {
     let body = json!({"metadata": {"labels": {INITIALIZED: "true"}}});
     kube_ops::patch(&kube_ops::cluster::<Node>(&shared.client), &node.name_any(), body).await?;
-    let body = conditions_patch(
-        shared,
+    let body = kube_ops::claim_conditions_patch(
+        &shared.clock,
         claim,
         &[
             ("Initialized", "True", "Initialized", ""),
@@ -390,12 +374,7 @@ async fn name_instance(
 /// decision saw, and the label that takes it out of load balancers.
 async fn taint(shared: &Shared, node: &Node) -> Result<(), StepError> {
     let mut with_taint = node_taints(node).to_vec();
-    with_taint.push(Taint {
-        key: taints::DISRUPTED.to_owned(),
-        effect: "NoSchedule".to_owned(),
-        value: None,
-        time_added: None,
-    });
+    with_taint.push(disrupted_taint());
     let body = json!({
         "metadata": {
             "labels": {EXCLUDE_FROM_EXTERNAL_LB: "karpenter"},

@@ -29,6 +29,7 @@ pub mod decide;
 pub mod execute;
 
 use joist_provider::CloudError;
+use kube::ResourceExt;
 use tokio::time::Instant;
 
 pub use self::decide::{Memory, Next, READ_MODEL_LAG};
@@ -63,10 +64,11 @@ pub async fn step(shared: &Shared, name: &str, memory: &mut Memory) -> Result<Ne
     };
     let provider_id = provider_id(&claim, memory);
     let node = provider_id.as_deref().and_then(|p| read.node_for_provider(p));
-    let pods = node
-        .as_ref()
-        .map(|n| read.pods_on(&n.metadata.name.clone().unwrap_or_default()))
-        .unwrap_or_default();
+    // Only a drain looks at the node's pods, and only a claim being deleted drains.
+    let pods = match (&claim.metadata.deletion_timestamp, &node) {
+        (Some(_), Some(node)) => read.pods_on(&node.name_any()),
+        _ => Vec::new(),
+    };
     let pool_known = claim
         .metadata
         .labels

@@ -15,7 +15,7 @@ mod summary;
 #[cfg(test)]
 mod tests;
 
-use std::sync::Arc;
+use std::{fmt::Write, sync::Arc};
 
 use joist_messages::labels::{CAPACITY_TYPE, NODEPOOL, ZONE};
 use kube::ResourceExt;
@@ -367,37 +367,48 @@ impl Metrics {
     /// `_count` samples in the family), and no `# EOF`.
     pub fn encode_text(&self) -> String {
         let summaries = [self.pods_startup.name(), self.nodes_termination.name()];
-        let summary_part = |line: &str| {
-            summaries.iter().any(|s| {
-                ["HELP", "TYPE"].iter().any(|kind| {
-                    ["_sum ", "_count "]
-                        .iter()
-                        .any(|part| line.starts_with(&format!("# {kind} {s}{part}")))
-                })
+        // The HELP and TYPE lines of a summary's `_sum` and `_count` families, which that format
+        // folds into the summary's.
+        let parts: Vec<String> = summaries
+            .iter()
+            .flat_map(|s| {
+                ["HELP", "TYPE"]
+                    .into_iter()
+                    .flat_map(move |kind| ["_sum ", "_count "].map(|part| format!("# {kind} {s}{part}")))
             })
-        };
+            .collect();
         let open = self.encode();
         let mut out = String::with_capacity(open.len() + 1024);
         let mut lines = open.lines().peekable();
         while let Some(line) = lines.next() {
-            if line == "# EOF" || summary_part(line) {
+            if !line.starts_with('#') {
+                out.push_str(line);
+                out.push('\n');
                 continue;
             }
-            if let Some(name) = line
-                .strip_prefix("# TYPE ")
-                .and_then(|rest| rest.strip_suffix(" gauge"))
-                .filter(|name| summaries.contains(name))
-            {
-                out.push_str(&format!("# TYPE {name} summary\n"));
+            if line == "# EOF" || parts.iter().any(|p| line.starts_with(p.as_str())) {
+                continue;
+            }
+            let type_name = |line: &str, kind: &str| {
+                line.strip_prefix("# TYPE ")
+                    .and_then(|rest| rest.strip_suffix(kind))
+                    .map(str::to_owned)
+            };
+            if let Some(name) = type_name(line, " gauge").filter(|name| summaries.contains(&name.as_str())) {
+                let _ = writeln!(out, "# TYPE {name} summary");
                 continue;
             }
             if let Some(rest) = line.strip_prefix("# HELP ") {
                 let name = rest.split(' ').next().unwrap_or_default();
-                let counter_type = format!("# TYPE {name} counter");
-                if lines.peek() == Some(&counter_type.as_str()) {
+                if lines
+                    .peek()
+                    .and_then(|next| type_name(next, " counter"))
+                    .as_deref()
+                    == Some(name)
+                {
                     lines.next();
-                    out.push_str(&format!("# HELP {name}_total{}\n", &rest[name.len()..]));
-                    out.push_str(&format!("# TYPE {name}_total counter\n"));
+                    let _ = writeln!(out, "# HELP {name}_total{}", &rest[name.len()..]);
+                    let _ = writeln!(out, "# TYPE {name}_total counter");
                     continue;
                 }
             }

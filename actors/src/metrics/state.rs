@@ -7,10 +7,9 @@
 //! deleted object's series disappears at once. A pod whose requests do not parse counts as
 //! requesting nothing.
 
-use std::fmt;
+use std::{fmt, sync::LazyLock};
 
 use joist_messages::{
-    apis::NodePool,
     labels::{self, ARCH, CAPACITY_TYPE, INSTANCE_TYPE, NODEPOOL, ZONE},
     model::resources::Resources,
 };
@@ -24,12 +23,22 @@ use prometheus_client::{
 };
 
 use crate::{
+    lifecycle::decide::is_daemon,
     read_model::ReadModel,
     snapshot::{finished, node_allocatable, usage},
 };
 
 /// A series' labels, built per scrape.
-type Labels = Vec<(String, String)>;
+type Labels = Vec<(&'static str, String)>;
+
+/// Every well-known label key, with its metric label name, worked out once.
+static WELL_KNOWN_NAMES: LazyLock<Vec<(&'static str, String)>> = LazyLock::new(|| {
+    labels::WELL_KNOWN
+        .iter()
+        .chain(labels::aws::WELL_KNOWN)
+        .map(|key| (*key, label_name(key)))
+        .collect()
+});
 
 /// See the module docs.
 pub struct ClusterStateCollector {
@@ -119,9 +128,9 @@ impl Collector for ClusterStateCollector {
         let mut pool_limits = Vec::new();
         for pool in read.node_pools() {
             let name = pool.name_any();
-            let labels: Labels = vec![("nodepool".to_owned(), name.clone())];
+            let labels: Labels = vec![("nodepool", name.clone())];
             series(&mut pool_usage, &labels, &usage(read, &name));
-            series(&mut pool_limits, &labels, &limits(&pool));
+            series(&mut pool_limits, &labels, &Resources::from(&pool.spec.limits));
         }
         family(
             &mut encoder,
@@ -169,7 +178,7 @@ fn family<S: EncodeLabelSet, V: Into<f64>>(
 fn series(out: &mut Vec<(Labels, f64)>, labels: &Labels, amounts: &Resources) {
     for (name, amount) in amounts.iter() {
         let mut labels = labels.clone();
-        labels.push(("resource_type".to_owned(), resource_type(name)));
+        labels.push(("resource_type", resource_type(name)));
         out.push((labels, amount.millis() as f64 / 1000.0));
     }
 }
@@ -184,11 +193,11 @@ fn resource_type(name: &str) -> String {
 fn node_labels(node: &Node) -> Labels {
     let values = node.labels();
     let mut labels: Labels = vec![
-        ("node_name".to_owned(), node.name_any()),
-        ("managed".to_owned(), values.contains_key(NODEPOOL).to_string()),
+        ("node_name", node.name_any()),
+        ("managed", values.contains_key(NODEPOOL).to_string()),
     ];
-    for key in labels::WELL_KNOWN.iter().chain(labels::aws::WELL_KNOWN) {
-        labels.push((label_name(key), values.get(*key).cloned().unwrap_or_default()));
+    for (key, name) in WELL_KNOWN_NAMES.iter() {
+        labels.push((name.as_str(), values.get(*key).cloned().unwrap_or_default()));
     }
     labels
 }
@@ -216,12 +225,8 @@ fn requests_on(read: &ReadModel, node: &str) -> (Resources, Resources) {
     (pods, daemons)
 }
 
-fn is_daemon(pod: &Pod) -> bool {
-    pod.owner_references().iter().any(|o| o.kind == "DaemonSet")
-}
-
 /// Karpenter's pod-state labels; node labels come from the node the pod is bound to.
-fn pod_labels(read: &ReadModel, pod: &Pod) -> Vec<(&'static str, String)> {
+fn pod_labels(read: &ReadModel, pod: &Pod) -> Labels {
     let node_name = pod
         .spec
         .as_ref()
@@ -263,12 +268,4 @@ fn pod_labels(read: &ReadModel, pod: &Pod) -> Vec<(&'static str, String)> {
                 .to_string(),
         ),
     ]
-}
-
-/// A NodePool's limits as resources.
-fn limits(pool: &NodePool) -> Resources {
-    pool.spec
-        .limits
-        .iter()
-        .fold(Resources::new(), |all, (name, amount)| all.with(name, *amount))
 }

@@ -38,12 +38,13 @@ impl SqsQueue {
         }
     }
 
-    fn failed(&self, call: &str, error: &impl ProvideErrorMetadata, detail: String) -> CloudError {
+    /// A failed `call`, named with the queue: the service's message, else the error as displayed.
+    fn failed(&self, call: &str, error: &(impl ProvideErrorMetadata + std::fmt::Display)) -> CloudError {
         CloudError::Transient {
             message: format!(
                 "SQS {call} on queue {:?}: {}",
                 self.name,
-                error.message().map_or(detail, str::to_owned)
+                error.message().map_or_else(|| error.to_string(), str::to_owned)
             ),
         }
     }
@@ -57,10 +58,7 @@ impl SqsQueue {
                     .queue_name(&self.name)
                     .send()
                     .await
-                    .map_err(|e| {
-                        let detail = e.to_string();
-                        self.failed("GetQueueUrl", &e, detail)
-                    })?;
+                    .map_err(|e| self.failed("GetQueueUrl", &e))?;
                 answer.queue_url.ok_or_else(|| CloudError::Transient {
                     message: format!("SQS GetQueueUrl on queue {:?} returned no URL", self.name),
                 })
@@ -83,10 +81,7 @@ impl InterruptionQueue for SqsQueue {
                 .visibility_timeout(VISIBILITY_SECONDS)
                 .send()
                 .await
-                .map_err(|e| {
-                    let detail = e.to_string();
-                    self.failed("ReceiveMessage", &e, detail)
-                })?;
+                .map_err(|e| self.failed("ReceiveMessage", &e))?;
             Ok(answer
                 .messages
                 .unwrap_or_default()
@@ -110,10 +105,7 @@ impl InterruptionQueue for SqsQueue {
                 .receipt_handle(receipt)
                 .send()
                 .await
-                .map_err(|e| {
-                    let detail = e.to_string();
-                    self.failed("DeleteMessage", &e, detail)
-                })?;
+                .map_err(|e| self.failed("DeleteMessage", &e))?;
             Ok(())
         })
     }

@@ -105,11 +105,13 @@ async fn serve(settings: RunSettings, telemetry: &Telemetry) -> Result<(), Comma
         .await
         .map_err(start)?;
     let mut elector = (!settings.disable_leader_election).then(|| elector(&settings, &client));
+    // One listener for the whole run: a signal that arrives while the controllers start is kept.
+    let stop = stopped().map_err(|source| CommandError::Runtime { source })?;
+    tokio::pin!(stop);
     if let Some(elector) = &mut elector {
         tokio::select! {
             () = elector.acquire() => {}
-            stopped = stopped() => {
-                stopped.map_err(|source| CommandError::Runtime { source })?;
+            () = &mut stop => {
                 tracing::info!("stopping while standing by");
                 return Ok(());
             }
@@ -142,7 +144,7 @@ async fn serve(settings: RunSettings, telemetry: &Telemetry) -> Result<(), Comma
         () = lost => {
             return Err(CommandError::LeadershipLost { lease: settings.leader_election_name.clone() });
         }
-        stopped = stopped() => stopped.map_err(|source| CommandError::Runtime { source })?,
+        () = &mut stop => {}
     }
     tracing::info!("stopping");
     if let Some(elector) = &mut elector {
@@ -175,11 +177,16 @@ fn elector(settings: &RunSettings, client: &kube::Client) -> leader::Elector {
     )
 }
 
-/// Waits for SIGINT or SIGTERM (what Kubernetes sends a pod it stops).
-async fn stopped() -> std::io::Result<()> {
-    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    tokio::select! {
-        interrupted = tokio::signal::ctrl_c() => interrupted,
-        _ = terminate.recv() => Ok(()),
-    }
+/// Listens for SIGINT and SIGTERM (what Kubernetes sends a pod it stops) from now on; the future
+/// ends at the first.
+fn stopped() -> std::io::Result<impl Future<Output = ()>> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut terminate = signal(SignalKind::terminate())?;
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    Ok(async move {
+        tokio::select! {
+            _ = terminate.recv() => {}
+            _ = interrupt.recv() => {}
+        }
+    })
 }
