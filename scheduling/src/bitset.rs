@@ -46,6 +46,16 @@ pub(crate) fn remove(set: &mut [u64], member: usize) {
     set[member / 64] &= !(1u64 << (member % 64));
 }
 
+/// Keeps only the members below `bits`.
+pub(crate) fn truncate(set: &mut Vec<u64>, bits: usize) {
+    set.truncate(bits.div_ceil(64));
+    if let Some(last) = set.last_mut()
+        && !bits.is_multiple_of(64)
+    {
+        *last &= (1u64 << (bits % 64)) - 1;
+    }
+}
+
 /// True when `set` has no members.
 pub(crate) fn is_empty(set: &[u64]) -> bool {
     set.iter().all(|w| *w == 0)
@@ -74,5 +84,12 @@ mod tests {
         assert_eq!(len(&set), 128);
         assert_eq!(members(&set).next(), Some(1));
         assert!(!is_empty(&set) && is_empty(&full(0)));
+        truncate(&mut set, 70);
+        assert_eq!(
+            members(&set).collect::<Vec<_>>(),
+            (1..64).chain(65..70).collect::<Vec<_>>()
+        );
+        truncate(&mut set, 64);
+        assert_eq!(len(&set), 63);
     }
 }

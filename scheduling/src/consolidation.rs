@@ -12,18 +12,19 @@
 //! spot types exist, of which the cheapest that many are kept, so one spot node is not replaced
 //! over and over.
 //!
-//! The search borrows the caller's [`Input`] (the base, built once per pass) and simulates each
-//! set of candidates as a change to it: the candidates' nodes are taken out for the simulation and
-//! put back after, so nothing of the cluster is copied per candidate. Failures are values
+//! A [`Search`] borrows the caller's [`Input`] (the base, built once per pass) and its candidates,
+//! sets the solver up over them once, and simulates each set of candidates as a change to that
+//! set-up: their nodes left out, their pods placed, every change undone after. So the cost of a
+//! question grows with the pods it moves, not with the cluster. Failures are values
 //! ([`Refusal`]), written for people, as Karpenter's `Unconsolidatable` events are.
 
 use std::{collections::BTreeMap, fmt};
 
 use joist_messages::{
-    labels::{CAPACITY_TYPE, HOSTNAME},
+    labels::{CAPACITY_TYPE, HOSTNAME, ZONE},
     model::{
-        instance_type::CapacityType,
-        requirements::{Operator, Requirement},
+        instance_type::{CapacityType, InstanceType, Offering},
+        requirements::{Operator, Requirement, Requirements},
     },
 };
 
@@ -31,7 +32,7 @@ use crate::{
     input::{ExistingNode, Input},
     pod::PodInfo,
     solution::{NewClaim, Solution},
-    solver::solve,
+    solver::Simulator,
 };
 
 /// Spot replacements need at least this many cheaper spot types, and keep that many.
@@ -141,61 +142,110 @@ impl fmt::Display for Refusal {
     }
 }
 
-/// Decides whether `candidates` (positions into `base.nodes`, distinct) can go (see the module
-/// docs). `base.pods` must be empty; it is left as it was found.
-pub fn consolidate(
-    base: &mut Input,
-    candidates: &[&Candidate],
+/// The consolidation search over one cluster and its candidates: set up once (see
+/// [`Simulator`]), then asked about any set of the candidates.
+pub struct Search<'a> {
+    candidates: &'a [Candidate],
+    /// Where each candidate's pods start among the simulator's pods.
+    first_pod: Vec<usize>,
+    simulator: Simulator<'a>,
+    base: &'a Input,
     settings: Settings,
-) -> Result<Decision, Refusal> {
-    let removed = take_nodes(base, candidates);
-    let outcome = decide(base, candidates, settings);
-    put_back(base, removed);
-    outcome.map(|(decision, _)| decision)
 }
 
-/// The largest prefix of `candidates` (at least two) that can go together, found by binary search
-/// as Karpenter's multi-node consolidation does, over all of them: how many, and how.
-pub fn largest_prefix(
-    base: &mut Input,
-    candidates: &[&Candidate],
-    settings: Settings,
-) -> Option<(usize, Decision)> {
-    let (mut low, mut high) = (2, candidates.len());
-    let mut best = None;
-    while low <= high {
-        let middle = (low + high) / 2;
-        match consolidate(base, &candidates[..middle], settings) {
-            Ok(decision) => {
-                best = Some((middle, decision));
-                low = middle + 1;
-            }
-            Err(_) => high = middle - 1,
+impl<'a> Search<'a> {
+    /// Sets the search up over `base` (its `pods` must be empty) and `candidates` (their `node`s
+    /// positions into `base.nodes`, distinct).
+    pub fn new(base: &'a Input, candidates: &'a [Candidate], settings: Settings) -> Self {
+        let mut first_pod = Vec::with_capacity(candidates.len());
+        let mut pending = Vec::new();
+        for candidate in candidates {
+            first_pod.push(pending.len());
+            pending.extend(candidate.pods.iter());
+        }
+        Search {
+            candidates,
+            first_pod,
+            simulator: Simulator::new(base, pending),
+            base,
+            settings,
         }
     }
-    best
+
+    /// Decides whether the candidates at positions `which` can go (see the module docs).
+    pub fn consolidate(&mut self, which: &[usize]) -> Result<Decision, Refusal> {
+        self.simulate(which).map(|(decision, _)| decision)
+    }
+
+    /// The largest prefix of `order` (positions of candidates, at least two) whose candidates can
+    /// go together, found by binary search as Karpenter's multi-node consolidation does, over all
+    /// of them: how many, and how.
+    pub fn largest_prefix(&mut self, order: &[usize]) -> Option<(usize, Decision)> {
+        let (mut low, mut high) = (2, order.len());
+        let mut best = None;
+        while low <= high {
+            let middle = (low + high) / 2;
+            match self.consolidate(&order[..middle]) {
+                Ok(decision) => {
+                    best = Some((middle, decision));
+                    low = middle + 1;
+                }
+                Err(_) => high = middle - 1,
+            }
+        }
+        best
+    }
+
+    /// Simulates the candidates at `which` leaving and judges the outcome; with the simulation's
+    /// solution, whose pods are the candidates' pods in the order of `which`.
+    fn simulate(&mut self, which: &[usize]) -> Result<(Decision, Solution), Refusal> {
+        let pods: Vec<usize> = which
+            .iter()
+            .flat_map(|&c| self.first_pod[c]..self.first_pod[c] + self.candidates[c].pods.len())
+            .collect();
+        let nodes: Vec<usize> = which.iter().map(|&c| self.candidates[c].node).collect();
+        let solution = self.simulator.place(&pods, &nodes);
+        if let Some(unschedulable) = solution.unschedulable.first() {
+            return Err(Refusal::PodDoesNotFit {
+                pod: self.simulator.pod(pods[unschedulable.pod]).name.clone(),
+                reason: unschedulable.to_string(),
+            });
+        }
+        let current: f64 = which.iter().map(|&c| self.candidates[c].price).sum();
+        let decision = match solution.claims.as_slice() {
+            [] => Decision::Delete,
+            [claim] => {
+                let all_spot = which
+                    .iter()
+                    .all(|&c| self.candidates[c].capacity_type == CapacityType::Spot);
+                Decision::Replace(replacement(
+                    self.base,
+                    claim.clone(),
+                    current,
+                    all_spot,
+                    self.settings,
+                )?)
+            }
+            claims => return Err(Refusal::MoreThanOneNode { nodes: claims.len() }),
+        };
+        Ok((decision, solution))
+    }
 }
 
-/// Carries out a decision on the base, as if the cluster had followed it: the candidates' nodes
-/// leave, their pods go where the simulation put them, and a replacement joins as a node of its
-/// cheapest type (named `name`). `Err` when the candidates cannot go after all.
+/// Carries out a decision on the base, as if the cluster had followed it: the candidates at
+/// `which` leave, their pods go where the simulation put them, and a replacement joins as a node of
+/// its cheapest type in the zone of its cheapest offering (named `name`). `Err` when the candidates cannot go after all.
 pub fn apply(
     base: &mut Input,
-    candidates: &[&Candidate],
+    candidates: &[Candidate],
+    which: &[usize],
     settings: Settings,
     name: &str,
 ) -> Result<Decision, Refusal> {
-    let removed = take_nodes(base, candidates);
-    let (decision, solution) = match decide(base, candidates, settings) {
-        Ok(outcome) => outcome,
-        Err(refusal) => {
-            put_back(base, removed);
-            return Err(refusal);
-        }
-    };
-    let mut pods: Vec<Option<PodInfo>> = candidates
+    let (decision, solution) = Search::new(base, candidates, settings).simulate(which)?;
+    let mut pods: Vec<Option<PodInfo>> = which
         .iter()
-        .flat_map(|c| c.pods.iter().cloned().map(Some))
+        .flat_map(|&c| candidates[c].pods.iter().cloned().map(Some))
         .collect();
     for placement in &solution.placements {
         if let Some(pod) = pods[placement.pod].take() {
@@ -214,6 +264,13 @@ pub fn apply(
             .filter_map(|r| Some((r.key().to_owned(), r.values().next()?.to_owned())))
             .collect();
         labels.insert(HOSTNAME.to_owned(), name.to_owned());
+        if let Some(offering) = cheapest_offering(it, &replacement.claim.requirements) {
+            labels.insert(ZONE.to_owned(), offering.zone.clone());
+            labels.insert(
+                CAPACITY_TYPE.to_owned(),
+                offering.capacity_type.label().to_owned(),
+            );
+        }
         let moved = replacement
             .claim
             .pods
@@ -228,53 +285,27 @@ pub fn apply(
             initialized: true,
         });
     }
+    let mut gone: Vec<usize> = which.iter().map(|&c| candidates[c].node).collect();
+    gone.sort_unstable_by(|a, b| b.cmp(a));
+    gone.dedup();
+    for position in gone {
+        base.nodes.remove(position);
+    }
     Ok(decision)
 }
 
-/// Simulates the candidates' pods on the base without them (already taken out) and judges the
-/// outcome; with the simulation's solution. Leaves `base.pods` empty.
-fn decide(
-    base: &mut Input,
-    candidates: &[&Candidate],
-    settings: Settings,
-) -> Result<(Decision, Solution), Refusal> {
-    let current: f64 = candidates.iter().map(|c| c.price).sum();
-    base.pods = candidates.iter().flat_map(|c| c.pods.iter().cloned()).collect();
-    let solution = solve(base);
-    let pods = std::mem::take(&mut base.pods);
-    if let Some(unschedulable) = solution.unschedulable.first() {
-        return Err(Refusal::PodDoesNotFit {
-            pod: pods[unschedulable.pod].name.clone(),
-            reason: unschedulable.to_string(),
-        });
-    }
-    let decision = match solution.claims.as_slice() {
-        [] => Decision::Delete,
-        [claim] => {
-            let all_spot = candidates.iter().all(|c| c.capacity_type == CapacityType::Spot);
-            Decision::Replace(replacement(base, claim.clone(), current, all_spot, settings)?)
-        }
-        claims => return Err(Refusal::MoreThanOneNode { nodes: claims.len() }),
-    };
-    Ok((decision, solution))
-}
-
-/// Moves the candidates' nodes out of `base`, remembering where they stood.
-fn take_nodes(base: &mut Input, candidates: &[&Candidate]) -> Vec<(usize, ExistingNode)> {
-    let mut positions: Vec<usize> = candidates.iter().map(|c| c.node).collect();
-    positions.sort_unstable_by(|a, b| b.cmp(a));
-    positions.dedup();
-    positions
-        .into_iter()
-        .map(|position| (position, base.nodes.remove(position)))
-        .collect()
-}
-
-/// Puts back what [`take_nodes`] took, in place.
-fn put_back(base: &mut Input, removed: Vec<(usize, ExistingNode)>) {
-    for (position, node) in removed.into_iter().rev() {
-        base.nodes.insert(position, node);
-    }
+/// The cheapest available offering of `it` that `requirements` allow (capacity type and zone).
+fn cheapest_offering<'a>(it: &'a InstanceType, requirements: &Requirements) -> Option<&'a Offering> {
+    it.offerings
+        .iter()
+        .filter(|o| {
+            o.available
+                && requirements
+                    .get(CAPACITY_TYPE)
+                    .is_none_or(|r| r.has(o.capacity_type.label()))
+                && requirements.get(ZONE).is_none_or(|r| r.has(&o.zone))
+        })
+        .min_by(|a, b| a.price.total_cmp(&b.price))
 }
 
 /// The replacement for a claim the simulation opened: its instance types cut to those cheaper
@@ -287,24 +318,7 @@ fn replacement(
     settings: Settings,
 ) -> Result<Replacement, Refusal> {
     let offer = |i: usize| {
-        let it = &base.instance_types[i];
-        it.offerings
-            .iter()
-            .filter(|o| {
-                o.available
-                    && claim
-                        .requirements
-                        .get(CAPACITY_TYPE)
-                        .is_none_or(|r| r.has(o.capacity_type.label()))
-            })
-            .filter(|o| {
-                claim
-                    .requirements
-                    .get(joist_messages::labels::ZONE)
-                    .is_none_or(|r| r.has(&o.zone))
-            })
-            .min_by(|a, b| a.price.total_cmp(&b.price))
-            .map(|o| (o.price, o.capacity_type))
+        cheapest_offering(&base.instance_types[i], &claim.requirements).map(|o| (o.price, o.capacity_type))
     };
     let Some((cheapest, capacity_type)) = claim.instance_types.first().and_then(|&i| offer(i)) else {
         return Err(Refusal::NotCheaper {

@@ -22,6 +22,8 @@
 //! Failure modes: none at run time; a pod that fits nowhere is reported with a [`Reason`] per
 //! NodePool.
 
+mod delta;
+
 use std::collections::{HashMap, VecDeque};
 
 use joist_messages::{
@@ -38,7 +40,7 @@ use crate::{
     classes::{self, Class},
     dims::{self, Dims},
     input::{Input, MinValuesPolicy},
-    pod::{Constraints, HostPort},
+    pod::{Constraints, HostPort, PodInfo},
     reserve::Reserves,
     solution::{NewClaim, Placement, Reason, Solution, Unschedulable},
     taints::{PREFER_NO_SCHEDULE, first_untolerated},
@@ -52,9 +54,11 @@ pub const MAX_INSTANCE_TYPES: usize = 600;
 /// one EC2 CreateFleet request takes), so NodePool limits are reserved for the largest of these.
 pub const LAUNCH_OPTIONS: usize = 60;
 
+pub(crate) use delta::Simulator;
+
 /// Places `input.pods` (see the module docs).
 pub fn solve(input: &Input) -> Solution {
-    Solver::new(input).run()
+    Solver::new(input).place()
 }
 
 /// Why a pod does not fit one node, claim or NodePool, cheaply (turned into a [`Reason`] only for
@@ -80,7 +84,7 @@ struct ClassPool {
     candidates: Vec<u64>,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Claim {
     pool: usize,
     reqs: Requirements,
@@ -92,7 +96,7 @@ struct Claim {
 }
 
 /// An existing node or a claim opened in this pass.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Bin {
     node: Option<usize>,
     claim: Option<Claim>,
@@ -132,6 +136,8 @@ struct Scratch {
 
 struct Solver<'a> {
     input: &'a Input,
+    /// The pods to place.
+    pods: Vec<&'a PodInfo>,
     dims: Dims,
     pools: Vec<PoolPlan>,
     topology: Topology,
@@ -146,6 +152,12 @@ struct Solver<'a> {
     requests: Vec<i64>,
     prefer_no_schedule_pools: bool,
     scratch: Scratch,
+    /// Existing nodes left out of this placement (bit set over bins).
+    excluded: Vec<u64>,
+    /// When set, each existing node's bin as it was before this placement first changed it.
+    journal: Option<Vec<(usize, Bin)>>,
+    /// When set, per bin, the (group, domain) counts its node's pods add outside hostname keys.
+    records: Option<Vec<Vec<(usize, u32)>>>,
 }
 
 fn ports_conflict(a: &[HostPort], b: &[HostPort]) -> bool {
@@ -164,8 +176,18 @@ fn and_assign(into: &mut [u64], other: &[u64]) {
 
 impl<'a> Solver<'a> {
     fn new(input: &'a Input) -> Self {
+        let pods: Vec<&'a PodInfo> = input.pods.iter().collect();
+        let (mut solver, classes) = Self::prepare(input, &pods, false);
+        solver.load(pods, classes);
+        solver
+    }
+
+    /// Everything but the pods to place: the NodePools, the scheduling classes of `pending` (whose
+    /// classes it returns, in order), the topology of their terms, and the existing nodes as bins
+    /// (remembering what each adds to non-hostname counts when `keep_records`).
+    fn prepare(input: &'a Input, pending: &[&'a PodInfo], keep_records: bool) -> (Self, Vec<usize>) {
         let mut dims = Dims::default();
-        for pod in input.pods.iter().chain(&input.daemonsets) {
+        for pod in pending.iter().copied().chain(&input.daemonsets) {
             dims.include(&pod.requests);
         }
         for node in &input.nodes {
@@ -209,8 +231,8 @@ impl<'a> Solver<'a> {
             }
         };
         let mut distinct: HashMap<Constraints, usize> = HashMap::new();
-        let mut pod_constraints = Vec::with_capacity(input.pods.len());
-        for pod in &input.pods {
+        let mut pod_constraints = Vec::with_capacity(pending.len());
+        for pod in pending {
             let c = base(&pod.constraints);
             let next = distinct.len();
             pod_constraints.push(*distinct.entry(c).or_insert(next));
@@ -241,11 +263,6 @@ impl<'a> Solver<'a> {
             );
         }
 
-        let d = dims.len();
-        let mut requests = Vec::with_capacity(input.pods.len() * d);
-        for pod in &input.pods {
-            dims.extend_vector(&pod.requests, &mut requests);
-        }
         let decided = topology
             .keys
             .iter()
@@ -253,6 +270,7 @@ impl<'a> Solver<'a> {
             .collect();
         let mut solver = Solver {
             input,
+            pods: Vec::new(),
             dims,
             pools,
             topology,
@@ -263,21 +281,34 @@ impl<'a> Solver<'a> {
             decided,
             reserves: Reserves::default(),
             pod_class: Vec::new(),
-            requests,
+            requests: Vec::new(),
             prefer_no_schedule_pools,
             scratch: Scratch::default(),
+            excluded: Vec::new(),
+            journal: None,
+            records: keep_records.then(Vec::new),
         };
         let class_of: Vec<usize> = unique.into_iter().map(|c| solver.intern(c)).collect();
-        solver.pod_class = pod_constraints.into_iter().map(|i| class_of[i]).collect();
-        solver.reserves = Reserves::new(
-            &solver.classes,
-            &solver.topology,
-            &solver.pod_class,
-            &solver.requests,
-            solver.dims.len(),
-        );
+        let classes = pod_constraints.into_iter().map(|i| class_of[i]).collect();
         solver.add_existing_nodes();
-        solver
+        (solver, classes)
+    }
+
+    /// Sets the pods to place, with their scheduling classes.
+    fn load(&mut self, pods: Vec<&'a PodInfo>, classes: Vec<usize>) {
+        self.requests.clear();
+        for pod in &pods {
+            self.dims.extend_vector(&pod.requests, &mut self.requests);
+        }
+        self.pods = pods;
+        self.pod_class = classes;
+        self.reserves = Reserves::new(
+            &self.classes,
+            &self.topology,
+            &self.pod_class,
+            &self.requests,
+            self.dims.len(),
+        );
     }
 
     fn intern(&mut self, constraints: Constraints) -> usize {
@@ -302,7 +333,9 @@ impl<'a> Solver<'a> {
                 .then_with(|| nodes[a].name.cmp(&nodes[b].name))
         });
         let mut counted: HashMap<&Constraints, Vec<usize>> = HashMap::new();
+        let mut records = self.records.take();
         for i in order {
+            let mut recorded = Vec::new();
             let node = &nodes[i];
             let mut bin = Bin {
                 node: Some(i),
@@ -332,11 +365,16 @@ impl<'a> Solver<'a> {
                         self.topology.record_host(g);
                     } else if let Some(d) = bin.domains[key] {
                         self.topology.record(g, d);
+                        recorded.push((g, d));
                     }
                 }
             }
+            if let Some(records) = records.as_mut() {
+                records.push(recorded);
+            }
             self.bins.push(bin);
         }
+        self.records = records;
     }
 
     fn pod_requests(&self, pod: usize) -> &[i64] {
@@ -344,8 +382,9 @@ impl<'a> Solver<'a> {
         &self.requests[pod * d..(pod + 1) * d]
     }
 
-    fn run(mut self) -> Solution {
-        let mut order: Vec<usize> = (0..self.input.pods.len()).collect();
+    /// Places the loaded pods.
+    fn place(&mut self) -> Solution {
+        let mut order: Vec<usize> = (0..self.pods.len()).collect();
         let cpu = self.dims.position(joist_messages::model::resources::names::CPU);
         let memory = self
             .dims
@@ -353,7 +392,7 @@ impl<'a> Solver<'a> {
         let d = self.dims.len();
         let amount = |pod: usize, dim: Option<usize>| dim.map_or(0, |i| self.requests[pod * d + i]);
         order.sort_by(|&a, &b| {
-            let (pa, pb) = (&self.input.pods[a], &self.input.pods[b]);
+            let (pa, pb) = (self.pods[a], self.pods[b]);
             amount(b, cpu)
                 .cmp(&amount(a, cpu))
                 .then_with(|| amount(b, memory).cmp(&amount(a, memory)))
@@ -488,7 +527,8 @@ impl<'a> Solver<'a> {
 
     /// The bins in word `word` that lie in `lo..hi` and have not rejected `class` for good.
     fn open_bins(&self, class: usize, word: usize, lo: usize, hi: usize) -> u64 {
-        let rejected = self.classes[class].rejected.get(word).copied().unwrap_or(0);
+        let rejected = self.classes[class].rejected.get(word).copied().unwrap_or(0)
+            | self.excluded.get(word).copied().unwrap_or(0);
         let range = |bound: usize| match bound.saturating_sub(word * 64) {
             0 => 0,
             n if n >= 64 => u64::MAX,
@@ -862,6 +902,12 @@ impl<'a> Solver<'a> {
     /// Adds `pod` to bin `b`, applying the narrowing and candidates the last fit check left in
     /// `self.scratch`, and records it in its topology groups.
     fn commit(&mut self, class: usize, pod: usize, b: usize) {
+        if let Some(journal) = self.journal.as_mut()
+            && b < self.input.nodes.len()
+            && journal.iter().all(|(saved, _)| *saved != b)
+        {
+            journal.push((b, self.bins[b].clone()));
+        }
         self.reserves.placed(self.pod_class[pod]);
         let d = self.dims.len();
         let bin = &mut self.bins[b];
@@ -970,12 +1016,12 @@ impl<'a> Solver<'a> {
             Why::Requirements => match p.requirements.compatible(&c.node_reqs, is_well_known) {
                 Err(incompatibility) => Reason::Requirements(incompatibility),
                 Ok(()) => Reason::NoInstanceType {
-                    requests: self.input.pods[pod].requests.clone(),
+                    requests: self.pods[pod].requests.clone(),
                 },
             },
             Why::HostPort(port) => Reason::HostPort { port },
             Why::Resources => Reason::NoInstanceType {
-                requests: self.input.pods[pod].requests.clone(),
+                requests: self.pods[pod].requests.clone(),
             },
             Why::Limits => {
                 let mut resources: Vec<String> = Vec::new();
@@ -1006,7 +1052,7 @@ impl<'a> Solver<'a> {
         }
     }
 
-    fn finish(self, mut unschedulable: Vec<Unschedulable>) -> Solution {
+    fn finish(&self, mut unschedulable: Vec<Unschedulable>) -> Solution {
         let mut solution = Solution::default();
         let catalog: &[InstanceType] = &self.input.instance_types;
         for bin in &self.bins {

@@ -148,6 +148,10 @@ pub(crate) struct Topology {
     namespaces: BTreeMap<String, BTreeMap<String, String>>,
 }
 
+/// Every group's counts at one moment: per domain, and in all.
+#[derive(Debug)]
+pub(crate) struct Counts(Vec<(Vec<u32>, u32)>);
+
 /// The affinity terms a class enforces: required ones plus preferred ones not yet relaxed.
 pub(crate) fn enforced<'a>(
     required: &'a [AffinityTerm],
@@ -451,6 +455,36 @@ impl Topology {
     /// Counts one pod in a hostname group (the node or claim keeps the per-host count).
     pub(crate) fn record_host(&mut self, group: usize) {
         self.groups[group].recorded += 1;
+    }
+
+    /// Takes back one pod counted in domain `d` of `group`.
+    pub(crate) fn unrecord(&mut self, group: usize, d: u32) {
+        let g = &mut self.groups[group];
+        g.counts[d as usize] -= 1;
+        g.recorded -= 1;
+    }
+
+    /// Takes back `n` pods counted in a hostname group.
+    pub(crate) fn unrecord_host(&mut self, group: usize, n: u32) {
+        self.groups[group].recorded -= n;
+    }
+
+    /// Every group's counts, to [`Self::restore`] later.
+    pub(crate) fn counts(&self) -> Counts {
+        Counts(
+            self.groups
+                .iter()
+                .map(|g| (g.counts.clone(), g.recorded))
+                .collect(),
+        )
+    }
+
+    /// Puts back counts taken by [`Self::counts`].
+    pub(crate) fn restore(&mut self, counts: &Counts) {
+        for (group, (per_domain, recorded)) in self.groups.iter_mut().zip(&counts.0) {
+            group.counts.copy_from_slice(per_domain);
+            group.recorded = *recorded;
+        }
     }
 
     /// A check, described for people.

@@ -587,7 +587,8 @@ pub fn many_node_pools(pods: usize) -> Input {
 
 /// A fragmented cluster of `nodes` nodes for consolidation benchmarks: Karpenter's diverse workload
 /// provisioned (pods grown until the simulation opens at least `nodes` nodes, the first `nodes`
-/// kept, each on its cheapest type's cheapest on-demand offering, labelled as it would be), then a
+/// kept, each on its cheapest type's cheapest on-demand offering in a zone its claim allows,
+/// labelled as it would be), then a
 /// seeded `deleted` share of the pods removed. No pods are left to place.
 pub fn fragmented_cluster(nodes: usize, deleted: f64) -> Input {
     let mut pods = nodes.max(1) * 8;
@@ -608,10 +609,12 @@ pub fn fragmented_cluster(nodes: usize, deleted: f64) -> Input {
         .enumerate()
         .filter_map(|(i, claim)| {
             let it = &input.instance_types[*claim.instance_types.first()?];
+            let zone = claim.requirements.get(ZONE);
             let offering = it
                 .offerings
                 .iter()
                 .filter(|o| o.capacity_type == CapacityType::OnDemand)
+                .filter(|o| zone.is_none_or(|r| r.has(&o.zone)))
                 .min_by(|a, b| a.price.total_cmp(&b.price))?;
             let name = format!("node-{i}");
             let mut labels: BTreeMap<String, String> = claim

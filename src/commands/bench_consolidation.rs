@@ -21,7 +21,7 @@ use joist_messages::{
 };
 use joist_scheduling::{
     ExistingNode, Input,
-    consolidation::{self, Candidate, Settings},
+    consolidation::{self, Candidate, Search, Settings},
     workloads,
 };
 
@@ -47,9 +47,9 @@ pub fn run(nodes: usize, out: &mut dyn io::Write) -> Result<ExitCode, CommandErr
     let candidates = ordered_candidates(&base);
     line("candidates", candidates.len().to_string())?;
     let start = clock();
-    let consolidatable = candidates
-        .iter()
-        .filter(|c| consolidation::consolidate(&mut base, &[c], settings).is_ok())
+    let mut search = Search::new(&base, &candidates, settings);
+    let consolidatable = (0..candidates.len())
+        .filter(|&c| search.consolidate(&[c]).is_ok())
         .count();
     let single_scan = start.elapsed().as_secs_f64();
     line("consolidatable alone", consolidatable.to_string())?;
@@ -57,9 +57,9 @@ pub fn run(nodes: usize, out: &mut dyn io::Write) -> Result<ExitCode, CommandErr
     let per_candidate = single_scan / candidates.len().max(1) as f64;
     line("per candidate", format!("{:.3} ms", per_candidate * 1e3))?;
 
-    let refs: Vec<&Candidate> = candidates.iter().collect();
+    let order: Vec<usize> = (0..candidates.len()).collect();
     let start = clock();
-    let multi = consolidation::largest_prefix(&mut base, &refs, settings);
+    let multi = Search::new(&base, &candidates, settings).largest_prefix(&order);
     let multi_search = start.elapsed().as_secs_f64();
     let together = multi.map_or(0, |(count, _)| count);
     line(
@@ -134,14 +134,20 @@ fn fixed_point(base: &mut Input, settings: Settings) -> usize {
     let mut commands = 0;
     loop {
         let candidates = ordered_candidates(base);
-        let refs: Vec<&Candidate> = candidates.iter().collect();
-        let name = format!("replacement-{commands}");
-        let applied = match consolidation::largest_prefix(base, &refs, settings) {
-            Some((count, _)) => consolidation::apply(base, &refs[..count], settings, &name).is_ok(),
-            None => refs
-                .iter()
-                .any(|c| consolidation::apply(base, &[c], settings, &name).is_ok()),
+        let order: Vec<usize> = (0..candidates.len()).collect();
+        let chosen = {
+            let mut search = Search::new(base, &candidates, settings);
+            match search.largest_prefix(&order) {
+                Some((count, _)) => Some(order[..count].to_vec()),
+                None => order
+                    .iter()
+                    .find(|&&c| search.consolidate(&[c]).is_ok())
+                    .map(|&c| vec![c]),
+            }
         };
+        let name = format!("replacement-{commands}");
+        let applied = chosen
+            .is_some_and(|which| consolidation::apply(base, &candidates, &which, settings, &name).is_ok());
         if !applied {
             return commands;
         }

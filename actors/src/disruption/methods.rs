@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 use joist_messages::apis::nodepool::{ConsolidationPolicy, DisruptionReason};
 use joist_scheduling::{
     Input,
-    consolidation::{self, Decision, Refusal, Settings},
+    consolidation::{self, Decision, Refusal, Search, Settings},
     pod::PodInfo,
 };
 use kube::ResourceExt;
@@ -89,7 +89,7 @@ pub type Allowance = BTreeMap<String, u32>;
 /// The base problem of a pass, and where each candidate's node stands in it.
 pub struct Base<'a> {
     /// The cluster, without pods.
-    pub input: &'a mut Input,
+    pub input: &'a Input,
     /// Node positions in `input.nodes`, by Node name.
     pub positions: BTreeMap<String, usize>,
     /// What consolidation may do.
@@ -100,7 +100,7 @@ pub struct Base<'a> {
 /// single-node consolidation looked at could not go.
 pub fn plan(
     candidates: &[Candidate],
-    base: &mut Base<'_>,
+    base: &Base<'_>,
     allowed: impl Fn(&str, DisruptionReason) -> u32,
 ) -> (Option<Command>, Vec<(Candidate, Refusal)>) {
     if let Some(command) = emptiness(candidates, &allowed) {
@@ -161,33 +161,38 @@ fn within_budgets<'a>(candidates: &[&'a Candidate], allowed: impl Fn(&str) -> u3
         .collect()
 }
 
-/// The candidates in the search's terms, or `None` when one's node is not in the base.
-fn prepare(candidates: &[&Candidate], base: &Base<'_>) -> Option<Vec<consolidation::Candidate>> {
-    candidates
-        .iter()
-        .map(|c| {
-            Some(consolidation::Candidate {
-                node: *base.positions.get(&c.node_name())?,
-                price: c.price,
-                capacity_type: c.capacity_type,
-                pods: c.pods.iter().filter_map(|p| PodInfo::from_pod(p).ok()).collect(),
-            })
-        })
-        .collect()
+/// A candidate in the search's terms, or `None` when its node is not in the base.
+fn prepare(candidate: &Candidate, base: &Base<'_>) -> Option<consolidation::Candidate> {
+    Some(consolidation::Candidate {
+        node: *base.positions.get(&candidate.node_name())?,
+        price: candidate.price,
+        capacity_type: candidate.capacity_type,
+        pods: candidate
+            .pods
+            .iter()
+            .filter_map(|p| PodInfo::from_pod(p).ok())
+            .collect(),
+    })
 }
 
 /// Simulates removing `candidates` from the base.
-fn simulate(candidates: &[&Candidate], base: &mut Base<'_>) -> Option<Result<Decision, Refusal>> {
-    let prepared = prepare(candidates, base)?;
-    let refs: Vec<&consolidation::Candidate> = prepared.iter().collect();
-    Some(consolidation::consolidate(base.input, &refs, base.settings))
+fn simulate(candidates: &[&Candidate], base: &Base<'_>) -> Option<Result<Decision, Refusal>> {
+    let prepared: Vec<consolidation::Candidate> = candidates
+        .iter()
+        .map(|c| prepare(c, base))
+        .collect::<Option<_>>()?;
+    let all: Vec<usize> = (0..prepared.len()).collect();
+    Some(Search::new(base.input, &prepared, base.settings).consolidate(&all))
 }
 
 /// The largest prefix of at least two candidates that consolidates (binary search over all).
-fn multi_node(candidates: &[&Candidate], base: &mut Base<'_>) -> Option<Command> {
-    let prepared = prepare(candidates, base)?;
-    let refs: Vec<&consolidation::Candidate> = prepared.iter().collect();
-    let best = consolidation::largest_prefix(base.input, &refs, base.settings);
+fn multi_node(candidates: &[&Candidate], base: &Base<'_>) -> Option<Command> {
+    let prepared: Vec<consolidation::Candidate> = candidates
+        .iter()
+        .map(|c| prepare(c, base))
+        .collect::<Option<_>>()?;
+    let order: Vec<usize> = (0..prepared.len()).collect();
+    let best = Search::new(base.input, &prepared, base.settings).largest_prefix(&order);
     tracing::info!(
         searched = candidates.len(),
         found = best.as_ref().map_or(0, |(count, _)| *count),
@@ -201,25 +206,27 @@ fn multi_node(candidates: &[&Candidate], base: &mut Base<'_>) -> Option<Command>
     })
 }
 
-/// The first candidate that consolidates alone; the refusals of those before it.
-fn single_node(
-    candidates: &[&Candidate],
-    base: &mut Base<'_>,
-) -> (Option<Command>, Vec<(Candidate, Refusal)>) {
+/// The first candidate that consolidates alone; the refusals of those before it. One search is
+/// set up for all of them.
+fn single_node(candidates: &[&Candidate], base: &Base<'_>) -> (Option<Command>, Vec<(Candidate, Refusal)>) {
+    let (known, prepared): (Vec<&Candidate>, Vec<consolidation::Candidate>) = candidates
+        .iter()
+        .filter_map(|c| Some((*c, prepare(c, base)?)))
+        .unzip();
+    let mut search = Search::new(base.input, &prepared, base.settings);
     let mut refusals = Vec::new();
-    for candidate in candidates {
-        match simulate(&[candidate], base) {
-            Some(Ok(decision)) => {
+    for (position, candidate) in known.into_iter().enumerate() {
+        match search.consolidate(&[position]) {
+            Ok(decision) => {
                 let command = Command {
                     method: Method::SingleNode,
                     reason: DisruptionReason::Underutilized,
-                    candidates: vec![(*candidate).clone()],
+                    candidates: vec![candidate.clone()],
                     decision,
                 };
                 return (Some(command), refusals);
             }
-            Some(Err(refusal)) => refusals.push(((*candidate).clone(), refusal)),
-            None => {}
+            Err(refusal) => refusals.push((candidate.clone(), refusal)),
         }
     }
     (None, refusals)
@@ -231,7 +238,7 @@ fn single_node(
 pub fn revalidate(
     previous: &Command,
     candidates: &[Candidate],
-    base: &mut Base<'_>,
+    base: &Base<'_>,
     allowed: impl Fn(&str, DisruptionReason) -> u32,
 ) -> Option<Command> {
     let current: Vec<&Candidate> = previous

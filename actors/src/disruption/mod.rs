@@ -251,8 +251,8 @@ async fn decide(shared: &Shared, previous: Option<&Command>, memo: &SharedMemo) 
     let settings = Settings {
         spot_to_spot: shared.settings.spot_to_spot_consolidation,
     };
-    let mut base = Base {
-        input: &mut input,
+    let base = Base {
+        input: &input,
         positions,
         settings,
     };
@@ -279,7 +279,7 @@ async fn decide(shared: &Shared, previous: Option<&Command>, memo: &SharedMemo) 
                 return None;
             }
             let started = tokio::time::Instant::now();
-            let (command, refusals) = methods::plan(&candidates, &mut base, allowed);
+            let (command, refusals) = methods::plan(&candidates, &base, allowed);
             let reason = command.as_ref().map_or(UNDERUTILIZED, |c| reason_label(c.reason));
             shared
                 .metrics
@@ -304,7 +304,7 @@ async fn decide(shared: &Shared, previous: Option<&Command>, memo: &SharedMemo) 
                 }
             }
         }
-        Some(previous) => methods::revalidate(previous, &candidates, &mut base, allowed)?,
+        Some(previous) => methods::revalidate(previous, &candidates, &base, allowed)?,
     };
     let replacement = match &command.decision {
         Decision::Delete => None,

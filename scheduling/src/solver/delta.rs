@@ -1,0 +1,111 @@
+//! One cluster, many placements: the solver's set-up done once, each placement a change to it.
+//!
+//! Consolidation asks the same question of every candidate: where would these pods go if these
+//! nodes were gone? Setting up the solver (NodePools, scheduling classes, topology groups and
+//! counts, one bin per node) costs time proportional to the cluster, far more than placing a
+//! candidate's few pods. A [`Simulator`] sets up once over the cluster and every pod it may be
+//! asked to place, then answers each question by leaving the nodes out (their pods' topology
+//! counts taken away, their bins skipped), placing the pods, and undoing every change: the bins
+//! the placement touched are restored from a journal, opened claims dropped, and topology counts
+//! and NodePool limits put back from the state after set-up.
+//!
+//! Failure modes: none; a node left out only ever makes the simulation stricter where a domain
+//! existed only through it (its zone stays a domain with no pods).
+
+use super::Solver;
+use crate::{bitset, input::Input, pod::PodInfo, solution::Solution, topology::Counts};
+
+/// The solver set up once over a cluster (see the module docs).
+pub(crate) struct Simulator<'a> {
+    solver: Solver<'a>,
+    /// Every pod a placement may ask for, and its scheduling class.
+    pending: Vec<(&'a PodInfo, usize)>,
+    /// Per node (position in `Input::nodes`), its bin.
+    bin_of_node: Vec<usize>,
+    /// Topology counts after set-up.
+    counts: Counts,
+    /// NodePool limits after set-up: remaining resources and nodes.
+    limits: Vec<(Option<Vec<i64>>, Option<i64>)>,
+}
+
+impl<'a> Simulator<'a> {
+    /// Sets up the solver over `input` (its `pods` are ignored) for placements of `pending`.
+    pub(crate) fn new(input: &'a Input, pending: Vec<&'a PodInfo>) -> Self {
+        let (mut solver, classes) = Solver::prepare(input, &pending, true);
+        solver.journal = Some(Vec::new());
+        let mut bin_of_node = vec![0; input.nodes.len()];
+        for (b, bin) in solver.bins.iter().enumerate() {
+            if let Some(node) = bin.node {
+                bin_of_node[node] = b;
+            }
+        }
+        Simulator {
+            counts: solver.topology.counts(),
+            limits: solver
+                .pools
+                .iter()
+                .map(|p| (p.remaining.clone(), p.remaining_nodes))
+                .collect(),
+            pending: pending.into_iter().zip(classes).collect(),
+            bin_of_node,
+            solver,
+        }
+    }
+
+    /// A pod `new` was given, by position.
+    pub(crate) fn pod(&self, pod: usize) -> &'a PodInfo {
+        self.pending[pod].0
+    }
+
+    /// Places `pods` (positions in the pending pods) on the cluster without `excluded` (positions
+    /// in `Input::nodes`); the solution's pods are positions in `pods`, its nodes positions in
+    /// `Input::nodes`. The simulator is left as set up.
+    pub(crate) fn place(&mut self, pods: &[usize], excluded: &[usize]) -> Solution {
+        let s = &mut self.solver;
+        s.excluded.resize(s.bins.len().div_ceil(64), 0);
+        for &node in excluded {
+            let b = self.bin_of_node[node];
+            bitset::insert(&mut s.excluded, b);
+            for &(group, domain) in s.records.as_ref().map_or(&[][..], |r| &r[b]) {
+                s.topology.unrecord(group, domain);
+            }
+            for &(group, count) in &s.bins[b].host_counts {
+                s.topology.unrecord_host(group, count);
+            }
+        }
+        for class in &mut s.classes {
+            class.rejected.clear();
+        }
+        s.load(
+            pods.iter().map(|&p| self.pending[p].0).collect(),
+            pods.iter().map(|&p| self.pending[p].1).collect(),
+        );
+        let solution = s.place();
+        self.undo();
+        solution
+    }
+
+    /// Puts the solver back as set up.
+    fn undo(&mut self) {
+        let s = &mut self.solver;
+        let nodes = s.input.nodes.len();
+        for (b, bin) in s.journal.iter_mut().flat_map(|j| j.drain(..)) {
+            s.bins[b] = bin;
+        }
+        s.bins.truncate(nodes);
+        for per_domain in &mut s.decided {
+            for claims in per_domain {
+                bitset::truncate(claims, nodes);
+            }
+        }
+        s.topology.restore(&self.counts);
+        for (pool, (remaining, remaining_nodes)) in s.pools.iter_mut().zip(&self.limits) {
+            if let (Some(now), Some(then)) = (pool.remaining.as_mut(), remaining) {
+                now.copy_from_slice(then);
+            }
+            pool.remaining_nodes = *remaining_nodes;
+        }
+        s.excluded.fill(0);
+        s.pods.clear();
+    }
+}
