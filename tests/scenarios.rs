@@ -923,21 +923,17 @@ fn otlp_receiver() -> (String, mpsc::Receiver<Vec<u8>>) {
 #[test]
 fn simulate_exports_node_traces_over_otlp_when_the_endpoint_is_set() {
     let (endpoint, received) = otlp_receiver();
-    let output = Command::new(env!("CARGO_BIN_EXE_joist"))
-        .args([
-            "simulate",
-            concat!(env!("CARGO_MANIFEST_DIR"), "/examples/quickstart.yaml"),
-        ])
-        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint)
-        .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-        .env_remove("OTEL_EXPORTER_OTLP_PROTOCOL")
-        .env_remove("OTEL_SERVICE_NAME")
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run joist: {e}"));
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
+    tools::succeeded(
+        Command::new(env!("CARGO_BIN_EXE_joist"))
+            .args([
+                "simulate",
+                concat!(env!("CARGO_MANIFEST_DIR"), "/examples/quickstart.yaml"),
+            ])
+            .env("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint)
+            .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+            .env_remove("OTEL_EXPORTER_OTLP_PROTOCOL")
+            .env_remove("OTEL_SERVICE_NAME"),
+        "joist simulate",
     );
     let requests: Vec<ExportTraceServiceRequest> = received
         .try_iter()

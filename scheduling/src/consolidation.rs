@@ -18,10 +18,10 @@
 //! question grows with the pods it moves, not with the cluster. Failures are values
 //! ([`Refusal`]), written for people, as Karpenter's `Unconsolidatable` events are.
 
-use std::{collections::BTreeMap, fmt};
+use std::fmt;
 
 use joist_messages::{
-    labels::{CAPACITY_TYPE, HOSTNAME, ZONE},
+    labels::{CAPACITY_TYPE, ZONE},
     model::{
         instance_type::{CapacityType, InstanceType, Offering},
         requirements::{Operator, Requirement, Requirements},
@@ -254,36 +254,22 @@ pub fn apply(
     }
     if let Decision::Replace(replacement) = &decision
         && let Some(&first) = replacement.claim.instance_types.first()
+        && let it = &base.instance_types[first]
+        && let Some(offering) = cheapest_offering(it, &replacement.claim.requirements)
     {
-        let it = &base.instance_types[first];
-        let mut labels: BTreeMap<String, String> = it
-            .requirements
-            .iter()
-            .chain(replacement.claim.requirements.iter())
-            .filter(|r| r.operator() == Operator::In && r.values().len() == 1)
-            .filter_map(|r| Some((r.key().to_owned(), r.values().next()?.to_owned())))
-            .collect();
-        labels.insert(HOSTNAME.to_owned(), name.to_owned());
-        if let Some(offering) = cheapest_offering(it, &replacement.claim.requirements) {
-            labels.insert(ZONE.to_owned(), offering.zone.clone());
-            labels.insert(
-                CAPACITY_TYPE.to_owned(),
-                offering.capacity_type.label().to_owned(),
-            );
-        }
         let moved = replacement
             .claim
             .pods
             .iter()
             .filter_map(|&p| pods.get_mut(p)?.take());
-        base.nodes.push(ExistingNode {
-            name: name.to_owned(),
-            labels,
-            taints: Vec::new(),
-            allocatable: it.allocatable(),
-            pods: moved.collect(),
-            initialized: true,
-        });
+        let node = ExistingNode::launched(
+            name,
+            &replacement.claim.requirements,
+            it,
+            offering,
+            moved.collect(),
+        );
+        base.nodes.push(node);
     }
     let mut gone: Vec<usize> = which.iter().map(|&c| candidates[c].node).collect();
     gone.sort_unstable_by(|a, b| b.cmp(a));

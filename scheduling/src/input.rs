@@ -10,8 +10,14 @@
 
 use std::collections::BTreeMap;
 
-use joist_messages::model::{
-    instance_type::InstanceType, quantity::Quantity, requirements::Requirements, resources::Resources,
+use joist_messages::{
+    labels::{CAPACITY_TYPE, HOSTNAME, INSTANCE_TYPE, ZONE},
+    model::{
+        instance_type::{InstanceType, Offering},
+        quantity::Quantity,
+        requirements::{Operator, Requirements},
+        resources::Resources,
+    },
 };
 use k8s_openapi::api::core::v1::Taint;
 
@@ -53,6 +59,42 @@ pub struct ExistingNode {
     pub pods: Vec<PodInfo>,
     /// False while the node is still starting; initialized nodes are tried first.
     pub initialized: bool,
+}
+
+impl ExistingNode {
+    /// The initialized node a claim with `requirements` becomes once launched as `it` on
+    /// `offering`, named `name`: labelled with the single-valued requirements of both, its
+    /// hostname, zone, capacity type and instance type; holding `pods`.
+    pub fn launched(
+        name: &str,
+        requirements: &Requirements,
+        it: &InstanceType,
+        offering: &Offering,
+        pods: Vec<PodInfo>,
+    ) -> Self {
+        let mut labels: BTreeMap<String, String> = it
+            .requirements
+            .iter()
+            .chain(requirements.iter())
+            .filter(|r| r.operator() == Operator::In && r.values().len() == 1)
+            .filter_map(|r| Some((r.key().to_owned(), r.values().next()?.to_owned())))
+            .collect();
+        labels.insert(HOSTNAME.to_owned(), name.to_owned());
+        labels.insert(ZONE.to_owned(), offering.zone.clone());
+        labels.insert(
+            CAPACITY_TYPE.to_owned(),
+            offering.capacity_type.label().to_owned(),
+        );
+        labels.insert(INSTANCE_TYPE.to_owned(), it.name.clone());
+        ExistingNode {
+            name: name.to_owned(),
+            labels,
+            taints: Vec::new(),
+            allocatable: it.allocatable(),
+            pods,
+            initialized: true,
+        }
+    }
 }
 
 /// What to do when a NodePool's `minValues` cannot be met.

@@ -178,7 +178,8 @@ impl<'a> Solver<'a> {
     fn new(input: &'a Input) -> Self {
         let pods: Vec<&'a PodInfo> = input.pods.iter().collect();
         let (mut solver, classes) = Self::prepare(input, &pods, false);
-        solver.load(pods, classes);
+        let requests = solver.request_vectors(&pods);
+        solver.load(pods, classes, requests);
         solver
     }
 
@@ -294,12 +295,18 @@ impl<'a> Solver<'a> {
         (solver, classes)
     }
 
-    /// Sets the pods to place, with their scheduling classes.
-    fn load(&mut self, pods: Vec<&'a PodInfo>, classes: Vec<usize>) {
-        self.requests.clear();
-        for pod in &pods {
-            self.dims.extend_vector(&pod.requests, &mut self.requests);
+    /// The requests of `pods` as vectors over the solver's dimensions, one after the other.
+    fn request_vectors(&self, pods: &[&PodInfo]) -> Vec<i64> {
+        let mut requests = Vec::with_capacity(pods.len() * self.dims.len());
+        for pod in pods {
+            self.dims.extend_vector(&pod.requests, &mut requests);
         }
+        requests
+    }
+
+    /// Sets the pods to place, with their scheduling classes and [`Self::request_vectors`].
+    fn load(&mut self, pods: Vec<&'a PodInfo>, classes: Vec<usize>, requests: Vec<i64>) {
+        self.requests = requests;
         self.pods = pods;
         self.pod_class = classes;
         self.reserves = Reserves::new(

@@ -616,32 +616,19 @@ pub fn fragmented_cluster(nodes: usize, deleted: f64) -> Input {
                 .filter(|o| o.capacity_type == CapacityType::OnDemand)
                 .filter(|o| zone.is_none_or(|r| r.has(&o.zone)))
                 .min_by(|a, b| a.price.total_cmp(&b.price))?;
-            let name = format!("node-{i}");
-            let mut labels: BTreeMap<String, String> = claim
-                .requirements
-                .iter()
-                .chain(it.requirements.iter())
-                .filter(|r| r.operator() == Operator::In && r.values().len() == 1)
-                .filter_map(|r| Some((r.key().to_owned(), r.values().next()?.to_owned())))
-                .collect();
-            labels.insert(HOSTNAME.to_owned(), name.clone());
-            labels.insert(ZONE.to_owned(), offering.zone.clone());
-            labels.insert(CAPACITY_TYPE.to_owned(), "on-demand".to_owned());
-            labels.insert(INSTANCE_TYPE.to_owned(), it.name.clone());
             let kept = claim
                 .pods
                 .iter()
                 .filter(|_| (rng.below(1_000) as f64) >= deleted * 1_000.0)
                 .map(|&p| placed[p].clone())
                 .collect();
-            Some(ExistingNode {
-                name,
-                labels,
-                taints: Vec::new(),
-                allocatable: it.allocatable(),
-                pods: kept,
-                initialized: true,
-            })
+            Some(ExistingNode::launched(
+                &format!("node-{i}"),
+                &claim.requirements,
+                it,
+                offering,
+                kept,
+            ))
         })
         .collect();
     input

@@ -35,15 +35,11 @@ const IMPLIED: [(&str, &str); 5] = [
 /// Each SDK crate's source directory, from `cargo metadata` (offline: the lock file pins them).
 fn sdk_sources() -> BTreeMap<&'static str, PathBuf> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
-    let output = Command::new(cargo)
-        .args(["metadata", "--format-version", "1", "--offline", "--locked"])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .unwrap_or_else(|e| panic!("cargo metadata: {e}"));
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
+    let output = crate::tools::succeeded(
+        Command::new(cargo)
+            .args(["metadata", "--format-version", "1", "--offline", "--locked"])
+            .current_dir(env!("CARGO_MANIFEST_DIR")),
+        "cargo metadata",
     );
     let metadata: Value = serde_json::from_slice(&output.stdout).unwrap_or_else(|e| panic!("{e}"));
     SERVICES

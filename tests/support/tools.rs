@@ -4,7 +4,7 @@
 use std::{
     collections::BTreeMap,
     path::{Path, PathBuf},
-    process::Command,
+    process::{Command, Output},
 };
 
 /// The repository's root.
@@ -12,15 +12,23 @@ pub fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// Runs `scripts/<script>` and returns the paths it printed, by name.
-pub fn installed(script: &str) -> BTreeMap<String, PathBuf> {
-    let output = Command::new(root().join("scripts").join(script))
-        .output()
-        .unwrap_or_else(|e| panic!("run scripts/{script}: {e}"));
+/// Runs `command` (`what` names it in failures) and returns its output, failing the test when it
+/// cannot start or exits unsuccessfully (with its standard error).
+pub fn succeeded(command: &mut Command, what: &str) -> Output {
+    let output = command.output().unwrap_or_else(|e| panic!("run {what}: {e}"));
     assert!(
         output.status.success(),
-        "scripts/{script} failed: {}",
+        "{what} failed: {}",
         String::from_utf8_lossy(&output.stderr)
+    );
+    output
+}
+
+/// Runs `scripts/<script>` and returns the paths it printed, by name.
+pub fn installed(script: &str) -> BTreeMap<String, PathBuf> {
+    let output = succeeded(
+        &mut Command::new(root().join("scripts").join(script)),
+        &format!("scripts/{script}"),
     );
     String::from_utf8_lossy(&output.stdout)
         .lines()

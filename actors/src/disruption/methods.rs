@@ -175,22 +175,21 @@ fn prepare(candidate: &Candidate, base: &Base<'_>) -> Option<consolidation::Cand
     })
 }
 
+/// All of `candidates` in the search's terms, or `None` when one's node is not in the base.
+fn prepare_all(candidates: &[&Candidate], base: &Base<'_>) -> Option<Vec<consolidation::Candidate>> {
+    candidates.iter().map(|c| prepare(c, base)).collect()
+}
+
 /// Simulates removing `candidates` from the base.
 fn simulate(candidates: &[&Candidate], base: &Base<'_>) -> Option<Result<Decision, Refusal>> {
-    let prepared: Vec<consolidation::Candidate> = candidates
-        .iter()
-        .map(|c| prepare(c, base))
-        .collect::<Option<_>>()?;
+    let prepared = prepare_all(candidates, base)?;
     let all: Vec<usize> = (0..prepared.len()).collect();
     Some(Search::new(base.input, &prepared, base.settings).consolidate(&all))
 }
 
 /// The largest prefix of at least two candidates that consolidates (binary search over all).
 fn multi_node(candidates: &[&Candidate], base: &Base<'_>) -> Option<Command> {
-    let prepared: Vec<consolidation::Candidate> = candidates
-        .iter()
-        .map(|c| prepare(c, base))
-        .collect::<Option<_>>()?;
+    let prepared = prepare_all(candidates, base)?;
     let order: Vec<usize> = (0..prepared.len()).collect();
     let best = Search::new(base.input, &prepared, base.settings).largest_prefix(&order);
     tracing::info!(

@@ -20,6 +20,8 @@ pub(crate) struct Simulator<'a> {
     solver: Solver<'a>,
     /// Every pod a placement may ask for, and its scheduling class.
     pending: Vec<(&'a PodInfo, usize)>,
+    /// Their requests, as the solver's vectors (see [`Solver::request_vectors`]).
+    requests: Vec<i64>,
     /// Per node (position in `Input::nodes`), its bin.
     bin_of_node: Vec<usize>,
     /// Topology counts after set-up.
@@ -40,6 +42,7 @@ impl<'a> Simulator<'a> {
             }
         }
         Simulator {
+            requests: solver.request_vectors(&pending),
             counts: solver.topology.counts(),
             limits: solver
                 .pools
@@ -76,9 +79,14 @@ impl<'a> Simulator<'a> {
         for class in &mut s.classes {
             class.rejected.clear();
         }
+        let d = s.dims.len();
         s.load(
             pods.iter().map(|&p| self.pending[p].0).collect(),
             pods.iter().map(|&p| self.pending[p].1).collect(),
+            pods.iter()
+                .flat_map(|&p| &self.requests[p * d..(p + 1) * d])
+                .copied()
+                .collect(),
         );
         let solution = s.place();
         self.undo();
