@@ -439,6 +439,144 @@ fn a_failed_replacement_rolls_back_and_the_node_keeps_serving() {
     );
 }
 
+const APART: &str = "      affinity:
+        podAntiAffinity:
+          requiredDuringSchedulingIgnoredDuringExecution:
+            - labelSelector: {matchLabels: {app: web}}
+              topologyKey: kubernetes.io/hostname";
+
+/// Each `disruption-decided` entry of the timeline.
+fn decisions(report: &Report) -> Vec<&str> {
+    report
+        .timeline
+        .iter()
+        .filter(|e| e.event == "disruption-decided")
+        .map(|e| e.detail.as_str())
+        .collect()
+}
+
+/// The most nodes that stood at once between `from` and the end, counted from launches and ends.
+fn most_nodes_after(report: &Report, from: f64) -> i64 {
+    let (mut now, mut most) = (0i64, 0i64);
+    for e in &report.timeline {
+        match e.event.as_str() {
+            "instance-launched" => now += 1,
+            "instance-ended" => now -= 1,
+            _ => continue,
+        }
+        if e.at_seconds >= from {
+            most = most.max(now);
+        }
+    }
+    most
+}
+
+#[test]
+fn a_new_image_rolls_every_node_one_at_a_time_within_a_budget_of_one() {
+    let manifests = pool(
+        "default",
+        &family(&["c5"]),
+        &disruption("WhenEmpty", "[{nodes: '1'}]"),
+    ) + NODE_CLASS
+        + &deployment("web", 3, "1", APART);
+    let steps = "[{at: 3m, releaseImage: {family: al2023}}]";
+    let report = run(&scenario(&manifests, steps, "15m"));
+    let s = &report.summary;
+    assert_eq!(terminated(&report, "drifted"), 3, "{s:#?}");
+    assert_eq!((s.pods_running_end, s.pods_pending_end), (3, 0), "{s:#?}");
+    assert_eq!(s.final_nodes.len(), 3, "{s:#?}");
+    let decided = decisions(&report);
+    assert_eq!(decided.len(), 3, "{decided:#?}");
+    assert!(
+        decided
+            .iter()
+            .all(|d| d.starts_with("drift of ") && !d.split(" by ").next().unwrap_or_default().contains(',')),
+        "one node per command: {decided:#?}"
+    );
+    assert!(
+        most_nodes_after(&report, 180.0) <= 4,
+        "the budget of one: never more than one replacement beside the three"
+    );
+    assert!(
+        report.timeline.iter().any(|e| e.event == "image-released"),
+        "the step is on the timeline"
+    );
+}
+
+#[test]
+fn a_requirement_change_replaces_every_old_node_with_a_conforming_one() {
+    let manifests = pool(
+        "default",
+        &family(&["c5"]),
+        &disruption("WhenEmpty", "[{nodes: '1'}]"),
+    ) + NODE_CLASS
+        + &deployment("web", 2, "1", APART);
+    let m5 = indent(&indent(&indent(&pool(
+        "default",
+        &family(&["m5"]),
+        &disruption("WhenEmpty", "[{nodes: '1'}]"),
+    ))));
+    let steps = format!("\n    - at: 3m\n      apply: |\n{m5}");
+    let report = run(&scenario(&manifests, &steps, "12m"));
+    let s = &report.summary;
+    assert_eq!(terminated(&report, "drifted"), 2, "{s:#?}");
+    assert_eq!((s.pods_running_end, s.pods_pending_end), (2, 0), "{s:#?}");
+    assert!(
+        s.final_nodes.iter().all(|n| n.instance_type.starts_with("m5.")),
+        "{s:#?}"
+    );
+}
+
+#[test]
+fn expire_after_replaces_a_node_even_under_a_budget_of_zero() {
+    let manifests = pool(
+        "default",
+        &family(&["c5"]),
+        &disruption("WhenEmptyOrUnderutilized", "[{nodes: '0'}]"),
+    )
+    .replace(
+        "      nodeClassRef:",
+        "      expireAfter: 5m\n      nodeClassRef:",
+    ) + NODE_CLASS
+        + &deployment("web", 2, "1", "");
+    let report = run(&scenario(&manifests, "[]", "8m"));
+    let s = &report.summary;
+    assert!(terminated(&report, "expired") >= 1, "{s:#?}");
+    assert_eq!((s.pods_running_end, s.pods_pending_end), (2, 0), "{s:#?}");
+    assert!(!s.final_nodes.is_empty(), "provisioning replaced the capacity");
+}
+
+#[test]
+fn a_blocking_pdb_holds_an_expiry_until_the_grace_period_then_its_pod_is_deleted() {
+    let pdb = "apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {name: guarded, namespace: default}
+spec:
+  maxUnavailable: 0
+  selector: {matchLabels: {app: guarded}}
+---
+";
+    let manifests = pool("default", &family(&["c5"]), "").replace(
+        "      nodeClassRef:",
+        "      expireAfter: 5m\n      terminationGracePeriod: 3m\n      nodeClassRef:",
+    ) + NODE_CLASS
+        + pdb
+        + &deployment("guarded", 1, "1", "");
+    let report = run(&scenario(&manifests, "[]", "12m"));
+    let s = &report.summary;
+    let deleting = first_at(&report, "nodeclaim-deleting");
+    let ended = first_at(&report, "instance-ended");
+    assert!((300.0..330.0).contains(&deleting), "expired at 5m: {deleting}");
+    // The drain waits on the budget until 30 s (the pod's own grace period) before the 3m deadline,
+    // deletes the pod with the time left, and the instance goes at the deadline at the latest.
+    assert!(
+        ended - deleting >= 150.0 && ended - deleting <= 200.0,
+        "held about three minutes: deleting at {deleting}, ended at {ended}"
+    );
+    assert_eq!(terminated(&report, "expired"), 1, "{s:#?}");
+    assert_eq!(s.pods_running_end, 1, "{s:#?}");
+}
+
 #[test]
 fn a_spot_interruption_is_replaced_before_the_instance_is_reclaimed() {
     let spot = pool("spot", &family(&["c5"]), "").replace("values: [on-demand]", "values: [spot]");

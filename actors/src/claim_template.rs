@@ -2,6 +2,9 @@
 //! to the simulation's requirements and the instance types that fit (cheapest first, at most
 //! Karpenter's 600), owned by the NodePool and finalized by Joist.
 //!
+//! It carries the NodePool's hash and hash version (`karpenter.sh/nodepool-hash`), which drift is
+//! judged by ([`joist_messages::apis::hash`]).
+//!
 //! Its labels are what the node will carry beyond the instance's own: the template's labels, the
 //! NodePool and node class names, and one value for every custom requirement (a pool requiring
 //! `company.com/team In [a, b]` whose pods select `team: a` gets `company.com/team=a`), as
@@ -10,10 +13,16 @@
 
 use joist_messages::{
     apis::{
-        NodeClaim, NodeClaimSpec, NodePool, common::NodeSelectorRequirementWithMinValues,
+        NodeClaim, NodeClaimSpec, NodePool,
+        common::NodeSelectorRequirementWithMinValues,
+        hash::{self, nodepool_hash},
         nodeclaim::ResourceRequirements,
     },
-    labels::{EC2_NODE_CLASS, INSTANCE_TYPE, NODEPOOL, TERMINATION_FINALIZER, is_injectable},
+    labels::{
+        EC2_NODE_CLASS, INSTANCE_TYPE, NODEPOOL, TERMINATION_FINALIZER,
+        annotations::{NODEPOOL_HASH, NODEPOOL_HASH_VERSION},
+        is_injectable,
+    },
     model::{
         instance_type::InstanceType,
         requirements::{Operator, Requirement},
@@ -53,11 +62,17 @@ pub fn node_claim(pool: &NodePool, claim: &NewClaim, instance_types: &[InstanceT
         block_owner_deletion: Some(true),
         controller: None,
     };
+    let mut annotations = template.metadata.annotations.clone();
+    annotations.insert(NODEPOOL_HASH.to_owned(), nodepool_hash(pool));
+    annotations.insert(
+        NODEPOOL_HASH_VERSION.to_owned(),
+        hash::NODEPOOL_HASH_VERSION.to_owned(),
+    );
     NodeClaim {
         metadata: ObjectMeta {
             generate_name: Some(format!("{}-", pool.name_any())),
             labels: Some(labels),
-            annotations: Some(template.metadata.annotations.clone()).filter(|a| !a.is_empty()),
+            annotations: Some(annotations),
             owner_references: Some(vec![owner]),
             finalizers: Some(vec![TERMINATION_FINALIZER.to_owned()]),
             ..ObjectMeta::default()

@@ -116,6 +116,17 @@ pub fn claim_conditions_patch(
     serde_json::json!({"metadata": {"resourceVersion": claim.resource_version()}, "status": status})
 }
 
+/// A status patch body that removes the claim's condition `type_`, valid only against the version
+/// it was computed from.
+pub fn claim_condition_removal_patch(claim: &NodeClaim, type_: &str) -> Value {
+    let mut conditions = claim.status.clone().unwrap_or_default().conditions;
+    conditions.retain(|c| c.type_ != type_);
+    serde_json::json!({
+        "metadata": {"resourceVersion": claim.resource_version()},
+        "status": {"conditions": conditions},
+    })
+}
+
 /// Sets a condition in `conditions`; true when anything changed. The transition time moves only
 /// when the status does.
 pub fn set_condition(

@@ -65,6 +65,9 @@ pub enum Decision {
     Delete,
     /// Every pod fits on the remaining nodes and one new, cheaper node.
     Replace(Replacement),
+    /// Every pod fits on the remaining nodes and these new nodes, whatever they cost (how drifted
+    /// nodes are replaced: they must go, cheaper or not).
+    Relaunch(Vec<NewClaim>),
 }
 
 /// The node that replaces the candidates.
@@ -82,6 +85,7 @@ impl Decision {
         match self {
             Decision::Delete => 0.0,
             Decision::Replace(replacement) => replacement.price,
+            Decision::Relaunch(claims) => claims.iter().map(|c| c.price).sum(),
         }
     }
 }
@@ -172,6 +176,25 @@ impl<'a> Search<'a> {
         }
     }
 
+    /// Closes the nodes at `nodes` (positions in the base) to every placement of this search: no
+    /// pod moves onto them, though they stay and their pods keep counting (nodes inside their
+    /// `consolidateAfter` window).
+    pub fn close(&mut self, nodes: &[usize]) {
+        self.simulator.close(nodes);
+    }
+
+    /// Where the pods of the candidates at `which` would go if those nodes had to leave whatever
+    /// it costs (drift): the remaining nodes, then as many new nodes as they need. `Delete` when
+    /// no new node is needed.
+    pub fn relocate(&mut self, which: &[usize]) -> Result<Decision, Refusal> {
+        let solution = self.place(which)?;
+        Ok(if solution.claims.is_empty() {
+            Decision::Delete
+        } else {
+            Decision::Relaunch(solution.claims)
+        })
+    }
+
     /// Decides whether the candidates at positions `which` can go (see the module docs).
     pub fn consolidate(&mut self, which: &[usize]) -> Result<Decision, Refusal> {
         self.simulate(which).map(|(decision, _)| decision)
@@ -199,18 +222,7 @@ impl<'a> Search<'a> {
     /// Simulates the candidates at `which` leaving and judges the outcome; with the simulation's
     /// solution, whose pods are the candidates' pods in the order of `which`.
     fn simulate(&mut self, which: &[usize]) -> Result<(Decision, Solution), Refusal> {
-        let pods: Vec<usize> = which
-            .iter()
-            .flat_map(|&c| self.first_pod[c]..self.first_pod[c] + self.candidates[c].pods.len())
-            .collect();
-        let nodes: Vec<usize> = which.iter().map(|&c| self.candidates[c].node).collect();
-        let solution = self.simulator.place(&pods, &nodes);
-        if let Some(unschedulable) = solution.unschedulable.first() {
-            return Err(Refusal::PodDoesNotFit {
-                pod: self.simulator.pod(pods[unschedulable.pod]).name.clone(),
-                reason: unschedulable.to_string(),
-            });
-        }
+        let solution = self.place(which)?;
         let current: f64 = which.iter().map(|&c| self.candidates[c].price).sum();
         let decision = match solution.claims.as_slice() {
             [] => Decision::Delete,
@@ -229,6 +241,26 @@ impl<'a> Search<'a> {
             claims => return Err(Refusal::MoreThanOneNode { nodes: claims.len() }),
         };
         Ok((decision, solution))
+    }
+}
+
+impl Search<'_> {
+    /// Places the pods of the candidates at `which` on the cluster without them (the solution's
+    /// pods in the order of `which`); a pod that fits nowhere is a refusal.
+    fn place(&mut self, which: &[usize]) -> Result<Solution, Refusal> {
+        let pods: Vec<usize> = which
+            .iter()
+            .flat_map(|&c| self.first_pod[c]..self.first_pod[c] + self.candidates[c].pods.len())
+            .collect();
+        let nodes: Vec<usize> = which.iter().map(|&c| self.candidates[c].node).collect();
+        let solution = self.simulator.place(&pods, &nodes);
+        if let Some(unschedulable) = solution.unschedulable.first() {
+            return Err(Refusal::PodDoesNotFit {
+                pod: self.simulator.pod(pods[unschedulable.pod]).name.clone(),
+                reason: unschedulable.to_string(),
+            });
+        }
+        Ok(solution)
     }
 }
 

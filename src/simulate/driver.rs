@@ -202,6 +202,7 @@ fn describe(action: &Action, documents: usize) -> String {
         Action::FailCloud { operation, duration } => {
             format!("the cloud fails {operation:?} for {}s", duration.as_secs())
         }
+        Action::ReleaseImage { family } => format!("a new {family} image is released"),
     }
 }
 
@@ -263,6 +264,10 @@ async fn execute(
         }
         Action::FailCloud { operation, duration } => {
             cloud.fail(*operation, *duration);
+            Ok(())
+        }
+        Action::ReleaseImage { family } => {
+            cloud.release_image(family);
             Ok(())
         }
     }

@@ -266,6 +266,7 @@ fn cloud_entry(at: f64, event: CloudEvent) -> Entry {
         }
         CloudEvent::InterruptionWarning { instance } => ("interruption-warning", instance, String::new()),
         CloudEvent::Ended { instance, reason } => ("instance-ended", instance, format!("{reason:?}")),
+        CloudEvent::ImageReleased { family, image } => ("image-released", family, image),
     };
     Entry {
         at_seconds: round(at, 3),

@@ -88,7 +88,25 @@ struct StepSpec {
     fail_creates: Option<FailCreatesSpec>,
     #[serde(rename = "failCloud")]
     fail_cloud: Option<FailCloudSpec>,
+    #[serde(rename = "releaseImage")]
+    release_image: Option<ReleaseImageSpec>,
 }
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct ReleaseImageSpec {
+    family: String,
+}
+
+/// The AMI families a `releaseImage` step may name (those an `amiSelectorTerms` alias accepts).
+const IMAGE_FAMILIES: [&str; 6] = [
+    "al2",
+    "al2023",
+    "bottlerocket",
+    "windows2019",
+    "windows2022",
+    "windows2025",
+];
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -204,6 +222,12 @@ pub enum Action {
         operation: Operation,
         /// For how long.
         duration: Duration,
+    },
+    /// Release a new image for an AMI family: node classes selecting `family@latest` move to it,
+    /// and the nodes booted from the old one drift (`AMIDrift`).
+    ReleaseImage {
+        /// The family (`al2023`).
+        family: String,
     },
 }
 
@@ -375,11 +399,20 @@ impl Scenario {
                 duration: duration(&format!("{field}.failCloud.for"), &f.duration)?,
             });
         }
+        if let Some(r) = step.release_image {
+            if !IMAGE_FAMILIES.contains(&r.family.as_str()) {
+                return Err(ScenarioError::Field {
+                    field: format!("{field}.releaseImage.family"),
+                    message: format!("{:?} is not one of {}", r.family, IMAGE_FAMILIES.join(", ")),
+                });
+            }
+            actions.push(Action::ReleaseImage { family: r.family });
+        }
         match (actions.pop(), actions.is_empty()) {
             (Some(action), true) => Ok(action),
             _ => Err(ScenarioError::Field {
                 field: field.to_owned(),
-                message: "a step does exactly one of apply, scale, unavailable, interrupt, delete, failCreates, failCloud"
+                message: "a step does exactly one of apply, scale, unavailable, interrupt, delete, failCreates, failCloud, releaseImage"
                     .to_owned(),
             }),
         }

@@ -7,6 +7,10 @@
 //! since the pod started) or whose PodDisruptionBudget allows no eviction now (or that more than
 //! one budget covers, which the Eviction API refuses): such a node is [`Blocked`], with why.
 //!
+//! A drifted node blocked only by its pods stays available to drift when its NodeClaim has a
+//! `terminationGracePeriod` (Karpenter's eventual disruption class): the grace period bounds the
+//! drain.
+//!
 //! Each candidate carries what the methods rank and budget by: its price, its pods that must move
 //! (not DaemonSet or mirror pods, not pods finished or terminating), Karpenter's disruption cost,
 //! and whether it is consolidatable (`consolidateAfter` has passed since it initialized and since
@@ -51,6 +55,8 @@ pub struct Candidate {
     pub disruption_cost: f64,
     /// Whether `consolidateAfter` has passed since the node last changed.
     pub consolidatable: bool,
+    /// Whether its NodeClaim shows `Drifted=True`.
+    pub drifted: bool,
 }
 
 impl Candidate {
@@ -87,6 +93,10 @@ pub struct Collected {
     pub candidates: Vec<Candidate>,
     /// Nodes graceful methods must leave alone.
     pub blocked: Vec<Blocked>,
+    /// Drifted candidates blocked only by their pods, whose NodeClaims have a
+    /// `terminationGracePeriod`: drift (the eventual class) may still replace them, the grace
+    /// period bounding how long their pods can hold the drain.
+    pub eventual: Vec<Candidate>,
     /// Managed nodes still inside their `consolidateAfter` window: consolidation moves no pod
     /// onto them.
     pub settling: Vec<String>,
@@ -114,12 +124,19 @@ pub fn collect(read: &ReadModel, types: &PoolTypes<'_>, now_seconds: i64) -> Col
                 .stale_conditions
                 .push((claim.clone(), candidate.consolidatable));
         }
-        match blocker(&candidate, &budgets, now_seconds) {
-            Some(reason) => collected.blocked.push(Blocked {
+        if let Some(reason) = node_blocker(&candidate) {
+            collected.blocked.push(Blocked {
                 node: candidate.node,
                 reason,
-            }),
-            None => collected.candidates.push(candidate),
+            });
+        } else if let Some(reason) = pod_blocker(&candidate, &budgets, now_seconds) {
+            let node = candidate.node.clone();
+            if candidate.drifted && claim.spec.termination_grace_period.is_some() {
+                collected.eventual.push(candidate);
+            }
+            collected.blocked.push(Blocked { node, reason });
+        } else {
+            collected.candidates.push(candidate);
         }
     }
     collected.candidates.sort_by(|a, b| {
@@ -150,14 +167,23 @@ fn candidate(
     let capacity_type = CapacityType::from_label(labels.get(CAPACITY_TYPE)?)?;
     let instance_type = labels.get(INSTANCE_TYPE)?;
     let zone = labels.get(ZONE)?;
-    let price = types
-        .get(pool_name)?
-        .iter()
-        .find(|it| &it.name == instance_type)?
-        .offerings
-        .iter()
-        .find(|o| &o.zone == zone && o.capacity_type == capacity_type)?
-        .price;
+    let drifted = super::drift::shown(claim).is_some();
+    let offered = types
+        .get(pool_name)
+        .and_then(|types| types.iter().find(|it| &it.name == instance_type))
+        .and_then(|it| {
+            it.offerings
+                .iter()
+                .find(|o| &o.zone == zone && o.capacity_type == capacity_type)
+        })
+        .map(|o| o.price);
+    // A drifted node whose type is no longer offered must still be replaced: it is priced at
+    // nothing, so no consolidation ever picks it.
+    let price = match (offered, drifted) {
+        (Some(price), _) => price,
+        (None, true) => 0.0,
+        (None, false) => return None,
+    };
     let pods: Vec<Arc<Pod>> = read
         .pods_on(&node.name_any())
         .into_iter()
@@ -174,19 +200,26 @@ fn candidate(
         pods,
         disruption_cost,
         consolidatable,
+        drifted,
     })
 }
 
-/// Why graceful methods must leave the candidate alone, if they must.
-fn blocker(candidate: &Candidate, budgets: &[Arc<PodDisruptionBudget>], now_seconds: i64) -> Option<String> {
-    if candidate
+/// Why every graceful method must leave the candidate's node alone, if it must.
+fn node_blocker(candidate: &Candidate) -> Option<String> {
+    candidate
         .node
         .annotations()
         .get(DO_NOT_DISRUPT)
         .is_some_and(|v| v == "true")
-    {
-        return Some(format!("node has the {DO_NOT_DISRUPT} annotation"));
-    }
+        .then(|| format!("node has the {DO_NOT_DISRUPT} annotation"))
+}
+
+/// Which of the candidate's pods cannot be evicted now, if one cannot.
+fn pod_blocker(
+    candidate: &Candidate,
+    budgets: &[Arc<PodDisruptionBudget>],
+    now_seconds: i64,
+) -> Option<String> {
     for pod in &candidate.pods {
         let name = format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any());
         if do_not_disrupt(pod, now_seconds) {

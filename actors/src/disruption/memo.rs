@@ -21,8 +21,8 @@ pub struct Fingerprint {
     pub changes: u64,
     /// Each candidate's NodeClaim name and whether it is consolidatable.
     pub candidates: Vec<(String, bool)>,
-    /// Each NodePool's allowed disruptions for `Empty` and `Underutilized`.
-    pub allowances: Vec<(String, u32, u32)>,
+    /// Each NodePool's allowed disruptions for `Empty`, `Underutilized` and `Drifted`.
+    pub allowances: Vec<(String, u32, u32, u32)>,
 }
 
 /// The last pass that found nothing, and when.
@@ -58,7 +58,7 @@ mod tests {
         Fingerprint {
             changes,
             candidates: vec![("a".into(), consolidatable)],
-            allowances: vec![("default".into(), 1, 1)],
+            allowances: vec![("default".into(), 1, 1, 1)],
         }
     }
 

@@ -1,17 +1,23 @@
-//! Karpenter's graceful disruption methods, tried in its order, first success wins (drift joins
-//! them with its issue):
+//! Karpenter's graceful disruption methods, tried in its order, first success wins:
 //!
 //! 1. **Emptiness** (reason `Empty`): every consolidatable candidate with no pod to move, of a
 //!    NodePool whose `consolidateAfter` is not `Never`, as many as each pool's budget allows, in
 //!    one command.
-//! 2. **Multi-node consolidation** (reason `Underutilized`): the largest prefix of the candidates
+//! 2. **Drift** (reason `Drifted`): drifted candidates, consolidatable or not, whatever the
+//!    consolidation policy; those with no pod to move first, as many as budgets allow, in one
+//!    command; otherwise one candidate per command, the first whose pods fit on the other nodes
+//!    and as many new nodes as they need, at any price (the new nodes are launched and
+//!    initialized before the drifted one is drained). A drifted candidate blocked only by its
+//!    pods takes part when its NodeClaim has a `terminationGracePeriod`.
+//! 3. **Multi-node consolidation** (reason `Underutilized`): the largest prefix of the candidates
 //!    (by savings ratio, within budgets) that can be deleted or replaced by one cheaper node,
 //!    found by binary search over **all** candidates (Karpenter stops at 100).
-//! 3. **Single-node consolidation**: the first candidate that can be deleted or replaced by a
+//! 4. **Single-node consolidation**: the first candidate that can be deleted or replaced by a
 //!    cheaper node.
 //!
 //! Only NodePools with `consolidationPolicy: WhenEmptyOrUnderutilized` (or `Balanced`, which Joist
-//! treats alike) take part in 2 and 3. Each decision is pure over the pass's candidates, budgets
+//! treats alike) take part in 3 and 4, and no pod is moved onto a node still inside its
+//! `consolidateAfter` window. Each decision is pure over the pass's candidates, budgets
 //! and base problem; refusals are kept so the planner can tell users why a node stays
 //! (`Unconsolidatable`).
 
@@ -32,6 +38,8 @@ use super::candidates::Candidate;
 pub enum Method {
     /// Empty nodes.
     Emptiness,
+    /// Drifted nodes.
+    Drift,
     /// Several nodes at once.
     MultiNode,
     /// One node.
@@ -43,14 +51,17 @@ impl Method {
     pub fn name(self) -> &'static str {
         match self {
             Method::Emptiness => "emptiness",
+            Method::Drift => "drift",
             Method::MultiNode => "multi-node consolidation",
             Method::SingleNode => "single-node consolidation",
         }
     }
 
-    /// Karpenter's `consolidation_type` metric label.
+    /// Karpenter's `consolidation_type` metric label (empty for drift, which is no
+    /// consolidation).
     pub fn consolidation_type(self) -> &'static str {
         match self {
+            Method::Drift => "",
             Method::Emptiness => "empty",
             Method::MultiNode => "multi",
             Method::SingleNode => "single",
@@ -67,7 +78,7 @@ pub struct Command {
     pub reason: DisruptionReason,
     /// The nodes to remove.
     pub candidates: Vec<Candidate>,
-    /// Delete them, or replace them by one new node.
+    /// Delete them, or replace them by new nodes.
     pub decision: Decision,
 }
 
@@ -92,6 +103,9 @@ pub struct Base<'a> {
     pub input: &'a Input,
     /// Node positions in `input.nodes`, by Node name.
     pub positions: BTreeMap<String, usize>,
+    /// Positions of the nodes inside their `consolidateAfter` window: consolidation moves no pod
+    /// onto them.
+    pub settling: Vec<usize>,
     /// What consolidation may do.
     pub settings: Settings,
 }
@@ -100,10 +114,15 @@ pub struct Base<'a> {
 /// single-node consolidation looked at could not go.
 pub fn plan(
     candidates: &[Candidate],
+    eventual: &[Candidate],
     base: &Base<'_>,
     allowed: impl Fn(&str, DisruptionReason) -> u32,
 ) -> (Option<Command>, Vec<(Candidate, Refusal)>) {
     if let Some(command) = emptiness(candidates, &allowed) {
+        return (Some(command), Vec::new());
+    }
+    let drifted: Vec<&Candidate> = candidates.iter().chain(eventual).filter(|c| c.drifted).collect();
+    if let Some(command) = drift(&drifted, base, &allowed) {
         return (Some(command), Vec::new());
     }
     let consolidatable: Vec<&Candidate> = candidates
@@ -143,6 +162,49 @@ fn emptiness(candidates: &[Candidate], allowed: &impl Fn(&str, DisruptionReason)
     })
 }
 
+/// Drifted candidates: the empty ones budgets allow at once, else the first that can be relocated.
+fn drift(
+    drifted: &[&Candidate],
+    base: &Base<'_>,
+    allowed: &impl Fn(&str, DisruptionReason) -> u32,
+) -> Option<Command> {
+    let command = |candidates: Vec<Candidate>, decision| Command {
+        method: Method::Drift,
+        reason: DisruptionReason::Drifted,
+        candidates,
+        decision,
+    };
+    let empty: Vec<&Candidate> = drifted.iter().copied().filter(|c| c.pods.is_empty()).collect();
+    let chosen = within_budgets(&empty, |pool| allowed(pool, DisruptionReason::Drifted));
+    if !chosen.is_empty() {
+        return Some(command(chosen.into_iter().cloned().collect(), Decision::Delete));
+    }
+    let (known, prepared): (Vec<&Candidate>, Vec<consolidation::Candidate>) = drifted
+        .iter()
+        .filter(|c| allowed(&c.pool.name_any(), DisruptionReason::Drifted) > 0)
+        .filter_map(|c| Some((*c, prepare(c, base)?)))
+        .unzip();
+    let mut search = Search::new(base.input, &prepared, base.settings);
+    for (position, candidate) in known.into_iter().enumerate() {
+        match search.relocate(&[position]) {
+            Ok(decision) => return Some(command(vec![candidate.clone()], decision)),
+            Err(refusal) => tracing::info!(
+                nodeclaim = candidate.claim.name_any(),
+                %refusal,
+                "drifted node cannot be replaced yet"
+            ),
+        }
+    }
+    None
+}
+
+/// A consolidation search over `prepared`: nodes still settling take no pod.
+fn consolidation_search<'a>(base: &'a Base<'_>, prepared: &'a [consolidation::Candidate]) -> Search<'a> {
+    let mut search = Search::new(base.input, prepared, base.settings);
+    search.close(&base.settling);
+    search
+}
+
 /// The candidates, in order, that their pools' budgets leave room for.
 fn within_budgets<'a>(candidates: &[&'a Candidate], allowed: impl Fn(&str) -> u32) -> Vec<&'a Candidate> {
     let mut left: BTreeMap<String, u32> = BTreeMap::new();
@@ -180,18 +242,21 @@ fn prepare_all(candidates: &[&Candidate], base: &Base<'_>) -> Option<Vec<consoli
     candidates.iter().map(|c| prepare(c, base)).collect()
 }
 
-/// Simulates removing `candidates` from the base.
-fn simulate(candidates: &[&Candidate], base: &Base<'_>) -> Option<Result<Decision, Refusal>> {
+/// Simulates removing `candidates` from the base, as `method` would.
+fn simulate(method: Method, candidates: &[&Candidate], base: &Base<'_>) -> Option<Result<Decision, Refusal>> {
     let prepared = prepare_all(candidates, base)?;
     let all: Vec<usize> = (0..prepared.len()).collect();
-    Some(Search::new(base.input, &prepared, base.settings).consolidate(&all))
+    Some(match method {
+        Method::Drift => Search::new(base.input, &prepared, base.settings).relocate(&all),
+        _ => consolidation_search(base, &prepared).consolidate(&all),
+    })
 }
 
 /// The largest prefix of at least two candidates that consolidates (binary search over all).
 fn multi_node(candidates: &[&Candidate], base: &Base<'_>) -> Option<Command> {
     let prepared = prepare_all(candidates, base)?;
     let order: Vec<usize> = (0..prepared.len()).collect();
-    let best = Search::new(base.input, &prepared, base.settings).largest_prefix(&order);
+    let best = consolidation_search(base, &prepared).largest_prefix(&order);
     tracing::info!(
         searched = candidates.len(),
         found = best.as_ref().map_or(0, |(count, _)| *count),
@@ -212,7 +277,7 @@ fn single_node(candidates: &[&Candidate], base: &Base<'_>) -> (Option<Command>, 
         .iter()
         .filter_map(|c| Some((*c, prepare(c, base)?)))
         .unzip();
-    let mut search = Search::new(base.input, &prepared, base.settings);
+    let mut search = consolidation_search(base, &prepared);
     let mut refusals = Vec::new();
     for (position, candidate) in known.into_iter().enumerate() {
         match search.consolidate(&[position]) {
@@ -231,38 +296,47 @@ fn single_node(candidates: &[&Candidate], base: &Base<'_>) -> (Option<Command>, 
     (None, refusals)
 }
 
-/// Whether `previous` still holds over this pass's `candidates`: every one of its candidates is
-/// still a candidate (consolidatable, and still empty for emptiness), within budgets, and the
-/// simulation gives the same kind of outcome. The command as it stands now, or `None`.
+/// Whether `previous` still holds over this pass's `candidates` (and `eventual` ones, for
+/// drift): every one of its candidates is still a candidate (consolidatable, or still drifted for
+/// drift, and still empty when it was), within budgets, and the simulation gives the same kind of
+/// outcome (drift: any way to relocate the pods). The command as it stands now, or `None`.
 pub fn revalidate(
     previous: &Command,
     candidates: &[Candidate],
+    eventual: &[Candidate],
     base: &Base<'_>,
     allowed: impl Fn(&str, DisruptionReason) -> u32,
 ) -> Option<Command> {
+    let still = |c: &Candidate| match previous.method {
+        Method::Drift => c.drifted,
+        _ => c.consolidatable,
+    };
     let current: Vec<&Candidate> = previous
         .candidates
         .iter()
         .map(|old| {
             candidates
                 .iter()
-                .find(|c| c.claim.name_any() == old.claim.name_any() && c.consolidatable)
+                .chain(eventual)
+                .find(|c| c.claim.name_any() == old.claim.name_any() && still(c))
         })
         .collect::<Option<_>>()?;
     if within_budgets(&current, |pool| allowed(pool, previous.reason)).len() != current.len() {
         return None;
     }
+    let was_empty = previous.candidates.iter().all(|c| c.pods.is_empty());
     let decision = match previous.method {
-        Method::Emptiness => current
+        Method::Emptiness | Method::Drift if was_empty => current
             .iter()
             .all(|c| c.pods.is_empty())
             .then_some(Decision::Delete)?,
-        Method::MultiNode | Method::SingleNode => simulate(&current, base)?.ok()?,
+        method => simulate(method, &current, base)?.ok()?,
     };
-    let same_kind = matches!(
-        (&previous.decision, &decision),
-        (Decision::Delete, Decision::Delete) | (Decision::Replace(_), Decision::Replace(_))
-    );
+    let same_kind = previous.method == Method::Drift
+        || matches!(
+            (&previous.decision, &decision),
+            (Decision::Delete, Decision::Delete) | (Decision::Replace(_), Decision::Replace(_))
+        );
     same_kind.then(|| Command {
         method: previous.method,
         reason: previous.reason,

@@ -1,16 +1,17 @@
-//! The DisruptionPlanner (DESIGN.md §3): removes empty nodes and consolidates underused ones, to
-//! Karpenter's semantics and safety rules.
+//! The DisruptionPlanner (DESIGN.md §3): removes empty nodes, replaces drifted ones and
+//! consolidates underused ones, to Karpenter's semantics and safety rules.
 //!
 //! Every [`PASS_INTERVAL`] (and on [`PlanNow`]), once the read model is synced, a pass:
 //!
-//! 1. builds the cluster problem once ([`crate::problem`]), the candidates and the nodes they may
+//! 1. marks every NodeClaim's `Drifted` condition ([`drift`]);
+//! 2. builds the cluster problem once ([`crate::problem`]), the candidates and the nodes they may
 //!    not be disrupted for ([`candidates`]), and each NodePool's budget ([`budgets`]);
-//! 2. tries the methods in Karpenter's order ([`methods`]), unless nothing they depend on changed
+//! 3. tries the methods in Karpenter's order ([`methods`]), unless nothing they depend on changed
 //!    since a pass that found nothing ([`memo`]); a node that cannot go is told why
 //!    (`Unconsolidatable`), a blocked one too (`DisruptionBlocked`);
-//! 3. waits [`VALIDATION_DELAY`] and decides again over fresh state: the same candidates must
+//! 4. waits [`VALIDATION_DELAY`] and decides again over fresh state: the same candidates must
 //!    still be candidates, within budgets, with the same outcome, or nothing happens;
-//! 4. runs the command ([`orchestrate`]): taint, launch and wait for the replacement, delete; a
+//! 5. runs the command ([`orchestrate`]): taint, launch and wait for the replacements, delete; a
 //!    failure rolls everything back.
 //!
 //! One command runs at a time; passes that come meanwhile fold into one more. The first pass
@@ -19,6 +20,7 @@
 
 pub mod budgets;
 pub mod candidates;
+pub mod drift;
 pub mod memo;
 pub mod methods;
 pub mod orchestrate;
@@ -73,6 +75,7 @@ pub struct DisruptionPlanner {
     fold: Fold,
     cleaned: bool,
     memo: SharedMemo,
+    checks: drift::SharedChecks,
 }
 
 /// The memo, shared with the pass that runs (one at a time).
@@ -90,6 +93,7 @@ impl DisruptionPlanner {
             fold: Fold::default(),
             cleaned: false,
             memo: SharedMemo::default(),
+            checks: drift::SharedChecks::default(),
         }
     }
 
@@ -103,8 +107,9 @@ impl DisruptionPlanner {
         let shared = self.shared.clone();
         let clean = !std::mem::replace(&mut self.cleaned, true);
         let memo = self.memo.clone();
+        let checks = self.checks.clone();
         ctx.spawn(
-            pass(shared, clean, memo)
+            pass(shared, clean, memo, checks)
                 .into_actor(self)
                 .map(|(), planner, ctx| {
                     if planner.fold.finish() {
@@ -133,22 +138,22 @@ impl Handler<PlanNow> for DisruptionPlanner {
     }
 }
 
-/// A decision ready to run: the command, and the NodeClaim that replaces its candidates.
+/// A decision ready to run: the command, and the NodeClaims that replace its candidates.
 pub struct Planned {
     /// The command.
     pub command: Command,
-    /// The replacement to create, if the command replaces.
-    pub replacement: Option<NodeClaim>,
+    /// The replacements to create (none when the command deletes).
+    pub replacements: Vec<NodeClaim>,
 }
 
 /// One pass (see the module docs).
-async fn pass(shared: Shared, clean: bool, memo: SharedMemo) {
+async fn pass(shared: Shared, clean: bool, memo: SharedMemo, checks: drift::SharedChecks) {
     shared.read.synced().await;
     if clean {
         orchestrate::remove_stale_taints(&shared).await;
     }
     let started = tokio::time::Instant::now();
-    let decided = decide(&shared, None, &memo).await;
+    let decided = decide(&shared, None, &memo, Some(&checks)).await;
     let seconds = started.elapsed().as_secs_f64();
     shared.metrics.reconciled("disruption", "success", seconds);
     let Some(planned) = decided else {
@@ -163,7 +168,7 @@ async fn pass(shared: Shared, clean: bool, memo: SharedMemo) {
         VALIDATION_DELAY.as_secs()
     );
     tokio::time::sleep(VALIDATION_DELAY).await;
-    match decide(&shared, Some(&planned.command), &memo).await {
+    match decide(&shared, Some(&planned.command), &memo, None).await {
         Some(validated) => orchestrate::run(&shared, validated).await,
         None => {
             tracing::info!(
@@ -182,8 +187,14 @@ async fn pass(shared: Shared, clean: bool, memo: SharedMemo) {
 }
 
 /// Decides what to do now; with `previous`, only whether that command still holds (same
-/// candidates, within budgets, same kind of outcome), and with what replacement.
-async fn decide(shared: &Shared, previous: Option<&Command>, memo: &SharedMemo) -> Option<Planned> {
+/// candidates, within budgets, same kind of outcome), and with what replacements. With `checks`,
+/// marks drift first.
+async fn decide(
+    shared: &Shared,
+    previous: Option<&Command>,
+    memo: &SharedMemo,
+    checks: Option<&drift::SharedChecks>,
+) -> Option<Planned> {
     let read = &shared.read;
     let now = shared.clock.now_seconds();
     let initialized = |c: &NodeClaim| {
@@ -211,11 +222,15 @@ async fn decide(shared: &Shared, previous: Option<&Command>, memo: &SharedMemo) 
                 (pool.name_any(), &input.instance_types[range])
             })
             .collect();
+        if let Some(checks) = checks {
+            drift::mark(shared, &types, checks).await;
+        }
         candidates::collect(read, &types, now)
     };
     let Collected {
         candidates,
         blocked,
+        eventual,
         settling,
         stale_conditions,
     } = collected;
@@ -231,14 +246,16 @@ async fn decide(shared: &Shared, previous: Option<&Command>, memo: &SharedMemo) 
             );
         }
     }
-    input
-        .nodes
-        .retain(|n| n.initialized && !settling.contains(&n.name));
-    let positions = input
+    input.nodes.retain(|n| n.initialized);
+    let positions: BTreeMap<String, usize> = input
         .nodes
         .iter()
         .enumerate()
         .map(|(i, n)| (n.name.clone(), i))
+        .collect();
+    let settling = settling
+        .iter()
+        .filter_map(|n| positions.get(n).copied())
         .collect();
     let counts = budget_counts(shared);
     let allowed = |pool: &str, reason: DisruptionReason| {
@@ -254,6 +271,7 @@ async fn decide(shared: &Shared, previous: Option<&Command>, memo: &SharedMemo) 
     let base = Base {
         input: &input,
         positions,
+        settling,
         settings,
     };
     let command = match previous {
@@ -270,16 +288,17 @@ async fn decide(shared: &Shared, previous: Option<&Command>, memo: &SharedMemo) 
                         let name = p.name_any();
                         let empty = allowed(&name, DisruptionReason::Empty);
                         let underutilized = allowed(&name, DisruptionReason::Underutilized);
-                        (name, empty, underutilized)
+                        let drifted = allowed(&name, DisruptionReason::Drifted);
+                        (name, empty, underutilized, drifted)
                     })
                     .collect(),
             };
-            count_pass(shared, &candidates, &fingerprint.allowances);
+            count_pass(shared, &candidates, &eventual, &fingerprint.allowances);
             if lock(memo).still_idle(&fingerprint) {
                 return None;
             }
             let started = tokio::time::Instant::now();
-            let (command, refusals) = methods::plan(&candidates, &base, allowed);
+            let (command, refusals) = methods::plan(&candidates, &eventual, &base, allowed);
             let reason = command.as_ref().map_or(UNDERUTILIZED, |c| reason_label(c.reason));
             shared
                 .metrics
@@ -304,41 +323,52 @@ async fn decide(shared: &Shared, previous: Option<&Command>, memo: &SharedMemo) 
                 }
             }
         }
-        Some(previous) => methods::revalidate(previous, &candidates, &base, allowed)?,
+        Some(previous) => methods::revalidate(previous, &candidates, &eventual, &base, allowed)?,
     };
-    let replacement = match &command.decision {
-        Decision::Delete => None,
-        Decision::Replace(replacement) => {
-            let pool = pools.get(replacement.claim.node_pool)?;
-            Some(claim_template::node_claim(
-                pool,
-                &replacement.claim,
-                &input.instance_types,
-            ))
-        }
+    let new_claims = match &command.decision {
+        Decision::Delete => Vec::new(),
+        Decision::Replace(replacement) => vec![&replacement.claim],
+        Decision::Relaunch(claims) => claims.iter().collect(),
     };
-    Some(Planned { command, replacement })
+    let replacements = new_claims
+        .into_iter()
+        .map(|claim| {
+            let pool = pools.get(claim.node_pool)?;
+            Some(claim_template::node_claim(pool, claim, &input.instance_types))
+        })
+        .collect::<Option<Vec<_>>>()?;
+    Some(Planned {
+        command,
+        replacements,
+    })
 }
 
 const EMPTY: &str = "empty";
 const UNDERUTILIZED: &str = "underutilized";
+const DRIFTED: &str = "drifted";
 
 /// The metric label of a disruption reason.
 pub(crate) fn reason_label(reason: DisruptionReason) -> &'static str {
     match reason {
         DisruptionReason::Empty => EMPTY,
         DisruptionReason::Underutilized => UNDERUTILIZED,
-        DisruptionReason::Drifted => "drifted",
+        DisruptionReason::Drifted => DRIFTED,
     }
 }
 
 /// Sets the gauges of a pass: nodes eligible for each reason, and the disruptions each NodePool's
 /// budgets allow.
-fn count_pass(shared: &Shared, candidates: &[candidates::Candidate], allowances: &[(String, u32, u32)]) {
+fn count_pass(
+    shared: &Shared,
+    candidates: &[candidates::Candidate],
+    eventual: &[candidates::Candidate],
+    allowances: &[(String, u32, u32, u32)],
+) {
     let metrics = &shared.metrics;
     let empty = candidates.iter().filter(|c| c.pods.is_empty()).count();
     let underutilized = candidates.iter().filter(|c| c.consolidatable).count();
-    for (reason, count) in [(EMPTY, empty), (UNDERUTILIZED, underutilized)] {
+    let drifted = candidates.iter().chain(eventual).filter(|c| c.drifted).count();
+    for (reason, count) in [(EMPTY, empty), (UNDERUTILIZED, underutilized), (DRIFTED, drifted)] {
         metrics
             .disruption_eligible_nodes
             .get_or_create(&ReasonLabels {
@@ -346,8 +376,8 @@ fn count_pass(shared: &Shared, candidates: &[candidates::Candidate], allowances:
             })
             .set(i64::try_from(count).unwrap_or(i64::MAX));
     }
-    for (pool, empty, underutilized) in allowances {
-        for (reason, allowed) in [(EMPTY, empty), (UNDERUTILIZED, underutilized)] {
+    for (pool, empty, underutilized, drifted) in allowances {
+        for (reason, allowed) in [(EMPTY, empty), (UNDERUTILIZED, underutilized), (DRIFTED, drifted)] {
             metrics
                 .nodepools_allowed_disruptions
                 .get_or_create(&PoolReasonLabels {

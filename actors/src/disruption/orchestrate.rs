@@ -2,13 +2,14 @@
 //!
 //! 1. taint each candidate's Node `karpenter.sh/disrupted:NoSchedule` (nothing new lands there)
 //!    and set its NodeClaim's `DisruptionReason` condition;
-//! 2. when the command replaces, create the replacement NodeClaim (`DisruptionLaunching`) and wait
-//!    until it is Initialized (`DisruptionWaitingReadiness`), at most [`REPLACEMENT_TIMEOUT`];
+//! 2. when the command replaces, create the replacement NodeClaims (`DisruptionLaunching`) and
+//!    wait until every one is Initialized (`DisruptionWaitingReadiness`), at most
+//!    [`REPLACEMENT_TIMEOUT`];
 //! 3. delete the candidates' NodeClaims (`DisruptionTerminating`): termination drains them
 //!    through the Eviction API.
 //!
 //! A failure before step 3 (a write refused, the replacement deleted or not ready in time) rolls
-//! back: the taints and conditions are removed, an unready replacement is deleted, and the
+//! back: the taints and conditions are removed, unready replacements are deleted, and the
 //! candidates keep serving (`DisruptionRolledBack`). Writes of the Node's taints carry its
 //! `resourceVersion` and are retried on a fresh read when another agent got there first.
 
@@ -58,38 +59,37 @@ enum Failure {
 
 /// Runs `planned` (see the module docs).
 pub async fn run(shared: &Shared, planned: Planned) {
-    let Planned { command, replacement } = planned;
+    let Planned {
+        command,
+        replacements,
+    } = planned;
     let how = match &command.decision {
         Decision::Delete => "Delete",
-        Decision::Replace(_) => "Replace",
+        Decision::Replace(_) | Decision::Relaunch(_) => "Replace",
     };
     let reason = format!("{:?}", command.reason);
     let label = format!("{reason}/{how}");
-    let detail = describe(&command, replacement.as_ref());
-    let mut created = None;
+    let detail = describe(&command);
+    let mut created = Vec::new();
     let outcome = async {
         for candidate in &command.candidates {
             mark(shared, candidate, &reason, &detail).await?;
         }
-        if let Some(replacement) = &replacement {
+        for replacement in &replacements {
             let name = launch(shared, replacement, &command.candidates, &label).await?;
             let pool = replacement.labels().get(NODEPOOL).cloned().unwrap_or_default();
             shared.metrics.created(&pool, reason_label(command.reason));
-            created = Some(name.clone());
-            wait_until_initialized(shared, &name, &command.candidates).await?;
+            created.push(name);
+        }
+        for name in &created {
+            wait_until_initialized(shared, name, &command.candidates).await?;
         }
         Ok::<(), Failure>(())
     }
     .await;
     if let Err(failure) = outcome {
         tracing::warn!(%failure, candidates = ?command.claim_names(), "disruption failed; rolling back");
-        rollback(
-            shared,
-            &command.candidates,
-            created.as_deref(),
-            &failure.to_string(),
-        )
-        .await;
+        rollback(shared, &command.candidates, &created, &failure.to_string()).await;
         return;
     }
     for candidate in &command.candidates {
@@ -125,16 +125,27 @@ fn count_decision(shared: &Shared, command: &super::methods::Command, how: &str)
 }
 
 /// The command in words, for events and the report's timeline.
-fn describe(command: &super::methods::Command, replacement: Option<&NodeClaim>) -> String {
-    let replaced_by = match (&command.decision, replacement) {
-        (Decision::Replace(r), Some(_)) => format!(" by one node from ${:.4}/h", r.price),
-        _ => String::new(),
+fn describe(command: &super::methods::Command) -> String {
+    let replaced_by = match &command.decision {
+        Decision::Delete => String::new(),
+        Decision::Replace(r) => format!(" by one node from ${:.4}/h", r.price),
+        Decision::Relaunch(claims) => format!(
+            " by {} node{} from ${:.4}/h",
+            claims.len(),
+            if claims.len() == 1 { "" } else { "s" },
+            command.decision.launch_price()
+        ),
+    };
+    let savings = command.savings();
+    let effect = if savings < 0.0 {
+        format!("costing ${:.4}/h more", -savings)
+    } else {
+        format!("saving ${savings:.4}/h")
     };
     format!(
-        "{} of {}{replaced_by}, saving ${:.4}/h",
+        "{} of {}{replaced_by}, {effect}",
         command.method.name(),
         command.claim_names().join(", "),
-        command.savings()
     )
 }
 
@@ -187,11 +198,7 @@ async fn set_reason(shared: &Shared, claim_name: &str, reason: Option<(&str, &st
                 let update = (DISRUPTION_REASON, "True", reason, message);
                 kube_ops::claim_conditions_patch(&shared.clock, &claim, &[update], json!({}))
             }
-            None => {
-                let mut conditions = claim.status.clone().unwrap_or_default().conditions;
-                conditions.retain(|c| c.type_ != DISRUPTION_REASON);
-                json!({"metadata": {"resourceVersion": claim.resource_version()}, "status": {"conditions": conditions}})
-            }
+            None => kube_ops::claim_condition_removal_patch(&claim, DISRUPTION_REASON),
         };
         match kube_ops::patch_status_body(&claims, claim_name, body).await {
             Ok(_) => return Ok(()),
@@ -271,7 +278,7 @@ async fn wait_until_initialized(
 }
 
 /// Undoes a command that could not finish (see the module docs).
-async fn rollback(shared: &Shared, candidates: &[Candidate], replacement: Option<&str>, why: &str) {
+async fn rollback(shared: &Shared, candidates: &[Candidate], replacements: &[String], why: &str) {
     for candidate in candidates {
         let untainted = set_taint(shared, &candidate.node_name(), false).await;
         let cleared = set_reason(shared, &candidate.claim.name_any(), None).await;
@@ -284,7 +291,7 @@ async fn rollback(shared: &Shared, candidates: &[Candidate], replacement: Option
             &format!("Disruption rolled back: {why}"),
         );
     }
-    if let Some(name) = replacement {
+    for name in replacements {
         let claims = kube_ops::cluster::<NodeClaim>(&shared.client);
         let initialized = shared.read.node_claim(name).is_some_and(|c| {
             c.status

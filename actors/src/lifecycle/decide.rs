@@ -8,7 +8,11 @@ use std::{sync::Arc, time::Duration};
 
 use joist_messages::{
     apis::NodeClaim,
-    labels::{TERMINATION_FINALIZER, annotations::TAGGED},
+    labels::{
+        TERMINATION_FINALIZER,
+        annotations::{NODECLAIM_TERMINATION_TIMESTAMP, TAGGED},
+        taints::DISRUPTED,
+    },
     model::{quantity::Quantity, resources::Resources},
 };
 use joist_provider::{CloudError, Launch, OfferingKey};
@@ -17,6 +21,7 @@ use kube::ResourceExt;
 use tokio::time::Instant;
 
 use crate::{
+    disruption::candidates::do_not_disrupt,
     kube_ops::is_true,
     node_trace::Phase,
     settings::{LAUNCH_TIMEOUT, MINIMUM_DRAIN_TIME, REGISTRATION_TIMEOUT},
@@ -81,6 +86,21 @@ pub enum Action {
     MarkUnavailable(Vec<OfferingKey>),
     /// Set `Launched=Unknown` with the cloud's message (the launch is retried).
     LaunchFailed(String),
+    /// Mark the claim's `DisruptionReason` as `Expired`, then delete it (forceful: no budget
+    /// applies).
+    Expire,
+    /// Set these conditions of the claim (type, status, reason) in one write.
+    ClaimConditions(Vec<(&'static str, &'static str, &'static str)>),
+    /// Annotate the claim with its `terminationGracePeriod` deadline (epoch seconds).
+    StampDeadline(i64),
+    /// Delete these pods now with this grace period: waiting for their eviction would overrun
+    /// the claim's `terminationGracePeriod` (`TerminationGracePeriodExpiring`).
+    DeletePods {
+        /// The pods.
+        pods: Vec<PodRef>,
+        /// Seconds left before the deadline.
+        grace_seconds: i64,
+    },
     /// Delete the claim, with an event giving the reason.
     DeleteClaim {
         /// Karpenter's reason.
@@ -204,6 +224,31 @@ pub fn decide(facts: &Facts<'_>, memory: &mut Memory) -> Plan {
     if claim.metadata.deletion_timestamp.is_some() {
         return terminate(facts, memory);
     }
+    let expires_in = expires_in(claim, facts.now_seconds);
+    if expires_in.is_some_and(|left| left.is_zero()) {
+        return Plan::act(vec![Action::Expire], Next::OnChange);
+    }
+    let mut plan = live(facts, memory);
+    if let Some(left) = expires_in {
+        plan.next = match plan.next {
+            Next::OnChange => Next::After(left),
+            Next::After(wait) => Next::After(wait.min(left)),
+            Next::Gone => Next::Gone,
+        };
+    }
+    plan
+}
+
+/// How long until the claim expires (`expireAfter` since its creation), if it ever does.
+pub fn expires_in(claim: &NodeClaim, now_seconds: i64) -> Option<Duration> {
+    let lifetime = claim.spec.expire_after.as_ref()?.duration()?.as_std();
+    let age = since(now_seconds, created_at(claim));
+    Some(lifetime.saturating_sub(age))
+}
+
+/// The next step of a claim that is not being deleted and has not expired.
+fn live(facts: &Facts<'_>, memory: &mut Memory) -> Plan {
+    let claim = facts.claim;
     let status = claim.status.clone().unwrap_or_default();
     let launched = is_true(&status.conditions, "Launched") && status.provider_id.is_some();
     if !launched {
@@ -322,6 +367,17 @@ fn terminate(facts: &Facts<'_>, memory: &mut Memory) -> Plan {
             return plan;
         }
         if exists {
+            let missing = missing_conditions(
+                claim,
+                &[
+                    (DRAINED, "True", DRAINED),
+                    (INSTANCE_TERMINATING, "True", INSTANCE_TERMINATING),
+                ],
+            );
+            if !missing.is_empty() {
+                // Written alone: the writes after it carry the claim's version.
+                return Plan::act(vec![Action::ClaimConditions(missing)], Next::OnChange);
+            }
             actions.push(Action::TerminateInstance(provider_id));
         }
         if facts.node.is_some() {
@@ -332,24 +388,67 @@ fn terminate(facts: &Facts<'_>, memory: &mut Memory) -> Plan {
     Plan::act(actions, Next::OnChange)
 }
 
-/// The drain of `node`: `None` once it is done (no pod left to evict or leaving, and the minimum
-/// drain time since tainting is over).
+/// The drain of `node`, in Karpenter's tiers: `None` once it is done (no pod left waiting, and
+/// the minimum drain time since tainting over), or once the claim's `terminationGracePeriod`
+/// deadline has passed (what is left goes with the instance).
+///
+/// Pods wait for the drain unless they are mirror pods, finished, or tolerate
+/// `karpenter.sh/disrupted:NoSchedule`. Only the first tier with a pod left is evicted: non-critical
+/// pods, then non-critical DaemonSet pods, then critical pods, then critical DaemonSet pods
+/// (critical: `system-cluster-critical` or `system-node-critical`). Pods with an active
+/// `karpenter.sh/do-not-disrupt` are not evicted: they hold the drain until the deadline. Pods
+/// whose own grace period would overrun the deadline are deleted at once, with the time left as
+/// their grace period, whatever their tier.
 fn drain(facts: &Facts<'_>, node: &Node, memory: &mut Memory) -> Option<Plan> {
+    let claim = facts.claim;
+    let deadline = termination_deadline(claim);
+    if deadline.is_some_and(|d| facts.now_seconds >= d) {
+        return None;
+    }
     let mut actions = Vec::new();
+    let draining = missing_conditions(claim, &[(DRAINED, "Unknown", "Draining")]);
+    if !draining.is_empty() && !shows_condition(claim, DRAINED, "True") {
+        actions.push(Action::ClaimConditions(draining));
+    }
+    if let Some(deadline) = deadline
+        && !claim.annotations().contains_key(NODECLAIM_TERMINATION_TIMESTAMP)
+    {
+        actions.push(Action::StampDeadline(deadline));
+    }
     if !is_disrupted(node) {
         actions.push(Action::Taint);
     }
     let started = *memory.drain_started.get_or_insert(facts.now);
-    let (leaving, staying): (Vec<&Arc<Pod>>, Vec<&Arc<Pod>>) = facts
-        .pods
-        .iter()
-        .filter(|p| drainable(p))
-        .partition(|p| p.metadata.deletion_timestamp.is_some());
-    if !staying.is_empty() {
-        actions.push(Action::Evict(staying.iter().map(|p| pod_ref(p)).collect()));
-        return Some(Plan::act(actions, Next::After(DRAIN_POLL)));
+    let waiting: Vec<&Arc<Pod>> = facts.pods.iter().filter(|p| waits_for_drain(p)).collect();
+    let mut expiring = Vec::new();
+    if let Some(deadline) = deadline {
+        let left = deadline - facts.now_seconds;
+        expiring = waiting
+            .iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none() && grace_seconds(p) > left)
+            .map(|p| pod_ref(p))
+            .collect();
+        if !expiring.is_empty() {
+            actions.push(Action::DeletePods {
+                pods: expiring.clone(),
+                grace_seconds: left,
+            });
+        }
     }
-    if !leaving.is_empty() {
+    if let Some(first) = waiting.iter().map(|p| tier(p)).min() {
+        let evict: Vec<PodRef> = waiting
+            .iter()
+            .filter(|p| {
+                tier(p) == first
+                    && p.metadata.deletion_timestamp.is_none()
+                    && !do_not_disrupt(p, facts.now_seconds)
+            })
+            .map(|p| pod_ref(p))
+            .filter(|p| !expiring.contains(p))
+            .collect();
+        if !evict.is_empty() {
+            actions.push(Action::Evict(evict));
+        }
         // Pods shutting down still run on the instance: it is not terminated under them.
         return Some(Plan::act(actions, Next::After(DRAIN_POLL)));
     }
@@ -357,9 +456,92 @@ fn drain(facts: &Facts<'_>, node: &Node, memory: &mut Memory) -> Option<Plan> {
     (drained_for < MINIMUM_DRAIN_TIME || !actions.is_empty()).then(|| {
         Plan::act(
             actions,
-            Next::After(MINIMUM_DRAIN_TIME.saturating_sub(drained_for)),
+            Next::After(MINIMUM_DRAIN_TIME.saturating_sub(drained_for).max(DRAIN_POLL)),
         )
     })
+}
+
+/// The NodeClaim condition set once its node is drained.
+pub const DRAINED: &str = "Drained";
+
+/// The NodeClaim condition set once its instance is being terminated.
+pub const INSTANCE_TERMINATING: &str = "InstanceTerminating";
+
+/// Of `wanted` (type, status, reason), the conditions the claim does not show yet.
+fn missing_conditions(
+    claim: &NodeClaim,
+    wanted: &[(&'static str, &'static str, &'static str)],
+) -> Vec<(&'static str, &'static str, &'static str)> {
+    wanted
+        .iter()
+        .copied()
+        .filter(|(type_, status, _)| !shows_condition(claim, type_, status))
+        .collect()
+}
+
+fn shows_condition(claim: &NodeClaim, type_: &str, status: &str) -> bool {
+    claim.status.as_ref().is_some_and(|s| {
+        s.conditions
+            .iter()
+            .any(|c| c.type_ == type_ && c.status == status)
+    })
+}
+
+/// The claim's `terminationGracePeriod` deadline in epoch seconds: its annotation, or its deletion
+/// time plus the grace period; `None` without a grace period.
+pub fn termination_deadline(claim: &NodeClaim) -> Option<i64> {
+    if let Some(stamped) = claim
+        .annotations()
+        .get(NODECLAIM_TERMINATION_TIMESTAMP)
+        .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+    {
+        return Some(stamped.as_second());
+    }
+    let grace = claim.spec.termination_grace_period?.as_std();
+    let deleted = claim.metadata.deletion_timestamp.as_ref()?.0.as_second();
+    Some(deleted.saturating_add(i64::try_from(grace.as_secs()).unwrap_or(i64::MAX)))
+}
+
+/// A pod's own `terminationGracePeriodSeconds` (30 when unset, as in Kubernetes).
+fn grace_seconds(pod: &Pod) -> i64 {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.termination_grace_period_seconds)
+        .unwrap_or(30)
+}
+
+/// Whether the node's drain waits for the pod (see [`drain`]).
+pub fn waits_for_drain(pod: &Pod) -> bool {
+    !is_mirror(pod) && !finished(pod) && !tolerates_disrupted(pod)
+}
+
+fn tolerates_disrupted(pod: &Pod) -> bool {
+    let tolerations = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.tolerations.as_deref())
+        .unwrap_or_default();
+    tolerations.iter().any(|t| {
+        let key_matches = t.key.as_deref().is_none_or(|k| k.is_empty() || k == DISRUPTED);
+        let effect_matches = t
+            .effect
+            .as_deref()
+            .is_none_or(|e| e.is_empty() || e == "NoSchedule");
+        let value_matches =
+            t.operator.as_deref() == Some("Exists") || t.value.as_deref().unwrap_or_default().is_empty();
+        key_matches && effect_matches && value_matches
+    })
+}
+
+/// The pod's drain tier: 0 non-critical, 1 non-critical DaemonSet, 2 critical, 3 critical
+/// DaemonSet.
+fn tier(pod: &Pod) -> u8 {
+    let critical = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.priority_class_name.as_deref())
+        .is_some_and(|c| c == "system-cluster-critical" || c == "system-node-critical");
+    u8::from(critical) * 2 + u8::from(is_daemon(pod))
 }
 
 /// Whether the node carries `karpenter.sh/disrupted` (it is being drained, or a disruption is
@@ -477,7 +659,6 @@ pub fn created_at(claim: &NodeClaim) -> i64 {
 
 #[cfg(test)]
 mod tests {
-    use joist_messages::labels::taints::DISRUPTED;
     use joist_provider::{Instance, InstanceState};
     use serde_json::{Value, json};
 
@@ -530,6 +711,24 @@ mod tests {
             &[("Launched", "True", 590), ("Registered", "True", 500)],
             status,
         )
+    }
+
+    /// A claim being deleted whose drain has begun (`Drained=Unknown` shown).
+    fn draining(claim: NodeClaim) -> NodeClaim {
+        with_conditions(deleting(claim), &[(DRAINED, "Unknown")])
+    }
+
+    fn with_conditions(mut claim: NodeClaim, conditions: &[(&str, &str)]) -> NodeClaim {
+        if let Some(status) = claim.status.as_mut() {
+            for (type_, value) in conditions {
+                status.conditions.push(
+                    serde_json::from_value(json!({"type": type_, "status": value, "reason": type_,
+                        "message": "", "lastTransitionTime": at(1)}))
+                    .unwrap_or_else(|e| panic!("{e}")),
+                );
+            }
+        }
+        claim
     }
 
     fn deleting(mut claim: NodeClaim) -> NodeClaim {
@@ -827,6 +1026,7 @@ mod tests {
         assert_eq!(
             plan.actions,
             [
+                Action::ClaimConditions(vec![(DRAINED, "Unknown", "Draining")]),
                 Action::Taint,
                 Action::Evict(vec![PodRef {
                     namespace: "default".into(),
@@ -845,7 +1045,7 @@ mod tests {
 
     #[test]
     fn pods_shutting_down_keep_the_instance_running() {
-        let claim = deleting(registered(json!({})));
+        let claim = draining(registered(json!({})));
         let node = tainted();
         let leaving = [pod("slow", json!({"deletionTimestamp": at(-60)}))];
         let now = Instant::now();
@@ -868,7 +1068,7 @@ mod tests {
 
     #[test]
     fn termination_waits_the_minimum_drain_then_releases_in_order() {
-        let claim = deleting(registered(json!({})));
+        let claim = draining(registered(json!({})));
         let node = tainted();
         let now = Instant::now();
         let mut memory = Memory {
@@ -886,6 +1086,19 @@ mod tests {
         case.now = now + Duration::from_secs(3);
         assert_eq!(
             case.decide(&mut memory).actions,
+            [Action::ClaimConditions(vec![
+                (DRAINED, "True", DRAINED),
+                (INSTANCE_TERMINATING, "True", INSTANCE_TERMINATING)
+            ])],
+            "drained: the conditions say so before the instance goes"
+        );
+        let claim = with_conditions(claim, &[(DRAINED, "True"), (INSTANCE_TERMINATING, "True")]);
+        let mut case = Case::new(&claim);
+        case.node = Some(&node);
+        case.exists = Some(true);
+        case.now = now + Duration::from_secs(3);
+        assert_eq!(
+            case.decide(&mut memory).actions,
             [
                 Action::TerminateInstance("aws:///zone-a/i-1".into()),
                 Action::ReleaseNode,
@@ -899,5 +1112,152 @@ mod tests {
             [Action::ReleaseNode, Action::ReleaseClaim],
             "an instance already gone is not drained or terminated again"
         );
+    }
+
+    fn evicted(plan: &Plan) -> Vec<String> {
+        plan.actions
+            .iter()
+            .find_map(|a| match a {
+                Action::Evict(pods) => Some(pods.iter().map(|p| p.name.clone()).collect()),
+                _ => None,
+            })
+            .unwrap_or_default()
+    }
+
+    fn daemon() -> Value {
+        json!([{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "d", "uid": "d"}])
+    }
+
+    fn with_spec(pod: Arc<Pod>, spec: Value) -> Arc<Pod> {
+        let mut value = serde_json::to_value(pod.as_ref()).unwrap_or_default();
+        if let (Some(s), Some(extra)) = (value["spec"].as_object_mut(), spec.as_object()) {
+            s.extend(extra.clone());
+        }
+        Arc::new(serde_json::from_value(value).unwrap_or_else(|e| panic!("{e}")))
+    }
+
+    #[test]
+    fn a_drain_goes_tier_by_tier_and_critical_daemons_leave_last() {
+        let claim = draining(registered(json!({})));
+        let node = tainted();
+        let critical = json!({"priorityClassName": "system-node-critical"});
+        let web = pod("web", json!({}));
+        let agent = pod("agent", json!({"ownerReferences": daemon()}));
+        let dns = with_spec(pod("dns", json!({})), critical.clone());
+        let cni = with_spec(pod("cni", json!({"ownerReferences": daemon()})), critical);
+        let tolerant = with_spec(
+            pod("logs", json!({"ownerReferences": daemon()})),
+            json!({"tolerations": [{"operator": "Exists"}]}),
+        );
+        let mut all = vec![cni.clone(), dns.clone(), agent.clone(), web, tolerant];
+        let mut order = Vec::new();
+        while !all.is_empty() {
+            let mut case = Case::new(&claim);
+            case.node = Some(&node);
+            case.exists = Some(true);
+            case.pods = &all;
+            let names = evicted(&case.decide(&mut Memory::default()));
+            if names.is_empty() {
+                break;
+            }
+            order.push(names.join(","));
+            all.retain(|p| !names.contains(&p.name_any()));
+        }
+        assert_eq!(
+            order,
+            ["web", "agent", "dns", "cni"],
+            "one tier at a time; a pod tolerating the disrupted taint is not drained"
+        );
+    }
+
+    #[test]
+    fn a_do_not_disrupt_pod_is_not_evicted_and_holds_the_drain() {
+        let claim = draining(registered(json!({})));
+        let node = tainted();
+        let pods = [pod(
+            "batch",
+            json!({"annotations": {"karpenter.sh/do-not-disrupt": "true"}}),
+        )];
+        let mut case = Case::new(&claim);
+        case.node = Some(&node);
+        case.exists = Some(true);
+        case.pods = &pods;
+        let plan = case.decide(&mut Memory::default());
+        assert_eq!(plan, Plan::wait(Next::After(DRAIN_POLL)), "waits, evicts nothing");
+    }
+
+    fn with_grace_period(mut claim: NodeClaim, seconds: u64, deleted_ago: i64) -> NodeClaim {
+        claim.spec.termination_grace_period =
+            Some(format!("{seconds}s").parse().unwrap_or_else(|e| panic!("{e:?}")));
+        claim.metadata.deletion_timestamp = Some(kube_ops_time(NOW - deleted_ago));
+        claim
+    }
+
+    #[test]
+    fn pods_that_would_overrun_the_grace_period_are_deleted_and_the_deadline_ends_the_drain() {
+        let node = tainted();
+        let pods = [pod("guarded", json!({}))];
+        // 600 s of grace, deleted 590 s ago: 10 s left, less than the pod's own 30 s.
+        let claim = with_grace_period(draining(registered(json!({}))), 600, 590);
+        let mut case = Case::new(&claim);
+        case.node = Some(&node);
+        case.exists = Some(true);
+        case.pods = &pods;
+        let plan = case.decide(&mut Memory::default());
+        assert!(
+            plan.actions.contains(&Action::StampDeadline(NOW + 10)),
+            "{plan:?}"
+        );
+        assert!(
+            plan.actions.iter().any(|a| matches!(a,
+                Action::DeletePods { pods, grace_seconds: 10 } if pods[0].name == "guarded")),
+            "{plan:?}"
+        );
+        assert!(evicted(&plan).is_empty(), "deleted, not evicted");
+        // Deleted 100 s ago: 500 s left, the pod is evicted as usual.
+        let early = with_grace_period(draining(registered(json!({}))), 600, 100);
+        let mut case = Case::new(&early);
+        case.node = Some(&node);
+        case.exists = Some(true);
+        case.pods = &pods;
+        assert_eq!(evicted(&case.decide(&mut Memory::default())), ["guarded"]);
+        // Past the deadline: whatever is left goes with the instance.
+        let late = with_conditions(
+            with_grace_period(draining(registered(json!({}))), 600, 601),
+            &[(DRAINED, "True"), (INSTANCE_TERMINATING, "True")],
+        );
+        let mut case = Case::new(&late);
+        case.node = Some(&node);
+        case.exists = Some(true);
+        case.pods = &pods;
+        assert_eq!(
+            case.decide(&mut Memory::default()).actions[0],
+            Action::TerminateInstance("aws:///zone-a/i-1".into())
+        );
+    }
+
+    #[test]
+    fn a_claim_expires_at_creation_plus_expire_after_and_wakes_for_it() {
+        let mut young = registered(json!({}));
+        young.spec.expire_after = Some("700s".parse().unwrap_or_else(|e| panic!("{e:?}")));
+        let node = node(true, json!([]), json!({}));
+        let mut case = Case::new(&young);
+        case.node = Some(&node);
+        let plan = case.decide(&mut Memory::default());
+        assert_eq!(
+            plan.next,
+            Next::After(Duration::from_secs(100)),
+            "created 600 s ago: wakes when 700 s are up"
+        );
+        let mut old = registered(json!({}));
+        old.spec.expire_after = Some("600s".parse().unwrap_or_else(|e| panic!("{e:?}")));
+        let mut case = Case::new(&old);
+        case.node = Some(&node);
+        assert_eq!(case.decide(&mut Memory::default()).actions, [Action::Expire]);
+        let mut never = registered(json!({}));
+        never.spec.expire_after = Some("Never".parse().unwrap_or_else(|e| panic!("{e:?}")));
+        let mut case = Case::new(&never);
+        case.node = Some(&node);
+        assert_ne!(case.decide(&mut Memory::default()).actions, [Action::Expire]);
     }
 }

@@ -10,10 +10,17 @@ use std::{collections::BTreeMap, time::Duration};
 
 use futures::{StreamExt, stream};
 use joist_messages::{
-    apis::NodeClaim,
+    apis::{
+        NodeClaim,
+        hash::{self, ec2nodeclass_hash},
+    },
     labels::{
         CAPACITY_TYPE, EXCLUDE_FROM_EXTERNAL_LB, INITIALIZED, INSTANCE_TYPE, NODEPOOL, REGISTERED,
-        TERMINATION_FINALIZER, ZONE, annotations::TAGGED, taints,
+        TERMINATION_FINALIZER, ZONE,
+        annotations::{
+            EC2NODECLASS_HASH, EC2NODECLASS_HASH_VERSION, NODECLAIM_TERMINATION_TIMESTAMP, TAGGED,
+        },
+        taints,
     },
     time::system_time,
 };
@@ -35,6 +42,7 @@ use super::{
     },
 };
 use crate::{
+    disruption::orchestrate::DISRUPTION_REASON,
     kube_ops::{self, is_true},
     metrics::{Metrics, PoolLabels, snake_case},
     node_trace::Phase,
@@ -95,6 +103,23 @@ async fn perform(
             Action::LaunchFailed(message) => launch_failed(shared, target.claim, &message).await?,
             Action::DeleteClaim { reason, message } => {
                 delete_claim(shared, target.claim, reason, &message).await?
+            }
+            Action::Expire => expire(shared, target.claim).await?,
+            Action::ClaimConditions(updates) => {
+                let updates: Vec<(&str, &str, &str, &str)> =
+                    updates.iter().map(|&(t, s, r)| (t, s, r, "")).collect();
+                let body = kube_ops::claim_conditions_patch(&shared.clock, target.claim, &updates, json!({}));
+                write_claim_status(shared, target.claim, body).await?;
+            }
+            Action::StampDeadline(deadline) => {
+                let body = json!({"metadata": {"annotations": {
+                    NODECLAIM_TERMINATION_TIMESTAMP: joist_messages::time::rfc3339(deadline),
+                }}});
+                let claims = kube_ops::cluster::<NodeClaim>(&shared.client);
+                kube_ops::patch(&claims, &target.claim.name_any(), body).await?;
+            }
+            Action::DeletePods { pods, grace_seconds } => {
+                delete_expiring(shared, target.claim, pods, grace_seconds).await?
             }
             Action::Register => {
                 register(shared, target.claim, node(target)?).await?;
@@ -218,6 +243,54 @@ fn count_termination(shared: &Shared, claim: &NodeClaim) {
     shared.metrics.nodeclaims_terminated.get_or_create(&labels).inc();
 }
 
+/// Marks the claim's `DisruptionReason` as `Expired`, then deletes it.
+async fn expire(shared: &Shared, claim: &NodeClaim) -> Result<(), StepError> {
+    let message = "the node reached its nodepool's expireAfter";
+    let update = (DISRUPTION_REASON, "True", "Expired", message);
+    let body = kube_ops::claim_conditions_patch(&shared.clock, claim, &[update], json!({}));
+    write_claim_status(shared, claim, body).await?;
+    tracing::info!(nodeclaim = claim.name_any(), "deleting nodeclaim: {message}");
+    shared.events.normal(claim, "Expired", message);
+    kube_ops::delete(&kube_ops::cluster::<NodeClaim>(&shared.client), &claim.name_any()).await?;
+    shared.metrics.disrupted(claim, "expired");
+    Ok(())
+}
+
+/// Deletes pods whose eviction would overrun the claim's `terminationGracePeriod`, each with the
+/// time left as its grace period; a pod already gone (404) or replaced (409) is done.
+async fn delete_expiring(
+    shared: &Shared,
+    claim: &NodeClaim,
+    pods: Vec<PodRef>,
+    grace_seconds: i64,
+) -> Result<(), StepError> {
+    for pod in pods {
+        let api: Api<Pod> = kube_ops::namespaced(&shared.client, &pod.namespace);
+        let params = DeleteParams {
+            grace_period_seconds: Some(u32::try_from(grace_seconds.max(0)).unwrap_or(0)),
+            preconditions: Some(Preconditions {
+                uid: Some(pod.uid.clone()),
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
+        match api.delete(&pod.name, &params).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => continue,
+            Err(error) => return Err(error.into()),
+        }
+        shared.events.normal(
+            claim,
+            "TerminationGracePeriodExpiring",
+            &format!(
+                "Deleted pod {}/{} with {grace_seconds}s of grace to meet the nodeclaim's terminationGracePeriod",
+                pod.namespace, pod.name
+            ),
+        );
+    }
+    Ok(())
+}
+
 async fn launch_failed(shared: &Shared, claim: &NodeClaim, message: &str) -> Result<(), StepError> {
     tracing::warn!(nodeclaim = claim.name_any(), message, "launch failed; retrying");
     let body = kube_ops::claim_conditions_patch(
@@ -247,11 +320,18 @@ async fn record_launch(shared: &Shared, claim: &NodeClaim, launch: &Launch) -> R
     );
     write_claim_status(shared, claim, body).await?;
     // Labels are a map: merging them needs no version. The claim's own labels win over the
-    // cloud's, as in Karpenter.
+    // cloud's, as in Karpenter. The node class's hash is stamped as the launch used it.
     let mut labels: BTreeMap<String, String> = launch.labels.clone();
     labels.extend(claim.labels().clone());
+    let mut metadata = json!({"labels": labels});
+    if let Some(class) = shared.read.node_class(&claim.spec.node_class_ref.name) {
+        metadata["annotations"] = json!({
+            EC2NODECLASS_HASH: ec2nodeclass_hash(&class),
+            EC2NODECLASS_HASH_VERSION: hash::EC2NODECLASS_HASH_VERSION,
+        });
+    }
     let api = kube_ops::cluster::<NodeClaim>(&shared.client);
-    kube_ops::patch(&api, &claim.name_any(), json!({"metadata": {"labels": labels}})).await?;
+    kube_ops::patch(&api, &claim.name_any(), json!({"metadata": metadata})).await?;
     let instance = &launch.instance;
     let attributes = vec![
         KeyValue::new("host.type", instance.instance_type.clone()),

@@ -7,6 +7,7 @@
 pub mod common;
 pub mod cron;
 pub mod duration;
+pub mod hash;
 // kube's `printcolumn(...)` entries repeat keys such as `type_` by design.
 #[allow(clippy::duplicated_attributes)]
 pub mod ec2nodeclass;

@@ -93,6 +93,14 @@ pub enum CloudEvent {
         /// Why.
         reason: EndReason,
     },
+    /// A new image was released for an AMI family: node classes selecting `family@latest`
+    /// resolve to it from their next resolution.
+    ImageReleased {
+        /// The family (`al2023`).
+        family: String,
+        /// The new image.
+        image: String,
+    },
 }
 
 /// A cloud call a scenario can make fail.

@@ -2,6 +2,11 @@
 //! boot after a delay and register as Nodes through the Kubernetes API ([`node`]), injectable
 //! capacity outages per offering, failing operations and spot interruptions ([`cloud`]).
 //!
+//! Images: a class selecting an alias at `@latest` boots the family's newest image, which a
+//! scenario can replace ([`SimCloud::release_image`]); other terms boot one fixed image. An
+//! instance whose image its class no longer resolves to has drifted (`AMIDrift`), as one whose
+//! zone the class's subnets no longer cover (`SubnetDrift`).
+//!
 //! [`SimCloud`] implements [`CloudProvider`], so the actors drive it exactly as they drive AWS. It
 //! fails the way EC2 does: an offering in an outage returns `InsufficientCapacity` (after the
 //! cheaper offerings it tried), a missing or unready EC2NodeClass returns `NodeClassNotReady`, and
@@ -41,7 +46,7 @@ use self::{
     queue::SimQueue,
 };
 
-/// The image every simulated instance boots.
+/// The image instances boot unless their class selects an alias at `@latest`.
 const IMAGE_ID: &str = "ami-0sim0000000000000";
 
 /// The simulated cloud (see the crate docs). Cheap to clone; clones share the cloud.
@@ -56,6 +61,8 @@ struct Inner {
     client: kube::Client,
     books: Books,
     queue: Arc<SimQueue>,
+    /// Images released since the start, per AMI family (none: the family's first image).
+    releases: std::sync::Mutex<BTreeMap<String, u32>>,
 }
 
 impl SimCloud {
@@ -74,8 +81,57 @@ impl SimCloud {
                 client,
                 books,
                 queue: Arc::default(),
+                releases: std::sync::Mutex::default(),
             }),
         })
+    }
+
+    /// Releases a new image for the AMI `family` (`al2023`): classes selecting `family@latest`
+    /// resolve to it from their next resolution, and the instances booted from the old one drift.
+    /// Returns the new image's id.
+    pub fn release_image(&self, family: &str) -> String {
+        let generation = {
+            let mut releases = self
+                .inner
+                .releases
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let generation = releases.entry(family.to_owned()).or_default();
+            *generation += 1;
+            *generation
+        };
+        let image = image_id(family, generation);
+        let mut state = self.inner.books.lock();
+        let event = CloudEvent::ImageReleased {
+            family: family.to_owned(),
+            image: image.clone(),
+        };
+        self.inner.books.record(&mut state, event);
+        image
+    }
+
+    /// The image `class` resolves to now: its alias family's newest at `@latest`, the family's
+    /// first for a pinned version, [`IMAGE_ID`] for other terms.
+    fn image_for(&self, class: &EC2NodeClass) -> String {
+        let Some((family, version)) = class
+            .spec
+            .ami_selector_terms
+            .iter()
+            .find_map(|t| t.alias.as_deref()?.split_once('@'))
+        else {
+            return IMAGE_ID.to_owned();
+        };
+        let generation = if version == "latest" {
+            let releases = self
+                .inner
+                .releases
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            releases.get(family).copied().unwrap_or(0)
+        } else {
+            0
+        };
+        image_id(family, generation)
     }
 
     /// The cloud's books: instances, events, costs.
@@ -191,7 +247,12 @@ impl SimCloud {
                 instance_type: it.name.clone(),
                 zone: key.zone.clone(),
                 capacity_type: key.capacity_type,
-                image_id: IMAGE_ID.to_owned(),
+                image_id: node_class
+                    .status
+                    .iter()
+                    .flat_map(|s| &s.amis)
+                    .next()
+                    .map_or_else(|| IMAGE_ID.to_owned(), |a| a.id.clone()),
                 price: candidate.offering.price,
                 state: InstanceState::Pending,
                 launched_at: settings.epoch_seconds + books.elapsed() as i64,
@@ -429,10 +490,11 @@ impl CloudProvider for SimCloud {
                     zone_id: Some(format!("{}-az{}", zone_id_prefix(&settings.region), i + 1)),
                 })
                 .collect();
+            let image = self.image_for(node_class);
             let amis = ["amd64", "arm64"]
                 .into_iter()
                 .map(|arch| ResolvedAmi {
-                    id: IMAGE_ID.to_owned(),
+                    id: image.clone(),
                     name: Some(format!("sim-eks-node-{arch}")),
                     deprecated: false,
                     requirements: vec![
@@ -477,9 +539,35 @@ impl CloudProvider for SimCloud {
         })
     }
 
-    fn is_drifted<'a>(&'a self, _claim: &'a NodeClaim) -> CloudFuture<'a, Option<Drift>> {
-        Box::pin(async { Ok(None) })
+    fn is_drifted<'a>(&'a self, claim: &'a NodeClaim) -> CloudFuture<'a, Option<Drift>> {
+        Box::pin(async move {
+            let Some(provider_id) = claim.status.as_ref().and_then(|s| s.provider_id.as_deref()) else {
+                return Ok(None);
+            };
+            let instance = self.get(provider_id).await?;
+            let Some(status) = joist_provider::node_class::ready(&self.inner.client, claim)
+                .await?
+                .status
+            else {
+                return Ok(None);
+            };
+            let reason = if !status.amis.iter().any(|a| a.id == instance.image_id) {
+                "AMIDrift"
+            } else if !status.subnets.iter().any(|s| s.zone == instance.zone) {
+                "SubnetDrift"
+            } else {
+                return Ok(None);
+            };
+            Ok(Some(Drift {
+                reason: reason.to_owned(),
+            }))
+        })
     }
+}
+
+/// The id of a family's image of a generation (`ami-0simal2023000000` for the first `al2023`).
+fn image_id(family: &str, generation: u32) -> String {
+    format!("ami-0sim{family}{generation:06}")
 }
 
 #[cfg(test)]

@@ -157,6 +157,54 @@ fn consolidation_never_turns_nodes_into_more_nodes() {
 }
 
 #[test]
+fn a_drifted_node_is_relocated_onto_as_many_new_nodes_as_its_pods_need_whatever_they_cost() {
+    let apart = json!({"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"app": "web"}}, "topologyKey": "kubernetes.io/hostname"}]}}});
+    let input = cluster(vec![
+        node("small", 2, vec![pod("s1", "1500m", json!({}))]),
+        node(
+            "pair",
+            4,
+            vec![pod("w1", "1", apart.clone()), pod("w2", "1", apart.clone())],
+        ),
+    ]);
+    let candidates = [
+        candidate(&input, 0, 2, CapacityType::OnDemand),
+        candidate(&input, 1, 4, CapacityType::OnDemand),
+    ];
+    let mut search = Search::new(&input, &candidates, Settings::default());
+    let Ok(Decision::Relaunch(claims)) = search.relocate(&[0]) else {
+        panic!("the smallest node is replaced even though nothing is cheaper")
+    };
+    assert_eq!(claims.len(), 1);
+    let Ok(Decision::Relaunch(claims)) = search.relocate(&[1]) else {
+        panic!("two pods kept apart need new nodes")
+    };
+    assert_eq!(claims.len(), 2, "pods kept apart get a new node each");
+    assert!(
+        search.consolidate(&[0]).is_err(),
+        "consolidation still refuses what is not cheaper"
+    );
+}
+
+#[test]
+fn a_closed_node_takes_no_pod_but_keeps_its_own() {
+    let input = cluster(vec![
+        node("a", 8, vec![pod("a1", "1", json!({}))]),
+        node("settling", 8, vec![pod("b1", "1", json!({}))]),
+    ]);
+    let candidates = [candidate(&input, 0, 8, CapacityType::OnDemand)];
+    let mut search = Search::new(&input, &candidates, Settings::default());
+    assert_eq!(search.consolidate(&[0]), Ok(Decision::Delete));
+    search.close(&[1]);
+    assert!(
+        matches!(search.consolidate(&[0]), Ok(Decision::Replace(_))),
+        "with the other node closed, the pod needs a new (smaller) node"
+    );
+    assert!(matches!(search.relocate(&[0]), Ok(Decision::Relaunch(_))));
+}
+
+#[test]
 fn a_pod_that_fits_nowhere_keeps_its_node() {
     let input = cluster(vec![node("a", 64, vec![pod("huge", "40", json!({}))])]);
     let a = candidate(&input, 0, 64, CapacityType::OnDemand);
@@ -259,6 +307,7 @@ proptest! {
                 let needed = c.pods.iter().map(|p| cpu(&p.requests)).max().unwrap_or(0);
                 prop_assert!(largest.unwrap_or(0) >= needed);
             }
+            Ok(Decision::Relaunch(_)) => prop_assert!(false, "consolidation never relaunches"),
             Err(_) => {}
         }
     }

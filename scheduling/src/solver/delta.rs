@@ -9,6 +9,9 @@
 //! the placement touched are restored from a journal, opened claims dropped, and topology counts
 //! and NodePool limits put back from the state after set-up.
 //!
+//! Nodes can also be closed for good ([`Simulator::close`]): consolidation moves no pod onto a
+//! node still inside its `consolidateAfter` window, though the node stays in the cluster.
+//!
 //! Failure modes: none; a node left out only ever makes the simulation stricter where a domain
 //! existed only through it (its zone stays a domain with no pods).
 
@@ -28,6 +31,8 @@ pub(crate) struct Simulator<'a> {
     counts: Counts,
     /// NodePool limits after set-up: remaining resources and nodes.
     limits: Vec<(Option<Vec<i64>>, Option<i64>)>,
+    /// Bins no pod may be placed on in any placement (see [`Simulator::close`]).
+    closed: Vec<u64>,
 }
 
 impl<'a> Simulator<'a> {
@@ -51,8 +56,19 @@ impl<'a> Simulator<'a> {
                 .collect(),
             pending: pending.into_iter().zip(classes).collect(),
             bin_of_node,
+            closed: Vec::new(),
             solver,
         }
+    }
+
+    /// Closes `nodes` (positions in `Input::nodes`) to every later placement: no pod goes there,
+    /// while their own pods stay and keep counting for topology.
+    pub(crate) fn close(&mut self, nodes: &[usize]) {
+        self.closed.resize(self.solver.bins.len().div_ceil(64), 0);
+        for &node in nodes {
+            bitset::insert(&mut self.closed, self.bin_of_node[node]);
+        }
+        self.solver.excluded.clone_from(&self.closed);
     }
 
     /// A pod `new` was given, by position.
@@ -113,7 +129,7 @@ impl<'a> Simulator<'a> {
             }
             pool.remaining_nodes = *remaining_nodes;
         }
-        s.excluded.fill(0);
+        s.excluded.clone_from(&self.closed);
         s.pods.clear();
     }
 }
