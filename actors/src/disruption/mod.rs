@@ -3,9 +3,9 @@
 //!
 //! Every [`PASS_INTERVAL`] (and on [`PlanNow`]), once the read model is synced, a pass:
 //!
-//! 1. marks every NodeClaim's `Drifted` condition ([`drift`]);
-//! 2. builds the cluster problem once ([`crate::problem`]), the candidates and the nodes they may
+//! 1. builds the cluster problem once ([`crate::problem`]), the candidates and the nodes they may
 //!    not be disrupted for ([`candidates`]), and each NodePool's budget ([`budgets`]);
+//! 2. marks every NodeClaim's `Drifted` condition ([`drift`]), which the next pass acts on;
 //! 3. tries the methods in Karpenter's order ([`methods`]), unless nothing they depend on changed
 //!    since a pass that found nothing ([`memo`]); a node that cannot go is told why
 //!    (`Unconsolidatable`), a blocked one too (`DisruptionBlocked`);
@@ -222,30 +222,32 @@ async fn decide(
                 (pool.name_any(), &input.instance_types[range])
             })
             .collect();
+        let collected = candidates::collect(read, &types, now);
+        if previous.is_none() {
+            for (claim, consolidatable) in &collected.stale_conditions {
+                write_consolidatable(shared, claim, *consolidatable).await;
+            }
+            for b in &collected.blocked {
+                shared.events.normal(
+                    b.node.as_ref(),
+                    "DisruptionBlocked",
+                    &format!("Cannot disrupt Node: {}", b.reason),
+                );
+            }
+        }
+        // After the writes above, which carry the versions the pass read: drift's own writes
+        // would make them stale. What drift marks, the next pass acts on.
         if let Some(checks) = checks {
             drift::mark(shared, &types, checks).await;
         }
-        candidates::collect(read, &types, now)
+        collected
     };
     let Collected {
         candidates,
-        blocked,
         eventual,
         settling,
-        stale_conditions,
+        ..
     } = collected;
-    if previous.is_none() {
-        for (claim, consolidatable) in &stale_conditions {
-            write_consolidatable(shared, claim, *consolidatable).await;
-        }
-        for b in &blocked {
-            shared.events.normal(
-                b.node.as_ref(),
-                "DisruptionBlocked",
-                &format!("Cannot disrupt Node: {}", b.reason),
-            );
-        }
-    }
     input.nodes.retain(|n| n.initialized);
     let positions: BTreeMap<String, usize> = input
         .nodes
