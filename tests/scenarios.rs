@@ -81,6 +81,27 @@ spec:
 ---
 ";
 
+/// Pod-spec lines that keep `app: web` pods on separate nodes.
+const APART: &str = "      affinity:
+        podAntiAffinity:
+          requiredDuringSchedulingIgnoredDuringExecution:
+            - labelSelector: {matchLabels: {app: web}}
+              topologyKey: kubernetes.io/hostname";
+
+/// `pool` with extra fields in its template's spec (`expireAfter: 5m`).
+fn with_template_fields(pool: &str, fields: &str) -> String {
+    pool.replace("      nodeClassRef:", &format!("{fields}\n      nodeClassRef:"))
+}
+
+/// A WhenEmpty NodePool of `families` that disrupts one node at a time.
+fn one_at_a_time(families: &[&str]) -> String {
+    pool(
+        "default",
+        &family(families),
+        &disruption("WhenEmpty", "[{nodes: '1'}]"),
+    )
+}
+
 /// A Deployment of `replicas` pause pods requesting `cpu`, with extra pod-spec lines.
 fn deployment(name: &str, replicas: u32, cpu: &str, spec_extra: &str) -> String {
     format!(
@@ -376,17 +397,12 @@ spec:
 
 #[test]
 fn nodes_kept_apart_by_anti_affinity_are_packed_once_the_constraint_goes() {
-    let apart = "      affinity:
-        podAntiAffinity:
-          requiredDuringSchedulingIgnoredDuringExecution:
-            - labelSelector: {matchLabels: {app: web}}
-              topologyKey: kubernetes.io/hostname";
     let pool = pool(
         "default",
         &family(&["c5"]),
         &disruption("WhenEmptyOrUnderutilized", "[{nodes: '100%'}]"),
     );
-    let manifests = pool + NODE_CLASS + &deployment("web", 4, "500m", apart);
+    let manifests = pool + NODE_CLASS + &deployment("web", 4, "500m", APART);
     // The workload without the constraint replaces it: its pods may share nodes.
     let together = indent(&indent(&indent(&deployment("packed", 4, "500m", ""))));
     let steps = format!(
@@ -439,12 +455,6 @@ fn a_failed_replacement_rolls_back_and_the_node_keeps_serving() {
     );
 }
 
-const APART: &str = "      affinity:
-        podAntiAffinity:
-          requiredDuringSchedulingIgnoredDuringExecution:
-            - labelSelector: {matchLabels: {app: web}}
-              topologyKey: kubernetes.io/hostname";
-
 /// Each `disruption-decided` entry of the timeline.
 fn decisions(report: &Report) -> Vec<&str> {
     report
@@ -473,12 +483,7 @@ fn most_nodes_after(report: &Report, from: f64) -> i64 {
 
 #[test]
 fn a_new_image_rolls_every_node_one_at_a_time_within_a_budget_of_one() {
-    let manifests = pool(
-        "default",
-        &family(&["c5"]),
-        &disruption("WhenEmpty", "[{nodes: '1'}]"),
-    ) + NODE_CLASS
-        + &deployment("web", 3, "1", APART);
+    let manifests = one_at_a_time(&["c5"]) + NODE_CLASS + &deployment("web", 3, "1", APART);
     let steps = "[{at: 3m, releaseImage: {family: al2023}}]";
     let report = run(&scenario(&manifests, steps, "15m"));
     let s = &report.summary;
@@ -505,17 +510,8 @@ fn a_new_image_rolls_every_node_one_at_a_time_within_a_budget_of_one() {
 
 #[test]
 fn a_requirement_change_replaces_every_old_node_with_a_conforming_one() {
-    let manifests = pool(
-        "default",
-        &family(&["c5"]),
-        &disruption("WhenEmpty", "[{nodes: '1'}]"),
-    ) + NODE_CLASS
-        + &deployment("web", 2, "1", APART);
-    let m5 = indent(&indent(&indent(&pool(
-        "default",
-        &family(&["m5"]),
-        &disruption("WhenEmpty", "[{nodes: '1'}]"),
-    ))));
+    let manifests = one_at_a_time(&["c5"]) + NODE_CLASS + &deployment("web", 2, "1", APART);
+    let m5 = indent(&indent(&indent(&one_at_a_time(&["m5"]))));
     let steps = format!("\n    - at: 3m\n      apply: |\n{m5}");
     let report = run(&scenario(&manifests, &steps, "12m"));
     let s = &report.summary;
@@ -529,15 +525,13 @@ fn a_requirement_change_replaces_every_old_node_with_a_conforming_one() {
 
 #[test]
 fn expire_after_replaces_a_node_even_under_a_budget_of_zero() {
-    let manifests = pool(
+    let zero_budget = pool(
         "default",
         &family(&["c5"]),
         &disruption("WhenEmptyOrUnderutilized", "[{nodes: '0'}]"),
-    )
-    .replace(
-        "      nodeClassRef:",
-        "      expireAfter: 5m\n      nodeClassRef:",
-    ) + NODE_CLASS
+    );
+    let manifests = with_template_fields(&zero_budget, "      expireAfter: 5m")
+        + NODE_CLASS
         + &deployment("web", 2, "1", "");
     let report = run(&scenario(&manifests, "[]", "8m"));
     let s = &report.summary;
@@ -556,9 +550,9 @@ spec:
   selector: {matchLabels: {app: guarded}}
 ---
 ";
-    let manifests = pool("default", &family(&["c5"]), "").replace(
-        "      nodeClassRef:",
-        "      expireAfter: 5m\n      terminationGracePeriod: 3m\n      nodeClassRef:",
+    let manifests = with_template_fields(
+        &pool("default", &family(&["c5"]), ""),
+        "      expireAfter: 5m\n      terminationGracePeriod: 3m",
     ) + NODE_CLASS
         + pdb
         + &deployment("guarded", 1, "1", "");

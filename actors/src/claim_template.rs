@@ -13,16 +13,10 @@
 
 use joist_messages::{
     apis::{
-        NodeClaim, NodeClaimSpec, NodePool,
-        common::NodeSelectorRequirementWithMinValues,
-        hash::{self, nodepool_hash},
-        nodeclaim::ResourceRequirements,
+        NodeClaim, NodeClaimSpec, NodePool, common::NodeSelectorRequirementWithMinValues,
+        hash::nodepool_stamp, nodeclaim::ResourceRequirements,
     },
-    labels::{
-        EC2_NODE_CLASS, INSTANCE_TYPE, NODEPOOL, TERMINATION_FINALIZER,
-        annotations::{NODEPOOL_HASH, NODEPOOL_HASH_VERSION},
-        is_injectable,
-    },
+    labels::{EC2_NODE_CLASS, INSTANCE_TYPE, NODEPOOL, TERMINATION_FINALIZER, is_injectable},
     model::{
         instance_type::InstanceType,
         requirements::{Operator, Requirement},
@@ -63,11 +57,7 @@ pub fn node_claim(pool: &NodePool, claim: &NewClaim, instance_types: &[InstanceT
         controller: None,
     };
     let mut annotations = template.metadata.annotations.clone();
-    annotations.insert(NODEPOOL_HASH.to_owned(), nodepool_hash(pool));
-    annotations.insert(
-        NODEPOOL_HASH_VERSION.to_owned(),
-        hash::NODEPOOL_HASH_VERSION.to_owned(),
-    );
+    annotations.extend(nodepool_stamp(pool));
     NodeClaim {
         metadata: ObjectMeta {
             generate_name: Some(format!("{}-", pool.name_any())),

@@ -16,19 +16,22 @@
 //! A hash stamped with another version (an older Joist, or Karpenter) is re-stamped with the
 //! current one instead of drifting the node. The condition is removed once nothing drifts.
 //!
+//! What a NodePool and its class ask for now ([`Wanted`]: the hashes, the requirements) is worked
+//! out once per pass for each pair, not once per claim.
+//!
 //! Failures: a cloud check that fails keeps the condition as it was and is tried again on the next
 //! pass; a write that loses a race is left to the next pass.
 
 use std::{
-    collections::{BTreeMap, HashMap},
-    sync::{Arc, Mutex},
+    collections::{BTreeMap, HashMap, HashSet},
+    sync::{Arc, Mutex, MutexGuard},
     time::Duration,
 };
 
 use joist_messages::{
     apis::{
         EC2NodeClass, NodeClaim, NodePool,
-        hash::{self, ec2nodeclass_hash, nodepool_hash},
+        hash::{self, ec2nodeclass_hash, ec2nodeclass_stamp, nodepool_hash, nodepool_stamp},
     },
     labels::{
         INSTANCE_TYPE, NODEPOOL,
@@ -67,30 +70,50 @@ pub fn restamp(claim: &NodeClaim, pool: &NodePool, class: Option<&EC2NodeClass>)
     let stale = |version_key: &str, version: &str| annotations.get(version_key).is_none_or(|v| v != version);
     let mut out = BTreeMap::new();
     if stale(NODEPOOL_HASH_VERSION, hash::NODEPOOL_HASH_VERSION) {
-        out.insert(NODEPOOL_HASH.to_owned(), nodepool_hash(pool));
-        out.insert(
-            NODEPOOL_HASH_VERSION.to_owned(),
-            hash::NODEPOOL_HASH_VERSION.to_owned(),
-        );
+        out.extend(nodepool_stamp(pool));
     }
     if let Some(class) = class
         && stale(EC2NODECLASS_HASH_VERSION, hash::EC2NODECLASS_HASH_VERSION)
     {
-        out.insert(EC2NODECLASS_HASH.to_owned(), ec2nodeclass_hash(class));
-        out.insert(
-            EC2NODECLASS_HASH_VERSION.to_owned(),
-            hash::EC2NODECLASS_HASH_VERSION.to_owned(),
-        );
+        out.extend(ec2nodeclass_stamp(class));
     }
     out
 }
 
-/// Why `claim` drifted, judged from the cluster alone (see the module docs); `types` are the
-/// instance types its NodePool can launch now, when known.
+/// What a NodePool and a node class ask of their NodeClaims now.
+#[derive(Debug)]
+pub struct Wanted {
+    pool_hash: String,
+    /// `None` when a requirement cannot be read: the NodePool is reported invalid instead, and
+    /// its requirements drift nothing.
+    requirements: Option<Requirements>,
+    class_hash: Option<String>,
+}
+
+impl Wanted {
+    /// What `pool` and `class` ask for.
+    pub fn of(pool: &NodePool, class: Option<&EC2NodeClass>) -> Self {
+        Wanted {
+            pool_hash: nodepool_hash(pool),
+            requirements: pool
+                .spec
+                .template
+                .spec
+                .requirements
+                .iter()
+                .map(|r| r.to_requirement())
+                .collect::<Result<Requirements, _>>()
+                .ok(),
+            class_hash: class.map(ec2nodeclass_hash),
+        }
+    }
+}
+
+/// Why `claim` drifted from what its pool and class ask for, judged from the cluster alone (see
+/// the module docs); `types` are the instance types its NodePool can launch now, when known.
 pub fn static_drift(
     claim: &NodeClaim,
-    pool: &NodePool,
-    class: Option<&EC2NodeClass>,
+    wanted: &Wanted,
     types: Option<&[InstanceType]>,
 ) -> Option<&'static str> {
     let annotations = claim.annotations();
@@ -103,20 +126,22 @@ pub fn static_drift(
     };
     let [pool_drifted, requirements_drifted, class_drifted, type_gone] = STATIC_REASONS;
     if current(NODEPOOL_HASH, NODEPOOL_HASH_VERSION, hash::NODEPOOL_HASH_VERSION)
-        .is_some_and(|h| *h != nodepool_hash(pool))
+        .is_some_and(|h| *h != wanted.pool_hash)
     {
         return Some(pool_drifted);
     }
-    if !meets_requirements(claim, pool) {
+    if let Some(requirements) = &wanted.requirements
+        && !meets(claim, requirements)
+    {
         return Some(requirements_drifted);
     }
-    if let Some(class) = class
+    if let Some(class_hash) = &wanted.class_hash
         && current(
             EC2NODECLASS_HASH,
             EC2NODECLASS_HASH_VERSION,
             hash::EC2NODECLASS_HASH_VERSION,
         )
-        .is_some_and(|h| *h != ec2nodeclass_hash(class))
+        .is_some_and(|h| h != class_hash)
     {
         return Some(class_drifted);
     }
@@ -130,27 +155,15 @@ pub fn static_drift(
     None
 }
 
-/// Whether the claim's labels still meet its NodePool's requirements (well-known labels the claim
-/// lacks are not held against it). A requirement Joist cannot read drifts nothing: the NodePool
-/// is reported invalid instead.
-fn meets_requirements(claim: &NodeClaim, pool: &NodePool) -> bool {
-    let Ok(wanted) = pool
-        .spec
-        .template
-        .spec
-        .requirements
-        .iter()
-        .map(|r| r.to_requirement())
-        .collect::<Result<Requirements, _>>()
-    else {
-        return true;
-    };
+/// Whether the claim's labels meet `requirements` (well-known labels the claim lacks are not held
+/// against it).
+fn meets(claim: &NodeClaim, requirements: &Requirements) -> bool {
     let labels: Requirements = claim
         .labels()
         .iter()
         .filter_map(|(key, value)| Requirement::new(key, Operator::In, [value.as_str()]).ok())
         .collect();
-    labels.compatible(&wanted, is_well_known).is_ok()
+    labels.compatible(requirements, is_well_known).is_ok()
 }
 
 /// When each claim's instance was last compared by the cloud, and the version of its class then.
@@ -171,50 +184,58 @@ impl CloudChecks {
 /// The cloud checks, shared with the pass that runs (one at a time).
 pub type SharedChecks = Arc<Mutex<CloudChecks>>;
 
+fn lock(checks: &SharedChecks) -> MutexGuard<'_, CloudChecks> {
+    checks.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// Sets every launched claim's `Drifted` condition to what holds now (see the module docs).
 pub async fn mark(shared: &Shared, types: &PoolTypes<'_>, checks: &SharedChecks) {
     let read = &shared.read;
     let now = shared.clock.now_seconds();
     let claims = read.node_claims();
-    let mut due = Vec::new();
-    {
-        let checks = checks.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        for claim in &claims {
-            let class_version = class_version(shared, claim);
-            if launched(claim) && checks.due(&claim.name_any(), &class_version, now) {
-                due.push((claim.name_any(), class_version));
-            }
-        }
-    }
-    let mut checked = Vec::new();
+    let mut wanted: HashMap<(String, String), Wanted> = HashMap::new();
     for claim in claims.iter().filter(|c| launched(c)) {
         let Some(pool) = claim.labels().get(NODEPOOL).and_then(|p| read.node_pool(p)) else {
             continue;
         };
-        let class = read.node_class(&claim.spec.node_class_ref.name);
+        let class_name = &claim.spec.node_class_ref.name;
+        let class = read.node_class(class_name);
         let stamps = restamp(claim, &pool, class.as_deref());
         if !stamps.is_empty() {
             write(shared, claim, Write::Annotations(stamps)).await;
             continue;
         }
-        let types = types.get(&pool.name_any()).copied();
+        let pool_name = pool.name_any();
+        let types = types.get(&pool_name).copied();
+        let wanted = wanted
+            .entry((pool_name, class_name.clone()))
+            .or_insert_with(|| Wanted::of(&pool, class.as_deref()));
         let shown = shown(claim);
-        let reason = match static_drift(claim, &pool, class.as_deref(), types) {
+        // The cloud's last answer, which stands until it is asked again.
+        let cloud_said = shown.clone().filter(|r| !STATIC_REASONS.contains(&r.as_str()));
+        let reason = match static_drift(claim, wanted, types) {
             Some(reason) => Some(reason.to_owned()),
-            None => match due.iter().find(|(name, _)| *name == claim.name_any()) {
-                Some((name, version)) => match shared.cloud.is_drifted(claim).await {
-                    Ok(drift) => {
-                        checked.push((name.clone(), version.clone()));
-                        drift.map(|d| d.reason)
+            None => {
+                let name = claim.name_any();
+                let version = class
+                    .as_ref()
+                    .and_then(|c| c.resource_version())
+                    .unwrap_or_default();
+                if lock(checks).due(&name, &version, now) {
+                    match shared.cloud.is_drifted(claim).await {
+                        Ok(drift) => {
+                            lock(checks).checked.insert(name, (now, version));
+                            drift.map(|d| d.reason)
+                        }
+                        Err(error) => {
+                            tracing::debug!(nodeclaim = name, %error, "drift check failed; next pass");
+                            cloud_said
+                        }
                     }
-                    Err(error) => {
-                        tracing::debug!(nodeclaim = name, %error, "drift check failed; next pass");
-                        shown.clone().filter(|r| !STATIC_REASONS.contains(&r.as_str()))
-                    }
-                },
-                // Not asked this pass: the cloud's last answer stands.
-                None => shown.clone().filter(|r| !STATIC_REASONS.contains(&r.as_str())),
-            },
+                } else {
+                    cloud_said
+                }
+            }
         };
         if reason == shown {
             continue;
@@ -224,12 +245,8 @@ pub async fn mark(shared: &Shared, types: &PoolTypes<'_>, checks: &SharedChecks)
         }
         write(shared, claim, Write::Condition(reason)).await;
     }
-    let mut checks = checks.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    for (name, version) in checked {
-        checks.checked.insert(name, (now, version));
-    }
-    let alive: std::collections::HashSet<String> = claims.iter().map(|c| c.name_any()).collect();
-    checks.checked.retain(|name, _| alive.contains(name));
+    let alive: HashSet<String> = claims.iter().map(|c| c.name_any()).collect();
+    lock(checks).checked.retain(|name, _| alive.contains(name));
 }
 
 /// Whether the claim has an instance to judge and is not being deleted.
@@ -250,14 +267,6 @@ pub fn shown(claim: &NodeClaim) -> Option<String> {
         .iter()
         .find(|c| c.type_ == DRIFTED && c.status == "True")
         .map(|c| c.reason.clone())
-}
-
-fn class_version(shared: &Shared, claim: &NodeClaim) -> String {
-    shared
-        .read
-        .node_class(&claim.spec.node_class_ref.name)
-        .and_then(|c| c.resource_version())
-        .unwrap_or_default()
 }
 
 enum Write {
@@ -324,15 +333,15 @@ mod tests {
     fn a_template_change_drifts_the_pool_hash_and_a_requirement_change_the_requirements() {
         let old = pool(json!({"team": "a"}), &["spot", "on-demand"]);
         let claim = stamped(&old);
-        assert_eq!(static_drift(&claim, &old, None, None), None);
+        assert_eq!(static_drift(&claim, &Wanted::of(&old, None), None), None);
         let relabelled = pool(json!({"team": "b"}), &["spot", "on-demand"]);
         assert_eq!(
-            static_drift(&claim, &relabelled, None, None),
+            static_drift(&claim, &Wanted::of(&relabelled, None), None),
             Some("NodePoolDrifted")
         );
         let on_demand_only = pool(json!({"team": "a"}), &["on-demand"]);
         assert_eq!(
-            static_drift(&claim, &on_demand_only, None, None),
+            static_drift(&claim, &Wanted::of(&on_demand_only, None), None),
             Some("RequirementsDrifted")
         );
     }
@@ -341,7 +350,7 @@ mod tests {
     fn a_hash_of_another_version_is_restamped_not_drifted() {
         let pool = pool(json!({"team": "b"}), &["spot"]);
         let karpenters = claim(json!({NODEPOOL_HASH: "123", NODEPOOL_HASH_VERSION: "v3"}));
-        assert_eq!(static_drift(&karpenters, &pool, None, None), None);
+        assert_eq!(static_drift(&karpenters, &Wanted::of(&pool, None), None), None);
         let stamps = restamp(&karpenters, &pool, None);
         assert_eq!(stamps.get(NODEPOOL_HASH), Some(&nodepool_hash(&pool)));
         assert!(restamp(&stamped(&pool), &pool, None).is_empty());
@@ -359,11 +368,11 @@ mod tests {
             overhead: Default::default(),
         };
         assert_eq!(
-            static_drift(&claim, &pool, None, Some(&[other])),
+            static_drift(&claim, &Wanted::of(&pool, None), Some(&[other])),
             Some("InstanceTypeNotFound")
         );
         assert_eq!(
-            static_drift(&claim, &pool, None, Some(&[])),
+            static_drift(&claim, &Wanted::of(&pool, None), Some(&[])),
             None,
             "an empty catalog says nothing"
         );

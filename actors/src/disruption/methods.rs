@@ -140,7 +140,7 @@ pub fn plan(
         .into_iter()
         .filter(|c| allowed(&c.pool.name_any(), DisruptionReason::Underutilized) > 0)
         .collect();
-    single_node(&each, base)
+    first_alone(Method::SingleNode, DisruptionReason::Underutilized, &each, base)
 }
 
 fn underutilized_policy(candidate: &Candidate) -> bool {
@@ -153,13 +153,7 @@ fn emptiness(candidates: &[Candidate], allowed: &impl Fn(&str, DisruptionReason)
         .iter()
         .filter(|c| c.consolidatable && c.pods.is_empty())
         .collect();
-    let chosen = within_budgets(&empty, |pool| allowed(pool, DisruptionReason::Empty));
-    (!chosen.is_empty()).then(|| Command {
-        method: Method::Emptiness,
-        reason: DisruptionReason::Empty,
-        candidates: chosen.into_iter().cloned().collect(),
-        decision: Decision::Delete,
-    })
+    delete_empty(Method::Emptiness, DisruptionReason::Empty, &empty, allowed)
 }
 
 /// Drifted candidates: the empty ones budgets allow at once, else the first that can be relocated.
@@ -168,41 +162,60 @@ fn drift(
     base: &Base<'_>,
     allowed: &impl Fn(&str, DisruptionReason) -> u32,
 ) -> Option<Command> {
-    let command = |candidates: Vec<Candidate>, decision| Command {
-        method: Method::Drift,
-        reason: DisruptionReason::Drifted,
-        candidates,
-        decision,
-    };
     let empty: Vec<&Candidate> = drifted.iter().copied().filter(|c| c.pods.is_empty()).collect();
-    let chosen = within_budgets(&empty, |pool| allowed(pool, DisruptionReason::Drifted));
-    if !chosen.is_empty() {
-        return Some(command(chosen.into_iter().cloned().collect(), Decision::Delete));
+    if let Some(command) = delete_empty(Method::Drift, DisruptionReason::Drifted, &empty, allowed) {
+        return Some(command);
     }
-    let (known, prepared): (Vec<&Candidate>, Vec<consolidation::Candidate>) = drifted
+    let each: Vec<&Candidate> = drifted
         .iter()
+        .copied()
         .filter(|c| allowed(&c.pool.name_any(), DisruptionReason::Drifted) > 0)
-        .filter_map(|c| Some((*c, prepare(c, base)?)))
-        .unzip();
-    let mut search = Search::new(base.input, &prepared, base.settings);
-    for (position, candidate) in known.into_iter().enumerate() {
-        match search.relocate(&[position]) {
-            Ok(decision) => return Some(command(vec![candidate.clone()], decision)),
-            Err(refusal) => tracing::info!(
-                nodeclaim = candidate.claim.name_any(),
-                %refusal,
-                "drifted node cannot be replaced yet"
-            ),
-        }
+        .collect();
+    let (command, refusals) = first_alone(Method::Drift, DisruptionReason::Drifted, &each, base);
+    for (candidate, refusal) in &refusals {
+        tracing::info!(
+            nodeclaim = candidate.claim.name_any(),
+            %refusal,
+            "drifted node cannot be replaced yet"
+        );
     }
-    None
+    command
 }
 
-/// A consolidation search over `prepared`: nodes still settling take no pod.
-fn consolidation_search<'a>(base: &'a Base<'_>, prepared: &'a [consolidation::Candidate]) -> Search<'a> {
+/// One command of `method` deleting the candidates of `empty` (they have no pod to move) that
+/// their pools' budgets for `reason` leave room for; `None` when there is none.
+fn delete_empty(
+    method: Method,
+    reason: DisruptionReason,
+    empty: &[&Candidate],
+    allowed: &impl Fn(&str, DisruptionReason) -> u32,
+) -> Option<Command> {
+    let chosen = within_budgets(empty, |pool| allowed(pool, reason));
+    (!chosen.is_empty()).then(|| Command {
+        method,
+        reason,
+        candidates: chosen.into_iter().cloned().collect(),
+        decision: Decision::Delete,
+    })
+}
+
+/// A search over `prepared` for `method`: consolidation moves no pod onto a node still settling;
+/// drift, which must go whatever it costs, may.
+fn search<'a>(method: Method, base: &'a Base<'_>, prepared: &'a [consolidation::Candidate]) -> Search<'a> {
     let mut search = Search::new(base.input, prepared, base.settings);
-    search.close(&base.settling);
+    if method != Method::Drift {
+        search.close(&base.settling);
+    }
     search
+}
+
+/// What `method` makes of removing the candidates at `which`: drift relocates their pods onto as
+/// many new nodes as they need, consolidation only onto fewer, cheaper ones.
+fn answer(method: Method, search: &mut Search<'_>, which: &[usize]) -> Result<Decision, Refusal> {
+    match method {
+        Method::Drift => search.relocate(which),
+        _ => search.consolidate(which),
+    }
 }
 
 /// The candidates, in order, that their pools' budgets leave room for.
@@ -246,17 +259,14 @@ fn prepare_all(candidates: &[&Candidate], base: &Base<'_>) -> Option<Vec<consoli
 fn simulate(method: Method, candidates: &[&Candidate], base: &Base<'_>) -> Option<Result<Decision, Refusal>> {
     let prepared = prepare_all(candidates, base)?;
     let all: Vec<usize> = (0..prepared.len()).collect();
-    Some(match method {
-        Method::Drift => Search::new(base.input, &prepared, base.settings).relocate(&all),
-        _ => consolidation_search(base, &prepared).consolidate(&all),
-    })
+    Some(answer(method, &mut search(method, base, &prepared), &all))
 }
 
 /// The largest prefix of at least two candidates that consolidates (binary search over all).
 fn multi_node(candidates: &[&Candidate], base: &Base<'_>) -> Option<Command> {
     let prepared = prepare_all(candidates, base)?;
     let order: Vec<usize> = (0..prepared.len()).collect();
-    let best = consolidation_search(base, &prepared).largest_prefix(&order);
+    let best = search(Method::MultiNode, base, &prepared).largest_prefix(&order);
     tracing::info!(
         searched = candidates.len(),
         found = best.as_ref().map_or(0, |(count, _)| *count),
@@ -270,21 +280,26 @@ fn multi_node(candidates: &[&Candidate], base: &Base<'_>) -> Option<Command> {
     })
 }
 
-/// The first candidate that consolidates alone; the refusals of those before it. One search is
-/// set up for all of them.
-fn single_node(candidates: &[&Candidate], base: &Base<'_>) -> (Option<Command>, Vec<(Candidate, Refusal)>) {
+/// The first candidate that `method` can remove alone, as a command for `reason`; the refusals of
+/// those before it. One search is set up for all of them.
+fn first_alone(
+    method: Method,
+    reason: DisruptionReason,
+    candidates: &[&Candidate],
+    base: &Base<'_>,
+) -> (Option<Command>, Vec<(Candidate, Refusal)>) {
     let (known, prepared): (Vec<&Candidate>, Vec<consolidation::Candidate>) = candidates
         .iter()
         .filter_map(|c| Some((*c, prepare(c, base)?)))
         .unzip();
-    let mut search = consolidation_search(base, &prepared);
+    let mut search = search(method, base, &prepared);
     let mut refusals = Vec::new();
     for (position, candidate) in known.into_iter().enumerate() {
-        match search.consolidate(&[position]) {
+        match answer(method, &mut search, &[position]) {
             Ok(decision) => {
                 let command = Command {
-                    method: Method::SingleNode,
-                    reason: DisruptionReason::Underutilized,
+                    method,
+                    reason,
                     candidates: vec![candidate.clone()],
                     decision,
                 };

@@ -11,11 +11,11 @@ use joist_messages::{
     labels::{
         TERMINATION_FINALIZER,
         annotations::{NODECLAIM_TERMINATION_TIMESTAMP, TAGGED},
-        taints::DISRUPTED,
     },
     model::{quantity::Quantity, resources::Resources},
 };
 use joist_provider::{CloudError, Launch, OfferingKey};
+use joist_scheduling::taints::Toleration;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::ResourceExt;
 use tokio::time::Instant;
@@ -516,21 +516,11 @@ pub fn waits_for_drain(pod: &Pod) -> bool {
 }
 
 fn tolerates_disrupted(pod: &Pod) -> bool {
-    let tolerations = pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.tolerations.as_deref())
-        .unwrap_or_default();
-    tolerations.iter().any(|t| {
-        let key_matches = t.key.as_deref().is_none_or(|k| k.is_empty() || k == DISRUPTED);
-        let effect_matches = t
-            .effect
-            .as_deref()
-            .is_none_or(|e| e.is_empty() || e == "NoSchedule");
-        let value_matches =
-            t.operator.as_deref() == Some("Exists") || t.value.as_deref().unwrap_or_default().is_empty();
-        key_matches && effect_matches && value_matches
-    })
+    let taint = disrupted_taint();
+    pod.spec
+        .iter()
+        .flat_map(|s| s.tolerations.iter().flatten())
+        .any(|t| Toleration::from(t).tolerates(&taint))
 }
 
 /// The pod's drain tier: 0 non-critical, 1 non-critical DaemonSet, 2 critical, 3 critical
@@ -659,6 +649,7 @@ pub fn created_at(claim: &NodeClaim) -> i64 {
 
 #[cfg(test)]
 mod tests {
+    use joist_messages::labels::taints::DISRUPTED;
     use joist_provider::{Instance, InstanceState};
     use serde_json::{Value, json};
 

@@ -10,16 +10,11 @@ use std::{collections::BTreeMap, time::Duration};
 
 use futures::{StreamExt, stream};
 use joist_messages::{
-    apis::{
-        NodeClaim,
-        hash::{self, ec2nodeclass_hash},
-    },
+    apis::{NodeClaim, hash::ec2nodeclass_stamp},
     labels::{
         CAPACITY_TYPE, EXCLUDE_FROM_EXTERNAL_LB, INITIALIZED, INSTANCE_TYPE, NODEPOOL, REGISTERED,
         TERMINATION_FINALIZER, ZONE,
-        annotations::{
-            EC2NODECLASS_HASH, EC2NODECLASS_HASH_VERSION, NODECLAIM_TERMINATION_TIMESTAMP, TAGGED,
-        },
+        annotations::{NODECLAIM_TERMINATION_TIMESTAMP, TAGGED},
         taints,
     },
     time::system_time,
@@ -266,15 +261,8 @@ async fn delete_expiring(
 ) -> Result<(), StepError> {
     for pod in pods {
         let api: Api<Pod> = kube_ops::namespaced(&shared.client, &pod.namespace);
-        let params = DeleteParams {
-            grace_period_seconds: Some(u32::try_from(grace_seconds.max(0)).unwrap_or(0)),
-            preconditions: Some(Preconditions {
-                uid: Some(pod.uid.clone()),
-                resource_version: None,
-            }),
-            ..DeleteParams::default()
-        };
-        match api.delete(&pod.name, &params).await {
+        let grace = u32::try_from(grace_seconds.max(0)).unwrap_or(0);
+        match api.delete(&pod.name, &same_pod(&pod, Some(grace))).await {
             Ok(_) => {}
             Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => continue,
             Err(error) => return Err(error.into()),
@@ -325,10 +313,7 @@ async fn record_launch(shared: &Shared, claim: &NodeClaim, launch: &Launch) -> R
     labels.extend(claim.labels().clone());
     let mut metadata = json!({"labels": labels});
     if let Some(class) = shared.read.node_class(&claim.spec.node_class_ref.name) {
-        metadata["annotations"] = json!({
-            EC2NODECLASS_HASH: ec2nodeclass_hash(&class),
-            EC2NODECLASS_HASH_VERSION: hash::EC2NODECLASS_HASH_VERSION,
-        });
+        metadata["annotations"] = json!(BTreeMap::from(ec2nodeclass_stamp(&class)));
     }
     let api = kube_ops::cluster::<NodeClaim>(&shared.client);
     kube_ops::patch(&api, &claim.name_any(), json!({"metadata": metadata})).await?;
@@ -473,13 +458,7 @@ async fn evict(shared: &Shared, pods: Vec<PodRef>) -> Result<bool, StepError> {
         .map(|pod| async move {
             let api: Api<Pod> = kube_ops::namespaced(&shared.client, &pod.namespace);
             let params = EvictParams {
-                delete_options: Some(DeleteParams {
-                    preconditions: Some(Preconditions {
-                        uid: Some(pod.uid.clone()),
-                        resource_version: None,
-                    }),
-                    ..DeleteParams::default()
-                }),
+                delete_options: Some(same_pod(&pod, None)),
                 ..EvictParams::default()
             };
             match api.evict(&pod.name, &params).await {
@@ -497,6 +476,19 @@ async fn evict(shared: &Shared, pods: Vec<PodRef>) -> Result<bool, StepError> {
         blocked |= result?;
     }
     Ok(blocked)
+}
+
+/// Delete options that act only on the pod the decision saw (its UID), with its own grace period
+/// unless `grace_seconds` is given.
+fn same_pod(pod: &PodRef, grace_seconds: Option<u32>) -> DeleteParams {
+    DeleteParams {
+        grace_period_seconds: grace_seconds,
+        preconditions: Some(Preconditions {
+            uid: Some(pod.uid.clone()),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    }
 }
 
 /// Records the termination phase and the claim's root span, now that it is released.

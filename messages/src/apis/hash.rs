@@ -20,6 +20,10 @@ use std::hash::Hasher;
 use serde_json::{Value, json};
 
 use super::{EC2NodeClass, NodePool};
+use crate::labels::annotations::{
+    EC2NODECLASS_HASH, EC2NODECLASS_HASH_VERSION as EC2NODECLASS_HASH_VERSION_KEY, NODEPOOL_HASH,
+    NODEPOOL_HASH_VERSION as NODEPOOL_HASH_VERSION_KEY,
+};
 
 /// The version of Joist's NodePool hash, stamped beside it.
 pub const NODEPOOL_HASH_VERSION: &str = "joist-v1";
@@ -60,6 +64,29 @@ pub fn ec2nodeclass_hash(class: &EC2NodeClass) -> String {
         }
     }
     hash(&spec)
+}
+
+/// The annotations that stamp `pool`'s hash on a NodeClaim: the hash, and its version.
+pub fn nodepool_stamp(pool: &NodePool) -> [(String, String); 2] {
+    stamp(
+        (NODEPOOL_HASH, nodepool_hash(pool)),
+        (NODEPOOL_HASH_VERSION_KEY, NODEPOOL_HASH_VERSION),
+    )
+}
+
+/// The annotations that stamp `class`'s hash on a NodeClaim: the hash, and its version.
+pub fn ec2nodeclass_stamp(class: &EC2NodeClass) -> [(String, String); 2] {
+    stamp(
+        (EC2NODECLASS_HASH, ec2nodeclass_hash(class)),
+        (EC2NODECLASS_HASH_VERSION_KEY, EC2NODECLASS_HASH_VERSION),
+    )
+}
+
+fn stamp((hash_key, hash): (&str, String), (version_key, version): (&str, &str)) -> [(String, String); 2] {
+    [
+        (hash_key.to_owned(), hash),
+        (version_key.to_owned(), version.to_owned()),
+    ]
 }
 
 /// Each item as canonical JSON text, for lists hashed as sets.

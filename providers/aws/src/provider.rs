@@ -586,12 +586,8 @@ impl CloudProvider for AwsCloud {
 
     fn is_drifted<'a>(&'a self, claim: &'a NodeClaim) -> CloudFuture<'a, Option<Drift>> {
         Box::pin(async move {
-            let Some(provider_id) = claim.status.as_ref().and_then(|s| s.provider_id.as_deref()) else {
-                return Ok(None);
-            };
-            let Some(status) = joist_provider::node_class::ready(&self.inner.kube, claim)
-                .await?
-                .status
+            let Some((provider_id, status)) =
+                joist_provider::node_class::drift_basis(&self.inner.kube, claim).await?
             else {
                 return Ok(None);
             };

@@ -1,11 +1,13 @@
 //! The node class a launch needs, read from the cluster: every provider checks the claim's
 //! EC2NodeClass the same way before it calls its cloud, as Karpenter does.
 //!
+//! Drift compares a claim's instance with what its class resolves to now ([`drift_basis`]).
+//!
 //! Failures: a class that does not exist, or whose `Ready` condition is not `True`, is
 //! [`CloudError::NodeClassNotReady`] (the claim is deleted and its pods are simulated again); an API
 //! server that does not answer is `Transient`.
 
-use joist_messages::apis::{EC2NodeClass, NodeClaim};
+use joist_messages::apis::{EC2NodeClass, EC2NodeClassStatus, NodeClaim};
 use kube::Api;
 
 use crate::CloudError;
@@ -35,4 +37,19 @@ pub async fn ready(client: &kube::Client, claim: &NodeClaim) -> Result<EC2NodeCl
     } else {
         Err(not_ready("its Ready condition is not True"))
     }
+}
+
+/// What drift compares: the claim's provider ID and its class's resolved status; `None` when the
+/// claim has no instance yet or the class has not been resolved.
+pub async fn drift_basis<'a>(
+    client: &kube::Client,
+    claim: &'a NodeClaim,
+) -> Result<Option<(&'a str, EC2NodeClassStatus)>, CloudError> {
+    let Some(provider_id) = claim.status.as_ref().and_then(|s| s.provider_id.as_deref()) else {
+        return Ok(None);
+    };
+    Ok(ready(client, claim)
+        .await?
+        .status
+        .map(|status| (provider_id, status)))
 }

@@ -91,11 +91,7 @@ impl SimCloud {
     /// Returns the new image's id.
     pub fn release_image(&self, family: &str) -> String {
         let generation = {
-            let mut releases = self
-                .inner
-                .releases
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let mut releases = self.releases();
             let generation = releases.entry(family.to_owned()).or_default();
             *generation += 1;
             *generation
@@ -110,6 +106,14 @@ impl SimCloud {
         image
     }
 
+    /// Images released per family (a poisoned lock still holds a consistent map).
+    fn releases(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, u32>> {
+        self.inner
+            .releases
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     /// The image `class` resolves to now: its alias family's newest at `@latest`, the family's
     /// first for a pinned version, [`IMAGE_ID`] for other terms.
     fn image_for(&self, class: &EC2NodeClass) -> String {
@@ -122,12 +126,7 @@ impl SimCloud {
             return IMAGE_ID.to_owned();
         };
         let generation = if version == "latest" {
-            let releases = self
-                .inner
-                .releases
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            releases.get(family).copied().unwrap_or(0)
+            self.releases().get(family).copied().unwrap_or(0)
         } else {
             0
         };
@@ -541,16 +540,12 @@ impl CloudProvider for SimCloud {
 
     fn is_drifted<'a>(&'a self, claim: &'a NodeClaim) -> CloudFuture<'a, Option<Drift>> {
         Box::pin(async move {
-            let Some(provider_id) = claim.status.as_ref().and_then(|s| s.provider_id.as_deref()) else {
-                return Ok(None);
-            };
-            let instance = self.get(provider_id).await?;
-            let Some(status) = joist_provider::node_class::ready(&self.inner.client, claim)
-                .await?
-                .status
+            let Some((provider_id, status)) =
+                joist_provider::node_class::drift_basis(&self.inner.client, claim).await?
             else {
                 return Ok(None);
             };
+            let instance = self.get(provider_id).await?;
             let reason = if !status.amis.iter().any(|a| a.id == instance.image_id) {
                 "AMIDrift"
             } else if !status.subnets.iter().any(|s| s.zone == instance.zone) {
