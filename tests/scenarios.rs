@@ -130,12 +130,18 @@ fn indent(text: &str) -> String {
 
 /// A scenario applying `manifests` at t=0 with `steps`, run for `until`.
 fn scenario(manifests: &str, steps: &str, until: &str) -> Scenario {
+    scenario_with("{}", manifests, steps, until)
+}
+
+/// `scenario` with controller `settings` (`{featureGates: {nodeRepair: true}}`).
+fn scenario_with(settings: &str, manifests: &str, steps: &str, until: &str) -> Scenario {
     let text = format!(
         "kind: Scenario
 metadata: {{name: test}}
 spec:
   seed: 7
   cloud: {{region: us-west-2, zones: [us-west-2a, us-west-2b, us-west-2c], bootSeconds: 40}}
+  settings: {settings}
   manifests: |
 {}  steps: {steps}
   until: {until}
@@ -569,6 +575,69 @@ spec:
     );
     assert_eq!(terminated(&report, "expired"), 1, "{s:#?}");
     assert_eq!(s.pods_running_end, 1, "{s:#?}");
+}
+
+/// Three `web` pods on three c5 nodes, with node repair on, and these steps.
+fn repairing(steps: &str, until: &str) -> Report {
+    let manifests = pool("default", &family(&["c5"]), "") + NODE_CLASS + &deployment("web", 3, "1", APART);
+    run(&scenario_with(
+        "{featureGates: {nodeRepair: true}}",
+        &manifests,
+        steps,
+        until,
+    ))
+}
+
+#[test]
+fn a_node_not_ready_for_thirty_minutes_is_repaired_counting_from_its_last_flap() {
+    // NotReady at 3m, Ready again at 20m, NotReady again at 25m: the toleration restarts, so the
+    // node goes at 55m, not at 33m, and goes at once (no drain to wait for).
+    let steps = "[{at: 3m, nodeCondition: {count: 1, type: Ready, status: 'False'}},
+                  {at: 20m, nodeCondition: {count: 1, type: Ready, status: 'True'}},
+                  {at: 25m, nodeCondition: {count: 1, type: Ready, status: 'False'}}]";
+    let report = repairing(steps, "60m");
+    let s = &report.summary;
+    let flaps = report
+        .timeline
+        .iter()
+        .filter(|e| e.event == "node-condition")
+        .count();
+    assert_eq!(flaps, 3, "{:#?}", report.timeline);
+    let deleting = first_at(&report, "nodeclaim-deleting");
+    assert!(
+        (3300.0..3330.0).contains(&deleting),
+        "repaired 30 minutes after the last flap (25m): {deleting}"
+    );
+    let ended = first_at(&report, "instance-ended");
+    assert!(ended - deleting < 10.0, "forceful: {deleting} → {ended}");
+    assert_eq!(terminated(&report, "unhealthy"), 1, "{s:#?}");
+    assert_eq!((s.pods_running_end, s.pods_pending_end), (3, 0), "{s:#?}");
+    assert_eq!(s.final_nodes.len(), 3, "the capacity was replaced: {s:#?}");
+}
+
+#[test]
+fn a_nodepool_with_too_many_broken_nodes_repairs_none_and_says_why() {
+    // Two of three nodes broken is more than 20 %: the fault is not the nodes'.
+    let steps = "[{at: 3m, nodeCondition: {count: 2, type: Ready, status: 'Unknown'}}]";
+    let report = repairing(steps, "40m");
+    let s = &report.summary;
+    assert_eq!(terminated(&report, "unhealthy"), 0, "{s:#?}");
+    let blocked = report
+        .timeline
+        .iter()
+        .find(|e| e.event == "warning" && e.detail.starts_with("NodeRepairBlocked"))
+        .unwrap_or_else(|| panic!("no NodeRepairBlocked warning in {:#?}", report.timeline));
+    assert!(blocked.at_seconds >= 1980.0, "blocked once due: {blocked:?}");
+    assert!(blocked.detail.contains("2 of 3"), "{blocked:?}");
+    assert_eq!(s.final_nodes.len(), 3, "{s:#?}");
+}
+
+#[test]
+fn without_the_gate_a_broken_node_stays() {
+    let manifests = pool("default", &family(&["c5"]), "") + NODE_CLASS + &deployment("web", 3, "1", APART);
+    let steps = "[{at: 3m, nodeCondition: {count: 1}}]";
+    let report = run(&scenario(&manifests, steps, "40m"));
+    assert_eq!(terminated(&report, "unhealthy"), 0, "{:#?}", report.summary);
 }
 
 #[test]

@@ -260,6 +260,14 @@ impl ReadModel {
         names.iter().filter_map(|name| self.any_claim(name)).collect()
     }
 
+    /// The Nodes of one NodePool's claims, by claim name.
+    pub fn nodes_of_pool(&self, pool: &str) -> Vec<Arc<Node>> {
+        self.node_claims_of(pool)
+            .iter()
+            .filter_map(|claim| self.node_for_provider(claim.status.as_ref()?.provider_id.as_deref()?))
+            .collect()
+    }
+
     /// The first provisionable pod by namespace and name, if any (without listing them all).
     pub fn first_pending_pod(&self) -> Option<PodKey> {
         self.index.pending.iter().map(|key| key.key().clone()).min()

@@ -29,6 +29,9 @@ pub struct Settings {
     pub garbage_collection: Duration,
     /// Karpenter's `SpotToSpotConsolidation` feature gate: spot nodes may be replaced by spot.
     pub spot_to_spot_consolidation: bool,
+    /// Karpenter's `NodeRepair` feature gate: nodes the cloud's repair policies call broken for
+    /// long enough are replaced.
+    pub node_repair: bool,
     /// The interruption queue to read (`INTERRUPTION_QUEUE`); none: interruptions are not read.
     pub interruption_queue: Option<Arc<dyn InterruptionQueue>>,
 }
@@ -42,6 +45,7 @@ impl Default for Settings {
             shards: 0,
             garbage_collection: Duration::from_secs(120),
             spot_to_spot_consolidation: false,
+            node_repair: false,
             interruption_queue: None,
         }
     }

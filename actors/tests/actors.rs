@@ -250,6 +250,10 @@ impl CloudProvider for FakeCloud {
             Ok(())
         })
     }
+
+    fn repair_policies(&self) -> &'static [joist_provider::repair::RepairPolicy] {
+        joist_provider::repair::EC2_REPAIR_POLICIES
+    }
 }
 
 #[actix::test]

@@ -25,7 +25,7 @@ use serde_json::{Value, json};
 use tokio::time::Instant;
 
 use super::{
-    SimulateError,
+    SimulateError, node_condition,
     recorder::Recorder,
     report::{self, Report},
     scenario::{Action, ObjectRef, Scenario},
@@ -110,6 +110,8 @@ async fn simulate(
         batch_max: scenario.batch_max,
         solver: SolverMode::Inline,
         interruption_queue: Some(cloud.queue()),
+        node_repair: scenario.feature_gates.node_repair,
+        spot_to_spot_consolidation: scenario.feature_gates.spot_to_spot_consolidation,
         ..Settings::default()
     };
     let recorder = Recorder::start(cluster.store().clone(), started);
@@ -203,6 +205,12 @@ fn describe(action: &Action, documents: usize) -> String {
             format!("the cloud fails {operation:?} for {}s", duration.as_secs())
         }
         Action::ReleaseImage { family } => format!("a new {family} image is released"),
+        Action::NodeCondition {
+            node_selector,
+            count,
+            type_,
+            status,
+        } => format!("{type_}={status} on {count} node(s) matching {node_selector:?}"),
     }
 }
 
@@ -268,6 +276,15 @@ async fn execute(
         }
         Action::ReleaseImage { family } => {
             cloud.release_image(family);
+            Ok(())
+        }
+        Action::NodeCondition {
+            node_selector,
+            count,
+            type_,
+            status,
+        } => {
+            node_condition::set(store, node_selector, *count, type_, status);
             Ok(())
         }
     }

@@ -3,6 +3,7 @@
 //! simulated cloud and Joist's actors; [`report::Report`] is what came of it.
 
 pub mod driver;
+mod node_condition;
 pub mod recorder;
 pub mod report;
 pub mod scenario;

@@ -1,7 +1,8 @@
 //! Watches the simulated cluster's storage and writes down, at the virtual time it happens, what a
 //! user would look for: NodeClaims created, launched, registered, initialized and deleted; Nodes
-//! joining and leaving; and per pod when it was created, became unschedulable and ran. The
-//! summary's pending times and provisioning latency come from here.
+//! joining and leaving and their conditions changing; Joist's warnings; and per pod when it was
+//! created, became unschedulable and ran. The summary's pending times and provisioning latency
+//! come from here.
 
 use std::{
     collections::BTreeMap,
@@ -17,7 +18,7 @@ use joist_messages::labels::{CAPACITY_TYPE, INSTANCE_TYPE, NODEPOOL, ZONE};
 use serde_json::Value;
 use tokio::{task::JoinHandle, time::Instant};
 
-use joist_actors::disruption::orchestrate::DISRUPTION_REASON;
+use joist_actors::{disruption::orchestrate::DISRUPTION_REASON, kube_ops::COMPONENT};
 
 use super::report::{Entry, Recorded, label, round, text};
 
@@ -51,6 +52,7 @@ enum Watched {
     NodeClaims,
     Nodes,
     Pods,
+    Events,
 }
 
 /// See the module docs.
@@ -151,13 +153,44 @@ impl Notes {
         }
     }
 
-    fn node(&mut self, at: f64, kind: EventKind, object: &Value) {
+    fn node(&mut self, at: f64, kind: EventKind, object: &Value, previous: Option<&Value>) {
         let name = text(object, "/metadata/name");
         match kind {
             EventKind::Added => self.entry(at, "node-joined", name, text(object, "/spec/providerID")),
             EventKind::Deleted => self.entry(at, "node-deleted", name, String::new()),
-            EventKind::Modified => {}
+            EventKind::Modified => {
+                // A condition that changes status (one appearing for the first time is the
+                // kubelet's first report, not news).
+                let Some(previous) = previous else { return };
+                for condition in object["status"]["conditions"].as_array().into_iter().flatten() {
+                    let type_ = &condition["type"];
+                    let before = previous["status"]["conditions"]
+                        .as_array()
+                        .and_then(|c| c.iter().find(|c| c["type"] == *type_));
+                    if before.is_some_and(|b| b["status"] != condition["status"]) {
+                        let detail = format!("{}={}", text(condition, "/type"), text(condition, "/status"));
+                        self.entry(at, "node-condition", name.clone(), detail);
+                    }
+                }
+            }
         }
+    }
+
+    /// Joist's warnings, but for the scheduling failures the summary lists per pending pod.
+    fn warning(&mut self, at: f64, event: &Value) {
+        if event["type"] != "Warning"
+            || event["source"]["component"] != COMPONENT
+            || event["reason"] == "FailedScheduling"
+        {
+            return;
+        }
+        let object = format!(
+            "{}/{}",
+            text(event, "/involvedObject/kind"),
+            text(event, "/involvedObject/name")
+        );
+        let detail = format!("{}: {}", text(event, "/reason"), text(event, "/message"));
+        self.entry(at, "warning", object, detail);
     }
 
     fn pod(&mut self, at: f64, kind: EventKind, object: &Value, previous: Option<&Value>) {
@@ -224,6 +257,7 @@ impl Recorder {
                 ),
                 (Watched::Nodes, GroupResource::new("", "nodes")),
                 (Watched::Pods, GroupResource::new("", "pods")),
+                (Watched::Events, GroupResource::new("", "events")),
             ]
             .into_iter()
             .filter_map(|(watched, resource)| Some((watched, store.watch(&resource, None).ok()?)))
@@ -242,8 +276,10 @@ impl Recorder {
                             Watched::NodeClaims => {
                                 notes.node_claim(at, event.kind, object, event.previous.as_deref());
                             }
-                            Watched::Nodes => notes.node(at, event.kind, object),
+                            Watched::Nodes => notes.node(at, event.kind, object, event.previous.as_deref()),
                             Watched::Pods => notes.pod(at, event.kind, object, event.previous.as_deref()),
+                            Watched::Events if event.kind == EventKind::Added => notes.warning(at, object),
+                            Watched::Events => {}
                         }
                     }
                 }

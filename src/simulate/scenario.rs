@@ -73,6 +73,20 @@ fn default_boot_seconds() -> u64 {
 struct SettingsSpec {
     batch_idle_duration: Option<String>,
     batch_max_duration: Option<String>,
+    #[serde(default)]
+    feature_gates: FeatureGates,
+}
+
+/// Karpenter's feature gates a scenario may turn on (the chart's `settings.featureGates`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct FeatureGates {
+    /// `NodeRepair`: nodes broken for longer than the cloud's repair policies tolerate are replaced.
+    #[serde(default)]
+    pub node_repair: bool,
+    /// `SpotToSpotConsolidation`: spot nodes may be replaced by cheaper spot nodes.
+    #[serde(default)]
+    pub spot_to_spot_consolidation: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -90,6 +104,29 @@ struct StepSpec {
     fail_cloud: Option<FailCloudSpec>,
     #[serde(rename = "releaseImage")]
     release_image: Option<ReleaseImageSpec>,
+    #[serde(rename = "nodeCondition")]
+    node_condition: Option<NodeConditionSpec>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct NodeConditionSpec {
+    #[serde(default)]
+    node_selector: BTreeMap<String, String>,
+    #[serde(default = "one")]
+    count: usize,
+    #[serde(rename = "type", default = "ready")]
+    type_: String,
+    #[serde(default = "not_true")]
+    status: String,
+}
+
+fn ready() -> String {
+    "Ready".to_owned()
+}
+
+fn not_true() -> String {
+    "False".to_owned()
 }
 
 #[derive(Debug, Deserialize)]
@@ -223,6 +260,18 @@ pub enum Action {
         /// For how long.
         duration: Duration,
     },
+    /// Set a condition on Nodes, as a failing kubelet or the node monitoring agent would: the
+    /// first `count` nodes by name that match and do not show `status` yet.
+    NodeCondition {
+        /// Labels the nodes must carry.
+        node_selector: BTreeMap<String, String>,
+        /// How many.
+        count: usize,
+        /// The condition's type (`Ready`).
+        type_: String,
+        /// Its new status (`True`, `False`, `Unknown`).
+        status: String,
+    },
     /// Release a new image for an AMI family: node classes selecting `family@latest` move to it,
     /// and the nodes booted from the old one drift (`AMIDrift`).
     ReleaseImage {
@@ -257,6 +306,8 @@ pub struct Scenario {
     pub batch_idle: Duration,
     /// `batchMaxDuration`.
     pub batch_max: Duration,
+    /// The feature gates turned on.
+    pub feature_gates: FeatureGates,
     /// Manifests applied at t=0.
     pub manifests: String,
     /// Steps in time order.
@@ -340,6 +391,7 @@ impl Scenario {
             boot: Duration::from_secs(spec.cloud.boot_seconds),
             batch_idle,
             batch_max,
+            feature_gates: spec.settings.feature_gates,
             manifests: spec.manifests,
             steps,
             until,
@@ -408,11 +460,25 @@ impl Scenario {
             }
             actions.push(Action::ReleaseImage { family: r.family });
         }
+        if let Some(c) = step.node_condition {
+            if !["True", "False", "Unknown"].contains(&c.status.as_str()) {
+                return Err(ScenarioError::Field {
+                    field: format!("{field}.nodeCondition.status"),
+                    message: format!("{:?} is not True, False or Unknown", c.status),
+                });
+            }
+            actions.push(Action::NodeCondition {
+                node_selector: c.node_selector,
+                count: c.count,
+                type_: c.type_,
+                status: c.status,
+            });
+        }
         match (actions.pop(), actions.is_empty()) {
             (Some(action), true) => Ok(action),
             _ => Err(ScenarioError::Field {
                 field: field.to_owned(),
-                message: "a step does exactly one of apply, scale, unavailable, interrupt, delete, failCreates, failCloud, releaseImage"
+                message: "a step does exactly one of apply, scale, unavailable, interrupt, delete, failCreates, failCloud, releaseImage, nodeCondition"
                     .to_owned(),
             }),
         }

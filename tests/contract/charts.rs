@@ -74,7 +74,7 @@ fn a_karpenter_values_file_installs_unchanged_and_becomes_joists_settings() {
         ("INTERRUPTION_QUEUE", "demo"),
         (
             "FEATURE_GATES",
-            "ReservedCapacity=true,SpotToSpotConsolidation=true",
+            "NodeRepair=true,ReservedCapacity=true,SpotToSpotConsolidation=true",
         ),
         ("LOG_LEVEL", "debug"),
         ("BATCH_IDLE_DURATION", "1s"),
@@ -189,8 +189,8 @@ fn values_joist_cannot_honour_fail_the_install_naming_them() {
         ("settings.ignoreDRARequests=false", "settings.ignoreDRARequests"),
         ("settings.amiRefreshInterval=5m", "settings.amiRefreshInterval"),
         (
-            "settings.featureGates.nodeRepair=true",
-            "settings.featureGates.nodeRepair",
+            "settings.featureGates.nodeOverlay=true",
+            "settings.featureGates.nodeOverlay",
         ),
         (
             "settings.featureGates.capacityBuffer=true",

@@ -20,6 +20,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::ResourceExt;
 use tokio::time::Instant;
 
+use super::repair::{BLOCKED_RETRY, Repair};
 use crate::{
     disruption::candidates::do_not_disrupt,
     kube_ops::is_true,
@@ -68,6 +69,8 @@ pub struct Facts<'a> {
     /// Whether the claim's instance still exists: asked of the cloud only while the claim is being
     /// deleted (`None` otherwise, or when there is no instance to ask about).
     pub instance_exists: Option<bool>,
+    /// What node repair makes of the claim's Node ([`Repair::Healthy`] when the gate is off).
+    pub repair: &'a Repair,
     /// The clock, in epoch seconds (for the claim's timestamps).
     pub now_seconds: i64,
     /// The monotonic time (for the memory's instants).
@@ -89,6 +92,18 @@ pub enum Action {
     /// Mark the claim's `DisruptionReason` as `Expired`, then delete it (forceful: no budget
     /// applies).
     Expire,
+    /// Mark the claim's `DisruptionReason` as `Unhealthy`, stamp its termination deadline, then
+    /// delete it (node repair: forceful, and with a deadline of now nothing waits for a drain).
+    Repair {
+        /// The broken Node condition (`Ready`).
+        condition: String,
+        /// Why, for the event and the log.
+        message: String,
+        /// The termination deadline (epoch seconds).
+        deadline: i64,
+    },
+    /// Warn on the Node that its repair is blocked (`NodeRepairBlocked`).
+    RepairBlocked(String),
     /// Set these conditions of the claim (type, status, reason) in one write.
     ClaimConditions(Vec<(&'static str, &'static str, &'static str)>),
     /// Annotate the claim with its `terminationGracePeriod` deadline (epoch seconds).
@@ -293,7 +308,24 @@ fn live(facts: &Facts<'_>, memory: &mut Memory) -> Plan {
     if !registered {
         return Plan::act(vec![Action::Register], Next::OnChange);
     }
+    let mut next = Next::OnChange;
     let mut actions = Vec::new();
+    match facts.repair {
+        Repair::Healthy => {}
+        Repair::Tolerated(left) => next = Next::After(*left),
+        Repair::Due { condition, message } => {
+            let repair = Action::Repair {
+                condition: condition.clone(),
+                message: message.clone(),
+                deadline: facts.now_seconds,
+            };
+            return Plan::act(vec![repair], Next::OnChange);
+        }
+        Repair::Blocked { message } => {
+            actions.push(Action::RepairBlocked(message.clone()));
+            next = Next::After(BLOCKED_RETRY);
+        }
+    }
     if !is_true(&status.conditions, "Initialized") && initialized(claim, node) {
         actions.push(Action::Initialize);
     }
@@ -305,7 +337,7 @@ fn live(facts: &Facts<'_>, memory: &mut Memory) -> Plan {
             node_name: node.name_any(),
         });
     }
-    Plan::act(actions, Next::OnChange)
+    Plan::act(actions, next)
 }
 
 /// What follows a launch attempt: a launch is recorded; a capacity error marks the offerings and
@@ -763,6 +795,7 @@ mod tests {
         pods: &'a [Arc<Pod>],
         known: bool,
         exists: Option<bool>,
+        repair: Repair,
         now: Instant,
     }
 
@@ -774,6 +807,7 @@ mod tests {
                 pods: &[],
                 known: true,
                 exists: None,
+                repair: Repair::Healthy,
                 now: Instant::now(),
             }
         }
@@ -785,6 +819,7 @@ mod tests {
                 pods: self.pods,
                 pool_and_class_known: self.known,
                 instance_exists: self.exists,
+                repair: &self.repair,
                 now_seconds: NOW,
                 now: self.now,
             };
@@ -1250,5 +1285,40 @@ mod tests {
         let mut case = Case::new(&never);
         case.node = Some(&node);
         assert_ne!(case.decide(&mut Memory::default()).actions, [Action::Expire]);
+    }
+
+    #[test]
+    fn a_node_broken_for_too_long_is_repaired_at_once_unless_blocked() {
+        let claim = registered(json!({}));
+        let node = node(false, json!([]), json!({}));
+        let mut case = Case::new(&claim);
+        case.node = Some(&node);
+        case.repair = Repair::Tolerated(Duration::from_secs(600));
+        let plan = case.decide(&mut Memory::default());
+        assert!(!plan.actions.iter().any(|a| matches!(a, Action::Repair { .. })));
+        assert_eq!(
+            plan.next,
+            Next::After(Duration::from_secs(600)),
+            "wakes when the toleration ends"
+        );
+        case.repair = Repair::Due {
+            condition: "Ready".into(),
+            message: "broken".into(),
+        };
+        assert_eq!(
+            case.decide(&mut Memory::default()).actions,
+            [Action::Repair {
+                condition: "Ready".into(),
+                message: "broken".into(),
+                deadline: NOW,
+            }],
+            "a deadline of now skips the drain"
+        );
+        case.repair = Repair::Blocked {
+            message: "too many".into(),
+        };
+        let plan = case.decide(&mut Memory::default());
+        assert!(plan.actions.contains(&Action::RepairBlocked("too many".into())));
+        assert_eq!(plan.next, Next::After(BLOCKED_RETRY));
     }
 }

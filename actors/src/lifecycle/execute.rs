@@ -39,7 +39,7 @@ use super::{
 use crate::{
     disruption::orchestrate::DISRUPTION_REASON,
     kube_ops::{self, is_true},
-    metrics::{Metrics, PoolLabels, snake_case},
+    metrics::{Metrics, PoolLabels, UnhealthyLabels, snake_case},
     node_trace::Phase,
     protocol::{GetInstanceTypes, MarkUnavailable},
     settings::ACTOR_REQUEST_TIMEOUT,
@@ -99,20 +99,28 @@ async fn perform(
             Action::DeleteClaim { reason, message } => {
                 delete_claim(shared, target.claim, reason, &message).await?
             }
-            Action::Expire => expire(shared, target.claim).await?,
+            Action::Expire => {
+                let message = "the node reached its nodepool's expireAfter";
+                force_delete(shared, target.claim, "Expired", message, None).await?;
+            }
+            Action::Repair {
+                condition,
+                message,
+                deadline,
+            } => {
+                force_delete(shared, target.claim, "Unhealthy", &message, Some(deadline)).await?;
+                count_repair(shared, target.claim, &condition);
+            }
+            Action::RepairBlocked(message) => {
+                shared.events.warn(node(target)?, "NodeRepairBlocked", &message);
+            }
             Action::ClaimConditions(updates) => {
                 let updates: Vec<(&str, &str, &str, &str)> =
                     updates.iter().map(|&(t, s, r)| (t, s, r, "")).collect();
                 let body = kube_ops::claim_conditions_patch(&shared.clock, target.claim, &updates, json!({}));
                 write_claim_status(shared, target.claim, body).await?;
             }
-            Action::StampDeadline(deadline) => {
-                let body = json!({"metadata": {"annotations": {
-                    NODECLAIM_TERMINATION_TIMESTAMP: joist_messages::time::rfc3339(deadline),
-                }}});
-                let claims = kube_ops::cluster::<NodeClaim>(&shared.client);
-                kube_ops::patch(&claims, &target.claim.name_any(), body).await?;
-            }
+            Action::StampDeadline(deadline) => stamp_deadline(shared, target.claim, deadline).await?,
             Action::DeletePods { pods, grace_seconds } => {
                 delete_expiring(shared, target.claim, pods, grace_seconds).await?
             }
@@ -238,17 +246,61 @@ fn count_termination(shared: &Shared, claim: &NodeClaim) {
     shared.metrics.nodeclaims_terminated.get_or_create(&labels).inc();
 }
 
-/// Marks the claim's `DisruptionReason` as `Expired`, then deletes it.
-async fn expire(shared: &Shared, claim: &NodeClaim) -> Result<(), StepError> {
-    let message = "the node reached its nodepool's expireAfter";
-    let update = (DISRUPTION_REASON, "True", "Expired", message);
+/// Annotates the claim with its termination deadline (epoch seconds).
+async fn stamp_deadline(shared: &Shared, claim: &NodeClaim, deadline: i64) -> Result<(), StepError> {
+    let body = json!({"metadata": {"annotations": {
+        NODECLAIM_TERMINATION_TIMESTAMP: joist_messages::time::rfc3339(deadline),
+    }}});
+    let claims = kube_ops::cluster::<NodeClaim>(&shared.client);
+    kube_ops::patch(&claims, &claim.name_any(), body).await?;
+    Ok(())
+}
+
+/// Marks the claim's `DisruptionReason` with `reason` (`Expired`, `Unhealthy`), stamps its
+/// termination `deadline` if it has one, then deletes it: the disruptions no budget holds back.
+/// The status write goes first, as it carries the version the decision was made on.
+async fn force_delete(
+    shared: &Shared,
+    claim: &NodeClaim,
+    reason: &str,
+    message: &str,
+    deadline: Option<i64>,
+) -> Result<(), StepError> {
+    let update = (DISRUPTION_REASON, "True", reason, message);
     let body = kube_ops::claim_conditions_patch(&shared.clock, claim, &[update], json!({}));
     write_claim_status(shared, claim, body).await?;
-    tracing::info!(nodeclaim = claim.name_any(), "deleting nodeclaim: {message}");
-    shared.events.normal(claim, "Expired", message);
+    if let Some(deadline) = deadline {
+        stamp_deadline(shared, claim, deadline).await?;
+    }
+    tracing::info!(
+        nodeclaim = claim.name_any(),
+        reason,
+        "deleting nodeclaim: {message}"
+    );
+    shared.events.normal(claim, reason, message);
     kube_ops::delete(&kube_ops::cluster::<NodeClaim>(&shared.client), &claim.name_any()).await?;
-    shared.metrics.disrupted(claim, "expired");
+    shared.metrics.disrupted(claim, &snake_case(reason));
     Ok(())
+}
+
+/// Counts a repair by the Node condition that broke (`karpenter_nodeclaims_unhealthy_disrupted_total`).
+fn count_repair(shared: &Shared, claim: &NodeClaim, condition: &str) {
+    let labels = Metrics::claim_labels(claim);
+    let image_id = claim
+        .status
+        .as_ref()
+        .and_then(|s| s.image_id.clone())
+        .unwrap_or_default();
+    shared
+        .metrics
+        .nodeclaims_unhealthy_disrupted
+        .get_or_create(&UnhealthyLabels {
+            condition: snake_case(condition),
+            nodepool: labels.nodepool,
+            capacity_type: labels.capacity_type,
+            image_id,
+        })
+        .inc();
 }
 
 /// Deletes pods whose eviction would overrun the claim's `terminationGracePeriod`, each with the

@@ -27,7 +27,9 @@
 
 pub mod decide;
 pub mod execute;
+pub mod repair;
 
+use joist_messages::labels::NODEPOOL;
 use joist_provider::CloudError;
 use kube::ResourceExt;
 use tokio::time::Instant;
@@ -36,6 +38,7 @@ pub use self::decide::{Memory, Next, READ_MODEL_LAG};
 use self::{
     decide::{Facts, decide, provider_id},
     execute::{Target, execute},
+    repair::Repair,
 };
 use crate::shared::Shared;
 
@@ -70,10 +73,8 @@ pub async fn step(shared: &Shared, name: &str, memory: &mut Memory) -> Result<Ne
         _ => Vec::new(),
     };
     let pool_known = claim
-        .metadata
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(joist_messages::labels::NODEPOOL))
+        .labels()
+        .get(NODEPOOL)
         .is_some_and(|p| read.node_pool(p).is_some());
     let class_known = read.node_class(&claim.spec.node_class_ref.name).is_some();
     let instance_exists = match (&claim.metadata.deletion_timestamp, &provider_id) {
@@ -84,12 +85,29 @@ pub async fn step(shared: &Shared, name: &str, memory: &mut Memory) -> Result<Ne
         },
         _ => None,
     };
+    let repair = match (&node, &claim.metadata.deletion_timestamp) {
+        (Some(node), None) if shared.settings.node_repair => {
+            // A claim of no NodePool is judged against the whole cluster, as Karpenter does.
+            let peers = || match claim.labels().get(NODEPOOL) {
+                Some(pool) => read.nodes_of_pool(pool),
+                None => read.nodes(),
+            };
+            repair::assess(
+                node,
+                shared.cloud.repair_policies(),
+                shared.clock.now_seconds(),
+                peers,
+            )
+        }
+        _ => Repair::Healthy,
+    };
     let facts = Facts {
         claim: &claim,
         node: node.as_deref(),
         pods: &pods,
         pool_and_class_known: pool_known && class_known,
         instance_exists,
+        repair: &repair,
         now_seconds: shared.clock.now_seconds(),
         now: Instant::now(),
     };

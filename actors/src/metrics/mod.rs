@@ -74,6 +74,19 @@ pub struct DisruptedLabels {
     pub capacity_type: String,
 }
 
+/// `karpenter_nodeclaims_unhealthy_disrupted_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct UnhealthyLabels {
+    /// The broken Node condition, snake case (`ready`, `accelerated_hardware_ready`).
+    pub condition: String,
+    /// The NodePool.
+    pub nodepool: String,
+    /// `spot`, `on-demand` or `reserved`.
+    pub capacity_type: String,
+    /// The image the node booted.
+    pub image_id: String,
+}
+
 /// `karpenter_nodes_created_total` and `karpenter_nodes_terminated_total`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct NodeLabels {
@@ -164,6 +177,8 @@ pub struct Metrics {
     pub nodeclaims_terminated: Family<ClaimLabels, Counter>,
     /// NodeClaims deleted for a reason (disruption, interruption, launch failure).
     pub nodeclaims_disrupted: Family<DisruptedLabels, Counter>,
+    /// NodeClaims repaired, by the Node condition that broke.
+    pub nodeclaims_unhealthy_disrupted: Family<UnhealthyLabels, Counter>,
     /// From a NodeClaim's deletion to its finalizer's removal.
     pub nodeclaims_termination_duration: Family<PoolLabels, Histogram>,
     /// Nodes registered.
@@ -209,6 +224,7 @@ impl Metrics {
             nodeclaims_created: Family::default(),
             nodeclaims_terminated: Family::default(),
             nodeclaims_disrupted: Family::default(),
+            nodeclaims_unhealthy_disrupted: Family::default(),
             nodeclaims_termination_duration: Family::new_with_constructor(|| {
                 Histogram::new(TERMINATION_BUCKETS)
             }),
@@ -273,6 +289,11 @@ impl Metrics {
             format!("{c}disrupted"),
             "NodeClaims disrupted, by reason",
             self.nodeclaims_disrupted.clone(),
+        );
+        r.register(
+            format!("{c}unhealthy_disrupted"),
+            "NodeClaims replaced by node repair, by the broken Node condition",
+            self.nodeclaims_unhealthy_disrupted.clone(),
         );
         r.register(
             format!("{c}termination_duration_seconds"),

@@ -1,4 +1,5 @@
-//! Kubelets and the node agents around them: a registered Node turns Ready after a delay; pods bound
+//! Kubelets and the node agents around them: a registered Node turns Ready after a delay (one whose
+//! `Ready` turns False or Unknown later is broken and stays so until it is reported True); pods bound
 //! to a Ready node start Running (Ready, with a pod IP) after a delay, and a pod annotated with
 //! [`RUN_FOR_ANNOTATION`] succeeds once it has run that long; a node agent removes the startup taints
 //! its NodeClaim declares once the node is Ready; and the pods of a deleted Node are deleted (pod
@@ -137,9 +138,14 @@ impl Kubelets {
                     Action::RemoveStartupTaints(name),
                 );
             }
-        } else if node.pointer("/metadata/deletionTimestamp").is_none() {
+        } else {
             self.ready_nodes.remove(&name);
-            self.schedule(settings.node_ready_after, Action::NodeReady(name));
+            // A kubelet still booting has not reported yet; one that reports False or Unknown is
+            // broken, and stays so until something reports it healthy again.
+            let booting = conditions::status(node, "Ready").is_none();
+            if booting && node.pointer("/metadata/deletionTimestamp").is_none() {
+                self.schedule(settings.node_ready_after, Action::NodeReady(name));
+            }
         }
     }
 

@@ -36,6 +36,7 @@ use joist_messages::{
 };
 use joist_provider::{
     CloudError, CloudFuture, CloudProvider, Drift, Instance, InstanceState, Launch, OfferingKey, launch,
+    repair::{EC2_REPAIR_POLICIES, RepairPolicy},
 };
 use k8s_openapi::api::core::v1::Taint;
 use kube::ResourceExt;
@@ -594,6 +595,10 @@ impl CloudProvider for AwsCloud {
             let placement = instances::placement(&self.inner.clients, provider_id).await?;
             Ok(drift(&placement, &status))
         })
+    }
+
+    fn repair_policies(&self) -> &'static [RepairPolicy] {
+        EC2_REPAIR_POLICIES
     }
 }
 

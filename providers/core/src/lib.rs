@@ -14,6 +14,7 @@ pub mod interruption;
 pub mod launch;
 pub mod node_class;
 pub mod prices;
+pub mod repair;
 
 use std::{collections::BTreeMap, fmt};
 
@@ -149,4 +150,7 @@ pub trait CloudProvider: Send + Sync + 'static {
     /// tagging controller writes it once the Node is known); [`CloudError::NodeClaimNotFound`] when
     /// the instance is gone.
     fn name_instance<'a>(&'a self, provider_id: &'a str, node_name: &'a str) -> CloudFuture<'a, ()>;
+
+    /// The Node conditions that mean one of this cloud's instances is broken (see [`repair`]).
+    fn repair_policies(&self) -> &'static [repair::RepairPolicy];
 }

@@ -29,6 +29,7 @@ use joist_messages::{
 };
 use joist_provider::{
     CloudError, CloudFuture, CloudProvider, Drift, Instance, InstanceState, Launch, OfferingKey, launch,
+    repair::{EC2_REPAIR_POLICIES, RepairPolicy},
 };
 use k8s_openapi::api::core::v1::Node;
 use kube::{
@@ -557,6 +558,11 @@ impl CloudProvider for SimCloud {
                 reason: reason.to_owned(),
             }))
         })
+    }
+
+    /// The simulated cloud is EC2: a scenario's `nodeCondition` step breaks nodes the way EC2's do.
+    fn repair_policies(&self) -> &'static [RepairPolicy] {
+        EC2_REPAIR_POLICIES
     }
 }
 

@@ -125,6 +125,7 @@ async fn serve(settings: RunSettings, telemetry: &Telemetry) -> Result<(), Comma
             batch_max: settings.batch_max,
             solver: SolverMode::Pool,
             spot_to_spot_consolidation: settings.feature_gates.spot_to_spot_consolidation,
+            node_repair: settings.feature_gates.node_repair,
             interruption_queue,
             ..Settings::default()
         },

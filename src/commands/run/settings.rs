@@ -114,13 +114,15 @@ pub struct RunSettings {
 pub struct FeatureGates {
     /// `SpotToSpotConsolidation`: spot nodes may be replaced by spot nodes (default off).
     pub spot_to_spot_consolidation: bool,
+    /// `NodeRepair`: nodes broken for longer than the cloud's repair policies tolerate are
+    /// replaced (default off).
+    pub node_repair: bool,
     /// Gates Karpenter has that Joist does not implement yet, turned on.
     pub unimplemented_on: Vec<String>,
 }
 
 /// Karpenter's gates that Joist accepts but does not act on yet.
 const UNIMPLEMENTED_GATES: &[&str] = &[
-    "NodeRepair",
     "ReservedCapacity",
     "NodeOverlay",
     "StaticCapacity",
@@ -136,6 +138,7 @@ impl FeatureGates {
             let on = parse_bool(value.trim())?;
             match name.trim() {
                 "SpotToSpotConsolidation" => gates.spot_to_spot_consolidation = on,
+                "NodeRepair" => gates.node_repair = on,
                 other if UNIMPLEMENTED_GATES.contains(&other) => {
                     if on {
                         gates.unimplemented_on.push(other.to_owned());
@@ -437,9 +440,12 @@ mod tests {
         let gates = |text: &str| with(&[("FEATURE_GATES", text)]).map(|s| s.feature_gates);
         let on = gates("SpotToSpotConsolidation=true,NodeRepair=false").unwrap_or_else(|e| panic!("{e}"));
         assert!(on.spot_to_spot_consolidation);
+        assert!(!on.node_repair);
         assert!(on.unimplemented_on.is_empty());
         let repair = gates("NodeRepair=true").unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(repair.unimplemented_on, ["NodeRepair"]);
+        assert!(repair.node_repair);
+        let overlay = gates("NodeOverlay=true").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(overlay.unimplemented_on, ["NodeOverlay"]);
         assert_invalid("FEATURE_GATES", "SpotToSpotConsolidation");
         assert_invalid("FEATURE_GATES", "Teleport=true");
         assert_invalid("FEATURE_GATES", "SpotToSpotConsolidation=yes");
