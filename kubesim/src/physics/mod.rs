@@ -8,6 +8,7 @@
 
 mod disruption;
 mod kubelet;
+mod rollout;
 mod scheduler;
 mod workloads;
 

@@ -1,8 +1,8 @@
 //! Workload controllers: Deployment → ReplicaSet → Pods, DaemonSet (one pod per eligible node) and
 //! Job (pods until `completions` succeed). Garbage collection by owner is the store's.
 //!
-//! Simplifications, each visible to a user: a Deployment whose template changes replaces its pods
-//! at once (new ReplicaSet at full scale, old ones scaled to zero) instead of rolling; a Job pod
+//! A Deployment whose template changes rolls its pods over to a new ReplicaSet by its strategy
+//! ([`super::rollout`]). Simplifications, each visible to a user: a Job pod
 //! succeeds only if its template carries the kubelet's `run-for` annotation, and failed pods are not
 //! retried.
 
@@ -13,7 +13,12 @@ use std::{
 
 use serde_json::{Value, json};
 
-use super::{Informer, scheduler::node_accepts, wait};
+use super::{
+    Informer,
+    rollout::{Counts, Strategy},
+    scheduler::node_accepts,
+    wait,
+};
 use crate::object::text;
 use crate::{
     conditions,
@@ -217,7 +222,41 @@ impl Workloads {
             .map(|s| s.values().cloned().collect())
             .unwrap_or_default();
         let resource = Kind::ReplicaSet.resource();
-        if !sets.iter().any(|s| ObjectKey::of(s).name == current_name) {
+        let strategy = Strategy::of(deployment, desired);
+        let counts = |set: &Value| Counts {
+            replicas: replicas(set),
+            // Pods shutting down count: Recreate waits for them.
+            pods: self
+                .pods_by_owner
+                .get(&uid(set))
+                .map_or(0, |pods| i64::try_from(pods.len()).unwrap_or(i64::MAX)),
+            available: set
+                .pointer("/status/availableReplicas")
+                .and_then(Value::as_i64)
+                .unwrap_or(0),
+        };
+        let current = sets.iter().find(|s| ObjectKey::of(s).name == current_name);
+        let mut old: Vec<&Arc<Value>> = sets
+            .iter()
+            .filter(|s| ObjectKey::of(s).name != current_name)
+            .collect();
+        old.sort_by_key(|s| {
+            (
+                text(s, "/metadata/creationTimestamp").to_owned(),
+                ObjectKey::of(s),
+            )
+        });
+        let new_counts = current.map_or(
+            Counts {
+                replicas: 0,
+                pods: 0,
+                available: 0,
+            },
+            |s| counts(s),
+        );
+        let old_counts: Vec<Counts> = old.iter().map(|s| counts(s)).collect();
+        let (new_target, old_targets) = strategy.targets(desired, new_counts, &old_counts);
+        if current.is_none() {
             let mut template = template.clone();
             template["metadata"]["labels"]["pod-template-hash"] = json!(hash);
             let mut selector = deployment
@@ -232,15 +271,17 @@ impl Workloads {
                     "labels": template["metadata"]["labels"].clone(),
                     "ownerReferences": [owner_reference(deployment)],
                 },
-                "spec": {"replicas": desired, "selector": selector, "template": template},
+                "spec": {"replicas": new_target, "selector": selector, "template": template},
             });
             store.create(&resource, &key.namespace, set, false)?;
         }
-        for set in &sets {
-            let set_key = ObjectKey::of(set);
-            let want = if set_key.name == current_name { desired } else { 0 };
+        let wanted = current
+            .map(|s| (s, new_target))
+            .into_iter()
+            .chain(old.iter().copied().zip(old_targets));
+        for (set, want) in wanted {
             if replicas(set) != want {
-                store.modify(&resource, &set_key, Part::Main, false, |current| {
+                store.modify(&resource, &ObjectKey::of(set), Part::Main, false, |current| {
                     let mut next = current.clone();
                     next["spec"]["replicas"] = json!(want);
                     Ok(next)
@@ -262,7 +303,7 @@ impl Workloads {
             .and_then(|s| s.pointer("/status/replicas").and_then(Value::as_i64))
             .unwrap_or(0);
         let available = total("availableReplicas");
-        let max_unavailable = max_unavailable(deployment, desired);
+        let max_unavailable = strategy.max_unavailable(desired);
         let now = store.clock().now_rfc3339();
         let mut next = deployment.clone();
         next["status"]["replicas"] = json!(total("replicas"));
@@ -460,18 +501,6 @@ fn replicas(object: &Value) -> i64 {
         .pointer("/spec/replicas")
         .and_then(Value::as_i64)
         .unwrap_or(1)
-}
-
-/// `maxUnavailable` of a RollingUpdate strategy (25% rounded down by default).
-fn max_unavailable(deployment: &Value, desired: i64) -> i64 {
-    match deployment.pointer("/spec/strategy/rollingUpdate/maxUnavailable") {
-        Some(Value::Number(n)) => n.as_i64().unwrap_or(0),
-        Some(Value::String(text)) => text
-            .trim_end_matches('%')
-            .parse::<i64>()
-            .map_or(0, |p| p * desired / 100),
-        _ => desired / 4,
-    }
 }
 
 /// A short, stable hash of a pod template (the `pod-template-hash` label).

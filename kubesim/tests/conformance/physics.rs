@@ -317,3 +317,95 @@ async fn daemonsets_cover_each_node_and_jobs_complete() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn a_changed_template_rolls_within_max_surge_and_max_unavailable() {
+    use joist_kubesim::{resources::GroupResource, store::EventKind};
+    use kube::api::{Patch, PatchParams};
+    use std::collections::HashMap;
+
+    let cluster = cluster();
+    let client = cluster.client();
+    let nodes: Api<Node> = Api::all(client.clone());
+    create(&nodes, node("n1", "8", "us-west-2a")).await;
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), "default");
+    let mut manifest = deployment("web", 4, "100m");
+    manifest["spec"]["strategy"] = json!({"rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}});
+    create(&deployments, manifest).await;
+    let rolled = |generation: &'static str| {
+        let deployments = deployments.clone();
+        move || {
+            let deployments = deployments.clone();
+            async move {
+                let d = deployments.get("web").await.ok()?;
+                let status = d.status?;
+                let hash = d.spec?.template.metadata?.annotations.unwrap_or_default();
+                (hash.get("generation").map_or("first", String::as_str) == generation
+                    && status.updated_replicas == Some(4)
+                    && status.available_replicas == Some(4)
+                    && status.replicas == Some(4))
+                .then_some(())
+            }
+        }
+    };
+    eventually("four available pods", rolled("first")).await;
+
+    // The state the rollout starts from, then the template change.
+    let store = cluster.store();
+    let pods = GroupResource::new("", "pods");
+    let revision = store.revision();
+    let ready = |pod: &serde_json::Value| {
+        pod["status"]["conditions"]
+            .as_array()
+            .is_some_and(|c| c.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"))
+    };
+    let mut live: HashMap<String, bool> = store
+        .list(&pods, Some("default"), None, None, |_| true)
+        .items
+        .iter()
+        .map(|p| (p["metadata"]["name"].to_string(), ready(p)))
+        .collect();
+    deployments
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"spec": {"template": {"metadata": {"annotations": {"generation": "second"}}}}}),
+            ),
+        )
+        .await
+        .expect("patch");
+    eventually("the rollout to finish", rolled("second")).await;
+
+    // Replayed from the watch history: never more than 4 + 1 pods, never fewer than 4 ready.
+    let mut cursor = store.watch(&pods, Some(revision)).expect("watch");
+    let events = store.poll(&mut cursor, usize::MAX).expect("poll");
+    let (mut most, mut fewest_ready) = (live.len(), 4);
+    for event in &events {
+        let name = event.object["metadata"]["name"].to_string();
+        let leaving =
+            event.kind == EventKind::Deleted || !event.object["metadata"]["deletionTimestamp"].is_null();
+        if leaving {
+            live.remove(&name);
+        } else {
+            live.insert(name, ready(&event.object));
+        }
+        most = most.max(live.len());
+        fewest_ready = fewest_ready.min(live.values().filter(|r| **r).count());
+    }
+    assert_eq!(most, 5, "one pod of surge, no more");
+    assert_eq!(fewest_ready, 4, "no pod missing: maxUnavailable 0");
+    let running: Vec<_> = store
+        .list(&pods, Some("default"), None, None, |p| {
+            p["metadata"]["deletionTimestamp"].is_null()
+        })
+        .items
+        .iter()
+        .map(|p| p["metadata"]["annotations"]["generation"].clone())
+        .collect();
+    assert_eq!(
+        running,
+        vec![json!("second"); 4],
+        "every pod is of the new template"
+    );
+}
