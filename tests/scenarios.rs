@@ -641,6 +641,51 @@ fn without_the_gate_a_broken_node_stays() {
 }
 
 #[test]
+fn an_expiring_node_keeps_its_instance_until_its_pods_volume_is_detached() {
+    let claim = "apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: data, namespace: default}
+spec:
+  accessModes: [ReadWriteOnce]
+  resources: {requests: {storage: 10Gi}}
+---
+";
+    let volume = "      volumes:
+        - name: data
+          persistentVolumeClaim: {claimName: data}";
+    let manifests = with_template_fields(&pool("default", &family(&["c5"]), ""), "      expireAfter: 5m")
+        + NODE_CLASS
+        + claim
+        + &deployment("db", 1, "1", volume);
+    let report = run(&scenario(&manifests, "[]", "8m"));
+    let at = |event: &str| {
+        report
+            .timeline
+            .iter()
+            .filter(|e| e.event == event)
+            .map(|e| e.at_seconds)
+            .collect::<Vec<_>>()
+    };
+    let attached = at("volume-attached");
+    let detached = at("volume-detached");
+    let ended = first_at(&report, "instance-ended");
+    let terminated = first_at(&report, "pod-terminated");
+    assert_eq!(
+        attached.len(),
+        2,
+        "on the first node, then on its replacement: {:#?}",
+        report.timeline
+    );
+    assert_eq!(detached.len(), 1, "{:#?}", report.timeline);
+    assert!(
+        detached[0] >= terminated + 10.0 && ended >= detached[0],
+        "the pod stopped at {terminated}, its volume detached at {}, the instance ended at {ended}",
+        detached[0]
+    );
+    assert_eq!(report.summary.pods_running_end, 1, "{:#?}", report.summary);
+}
+
+#[test]
 fn a_spot_interruption_is_replaced_before_the_instance_is_reclaimed() {
     let spot = pool("spot", &family(&["c5"]), "").replace("values: [on-demand]", "values: [spot]");
     let manifests = spot + NODE_CLASS + &deployment("web", 2, "1", "");

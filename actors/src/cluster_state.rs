@@ -28,8 +28,9 @@ use joist_messages::{
 };
 use k8s_openapi::api::{
     apps::v1::DaemonSet,
-    core::v1::{Namespace, Node, Pod},
+    core::v1::{Namespace, Node, PersistentVolumeClaim, Pod},
     policy::v1::PodDisruptionBudget,
+    storage::v1::VolumeAttachment,
 };
 use kube::{
     Api, Resource, ResourceExt,
@@ -74,7 +75,8 @@ pub enum Change {
     NodeClass(Box<EC2NodeClass>, bool),
     /// A (re)list of a kind the indexes cover ended, with every object it listed.
     Relisted(Listed, HashSet<PodKey>),
-    /// An object no actor is poked for changed (a DaemonSet, PodDisruptionBudget or Namespace).
+    /// An object no actor is poked for changed (a DaemonSet, PodDisruptionBudget, Namespace,
+    /// PersistentVolumeClaim or VolumeAttachment).
     Other,
     /// Nothing changed (lists starting, watch errors).
     Quiet,
@@ -307,6 +309,18 @@ impl Actor for ClusterState {
             reflect(
                 Api::<Namespace>::all(client.clone()),
                 writers.namespaces,
+                |_, _| Change::Other,
+                |_| Change::Quiet,
+            ),
+            reflect(
+                Api::<PersistentVolumeClaim>::all(client.clone()),
+                writers.volume_claims,
+                |_, _| Change::Other,
+                |_| Change::Quiet,
+            ),
+            reflect(
+                Api::<VolumeAttachment>::all(client.clone()),
+                writers.volume_attachments,
                 |_, _| Change::Other,
                 |_| Change::Quiet,
             ),

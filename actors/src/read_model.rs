@@ -26,8 +26,9 @@ use joist_messages::{
 };
 use k8s_openapi::api::{
     apps::v1::DaemonSet,
-    core::v1::{Namespace, Node, Pod},
+    core::v1::{Namespace, Node, PersistentVolumeClaim, Pod},
     policy::v1::PodDisruptionBudget,
+    storage::v1::VolumeAttachment,
 };
 use kube::{
     Resource, ResourceExt,
@@ -60,6 +61,8 @@ pub struct Writers {
     pub(crate) daemon_sets: Writer<DaemonSet>,
     pub(crate) budgets: Writer<PodDisruptionBudget>,
     pub(crate) namespaces: Writer<Namespace>,
+    pub(crate) volume_claims: Writer<PersistentVolumeClaim>,
+    pub(crate) volume_attachments: Writer<VolumeAttachment>,
 }
 
 #[derive(Default)]
@@ -91,6 +94,8 @@ pub struct ReadModel {
     daemon_sets: Store<DaemonSet>,
     budgets: Store<PodDisruptionBudget>,
     namespaces: Store<Namespace>,
+    volume_claims: Store<PersistentVolumeClaim>,
+    volume_attachments: Store<VolumeAttachment>,
     index: Arc<Index>,
 }
 
@@ -116,6 +121,8 @@ impl ReadModel {
         let (daemon_sets, daemon_sets_w) = reflector::store();
         let (budgets, budgets_w) = reflector::store();
         let (namespaces, namespaces_w) = reflector::store();
+        let (volume_claims, volume_claims_w) = reflector::store();
+        let (volume_attachments, volume_attachments_w) = reflector::store();
         let model = Self {
             pods,
             nodes,
@@ -125,6 +132,8 @@ impl ReadModel {
             daemon_sets,
             budgets,
             namespaces,
+            volume_claims,
+            volume_attachments,
             index: Arc::default(),
         };
         let writers = Writers {
@@ -136,6 +145,8 @@ impl ReadModel {
             daemon_sets: daemon_sets_w,
             budgets: budgets_w,
             namespaces: namespaces_w,
+            volume_claims: volume_claims_w,
+            volume_attachments: volume_attachments_w,
         };
         (model, writers)
     }
@@ -153,6 +164,8 @@ impl ReadModel {
             self.daemon_sets.wait_until_ready(),
             self.budgets.wait_until_ready(),
             self.namespaces.wait_until_ready(),
+            self.volume_claims.wait_until_ready(),
+            self.volume_attachments.wait_until_ready(),
         );
     }
 
@@ -266,6 +279,33 @@ impl ReadModel {
             .iter()
             .filter_map(|claim| self.node_for_provider(claim.status.as_ref()?.provider_id.as_deref()?))
             .collect()
+    }
+
+    /// The names of the VolumeAttachments on a node, with the volume each attaches. A scan of
+    /// every attachment: they are few, and read only while a node terminates.
+    pub fn volume_attachments_on(&self, node: &str) -> Vec<(String, String)> {
+        let mut attachments: Vec<(String, String)> = self
+            .volume_attachments
+            .state()
+            .iter()
+            .filter(|a| a.spec.node_name == node)
+            .map(|a| {
+                let volume = a.spec.source.persistent_volume_name.clone().unwrap_or_default();
+                (a.name_any(), volume)
+            })
+            .collect();
+        attachments.sort_unstable();
+        attachments
+    }
+
+    /// The PersistentVolume a PersistentVolumeClaim is bound to.
+    pub fn claimed_volume(&self, namespace: &str, claim: &str) -> Option<String> {
+        self.volume_claims
+            .get(&ObjectRef::new(claim).within(namespace))?
+            .spec
+            .as_ref()?
+            .volume_name
+            .clone()
     }
 
     /// The first provisionable pod by namespace and name, if any (without listing them all).

@@ -1,8 +1,8 @@
 //! Watches the simulated cluster's storage and writes down, at the virtual time it happens, what a
 //! user would look for: NodeClaims created, launched, registered, initialized and deleted; Nodes
-//! joining and leaving and their conditions changing; Joist's warnings; and per pod when it was
-//! created, became unschedulable and ran. The summary's pending times and provisioning latency
-//! come from here.
+//! joining and leaving and their conditions changing; volumes attaching and detaching; Joist's
+//! warnings; and per pod when it was created, became unschedulable and ran. The summary's pending
+//! times and provisioning latency come from here.
 
 use std::{
     collections::BTreeMap,
@@ -53,6 +53,7 @@ enum Watched {
     Nodes,
     Pods,
     Events,
+    VolumeAttachments,
 }
 
 /// See the module docs.
@@ -176,6 +177,16 @@ impl Notes {
         }
     }
 
+    fn volume_attachment(&mut self, at: f64, kind: EventKind, attachment: &Value) {
+        let event = match kind {
+            EventKind::Added => "volume-attached",
+            EventKind::Deleted => "volume-detached",
+            EventKind::Modified => return,
+        };
+        let volume = text(attachment, "/spec/source/persistentVolumeName").to_owned();
+        self.entry(at, event, volume, text(attachment, "/spec/nodeName").to_owned());
+    }
+
     /// Joist's warnings, but for the scheduling failures the summary lists per pending pod.
     fn warning(&mut self, at: f64, event: &Value) {
         if event["type"] != "Warning"
@@ -258,6 +269,10 @@ impl Recorder {
                 (Watched::Nodes, GroupResource::new("", "nodes")),
                 (Watched::Pods, GroupResource::new("", "pods")),
                 (Watched::Events, GroupResource::new("", "events")),
+                (
+                    Watched::VolumeAttachments,
+                    GroupResource::new("storage.k8s.io", "volumeattachments"),
+                ),
             ]
             .into_iter()
             .filter_map(|(watched, resource)| Some((watched, store.watch(&resource, None).ok()?)))
@@ -280,6 +295,7 @@ impl Recorder {
                             Watched::Pods => notes.pod(at, event.kind, object, event.previous.as_deref()),
                             Watched::Events if event.kind == EventKind::Added => notes.warning(at, object),
                             Watched::Events => {}
+                            Watched::VolumeAttachments => notes.volume_attachment(at, event.kind, object),
                         }
                     }
                 }

@@ -240,9 +240,11 @@ fn the_chart_grants_least_privilege() {
     assert!(can("create", "karpenter.sh", "nodeclaims", None, None));
     assert!(can("create", "", "pods/eviction", Some("default"), Some("web")));
     assert!(
-        !can("delete", "", "pods", Some("default"), Some("web")),
-        "pods go through evictions only"
+        can("delete", "", "pods", Some("default"), Some("web")),
+        "a pod whose eviction would overrun terminationGracePeriod is deleted, as Karpenter does"
     );
+    assert!(!can("create", "", "pods", Some("default"), None));
+    assert!(can("list", "storage.k8s.io", "volumeattachments", None, None));
     assert!(
         !can("create", "", "nodes", None, None),
         "nodes register themselves"

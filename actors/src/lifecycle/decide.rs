@@ -39,6 +39,9 @@ pub const LAUNCH_RETRY: Duration = Duration::from_secs(10);
 /// How soon a drain looks again while pods are leaving.
 pub const DRAIN_POLL: Duration = Duration::from_secs(1);
 
+/// How soon a terminating claim looks again while volumes are detaching from its node.
+pub const VOLUME_POLL: Duration = Duration::from_secs(1);
+
 /// How soon a drain tries again when a PodDisruptionBudget refused an eviction (429).
 pub const BLOCKED_EVICTION_RETRY: Duration = Duration::from_secs(5);
 
@@ -69,6 +72,9 @@ pub struct Facts<'a> {
     /// Whether the claim's instance still exists: asked of the cloud only while the claim is being
     /// deleted (`None` otherwise, or when there is no instance to ask about).
     pub instance_exists: Option<bool>,
+    /// The VolumeAttachments on the claim's Node that hold its termination (those of volumes no
+    /// pod that stays on the node uses), once the claim is being deleted.
+    pub volume_attachments: &'a [String],
     /// What node repair makes of the claim's Node ([`Repair::Healthy`] when the gate is off).
     pub repair: &'a Repair,
     /// The clock, in epoch seconds (for the claim's timestamps).
@@ -399,10 +405,25 @@ fn terminate(facts: &Facts<'_>, memory: &mut Memory) -> Plan {
             return plan;
         }
         if exists {
+            let volumes = if facts.volume_attachments.is_empty() {
+                (VOLUMES_DETACHED, "True", VOLUMES_DETACHED)
+            } else if termination_deadline(claim).is_some_and(|d| facts.now_seconds >= d) {
+                (VOLUMES_DETACHED, "False", "TerminationGracePeriodElapsed")
+            } else {
+                let awaiting = (VOLUMES_DETACHED, "Unknown", "AwaitingVolumeDetachment");
+                let missing = missing_conditions(claim, &[(DRAINED, "True", DRAINED), awaiting]);
+                let actions = if missing.is_empty() {
+                    Vec::new()
+                } else {
+                    vec![Action::ClaimConditions(missing)]
+                };
+                return Plan::act(actions, Next::After(VOLUME_POLL));
+            };
             let missing = missing_conditions(
                 claim,
                 &[
                     (DRAINED, "True", DRAINED),
+                    volumes,
                     (INSTANCE_TERMINATING, "True", INSTANCE_TERMINATING),
                 ],
             );
@@ -495,6 +516,10 @@ fn drain(facts: &Facts<'_>, node: &Node, memory: &mut Memory) -> Option<Plan> {
 
 /// The NodeClaim condition set once its node is drained.
 pub const DRAINED: &str = "Drained";
+
+/// The NodeClaim condition set once the volumes of its node's drained pods are detached (False
+/// when the grace period ran out first).
+pub const VOLUMES_DETACHED: &str = "VolumesDetached";
 
 /// The NodeClaim condition set once its instance is being terminated.
 pub const INSTANCE_TERMINATING: &str = "InstanceTerminating";
@@ -795,6 +820,7 @@ mod tests {
         pods: &'a [Arc<Pod>],
         known: bool,
         exists: Option<bool>,
+        volumes: &'a [String],
         repair: Repair,
         now: Instant,
     }
@@ -807,6 +833,7 @@ mod tests {
                 pods: &[],
                 known: true,
                 exists: None,
+                volumes: &[],
                 repair: Repair::Healthy,
                 now: Instant::now(),
             }
@@ -819,6 +846,7 @@ mod tests {
                 pods: self.pods,
                 pool_and_class_known: self.known,
                 instance_exists: self.exists,
+                volume_attachments: self.volumes,
                 repair: &self.repair,
                 now_seconds: NOW,
                 now: self.now,
@@ -1092,6 +1120,56 @@ mod tests {
         );
     }
 
+    /// The conditions of a claim whose instance is being terminated.
+    const TERMINATING: [(&str, &str); 3] = [
+        (DRAINED, "True"),
+        (VOLUMES_DETACHED, "True"),
+        (INSTANCE_TERMINATING, "True"),
+    ];
+
+    #[test]
+    fn the_instance_waits_for_volumes_to_detach_until_the_grace_period_ends() {
+        let drained = with_conditions(draining(registered(json!({}))), &[(DRAINED, "True")]);
+        let node = tainted();
+        let volumes = ["csi-pvc-1-n".to_owned()];
+        let mut case = Case::new(&drained);
+        case.node = Some(&node);
+        case.exists = Some(true);
+        case.volumes = &volumes;
+        let memory = &mut Memory {
+            drain_started: Some(Instant::now() - Duration::from_secs(60)),
+            ..Memory::default()
+        };
+        assert_eq!(
+            case.decide(memory),
+            Plan::act(
+                vec![Action::ClaimConditions(vec![(
+                    VOLUMES_DETACHED,
+                    "Unknown",
+                    "AwaitingVolumeDetachment"
+                )])],
+                Next::After(VOLUME_POLL)
+            ),
+            "attached: the instance stays"
+        );
+        // Past the grace period the volumes are left to the instance's end.
+        let late = with_conditions(
+            with_grace_period(draining(registered(json!({}))), 600, 601),
+            &[(DRAINED, "True")],
+        );
+        let mut case = Case::new(&late);
+        case.node = Some(&node);
+        case.exists = Some(true);
+        case.volumes = &volumes;
+        assert_eq!(
+            case.decide(memory).actions,
+            [Action::ClaimConditions(vec![
+                (VOLUMES_DETACHED, "False", "TerminationGracePeriodElapsed"),
+                (INSTANCE_TERMINATING, "True", INSTANCE_TERMINATING)
+            ])]
+        );
+    }
+
     #[test]
     fn termination_waits_the_minimum_drain_then_releases_in_order() {
         let claim = draining(registered(json!({})));
@@ -1114,11 +1192,12 @@ mod tests {
             case.decide(&mut memory).actions,
             [Action::ClaimConditions(vec![
                 (DRAINED, "True", DRAINED),
+                (VOLUMES_DETACHED, "True", VOLUMES_DETACHED),
                 (INSTANCE_TERMINATING, "True", INSTANCE_TERMINATING)
             ])],
             "drained: the conditions say so before the instance goes"
         );
-        let claim = with_conditions(claim, &[(DRAINED, "True"), (INSTANCE_TERMINATING, "True")]);
+        let claim = with_conditions(claim, &TERMINATING);
         let mut case = Case::new(&claim);
         case.node = Some(&node);
         case.exists = Some(true);
@@ -1250,7 +1329,7 @@ mod tests {
         // Past the deadline: whatever is left goes with the instance.
         let late = with_conditions(
             with_grace_period(draining(registered(json!({}))), 600, 601),
-            &[(DRAINED, "True"), (INSTANCE_TERMINATING, "True")],
+            &TERMINATING,
         );
         let mut case = Case::new(&late);
         case.node = Some(&node);

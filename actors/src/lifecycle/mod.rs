@@ -17,8 +17,11 @@
 //! - **termination** (the claim is being deleted): taint the Node `karpenter.sh/disrupted`, evict
 //!   its pods through the Eviction API (a PodDisruptionBudget's 429 is retried), wait until every
 //!   evicted pod is gone (pods shutting down still run on the instance) and at least
-//!   [`MINIMUM_DRAIN_TIME`](crate::settings::MINIMUM_DRAIN_TIME), terminate the instance, then
-//!   release the Node's and the claim's finalizers, in that order.
+//!   [`MINIMUM_DRAIN_TIME`](crate::settings::MINIMUM_DRAIN_TIME), wait until the volumes of the
+//!   drained pods are detached (VolumeAttachments gone, or the `terminationGracePeriod` over),
+//!   terminate the instance, then release the Node's and the claim's finalizers, in that order;
+//! - **repair** (the `NodeRepair` gate): a Node broken for longer than the cloud's policy
+//!   tolerates has its claim deleted at once ([`repair`]).
 //!
 //! Each finished phase is recorded as a span of the node's trace ([`crate::node_trace`]).
 //!
@@ -29,18 +32,21 @@ pub mod decide;
 pub mod execute;
 pub mod repair;
 
+use std::{collections::HashSet, sync::Arc};
+
 use joist_messages::labels::NODEPOOL;
 use joist_provider::CloudError;
+use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use tokio::time::Instant;
 
 pub use self::decide::{Memory, Next, READ_MODEL_LAG};
 use self::{
-    decide::{Facts, decide, provider_id},
+    decide::{Facts, decide, provider_id, waits_for_drain},
     execute::{Target, execute},
     repair::Repair,
 };
-use crate::shared::Shared;
+use crate::{read_model::ReadModel, shared::Shared};
 
 /// Why a step failed.
 #[derive(Debug, thiserror::Error)]
@@ -85,6 +91,10 @@ pub async fn step(shared: &Shared, name: &str, memory: &mut Memory) -> Result<Ne
         },
         _ => None,
     };
+    let volume_attachments = match (&claim.metadata.deletion_timestamp, &node) {
+        (Some(_), Some(node)) => blocking_volumes(read, &node.name_any(), &pods),
+        _ => Vec::new(),
+    };
     let repair = match (&node, &claim.metadata.deletion_timestamp) {
         (Some(node), None) if shared.settings.node_repair => {
             // A claim of no NodePool is judged against the whole cluster, as Karpenter does.
@@ -107,6 +117,7 @@ pub async fn step(shared: &Shared, name: &str, memory: &mut Memory) -> Result<Ne
         pods: &pods,
         pool_and_class_known: pool_known && class_known,
         instance_exists,
+        volume_attachments: &volume_attachments,
         repair: &repair,
         now_seconds: shared.clock.now_seconds(),
         now: Instant::now(),
@@ -117,4 +128,30 @@ pub async fn step(shared: &Shared, name: &str, memory: &mut Memory) -> Result<Ne
         node: node.as_deref(),
     };
     execute(shared, &target, plan, memory).await
+}
+
+/// The VolumeAttachments on `node` that hold its termination, as Karpenter counts them: all but
+/// those of volumes that pods staying on the node use (pods the drain does not wait for).
+fn blocking_volumes(read: &ReadModel, node: &str, pods: &[Arc<Pod>]) -> Vec<String> {
+    let attachments = read.volume_attachments_on(node);
+    if attachments.is_empty() {
+        return Vec::new();
+    }
+    let staying: HashSet<String> = pods
+        .iter()
+        .filter(|pod| !waits_for_drain(pod))
+        .flat_map(|pod| {
+            let namespace = pod.namespace().unwrap_or_default();
+            let claims = pod.spec.iter().flat_map(|s| s.volumes.iter().flatten());
+            claims
+                .filter_map(|v| Some(v.persistent_volume_claim.as_ref()?.claim_name.clone()))
+                .filter_map(|claim| read.claimed_volume(&namespace, &claim))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    attachments
+        .into_iter()
+        .filter(|(_, volume)| !staying.contains(volume))
+        .map(|(name, _)| name)
+        .collect()
 }

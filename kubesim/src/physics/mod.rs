@@ -1,6 +1,6 @@
 //! Cluster physics: the components of a real cluster that Joist does not own, each a small
 //! controller over the same store (a kube-scheduler, kubelets, workload controllers, the disruption
-//! controller).
+//! controller, volume provisioning and attachment).
 //!
 //! A controller sees the store's changes through [`Informer`]s, keeps what it needs, and writes back
 //! through the store like any client. A write that fails (a conflict with another writer, an object
@@ -10,6 +10,7 @@ mod disruption;
 mod kubelet;
 mod rollout;
 mod scheduler;
+mod volumes;
 mod workloads;
 
 use std::{sync::Arc, time::Duration};
@@ -31,6 +32,8 @@ pub struct PhysicsSettings {
     /// How often unschedulable pods are retried even when nothing changed (kube-scheduler flushes
     /// them after 5 minutes).
     pub unschedulable_retry: Duration,
+    /// From the last pod using a volume on a node leaving to its VolumeAttachment's deletion.
+    pub detach_after: Duration,
 }
 
 impl Default for PhysicsSettings {
@@ -38,6 +41,7 @@ impl Default for PhysicsSettings {
         Self {
             kubelet: KubeletSettings::default(),
             unschedulable_retry: Duration::from_secs(300),
+            detach_after: Duration::from_secs(10),
         }
     }
 }
@@ -49,6 +53,7 @@ pub fn start(store: &Arc<Store>, settings: PhysicsSettings) -> Vec<JoinHandle<()
         tokio::spawn(kubelet::run(store.clone(), settings.kubelet)),
         tokio::spawn(workloads::run(store.clone())),
         tokio::spawn(disruption::run(store.clone())),
+        tokio::spawn(volumes::run(store.clone(), settings.detach_after)),
     ]
 }
 

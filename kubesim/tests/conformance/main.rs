@@ -21,6 +21,7 @@ pub fn cluster() -> Cluster {
                 startup_taints_removed_after: Duration::from_millis(20),
             },
             unschedulable_retry: Duration::from_secs(300),
+            detach_after: Duration::from_millis(50),
         },
     })
 }

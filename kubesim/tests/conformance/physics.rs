@@ -409,3 +409,82 @@ async fn a_changed_template_rolls_within_max_surge_and_max_unavailable() {
         "every pod is of the new template"
     );
 }
+
+#[tokio::test]
+async fn a_pod_with_a_claim_gets_a_volume_attached_to_its_node_until_it_leaves() {
+    use k8s_openapi::api::{
+        core::v1::{PersistentVolume, PersistentVolumeClaim},
+        storage::v1::VolumeAttachment,
+    };
+
+    let cluster = cluster();
+    let client = cluster.client();
+    let nodes: Api<Node> = Api::all(client.clone());
+    create(&nodes, node("n1", "8", "us-west-2a")).await;
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), "default");
+    create(
+        &claims,
+        json!({
+            "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": "data", "namespace": "default"},
+            "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "10Gi"}}},
+        }),
+    )
+    .await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    create(
+        &pods,
+        json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "db", "namespace": "default"},
+            "spec": {
+                "containers": [{"name": "db", "image": "postgres"}],
+                "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}],
+            },
+        }),
+    )
+    .await;
+    let attachments: Api<VolumeAttachment> = Api::all(client.clone());
+    let attachment = eventually("the volume to attach to n1", || async {
+        attachments
+            .list(&ListParams::default())
+            .await
+            .ok()?
+            .items
+            .into_iter()
+            .next()
+    })
+    .await;
+    let claim = claims.get("data").await.expect("claim");
+    let volume = claim
+        .spec
+        .and_then(|s| s.volume_name)
+        .expect("the claim is bound");
+    assert_eq!(claim.status.and_then(|s| s.phase).as_deref(), Some("Bound"));
+    let pv = Api::<PersistentVolume>::all(client.clone())
+        .get(&volume)
+        .await
+        .expect("the provisioned volume");
+    assert_eq!(
+        pv.spec.and_then(|s| s.claim_ref).and_then(|r| r.name).as_deref(),
+        Some("data")
+    );
+    assert_eq!(attachment.spec.node_name, "n1");
+    assert_eq!(
+        attachment.spec.source.persistent_volume_name.as_deref(),
+        Some(volume.as_str())
+    );
+    assert_eq!(attachment.status.map(|s| s.attached), Some(true));
+
+    pods.delete("db", &DeleteParams::default()).await.expect("delete");
+    eventually("the volume to detach", || async {
+        attachments
+            .list(&ListParams::default())
+            .await
+            .ok()?
+            .items
+            .is_empty()
+            .then_some(())
+    })
+    .await;
+}
