@@ -575,6 +575,43 @@ spec:
     );
     assert_eq!(terminated(&report, "expired"), 1, "{s:#?}");
     assert_eq!(s.pods_running_end, 1, "{s:#?}");
+    let expiring = first_at(&report, "grace-period-expiring");
+    assert!(
+        (deleting + 140.0..=ended).contains(&expiring),
+        "the pod was deleted 30 s before the deadline: deleting at {deleting}, pod deleted at {expiring}, ended at {ended}"
+    );
+}
+
+#[test]
+fn critical_pods_leave_an_expiring_node_after_the_others() {
+    let critical = "      priorityClassName: system-cluster-critical
+      affinity:
+        podAffinity:
+          requiredDuringSchedulingIgnoredDuringExecution:
+            - labelSelector: {matchLabels: {app: web}}
+              topologyKey: kubernetes.io/hostname";
+    let manifests = with_template_fields(&pool("default", &family(&["c5"]), ""), "      expireAfter: 5m")
+        + NODE_CLASS
+        + &deployment("web", 1, "500m", "")
+        + &deployment("dns", 1, "500m", critical);
+    let report = run(&scenario(&manifests, "[]", "8m"));
+    let left = |app: &str, event: &str| {
+        report
+            .timeline
+            .iter()
+            .find(|e| e.event == event && e.object.starts_with(&format!("default/{app}-")))
+            .unwrap_or_else(|| panic!("no {event} of {app} in {:#?}", report.timeline))
+            .clone()
+    };
+    let web = left("web", "pod-terminating");
+    let dns = left("dns", "pod-terminating");
+    assert!(web.detail.ends_with("drain tier non-critical"), "{web:?}");
+    assert!(dns.detail.ends_with("drain tier critical"), "{dns:?}");
+    let web_gone = left("web", "pod-terminated").at_seconds;
+    assert!(
+        dns.at_seconds >= web_gone,
+        "the critical pod is evicted once the others are gone: {dns:?}, web gone at {web_gone}"
+    );
 }
 
 /// Three `web` pods on three c5 nodes, with node repair on, and these steps.

@@ -18,7 +18,10 @@ use joist_messages::labels::{CAPACITY_TYPE, INSTANCE_TYPE, NODEPOOL, ZONE};
 use serde_json::Value;
 use tokio::{task::JoinHandle, time::Instant};
 
-use joist_actors::{disruption::orchestrate::DISRUPTION_REASON, kube_ops::COMPONENT};
+use joist_actors::{
+    disruption::orchestrate::DISRUPTION_REASON, kube_ops::COMPONENT, lifecycle::decide::tier,
+};
+use k8s_openapi::api::core::v1::Pod;
 
 use super::report::{Entry, Recorded, label, round, text};
 
@@ -187,12 +190,16 @@ impl Notes {
         self.entry(at, event, volume, text(attachment, "/spec/nodeName").to_owned());
     }
 
-    /// Joist's warnings, but for the scheduling failures the summary lists per pending pod.
-    fn warning(&mut self, at: f64, event: &Value) {
-        if event["type"] != "Warning"
-            || event["source"]["component"] != COMPONENT
-            || event["reason"] == "FailedScheduling"
-        {
+    /// Joist's warnings, but for the scheduling failures the summary lists per pending pod, and
+    /// its deletions of pods to meet a `terminationGracePeriod`.
+    fn event(&mut self, at: f64, event: &Value) {
+        let entry = match (event["type"].as_str(), event["reason"].as_str()) {
+            (_, Some("FailedScheduling")) => return,
+            (_, Some("TerminationGracePeriodExpiring")) => "grace-period-expiring",
+            (Some("Warning"), _) => "warning",
+            _ => return,
+        };
+        if event["source"]["component"] != COMPONENT {
             return;
         }
         let object = format!(
@@ -201,7 +208,7 @@ impl Notes {
             text(event, "/involvedObject/name")
         );
         let detail = format!("{}: {}", text(event, "/reason"), text(event, "/message"));
-        self.entry(at, "warning", object, detail);
+        self.entry(at, entry, object, detail);
     }
 
     fn pod(&mut self, at: f64, kind: EventKind, object: &Value, previous: Option<&Value>) {
@@ -225,8 +232,12 @@ impl Notes {
             let grace = object["metadata"]["deletionGracePeriodSeconds"]
                 .as_i64()
                 .unwrap_or(0);
+            // The drain tier it left in (when the node was being drained).
+            let tier = serde_json::from_value::<Pod>(object.clone())
+                .map(|pod| tier(&pod).name())
+                .unwrap_or("unknown");
             let detail = format!(
-                "on {} with a {grace}s grace period",
+                "on {} with a {grace}s grace period, drain tier {tier}",
                 text(object, "/spec/nodeName")
             );
             self.entry(at, "pod-terminating", key.clone(), detail);
@@ -293,7 +304,7 @@ impl Recorder {
                             }
                             Watched::Nodes => notes.node(at, event.kind, object, event.previous.as_deref()),
                             Watched::Pods => notes.pod(at, event.kind, object, event.previous.as_deref()),
-                            Watched::Events if event.kind == EventKind::Added => notes.warning(at, object),
+                            Watched::Events if event.kind == EventKind::Added => notes.event(at, object),
                             Watched::Events => {}
                             Watched::VolumeAttachments => notes.volume_attachment(at, event.kind, object),
                         }

@@ -580,15 +580,44 @@ fn tolerates_disrupted(pod: &Pod) -> bool {
         .any(|t| Toleration::from(t).tolerates(&taint))
 }
 
-/// The pod's drain tier: 0 non-critical, 1 non-critical DaemonSet, 2 critical, 3 critical
-/// DaemonSet.
-fn tier(pod: &Pod) -> u8 {
+/// The order a drain takes pods in, as the kubelet's graceful node shutdown does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum DrainTier {
+    /// Pods that are neither critical nor DaemonSet pods: first.
+    NonCritical,
+    /// DaemonSet pods that are not critical.
+    NonCriticalDaemon,
+    /// Pods of `system-cluster-critical` or `system-node-critical` priority.
+    Critical,
+    /// Critical DaemonSet pods: last.
+    CriticalDaemon,
+}
+
+impl DrainTier {
+    /// The tier's name, for reports (`non-critical`, `critical-daemon` …).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::NonCritical => "non-critical",
+            Self::NonCriticalDaemon => "non-critical-daemon",
+            Self::Critical => "critical",
+            Self::CriticalDaemon => "critical-daemon",
+        }
+    }
+}
+
+/// The pod's drain tier.
+pub fn tier(pod: &Pod) -> DrainTier {
     let critical = pod
         .spec
         .as_ref()
         .and_then(|s| s.priority_class_name.as_deref())
         .is_some_and(|c| c == "system-cluster-critical" || c == "system-node-critical");
-    u8::from(critical) * 2 + u8::from(is_daemon(pod))
+    match (critical, is_daemon(pod)) {
+        (false, false) => DrainTier::NonCritical,
+        (false, true) => DrainTier::NonCriticalDaemon,
+        (true, false) => DrainTier::Critical,
+        (true, true) => DrainTier::CriticalDaemon,
+    }
 }
 
 /// Whether the node carries `karpenter.sh/disrupted` (it is being drained, or a disruption is
