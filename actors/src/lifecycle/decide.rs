@@ -25,7 +25,7 @@ use crate::{
     disruption::candidates::do_not_disrupt,
     kube_ops::is_true,
     node_trace::Phase,
-    settings::{LAUNCH_TIMEOUT, MINIMUM_DRAIN_TIME, REGISTRATION_TIMEOUT},
+    settings::{LAUNCH_TIMEOUT, MINIMUM_DRAIN_TIME, REGISTRATION_TIMEOUT, doubling_backoff},
     snapshot::{finished, is_ephemeral, node_allocatable},
 };
 
@@ -42,8 +42,12 @@ pub const DRAIN_POLL: Duration = Duration::from_secs(1);
 /// How soon a terminating claim looks again while volumes are detaching from its node.
 pub const VOLUME_POLL: Duration = Duration::from_secs(1);
 
-/// How soon a drain tries again when a PodDisruptionBudget refused an eviction (429).
-pub const BLOCKED_EVICTION_RETRY: Duration = Duration::from_secs(5);
+/// How soon a drain first tries again when a PodDisruptionBudget refused an eviction (429); the
+/// wait doubles with each refusal in a row, up to [`BLOCKED_EVICTION_MAX`] (Karpenter's backoff).
+pub const BLOCKED_EVICTION_RETRY: Duration = Duration::from_millis(100);
+
+/// The longest wait between refused evictions.
+pub const BLOCKED_EVICTION_MAX: Duration = Duration::from_secs(10);
 
 /// What the actor remembers between steps (lost on restart, rebuilt from the cluster).
 #[derive(Debug, Default, Clone)]
@@ -56,6 +60,8 @@ pub struct Memory {
     pub finished: Option<(Phase, Instant)>,
     /// When draining began.
     pub drain_started: Option<Instant>,
+    /// Eviction rounds in a row that a PodDisruptionBudget refused.
+    pub refused_evictions: u32,
 }
 
 /// What the actor knows when it decides.
@@ -379,14 +385,19 @@ pub fn after_launch(outcome: Result<Launch, CloudError>) -> Plan {
     }
 }
 
-/// When a drain looks again after evicting: sooner while pods just leave, later when a
-/// PodDisruptionBudget refused one.
-pub fn after_evictions(blocked: bool) -> Next {
-    Next::After(if blocked {
-        BLOCKED_EVICTION_RETRY
-    } else {
-        DRAIN_POLL
-    })
+/// When a drain looks again after evicting: soon while pods just leave, after a doubling wait
+/// while a PodDisruptionBudget keeps refusing one.
+pub fn after_evictions(blocked: bool, memory: &mut Memory) -> Next {
+    if !blocked {
+        memory.refused_evictions = 0;
+        return Next::After(DRAIN_POLL);
+    }
+    memory.refused_evictions = memory.refused_evictions.saturating_add(1);
+    Next::After(doubling_backoff(
+        BLOCKED_EVICTION_RETRY,
+        memory.refused_evictions,
+        BLOCKED_EVICTION_MAX,
+    ))
 }
 
 /// The termination steps, in Karpenter's order: drain while the instance runs, terminate it,
@@ -1118,12 +1129,30 @@ mod tests {
                 }])
             ]
         );
+        let memory = &mut Memory::default();
+        let waits: Vec<Next> = (0..9).map(|_| after_evictions(true, memory)).collect();
+        let millis = |ms| Next::After(Duration::from_millis(ms));
         assert_eq!(
-            after_evictions(true),
-            Next::After(BLOCKED_EVICTION_RETRY),
-            "a PDB's 429 waits longer"
+            waits,
+            [
+                millis(100),
+                millis(200),
+                millis(400),
+                millis(800),
+                millis(1600),
+                millis(3200),
+                millis(6400),
+                millis(10_000),
+                millis(10_000)
+            ],
+            "a PDB's 429s back off, doubling to 10 s"
         );
-        assert_eq!(after_evictions(false), Next::After(DRAIN_POLL));
+        assert_eq!(after_evictions(false, memory), Next::After(DRAIN_POLL));
+        assert_eq!(
+            after_evictions(true, memory),
+            millis(100),
+            "a fresh start once one went"
+        );
     }
 
     #[test]

@@ -140,7 +140,7 @@ async fn perform(
                 node_name,
             } => name_instance(shared, target.claim, &provider_id, &node_name).await?,
             Action::Taint => taint(shared, node(target)?).await?,
-            Action::Evict(pods) => next = after_evictions(evict(shared, pods).await?),
+            Action::Evict(pods) => next = after_evictions(evict(shared, pods).await?, memory),
             Action::TerminateInstance(provider_id) => {
                 match shared.cloud.delete(&provider_id).await {
                     Ok(()) | Err(CloudError::NodeClaimNotFound { .. }) => {}
