@@ -37,6 +37,14 @@ where
     api.create(&PostParams::default(), &object).await.expect("create")
 }
 
+/// A cluster with one 8-CPU node, `n1`, and a client of it.
+async fn with_node_n1() -> (joist_kubesim::Cluster, kube::Client) {
+    let cluster = cluster();
+    let client = cluster.client();
+    create(&Api::<Node>::all(client.clone()), node("n1", "8", "us-west-2a")).await;
+    (cluster, client)
+}
+
 #[tokio::test]
 async fn pods_stay_pending_as_unschedulable_until_a_node_can_take_them() {
     let cluster = cluster();
@@ -174,9 +182,7 @@ async fn taints_selectors_and_host_ports_keep_pods_off_nodes() {
 
 #[tokio::test]
 async fn evictions_honour_pod_disruption_budgets() {
-    let cluster = cluster();
-    let client = cluster.client();
-    create(&Api::<Node>::all(client.clone()), node("n1", "8", "us-west-2a")).await;
+    let (_cluster, client) = with_node_n1().await;
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), "default");
     create(&deployments, deployment("web", 3, "100m")).await;
     let pdbs: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), "default");
@@ -224,10 +230,8 @@ async fn evictions_honour_pod_disruption_budgets() {
 
 #[tokio::test]
 async fn owners_collect_their_dependents_and_a_lost_node_loses_its_pods() {
-    let cluster = cluster();
-    let client = cluster.client();
+    let (_cluster, client) = with_node_n1().await;
     let nodes: Api<Node> = Api::all(client.clone());
-    create(&nodes, node("n1", "8", "us-west-2a")).await;
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), "default");
     create(&deployments, deployment("app", 2, "100m")).await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
@@ -324,10 +328,7 @@ async fn a_changed_template_rolls_within_max_surge_and_max_unavailable() {
     use kube::api::{Patch, PatchParams};
     use std::collections::HashMap;
 
-    let cluster = cluster();
-    let client = cluster.client();
-    let nodes: Api<Node> = Api::all(client.clone());
-    create(&nodes, node("n1", "8", "us-west-2a")).await;
+    let (cluster, client) = with_node_n1().await;
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), "default");
     let mut manifest = deployment("web", 4, "100m");
     manifest["spec"]["strategy"] = json!({"rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}});
@@ -417,10 +418,7 @@ async fn a_pod_with_a_claim_gets_a_volume_attached_to_its_node_until_it_leaves()
         storage::v1::VolumeAttachment,
     };
 
-    let cluster = cluster();
-    let client = cluster.client();
-    let nodes: Api<Node> = Api::all(client.clone());
-    create(&nodes, node("n1", "8", "us-west-2a")).await;
+    let (_cluster, client) = with_node_n1().await;
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), "default");
     create(
         &claims,
