@@ -16,7 +16,7 @@ use std::{
     time::Duration,
 };
 
-use joist::simulate::{self, Report, Scenario};
+use joist::simulate::{self, Report, Scenario, report::Entry};
 use joist_actors::node_trace::{NodeTracer, ROOT_SPAN};
 use opentelemetry::trace::SpanId;
 use opentelemetry_proto::tonic::{
@@ -88,9 +88,24 @@ const APART: &str = "      affinity:
             - labelSelector: {matchLabels: {app: web}}
               topologyKey: kubernetes.io/hostname";
 
+/// A PodDisruptionBudget that lets no `app: guarded` pod be evicted.
+const GUARDED_PDB: &str = "apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {name: guarded, namespace: default}
+spec:
+  maxUnavailable: 0
+  selector: {matchLabels: {app: guarded}}
+---
+";
+
 /// `pool` with extra fields in its template's spec (`expireAfter: 5m`).
 fn with_template_fields(pool: &str, fields: &str) -> String {
     pool.replace("      nodeClassRef:", &format!("{fields}\n      nodeClassRef:"))
+}
+
+/// The on-demand c5 NodePool `default`, with extra fields in its template's spec.
+fn c5_pool_with(fields: &str) -> String {
+    with_template_fields(&pool("default", &family(&["c5"]), ""), fields)
 }
 
 /// A WhenEmpty NodePool of `families` that disrupts one node at a time.
@@ -228,11 +243,14 @@ fn a_drained_node_outlives_the_pods_shutting_down_on_it() {
 }
 
 /// When the timeline first shows `event`, in seconds.
+/// The timeline entries of one kind, in time order.
+fn entries<'a>(report: &'a Report, event: &'a str) -> impl Iterator<Item = &'a Entry> {
+    report.timeline.iter().filter(move |e| e.event == event)
+}
+
 fn first_at(report: &Report, event: &str) -> f64 {
-    report
-        .timeline
-        .iter()
-        .find(|e| e.event == event)
+    entries(report, event)
+        .next()
         .map(|e| e.at_seconds)
         .unwrap_or_else(|| panic!("no {event} in {:#?}", report.timeline))
 }
@@ -369,16 +387,8 @@ fn budgets_of_zero_block_every_disruption() {
 #[test]
 fn do_not_disrupt_pods_and_a_pdb_without_disruptions_pin_their_node() {
     let pinned = "      annotations: {karpenter.sh/do-not-disrupt: 'true'}";
-    let pdb = "apiVersion: policy/v1
-kind: PodDisruptionBudget
-metadata: {name: guarded, namespace: default}
-spec:
-  maxUnavailable: 0
-  selector: {matchLabels: {app: guarded}}
----
-";
     let scale_down = "[{at: 3m, scale: {kind: Deployment, namespace: default, name: NAME, replicas: 1}}]";
-    for (name, extra, objects) in [("pinned", pinned, ""), ("guarded", "", pdb)] {
+    for (name, extra, objects) in [("pinned", pinned, ""), ("guarded", "", GUARDED_PDB)] {
         let mut workload = deployment(name, 10, "1", "");
         if !extra.is_empty() {
             workload = workload.replace(
@@ -463,10 +473,7 @@ fn a_failed_replacement_rolls_back_and_the_node_keeps_serving() {
 
 /// Each `disruption-decided` entry of the timeline.
 fn decisions(report: &Report) -> Vec<&str> {
-    report
-        .timeline
-        .iter()
-        .filter(|e| e.event == "disruption-decided")
+    entries(report, "disruption-decided")
         .map(|e| e.detail.as_str())
         .collect()
 }
@@ -548,19 +555,9 @@ fn expire_after_replaces_a_node_even_under_a_budget_of_zero() {
 
 #[test]
 fn a_blocking_pdb_holds_an_expiry_until_the_grace_period_then_its_pod_is_deleted() {
-    let pdb = "apiVersion: policy/v1
-kind: PodDisruptionBudget
-metadata: {name: guarded, namespace: default}
-spec:
-  maxUnavailable: 0
-  selector: {matchLabels: {app: guarded}}
----
-";
-    let manifests = with_template_fields(
-        &pool("default", &family(&["c5"]), ""),
-        "      expireAfter: 5m\n      terminationGracePeriod: 3m",
-    ) + NODE_CLASS
-        + pdb
+    let manifests = c5_pool_with("      expireAfter: 5m\n      terminationGracePeriod: 3m")
+        + NODE_CLASS
+        + GUARDED_PDB
         + &deployment("guarded", 1, "1", "");
     let report = run(&scenario(&manifests, "[]", "12m"));
     let s = &report.summary;
@@ -590,7 +587,7 @@ fn critical_pods_leave_an_expiring_node_after_the_others() {
           requiredDuringSchedulingIgnoredDuringExecution:
             - labelSelector: {matchLabels: {app: web}}
               topologyKey: kubernetes.io/hostname";
-    let manifests = with_template_fields(&pool("default", &family(&["c5"]), ""), "      expireAfter: 5m")
+    let manifests = c5_pool_with("      expireAfter: 5m")
         + NODE_CLASS
         + &deployment("web", 1, "500m", "")
         + &deployment("dns", 1, "500m", critical);
@@ -614,12 +611,16 @@ fn critical_pods_leave_an_expiring_node_after_the_others() {
     );
 }
 
-/// Three `web` pods on three c5 nodes, with node repair on, and these steps.
+/// Three `web` pods on three c5 nodes.
+fn three_web_nodes() -> String {
+    pool("default", &family(&["c5"]), "") + NODE_CLASS + &deployment("web", 3, "1", APART)
+}
+
+/// `three_web_nodes` with node repair on, and these steps.
 fn repairing(steps: &str, until: &str) -> Report {
-    let manifests = pool("default", &family(&["c5"]), "") + NODE_CLASS + &deployment("web", 3, "1", APART);
     run(&scenario_with(
         "{featureGates: {nodeRepair: true}}",
-        &manifests,
+        &three_web_nodes(),
         steps,
         until,
     ))
@@ -634,11 +635,7 @@ fn a_node_not_ready_for_thirty_minutes_is_repaired_counting_from_its_last_flap()
                   {at: 25m, nodeCondition: {count: 1, type: Ready, status: 'False'}}]";
     let report = repairing(steps, "60m");
     let s = &report.summary;
-    let flaps = report
-        .timeline
-        .iter()
-        .filter(|e| e.event == "node-condition")
-        .count();
+    let flaps = entries(&report, "node-condition").count();
     assert_eq!(flaps, 3, "{:#?}", report.timeline);
     let deleting = first_at(&report, "nodeclaim-deleting");
     assert!(
@@ -659,10 +656,8 @@ fn a_nodepool_with_too_many_broken_nodes_repairs_none_and_says_why() {
     let report = repairing(steps, "40m");
     let s = &report.summary;
     assert_eq!(terminated(&report, "unhealthy"), 0, "{s:#?}");
-    let blocked = report
-        .timeline
-        .iter()
-        .find(|e| e.event == "warning" && e.detail.starts_with("NodeRepairBlocked"))
+    let blocked = entries(&report, "warning")
+        .find(|e| e.detail.starts_with("NodeRepairBlocked"))
         .unwrap_or_else(|| panic!("no NodeRepairBlocked warning in {:#?}", report.timeline));
     assert!(blocked.at_seconds >= 1980.0, "blocked once due: {blocked:?}");
     assert!(blocked.detail.contains("2 of 3"), "{blocked:?}");
@@ -671,9 +666,8 @@ fn a_nodepool_with_too_many_broken_nodes_repairs_none_and_says_why() {
 
 #[test]
 fn without_the_gate_a_broken_node_stays() {
-    let manifests = pool("default", &family(&["c5"]), "") + NODE_CLASS + &deployment("web", 3, "1", APART);
     let steps = "[{at: 3m, nodeCondition: {count: 1}}]";
-    let report = run(&scenario(&manifests, steps, "40m"));
+    let report = run(&scenario(&three_web_nodes(), steps, "40m"));
     assert_eq!(terminated(&report, "unhealthy"), 0, "{:#?}", report.summary);
 }
 
@@ -690,19 +684,10 @@ spec:
     let volume = "      volumes:
         - name: data
           persistentVolumeClaim: {claimName: data}";
-    let manifests = with_template_fields(&pool("default", &family(&["c5"]), ""), "      expireAfter: 5m")
-        + NODE_CLASS
-        + claim
-        + &deployment("db", 1, "1", volume);
+    let manifests =
+        c5_pool_with("      expireAfter: 5m") + NODE_CLASS + claim + &deployment("db", 1, "1", volume);
     let report = run(&scenario(&manifests, "[]", "8m"));
-    let at = |event: &str| {
-        report
-            .timeline
-            .iter()
-            .filter(|e| e.event == event)
-            .map(|e| e.at_seconds)
-            .collect::<Vec<_>>()
-    };
+    let at = |event| entries(&report, event).map(|e| e.at_seconds).collect::<Vec<_>>();
     let attached = at("volume-attached");
     let detached = at("volume-detached");
     let ended = first_at(&report, "instance-ended");

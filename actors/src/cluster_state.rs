@@ -69,14 +69,16 @@ pub enum Change {
     Node(Box<Node>, bool),
     /// A NodeClaim.
     NodeClaim(Box<NodeClaim>, bool),
+    /// A VolumeAttachment.
+    VolumeAttachment(Box<VolumeAttachment>, bool),
     /// A NodePool.
     NodePool(Box<NodePool>, bool),
     /// A node class.
     NodeClass(Box<EC2NodeClass>, bool),
     /// A (re)list of a kind the indexes cover ended, with every object it listed.
     Relisted(Listed, HashSet<PodKey>),
-    /// An object no actor is poked for changed (a DaemonSet, PodDisruptionBudget, Namespace,
-    /// PersistentVolumeClaim or VolumeAttachment).
+    /// An object no actor is poked for changed (a DaemonSet, PodDisruptionBudget, Namespace or
+    /// PersistentVolumeClaim).
     Other,
     /// Nothing changed (lists starting, watch errors).
     Quiet,
@@ -321,8 +323,8 @@ impl Actor for ClusterState {
             reflect(
                 Api::<VolumeAttachment>::all(client.clone()),
                 writers.volume_attachments,
-                |_, _| Change::Other,
-                |_| Change::Quiet,
+                Change::VolumeAttachment,
+                |listed| Change::Relisted(Listed::VolumeAttachments, listed),
             ),
             reflect(
                 Api::<Pod>::all(client.clone()),
@@ -387,6 +389,9 @@ impl StreamHandler<Change> for ClusterState {
                 if deleted {
                     self.trigger();
                 }
+            }
+            Change::VolumeAttachment(attachment, deleted) => {
+                read.observe_attachment(&attachment, deleted);
             }
             Change::NodeClaim(claim, deleted) => {
                 let name = claim.name_any();

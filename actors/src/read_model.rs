@@ -1,6 +1,7 @@
 //! The read model every actor consults: kube-runtime reflector stores of the objects Joist watches,
 //! plus the indexes the hot paths need (node by provider ID, NodeClaim by provider ID, NodeClaims
-//! by NodePool, pods by node, provisionable pods), kept by the ClusterState actor as watch events arrive.
+//! by NodePool, pods and VolumeAttachments by node, provisionable pods), kept by the ClusterState
+//! actor as watch events arrive.
 //!
 //! NodeClaims Joist just created are visible at once, before their watch event arrives
 //! ([`ReadModel::record_created`]), as Karpenter's cluster state records its launches: the next
@@ -49,6 +50,8 @@ pub enum Listed {
     Nodes,
     /// NodeClaims: NodeClaim by provider ID, NodeClaims by NodePool.
     NodeClaims,
+    /// VolumeAttachments: attachments by node.
+    VolumeAttachments,
 }
 
 /// The writing halves of the stores, consumed by the reflectors ClusterState runs.
@@ -72,6 +75,8 @@ struct Index {
     claim_by_instance: DashMap<String, String>,
     claims_by_pool: DashMap<String, BTreeSet<String>>,
     pods_by_node: DashMap<String, BTreeSet<PodKey>>,
+    /// VolumeAttachment names by the node they attach to.
+    attachments_by_node: DashMap<String, BTreeSet<String>>,
     pending: DashSet<PodKey>,
     /// Pods seen before they ran, whose start is still to be timed.
     unstarted: DashSet<PodKey>,
@@ -253,23 +258,13 @@ impl ReadModel {
 
     /// The pods bound to a node, by namespace and name.
     pub fn pods_on(&self, node: &str) -> Vec<Arc<Pod>> {
-        let keys: Vec<PodKey> = self
-            .index
-            .pods_by_node
-            .get(node)
-            .map(|keys| keys.iter().cloned().collect())
-            .unwrap_or_default();
+        let keys = members(&self.index.pods_by_node, node);
         keys.iter().filter_map(|key| self.pod(key)).collect()
     }
 
     /// The NodeClaims of one NodePool, by name, those just created included.
     pub fn node_claims_of(&self, pool: &str) -> Vec<Arc<NodeClaim>> {
-        let names: Vec<String> = self
-            .index
-            .claims_by_pool
-            .get(pool)
-            .map(|names| names.iter().cloned().collect())
-            .unwrap_or_default();
+        let names = members(&self.index.claims_by_pool, pool);
         names.iter().filter_map(|name| self.any_claim(name)).collect()
     }
 
@@ -281,21 +276,16 @@ impl ReadModel {
             .collect()
     }
 
-    /// The names of the VolumeAttachments on a node, with the volume each attaches. A scan of
-    /// every attachment: they are few, and read only while a node terminates.
+    /// The names of the VolumeAttachments on a node, by name, with the volume each attaches.
     pub fn volume_attachments_on(&self, node: &str) -> Vec<(String, String)> {
-        let mut attachments: Vec<(String, String)> = self
-            .volume_attachments
-            .state()
-            .iter()
-            .filter(|a| a.spec.node_name == node)
-            .map(|a| {
-                let volume = a.spec.source.persistent_volume_name.clone().unwrap_or_default();
-                (a.name_any(), volume)
+        members(&self.index.attachments_by_node, node)
+            .into_iter()
+            .filter_map(|name| {
+                let attachment = self.volume_attachments.get(&ObjectRef::new(&name))?;
+                let volume = attachment.spec.source.persistent_volume_name.clone();
+                Some((name, volume.unwrap_or_default()))
             })
-            .collect();
-        attachments.sort_unstable();
-        attachments
+            .collect()
     }
 
     /// The PersistentVolume a PersistentVolumeClaim is bound to.
@@ -402,6 +392,12 @@ impl ReadModel {
                 index.pods_by_node.retain(|node, _| cluster_scoped(node));
                 Vec::new()
             }
+            Listed::VolumeAttachments => {
+                for mut names in index.attachments_by_node.iter_mut() {
+                    names.retain(cluster_scoped);
+                }
+                Vec::new()
+            }
             Listed::NodeClaims => {
                 let mut gone = BTreeSet::new();
                 index.claim_by_instance.retain(|_, claim| cluster_scoped(claim));
@@ -480,6 +476,17 @@ impl ReadModel {
         self.claim_for_provider(&provider_id)
     }
 
+    /// Updates the attachment index after a watch event.
+    pub(crate) fn observe_attachment(&self, attachment: &VolumeAttachment, deleted: bool) {
+        let node = &attachment.spec.node_name;
+        file(
+            &self.index.attachments_by_node,
+            node,
+            attachment.name_any(),
+            !deleted,
+        );
+    }
+
     /// Updates the NodeClaim indexes after a watch event.
     pub(crate) fn observe_claim(&self, claim: &NodeClaim, deleted: bool) {
         let name = claim.name_any();
@@ -507,6 +514,14 @@ pub fn instance_id(provider_id: &str) -> &str {
 }
 
 /// Adds `member` to (or, when not `present`, removes it from) the set filed under `group`.
+/// The members of `group` in an index, in order (copied out, so no shard lock is held).
+fn members<M: Clone>(index: &DashMap<String, BTreeSet<M>>, group: &str) -> Vec<M> {
+    index
+        .get(group)
+        .map(|members| members.iter().cloned().collect())
+        .unwrap_or_default()
+}
+
 fn file<M: Ord>(index: &DashMap<String, BTreeSet<M>>, group: &str, member: M, present: bool) {
     if present {
         index.entry(group.to_owned()).or_default().insert(member);
@@ -686,5 +701,30 @@ mod tests {
         );
         assert_eq!(read.claim_for_provider("p-1"), None);
         assert!(read.index.claims_by_pool.get("pool").is_none_or(|c| c.is_empty()));
+    }
+
+    #[test]
+    fn attachments_are_indexed_by_node_until_they_go() {
+        let (read, _writers) = ReadModel::new();
+        let attachment = |name: &str, node: &str| -> VolumeAttachment {
+            object(serde_json::json!({
+                "metadata": {"name": name},
+                "spec": {"attacher": "ebs.csi.aws.com", "nodeName": node, "source": {"persistentVolumeName": "pv"}},
+            }))
+        };
+        read.observe_attachment(&attachment("a", "n"), false);
+        read.observe_attachment(&attachment("b", "n"), false);
+        read.observe_attachment(&attachment("c", "m"), false);
+        let on = |node: &str| read.index.attachments_by_node.get(node).map(|n| n.clone());
+        assert_eq!(on("n"), Some(BTreeSet::from(["a".to_owned(), "b".to_owned()])));
+        read.observe_attachment(&attachment("a", "n"), true);
+        assert_eq!(on("n"), Some(BTreeSet::from(["b".to_owned()])));
+        // Detached while the watch was away.
+        read.relisted(
+            Listed::VolumeAttachments,
+            &HashSet::from([(String::new(), "c".to_owned())]),
+        );
+        assert_eq!(on("n"), Some(BTreeSet::new()));
+        assert_eq!(on("m"), Some(BTreeSet::from(["c".to_owned()])));
     }
 }

@@ -221,7 +221,7 @@ impl<'a> Search<'a> {
 
     /// Simulates the candidates at `which` leaving and judges the outcome; with the simulation's
     /// solution, whose pods are the candidates' pods in the order of `which`.
-    fn simulate(&mut self, which: &[usize]) -> Result<(Decision, Solution), Refusal> {
+    pub fn simulate(&mut self, which: &[usize]) -> Result<(Decision, Solution), Refusal> {
         let solution = self.place(which)?;
         let current: f64 = which.iter().map(|&c| self.candidates[c].price).sum();
         let decision = match solution.claims.as_slice() {
@@ -264,9 +264,8 @@ impl Search<'_> {
     }
 }
 
-/// Carries out a decision on the base, as if the cluster had followed it: the candidates at
-/// `which` leave, their pods go where the simulation put them, and a replacement joins as a node of
-/// its cheapest type in the zone of its cheapest offering (named `name`). `Err` when the candidates cannot go after all.
+/// Simulates the candidates at `which` leaving and carries out the decision on the base
+/// ([`carry_out`]). `Err` when the candidates cannot go after all.
 pub fn apply(
     base: &mut Input,
     candidates: &[Candidate],
@@ -275,6 +274,22 @@ pub fn apply(
     name: &str,
 ) -> Result<Decision, Refusal> {
     let (decision, solution) = Search::new(base, candidates, settings).simulate(which)?;
+    carry_out(base, candidates, which, &decision, &solution, name);
+    Ok(decision)
+}
+
+/// Carries out a decision on the base, as if the cluster had followed it: the candidates at
+/// `which` leave, their pods go where the simulation (`solution`, from [`Search::simulate`]) put
+/// them, and a replacement joins as a node of its cheapest type in the zone of its cheapest
+/// offering (named `name`).
+pub fn carry_out(
+    base: &mut Input,
+    candidates: &[Candidate],
+    which: &[usize],
+    decision: &Decision,
+    solution: &Solution,
+    name: &str,
+) {
     let mut pods: Vec<Option<PodInfo>> = which
         .iter()
         .flat_map(|&c| candidates[c].pods.iter().cloned().map(Some))
@@ -284,7 +299,7 @@ pub fn apply(
             base.nodes[placement.node].pods.push(pod);
         }
     }
-    if let Decision::Replace(replacement) = &decision
+    if let Decision::Replace(replacement) = decision
         && let Some(&first) = replacement.claim.instance_types.first()
         && let it = &base.instance_types[first]
         && let Some(offering) = cheapest_offering(it, &replacement.claim.requirements)
@@ -309,7 +324,6 @@ pub fn apply(
     for position in gone {
         base.nodes.remove(position);
     }
-    Ok(decision)
 }
 
 /// The cheapest available offering of `it` that `requirements` allow (capacity type and zone).

@@ -909,9 +909,11 @@ impl<'a> Solver<'a> {
     /// Adds `pod` to bin `b`, applying the narrowing and candidates the last fit check left in
     /// `self.scratch`, and records it in its topology groups.
     fn commit(&mut self, class: usize, pod: usize, b: usize) {
+        // A node's bin starts a placement with no pod (the simulator's set-up places none) and
+        // only this adds one: the first pod is when to save it.
         if let Some(journal) = self.journal.as_mut()
             && b < self.input.nodes.len()
-            && journal.iter().all(|(saved, _)| *saved != b)
+            && self.bins[b].pods.is_empty()
         {
             journal.push((b, self.bins[b].clone()));
         }

@@ -135,22 +135,23 @@ fn fixed_point(base: &mut Input, settings: Settings) -> usize {
     loop {
         let candidates = ordered_candidates(base);
         let order: Vec<usize> = (0..candidates.len()).collect();
+        // The search that chose the command also simulates it: one set-up per round.
         let chosen = {
             let mut search = Search::new(base, &candidates, settings);
-            match search.largest_prefix(&order) {
+            let which = match search.largest_prefix(&order) {
                 Some((count, _)) => Some(order[..count].to_vec()),
                 None => order
                     .iter()
                     .find(|&&c| search.consolidate(&[c]).is_ok())
                     .map(|&c| vec![c]),
-            }
+            };
+            which.and_then(|which| Some((search.simulate(&which).ok()?, which)))
+        };
+        let Some(((decision, solution), which)) = chosen else {
+            return commands;
         };
         let name = format!("replacement-{commands}");
-        let applied = chosen
-            .is_some_and(|which| consolidation::apply(base, &candidates, &which, settings, &name).is_ok());
-        if !applied {
-            return commands;
-        }
+        consolidation::carry_out(base, &candidates, &which, &decision, &solution, &name);
         commands += 1;
     }
 }

@@ -10,7 +10,7 @@ use std::{
 };
 
 use joist_kubesim::{
-    Store,
+    Store, conditions,
     resources::GroupResource,
     store::{EventKind, WatchCursor},
 };
@@ -167,13 +167,10 @@ impl Notes {
                 // kubelet's first report, not news).
                 let Some(previous) = previous else { return };
                 for condition in object["status"]["conditions"].as_array().into_iter().flatten() {
-                    let type_ = &condition["type"];
-                    let before = previous["status"]["conditions"]
-                        .as_array()
-                        .and_then(|c| c.iter().find(|c| c["type"] == *type_));
-                    if before.is_some_and(|b| b["status"] != condition["status"]) {
-                        let detail = format!("{}={}", text(condition, "/type"), text(condition, "/status"));
-                        self.entry(at, "node-condition", name.clone(), detail);
+                    let field = |name: &str| condition[name].as_str().unwrap_or_default();
+                    let (type_, status) = (field("type"), field("status"));
+                    if conditions::status(previous, type_).is_some_and(|before| before != status) {
+                        self.entry(at, "node-condition", name.clone(), format!("{type_}={status}"));
                     }
                 }
             }

@@ -6,7 +6,10 @@
 use std::{collections::BTreeMap, time::Duration};
 
 use joist_kubesim::resources::GroupResource;
-use joist_messages::{apis::duration::Duration as KarpenterDuration, model::instance_type::CapacityType};
+use joist_messages::{
+    apis::{duration::Duration as KarpenterDuration, ec2nodeclass::ALIAS_FAMILIES},
+    model::instance_type::CapacityType,
+};
 use joist_provider_sim::Operation;
 use serde::Deserialize;
 
@@ -134,16 +137,6 @@ fn not_true() -> String {
 struct ReleaseImageSpec {
     family: String,
 }
-
-/// The AMI families a `releaseImage` step may name (those an `amiSelectorTerms` alias accepts).
-const IMAGE_FAMILIES: [&str; 6] = [
-    "al2",
-    "al2023",
-    "bottlerocket",
-    "windows2019",
-    "windows2022",
-    "windows2025",
-];
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -452,10 +445,12 @@ impl Scenario {
             });
         }
         if let Some(r) = step.release_image {
-            if !IMAGE_FAMILIES.contains(&r.family.as_str()) {
+            // The families an `amiSelectorTerms` alias accepts.
+            if !ALIAS_FAMILIES.iter().any(|(family, _)| *family == r.family) {
+                let families: Vec<&str> = ALIAS_FAMILIES.iter().map(|(family, _)| *family).collect();
                 return Err(ScenarioError::Field {
                     field: format!("{field}.releaseImage.family"),
-                    message: format!("{:?} is not one of {}", r.family, IMAGE_FAMILIES.join(", ")),
+                    message: format!("{:?} is not one of {}", r.family, families.join(", ")),
                 });
             }
             actions.push(Action::ReleaseImage { family: r.family });

@@ -167,7 +167,7 @@ fn candidate(
     let capacity_type = CapacityType::from_label(labels.get(CAPACITY_TYPE)?)?;
     let instance_type = labels.get(INSTANCE_TYPE)?;
     let zone = labels.get(ZONE)?;
-    let drifted = super::drift::shown(claim).is_some();
+    let drifted = is_true(&status.conditions, super::drift::DRIFTED);
     let offered = types
         .get(pool_name)
         .and_then(|types| types.iter().find(|it| &it.name == instance_type))

@@ -31,7 +31,7 @@ use std::{
 use joist_messages::{
     apis::{
         EC2NodeClass, NodeClaim, NodePool,
-        hash::{self, ec2nodeclass_hash, ec2nodeclass_stamp, nodepool_hash, nodepool_stamp},
+        hash::{self, ec2nodeclass_hash, ec2nodeclass_hash_stamp, nodepool_hash, nodepool_hash_stamp},
     },
     labels::{
         INSTANCE_TYPE, NODEPOOL,
@@ -65,17 +65,17 @@ const STATIC_REASONS: [&str; 4] = [
 ];
 
 /// The hash annotations to write on `claim` because they were stamped with another version.
-pub fn restamp(claim: &NodeClaim, pool: &NodePool, class: Option<&EC2NodeClass>) -> BTreeMap<String, String> {
+pub fn restamp(claim: &NodeClaim, wanted: &Wanted) -> BTreeMap<String, String> {
     let annotations = claim.annotations();
     let stale = |version_key: &str, version: &str| annotations.get(version_key).is_none_or(|v| v != version);
     let mut out = BTreeMap::new();
     if stale(NODEPOOL_HASH_VERSION, hash::NODEPOOL_HASH_VERSION) {
-        out.extend(nodepool_stamp(pool));
+        out.extend(nodepool_hash_stamp(wanted.pool_hash.clone()));
     }
-    if let Some(class) = class
+    if let Some(class_hash) = &wanted.class_hash
         && stale(EC2NODECLASS_HASH_VERSION, hash::EC2NODECLASS_HASH_VERSION)
     {
-        out.extend(ec2nodeclass_stamp(class));
+        out.extend(ec2nodeclass_hash_stamp(class_hash.clone()));
     }
     out
 }
@@ -200,16 +200,16 @@ pub async fn mark(shared: &Shared, types: &PoolTypes<'_>, checks: &SharedChecks)
         };
         let class_name = &claim.spec.node_class_ref.name;
         let class = read.node_class(class_name);
-        let stamps = restamp(claim, &pool, class.as_deref());
-        if !stamps.is_empty() {
-            write(shared, claim, Write::Annotations(stamps)).await;
-            continue;
-        }
         let pool_name = pool.name_any();
         let types = types.get(&pool_name).copied();
         let wanted = wanted
             .entry((pool_name, class_name.clone()))
             .or_insert_with(|| Wanted::of(&pool, class.as_deref()));
+        let stamps = restamp(claim, wanted);
+        if !stamps.is_empty() {
+            write(shared, claim, Write::Annotations(stamps)).await;
+            continue;
+        }
         let shown = shown(claim);
         // The cloud's last answer, which stands until it is asked again.
         let cloud_said = shown.clone().filter(|r| !STATIC_REASONS.contains(&r.as_str()));
@@ -351,9 +351,10 @@ mod tests {
         let pool = pool(json!({"team": "b"}), &["spot"]);
         let karpenters = claim(json!({NODEPOOL_HASH: "123", NODEPOOL_HASH_VERSION: "v3"}));
         assert_eq!(static_drift(&karpenters, &Wanted::of(&pool, None), None), None);
-        let stamps = restamp(&karpenters, &pool, None);
+        let wanted = Wanted::of(&pool, None);
+        let stamps = restamp(&karpenters, &wanted);
         assert_eq!(stamps.get(NODEPOOL_HASH), Some(&nodepool_hash(&pool)));
-        assert!(restamp(&stamped(&pool), &pool, None).is_empty());
+        assert!(restamp(&stamped(&pool), &wanted).is_empty());
     }
 
     #[test]

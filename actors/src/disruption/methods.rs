@@ -129,18 +129,32 @@ pub fn plan(
         .iter()
         .filter(|c| c.consolidatable && underutilized_policy(c))
         .collect();
+    // One search for both consolidation methods: its set-up costs the cluster, a question only
+    // what it moves.
+    let prepared: Vec<consolidation::Candidate> =
+        consolidatable.iter().filter_map(|c| prepare(c, base)).collect();
+    let slot: BTreeMap<usize, usize> = prepared.iter().enumerate().map(|(i, p)| (p.node, i)).collect();
+    let position = |c: &Candidate| slot.get(base.positions.get(&c.node_name())?).copied();
+    let mut search = search(Method::MultiNode, base, &prepared);
     let within = within_budgets(&consolidatable, |pool| {
         allowed(pool, DisruptionReason::Underutilized)
     });
-    if let Some(command) = multi_node(&within, base) {
+    // Multi-node consolidation only when every candidate within budgets is in the base.
+    let order: Option<Vec<usize>> = within.iter().map(|c| position(c)).collect();
+    if let Some(command) = order.and_then(|order| multi_node(&within, &order, &mut search)) {
         return (Some(command), Vec::new());
     }
     // One node at a time: each candidate needs room for itself alone in its pool's budget.
-    let each: Vec<&Candidate> = consolidatable
+    let each = consolidatable
         .into_iter()
         .filter(|c| allowed(&c.pool.name_any(), DisruptionReason::Underutilized) > 0)
-        .collect();
-    first_alone(Method::SingleNode, DisruptionReason::Underutilized, &each, base)
+        .filter_map(|c| Some((c, position(c)?)));
+    first_of(
+        Method::SingleNode,
+        DisruptionReason::Underutilized,
+        &mut search,
+        each,
+    )
 }
 
 fn underutilized_policy(candidate: &Candidate) -> bool {
@@ -262,11 +276,10 @@ fn simulate(method: Method, candidates: &[&Candidate], base: &Base<'_>) -> Optio
     Some(answer(method, &mut search(method, base, &prepared), &all))
 }
 
-/// The largest prefix of at least two candidates that consolidates (binary search over all).
-fn multi_node(candidates: &[&Candidate], base: &Base<'_>) -> Option<Command> {
-    let prepared = prepare_all(candidates, base)?;
-    let order: Vec<usize> = (0..prepared.len()).collect();
-    let best = search(Method::MultiNode, base, &prepared).largest_prefix(&order);
+/// The largest prefix of at least two candidates that consolidates (binary search over all);
+/// `order` holds their positions in the search.
+fn multi_node(candidates: &[&Candidate], order: &[usize], search: &mut Search<'_>) -> Option<Command> {
+    let best = search.largest_prefix(order);
     tracing::info!(
         searched = candidates.len(),
         found = best.as_ref().map_or(0, |(count, _)| *count),
@@ -293,9 +306,20 @@ fn first_alone(
         .filter_map(|c| Some((*c, prepare(c, base)?)))
         .unzip();
     let mut search = search(method, base, &prepared);
+    first_of(method, reason, &mut search, known.into_iter().zip(0..))
+}
+
+/// Of `candidates` (each with its position in `search`), the first that `method` can remove
+/// alone, as a command for `reason`; the refusals of those before it.
+fn first_of<'c>(
+    method: Method,
+    reason: DisruptionReason,
+    search: &mut Search<'_>,
+    candidates: impl IntoIterator<Item = (&'c Candidate, usize)>,
+) -> (Option<Command>, Vec<(Candidate, Refusal)>) {
     let mut refusals = Vec::new();
-    for (position, candidate) in known.into_iter().enumerate() {
-        match answer(method, &mut search, &[position]) {
+    for (candidate, position) in candidates {
+        match answer(method, search, &[position]) {
             Ok(decision) => {
                 let command = Command {
                     method,

@@ -416,19 +416,9 @@ fn terminate(facts: &Facts<'_>, memory: &mut Memory) -> Plan {
             return plan;
         }
         if exists {
-            let volumes = if facts.volume_attachments.is_empty() {
-                (VOLUMES_DETACHED, "True", VOLUMES_DETACHED)
-            } else if termination_deadline(claim).is_some_and(|d| facts.now_seconds >= d) {
-                (VOLUMES_DETACHED, "False", "TerminationGracePeriodElapsed")
-            } else {
-                let awaiting = (VOLUMES_DETACHED, "Unknown", "AwaitingVolumeDetachment");
-                let missing = missing_conditions(claim, &[(DRAINED, "True", DRAINED), awaiting]);
-                let actions = if missing.is_empty() {
-                    Vec::new()
-                } else {
-                    vec![Action::ClaimConditions(missing)]
-                };
-                return Plan::act(actions, Next::After(VOLUME_POLL));
+            let volumes = match volumes_detached(facts) {
+                Ok(condition) => condition,
+                Err(wait) => return wait,
             };
             let missing = missing_conditions(
                 claim,
@@ -450,6 +440,25 @@ fn terminate(facts: &Facts<'_>, memory: &mut Memory) -> Plan {
     }
     actions.push(Action::ReleaseClaim);
     Plan::act(actions, Next::OnChange)
+}
+
+/// The `VolumesDetached` condition once the instance may go: True when no VolumeAttachment holds
+/// it, False once the `terminationGracePeriod` is over; until then, the plan that waits.
+fn volumes_detached(facts: &Facts<'_>) -> Result<(&'static str, &'static str, &'static str), Plan> {
+    if facts.volume_attachments.is_empty() {
+        return Ok((VOLUMES_DETACHED, "True", VOLUMES_DETACHED));
+    }
+    if termination_deadline(facts.claim).is_some_and(|d| facts.now_seconds >= d) {
+        return Ok((VOLUMES_DETACHED, "False", "TerminationGracePeriodElapsed"));
+    }
+    let awaiting = (VOLUMES_DETACHED, "Unknown", "AwaitingVolumeDetachment");
+    let missing = missing_conditions(facts.claim, &[(DRAINED, "True", DRAINED), awaiting]);
+    let actions = if missing.is_empty() {
+        Vec::new()
+    } else {
+        vec![Action::ClaimConditions(missing)]
+    };
+    Err(Plan::act(actions, Next::After(VOLUME_POLL)))
 }
 
 /// The drain of `node`, in Karpenter's tiers: `None` once it is done (no pod left waiting, and

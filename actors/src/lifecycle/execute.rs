@@ -39,7 +39,7 @@ use super::{
 use crate::{
     disruption::orchestrate::DISRUPTION_REASON,
     kube_ops::{self, is_true},
-    metrics::{Metrics, PoolLabels, UnhealthyLabels, snake_case},
+    metrics::{Metrics, PoolLabels, snake_case},
     node_trace::Phase,
     protocol::{GetInstanceTypes, MarkUnavailable},
     settings::ACTOR_REQUEST_TIMEOUT,
@@ -109,7 +109,7 @@ async fn perform(
                 deadline,
             } => {
                 force_delete(shared, target.claim, "Unhealthy", &message, Some(deadline)).await?;
-                count_repair(shared, target.claim, &condition);
+                shared.metrics.repaired(target.claim, &condition);
             }
             Action::RepairBlocked(message) => {
                 shared.events.warn(node(target)?, "NodeRepairBlocked", &message);
@@ -281,26 +281,6 @@ async fn force_delete(
     kube_ops::delete(&kube_ops::cluster::<NodeClaim>(&shared.client), &claim.name_any()).await?;
     shared.metrics.disrupted(claim, &snake_case(reason));
     Ok(())
-}
-
-/// Counts a repair by the Node condition that broke (`karpenter_nodeclaims_unhealthy_disrupted_total`).
-fn count_repair(shared: &Shared, claim: &NodeClaim, condition: &str) {
-    let labels = Metrics::claim_labels(claim);
-    let image_id = claim
-        .status
-        .as_ref()
-        .and_then(|s| s.image_id.clone())
-        .unwrap_or_default();
-    shared
-        .metrics
-        .nodeclaims_unhealthy_disrupted
-        .get_or_create(&UnhealthyLabels {
-            condition: snake_case(condition),
-            nodepool: labels.nodepool,
-            capacity_type: labels.capacity_type,
-            image_id,
-        })
-        .inc();
 }
 
 /// Deletes pods whose eviction would overrun the claim's `terminationGracePeriod`, each with the

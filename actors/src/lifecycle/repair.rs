@@ -41,19 +41,26 @@ pub enum Repair {
     },
 }
 
+/// The condition of `node` that `policy` calls broken, if it shows it.
+fn matching<'a>(node: &'a Node, policy: &RepairPolicy) -> Option<&'a NodeCondition> {
+    node.status
+        .as_ref()?
+        .conditions
+        .as_deref()?
+        .iter()
+        .find(|c| c.type_ == policy.condition && c.status == policy.status)
+}
+
 /// The broken condition of `node` whose toleration ends first, and how long is left of it.
 fn broken<'a>(
     node: &'a Node,
     policies: &[RepairPolicy],
     now_seconds: i64,
 ) -> Option<(&'a NodeCondition, RepairPolicy, Duration)> {
-    let conditions = node.status.as_ref()?.conditions.as_deref()?;
     policies
         .iter()
         .filter_map(|policy| {
-            let condition = conditions
-                .iter()
-                .find(|c| c.type_ == policy.condition && c.status == policy.status)?;
+            let condition = matching(node, policy)?;
             let since = condition
                 .last_transition_time
                 .as_ref()
@@ -66,7 +73,7 @@ fn broken<'a>(
 
 /// Whether any of `node`'s conditions matches a policy (however long it has held).
 fn is_broken(node: &Node, policies: &[RepairPolicy]) -> bool {
-    broken(node, policies, 0).is_some()
+    policies.iter().any(|policy| matching(node, policy).is_some())
 }
 
 /// Whether a pool of `total` nodes with `broken` of them broken may still repair one: up to

@@ -17,7 +17,10 @@ mod tests;
 
 use std::{fmt::Write, sync::Arc};
 
-use joist_messages::labels::{CAPACITY_TYPE, NODEPOOL, ZONE};
+use joist_messages::{
+    apis::NodeClaim,
+    labels::{CAPACITY_TYPE, NODEPOOL, ZONE},
+};
 use kube::ResourceExt;
 use prometheus_client::{
     encoding::{EncodeLabelSet, text},
@@ -488,6 +491,28 @@ impl Metrics {
     pub fn node_labels(object: &impl ResourceExt) -> NodeLabels {
         let ClaimLabels { nodepool, zone, .. } = Self::claim_labels(object);
         NodeLabels { nodepool, zone }
+    }
+
+    /// Counts `claim` as repaired because its Node's `condition` broke.
+    pub fn repaired(&self, claim: &NodeClaim, condition: &str) {
+        let ClaimLabels {
+            nodepool,
+            capacity_type,
+            ..
+        } = Self::claim_labels(claim);
+        let image_id = claim
+            .status
+            .as_ref()
+            .and_then(|s| s.image_id.clone())
+            .unwrap_or_default();
+        self.nodeclaims_unhealthy_disrupted
+            .get_or_create(&UnhealthyLabels {
+                condition: snake_case(condition),
+                nodepool,
+                capacity_type,
+                image_id,
+            })
+            .inc();
     }
 
     /// Counts `claim` as disrupted for `reason` (snake case).

@@ -11,7 +11,7 @@
 use serde_json::Value;
 
 /// One ReplicaSet, as a rollout counts it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Counts {
     /// Replicas it is asked for (`spec.replicas`).
     pub replicas: i64,
@@ -246,11 +246,11 @@ mod tests {
         };
         let (new_target, _) = Strategy::Recreate.targets(3, counts(0, 0), &[shutting_down]);
         assert_eq!(new_target, 0, "old pods still shutting down");
-        let gone = Counts {
-            replicas: 0,
-            pods: 0,
-            available: 0,
-        };
-        assert_eq!(Strategy::Recreate.targets(3, counts(0, 0), &[gone]).0, 3);
+        assert_eq!(
+            Strategy::Recreate
+                .targets(3, counts(0, 0), &[Counts::default()])
+                .0,
+            3
+        );
     }
 }

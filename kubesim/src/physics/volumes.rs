@@ -34,21 +34,19 @@ type Attachment = (String, String);
 
 #[derive(Default)]
 struct Volumes {
+    /// Claims as last seen (or as bound here, before the informer shows it).
     claims: HashMap<ObjectKey, Arc<Value>>,
     nodes: HashSet<String>,
-    /// Pods that use claims, as last seen, until they stop using them.
-    pods: HashMap<ObjectKey, Arc<Value>>,
+    /// Bound pods that use claims, as last seen, with the attachments they use.
+    pods: HashMap<ObjectKey, (Arc<Value>, Vec<Attachment>)>,
     /// Pods waiting for a claim to be bound, by claim.
     waiting: HashMap<ObjectKey, BTreeSet<ObjectKey>>,
-    /// What each pod uses, and who uses each attachment.
-    uses: HashMap<ObjectKey, Vec<Attachment>>,
+    /// Who uses each attachment.
     users: HashMap<Attachment, BTreeSet<ObjectKey>>,
-    /// VolumeAttachments that exist, by what they attach.
-    attached: HashMap<Attachment, String>,
+    /// VolumeAttachments that exist, by what they attach (so by node first).
+    attached: BTreeMap<Attachment, String>,
     detaching: BTreeMap<Attachment, Instant>,
     dirty: BTreeSet<Attachment>,
-    /// Claims bound here whose update the informer has not shown yet.
-    provisioned: HashMap<ObjectKey, String>,
 }
 
 /// Runs the volume controllers until aborted.
@@ -94,8 +92,12 @@ impl Volumes {
         let name = ObjectKey::of(node).name;
         if kind == EventKind::Deleted {
             self.nodes.remove(&name);
-            let gone = self.attached.keys().filter(|(n, _)| *n == name).cloned();
-            self.dirty.extend(gone.collect::<Vec<_>>());
+            let on_node = self
+                .attached
+                .range((name.clone(), String::new())..)
+                .take_while(|((node, _), _)| *node == name)
+                .map(|(attachment, _)| attachment.clone());
+            self.dirty.extend(on_node.collect::<Vec<_>>());
         } else {
             self.nodes.insert(name);
         }
@@ -119,14 +121,11 @@ impl Volumes {
             self.claims.remove(&key);
             return;
         }
-        if claim.pointer("/spec/volumeName").is_some() {
-            self.provisioned.remove(&key);
-        }
         self.claims.insert(key.clone(), claim.clone());
         // Pods that waited for it: their volumes can attach now.
         for pod in self.waiting.remove(&key).unwrap_or_default() {
-            if let Some(pod) = self.pods.get(&pod).cloned() {
-                self.track(&pod);
+            if let Some((pod, _)) = self.pods.get(&pod).cloned() {
+                self.track(pod);
             }
         }
     }
@@ -140,16 +139,14 @@ impl Volumes {
         let finished = matches!(text(pod, "/status/phase"), "Succeeded" | "Failed");
         if kind == EventKind::Deleted || finished || node.is_empty() {
             // Gone, done, or not bound yet (its claims bind once it is).
-            self.pods.remove(&key);
-            self.untrack(&key);
+            self.forget(&key);
             return;
         }
-        self.pods.insert(key.clone(), pod.clone());
         for name in claim_names(pod) {
             let claim = ObjectKey::new(&key.namespace, name);
             self.provision(store, &claim);
         }
-        self.track(pod);
+        self.track(pod.clone());
     }
 
     /// Binds `claim` to a volume provisioned for it, unless it has one.
@@ -157,7 +154,7 @@ impl Volumes {
         let Some(object) = self.claims.get(claim) else {
             return;
         };
-        if object.pointer("/spec/volumeName").is_some() || self.provisioned.contains_key(claim) {
+        if object.pointer("/spec/volumeName").is_some() {
             return;
         }
         let volume = format!("pvc-{}", text(object, "/metadata/uid"));
@@ -205,25 +202,24 @@ impl Volumes {
             },
         );
         match bound {
-            Ok(_) => {
-                self.provisioned.insert(claim.clone(), volume);
+            Ok(bound) => {
+                self.claims.insert(claim.clone(), bound);
             }
             Err(error) => tracing::debug!(%error, claim = %claim.name, "kubesim volumes: cannot bind"),
         }
     }
 
     /// Records the attachments a bound pod needs; claims not bound yet make it wait for them.
-    fn track(&mut self, pod: &Value) {
-        let key = ObjectKey::of(pod);
-        let node = text(pod, "/spec/nodeName").to_owned();
+    fn track(&mut self, pod: Arc<Value>) {
+        let key = ObjectKey::of(&pod);
+        let node = text(&pod, "/spec/nodeName").to_owned();
         let mut uses = Vec::new();
-        for name in claim_names(pod) {
+        for name in claim_names(&pod) {
             let claim = ObjectKey::new(&key.namespace, name);
             let volume = self
                 .claims
                 .get(&claim)
-                .and_then(|c| c.pointer("/spec/volumeName")?.as_str().map(str::to_owned))
-                .or_else(|| self.provisioned.get(&claim).cloned());
+                .and_then(|c| c.pointer("/spec/volumeName")?.as_str().map(str::to_owned));
             match volume {
                 Some(volume) => uses.push((node.clone(), volume)),
                 None => {
@@ -231,7 +227,7 @@ impl Volumes {
                 }
             }
         }
-        self.untrack(&key);
+        self.release(&key);
         for attachment in &uses {
             self.users
                 .entry(attachment.clone())
@@ -239,11 +235,28 @@ impl Volumes {
                 .insert(key.clone());
             self.dirty.insert(attachment.clone());
         }
-        self.uses.insert(key, uses);
+        self.pods.insert(key, (pod, uses));
     }
 
-    fn untrack(&mut self, pod: &ObjectKey) {
-        for attachment in self.uses.remove(pod).unwrap_or_default() {
+    /// Forgets a pod that no longer uses its claims, and what it waited for.
+    fn forget(&mut self, pod: &ObjectKey) {
+        if let Some((object, _)) = self.pods.get(pod) {
+            for name in claim_names(object) {
+                let claim = ObjectKey::new(&pod.namespace, name);
+                if let Some(waiting) = self.waiting.get_mut(&claim) {
+                    waiting.remove(pod);
+                }
+            }
+        }
+        self.release(pod);
+    }
+
+    /// Drops a pod's uses of its attachments.
+    fn release(&mut self, pod: &ObjectKey) {
+        let Some((_, uses)) = self.pods.remove(pod) else {
+            return;
+        };
+        for attachment in uses {
             if let Some(users) = self.users.get_mut(&attachment) {
                 users.remove(pod);
                 if users.is_empty() {

@@ -246,14 +246,7 @@ impl Workloads {
                 ObjectKey::of(s),
             )
         });
-        let new_counts = current.map_or(
-            Counts {
-                replicas: 0,
-                pods: 0,
-                available: 0,
-            },
-            |s| counts(s),
-        );
+        let new_counts = current.map_or_else(Counts::default, |s| counts(s));
         let old_counts: Vec<Counts> = old.iter().map(|s| counts(s)).collect();
         let (new_target, old_targets) = strategy.targets(desired, new_counts, &old_counts);
         if current.is_none() {
@@ -297,10 +290,8 @@ impl Workloads {
                 })
                 .sum::<i64>()
         };
-        let updated = sets
-            .iter()
-            .find(|s| ObjectKey::of(s).name == current_name)
-            .and_then(|s| s.pointer("/status/replicas").and_then(Value::as_i64))
+        let updated = current
+            .and_then(|s| s.pointer("/status/replicas")?.as_i64())
             .unwrap_or(0);
         let available = total("availableReplicas");
         let max_unavailable = strategy.max_unavailable(desired);

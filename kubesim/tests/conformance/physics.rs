@@ -37,6 +37,17 @@ where
     api.create(&PostParams::default(), &object).await.expect("create")
 }
 
+/// Waits until listing `api` with `params` finds nothing.
+async fn until_none<K>(what: &str, api: &Api<K>, params: &ListParams)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    eventually(what, || async {
+        api.list(params).await.ok()?.items.is_empty().then_some(())
+    })
+    .await;
+}
+
 /// A cluster with one 8-CPU node, `n1`, and a client of it.
 async fn with_node_n1() -> (joist_kubesim::Cluster, kube::Client) {
     let cluster = cluster();
@@ -258,14 +269,11 @@ async fn owners_collect_their_dependents_and_a_lost_node_loses_its_pods() {
         .delete("app", &DeleteParams::default())
         .await
         .expect("delete deployment");
-    eventually("the pods to be collected", || async {
-        pods.list(&ListParams::default().labels("app=app"))
-            .await
-            .ok()?
-            .items
-            .is_empty()
-            .then_some(())
-    })
+    until_none(
+        "the pods to be collected",
+        &pods,
+        &ListParams::default().labels("app=app"),
+    )
     .await;
 }
 
@@ -324,7 +332,7 @@ async fn daemonsets_cover_each_node_and_jobs_complete() {
 
 #[tokio::test]
 async fn a_changed_template_rolls_within_max_surge_and_max_unavailable() {
-    use joist_kubesim::{resources::GroupResource, store::EventKind};
+    use joist_kubesim::{conditions, resources::GroupResource, store::EventKind};
     use kube::api::{Patch, PatchParams};
     use std::collections::HashMap;
 
@@ -355,11 +363,7 @@ async fn a_changed_template_rolls_within_max_surge_and_max_unavailable() {
     let store = cluster.store();
     let pods = GroupResource::new("", "pods");
     let revision = store.revision();
-    let ready = |pod: &serde_json::Value| {
-        pod["status"]["conditions"]
-            .as_array()
-            .is_some_and(|c| c.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"))
-    };
+    let ready = |pod: &serde_json::Value| conditions::status(pod, "Ready") == Some("True");
     let mut live: HashMap<String, bool> = store
         .list(&pods, Some("default"), None, None, |_| true)
         .items
@@ -475,14 +479,5 @@ async fn a_pod_with_a_claim_gets_a_volume_attached_to_its_node_until_it_leaves()
     assert_eq!(attachment.status.map(|s| s.attached), Some(true));
 
     pods.delete("db", &DeleteParams::default()).await.expect("delete");
-    eventually("the volume to detach", || async {
-        attachments
-            .list(&ListParams::default())
-            .await
-            .ok()?
-            .items
-            .is_empty()
-            .then_some(())
-    })
-    .await;
+    until_none("the volume to detach", &attachments, &ListParams::default()).await;
 }

@@ -20,7 +20,7 @@ use super::{
 use crate::{labels::tags, model::quantity::Quantity};
 
 /// AMI alias families and whether they accept a pinned version.
-const ALIAS_FAMILIES: &[(&str, AmiFamily)] = &[
+pub const ALIAS_FAMILIES: &[(&str, AmiFamily)] = &[
     ("al2", AmiFamily::AL2),
     ("al2023", AmiFamily::AL2023),
     ("bottlerocket", AmiFamily::Bottlerocket),

@@ -34,10 +34,8 @@ pub const EC2NODECLASS_HASH_VERSION: &str = "joist-v1";
 /// The hash of a NodePool's static template fields (see the module docs).
 pub fn nodepool_hash(pool: &NodePool) -> String {
     let template = &pool.spec.template;
-    let mut taints = to_sorted_list(&template.spec.taints);
-    let mut startup = to_sorted_list(&template.spec.startup_taints);
-    taints.sort_unstable();
-    startup.sort_unstable();
+    let taints = to_sorted_list(&template.spec.taints);
+    let startup = to_sorted_list(&template.spec.startup_taints);
     hash(&json!({
         "labels": template.metadata.labels,
         "annotations": template.metadata.annotations,
@@ -68,24 +66,33 @@ pub fn ec2nodeclass_hash(class: &EC2NodeClass) -> String {
 
 /// The annotations that stamp `pool`'s hash on a NodeClaim: the hash, and its version.
 pub fn nodepool_stamp(pool: &NodePool) -> [(String, String); 2] {
-    stamp(
-        (NODEPOOL_HASH, nodepool_hash(pool)),
-        (NODEPOOL_HASH_VERSION_KEY, NODEPOOL_HASH_VERSION),
-    )
+    nodepool_hash_stamp(nodepool_hash(pool))
 }
 
 /// The annotations that stamp `class`'s hash on a NodeClaim: the hash, and its version.
 pub fn ec2nodeclass_stamp(class: &EC2NodeClass) -> [(String, String); 2] {
-    stamp(
-        (EC2NODECLASS_HASH, ec2nodeclass_hash(class)),
-        (EC2NODECLASS_HASH_VERSION_KEY, EC2NODECLASS_HASH_VERSION),
-    )
+    ec2nodeclass_hash_stamp(ec2nodeclass_hash(class))
 }
 
-fn stamp((hash_key, hash): (&str, String), (version_key, version): (&str, &str)) -> [(String, String); 2] {
+/// The annotations of a NodePool hash already worked out ([`nodepool_hash`]).
+pub fn nodepool_hash_stamp(hash: String) -> [(String, String); 2] {
     [
-        (hash_key.to_owned(), hash),
-        (version_key.to_owned(), version.to_owned()),
+        (NODEPOOL_HASH.to_owned(), hash),
+        (
+            NODEPOOL_HASH_VERSION_KEY.to_owned(),
+            NODEPOOL_HASH_VERSION.to_owned(),
+        ),
+    ]
+}
+
+/// The annotations of an EC2NodeClass hash already worked out ([`ec2nodeclass_hash`]).
+pub fn ec2nodeclass_hash_stamp(hash: String) -> [(String, String); 2] {
+    [
+        (EC2NODECLASS_HASH.to_owned(), hash),
+        (
+            EC2NODECLASS_HASH_VERSION_KEY.to_owned(),
+            EC2NODECLASS_HASH_VERSION.to_owned(),
+        ),
     ]
 }
 

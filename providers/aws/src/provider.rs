@@ -604,23 +604,12 @@ impl CloudProvider for AwsCloud {
 
 /// Why an instance placed as `placement` no longer matches `status`, if it does not.
 fn drift(placement: &instances::Placement, status: &EC2NodeClassStatus) -> Option<Drift> {
-    let reason = if !status.amis.iter().any(|a| a.id == placement.image_id) {
-        "AMIDrift"
-    } else if !status.subnets.iter().any(|s| s.id == placement.subnet_id) {
-        "SubnetDrift"
-    } else {
-        let mut wanted: Vec<&str> = status.security_groups.iter().map(|g| g.id.as_str()).collect();
-        let mut have: Vec<&str> = placement.security_group_ids.iter().map(String::as_str).collect();
-        wanted.sort_unstable();
-        have.sort_unstable();
-        if wanted == have {
-            return None;
-        }
-        "SecurityGroupDrift"
-    };
-    Some(Drift {
-        reason: reason.to_owned(),
-    })
+    joist_provider::node_class::drift(
+        status,
+        &placement.image_id,
+        |subnet| subnet.id == placement.subnet_id,
+        Some(&placement.security_group_ids),
+    )
 }
 
 #[cfg(test)]

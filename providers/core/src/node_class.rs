@@ -1,16 +1,17 @@
 //! The node class a launch needs, read from the cluster: every provider checks the claim's
 //! EC2NodeClass the same way before it calls its cloud, as Karpenter does.
 //!
-//! Drift compares a claim's instance with what its class resolves to now ([`drift_basis`]).
+//! Drift compares a claim's instance with what its class resolves to now ([`drift_basis`]), in
+//! EC2's order of reasons ([`drift`]).
 //!
 //! Failures: a class that does not exist, or whose `Ready` condition is not `True`, is
 //! [`CloudError::NodeClassNotReady`] (the claim is deleted and its pods are simulated again); an API
 //! server that does not answer is `Transient`.
 
-use joist_messages::apis::{EC2NodeClass, EC2NodeClassStatus, NodeClaim};
+use joist_messages::apis::{EC2NodeClass, EC2NodeClassStatus, NodeClaim, ec2nodeclass::ResolvedSubnet};
 use kube::Api;
 
-use crate::CloudError;
+use crate::{CloudError, Drift};
 
 /// The claim's EC2NodeClass, if it exists and is Ready (see the module docs).
 pub async fn ready(client: &kube::Client, claim: &NodeClaim) -> Result<EC2NodeClass, CloudError> {
@@ -52,4 +53,34 @@ pub async fn drift_basis<'a>(
         .await?
         .status
         .map(|status| (provider_id, status)))
+}
+
+/// Why an instance that booted `image_id` drifted from its class's resolved `status`: its image
+/// is no longer one the class selects (`AMIDrift`), no subnet of the class holds it (`in_subnet`:
+/// `SubnetDrift`), or its `security_groups`, where the cloud tracks them, differ from the class's
+/// (`SecurityGroupDrift`); `None` when it still matches.
+pub fn drift(
+    status: &EC2NodeClassStatus,
+    image_id: &str,
+    in_subnet: impl Fn(&ResolvedSubnet) -> bool,
+    security_groups: Option<&[String]>,
+) -> Option<Drift> {
+    let reason = if !status.amis.iter().any(|a| a.id == image_id) {
+        "AMIDrift"
+    } else if !status.subnets.iter().any(in_subnet) {
+        "SubnetDrift"
+    } else {
+        let have = security_groups?;
+        let mut wanted: Vec<&str> = status.security_groups.iter().map(|g| g.id.as_str()).collect();
+        let mut have: Vec<&str> = have.iter().map(String::as_str).collect();
+        wanted.sort_unstable();
+        have.sort_unstable();
+        if wanted == have {
+            return None;
+        }
+        "SecurityGroupDrift"
+    };
+    Some(Drift {
+        reason: reason.to_owned(),
+    })
 }

@@ -547,16 +547,14 @@ impl CloudProvider for SimCloud {
                 return Ok(None);
             };
             let instance = self.get(provider_id).await?;
-            let reason = if !status.amis.iter().any(|a| a.id == instance.image_id) {
-                "AMIDrift"
-            } else if !status.subnets.iter().any(|s| s.zone == instance.zone) {
-                "SubnetDrift"
-            } else {
-                return Ok(None);
-            };
-            Ok(Some(Drift {
-                reason: reason.to_owned(),
-            }))
+            // Simulated instances carry no security groups; their subnet is their zone's.
+            let in_zone = |subnet: &ResolvedSubnet| subnet.zone == instance.zone;
+            Ok(joist_provider::node_class::drift(
+                &status,
+                &instance.image_id,
+                in_zone,
+                None,
+            ))
         })
     }
 
