@@ -304,11 +304,15 @@ impl Volumes {
                     self.detaching.remove(&attachment);
                 }
                 (false, Some(name)) => {
-                    let at = *self.detaching.entry(attachment.clone()).or_insert(if node_gone {
+                    // A node that is gone takes its attachments with it, even mid-detach.
+                    let at = if node_gone {
                         now
                     } else {
-                        now + detach_after
-                    });
+                        *self
+                            .detaching
+                            .entry(attachment.clone())
+                            .or_insert(now + detach_after)
+                    };
                     if at <= now {
                         let key = ObjectKey::new("", name);
                         if store.delete(&resource, &key, &DeleteOptions::default()).is_ok() {

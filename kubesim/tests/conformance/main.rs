@@ -11,6 +11,11 @@ use joist_kubesim::{Clock, Cluster, ClusterSettings, PhysicsSettings, physics::K
 
 /// A cluster with fast physics, so tests wait milliseconds rather than seconds.
 pub fn cluster() -> Cluster {
+    cluster_detaching_after(Duration::from_millis(50))
+}
+
+/// `cluster`, with volumes detaching `detach_after` their last pod left.
+pub fn cluster_detaching_after(detach_after: Duration) -> Cluster {
     Cluster::start(ClusterSettings {
         clock: Clock::system(),
         seed: 7,
@@ -21,7 +26,7 @@ pub fn cluster() -> Cluster {
                 startup_taints_removed_after: Duration::from_millis(20),
             },
             unschedulable_retry: Duration::from_secs(300),
-            detach_after: Duration::from_millis(50),
+            detach_after,
         },
     })
 }

@@ -415,14 +415,10 @@ async fn a_changed_template_rolls_within_max_surge_and_max_unavailable() {
     );
 }
 
-#[tokio::test]
-async fn a_pod_with_a_claim_gets_a_volume_attached_to_its_node_until_it_leaves() {
-    use k8s_openapi::api::{
-        core::v1::{PersistentVolume, PersistentVolumeClaim},
-        storage::v1::VolumeAttachment,
-    };
+/// The claim `data` and the pod `db` that uses it.
+async fn create_pod_with_claim(client: &kube::Client) {
+    use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 
-    let (_cluster, client) = with_node_n1().await;
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), "default");
     create(
         &claims,
@@ -446,6 +442,19 @@ async fn a_pod_with_a_claim_gets_a_volume_attached_to_its_node_until_it_leaves()
         }),
     )
     .await;
+}
+
+#[tokio::test]
+async fn a_pod_with_a_claim_gets_a_volume_attached_to_its_node_until_it_leaves() {
+    use k8s_openapi::api::{
+        core::v1::{PersistentVolume, PersistentVolumeClaim},
+        storage::v1::VolumeAttachment,
+    };
+
+    let (_cluster, client) = with_node_n1().await;
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), "default");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    create_pod_with_claim(&client).await;
     let attachments: Api<VolumeAttachment> = Api::all(client.clone());
     let attachment = eventually("the volume to attach to n1", || async {
         attachments
@@ -480,4 +489,45 @@ async fn a_pod_with_a_claim_gets_a_volume_attached_to_its_node_until_it_leaves()
 
     pods.delete("db", &DeleteParams::default()).await.expect("delete");
     until_none("the volume to detach", &attachments, &ListParams::default()).await;
+}
+
+#[tokio::test]
+async fn a_node_that_goes_takes_its_attachments_at_once() {
+    use k8s_openapi::api::storage::v1::VolumeAttachment;
+
+    // Detaching takes an hour: only the node going can end it sooner.
+    let cluster = crate::cluster_detaching_after(std::time::Duration::from_secs(3600));
+    let client = cluster.client();
+    let nodes: Api<Node> = Api::all(client.clone());
+    create(&nodes, node("n1", "8", "us-west-2a")).await;
+    create_pod_with_claim(&client).await;
+    let attachments: Api<VolumeAttachment> = Api::all(client.clone());
+    eventually("the volume to attach", || async {
+        (!attachments
+            .list(&ListParams::default())
+            .await
+            .ok()?
+            .items
+            .is_empty())
+        .then_some(())
+    })
+    .await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    pods.delete("db", &DeleteParams::default())
+        .await
+        .expect("delete pod");
+    until_none("the pod to go", &pods, &ListParams::default()).await;
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    let detaching = attachments.list(&ListParams::default()).await.expect("list");
+    assert_eq!(detaching.items.len(), 1, "detaching, for an hour");
+    nodes
+        .delete("n1", &DeleteParams::default())
+        .await
+        .expect("delete node");
+    until_none(
+        "the attachment to go with its node",
+        &attachments,
+        &ListParams::default(),
+    )
+    .await;
 }
