@@ -29,6 +29,8 @@ use prost::Message;
 mod chart;
 #[path = "scenarios/flood.rs"]
 mod flood;
+#[path = "scenarios/html.rs"]
+mod html;
 #[path = "scenarios/run.rs"]
 mod run;
 #[path = "scenarios/serve.rs"]

@@ -27,7 +27,7 @@ struct Listed {
     /// NodePool and node class resource versions the list was made for.
     versions: (String, String),
     at: Instant,
-    types: Arc<Vec<InstanceType>>,
+    types: Arc<Vec<Arc<InstanceType>>>,
 }
 
 /// See the module docs.
@@ -48,21 +48,20 @@ impl Catalog {
     }
 
     /// `types` with the offerings in the cache marked unavailable (shared when none are).
-    fn with_availability(&mut self, types: &Arc<Vec<InstanceType>>) -> Arc<Vec<InstanceType>> {
+    fn with_availability(&mut self, types: &Arc<Vec<Arc<InstanceType>>>) -> Arc<Vec<Arc<InstanceType>>> {
         let now = Instant::now();
         self.unavailable.retain(|_, until| *until > now);
         if self.unavailable.is_empty() {
             return types.clone();
         }
+        // Only the types with an unavailable offering are copied; the rest stay shared.
         let mut marked = types.as_ref().clone();
-        for it in &mut marked {
-            for offering in &mut it.offerings {
-                let key = OfferingKey {
-                    instance_type: it.name.clone(),
-                    zone: offering.zone.clone(),
-                    capacity_type: offering.capacity_type,
-                };
-                if self.unavailable.contains_key(&key) {
+        for key in self.unavailable.keys() {
+            let Some(it) = marked.iter_mut().find(|it| it.name == key.instance_type) else {
+                continue;
+            };
+            for offering in &mut Arc::make_mut(it).offerings {
+                if offering.zone == key.zone && offering.capacity_type == key.capacity_type {
                     offering.available = false;
                 }
             }
@@ -80,7 +79,7 @@ impl Actor for Catalog {
 }
 
 impl Handler<GetInstanceTypes> for Catalog {
-    type Result = ResponseActFuture<Self, Result<Arc<Vec<InstanceType>>, CloudError>>;
+    type Result = ResponseActFuture<Self, Result<Arc<Vec<Arc<InstanceType>>>, CloudError>>;
 
     fn handle(&mut self, msg: GetInstanceTypes, _ctx: &mut Self::Context) -> Self::Result {
         let pool_name = msg.node_pool.name_any();
@@ -99,7 +98,7 @@ impl Handler<GetInstanceTypes> for Catalog {
         let cloud = self.cloud.clone();
         let list = async move { cloud.instance_types(&msg.node_pool, &msg.node_class).await };
         Box::pin(list.into_actor(self).map(move |listed, catalog, _ctx| {
-            let types = Arc::new(listed?);
+            let types: Arc<Vec<Arc<InstanceType>>> = Arc::new(listed?.into_iter().map(Arc::new).collect());
             catalog.listed.insert(
                 pool_name,
                 Listed {

@@ -11,6 +11,8 @@
 //! Karpenter's launch writes them. Registration copies them onto the Node, so the simulation's
 //! view of the claim in flight and the Node that registers agree.
 
+use std::sync::Arc;
+
 use joist_messages::{
     apis::{
         NodeClaim, NodeClaimSpec, NodePool, common::NodeSelectorRequirementWithMinValues,
@@ -27,7 +29,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 use kube::ResourceExt;
 
 /// The NodeClaim to create for `claim` (see the module docs).
-pub fn node_claim(pool: &NodePool, claim: &NewClaim, instance_types: &[InstanceType]) -> NodeClaim {
+pub fn node_claim(pool: &NodePool, claim: &NewClaim, instance_types: &[Arc<InstanceType>]) -> NodeClaim {
     let template = &pool.spec.template;
     let mut labels = claim.requirements.labels_to_inject(is_injectable);
     labels.extend(template.metadata.labels.clone());

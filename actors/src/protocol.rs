@@ -44,7 +44,7 @@ pub struct Reconcile;
 /// The instance types a NodePool can launch, offerings out of capacity marked unavailable
 /// (anyone → Catalog).
 #[derive(Debug, Message)]
-#[rtype(result = "Result<Arc<Vec<InstanceType>>, CloudError>")]
+#[rtype(result = "Result<Arc<Vec<Arc<InstanceType>>>, CloudError>")]
 pub struct GetInstanceTypes {
     /// The NodePool.
     pub node_pool: Arc<NodePool>,

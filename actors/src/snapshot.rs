@@ -337,7 +337,7 @@ mod tests {
             requests: Resources::new(),
             pods: vec![0],
         };
-        let types = [c5_large()];
+        let types = [c5_large().into()];
         let claim = claim_template::node_claim(&pool, &new, &types);
         let node = registered_labels(&claim, &types[0]);
         let flight = in_flight(&claim);

@@ -171,7 +171,11 @@ impl CloudProvider for FakeCloud {
     fn name(&self) -> &'static str {
         "fake"
     }
-    fn create<'a>(&'a self, claim: &'a NodeClaim, _types: &'a [InstanceType]) -> CloudFuture<'a, Launch> {
+    fn create<'a>(
+        &'a self,
+        claim: &'a NodeClaim,
+        _types: &'a [Arc<InstanceType>],
+    ) -> CloudFuture<'a, Launch> {
         Box::pin(async move {
             let name = claim.metadata.name.clone().unwrap_or_default();
             locked(&self.launched).push(name.clone());

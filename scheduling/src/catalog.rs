@@ -7,7 +7,7 @@
 //! New NodeClaims hold their candidates as bit sets over these positions; narrowing a claim to one
 //! topology domain intersects it with a cached per-domain set.
 
-use std::collections::HashMap;
+use std::{collections::HashMap, sync::Arc};
 
 use joist_messages::{
     labels::{CAPACITY_TYPE, NODEPOOL, ZONE},
@@ -130,7 +130,7 @@ impl PoolPlan {
     pub(crate) fn new(
         input: usize,
         pool: &NodePoolInput,
-        catalog: &[InstanceType],
+        catalog: &[Arc<InstanceType>],
         daemonsets: &[PodInfo],
         dims: &Dims,
     ) -> Self {
@@ -316,7 +316,7 @@ impl PoolPlan {
     pub(crate) fn index_domains<'a>(
         &mut self,
         keys: impl Iterator<Item = (&'a str, bool, &'a [String])>,
-        catalog: &[InstanceType],
+        catalog: &[Arc<InstanceType>],
     ) {
         self.domain_sets = keys
             .map(|(key, hostname, domains)| {
@@ -349,7 +349,7 @@ impl PoolPlan {
 
     /// Every distinct value of `key` that a type of this NodePool can have, with the template's
     /// own `In` values when no type defines the key.
-    pub(crate) fn domains(&self, key: &str, catalog: &[InstanceType]) -> Vec<String> {
+    pub(crate) fn domains(&self, key: &str, catalog: &[Arc<InstanceType>]) -> Vec<String> {
         let template = self.requirements.get(key);
         let mut out: Vec<String> = Vec::new();
         for &i in &self.types {

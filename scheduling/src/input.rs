@@ -8,7 +8,7 @@
 //! nodes (labels from their single-valued requirements, allocatable of their instance type,
 //! `initialized: false`); a pod's volume topology is already folded into its node requirements.
 
-use std::collections::BTreeMap;
+use std::{collections::BTreeMap, sync::Arc};
 
 use joist_messages::{
     labels::{CAPACITY_TYPE, HOSTNAME, INSTANCE_TYPE, ZONE},
@@ -120,7 +120,7 @@ pub struct Options {
 #[derive(Debug, Clone, Default)]
 pub struct Input {
     /// Every instance type any NodePool may launch.
-    pub instance_types: Vec<InstanceType>,
+    pub instance_types: Vec<Arc<InstanceType>>,
     /// NodePools that may launch capacity (ready, not being deleted).
     pub node_pools: Vec<NodePoolInput>,
     /// Existing nodes.

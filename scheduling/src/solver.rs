@@ -24,7 +24,10 @@
 
 mod delta;
 
-use std::collections::{HashMap, VecDeque};
+use std::{
+    collections::{HashMap, VecDeque},
+    sync::Arc,
+};
 
 use joist_messages::{
     labels::is_well_known,
@@ -1063,7 +1066,7 @@ impl<'a> Solver<'a> {
 
     fn finish(&self, mut unschedulable: Vec<Unschedulable>) -> Solution {
         let mut solution = Solution::default();
-        let catalog: &[InstanceType] = &self.input.instance_types;
+        let catalog: &[Arc<InstanceType>] = &self.input.instance_types;
         for bin in &self.bins {
             if let Some(node) = bin.node {
                 solution

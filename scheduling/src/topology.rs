@@ -167,7 +167,7 @@ impl Topology {
         pending: impl Iterator<Item = &'a Constraints>,
         existing: impl Iterator<Item = &'a Constraints>,
         pools: &[PoolPlan],
-        catalog: &[joist_messages::model::instance_type::InstanceType],
+        catalog: &[std::sync::Arc<joist_messages::model::instance_type::InstanceType>],
         nodes: &[ExistingNode],
         namespaces: &BTreeMap<String, BTreeMap<String, String>>,
     ) -> Self {

@@ -14,7 +14,7 @@
 //!
 //! Randomness is a fixed-seed generator, so each problem is the same on every run.
 
-use std::collections::BTreeMap;
+use std::{collections::BTreeMap, sync::Arc};
 
 use joist_messages::{
     labels::{ARCH, CAPACITY_TYPE, HOSTNAME, INSTANCE_TYPE, NODEPOOL, OS, ZONE, aws},
@@ -74,7 +74,7 @@ fn requirement(key: &str, values: &[&str]) -> Requirement {
 }
 
 /// Karpenter's `fake.InstanceTypes(count)` (see the module docs).
-pub fn karpenter_instance_types(count: usize) -> Vec<InstanceType> {
+pub fn karpenter_instance_types(count: usize) -> Vec<Arc<InstanceType>> {
     let offerings = [
         (CapacityType::Spot, "test-zone-1"),
         (CapacityType::Spot, "test-zone-2"),
@@ -88,7 +88,7 @@ pub fn karpenter_instance_types(count: usize) -> Vec<InstanceType> {
             let memory = 2 * cpu * GIB;
             let price = 0.1 * cpu as f64 + 0.1 * memory as f64 / 1e9;
             let name = format!("fake-it-{i}");
-            InstanceType {
+            Arc::new(InstanceType {
                 requirements: [
                     requirement(INSTANCE_TYPE, &[&name]),
                     requirement(ARCH, &["amd64"]),
@@ -119,7 +119,7 @@ pub fn karpenter_instance_types(count: usize) -> Vec<InstanceType> {
                         .with(names::MEMORY, bytes(10 * MIB)),
                     ..Overhead::default()
                 },
-            }
+            })
         })
         .collect()
 }
@@ -396,7 +396,7 @@ fn max_pods(vcpus: i64) -> i64 {
 }
 
 /// About 800 EC2-shaped instance types (see the module docs).
-pub fn aws_catalog() -> Vec<InstanceType> {
+pub fn aws_catalog() -> Vec<Arc<InstanceType>> {
     let mut out = Vec::new();
     for &(family, gib_per_vcpu, od_per_vcpu) in FAMILIES {
         let family = Family {
@@ -416,7 +416,7 @@ pub fn aws_catalog() -> Vec<InstanceType> {
             out.push(aws_type(&family, size, vcpus, s));
         }
     }
-    out
+    out.into_iter().map(Arc::new).collect()
 }
 
 fn aws_type(family: &Family, size: &str, vcpus: i64, seed: usize) -> InstanceType {

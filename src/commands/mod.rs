@@ -55,6 +55,9 @@ pub enum Command {
         /// Where to write the JSON report.
         #[arg(long)]
         report: Option<PathBuf>,
+        /// Where to write the HTML report (one self-contained page with charts).
+        #[arg(long)]
+        html: Option<PathBuf>,
         /// Where to write the controllers' Prometheus metrics at the end (OpenMetrics text).
         #[arg(long)]
         metrics: Option<PathBuf>,
@@ -108,6 +111,12 @@ pub enum SimAction {
         /// Seconds from a simulated instance's launch to its node registering.
         #[arg(long, default_value_t = 5)]
         boot_seconds: u64,
+        /// The simulated cloud's region (us-east-1, us-east-2, us-west-2 or eu-west-1).
+        #[arg(long, default_value = "us-west-2")]
+        region: String,
+        /// The zones it sells in, comma-separated (default: every zone of the region).
+        #[arg(long, value_delimiter = ',')]
+        zones: Vec<String>,
     },
 }
 
@@ -258,9 +267,17 @@ pub fn run(cli: Cli, out: &mut dyn io::Write) -> Result<ExitCode, CommandError> 
         Command::Simulate {
             scenario,
             report,
+            html,
             metrics,
             seed,
-        } => simulate::run(&scenario, report.as_deref(), metrics.as_deref(), seed, out),
+        } => {
+            let outputs = simulate::Outputs {
+                report: report.as_deref(),
+                html: html.as_deref(),
+                metrics: metrics.as_deref(),
+            };
+            simulate::run(&scenario, outputs, seed, out)
+        }
         Command::Sim {
             action:
                 SimAction::Serve {
@@ -269,6 +286,8 @@ pub fn run(cli: Cli, out: &mut dyn io::Write) -> Result<ExitCode, CommandError> 
                     metrics_port,
                     no_controllers,
                     boot_seconds,
+                    region,
+                    zones,
                 },
         } => sim::serve(
             sim::ServeOptions {
@@ -277,6 +296,8 @@ pub fn run(cli: Cli, out: &mut dyn io::Write) -> Result<ExitCode, CommandError> 
                 metrics_port,
                 controllers: !no_controllers,
                 boot: std::time::Duration::from_secs(boot_seconds),
+                region,
+                zones,
             },
             out,
         ),

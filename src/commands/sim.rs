@@ -30,7 +30,18 @@ pub struct ServeOptions {
     pub controllers: bool,
     /// From a simulated instance's launch to its node registering.
     pub boot: Duration,
+    /// The simulated cloud's region.
+    pub region: String,
+    /// The zones it sells in (every zone of the region when empty).
+    pub zones: Vec<String>,
 }
+
+/// What to try with Joist running: Karpenter's getting-started steps.
+const GETTING_STARTED: &str = "  kubectl apply -f examples/getting-started.yaml\n  \
+     kubectl scale deployment inflate --replicas 5\n  kubectl get nodeclaims,nodes -w\n";
+
+/// What to try with kubesim alone.
+const KUBESIM_ALONE: &str = "  kubectl create deployment web --image=nginx\n  kubectl get pods -w\n";
 
 /// Serves kubesim, and Joist on it, until interrupted.
 pub fn serve(options: ServeOptions, out: &mut dyn io::Write) -> Result<ExitCode, CommandError> {
@@ -39,6 +50,20 @@ pub fn serve(options: ServeOptions, out: &mut dyn io::Write) -> Result<ExitCode,
     system.block_on(async move {
         let cluster = Cluster::start(ClusterSettings::default());
         install_crds(&cluster)?;
+        // Joist first: a region or zone where nothing is sold stops the command before anything
+        // is served or written.
+        let (joist, try_out) = if options.controllers {
+            let metrics = start_joist(&cluster, &options).await?;
+            let joist = format!(
+                "Joist is running on it against a simulated cloud ({}; nodes boot in {}s).\n\
+                 metrics: http://{metrics}/metrics\n",
+                options.region,
+                options.boot.as_secs()
+            );
+            (joist, GETTING_STARTED)
+        } else {
+            (String::new(), KUBESIM_ALONE)
+        };
         let port = options.port;
         let server = cluster
             .serve_http(port)
@@ -53,21 +78,10 @@ pub fn serve(options: ServeOptions, out: &mut dyn io::Write) -> Result<ExitCode,
                 path: path.clone(),
                 source,
             })?;
-        let joist = if options.controllers {
-            let metrics = start_joist(&cluster, &options).await?;
-            format!(
-                "Joist is running on it against a simulated cloud (us-west-2; nodes boot in {}s).\n\
-                 metrics: http://{metrics}/metrics\n",
-                options.boot.as_secs()
-            )
-        } else {
-            String::new()
-        };
         writeln!(
             out,
             "kubesim is serving Kubernetes v1.35 on {url} (no nodes yet; Joist's CRDs installed).\n\
-             {joist}kubeconfig: {path}\n\n  export KUBECONFIG={path}\n  kubectl apply -f deployment.yaml\n  \
-             kubectl get pods -w\n\nCtrl-C stops it.",
+             {joist}kubeconfig: {path}\n\n  export KUBECONFIG={path}\n{try_out}\nCtrl-C stops it.",
             url = server.url(),
             path = path.display()
         )
@@ -87,8 +101,8 @@ async fn start_joist(cluster: &Cluster, options: &ServeOptions) -> Result<Socket
     let clock = Clock::system();
     let cloud = SimCloud::new(
         SimSettings {
-            region: "us-west-2".to_owned(),
-            zones: Vec::new(),
+            region: options.region.clone(),
+            zones: options.zones.clone(),
             boot: options.boot,
             cluster_name: "kubesim".to_owned(),
             capacity: CapacitySettings::default(),

@@ -1,10 +1,12 @@
-//! `joist simulate SCENARIO.yaml [--report FILE.json] [--metrics FILE] [--seed N]`: runs a
-//! scenario (see [`crate::simulate`]), shows progress on stderr when it is a terminal, prints a
-//! summary, and writes the JSON report and the final Prometheus exposition when asked. Node traces
+//! `joist simulate SCENARIO.yaml [--report FILE.json] [--html FILE.html] [--metrics FILE] [--seed N]`:
+//! runs a scenario (see [`crate::simulate`]), shows progress on stderr when it is a terminal, prints
+//! a summary (nodes grouped by NodePool and instance type, pending pods by reason), and writes the
+//! JSON report, the HTML report and the final Prometheus exposition when asked. Node traces
 //! are exported over OTLP when the environment asks for it ([`crate::telemetry`]), stamped with
 //! virtual time.
 
 use std::{
+    collections::BTreeMap,
     io::{self, IsTerminal, Write},
     path::Path,
     process::ExitCode,
@@ -12,15 +14,28 @@ use std::{
 
 use super::CommandError;
 use crate::{
-    simulate::{self, Progress, Report, Scenario},
+    simulate::{
+        self, Progress, Report, Scenario, html,
+        report::{FinalNode, clock},
+    },
     telemetry::Telemetry,
 };
+
+/// The files a run writes at its end, when asked.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Outputs<'a> {
+    /// The JSON report.
+    pub report: Option<&'a Path>,
+    /// The HTML report.
+    pub html: Option<&'a Path>,
+    /// The controllers' Prometheus metrics.
+    pub metrics: Option<&'a Path>,
+}
 
 /// Runs the scenario at `path`.
 pub fn run(
     path: &Path,
-    report_path: Option<&Path>,
-    metrics_path: Option<&Path>,
+    outputs: Outputs<'_>,
     seed: Option<u64>,
     out: &mut dyn Write,
 ) -> Result<ExitCode, CommandError> {
@@ -57,22 +72,27 @@ pub fn run(
     }
     let elapsed = wall.elapsed().map(|d| d.as_secs_f64()).unwrap_or_default();
     summarize(&report, elapsed, out).map_err(CommandError::stdout)?;
-    if let Some(report_path) = report_path {
-        let json = serde_json::to_string_pretty(&report).unwrap_or_default() + "\n";
-        std::fs::write(report_path, json).map_err(|source| CommandError::Write {
-            path: report_path.to_path_buf(),
-            source,
-        })?;
-        writeln!(out, "report: {}", report_path.display()).map_err(CommandError::stdout)?;
-    }
-    if let Some(metrics_path) = metrics_path {
-        std::fs::write(metrics_path, metrics).map_err(|source| CommandError::Write {
-            path: metrics_path.to_path_buf(),
-            source,
-        })?;
-        writeln!(out, "metrics: {}", metrics_path.display()).map_err(CommandError::stdout)?;
-    }
+    write_output("report", outputs.report, out, || {
+        serde_json::to_string_pretty(&report).unwrap_or_default() + "\n"
+    })?;
+    write_output("html report", outputs.html, out, || html::render(&report))?;
+    write_output("metrics", outputs.metrics, out, || metrics)?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Writes `contents` to `path`, when asked for, and says where it went.
+fn write_output(
+    what: &str,
+    path: Option<&Path>,
+    out: &mut dyn Write,
+    contents: impl FnOnce() -> String,
+) -> Result<(), CommandError> {
+    let Some(path) = path else { return Ok(()) };
+    std::fs::write(path, contents()).map_err(|source| CommandError::Write {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    writeln!(out, "{what}: {}", path.display()).map_err(CommandError::stdout)
 }
 
 fn bar(p: &Progress) -> String {
@@ -88,11 +108,6 @@ fn bar(p: &Progress) -> String {
         p.nodes,
         p.pending
     )
-}
-
-fn clock(seconds: f64) -> String {
-    let s = seconds as u64;
-    format!("{}m{:02}s", s / 60, s % 60)
 }
 
 fn summarize(report: &Report, wall_seconds: f64, out: &mut dyn Write) -> io::Result<()> {
@@ -124,16 +139,48 @@ fn summarize(report: &Report, wall_seconds: f64, out: &mut dyn Write) -> io::Res
         "cost: ${:.4}/h at the end, ${:.4} in total",
         s.cost_per_hour_end, s.cost_total
     )?;
-    writeln!(out, "nodes at the end:")?;
-    for node in &s.final_nodes {
+    writeln!(out, "nodes at the end: {}", s.final_nodes.len())?;
+    for ((nodepool, instance_type, capacity_type), (count, per_hour)) in node_groups(&s.final_nodes) {
         writeln!(
             out,
-            "  {:<44} {:<10} {:<14} {:<10} {:<12} ${:.4}/h",
-            node.name, node.nodepool, node.instance_type, node.capacity_type, node.zone, node.price_per_hour
+            "  {nodepool:<16} {instance_type:<16} {capacity_type:<10} {count:>5} × ${:.4}/h",
+            per_hour / count as f64
         )?;
     }
+    let mut by_reason: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
     for pod in &s.pending_pods {
-        writeln!(out, "pending: {} {}", pod.pod, pod.reason)?;
+        by_reason.entry(pod.reason.as_str()).or_default().push(&pod.pod);
+    }
+    for (reason, pods) in by_reason {
+        let reason = if reason.is_empty() {
+            "(no reason from Joist)"
+        } else {
+            reason
+        };
+        writeln!(out, "pending: {} {}", pod_list(&pods), reason)?;
     }
     Ok(())
+}
+
+/// Final nodes counted by (NodePool, instance type, capacity type), with their total $/h.
+fn node_groups(nodes: &[FinalNode]) -> BTreeMap<(&str, &str, &str), (usize, f64)> {
+    let mut groups: BTreeMap<(&str, &str, &str), (usize, f64)> = BTreeMap::new();
+    for node in nodes {
+        let group = groups
+            .entry((&node.nodepool, &node.instance_type, &node.capacity_type))
+            .or_default();
+        group.0 += 1;
+        group.1 += node.price_per_hour;
+    }
+    groups
+}
+
+/// One pod by name, a few by names, many by a count and the first names.
+fn pod_list(pods: &[&str]) -> String {
+    const NAMED: usize = 3;
+    match pods {
+        [one] => (*one).to_owned(),
+        few if few.len() <= NAMED => few.join(", "),
+        many => format!("{} pods ({}, …)", many.len(), many[..NAMED].join(", ")),
+    }
 }

@@ -1,8 +1,10 @@
 //! `joist simulate`: a whole cluster's life on virtual time. A [`scenario::Scenario`] describes the
 //! cloud, the manifests and the timed steps; [`driver::run`] plays it against kubesim, the
-//! simulated cloud and Joist's actors; [`report::Report`] is what came of it.
+//! simulated cloud and Joist's actors; [`report::Report`] is what came of it, and [`html`] draws it
+//! as a page.
 
 pub mod driver;
+pub mod html;
 mod node_condition;
 pub mod recorder;
 pub mod report;

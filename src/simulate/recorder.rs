@@ -25,7 +25,7 @@ use k8s_openapi::api::core::v1::Pod;
 
 use super::report::{Entry, Recorded, label, round, text};
 
-/// Per pod: created, first unschedulable, first running (seconds since the start).
+/// Per pod: created, first unschedulable, first running, gone (seconds since the start).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct PodTimes {
     /// When it was created.
@@ -34,6 +34,8 @@ pub struct PodTimes {
     pub unschedulable: Option<f64>,
     /// When it first ran.
     pub running: Option<f64>,
+    /// When it was deleted or its containers ended (`Succeeded` or `Failed`).
+    pub ended: Option<f64>,
 }
 
 #[derive(Default)]
@@ -218,7 +220,10 @@ impl Notes {
         if kind == EventKind::Deleted {
             // Pods that shut down gracefully on a node: when their containers stopped.
             if terminating(object) {
-                self.entry(at, "pod-terminated", key, text(object, "/spec/nodeName"));
+                self.entry(at, "pod-terminated", key.clone(), text(object, "/spec/nodeName"));
+            }
+            if let Some(times) = self.pods.get_mut(&key) {
+                times.ended.get_or_insert(at);
             }
             return;
         }
@@ -244,7 +249,9 @@ impl Notes {
                 c["type"] == "PodScheduled" && c["status"] == "False" && c["reason"] == "Unschedulable"
             })
         });
-        let running = object["status"]["phase"] == "Running";
+        let phase = &object["status"]["phase"];
+        let running = phase == "Running";
+        let finished = phase == "Succeeded" || phase == "Failed";
         let times = self.pods.entry(key).or_insert(PodTimes {
             created: at,
             ..PodTimes::default()
@@ -256,6 +263,9 @@ impl Notes {
         }
         if running && times.running.is_none() {
             times.running = Some(at);
+        }
+        if finished {
+            times.ended.get_or_insert(at);
         }
         if newly_unschedulable {
             self.waiting_since.get_or_insert(at);

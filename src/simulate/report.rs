@@ -1,14 +1,15 @@
 //! The JSON report of a run (schema in the README): the scenario, a summary of what a user checks
 //! (nodes launched and terminated, the nodes left with their prices, pods pending and running,
-//! the longest a pod waited, cost), and the timeline of node lifecycle events, steps and cloud
-//! events in virtual seconds. Every list is ordered and every figure rounded, so one seed gives one
-//! report, byte for byte.
+//! the longest a pod waited, cost), every instance launched with how and why it ended, the
+//! counts of nodes and pods and the cost per hour over time, and the timeline of node lifecycle
+//! events, steps and cloud events in virtual seconds. Every list is ordered and every figure
+//! rounded, so one seed gives one report, byte for byte.
 
 use std::collections::BTreeMap;
 
 use joist_kubesim::{Store, resources::GroupResource};
 use joist_messages::labels::{CAPACITY_TYPE, INSTANCE_TYPE, NODEPOOL, ZONE};
-use joist_provider_sim::{CloudEvent, EndReason, SimCloud};
+use joist_provider_sim::{CloudEvent, EndReason, InstanceRecord, SimCloud};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -82,6 +83,45 @@ pub struct Summary {
     pub cost_total: f64,
 }
 
+/// An instance the simulated cloud launched, and how it ended.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Launch {
+    /// The Node it registered as.
+    pub node: String,
+    /// `karpenter.sh/nodepool`.
+    pub nodepool: String,
+    /// Instance type.
+    pub instance_type: String,
+    /// Spot or on-demand.
+    pub capacity_type: String,
+    /// Zone.
+    pub zone: String,
+    /// Dollars per hour.
+    pub price_per_hour: f64,
+    /// Seconds after the start it launched.
+    pub launched_at_seconds: f64,
+    /// Seconds after the start it ended, if it did.
+    pub ended_at_seconds: Option<f64>,
+    /// Why it ended: Karpenter's disruption reason (`empty`, `underutilized`, `drifted` …),
+    /// `interrupted`, or `terminated` when nothing disrupted it (its NodeClaim was deleted).
+    pub end_reason: Option<String>,
+}
+
+/// The cluster at one moment; the series holds a sample where anything changed.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Sample {
+    /// Seconds after the start.
+    pub at_seconds: f64,
+    /// Instances running.
+    pub nodes: usize,
+    /// Pods running.
+    pub pods_running: usize,
+    /// Pods waiting to run.
+    pub pods_pending: usize,
+    /// Dollars per hour of the instances running.
+    pub cost_per_hour: f64,
+}
+
 /// The report.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Report {
@@ -93,6 +133,10 @@ pub struct Report {
     pub duration_seconds: f64,
     /// The summary.
     pub summary: Summary,
+    /// Every instance launched, in launch order.
+    pub instances: Vec<Launch>,
+    /// Nodes, pods and cost over time.
+    pub series: Vec<Sample>,
     /// What happened, in order.
     pub timeline: Vec<Entry>,
 }
@@ -101,6 +145,12 @@ pub struct Report {
 pub(super) fn round(value: f64, places: i32) -> f64 {
     let scale = 10f64.powi(places);
     (value * scale).round() / scale
+}
+
+/// `seconds` as `4m05s`.
+pub fn clock(seconds: f64) -> String {
+    let s = seconds.max(0.0) as u64;
+    format!("{}m{:02}s", s / 60, s % 60)
 }
 
 /// The string at `pointer` in `object`, empty when absent.
@@ -132,25 +182,22 @@ pub struct Recorded {
 /// Builds the report at the end of a run lasting `end` seconds.
 pub fn build(name: &str, seed: u64, end: f64, store: &Store, cloud: &SimCloud, recorded: Recorded) -> Report {
     let instances = cloud.books().instances();
+    let launches: Vec<Launch> = instances
+        .iter()
+        .map(|record| launch(record, &recorded.disruption_reasons))
+        .collect();
     let mut nodes_terminated = BTreeMap::new();
     let mut cost_total = 0.0;
     let mut cost_per_hour_end = 0.0;
-    for record in &instances {
-        let ended = record.ended.unwrap_or(end);
-        cost_total += record.instance.price * (ended - record.launched) / 3600.0;
-        match record.end_reason {
-            Some(reason) => {
-                let disrupted = recorded.disruption_reasons.get(&record.instance.provider_id);
-                let key = match (reason, disrupted) {
-                    (EndReason::Terminated, Some(reason)) => reason.as_str(),
-                    (EndReason::Terminated, None) => "terminated",
-                    (EndReason::SpotInterruption, _) => "interrupted",
-                };
-                *nodes_terminated.entry(key.to_owned()).or_insert(0) += 1;
-            }
-            None => cost_per_hour_end += record.instance.price,
+    for launch in &launches {
+        let ended = launch.ended_at_seconds.unwrap_or(end);
+        cost_total += launch.price_per_hour * (ended - launch.launched_at_seconds) / 3600.0;
+        match &launch.end_reason {
+            Some(reason) => *nodes_terminated.entry(reason.clone()).or_insert(0) += 1,
+            None => cost_per_hour_end += launch.price_per_hour,
         }
     }
+    let series = series(&launches, &recorded.pods, end);
     let price_of = |provider_id: &str| {
         instances
             .iter()
@@ -250,7 +297,100 @@ pub fn build(name: &str, seed: u64, end: f64, store: &Store, cloud: &SimCloud, r
             cost_per_hour_end: round(cost_per_hour_end, 4),
             cost_total: round(cost_total, 4),
         },
+        instances: launches,
+        series,
         timeline,
+    }
+}
+
+fn launch(record: &InstanceRecord, disruption_reasons: &BTreeMap<String, String>) -> Launch {
+    let instance = &record.instance;
+    let end_reason = record.end_reason.map(|reason| {
+        let disrupted = disruption_reasons.get(&instance.provider_id);
+        match (reason, disrupted) {
+            (EndReason::Terminated, Some(reason)) => reason.clone(),
+            (EndReason::Terminated, None) => "terminated".to_owned(),
+            (EndReason::SpotInterruption, _) => "interrupted".to_owned(),
+        }
+    });
+    Launch {
+        node: record.node_name.clone(),
+        nodepool: instance.tags.get(NODEPOOL).cloned().unwrap_or_default(),
+        instance_type: instance.instance_type.clone(),
+        capacity_type: instance.capacity_type.to_string(),
+        zone: instance.zone.clone(),
+        price_per_hour: instance.price,
+        launched_at_seconds: round(record.launched, 3),
+        ended_at_seconds: record.ended.map(|ended| round(ended, 3)),
+        end_reason,
+    }
+}
+
+/// How many samples at most the series holds over a run: enough for a chart, few enough for a
+/// run of 100,000 pods.
+const SERIES_POINTS: f64 = 400.0;
+
+/// Nodes, pods and cost on a grid of at most [`SERIES_POINTS`] moments from the start to `end`,
+/// keeping only the moments where something changed (and the last).
+fn series(launches: &[Launch], pods: &BTreeMap<String, PodTimes>, end: f64) -> Vec<Sample> {
+    // (time, nodes, running, pending, cost) deltas, swept in time order.
+    let mut changes: Vec<(f64, i64, i64, i64, f64)> = Vec::with_capacity(2 * launches.len() + 3 * pods.len());
+    for launch in launches {
+        changes.push((launch.launched_at_seconds, 1, 0, 0, launch.price_per_hour));
+        if let Some(ended) = launch.ended_at_seconds {
+            changes.push((ended, -1, 0, 0, -launch.price_per_hour));
+        }
+    }
+    for times in pods.values() {
+        changes.push((times.created, 0, 0, 1, 0.0));
+        match (times.running, times.ended) {
+            (Some(running), ended) if ended.is_none_or(|ended| running <= ended) => {
+                changes.push((running, 0, 1, -1, 0.0));
+                changes.extend(ended.map(|ended| (ended, 0, -1, 0, 0.0)));
+            }
+            (_, ended) => changes.extend(ended.map(|ended| (ended, 0, 0, -1, 0.0))),
+        }
+    }
+    changes.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let step = (end / SERIES_POINTS).max(1.0);
+    let mut samples: Vec<Sample> = Vec::new();
+    let (mut nodes, mut running, mut pending, mut cost) = (0i64, 0i64, 0i64, 0.0);
+    let mut next = changes.iter().peekable();
+    let mut at = 0.0;
+    loop {
+        while let Some((_, n, r, p, c)) = next.next_if(|change| change.0 <= at) {
+            nodes += n;
+            running += r;
+            pending += p;
+            cost += c;
+        }
+        let sample = Sample {
+            at_seconds: round(at, 3),
+            nodes: usize::try_from(nodes).unwrap_or_default(),
+            pods_running: usize::try_from(running).unwrap_or_default(),
+            pods_pending: usize::try_from(pending).unwrap_or_default(),
+            cost_per_hour: round(cost, 4),
+        };
+        let changed = samples.last().is_none_or(|last| {
+            (
+                last.nodes,
+                last.pods_running,
+                last.pods_pending,
+                last.cost_per_hour,
+            ) != (
+                sample.nodes,
+                sample.pods_running,
+                sample.pods_pending,
+                sample.cost_per_hour,
+            )
+        });
+        if changed || at >= end {
+            samples.push(sample);
+        }
+        if at >= end {
+            return samples;
+        }
+        at = (at + step).min(end);
     }
 }
 

@@ -1,6 +1,7 @@
 //! `joist sim serve`, the real binary: kubesim over HTTP with Joist running on it against the
-//! simulated cloud. A pod applied through the printed kubeconfig gets a NodeClaim and a Ready node
-//! within seconds, and the printed metrics URL counts it.
+//! simulated cloud in the region and zone asked for. A pod applied through the printed kubeconfig
+//! gets a NodeClaim and a Ready node in that zone within seconds, and the printed metrics URL
+//! counts it; a region where nothing is sold stops it at start.
 
 use std::{
     io::{BufRead, BufReader},
@@ -38,7 +39,17 @@ async fn sim_serve_runs_joist_on_kubesim_and_serves_its_metrics() {
     std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
     let kubeconfig = dir.join("kubeconfig");
     let mut child = Command::new(env!("CARGO_BIN_EXE_joist"))
-        .args(["sim", "serve", "--boot-seconds", "1", "--kubeconfig"])
+        .args([
+            "sim",
+            "serve",
+            "--boot-seconds",
+            "1",
+            "--region",
+            "us-east-1",
+            "--zones",
+            "us-east-1b",
+        ])
+        .arg("--kubeconfig")
         .arg(&kubeconfig)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -130,10 +141,36 @@ async fn sim_serve_runs_joist_on_kubesim_and_serves_its_metrics() {
         nodes.items.len()
     );
     assert_eq!((claims.items.len(), nodes.items.len()), (1, 1));
+    let zone = nodes.items[0]
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get("topology.kubernetes.io/zone"));
+    assert_eq!(
+        zone.map(String::as_str),
+        Some("us-east-1b"),
+        "the node is in the zone asked for"
+    );
 
     let (status, exposition) = http_get(&metrics, "/metrics", None).await;
     assert_eq!(status, 200);
     let created = "karpenter_nodeclaims_created_total{reason=\"provisioned\",nodepool=\"default\",min_values_relaxed=\"false\"} 1";
     assert!(exposition.lines().any(|l| l == created), "{exposition}");
     drop(serving);
+}
+
+#[test]
+fn sim_serve_in_a_region_without_instance_types_stops_naming_those_with_some() {
+    let output = Command::new(env!("CARGO_BIN_EXE_joist"))
+        .args(["sim", "serve", "--region", "mars-north-1"])
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run joist sim serve: {e}"));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    assert!(
+        stderr.contains(
+            "the simulated cloud sells no instance type in region mars-north-1: it sells in eu-west-1 ("
+        ),
+        "{stderr}"
+    );
 }

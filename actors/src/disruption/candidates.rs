@@ -81,7 +81,7 @@ pub struct Blocked {
 }
 
 /// Each NodePool's instance types in this pass, by NodePool name.
-pub type PoolTypes<'a> = BTreeMap<String, &'a [InstanceType]>;
+pub type PoolTypes<'a> = BTreeMap<String, &'a [Arc<InstanceType>]>;
 
 /// The NodeClaim condition that says whether a node may be consolidated.
 pub const CONSOLIDATABLE: &str = "Consolidatable";

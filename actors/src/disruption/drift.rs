@@ -114,7 +114,7 @@ impl Wanted {
 pub fn static_drift(
     claim: &NodeClaim,
     wanted: &Wanted,
-    types: Option<&[InstanceType]>,
+    types: Option<&[Arc<InstanceType>]>,
 ) -> Option<&'static str> {
     let annotations = claim.annotations();
     let current = |key: &str, version_key: &str, version: &str| {
@@ -369,7 +369,7 @@ mod tests {
             overhead: Default::default(),
         };
         assert_eq!(
-            static_drift(&claim, &Wanted::of(&pool, None), Some(&[other])),
+            static_drift(&claim, &Wanted::of(&pool, None), Some(&[other.into()])),
             Some("InstanceTypeNotFound")
         );
         assert_eq!(

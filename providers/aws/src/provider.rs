@@ -319,7 +319,11 @@ impl AwsCloud {
         tags
     }
 
-    async fn launch(&self, claim: &NodeClaim, instance_types: &[InstanceType]) -> Result<Launch, CloudError> {
+    async fn launch(
+        &self,
+        claim: &NodeClaim,
+        instance_types: &[Arc<InstanceType>],
+    ) -> Result<Launch, CloudError> {
         let class = joist_provider::node_class::ready(&self.inner.kube, claim).await?;
         let Some(status) = class.status.as_ref() else {
             return Err(CloudError::NodeClassNotReady {
@@ -481,7 +485,7 @@ impl CloudProvider for AwsCloud {
     fn create<'a>(
         &'a self,
         claim: &'a NodeClaim,
-        instance_types: &'a [InstanceType],
+        instance_types: &'a [Arc<InstanceType>],
     ) -> CloudFuture<'a, Launch> {
         Box::pin(self.launch(claim, instance_types))
     }

@@ -11,7 +11,10 @@
 //! Also here, because every provider writes them the same way: the labels a launched node carries
 //! ([`node_labels`]).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    sync::Arc,
+};
 
 use joist_messages::{
     apis::{EC2NodeClass, NodeClaim},
@@ -99,7 +102,7 @@ pub fn claim_requirements(claim: &NodeClaim) -> Result<Requirements, CloudError>
 /// The offerings to try for `claim`, best first (see the module docs).
 pub fn candidates<'a>(
     claim: &NodeClaim,
-    instance_types: &'a [InstanceType],
+    instance_types: &'a [Arc<InstanceType>],
 ) -> Result<Vec<Candidate<'a>>, CloudError> {
     let requirements = claim_requirements(claim)?;
     let requests = Resources::from(&claim.spec.resources.requests);
@@ -172,8 +175,8 @@ mod tests {
 
     use super::*;
 
-    fn instance_type(name: &str, cpu: i64, prices: &[(&str, CapacityType, f64, bool)]) -> InstanceType {
-        InstanceType {
+    fn instance_type(name: &str, cpu: i64, prices: &[(&str, CapacityType, f64, bool)]) -> Arc<InstanceType> {
+        Arc::new(InstanceType {
             name: name.into(),
             requirements: [
                 Requirement::new(INSTANCE_TYPE, Operator::In, [name]).unwrap_or_else(|e| panic!("{e}"))
@@ -192,7 +195,7 @@ mod tests {
                 .collect(),
             capacity: Resources::new().with(names::CPU, Quantity::from_units(cpu)),
             overhead: Default::default(),
-        }
+        })
     }
 
     fn claim(cpu: &str, requirements: &[(&str, &[&str])]) -> NodeClaim {

@@ -16,7 +16,7 @@ pub mod node_class;
 pub mod prices;
 pub mod repair;
 
-use std::{collections::BTreeMap, fmt};
+use std::{collections::BTreeMap, fmt, sync::Arc};
 
 use futures::future::BoxFuture;
 use joist_messages::{
@@ -121,7 +121,7 @@ pub trait CloudProvider: Send + Sync + 'static {
     fn create<'a>(
         &'a self,
         claim: &'a NodeClaim,
-        instance_types: &'a [InstanceType],
+        instance_types: &'a [Arc<InstanceType>],
     ) -> CloudFuture<'a, Launch>;
 
     /// Terminates the instance; [`CloudError::NodeClaimNotFound`] once it is gone.

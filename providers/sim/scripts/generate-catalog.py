@@ -9,9 +9,15 @@ DescribeInstanceTypes response and DescribeInstanceTypeOfferings per availabilit
 the catalog can be regenerated offline, with nothing but Python 3 and moto installed:
 
     pip install moto==5.2.1
-    providers/sim/scripts/generate-catalog.py [OUTPUT]
+    pip download moto==5.1.0 --no-deps -d /tmp/moto-5.1.0
+    providers/sim/scripts/generate-catalog.py --retired /tmp/moto-5.1.0/moto-5.1.0-py3-none-any.whl [OUTPUT]
 
 OUTPUT defaults to providers/sim/data/instance-types.json next to this script's folder.
+
+moto 5.2.1 no longer lists some types AWS still sells and prices (p2, p3, f1, the u-*tb1
+high-memory types, i3.metal). `--retired WHEEL` takes those from an older moto release's wheel
+(5.1.0): a type the older data lists and the installed moto does not is added, with the older
+data's shape and zones.
 
 Inputs, located through the installed moto package:
   moto/ec2/resources/instance_types.json.gz
@@ -20,18 +26,21 @@ Inputs, located through the installed moto package:
       list of {"InstanceType": ..., "Location": <zone>}
 
 A type is kept when it supports hvm virtualization, runs x86_64 or arm64, and is offered in
-at least one zone of the catalog's regions (us-east-1, us-west-2). The output is
+at least one zone of the catalog's regions (us-east-1, us-east-2, us-west-2, eu-west-1). The output is
 deterministic: types sorted by name, keys in a fixed order, no timestamps, one instance type
 per line so that a regeneration diffs line by line.
 """
 
+import argparse
 import gzip
 import importlib.util
+import io
 import json
 import os
 import sys
+import zipfile
 
-REGIONS = ("us-east-1", "us-west-2")
+REGIONS = ("us-east-1", "us-east-2", "us-west-2", "eu-west-1")
 ARCHES = {"x86_64": "amd64", "arm64": "arm64"}
 
 DEFAULT_OUTPUT = os.path.join(
@@ -56,19 +65,35 @@ def moto_resources():
     return moto_version, os.path.join(root, "ec2", "resources")
 
 
-def load_gz_json(path):
-    with gzip.open(path, "rt", encoding="utf-8") as f:
-        return json.load(f)
+def directory_reader(resources):
+    """A reader of moto's gzipped resource files (paths relative to ec2/resources) in a folder."""
+
+    def read(relative):
+        with gzip.open(os.path.join(resources, relative), "rt", encoding="utf-8") as f:
+            return json.load(f)
+
+    return read
 
 
-def zone_offerings(resources):
+def wheel_reader(wheel):
+    """(moto version, a reader of moto's resource files) inside a moto wheel."""
+    archive = zipfile.ZipFile(wheel)
+    version = os.path.basename(wheel).split("-")[1]
+
+    def read(relative):
+        data = archive.read("moto/ec2/resources/" + relative)
+        with gzip.open(io.BytesIO(data), "rt", encoding="utf-8") as f:
+            return json.load(f)
+
+    return version, read
+
+
+def zone_offerings(read):
     """instance type -> {region: sorted zones} for the catalog's regions."""
     zones = {}
     for region in REGIONS:
-        path = os.path.join(
-            resources, "instance_type_offerings", "availability-zone", region + ".json.gz"
-        )
-        for offering in load_gz_json(path):
+        path = "instance_type_offerings/availability-zone/" + region + ".json.gz"
+        for offering in read(path):
             by_region = zones.setdefault(offering["InstanceType"], {})
             by_region.setdefault(region, set()).add(offering["Location"])
     return {
@@ -139,28 +164,36 @@ def entry(name, item, zones):
     }
 
 
-def build(resources):
-    types = load_gz_json(os.path.join(resources, "instance_types.json.gz"))
-    offered = zone_offerings(resources)
+def build(read, retired=None):
+    """The catalog from moto's data, with the types only `retired` (an older reader) lists."""
+    types = {name: (item, read) for name, item in read("instance_types.json.gz").items()}
+    if retired is not None:
+        for name, item in retired("instance_types.json.gz").items():
+            types.setdefault(name, (item, retired))
+    offered = {id(read): zone_offerings(read)}
+    if retired is not None:
+        offered[id(retired)] = zone_offerings(retired)
     catalog = []
     for name in sorted(types):
-        item = types[name]
+        item, source = types[name]
         if "hvm" not in item.get("SupportedVirtualizationTypes", []):
             continue
         if arch_of(item) is None:
             continue
-        zones = offered.get(name)
+        zones = offered[id(source)].get(name)
         if not zones:
             continue
         catalog.append(entry(name, item, zones))
     return catalog
 
 
-def render(moto_version, catalog):
+def render(moto_version, retired_version, catalog):
     source = (
         "moto %s ec2/resources (instance_types.json.gz, "
         "instance_type_offerings/availability-zone)" % moto_version
     )
+    if retired_version:
+        source += "; types it no longer lists from moto %s's" % retired_version
     lines = ["{", '  "source": %s,' % json.dumps(source), '  "instanceTypes": [']
     rows = [json.dumps(t, separators=(",", ":"), ensure_ascii=True) for t in catalog]
     lines.extend("    " + row + ("," if i + 1 < len(rows) else "") for i, row in enumerate(rows))
@@ -169,16 +202,17 @@ def render(moto_version, catalog):
 
 
 def main(argv):
-    if len(argv) == 2 and argv[1] in ("-h", "--help"):
-        print(__doc__.strip())
-        return 0
-    if len(argv) > 2:
-        print("usage: generate-catalog.py [OUTPUT]", file=sys.stderr)
-        return 2
-    output = argv[1] if len(argv) == 2 else DEFAULT_OUTPUT
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--retired", metavar="WHEEL", help="an older moto wheel (see above)")
+    parser.add_argument("output", nargs="?", default=DEFAULT_OUTPUT)
+    args = parser.parse_args(argv[1:])
+    output = args.output
     moto_version, resources = moto_resources()
-    catalog = build(resources)
-    text = render(moto_version, catalog)
+    retired_version, retired = wheel_reader(args.retired) if args.retired else (None, None)
+    catalog = build(directory_reader(resources), retired)
+    text = render(moto_version, retired_version, catalog)
     os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
     tmp = output + ".tmp"
     with open(tmp, "w", encoding="utf-8", newline="\n") as f:

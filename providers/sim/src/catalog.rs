@@ -1,9 +1,11 @@
 //! The simulated cloud's catalog: EC2 instance shapes generated from the data the PyPI `moto`
-//! package ships (`data/instance-types.json`, written by `scripts/generate-catalog.py`) and the
-//! built-in table of real on-demand prices per region ([`joist_provider::prices`]). Spot prices
+//! package ships (`data/instance-types.json`, written by `scripts/generate-catalog.py`) for
+//! us-east-1, us-east-2, us-west-2 and eu-west-1, and the built-in table of real on-demand prices
+//! ([`joist_provider::prices`]: us-east-1's published rates, charged in every region). Spot prices
 //! are on-demand less the family's discount from that table: a model, not a quote.
 //!
-//! Only types that have a price in the region are offered, as Karpenter drops unpriced offerings.
+//! Only types that have a price are offered, as Karpenter drops unpriced offerings: the few the
+//! price figures lack (types AWS does not sell in us-east-1) are never offered.
 //! Both files are compiled in; a malformed file is a build defect, reported by [`CatalogError`]
 //! when the catalog is first loaded (and caught by this module's tests).
 
@@ -28,6 +30,14 @@ pub enum CatalogError {
     /// The price table.
     #[error(transparent)]
     Prices(#[from] PriceTableError),
+    /// Nothing is sold in the region, or in the zones, asked for.
+    #[error("the simulated cloud sells no instance type in {place}: it sells in {known}")]
+    NothingSold {
+        /// The region, and the zones when some were named.
+        place: String,
+        /// The regions and zones it sells in.
+        known: String,
+    },
 }
 
 #[derive(Deserialize)]
@@ -97,7 +107,14 @@ impl Catalog {
         let shapes: ShapesFile = serde_json::from_str(INSTANCE_TYPES)?;
         let prices = PriceTable::built_in()?;
         let mut listings = BTreeMap::new();
+        let mut known: BTreeMap<String, std::collections::BTreeSet<String>> = BTreeMap::new();
         for entry in shapes.instance_types {
+            for (region, region_zones) in &entry.zones {
+                known
+                    .entry(region.clone())
+                    .or_default()
+                    .extend(region_zones.iter().cloned());
+            }
             let (Some(on_demand), Some(spot_discount)) = (
                 prices.on_demand(region, &entry.shape.name),
                 prices.spot_discount(&entry.shape.name),
@@ -125,6 +142,22 @@ impl Catalog {
                     spot,
                 },
             );
+        }
+        if listings.is_empty() {
+            let place = if zones.is_empty() {
+                format!("region {region}")
+            } else {
+                format!("zones {} of region {region}", zones.join(", "))
+            };
+            let known = known
+                .iter()
+                .map(|(region, zones)| {
+                    let zones: Vec<&str> = zones.iter().map(String::as_str).collect();
+                    format!("{region} ({})", zones.join(", "))
+                })
+                .collect::<Vec<_>>()
+                .join("; ");
+            return Err(CatalogError::NothingSold { place, known });
         }
         Ok(Self { listings })
     }
@@ -164,11 +197,77 @@ mod tests {
         ["a", "b", "c"].iter().map(|z| format!("{region}{z}")).collect()
     }
 
+    /// The catalog's types the us-east-1 price figures lack: not sold in us-east-1 (hpc*,
+    /// trn2.48xlarge, dl2q.24xlarge) or too new for the figures (p5e, x8aedz).
+    const UNPRICED: [&str; 18] = [
+        "dl2q.24xlarge",
+        "hpc6a.48xlarge",
+        "hpc6id.32xlarge",
+        "hpc7a.12xlarge",
+        "hpc7a.24xlarge",
+        "hpc7a.48xlarge",
+        "hpc7a.96xlarge",
+        "hpc8a.96xlarge",
+        "p5e.48xlarge",
+        "trn2.48xlarge",
+        "x8aedz.12xlarge",
+        "x8aedz.24xlarge",
+        "x8aedz.3xlarge",
+        "x8aedz.6xlarge",
+        "x8aedz.large",
+        "x8aedz.metal-12xl",
+        "x8aedz.metal-24xl",
+        "x8aedz.xlarge",
+    ];
+
+    #[test]
+    fn every_type_but_the_unpriced_few_is_sold_in_every_region_it_is_offered_in() {
+        let shapes: ShapesFile = serde_json::from_str(INSTANCE_TYPES).unwrap_or_else(|e| panic!("{e}"));
+        let regions: std::collections::BTreeSet<&str> = shapes
+            .instance_types
+            .iter()
+            .flat_map(|entry| entry.zones.keys().map(String::as_str))
+            .collect();
+        assert_eq!(
+            regions.iter().copied().collect::<Vec<_>>(),
+            ["eu-west-1", "us-east-1", "us-east-2", "us-west-2"]
+        );
+        for region in regions {
+            let catalog = Catalog::load(region, &[]).unwrap_or_else(|e| panic!("{e}"));
+            let unsold: Vec<&str> = shapes
+                .instance_types
+                .iter()
+                .filter(|entry| entry.zones.contains_key(region))
+                .map(|entry| entry.shape.name.as_str())
+                .filter(|name| catalog.get(name).is_none())
+                .collect();
+            assert!(
+                unsold.iter().all(|name| UNPRICED.contains(name)),
+                "{region}: unpriced {unsold:?}"
+            );
+            assert!(catalog.len() > 950, "{region}: only {} types", catalog.len());
+        }
+        for region in ["us-east-1", "us-west-2"] {
+            let catalog = Catalog::load(region, &[]).unwrap_or_else(|e| panic!("{e}"));
+            for (name, price) in [
+                ("p3.8xlarge", 12.24),
+                ("x2idn.16xlarge", 6.669),
+                ("c5n.large", 0.108),
+            ] {
+                assert_eq!(
+                    catalog.get(name).map(|l| l.on_demand),
+                    Some(price),
+                    "{region} {name}"
+                );
+            }
+        }
+    }
+
     #[test]
     fn both_regions_sell_the_common_families_at_real_prices() {
         for region in ["us-east-1", "us-west-2"] {
             let catalog = Catalog::load(region, &zones(region)).unwrap_or_else(|e| panic!("{e}"));
-            assert!(catalog.len() > 200, "{region}: only {} types", catalog.len());
+            assert!(catalog.len() > 1000, "{region}: only {} types", catalog.len());
             let m5 = catalog
                 .get("m5.large")
                 .unwrap_or_else(|| panic!("{region}: no m5.large"));
@@ -199,8 +298,21 @@ mod tests {
     }
 
     #[test]
-    fn an_unknown_region_sells_nothing() {
-        let catalog = Catalog::load("mars-north-1", &[]).unwrap_or_else(|e| panic!("{e}"));
-        assert!(catalog.is_empty());
+    fn a_region_or_zone_without_types_is_refused_naming_those_with_some() {
+        let unknown = Catalog::load("mars-north-1", &[]).map(|c| c.len());
+        let message = unknown.err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(
+            message.starts_with(
+                "the simulated cloud sells no instance type in region mars-north-1: it sells in "
+            ) && message.contains("eu-west-1 (eu-west-1a, eu-west-1b, eu-west-1c)")
+                && message.contains("us-west-2 ("),
+            "{message}"
+        );
+        let zone = Catalog::load("us-west-2", &["us-west-2z".to_owned()]).map(|c| c.len());
+        let message = zone.err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(
+            message.contains("in zones us-west-2z of region us-west-2: "),
+            "{message}"
+        );
     }
 }

@@ -214,7 +214,7 @@ impl SimCloud {
         &self,
         claim: &NodeClaim,
         node_class: &EC2NodeClass,
-        instance_types: &[InstanceType],
+        instance_types: &[Arc<InstanceType>],
     ) -> Result<Launch, CloudError> {
         let settings = &self.inner.settings;
         let books = &self.inner.books;
@@ -377,7 +377,7 @@ impl CloudProvider for SimCloud {
     fn create<'a>(
         &'a self,
         claim: &'a NodeClaim,
-        instance_types: &'a [InstanceType],
+        instance_types: &'a [Arc<InstanceType>],
     ) -> CloudFuture<'a, Launch> {
         Box::pin(async move {
             self.inner.books.fault(Operation::Create)?;

@@ -2,7 +2,7 @@
 //! the instance described and terminated, and the template reused by the next launch. The
 //! EC2NodeClass is read from an in-process kubesim, as `joist run` reads it from the cluster.
 
-use std::collections::BTreeMap;
+use std::{collections::BTreeMap, sync::Arc};
 
 use base64::Engine;
 use joist_kubesim::{Cluster, ClusterSettings};
@@ -13,7 +13,11 @@ use joist_messages::{
         nodeclaim::ResourceRequirements,
     },
     labels::{CAPACITY_TYPE, INSTANCE_TYPE, NODEPOOL, ZONE},
-    model::{instance_type::CapacityType, requirements::Operator, shape::CapacitySettings},
+    model::{
+        instance_type::{CapacityType, InstanceType},
+        requirements::Operator,
+        shape::CapacitySettings,
+    },
 };
 use joist_provider::{CloudError, CloudProvider};
 use joist_provider_aws::{AwsCloud, AwsSettings, instances, launch_template};
@@ -121,10 +125,13 @@ async fn a_fleet_launches_from_a_reused_template_and_the_instance_is_terminated(
          spec: {template: {spec: {nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}, requirements: []}}}\n",
     )
     .unwrap_or_else(|e| panic!("{e}"));
-    let types = cloud
+    let types: Vec<Arc<InstanceType>> = cloud
         .instance_types(&pool, &class)
         .await
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap_or_else(|e| panic!("{e}"))
+        .into_iter()
+        .map(Arc::new)
+        .collect();
     let m5 = types
         .iter()
         .find(|t| t.name == "m5.large")
