@@ -1,7 +1,9 @@
 //! `joist sim serve`, the real binary: kubesim over HTTP with Joist running on it against the
 //! simulated cloud in the region and zone asked for. A pod applied through the printed kubeconfig
 //! gets a NodeClaim and a Ready node in that zone within seconds, and the printed metrics URL
-//! counts it; a region where nothing is sold stops it at start.
+//! counts it; a region where nothing is sold stops it at start. And Karpenter's getting-started
+//! steps with the real kubectl: apply the NodePool, EC2NodeClass and `inflate`, scale it, see a
+//! Ready NodeClaim and Node and the pods Running, delete it, and see the node consolidated away.
 
 use std::{
     io::{BufRead, BufReader},
@@ -18,6 +20,7 @@ use kube::{
 };
 
 use super::run::http_get;
+use crate::tools::{installed, path, root, succeeded};
 
 /// The `joist sim serve` process, killed when the test ends.
 struct Serving(std::process::Child);
@@ -29,28 +32,14 @@ impl Drop for Serving {
     }
 }
 
-fn object<K: serde::de::DeserializeOwned>(value: serde_json::Value) -> K {
-    serde_json::from_value(value).unwrap_or_else(|e| panic!("{e}"))
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sim_serve_runs_joist_on_kubesim_and_serves_its_metrics() {
-    let dir = std::env::temp_dir().join(format!("joist-serve-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
-    let kubeconfig = dir.join("kubeconfig");
+/// Starts `joist sim serve` with `args`, writing its kubeconfig to `kubeconfig`, and returns it
+/// with the lines it printed up to "Ctrl-C stops it.".
+fn serve(kubeconfig: &std::path::Path, args: &[&str]) -> (Serving, Vec<String>) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_joist"))
-        .args([
-            "sim",
-            "serve",
-            "--boot-seconds",
-            "1",
-            "--region",
-            "us-east-1",
-            "--zones",
-            "us-east-1b",
-        ])
+        .args(["sim", "serve"])
+        .args(args)
         .arg("--kubeconfig")
-        .arg(&kubeconfig)
+        .arg(kubeconfig)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -62,6 +51,29 @@ async fn sim_serve_runs_joist_on_kubesim_and_serves_its_metrics() {
         .map_while(Result::ok)
         .take_while(|line| line != "Ctrl-C stops it.")
         .collect();
+    (serving, printed)
+}
+
+fn object<K: serde::de::DeserializeOwned>(value: serde_json::Value) -> K {
+    serde_json::from_value(value).unwrap_or_else(|e| panic!("{e}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sim_serve_runs_joist_on_kubesim_and_serves_its_metrics() {
+    let dir = std::env::temp_dir().join(format!("joist-serve-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
+    let kubeconfig = dir.join("kubeconfig");
+    let (serving, printed) = serve(
+        &kubeconfig,
+        &[
+            "--boot-seconds",
+            "1",
+            "--region",
+            "us-east-1",
+            "--zones",
+            "us-east-1b",
+        ],
+    );
     let metrics = printed
         .iter()
         .find_map(|l| l.strip_prefix("metrics: http://"))
@@ -173,4 +185,95 @@ fn sim_serve_in_a_region_without_instance_types_stops_naming_those_with_some() {
         ),
         "{stderr}"
     );
+}
+
+#[test]
+fn karpenters_getting_started_steps_work_with_kubectl_against_sim_serve() {
+    let kubectl = path(&installed("kube-clients"), "kube-clients", "KUBECTL");
+    let dir = std::env::temp_dir().join(format!("joist-getting-started-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
+    // The walkthrough's manifests, with consolidation after 0s instead of 1m so the test is quick.
+    let manifests = std::fs::read_to_string(root().join("examples/getting-started.yaml"))
+        .unwrap_or_else(|e| panic!("{e}"))
+        .replace("consolidateAfter: 1m", "consolidateAfter: 0s");
+    let manifest = dir.join("getting-started.yaml");
+    std::fs::write(&manifest, manifests).unwrap_or_else(|e| panic!("{e}"));
+    let kubeconfig = dir.join("kubeconfig");
+    let (_serving, printed) = serve(&kubeconfig, &["--boot-seconds", "1"]);
+    assert!(
+        printed
+            .iter()
+            .any(|l| l.trim() == "kubectl apply -f examples/getting-started.yaml"),
+        "the commands to try: {printed:#?}"
+    );
+    let run = |args: &[&str]| -> String {
+        let output = succeeded(
+            Command::new(&kubectl)
+                .arg("--kubeconfig")
+                .arg(&kubeconfig)
+                .args(args),
+            &format!("kubectl {}", args.join(" ")),
+        );
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    let manifest = manifest.to_string_lossy().into_owned();
+    let applied = run(&["apply", "-f", &manifest]);
+    for created in [
+        "nodepool.karpenter.sh/default created",
+        "ec2nodeclass.karpenter.k8s.aws/default created",
+        "deployment.apps/inflate created",
+    ] {
+        assert!(applied.contains(created), "{applied}");
+    }
+    run(&["scale", "deployment", "inflate", "--replicas", "5"]);
+    run(&[
+        "wait",
+        "--for=condition=Available",
+        "deployment/inflate",
+        "--timeout=60s",
+    ]);
+    run(&[
+        "wait",
+        "--for=condition=Ready",
+        "nodeclaims",
+        "--all",
+        "--timeout=30s",
+    ]);
+
+    // What an EKS user sees: Karpenter's columns, filled in.
+    let claims = run(&["get", "nodeclaims"]);
+    let header: Vec<&str> = claims
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        header,
+        ["NAME", "TYPE", "CAPACITY", "ZONE", "NODE", "READY", "AGE"],
+        "{claims}"
+    );
+    let row: Vec<&str> = claims
+        .lines()
+        .nth(1)
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    assert!(
+        row.len() == 7 && row[0].starts_with("default-") && row[2] == "on-demand" && row[5] == "True",
+        "{claims}"
+    );
+    let pools = run(&["get", "nodepools", "-o", "jsonpath={.items[0].status.nodes}"]);
+    assert_eq!(pools, "1");
+    let nodes = run(&["get", "nodes", "-o", "name"]);
+    assert_eq!(nodes.lines().count(), 1, "{nodes}");
+    let phases = run(&["get", "pods", "-o", "jsonpath={.items[*].status.phase}"]);
+    assert_eq!(phases, ["Running"; 5].join(" "));
+
+    // Deleting it empties the node, and consolidation removes it.
+    run(&["delete", "deployment", "inflate"]);
+    run(&["wait", "--for=delete", "nodeclaims", "--all", "--timeout=60s"]);
+    run(&["wait", "--for=delete", "nodes", "--all", "--timeout=30s"]);
+    assert_eq!(run(&["get", "nodeclaims,nodes", "-o", "name"]), "");
+    let _ = std::fs::remove_dir_all(&dir);
 }
