@@ -27,6 +27,8 @@ use serde_json::Value;
 mod chart;
 #[path = "contract/charts.rs"]
 mod charts;
+#[path = "contract/crd_parity.rs"]
+mod crd_parity;
 #[path = "contract/iam.rs"]
 mod iam;
 #[path = "support/tools.rs"]

@@ -6,12 +6,18 @@
 //! - A resolution that fails sets `Ready=False` with the cloud's message (NodePools using the
 //!   class stop launching and say why), and is retried with backoff ([`retry_after`]) instead of
 //!   waiting for the class to be edited.
+//! - A class its validation refuses (a rule the CRD cannot express, or a field Joist does not
+//!   honour yet) is not resolved: it gets `ValidationSucceeded=False` and `Ready=False` with the
+//!   problems, and a `ValidationFailed` warning, and is looked at again when it is edited.
 //! - Joist's finalizer keeps a class that NodeClaims still use from going away: its deletion waits,
 //!   with a `WaitingOnNodeClaimTermination` event, until the last claim is gone.
 
 use std::{sync::Arc, time::Duration};
 
-use joist_messages::{apis::EC2NodeClass, labels::TERMINATION_FINALIZER};
+use joist_messages::{
+    apis::{EC2NodeClass, Validate},
+    labels::TERMINATION_FINALIZER,
+};
 use kube::ResourceExt;
 use serde_json::json;
 
@@ -43,6 +49,8 @@ pub enum Outcome {
     Resolved,
     /// Resolution failed: try again after [`retry_after`].
     Failed,
+    /// The class is invalid: nothing to do until it is edited.
+    Invalid,
     /// The class is being deleted: its finalizer was released, or waits for its NodeClaims.
     Deleting,
 }
@@ -84,10 +92,49 @@ pub async fn reconcile(shared: Shared, class: Arc<EC2NodeClass>, refresh: bool) 
     let generation = class.metadata.generation;
     let before = class.status.clone().unwrap_or_default();
     let mut status = before.clone();
-    let outcome = match shared.cloud.resolve_node_class(&class).await {
+    let violations = class.validate();
+    let outcome = if !violations.is_empty() {
+        let problems = violations
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("; ");
+        let validation = (
+            "ValidationSucceeded",
+            "False",
+            "ValidationFailed",
+            problems.as_str(),
+        );
+        let newly = set_condition(&mut status.conditions, &shared.clock, generation, validation);
+        let ready = ("Ready", "False", "NotReady", "ValidationSucceeded is not True");
+        set_condition(&mut status.conditions, &shared.clock, generation, ready);
+        if newly {
+            shared.events.warn(class.as_ref(), "ValidationFailed", &problems);
+        }
+        Outcome::Invalid
+    } else {
+        resolve(&shared, &class, &mut status, generation).await
+    };
+    if status != before {
+        let body = serde_json::to_value(&status).unwrap_or_default();
+        if let Err(error) = kube_ops::patch_status(&api, &class.name_any(), body).await {
+            tracing::warn!(ec2nodeclass = class.name_any(), %error, "writing the node class status failed");
+        }
+    }
+    outcome
+}
+
+/// Resolves a valid `class` into `status`, with its conditions.
+async fn resolve(
+    shared: &Shared,
+    class: &EC2NodeClass,
+    status: &mut joist_messages::apis::EC2NodeClassStatus,
+    generation: Option<i64>,
+) -> Outcome {
+    match shared.cloud.resolve_node_class(class).await {
         Ok(resolved) => {
             let conditions = std::mem::take(&mut status.conditions);
-            status = resolved;
+            *status = resolved;
             status.conditions = conditions;
             for part in READY_PARTS.into_iter().chain(["Ready"]) {
                 set_condition(
@@ -108,17 +155,10 @@ pub async fn reconcile(shared: Shared, class: Arc<EC2NodeClass>, refresh: bool) 
                 generation,
                 ("Ready", "False", "ResolutionFailed", &message),
             );
-            shared.events.warn(class.as_ref(), "ResolutionFailed", &message);
+            shared.events.warn(class, "ResolutionFailed", &message);
             Outcome::Failed
         }
-    };
-    if status != before {
-        let body = serde_json::to_value(&status).unwrap_or_default();
-        if let Err(error) = kube_ops::patch_status(&api, &class.name_any(), body).await {
-            tracing::warn!(ec2nodeclass = class.name_any(), %error, "writing the node class status failed");
-        }
     }
-    outcome
 }
 
 /// Releases a deleted class's finalizer once no NodeClaim uses it.

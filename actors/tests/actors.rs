@@ -523,6 +523,52 @@ async fn a_nodepool_flood_is_bounded_and_its_status_still_lands() {
 }
 
 #[actix::test]
+async fn a_node_class_with_a_field_joist_does_not_honour_yet_is_not_ready_and_says_why() {
+    tokio::time::pause();
+    let world = world(Settings::default());
+    create(&kube_ops::cluster::<EC2NodeClass>(&world.client), serde_json::json!({
+        "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass", "metadata": {"name": "default"},
+        "spec": {"role": "r", "amiSelectorTerms": [{"alias": "al2023@latest"}], "ipPrefixCount": 1,
+                 "subnetSelectorTerms": [{"id": "subnet-1"}], "securityGroupSelectorTerms": [{"id": "sg-1"}]}
+    }))
+    .await;
+    world.node_pool("default").await;
+    world.pending_pod("web");
+    tokio::time::sleep(Duration::from_secs(90)).await;
+    let class = kube_ops::cluster::<EC2NodeClass>(&world.client)
+        .get("default")
+        .await;
+    let conditions = class
+        .unwrap_or_else(|e| panic!("{e}"))
+        .status
+        .unwrap_or_default()
+        .conditions;
+    let validation = conditions.iter().find(|c| c.type_ == "ValidationSucceeded");
+    assert!(
+        validation.is_some_and(|c| c.status == "False"
+            && c.reason == "ValidationFailed"
+            && c.message
+                .contains("spec.ipPrefixCount: accepted by the CRD but not yet honoured")),
+        "{conditions:#?}"
+    );
+    assert!(!kube_ops::is_true(&conditions, "Ready"), "{conditions:#?}");
+    assert_eq!(
+        world.claim_names().await,
+        Vec::<String>::new(),
+        "nothing launches for it"
+    );
+    let events = Api::<k8s_openapi::api::core::v1::Event>::all(world.client.clone())
+        .list(&Default::default())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let warned = events.items.iter().filter(|e| {
+        e.reason.as_deref() == Some("ValidationFailed")
+            && e.involved_object.kind.as_deref() == Some("EC2NodeClass")
+    });
+    assert_eq!(warned.count(), 1, "one warning, not one per refresh");
+}
+
+#[actix::test]
 async fn a_nodeclaim_flood_is_bounded_and_launches_once() {
     tokio::time::pause();
     let world = world(Settings::default());

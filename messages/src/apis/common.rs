@@ -23,8 +23,11 @@ pub struct NodeSelectorRequirementWithMinValues {
     pub key: String,
     /// How the key relates to the values.
     pub operator: Operator,
-    /// The values (one integer for Gt/Lt/Gte/Lte, none for Exists/DoesNotExist).
+    /// The values (one integer for Gt/Lt/Gte/Lte, none for Exists/DoesNotExist). The CRD carries
+    /// Karpenter's `maxLength: 63` on the list itself, where the API server ignores it; label
+    /// values are checked one by one by the validation.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("maxLength" = 63))]
     pub values: Vec<String>,
     /// The minimum number of distinct values (1..=50).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -185,6 +188,60 @@ impl NodeClassReference {
             out.push(format!("{path}.group"), "group must not contain '/'");
         }
     }
+}
+
+/// Drops the `default` schemars derives from a `#[serde(default)]` where Karpenter's CRD declares
+/// none: the field still decodes when absent, the API server just does not fill it in.
+pub fn without_default(schema: &mut schemars::Schema) {
+    schema.remove("default");
+}
+
+/// A condition's `type`: a qualified name, as Kubernetes' `metav1.Condition` declares it.
+const CONDITION_TYPE_PATTERN: &str = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$";
+
+/// The schema of a status condition list with `metav1.Condition`'s constraints: `status` one of
+/// `True`, `False`, `Unknown`; `reason` a CamelCase word of at most 1,024 characters, required and
+/// non-empty unless `optional_reason`, when it (and `message`) may be left out or empty, as on
+/// NodeClaims.
+fn conditions_schema(optional_reason: bool) -> schemars::Schema {
+    let (required, reason) = if optional_reason {
+        (
+            serde_json::json!(["lastTransitionTime", "status", "type"]),
+            serde_json::json!({"type": "string", "maxLength": 1024,
+                               "pattern": r"^([A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?|)$"}),
+        )
+    } else {
+        (
+            serde_json::json!(["lastTransitionTime", "message", "reason", "status", "type"]),
+            serde_json::json!({"type": "string", "minLength": 1, "maxLength": 1024,
+                               "pattern": r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"}),
+        )
+    };
+    schemars::json_schema!({
+        "type": "array",
+        "items": {
+            "type": "object",
+            "required": required,
+            "properties": {
+                "lastTransitionTime": {"type": "string", "format": "date-time"},
+                "message": {"type": "string", "maxLength": 32768},
+                "observedGeneration": {"type": "integer", "format": "int64", "minimum": 0},
+                "reason": reason,
+                "status": {"type": "string", "enum": ["True", "False", "Unknown"]},
+                "type": {"type": "string", "maxLength": 316, "pattern": CONDITION_TYPE_PATTERN},
+            },
+        },
+    })
+}
+
+/// The conditions of a NodePool or EC2NodeClass (`reason` and `message` required).
+pub fn required_reason_conditions_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    conditions_schema(false)
+}
+
+/// The conditions of a NodeClaim (`reason` and `message` optional).
+pub fn optional_reason_conditions_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    conditions_schema(true)
 }
 
 /// The schema of a taint list: key and effect required, effect one of the three Kubernetes effects.

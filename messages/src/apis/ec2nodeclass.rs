@@ -92,6 +92,12 @@ pub struct EC2NodeClassSpec {
     pub capacity_reservation_selector_terms: Vec<CapacityReservationSelectorTerm>,
     /// A placement group to launch into.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(
+        validation = Rule::new("has(self.name) || has(self.id)")
+            .message("placementGroupSelector needs one of ['name', 'id']"),
+        validation = Rule::new("!(has(self.name) && has(self.id))")
+            .message("placementGroupSelector takes 'name' or 'id', not both")
+    )]
     pub placement_group_selector: Option<PlacementGroupSelector>,
     /// Overrides the subnet's public-IP setting.
     #[serde(
@@ -165,6 +171,80 @@ pub struct EC2NodeClassSpec {
     /// The CreateFleet `Context` (reserved capacity for some accounts).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context: Option<String>,
+    /// The network interfaces to launch with (EFA-only ones included). When set, it must hold the
+    /// primary interface: `interface` at network card 0, device 0.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 150))]
+    #[x_kube(
+        validation = Rule::new("self.size() == 0 || self.exists(i, i.networkCardIndex == 0 && i.deviceIndex == 0 && i.interfaceType == 'interface')")
+            .message("networkInterfaces needs the primary interface: interfaceType 'interface' at networkCardIndex 0, deviceIndex 0"),
+        validation = Rule::new("self.all(i, self.filter(j, j.networkCardIndex == i.networkCardIndex && j.deviceIndex == i.deviceIndex).size() == 1 && (i.interfaceType != 'efa-only' || self.filter(j, j.networkCardIndex == i.networkCardIndex && j.interfaceType == 'efa-only').size() == 1))")
+            .message("networkInterfaces may not repeat a (networkCardIndex, deviceIndex) pair, nor put two efa-only interfaces on one network card")
+    )]
+    pub network_interfaces: Vec<NetworkInterface>,
+    /// How many IPv4 /28 prefixes to assign to the primary interface (prefix delegation).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub ip_prefix_count: Option<i32>,
+    /// CPU options of the instances.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_options: Option<CpuOptions>,
+    /// Connection tracking timeouts of the primary interface, in seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("has(self.tcpEstablishedTimeout) || has(self.udpStreamTimeout) || has(self.udpTimeout)")
+        .message("connectionTracking needs at least one of tcpEstablishedTimeout, udpStreamTimeout, udpTimeout"))]
+    pub connection_tracking: Option<ConnectionTracking>,
+}
+
+/// A network interface to launch with.
+#[derive(JsonSchema, Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NetworkInterface {
+    /// The network card it is on.
+    #[schemars(range(min = 0))]
+    pub network_card_index: i32,
+    /// Its device index on that card.
+    #[schemars(range(min = 0))]
+    pub device_index: i32,
+    /// A regular interface, or an EFA interface without an IP address.
+    pub interface_type: InterfaceType,
+}
+
+/// The kinds of [`NetworkInterface`].
+#[derive(JsonSchema, Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum InterfaceType {
+    /// An ENA interface with IP addresses (`interface`).
+    Interface,
+    /// An EFA interface with no IP address (`efa-only`).
+    EfaOnly,
+}
+
+/// CPU options.
+#[derive(JsonSchema, Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CpuOptions {
+    /// Whether the instances may run nested virtual machines.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nested_virtualization: Option<Toggle>,
+}
+
+/// Connection tracking timeouts, in seconds.
+#[derive(JsonSchema, Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ConnectionTracking {
+    /// Idle TCP connections that are established (60 to 432,000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 60, max = 432_000))]
+    pub tcp_established_timeout: Option<i32>,
+    /// Idle UDP flows that saw traffic both ways (60 to 180).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 60, max = 180))]
+    pub udp_stream_timeout: Option<i32>,
+    /// Idle UDP flows that saw traffic one way or one request-response (30 to 60).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 30, max = 60))]
+    pub udp_timeout: Option<i32>,
 }
 
 /// Tags a selector term matches: at most 20, no empty keys or values (`*` matches any value).
@@ -280,9 +360,11 @@ pub enum InstanceMatchCriteria {
 pub struct PlacementGroupSelector {
     /// The placement group name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1))]
     pub name: Option<String>,
-    /// The placement group id.
+    /// The placement group id (`pg-…`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^pg-[0-9a-z]+$"))]
     pub id: Option<String>,
 }
 
@@ -574,10 +656,82 @@ pub struct EC2NodeClassStatus {
     /// The instance profile in use.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instance_profile: Option<String>,
+    /// Capacity reservations found by `capacityReservationSelectorTerms`. Joist does not offer
+    /// reserved capacity yet and writes none; the field is kept so objects Karpenter wrote apply.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub capacity_reservations: Vec<CapacityReservation>,
     /// `SubnetsReady`, `SecurityGroupsReady`, `AMIsReady`, `InstanceProfileReady`,
     /// `ValidationSucceeded`, `Ready`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "super::common::required_reason_conditions_schema")]
     pub conditions: Vec<Condition>,
+}
+
+/// A capacity reservation, as Karpenter records it in the status.
+#[derive(JsonSchema, Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CapacityReservation {
+    /// Its id.
+    pub id: String,
+    /// The zone it is in.
+    pub availability_zone: String,
+    /// The instance type it reserves.
+    pub instance_type: String,
+    /// The account that owns it.
+    #[serde(rename = "ownerID")]
+    pub owner_id: String,
+    /// `open` or `targeted`.
+    pub instance_match_criteria: InstanceMatchCriteria,
+    /// When it ends.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_time: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+    /// Whether EC2 may interrupt it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interruptible: Option<bool>,
+    /// `default` or `capacity-block`.
+    #[serde(default)]
+    pub reservation_type: ReservationType,
+    /// `active` or `expiring`.
+    #[serde(default)]
+    pub state: ReservationState,
+}
+
+/// The kinds of capacity reservation.
+#[derive(JsonSchema, Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ReservationType {
+    /// An on-demand capacity reservation.
+    #[default]
+    Default,
+    /// A capacity block.
+    CapacityBlock,
+}
+
+/// Where a capacity reservation is in its life.
+#[derive(JsonSchema, Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ReservationState {
+    /// In use.
+    #[default]
+    Active,
+    /// About to end.
+    Expiring,
+}
+
+/// An AMI's requirements in the status: node selector requirements (`key`, `operator`, `values`).
+fn ami_requirements_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "array",
+        "items": {
+            "type": "object",
+            "required": ["key", "operator"],
+            "properties": {
+                "key": {"type": "string"},
+                "operator": {"type": "string"},
+                "values": {"type": "array", "items": {"type": "string"}},
+            },
+        },
+    })
 }
 
 /// A resolved subnet.
@@ -613,8 +767,9 @@ pub struct ResolvedAmi {
     /// The AMI is deprecated.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub deprecated: bool,
-    /// Requirements of the instance types this AMI serves (arch, GPU, …).
-    #[serde(default)]
+    /// Requirements of the instance types this AMI serves (arch, GPU, …); the schema is a plain
+    /// node selector requirement's, as Karpenter's (no `minValues`).
+    #[schemars(schema_with = "ami_requirements_schema")]
     pub requirements: Vec<super::common::NodeSelectorRequirementWithMinValues>,
 }
 
@@ -653,6 +808,82 @@ fn validate_prefixed_id(out: &mut Violations, at: &str, id: Option<&str>, prefix
     }
 }
 
+/// The rules of `networkInterfaces`, `connectionTracking` and `placementGroupSelector` (the
+/// bounds and enums are the schema's).
+fn validate_network(out: &mut Violations, spec: &EC2NodeClassSpec) {
+    // Accepted by the CRD so Karpenter v1.14 manifests apply, refused here until the launch
+    // template carries them: a node launched without what the class asks for is worse than none.
+    let not_yet = [
+        ("spec.networkInterfaces", !spec.network_interfaces.is_empty()),
+        ("spec.ipPrefixCount", spec.ip_prefix_count.is_some()),
+        ("spec.cpuOptions", spec.cpu_options.is_some()),
+        ("spec.connectionTracking", spec.connection_tracking.is_some()),
+    ];
+    for (field, _) in not_yet.iter().filter(|(_, set)| *set) {
+        out.push(
+            *field,
+            "accepted by the CRD but not yet honoured by Joist's launches, so this class launches nothing while it is set",
+        );
+    }
+    let interfaces = &spec.network_interfaces;
+    let primary = |i: &&NetworkInterface| {
+        i.network_card_index == 0 && i.device_index == 0 && i.interface_type == InterfaceType::Interface
+    };
+    if !interfaces.is_empty() && !interfaces.iter().any(|i| primary(&i)) {
+        out.push(
+            "spec.networkInterfaces",
+            "networkInterfaces needs the primary interface: interfaceType 'interface' at networkCardIndex 0, deviceIndex 0",
+        );
+    }
+    for (n, interface) in interfaces.iter().enumerate() {
+        let card = interface.network_card_index;
+        let earlier = &interfaces[..n];
+        if earlier
+            .iter()
+            .any(|i| i.network_card_index == card && i.device_index == interface.device_index)
+        {
+            out.push(
+                format!("spec.networkInterfaces[{n}]"),
+                format!(
+                    "network card {card}, device {} is used twice",
+                    interface.device_index
+                ),
+            );
+        }
+        let efa =
+            |i: &NetworkInterface| i.network_card_index == card && i.interface_type == InterfaceType::EfaOnly;
+        if efa(interface) && earlier.iter().any(efa) {
+            out.push(
+                format!("spec.networkInterfaces[{n}]"),
+                format!("network card {card} has a second efa-only interface: at most one per card"),
+            );
+        }
+    }
+    if let Some(tracking) = &spec.connection_tracking
+        && tracking.tcp_established_timeout.is_none()
+        && tracking.udp_stream_timeout.is_none()
+        && tracking.udp_timeout.is_none()
+    {
+        out.push(
+            "spec.connectionTracking",
+            "at least one of tcpEstablishedTimeout, udpStreamTimeout, udpTimeout must be set",
+        );
+    }
+    if let Some(group) = &spec.placement_group_selector {
+        match (&group.name, &group.id) {
+            (None, None) => out.push(
+                "spec.placementGroupSelector",
+                "expected one of ['name', 'id'], got none",
+            ),
+            (Some(_), Some(_)) => out.push(
+                "spec.placementGroupSelector",
+                "'name' and 'id' are mutually exclusive",
+            ),
+            _ => {}
+        }
+    }
+}
+
 impl Validate for EC2NodeClass {
     fn validate(&self) -> Vec<Violation> {
         let mut out = Violations::default();
@@ -683,6 +914,7 @@ impl Validate for EC2NodeClass {
                 );
             }
         }
+        validate_network(&mut out, spec);
         match (&spec.role, &spec.instance_profile) {
             (Some(_), Some(_)) => out.push(
                 "spec.role",

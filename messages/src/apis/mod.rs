@@ -43,8 +43,42 @@ pub fn openapi_schema(crd: &CustomResourceDefinition) -> serde_json::Value {
 /// The CRDs Joist serves, each with the file name Karpenter uses for it.
 pub fn crds() -> Vec<(&'static str, CustomResourceDefinition)> {
     vec![
-        ("karpenter.sh_nodepools.yaml", NodePool::crd()),
-        ("karpenter.sh_nodeclaims.yaml", NodeClaim::crd()),
-        ("karpenter.k8s.aws_ec2nodeclasses.yaml", EC2NodeClass::crd()),
+        ("karpenter.sh_nodepools.yaml", with_object_fields(NodePool::crd())),
+        (
+            "karpenter.sh_nodeclaims.yaml",
+            with_object_fields(NodeClaim::crd()),
+        ),
+        (
+            "karpenter.k8s.aws_ec2nodeclasses.yaml",
+            with_object_fields(EC2NodeClass::crd()),
+        ),
     ]
+}
+
+/// `crd` with `apiVersion`, `kind` and `metadata` declared at the root of each version's schema,
+/// as Karpenter's CRDs (and controller-gen's) declare them.
+fn with_object_fields(mut crd: CustomResourceDefinition) -> CustomResourceDefinition {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::JSONSchemaProps;
+    let typed = |type_: &str, description: &str| JSONSchemaProps {
+        type_: Some(type_.to_owned()),
+        description: Some(description.to_owned()),
+        ..JSONSchemaProps::default()
+    };
+    let schemas = crd.spec.versions.iter_mut().filter_map(|v| v.schema.as_mut());
+    for root in schemas.filter_map(|s| s.open_api_v3_schema.as_mut()) {
+        let properties = root.properties.get_or_insert_with(Default::default);
+        properties.entry("apiVersion".to_owned()).or_insert_with(|| {
+            typed(
+                "string",
+                "The versioned schema of this representation of an object.",
+            )
+        });
+        properties
+            .entry("kind".to_owned())
+            .or_insert_with(|| typed("string", "The REST resource this object represents."));
+        properties
+            .entry("metadata".to_owned())
+            .or_insert_with(|| typed("object", "Standard object metadata."));
+    }
+    crd
 }

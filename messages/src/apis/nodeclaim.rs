@@ -108,14 +108,16 @@ pub struct NodeClaimSpec {
     pub requirements: Vec<NodeSelectorRequirementWithMinValues>,
     /// The resources the node must provide: pod requests plus daemonset overhead.
     #[serde(default)]
+    #[schemars(transform = super::common::without_default)]
     pub resources: ResourceRequirements,
     /// The provider-specific node class.
     pub node_class_ref: NodeClassReference,
     /// Maximum time to drain the node before its pods are forcibly deleted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub termination_grace_period: Option<Duration>,
-    /// Node lifetime (`Never` disables expiry).
+    /// Node lifetime (`Never` disables expiry); the CRD defaults it to 720h, as Karpenter's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("default" = "720h"))]
     pub expire_after: Option<NillableDuration>,
 }
 
@@ -151,6 +153,7 @@ pub struct NodeClaimStatus {
     pub last_pod_event_time: Option<Time>,
     /// `Launched`, `Registered`, `Initialized`, `Ready`, `Drifted`, `Consolidatable`, ….
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "super::common::optional_reason_conditions_schema")]
     pub conditions: Vec<Condition>,
 }
 

@@ -98,8 +98,10 @@ fn nodepool_and_hostname_rule(key: &str) -> String {
 pub struct NodePoolSpec {
     /// The template of the NodeClaims this NodePool launches.
     pub template: NodeClaimTemplate,
-    /// How and when Joist may disrupt this NodePool's nodes.
+    /// How and when Joist may disrupt this NodePool's nodes. The CRD defaults only
+    /// `consolidateAfter` here, as Karpenter's does; the other fields default themselves.
     #[serde(default)]
+    #[schemars(extend("default" = {"consolidateAfter": "0s"}))]
     pub disruption: Disruption,
     /// Upper bounds on the total capacity of this NodePool's nodes (any resource, and `nodes`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -108,6 +110,12 @@ pub struct NodePoolSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 100))]
     pub weight: Option<i32>,
+    /// A static NodePool's node count (Karpenter's `StaticCapacity`). Accepted by the CRD so
+    /// Karpenter v1.14 manifests apply, but not supported yet: validation refuses it, so such a
+    /// NodePool is not Ready and launches nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub replicas: Option<i64>,
 }
 
 /// Labels and annotations propagated to NodeClaims and Nodes.
@@ -147,6 +155,7 @@ fn template_labels_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema
 pub struct NodeClaimTemplate {
     /// Labels and annotations.
     #[serde(default)]
+    #[schemars(transform = super::common::without_default)]
     pub metadata: TemplateMetadata,
     /// The NodeClaim spec, without resource requests.
     pub spec: NodeClaimTemplateSpec,
@@ -224,6 +233,7 @@ pub enum DisruptionReason {
 pub struct Disruption {
     /// How long a node must be consolidatable before it is consolidated (`Never` disables it).
     #[serde(default = "zero_seconds")]
+    #[schemars(transform = super::common::without_default)]
     pub consolidate_after: NillableDuration,
     /// Which nodes consolidation considers.
     #[serde(default)]
@@ -270,7 +280,9 @@ pub const BUDGET_SCHEDULE_PATTERN: &str =
     r"^(@(annually|yearly|monthly|weekly|daily|midnight|hourly))|((.+)\s(.+)\s(.+)\s(.+)\s(.+))$";
 
 /// A limit on simultaneous disruptions, optionally only during a schedule and for some reasons.
+/// `nodes` is required by the CRD, as in Karpenter, and defaults to `10%` when decoding.
 #[derive(JsonSchema, Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[schemars(extend("required" = ["nodes"]))]
 pub struct Budget {
     /// A node count (`5`) or a percentage of the NodePool's nodes (`10%`, rounded up).
     #[serde(default = "default_budget_nodes")]
@@ -333,12 +345,14 @@ pub struct NodePoolStatus {
     pub resources: BTreeMap<String, Quantity>,
     /// How many nodes the NodePool has.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("default" = 0))]
     pub nodes: Option<i64>,
     /// The generation of the node class last seen ready.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_class_observed_generation: Option<i64>,
     /// `ValidationSucceeded`, `NodeClassReady`, `NodeRegistrationHealthy`, `Ready`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "super::common::required_reason_conditions_schema")]
     pub conditions: Vec<Condition>,
 }
 
@@ -347,6 +361,12 @@ impl Validate for NodePool {
         let mut out = Violations::default();
         out.require_name(self.metadata.name.as_deref(), "NodePool");
         let spec = &self.spec;
+        if spec.replicas.is_some() {
+            out.push(
+                "spec.replicas",
+                "static NodePools (Karpenter's StaticCapacity) are not supported by Joist yet: remove replicas to provision for pending pods",
+            );
+        }
         let template = "spec.template";
         for (key, value) in &spec.template.metadata.labels {
             let at = format!("{template}.metadata.labels[{key}]");

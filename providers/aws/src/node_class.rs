@@ -84,6 +84,7 @@ pub async fn resolve(
         security_groups: security_groups(clients, class).await?,
         amis: amis(clients, class, kubernetes).await?,
         instance_profile: Some(instance_profile),
+        capacity_reservations: Vec::new(),
         conditions: Vec::new(),
     })
 }

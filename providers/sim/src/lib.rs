@@ -515,6 +515,7 @@ impl CloudProvider for SimCloud {
                 }],
                 amis,
                 instance_profile: Some(format!("{}_{name}", settings.cluster_name)),
+                capacity_reservations: Vec::new(),
                 conditions: Vec::new(),
             })
         })
