@@ -523,12 +523,14 @@ async fn a_nodepool_flood_is_bounded_and_its_status_still_lands() {
 }
 
 #[actix::test]
-async fn a_node_class_with_a_field_joist_does_not_honour_yet_is_not_ready_and_says_why() {
+async fn an_invalid_node_class_is_not_ready_launches_nothing_and_says_why_once() {
     tokio::time::pause();
     let world = world(Settings::default());
+    // No primary interface: kubesim stores it (it runs no CEL), the API server would refuse it.
     create(&kube_ops::cluster::<EC2NodeClass>(&world.client), serde_json::json!({
         "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass", "metadata": {"name": "default"},
-        "spec": {"role": "r", "amiSelectorTerms": [{"alias": "al2023@latest"}], "ipPrefixCount": 1,
+        "spec": {"role": "r", "amiSelectorTerms": [{"alias": "al2023@latest"}],
+                 "networkInterfaces": [{"networkCardIndex": 0, "deviceIndex": 1, "interfaceType": "efa-only"}],
                  "subnetSelectorTerms": [{"id": "subnet-1"}], "securityGroupSelectorTerms": [{"id": "sg-1"}]}
     }))
     .await;
@@ -548,7 +550,7 @@ async fn a_node_class_with_a_field_joist_does_not_honour_yet_is_not_ready_and_sa
         validation.is_some_and(|c| c.status == "False"
             && c.reason == "ValidationFailed"
             && c.message
-                .contains("spec.ipPrefixCount: accepted by the CRD but not yet honoured")),
+                .contains("spec.networkInterfaces: networkInterfaces needs the primary interface")),
         "{conditions:#?}"
     );
     assert!(!kube_ops::is_true(&conditions, "Ready"), "{conditions:#?}");

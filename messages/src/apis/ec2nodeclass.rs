@@ -811,20 +811,6 @@ fn validate_prefixed_id(out: &mut Violations, at: &str, id: Option<&str>, prefix
 /// The rules of `networkInterfaces`, `connectionTracking` and `placementGroupSelector` (the
 /// bounds and enums are the schema's).
 fn validate_network(out: &mut Violations, spec: &EC2NodeClassSpec) {
-    // Accepted by the CRD so Karpenter v1.14 manifests apply, refused here until the launch
-    // template carries them: a node launched without what the class asks for is worse than none.
-    let not_yet = [
-        ("spec.networkInterfaces", !spec.network_interfaces.is_empty()),
-        ("spec.ipPrefixCount", spec.ip_prefix_count.is_some()),
-        ("spec.cpuOptions", spec.cpu_options.is_some()),
-        ("spec.connectionTracking", spec.connection_tracking.is_some()),
-    ];
-    for (field, _) in not_yet.iter().filter(|(_, set)| *set) {
-        out.push(
-            *field,
-            "accepted by the CRD but not yet honoured by Joist's launches, so this class launches nothing while it is set",
-        );
-    }
     let interfaces = &spec.network_interfaces;
     let primary = |i: &&NetworkInterface| {
         i.network_card_index == 0 && i.device_index == 0 && i.interface_type == InterfaceType::Interface

@@ -14,7 +14,10 @@ use super::{
     requirements::{Operator, Requirement, Requirements},
     resources::{Resources, names},
 };
-use crate::labels::{ARCH, CAPACITY_TYPE, INSTANCE_TYPE, OS, REGION, ZONE, aws};
+use crate::{
+    apis::ec2nodeclass::{InterfaceType, NetworkInterface},
+    labels::{ARCH, CAPACITY_TYPE, INSTANCE_TYPE, OS, REGION, ZONE, aws},
+};
 
 /// The GPUs of an instance type.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -66,6 +69,16 @@ pub struct Ec2Shape {
     pub encryption_in_transit: bool,
     /// GPUs, if any.
     pub gpu: Option<Gpu>,
+    /// Network cards (interfaces can be spread over them); 1 for most types.
+    #[serde(default = "one_card")]
+    pub network_cards: i64,
+    /// EFA interfaces it can carry, 0 when EFA is not supported.
+    #[serde(default)]
+    pub efa_interfaces: i64,
+}
+
+fn one_card() -> i64 {
+    1
 }
 
 /// Node settings that change capacity and overhead (Karpenter's `VM_MEMORY_OVERHEAD_PERCENT`,
@@ -97,6 +110,20 @@ impl Default for CapacitySettings {
 }
 
 impl Ec2Shape {
+    /// Whether the type can carry `interfaces` (an EC2NodeClass's `networkInterfaces`): each on a
+    /// network card it has, and its `efa-only` ones within its EFA interfaces. No interfaces asks
+    /// for nothing.
+    pub fn supports(&self, interfaces: &[NetworkInterface]) -> bool {
+        let efa = interfaces
+            .iter()
+            .filter(|i| i.interface_type == InterfaceType::EfaOnly)
+            .count();
+        interfaces
+            .iter()
+            .all(|i| i64::from(i.network_card_index) < self.network_cards)
+            && i64::try_from(efa).is_ok_and(|efa| efa <= self.efa_interfaces)
+    }
+
     /// The family (`m5` of `m5.large`).
     pub fn family(&self) -> &str {
         self.name
@@ -268,7 +295,32 @@ mod tests {
             bare_metal: false,
             encryption_in_transit: false,
             gpu: None,
+            network_cards: 1,
+            efa_interfaces: 0,
         }
+    }
+
+    #[test]
+    fn interfaces_must_fit_the_types_network_cards_and_efa() {
+        use crate::apis::ec2nodeclass::{InterfaceType::*, NetworkInterface};
+        let interface = |card, device, interface_type| NetworkInterface {
+            network_card_index: card,
+            device_index: device,
+            interface_type,
+        };
+        let plain = m5_large();
+        let trainer = Ec2Shape {
+            network_cards: 4,
+            efa_interfaces: 4,
+            ..m5_large()
+        };
+        assert!(plain.supports(&[]));
+        assert!(plain.supports(&[interface(0, 0, Interface)]));
+        let efa = [interface(0, 0, Interface), interface(1, 0, EfaOnly)];
+        assert!(!plain.supports(&efa), "one card and no EFA");
+        assert!(trainer.supports(&efa));
+        let too_many: Vec<_> = (0..5).map(|card| interface(card, 1, EfaOnly)).collect();
+        assert!(!trainer.supports(&too_many), "five EFA interfaces, four cards");
     }
 
     #[test]

@@ -158,5 +158,10 @@ pub fn shape(info: &InstanceTypeInfo) -> Option<Ec2Shape> {
             .and_then(|n| n.encryption_in_transit_supported())
             .unwrap_or(false),
         gpu,
+        network_cards: i64::from(network.and_then(|n| n.maximum_network_cards()).unwrap_or(1)),
+        efa_interfaces: network
+            .filter(|n| n.efa_supported().unwrap_or(false))
+            .and_then(|n| n.efa_info()?.maximum_efa_interfaces())
+            .map_or(0, i64::from),
     })
 }

@@ -1,5 +1,6 @@
 //! Launch templates named by what they hold: one per distinct image, user data, security groups,
-//! instance profile, disks, metadata options and tags, named `karpenter.k8s.aws/<hash>` as
+//! instance profile, disks, metadata options, network interfaces (EFA-only ones, IPv4 prefixes,
+//! connection tracking), CPU options and tags, named `karpenter.k8s.aws/<hash>` as
 //! Karpenter names them, so a template is created once and every later launch (and a Karpenter
 //! running beside Joist) reuses it. Templates known to exist are remembered for [`TEMPLATE_TTL`];
 //! after that EC2 is asked again, so one deleted by hand is created anew.
@@ -14,16 +15,18 @@ use std::{
 };
 
 use aws_sdk_ec2::types::{
-    Filter, LaunchTemplateBlockDeviceMappingRequest, LaunchTemplateEbsBlockDeviceRequest,
-    LaunchTemplateHttpTokensState, LaunchTemplateIamInstanceProfileSpecificationRequest,
-    LaunchTemplateInstanceMetadataEndpointState, LaunchTemplateInstanceMetadataOptionsRequest,
-    LaunchTemplateInstanceMetadataProtocolIpv6, LaunchTemplateInstanceNetworkInterfaceSpecificationRequest,
-    LaunchTemplatesMonitoringRequest, RequestLaunchTemplateData, ResourceType, Tag, TagSpecification,
+    ConnectionTrackingSpecificationRequest, Filter, LaunchTemplateBlockDeviceMappingRequest,
+    LaunchTemplateCpuOptionsRequest, LaunchTemplateEbsBlockDeviceRequest, LaunchTemplateHttpTokensState,
+    LaunchTemplateIamInstanceProfileSpecificationRequest, LaunchTemplateInstanceMetadataEndpointState,
+    LaunchTemplateInstanceMetadataOptionsRequest, LaunchTemplateInstanceMetadataProtocolIpv6,
+    LaunchTemplateInstanceNetworkInterfaceSpecificationRequest, LaunchTemplatesMonitoringRequest,
+    NestedVirtualizationSpecification, RequestLaunchTemplateData, ResourceType, Tag, TagSpecification,
     VolumeType as Ec2VolumeType,
 };
 use base64::Engine;
 use joist_messages::apis::ec2nodeclass::{
-    BlockDeviceMapping, HttpTokens, MetadataOptions, Toggle, VolumeType,
+    BlockDeviceMapping, ConnectionTracking, HttpTokens, InterfaceType, MetadataOptions, NetworkInterface,
+    Toggle, VolumeType,
 };
 use serde::Serialize;
 use tokio::time::Instant;
@@ -56,6 +59,18 @@ pub struct TemplateInput {
     pub detailed_monitoring: bool,
     /// Whether instances get a public IPv4 address; `None` leaves it to the subnet.
     pub associate_public_ip: Option<bool>,
+    /// The class's network interfaces (none: one primary interface).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub network_interfaces: Vec<NetworkInterface>,
+    /// IPv4 prefixes for each interface with addresses (prefix delegation).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ip_prefix_count: Option<i32>,
+    /// Connection tracking timeouts of each interface with addresses.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub connection_tracking: Option<ConnectionTracking>,
+    /// Nested virtualization.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nested_virtualization: Option<Toggle>,
     /// Tags on the template itself (the cluster's, so it can be found and cleaned up).
     pub tags: BTreeMap<String, String>,
 }
@@ -103,18 +118,75 @@ impl TemplateInput {
                     .build(),
             )
             .set_block_device_mappings(Some(self.block_devices.iter().map(block_device).collect()));
-        data = match self.associate_public_ip {
-            // A network interface carries the security groups when it is given.
-            Some(public) => data.network_interfaces(
-                LaunchTemplateInstanceNetworkInterfaceSpecificationRequest::builder()
-                    .device_index(0)
-                    .associate_public_ip_address(public)
-                    .set_groups(Some(self.security_group_ids.clone()))
-                    .build(),
-            ),
-            None => data.set_security_group_ids(Some(self.security_group_ids.clone())),
+        let interfaces = self.interfaces();
+        data = if interfaces.is_empty() {
+            data.set_security_group_ids(Some(self.security_group_ids.clone()))
+        } else {
+            // The interfaces carry the security groups when they are given.
+            data.set_network_interfaces(Some(interfaces))
         };
+        if let Some(nested) = self.nested_virtualization {
+            data = data.cpu_options(
+                LaunchTemplateCpuOptionsRequest::builder()
+                    .nested_virtualization(match nested {
+                        Toggle::Enabled => NestedVirtualizationSpecification::Enabled,
+                        Toggle::Disabled => NestedVirtualizationSpecification::Disabled,
+                    })
+                    .build(),
+            );
+        }
         data.build()
+    }
+
+    /// The interface specifications: the class's interfaces, or a primary one when a public
+    /// address, prefixes or connection tracking are asked for, or none (the subnet's defaults).
+    /// EFA-only interfaces have no IP address, so no public address, prefixes or tracking.
+    fn interfaces(&self) -> Vec<LaunchTemplateInstanceNetworkInterfaceSpecificationRequest> {
+        let primary = NetworkInterface {
+            network_card_index: 0,
+            device_index: 0,
+            interface_type: InterfaceType::Interface,
+        };
+        let wanted: Vec<&NetworkInterface> = if !self.network_interfaces.is_empty() {
+            self.network_interfaces.iter().collect()
+        } else if self.associate_public_ip.is_some()
+            || self.ip_prefix_count.is_some()
+            || self.connection_tracking.is_some()
+        {
+            vec![&primary]
+        } else {
+            Vec::new()
+        };
+        let tracking = self.connection_tracking.as_ref().map(|t| {
+            ConnectionTrackingSpecificationRequest::builder()
+                .set_tcp_established_timeout(t.tcp_established_timeout)
+                .set_udp_stream_timeout(t.udp_stream_timeout)
+                .set_udp_timeout(t.udp_timeout)
+                .build()
+        });
+        wanted
+            .into_iter()
+            .map(|interface| {
+                let addressed = interface.interface_type == InterfaceType::Interface;
+                let spec = LaunchTemplateInstanceNetworkInterfaceSpecificationRequest::builder()
+                    .network_card_index(interface.network_card_index)
+                    .device_index(interface.device_index)
+                    .set_groups(Some(self.security_group_ids.clone()));
+                let spec = match interface.interface_type {
+                    // EC2's own name for the regular type is `interface`, the default: left unset.
+                    InterfaceType::Interface => spec,
+                    InterfaceType::EfaOnly => spec.interface_type("efa-only"),
+                };
+                if addressed {
+                    spec.set_associate_public_ip_address(self.associate_public_ip)
+                        .set_ipv4_prefix_count(self.ip_prefix_count)
+                        .set_connection_tracking_specification(tracking.clone())
+                        .build()
+                } else {
+                    spec.build()
+                }
+            })
+            .collect()
     }
 }
 
@@ -257,8 +329,62 @@ mod tests {
             block_devices: Vec::new(),
             detailed_monitoring: false,
             associate_public_ip: None,
+            network_interfaces: Vec::new(),
+            ip_prefix_count: None,
+            connection_tracking: None,
+            nested_virtualization: None,
             tags: BTreeMap::from([(CLUSTER_TAG.to_owned(), "demo".to_owned())]),
         }
+    }
+
+    #[test]
+    fn efa_only_interfaces_get_no_addresses_and_the_others_get_prefixes_and_tracking() {
+        let interface = |card, device, interface_type| NetworkInterface {
+            network_card_index: card,
+            device_index: device,
+            interface_type,
+        };
+        let template = TemplateInput {
+            network_interfaces: vec![
+                interface(0, 0, InterfaceType::Interface),
+                interface(1, 0, InterfaceType::EfaOnly),
+            ],
+            ip_prefix_count: Some(2),
+            associate_public_ip: Some(false),
+            connection_tracking: Some(ConnectionTracking {
+                tcp_established_timeout: Some(3600),
+                udp_stream_timeout: None,
+                udp_timeout: Some(30),
+            }),
+            ..input()
+        };
+        let specs = template.interfaces();
+        assert_eq!(specs.len(), 2);
+        let (primary, efa) = (&specs[0], &specs[1]);
+        assert_eq!(
+            (primary.network_card_index(), primary.device_index()),
+            (Some(0), Some(0))
+        );
+        assert_eq!(primary.ipv4_prefix_count(), Some(2));
+        assert_eq!(primary.associate_public_ip_address(), Some(false));
+        let tracking = primary.connection_tracking_specification();
+        assert_eq!(tracking.and_then(|t| t.tcp_established_timeout()), Some(3600));
+        assert_eq!(
+            (efa.network_card_index(), efa.interface_type()),
+            (Some(1), Some("efa-only"))
+        );
+        assert_eq!(efa.ipv4_prefix_count(), None);
+        assert_eq!(efa.associate_public_ip_address(), None);
+        assert!(efa.connection_tracking_specification().is_none());
+        assert_eq!(
+            efa.groups(),
+            ["sg-1"],
+            "every interface carries the security groups"
+        );
+        assert!(
+            input().interfaces().is_empty(),
+            "nothing asked: the subnet's defaults"
+        );
     }
 
     #[test]
@@ -270,6 +396,12 @@ mod tests {
         let mut other = input();
         other.image_id = "ami-0456".into();
         assert_ne!(name, other.name(), "a new image makes a new template");
+        // Fields a class leaves unset are not hashed: the templates of classes that use none of
+        // the networking and CPU options keep the names they had before those options existed.
+        assert_eq!(name, "karpenter.k8s.aws/b06e77d215418224");
+        let mut prefixed = input();
+        prefixed.ip_prefix_count = Some(1);
+        assert_ne!(name, prefixed.name());
     }
 
     #[test]

@@ -140,9 +140,11 @@ pub fn instance_types(
     };
     let class_zones: BTreeSet<&str> = status.subnets.iter().map(|s| s.zone.as_str()).collect();
     let amis = ami_requirements(&status.amis);
+    let interfaces = &class.spec.network_interfaces;
     catalog
         .shapes
         .values()
+        .filter(|shape| shape.supports(interfaces))
         .filter_map(|shape| {
             let on_demand = prices.on_demand(&shape.name)?;
             let offerings: Vec<Offering> = catalog
@@ -203,6 +205,8 @@ mod tests {
             bare_metal: false,
             encryption_in_transit: false,
             gpu: None,
+            network_cards: 1,
+            efa_interfaces: 0,
         }
     }
 

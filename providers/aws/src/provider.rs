@@ -299,6 +299,14 @@ impl AwsCloud {
             block_devices: offerings::block_devices(class, family),
             detailed_monitoring: class.spec.detailed_monitoring.unwrap_or(false),
             associate_public_ip: class.spec.associate_public_ip_address,
+            network_interfaces: class.spec.network_interfaces.clone(),
+            ip_prefix_count: class.spec.ip_prefix_count,
+            connection_tracking: class.spec.connection_tracking.clone(),
+            nested_virtualization: class
+                .spec
+                .cpu_options
+                .as_ref()
+                .and_then(|c| c.nested_virtualization),
             tags,
         })
     }

@@ -125,6 +125,12 @@ def local_nvme_gb(item):
     return 0
 
 
+def efa_interfaces(network):
+    if not network.get("EfaSupported"):
+        return 0
+    return int((network.get("EfaInfo") or {}).get("MaximumEfaInterfaces", 0))
+
+
 def gpu_of(item):
     gpus = (item.get("GpuInfo") or {}).get("Gpus") or []
     if not gpus:
@@ -160,6 +166,8 @@ def entry(name, item, zones):
         "bareMetal": bool(item.get("BareMetal", False)),
         "encryptionInTransit": bool(network.get("EncryptionInTransitSupported", False)),
         "gpu": gpu_of(item),
+        "networkCards": int(network.get("MaximumNetworkCards", 1)),
+        "efaInterfaces": efa_interfaces(network),
         "zones": zones,
     }
 

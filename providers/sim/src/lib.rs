@@ -25,7 +25,7 @@ use joist_messages::{
         ec2nodeclass::{ResolvedAmi, ResolvedSecurityGroup, ResolvedSubnet},
     },
     labels::{ARCH, NODEPOOL},
-    model::instance_type::InstanceType,
+    model::{instance_type::InstanceType, shape::Ec2Shape},
 };
 use joist_provider::{
     CloudError, CloudFuture, CloudProvider, Drift, Instance, InstanceState, Launch, OfferingKey, launch,
@@ -58,7 +58,8 @@ pub struct SimCloud {
 
 struct Inner {
     settings: SimSettings,
-    types: Vec<InstanceType>,
+    /// Every type sold, with the hardware it was made from.
+    types: Vec<(Ec2Shape, InstanceType)>,
     client: kube::Client,
     books: Books,
     queue: Arc<SimQueue>,
@@ -72,7 +73,10 @@ impl SimCloud {
         let catalog = Catalog::load(&settings.region, &settings.zones)?;
         let types = catalog
             .iter()
-            .map(|listing| listing.instance_type(&settings.region, &settings.capacity))
+            .map(|listing| {
+                let instance_type = listing.instance_type(&settings.region, &settings.capacity);
+                (listing.shape.clone(), instance_type)
+            })
             .collect();
         let books = Books::new(settings.seed);
         Ok(Self {
@@ -449,11 +453,13 @@ impl CloudProvider for SimCloud {
                 .flat_map(|s| &s.subnets)
                 .map(|s| s.zone.as_str())
                 .collect();
+            let interfaces = &node_class.spec.network_interfaces;
             Ok(self
                 .inner
                 .types
                 .iter()
-                .map(|it| {
+                .filter(|(shape, _)| shape.supports(interfaces))
+                .map(|(_, it)| {
                     let mut it = it.clone();
                     it.offerings.retain(|o| zones.contains(&o.zone.as_str()));
                     it
@@ -473,7 +479,7 @@ impl CloudProvider for SimCloud {
                     .inner
                     .types
                     .iter()
-                    .flat_map(|it| it.offerings.iter().map(|o| o.zone.clone()))
+                    .flat_map(|(_, it)| it.offerings.iter().map(|o| o.zone.clone()))
                     .collect();
                 all.sort();
                 all.dedup();

@@ -27,6 +27,7 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use crate::{moto, node_class, tag_network};
 
 const CLUSTER: &str = "fleet";
+const EFA_CLUSTER: &str = "fleet-efa";
 const ENDPOINT: &str = "https://fleet.example.eks.amazonaws.com";
 
 fn claim(name: &str) -> NodeClaim {
@@ -61,20 +62,42 @@ fn claim(name: &str) -> NodeClaim {
     claim
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_fleet_launches_from_a_reused_template_and_the_instance_is_terminated() {
+/// What a launch test starts from: moto, Joist's AWS provider, the class `default` as the
+/// NodeClass controller leaves it (resolved and Ready, in kubesim), and the instance types it
+/// offers the NodePool `default`.
+struct Fleet {
+    clients: joist_provider_aws::clients::AwsClients,
+    cloud: AwsCloud,
+    class: EC2NodeClass,
+    types: Vec<Arc<InstanceType>>,
+}
+
+/// The class spec of the launch tests (the network tagged for `CLUSTER`); `extra` adds fields.
+fn spec(extra: &str) -> String {
+    format!(
+        "  instanceProfile: KarpenterNodeInstanceProfile
+  amiSelectorTerms: [{{alias: al2023@latest}}]
+  subnetSelectorTerms: [{{tags: {{karpenter.sh/discovery: {CLUSTER}}}}}]
+  securityGroupSelectorTerms: [{{tags: {{karpenter.sh/discovery: {CLUSTER}}}}}]
+{extra}"
+    )
+}
+
+/// The launch world of a cluster named `cluster`: each test has its own, so each finds its own
+/// launch templates in the moto they share; they share the discovery-tagged network.
+async fn fleet(cluster: &str, spec: &str) -> Fleet {
     let clients = moto::clients().await;
     tag_network(&clients, CLUSTER, &["us-west-2d"]).await;
-    let cluster = Cluster::start(ClusterSettings::default());
-    cluster
+    let kubesim = Cluster::start(ClusterSettings::default());
+    kubesim
         .install_crds(joist_messages::apis::crds().into_iter().map(|(_, crd)| crd))
         .unwrap_or_else(|e| panic!("{e}"));
-    let kube = cluster.client();
+    let kube = kubesim.client();
     let cloud = AwsCloud::new(
         clients.clone(),
         kube.clone(),
         AwsSettings {
-            cluster_name: CLUSTER.to_owned(),
+            cluster_name: cluster.to_owned(),
             cluster_endpoint: ENDPOINT.to_owned(),
             cluster_ca_bundle: None,
             cluster_cidr: Some("10.100.0.0/16".to_owned()),
@@ -84,15 +107,7 @@ async fn a_fleet_launches_from_a_reused_template_and_the_instance_is_terminated(
         },
     )
     .unwrap_or_else(|e| panic!("{e}"));
-
-    // The class as the NodeClass controller leaves it: resolved and Ready.
-    let mut class = node_class(
-        "  instanceProfile: KarpenterNodeInstanceProfile
-  amiSelectorTerms: [{alias: al2023@latest}]
-  subnetSelectorTerms: [{tags: {karpenter.sh/discovery: fleet}}]
-  securityGroupSelectorTerms: [{tags: {karpenter.sh/discovery: fleet}}]
-",
-    );
+    let mut class = node_class(spec);
     let classes: Api<EC2NodeClass> = Api::all(kube.clone());
     classes
         .create(&PostParams::default(), &class)
@@ -119,7 +134,6 @@ async fn a_fleet_launches_from_a_reused_template_and_the_instance_is_terminated(
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     class.status = Some(status);
-
     let pool: NodePool = serde_saphyr::from_str(
         "apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {name: default}\n\
          spec: {template: {spec: {nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}, requirements: []}}}\n",
@@ -132,6 +146,61 @@ async fn a_fleet_launches_from_a_reused_template_and_the_instance_is_terminated(
         .into_iter()
         .map(Arc::new)
         .collect();
+    Fleet {
+        clients,
+        cloud,
+        class,
+        types,
+    }
+}
+
+/// The launch template data of the one template Joist created for `cluster`.
+async fn our_template(
+    clients: &joist_provider_aws::clients::AwsClients,
+    cluster: &str,
+) -> aws_sdk_ec2::types::ResponseLaunchTemplateData {
+    let templates = clients
+        .ec2
+        .describe_launch_templates()
+        .filters(
+            aws_sdk_ec2::types::Filter::builder()
+                .name(format!("tag:{}", launch_template::CLUSTER_TAG))
+                .values(cluster)
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let ours: Vec<&str> = templates
+        .launch_templates()
+        .iter()
+        .filter_map(|t| t.launch_template_name())
+        .filter(|name| name.starts_with(launch_template::NAME_PREFIX))
+        .collect();
+    assert_eq!(ours.len(), 1, "one template: {ours:?}");
+    let versions = clients
+        .ec2
+        .describe_launch_template_versions()
+        .launch_template_name(ours[0])
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    versions
+        .launch_template_versions()
+        .first()
+        .and_then(|v| v.launch_template_data())
+        .cloned()
+        .unwrap_or_else(|| panic!("the template has no data: {versions:?}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleet_launches_from_a_reused_template_and_the_instance_is_terminated() {
+    let Fleet {
+        clients,
+        cloud,
+        class,
+        types,
+    } = fleet(CLUSTER, &spec("")).await;
     let m5 = types
         .iter()
         .find(|t| t.name == "m5.large")
@@ -189,33 +258,12 @@ async fn a_fleet_launches_from_a_reused_template_and_the_instance_is_terminated(
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     assert_ne!(second.instance.provider_id, instance.provider_id);
-    let templates = clients
-        .ec2
-        .describe_launch_templates()
-        .send()
+    let user_data = our_template(&clients, CLUSTER)
         .await
-        .unwrap_or_else(|e| panic!("{e}"));
-    let ours: Vec<&str> = templates
-        .launch_templates()
-        .iter()
-        .filter_map(|t| t.launch_template_name())
-        .filter(|name| name.starts_with(launch_template::NAME_PREFIX))
-        .collect();
-    assert_eq!(ours.len(), 1, "the second launch reused the template: {ours:?}");
-    let versions = clients
-        .ec2
-        .describe_launch_template_versions()
-        .launch_template_name(ours[0])
-        .send()
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-    let user_data = versions
-        .launch_template_versions()
-        .first()
-        .and_then(|v| v.launch_template_data()?.user_data())
+        .user_data()
         .and_then(|encoded| base64::engine::general_purpose::STANDARD.decode(encoded).ok())
         .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
-        .unwrap_or_else(|| panic!("the template has no user data: {versions:?}"));
+        .unwrap_or_else(|| panic!("the template has no user data"));
     assert!(user_data.contains(ENDPOINT), "{user_data}");
     assert!(user_data.contains("maxPods: 29"), "{user_data}");
 
@@ -231,4 +279,88 @@ async fn a_fleet_launches_from_a_reused_template_and_the_instance_is_terminated(
         );
     }
     assert!(cloud.list().await.unwrap_or_else(|e| panic!("{e}")).is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_classs_network_and_cpu_options_reach_the_launch_template() {
+    let Fleet {
+        clients,
+        cloud,
+        types,
+        ..
+    } = fleet(
+        EFA_CLUSTER,
+        &spec(
+            "  networkInterfaces:
+    - {networkCardIndex: 0, deviceIndex: 0, interfaceType: interface}
+    - {networkCardIndex: 1, deviceIndex: 0, interfaceType: efa-only}
+  ipPrefixCount: 2
+  cpuOptions: {nestedVirtualization: enabled}
+  connectionTracking: {tcpEstablishedTimeout: 3600, udpTimeout: 30}
+",
+        ),
+    )
+    .await;
+    // Only types with a second network card and EFA can carry the interfaces.
+    let names: Vec<&str> = types.iter().map(|t| t.name.as_str()).collect();
+    assert!(
+        !names.contains(&"m5.large") && !names.contains(&"c5.large"),
+        "{names:?}"
+    );
+    assert!(names.contains(&"m6in.32xlarge"), "{names:?}");
+    let mut claim = claim("default-efa");
+    for requirement in claim
+        .spec
+        .requirements
+        .iter_mut()
+        .filter(|r| r.key == INSTANCE_TYPE)
+    {
+        requirement.values = vec!["m6in.32xlarge".to_owned()];
+    }
+    let launched = cloud
+        .create(&claim, &types)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        launched.instance.instance_type, "m6in.32xlarge",
+        "the cheapest type that can carry them"
+    );
+
+    let data = our_template(&clients, EFA_CLUSTER).await;
+    let interfaces = data.network_interfaces();
+    assert_eq!(interfaces.len(), 2, "{interfaces:#?}");
+    let (primary, efa) = (&interfaces[0], &interfaces[1]);
+    assert_eq!(
+        (primary.network_card_index(), primary.device_index()),
+        (Some(0), Some(0))
+    );
+    assert_eq!(
+        primary.ipv4_prefix_count(),
+        Some(2),
+        "prefix delegation on the primary"
+    );
+    let tracking = primary.connection_tracking_specification();
+    assert_eq!(
+        tracking.map(|t| (t.tcp_established_timeout(), t.udp_timeout())),
+        Some((Some(3600), Some(30)))
+    );
+    assert_eq!(
+        (efa.network_card_index(), efa.interface_type()),
+        (Some(1), Some("efa-only"))
+    );
+    assert_eq!(
+        efa.ipv4_prefix_count(),
+        None,
+        "an EFA-only interface has no addresses"
+    );
+    assert!(
+        !primary.groups().is_empty() && primary.groups() == efa.groups(),
+        "{interfaces:#?}"
+    );
+    let nested = data.cpu_options().and_then(|c| c.nested_virtualization());
+    assert_eq!(nested.map(|n| n.as_str()), Some("enabled"));
+    cloud
+        .delete(&launched.instance.provider_id)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
 }
