@@ -1234,3 +1234,103 @@ fn simulate_exports_node_traces_over_otlp_when_the_endpoint_is_set() {
         "spans carry the scenario's virtual time (2026-01-01T00:00Z + minutes), not the wall clock: {started}"
     );
 }
+
+/// The static c5.large NodePool `fixed` with `spec` lines (`replicas`, `limits`), the node class,
+/// and `manifests` after them.
+fn static_pool(spec: &str, manifests: &str) -> String {
+    let only_c5_large = "        - key: node.kubernetes.io/instance-type\n          operator: In\n          values: [c5.large]";
+    pool("fixed", only_c5_large, spec) + NODE_CLASS + manifests
+}
+
+/// A scenario with the `StaticCapacity` gate on.
+fn static_scenario(manifests: &str, steps: &str, until: &str) -> Report {
+    run(&scenario_with(
+        "{featureGates: {staticCapacity: true}}",
+        manifests,
+        steps,
+        until,
+    ))
+}
+
+/// Instances running at `at` seconds.
+fn running_at(report: &Report, at: f64) -> usize {
+    report
+        .instances
+        .iter()
+        .filter(|l| l.launched_at_seconds <= at && l.ended_at_seconds.is_none_or(|end| end > at))
+        .count()
+}
+
+#[test]
+fn a_static_nodepool_keeps_its_size_without_pods_and_follows_its_replicas() {
+    let steps = "
+    - {at: 5m, scale: {kind: NodePool, name: fixed, replicas: 5}}
+    - {at: 10m, scale: {kind: NodePool, name: fixed, replicas: 1}}";
+    // consolidateAfter 0s: a dynamic pool would remove these empty nodes at once.
+    let report = static_scenario(&static_pool("  replicas: 3", ""), steps, "15m");
+    let s = &report.summary;
+    assert_eq!(
+        running_at(&report, 290.0),
+        3,
+        "three empty nodes kept: {:#?}",
+        report.instances
+    );
+    assert_eq!(
+        running_at(&report, 590.0),
+        5,
+        "scaled to five: {:#?}",
+        report.instances
+    );
+    assert_eq!(s.final_nodes.len(), 1, "{s:#?}");
+    assert_eq!(s.nodes_launched, 5, "no node replaced for nothing: {s:#?}");
+    assert_eq!(terminated(&report, "terminated"), 4, "{s:#?}");
+    assert!(
+        s.final_nodes
+            .iter()
+            .all(|n| n.instance_type == "c5.large" && n.nodepool == "fixed")
+    );
+    let launched = first_at(&report, "nodeclaim-created");
+    assert!(launched < 5.0, "the pool is filled at once: {launched}s");
+}
+
+#[test]
+fn a_static_nodepool_stops_at_its_node_limit_and_says_so() {
+    let report = static_scenario(
+        &static_pool("  replicas: 5\n  limits: {nodes: 3}", ""),
+        "[]",
+        "5m",
+    );
+    assert_eq!(report.summary.nodes_launched, 3, "{:#?}", report.summary);
+    let limited = entries(&report, "warning").find(|e| e.detail.starts_with("LimitsExceeded"));
+    assert!(
+        limited.is_some(),
+        "no LimitsExceeded warning in {:#?}",
+        report.timeline
+    );
+}
+
+#[test]
+fn pods_run_on_a_static_nodepools_nodes_but_never_make_it_launch() {
+    let manifests = static_pool("  replicas: 1", &deployment("web", 4, "1", ""));
+    let report = static_scenario(&manifests, "[]", "5m");
+    let s = &report.summary;
+    // One c5.large (2 vCPUs) holds one of the 1-CPU pods; the rest wait: the pool is static.
+    assert_eq!(
+        (s.nodes_launched, s.pods_running_end, s.pods_pending_end),
+        (1, 1, 3),
+        "{s:#?}"
+    );
+}
+
+#[test]
+fn without_the_gate_a_static_nodepool_launches_nothing_and_says_why() {
+    let report = run(&scenario(&static_pool("  replicas: 3", ""), "[]", "3m"));
+    assert_eq!(report.summary.nodes_launched, 0, "{:#?}", report.summary);
+    let refused = entries(&report, "warning")
+        .find(|e| e.object == "NodePool/fixed" && e.detail.contains("StaticCapacity feature gate"));
+    assert!(
+        refused.is_some(),
+        "no warning naming the gate in {:#?}",
+        report.timeline
+    );
+}

@@ -36,6 +36,7 @@ pub mod read_model;
 pub mod settings;
 pub mod shared;
 pub mod snapshot;
+pub mod static_capacity;
 
 use std::sync::Arc;
 

@@ -5,6 +5,10 @@
 //!
 //! An invalid NodePool is not an error of the controller: it gets `ValidationSucceeded=False` with
 //! the field and the rule it breaks, and a Warning event, and launches nothing until fixed.
+//!
+//! A static NodePool (`replicas`) is kept at its size by the same actor ([`static_capacity`]),
+//! one reconcile at a time, when the `StaticCapacity` gate is on; with the gate off it is not
+//! valid, and says so.
 
 use actix::prelude::*;
 use futures::{StreamExt, stream};
@@ -21,7 +25,7 @@ use crate::{
     kube_ops::{self, is_true, set_condition},
     protocol::{LaunchPlan, Reconcile},
     shared::Shared,
-    snapshot,
+    snapshot, static_capacity,
 };
 
 /// Launch plans and pokes queued before senders wait or see `Full`.
@@ -34,12 +38,18 @@ pub const CLAIM_CREATES_IN_FLIGHT: usize = 16;
 pub struct NodePoolActor {
     name: String,
     shared: Shared,
+    /// The next look at a static pool, when one is due.
+    requeue: Option<SpawnHandle>,
 }
 
 impl NodePoolActor {
     /// The actor for the NodePool `name`.
     pub fn new(name: String, shared: Shared) -> Self {
-        Self { name, shared }
+        Self {
+            name,
+            shared,
+            requeue: None,
+        }
     }
 }
 
@@ -58,17 +68,34 @@ impl Supervised for NodePoolActor {
 }
 
 impl Handler<Reconcile> for NodePoolActor {
-    type Result = ResponseFuture<()>;
+    // Atomic: a static pool's count must not be judged by two reconciles at once.
+    type Result = AtomicResponse<Self, ()>;
 
     fn handle(&mut self, _msg: Reconcile, ctx: &mut Self::Context) -> Self::Result {
         let _span = tracing::debug_span!("nodepool.reconcile", nodepool = self.name).entered();
         let Some(pool) = self.shared.read.node_pool(&self.name) else {
             self.shared.directory.node_pools.remove(&self.name);
             ctx.stop();
-            return Box::pin(async {});
+            return AtomicResponse::new(Box::pin(fut::ready(())));
         };
         let shared = self.shared.clone();
-        Box::pin(async move { write_status(&shared, &pool).await })
+        let keeps_size = static_capacity::is_static(&pool) && shared.settings.static_capacity;
+        let work = async move {
+            write_status(&shared, &pool).await;
+            if keeps_size {
+                // The status just written says whether the pool is Ready.
+                let pool = shared.read.node_pool(&pool.name_any()).unwrap_or(pool);
+                static_capacity::reconcile(&shared, &pool).await;
+            }
+        };
+        AtomicResponse::new(Box::pin(work.into_actor(self).map(move |(), actor, ctx| {
+            if keeps_size {
+                if let Some(pending) = actor.requeue.take() {
+                    ctx.cancel_future(pending);
+                }
+                actor.requeue = Some(ctx.notify_later(Reconcile, static_capacity::STATIC_REQUEUE));
+            }
+        })))
     }
 }
 
@@ -91,7 +118,7 @@ impl Handler<LaunchPlan> for NodePoolActor {
 /// Creates the planned claims that still fit the pool's limits: the limits are checked claim by
 /// claim against what the pool holds, then the creates run [`CLAIM_CREATES_IN_FLIGHT`] at a time.
 /// A create that fails is logged; its pods stay pending and the next pass plans for them again.
-async fn create_claims(shared: &Shared, name: &str, claims: Vec<NodeClaim>) {
+pub async fn create_claims(shared: &Shared, name: &str, claims: Vec<NodeClaim>) {
     let Some(pool) = shared.read.node_pool(name) else {
         return;
     };
@@ -148,7 +175,15 @@ async fn write_status(shared: &Shared, pool: &NodePool) {
     let before = serde_json::to_value(&status).unwrap_or_default();
     let generation = pool.metadata.generation;
     let clock = &shared.clock;
-    let violations = pool.validate();
+    let mut violations = pool.validate();
+    if static_capacity::is_static(pool) && !shared.settings.static_capacity {
+        violations.push(joist_messages::apis::Violation {
+            field: "spec.replicas".to_owned(),
+            message:
+                "static NodePools need the StaticCapacity feature gate (FEATURE_GATES=StaticCapacity=true)"
+                    .to_owned(),
+        });
+    }
     let valid = violations.is_empty();
     let problems = violations
         .iter()

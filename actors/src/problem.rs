@@ -14,6 +14,7 @@ use kube::ResourceExt;
 
 use crate::{
     kube_ops::is_true, protocol::GetInstanceTypes, settings::ACTOR_REQUEST_TIMEOUT, shared::Shared, snapshot,
+    static_capacity,
 };
 
 /// A problem, and the NodePools its `node_pools` stand for, in the same order.
@@ -38,7 +39,8 @@ pub async fn cluster(shared: &Shared, nodes: Vec<ExistingNode>) -> Problem {
             .status
             .as_ref()
             .is_some_and(|s| is_true(&s.conditions, "Ready"));
-        if !ready || pool.metadata.deletion_timestamp.is_some() {
+        // Static pools keep their own size: pods never make them launch.
+        if !ready || pool.metadata.deletion_timestamp.is_some() || static_capacity::is_static(&pool) {
             continue;
         }
         let Some(class) = read.node_class(&pool.spec.template.spec.node_class_ref.name) else {

@@ -32,6 +32,8 @@ pub struct Settings {
     /// Karpenter's `NodeRepair` feature gate: nodes the cloud's repair policies call broken for
     /// long enough are replaced.
     pub node_repair: bool,
+    /// Karpenter's `StaticCapacity` feature gate: NodePools with `replicas` keep that many nodes.
+    pub static_capacity: bool,
     /// The interruption queue to read (`INTERRUPTION_QUEUE`); none: interruptions are not read.
     pub interruption_queue: Option<Arc<dyn InterruptionQueue>>,
 }
@@ -46,6 +48,7 @@ impl Default for Settings {
             garbage_collection: Duration::from_secs(120),
             spot_to_spot_consolidation: false,
             node_repair: false,
+            static_capacity: false,
             interruption_queue: None,
         }
     }

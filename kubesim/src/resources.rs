@@ -62,6 +62,38 @@ pub struct ResourceType {
     pub keeps_status_on_create: bool,
     /// The columns `kubectl get` shows, beyond NAME and AGE (a CRD's additionalPrinterColumns).
     pub printer_columns: Vec<PrinterColumn>,
+    /// Where a `/scale` subresource reads and writes, when the type has one.
+    pub scale: Option<ScalePaths>,
+}
+
+/// The fields an autoscaling/v1 Scale stands for (a CRD's `subresources.scale`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScalePaths {
+    /// The desired count (`.spec.replicas`).
+    pub spec_replicas: String,
+    /// The observed count (`.status.replicas`).
+    pub status_replicas: String,
+    /// The label selector (`.spec.selector` of a workload), if any.
+    pub label_selector: Option<String>,
+}
+
+impl ScalePaths {
+    /// The workloads' paths: `.spec.replicas`, `.status.replicas`, `.spec.selector`.
+    fn workload() -> Self {
+        Self {
+            spec_replicas: ".spec.replicas".to_owned(),
+            status_replicas: ".status.replicas".to_owned(),
+            label_selector: Some(".spec.selector".to_owned()),
+        }
+    }
+}
+
+/// A dotted path (`.spec.replicas`) as a JSON pointer (`/spec/replicas`).
+pub fn pointer(path: &str) -> String {
+    path.split('.')
+        .filter(|part| !part.is_empty())
+        .map(|part| format!("/{}", part.replace('~', "~0").replace('/', "~1")))
+        .collect()
 }
 
 /// A column of the Table that `kubectl get` asks for.
@@ -98,10 +130,11 @@ impl ResourceType {
         if self.status_subresource {
             subresources.push("status");
         }
-        match (self.group.as_str(), self.plural.as_str()) {
-            ("", "pods") => subresources.extend(["binding", "eviction"]),
-            ("apps", "deployments" | "replicasets" | "statefulsets") => subresources.push("scale"),
-            _ => {}
+        if self.scale.is_some() {
+            subresources.push("scale");
+        }
+        if (self.group.as_str(), self.plural.as_str()) == ("", "pods") {
+            subresources.extend(["binding", "eviction"]);
         }
         subresources
     }
@@ -144,6 +177,8 @@ impl Registry {
                 status_subresource: status,
                 keeps_status_on_create: kind == "Node",
                 printer_columns: builtin_columns(kind),
+                scale: matches!(plural, "deployments" | "replicasets" | "statefulsets")
+                    .then(ScalePaths::workload),
             });
         }
         registry
@@ -365,6 +400,16 @@ fn crd_types(crd: &Value) -> Option<Vec<ResourceType>> {
             status_subresource: version.pointer("/subresources/status").is_some(),
             keeps_status_on_create: false,
             printer_columns,
+            scale: version.pointer("/subresources/scale").and_then(|scale| {
+                Some(ScalePaths {
+                    spec_replicas: scale.get("specReplicasPath")?.as_str()?.to_owned(),
+                    status_replicas: scale.get("statusReplicasPath")?.as_str()?.to_owned(),
+                    label_selector: scale
+                        .get("labelSelectorPath")
+                        .and_then(Value::as_str)
+                        .map(str::to_owned),
+                })
+            }),
         });
     }
     (!types.is_empty()).then_some(types)

@@ -111,6 +111,7 @@ async fn simulate(
         solver: SolverMode::Inline,
         interruption_queue: Some(cloud.queue()),
         node_repair: scenario.feature_gates.node_repair,
+        static_capacity: scenario.feature_gates.static_capacity,
         spot_to_spot_consolidation: scenario.feature_gates.spot_to_spot_consolidation,
         ..Settings::default()
     };

@@ -90,6 +90,9 @@ pub struct FeatureGates {
     /// `SpotToSpotConsolidation`: spot nodes may be replaced by cheaper spot nodes.
     #[serde(default)]
     pub spot_to_spot_consolidation: bool,
+    /// `StaticCapacity`: NodePools with `replicas` keep that many nodes.
+    #[serde(default)]
+    pub static_capacity: bool,
 }
 
 #[derive(Debug, Deserialize)]

@@ -74,7 +74,7 @@ fn a_karpenter_values_file_installs_unchanged_and_becomes_joists_settings() {
         ("INTERRUPTION_QUEUE", "demo"),
         (
             "FEATURE_GATES",
-            "NodeRepair=true,ReservedCapacity=true,SpotToSpotConsolidation=true",
+            "NodeRepair=true,ReservedCapacity=true,SpotToSpotConsolidation=true,StaticCapacity=false",
         ),
         ("LOG_LEVEL", "debug"),
         ("BATCH_IDLE_DURATION", "1s"),

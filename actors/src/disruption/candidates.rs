@@ -1,6 +1,7 @@
 //! Which nodes the DisruptionPlanner may take, as Karpenter filters them: a managed NodeClaim that
 //! is initialized and not being deleted, whose Node exists, is not being deleted or already
-//! disrupted, and whose NodePool and instance type (with a price) are known.
+//! disrupted, and whose NodePool (a dynamic one: static pools keep their own size) and instance
+//! type (with a price) are known.
 //!
 //! Graceful methods also skip a node annotated `karpenter.sh/do-not-disrupt: "true"`, or running
 //! a pod whose `karpenter.sh/do-not-disrupt` is active (`"true"`, or a duration not yet elapsed
@@ -160,6 +161,10 @@ fn candidate(
     let labels = claim.labels();
     let pool_name = labels.get(NODEPOOL)?;
     let pool = read.node_pool(pool_name)?;
+    // A static pool keeps its own size: its nodes are no candidates for any method.
+    if crate::static_capacity::is_static(&pool) {
+        return None;
+    }
     let node = read.node_for_provider(status.provider_id.as_deref()?)?;
     if node.metadata.deletion_timestamp.is_some() || is_disrupted(&node) {
         return None;

@@ -1,6 +1,7 @@
 //! Subresources: `/status` (spec and status written separately), `/scale` (an autoscaling/v1 Scale
-//! view of `spec.replicas`), `pods/binding` (what a scheduler posts) and `pods/eviction` (a delete
-//! that honours PodDisruptionBudgets: 429 when the budget is spent).
+//! view of a workload's `spec.replicas`, or of the paths a CRD's `subresources.scale` names),
+//! `pods/binding` (what a scheduler posts) and `pods/eviction` (a delete that honours
+//! PodDisruptionBudgets: 429 when the budget is spent).
 
 use serde_json::{Value, json};
 
@@ -10,6 +11,7 @@ use super::{
     parse_body,
 };
 use crate::object::text;
+use crate::resources::{ScalePaths, pointer};
 use crate::{
     budget,
     error::ApiError,
@@ -49,14 +51,15 @@ pub fn handle(
             })?;
             Ok((200, versioned(path, &patched)))
         }
-        ("scale", "GET") => Ok((200, scale_of(&*store.get(&resource, &key)?))),
+        ("scale", "GET") => Ok((200, scale_of(&*store.get(&resource, &key)?, &scale_paths(path)?))),
         ("scale", "PUT" | "PATCH") => {
             let body = parse_body(request)?;
+            let paths = scale_paths(path)?;
             let updated = store.modify(&resource, &key, Part::Main, dry_run, |current| {
                 let scale = if method == "PUT" {
                     body.clone()
                 } else {
-                    apply_patch(path, &request.content_type, &scale_of(current), &body)?
+                    apply_patch(path, &request.content_type, &scale_of(current, &paths), &body)?
                 };
                 let replicas = scale
                     .pointer("/spec/replicas")
@@ -67,14 +70,14 @@ pub fn handle(
                         reason: "spec.replicas: Required value".to_owned(),
                     })?;
                 let mut next = current.clone();
-                next["spec"]["replicas"] = json!(replicas);
+                set_at(&mut next, &pointer(&paths.spec_replicas), json!(replicas));
                 next["metadata"]["resourceVersion"] = scale
                     .pointer("/metadata/resourceVersion")
                     .cloned()
                     .unwrap_or(Value::Null);
                 Ok(next)
             })?;
-            Ok((200, scale_of(&updated)))
+            Ok((200, scale_of(&updated, &paths)))
         }
         ("binding", "POST") => {
             let binding = parse_body(request)?;
@@ -154,10 +157,33 @@ pub fn bind(store: &Store, pod: &ObjectKey, node: &str, dry_run: bool) -> Result
     Ok(())
 }
 
-/// The autoscaling/v1 Scale of a workload.
-fn scale_of(object: &Value) -> Value {
-    let selector = object
-        .pointer("/spec/selector/matchLabels")
+/// Where the Scale of the resource at `path` reads and writes.
+fn scale_paths(path: &ResourcePath) -> Result<ScalePaths, ApiError> {
+    path.rtype.scale.clone().ok_or(ApiError::MethodNotAllowed)
+}
+
+/// Writes `value` at the JSON `pointer` of `object`, making the objects on the way.
+fn set_at(object: &mut Value, pointer: &str, value: Value) {
+    let mut at = object;
+    for part in pointer.split('/').skip(1) {
+        if !at.is_object() {
+            *at = json!({});
+        }
+        let key = part.replace("~1", "/").replace("~0", "~");
+        at = at
+            .as_object_mut()
+            .map(|map| map.entry(key).or_insert(Value::Null))
+            .unwrap_or_else(|| unreachable!("made an object above"));
+    }
+    *at = value;
+}
+
+/// The autoscaling/v1 Scale of an object, read at `paths`.
+fn scale_of(object: &Value, paths: &ScalePaths) -> Value {
+    let selector = paths
+        .label_selector
+        .as_deref()
+        .and_then(|selector| object.pointer(&format!("{}/matchLabels", pointer(selector))))
         .and_then(Value::as_object)
         .map(|labels| {
             labels
@@ -175,9 +201,9 @@ fn scale_of(object: &Value) -> Value {
             "name": metadata["name"], "namespace": metadata["namespace"], "uid": metadata["uid"],
             "resourceVersion": metadata["resourceVersion"], "creationTimestamp": metadata["creationTimestamp"],
         },
-        "spec": {"replicas": object.pointer("/spec/replicas").cloned().unwrap_or(json!(1))},
+        "spec": {"replicas": object.pointer(&pointer(&paths.spec_replicas)).cloned().unwrap_or(json!(1))},
         "status": {
-            "replicas": object.pointer("/status/replicas").cloned().unwrap_or(json!(0)),
+            "replicas": object.pointer(&pointer(&paths.status_replicas)).cloned().unwrap_or(json!(0)),
             "selector": selector,
         },
     })

@@ -303,6 +303,32 @@ async fn a_crd_serves_its_custom_resources() {
         .expect("create NodePool");
     let listed = pools.list(&ListParams::default()).await.expect("list NodePools");
     assert_eq!(listed.items.len(), 1);
+    // The CRD's scale subresource reads and writes the paths it names: spec.replicas, status.nodes.
+    pools
+        .patch_status(
+            "default",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"nodes": 2}})),
+        )
+        .await
+        .expect("status");
+    let scaled = pools
+        .patch_scale(
+            "default",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 4}})),
+        )
+        .await
+        .expect("scale");
+    assert_eq!(
+        (
+            scaled.spec.and_then(|s| s.replicas),
+            scaled.status.map(|s| s.replicas)
+        ),
+        (Some(4), Some(2))
+    );
+    let pool = pools.get("default").await.expect("get");
+    assert_eq!(pool.spec.replicas, Some(4));
     crds.delete("nodepools.karpenter.sh", &DeleteParams::default())
         .await
         .expect("delete CRD");

@@ -63,6 +63,7 @@ fn nodepool_and_hostname_rule(key: &str) -> String {
     category = "karpenter",
     derive = "PartialEq",
     doc = "NodePool is the Schema for the NodePools API",
+    scale(spec_replicas_path = ".spec.replicas", status_replicas_path = ".status.nodes"),
     printcolumn(
         name = "NodeClass",
         type_ = "string",
@@ -94,6 +95,14 @@ fn nodepool_and_hostname_rule(key: &str) -> String {
         priority = "1"
     )
 )]
+#[x_kube(
+    validation = Rule::new("has(self.replicas) == has(oldSelf.replicas)")
+        .message("a NodePool cannot switch between static (replicas set) and dynamic (replicas unset)"),
+    validation = Rule::new("!has(self.replicas) || !has(self.limits) || self.limits.all(k, k == 'nodes')")
+        .message("a static NodePool takes only limits.nodes"),
+    validation = Rule::new("!has(self.replicas) || !has(self.weight)")
+        .message("a static NodePool takes no weight")
+)]
 #[serde(rename_all = "camelCase")]
 pub struct NodePoolSpec {
     /// The template of the NodeClaims this NodePool launches.
@@ -110,9 +119,9 @@ pub struct NodePoolSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 100))]
     pub weight: Option<i32>,
-    /// A static NodePool's node count (Karpenter's `StaticCapacity`). Accepted by the CRD so
-    /// Karpenter v1.14 manifests apply, but not supported yet: validation refuses it, so such a
-    /// NodePool is not Ready and launches nothing.
+    /// A static NodePool's node count (Karpenter's `StaticCapacity` feature gate): Joist keeps
+    /// exactly this many nodes whatever the pods need, within `limits.nodes`. It is the NodePool's
+    /// scale subresource (`kubectl scale nodepool`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0))]
     pub replicas: Option<i64>,
@@ -186,7 +195,11 @@ pub struct NodeClaimTemplateSpec {
             .message("label \"karpenter.sh/nodepool\" and \"kubernetes.io/hostname\" are restricted")
     )]
     pub requirements: Vec<NodeSelectorRequirementWithMinValues>,
-    /// The provider-specific node class.
+    /// The provider-specific node class; its group and kind never change.
+    #[x_kube(
+        validation = Rule::new("self.group == oldSelf.group").message("nodeClassRef.group is immutable"),
+        validation = Rule::new("self.kind == oldSelf.kind").message("nodeClassRef.kind is immutable")
+    )]
     pub node_class_ref: NodeClassReference,
     /// Maximum time to drain a node before its pods are forcibly deleted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -362,10 +375,19 @@ impl Validate for NodePool {
         out.require_name(self.metadata.name.as_deref(), "NodePool");
         let spec = &self.spec;
         if spec.replicas.is_some() {
-            out.push(
-                "spec.replicas",
-                "static NodePools (Karpenter's StaticCapacity) are not supported by Joist yet: remove replicas to provision for pending pods",
-            );
+            if let Some(key) = spec
+                .limits
+                .keys()
+                .find(|k| *k != crate::model::resources::names::NODES)
+            {
+                out.push(
+                    format!("spec.limits[{key}]"),
+                    "a static NodePool takes only limits.nodes",
+                );
+            }
+            if spec.weight.is_some() {
+                out.push("spec.weight", "a static NodePool takes no weight");
+            }
         }
         let template = "spec.template";
         for (key, value) in &spec.template.metadata.labels {

@@ -126,6 +126,7 @@ async fn serve(settings: RunSettings, telemetry: &Telemetry) -> Result<(), Comma
             solver: SolverMode::Pool,
             spot_to_spot_consolidation: settings.feature_gates.spot_to_spot_consolidation,
             node_repair: settings.feature_gates.node_repair,
+            static_capacity: settings.feature_gates.static_capacity,
             interruption_queue,
             ..Settings::default()
         },

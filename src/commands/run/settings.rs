@@ -117,17 +117,14 @@ pub struct FeatureGates {
     /// `NodeRepair`: nodes broken for longer than the cloud's repair policies tolerate are
     /// replaced (default off).
     pub node_repair: bool,
+    /// `StaticCapacity`: NodePools with `replicas` keep that many nodes (default off).
+    pub static_capacity: bool,
     /// Gates Karpenter has that Joist does not implement yet, turned on.
     pub unimplemented_on: Vec<String>,
 }
 
 /// Karpenter's gates that Joist accepts but does not act on yet.
-const UNIMPLEMENTED_GATES: &[&str] = &[
-    "ReservedCapacity",
-    "NodeOverlay",
-    "StaticCapacity",
-    "CapacityBuffer",
-];
+const UNIMPLEMENTED_GATES: &[&str] = &["ReservedCapacity", "NodeOverlay", "CapacityBuffer"];
 
 impl FeatureGates {
     /// Parses `Name=bool` pairs separated by commas; `None` on anything else or an unknown gate.
@@ -139,6 +136,7 @@ impl FeatureGates {
             match name.trim() {
                 "SpotToSpotConsolidation" => gates.spot_to_spot_consolidation = on,
                 "NodeRepair" => gates.node_repair = on,
+                "StaticCapacity" => gates.static_capacity = on,
                 other if UNIMPLEMENTED_GATES.contains(&other) => {
                     if on {
                         gates.unimplemented_on.push(other.to_owned());

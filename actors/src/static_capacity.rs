@@ -1,0 +1,225 @@
+//! Static NodePools (`spec.replicas`, behind Karpenter's `StaticCapacity` feature gate): the
+//! NodePool actor keeps exactly `replicas` NodeClaims for the pool, whether or not pods need them.
+//!
+//! - Too few (a new pool, `replicas` raised, a node expired or was interrupted): the missing
+//!   NodeClaims are created from the template alone (its requirements, no pods, no requests), so
+//!   the cloud launches the cheapest offering the template allows. `limits.nodes` caps them, with
+//!   a `LimitsExceeded` event, as for any pool.
+//! - Too many (`replicas` lowered): the surplus is deleted, NodeClaims not launched yet first, then
+//!   empty nodes (DaemonSet pods only), then the nodes with the fewest pods, nodes running a
+//!   `karpenter.sh/do-not-disrupt` pod last. Deletion drains through the usual termination
+//!   (PodDisruptionBudgets and `terminationGracePeriod` hold); no disruption budget applies, as in
+//!   Karpenter.
+//!
+//! Static pools never launch for pending pods (the Provisioner leaves them out) and their nodes are
+//! not candidates for emptiness, consolidation or drift; expiry and repair still replace them.
+//! Creates and deletes that fail are logged; the actor looks again every [`STATIC_REQUEUE`].
+
+use std::{sync::Arc, time::Duration};
+
+use joist_messages::apis::{NodeClaim, NodePool};
+use joist_scheduling::NewClaim;
+use k8s_openapi::api::core::v1::Pod;
+use kube::{Api, ResourceExt};
+
+use crate::{
+    claim_template,
+    disruption::candidates::do_not_disrupt,
+    kube_ops::{self, is_true},
+    lifecycle::decide::is_daemon,
+    node_pool::create_claims,
+    shared::Shared,
+    snapshot,
+};
+
+/// How often a static pool is looked at without anything changing.
+pub const STATIC_REQUEUE: Duration = Duration::from_secs(60);
+
+/// Whether `pool` is a static NodePool.
+pub fn is_static(pool: &NodePool) -> bool {
+    pool.spec.replicas.is_some()
+}
+
+/// What a static pool needs now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Plan {
+    /// As many NodeClaims as it should have.
+    Hold,
+    /// This many more.
+    Create(usize),
+    /// These NodeClaims (by name) are surplus, in the order they go.
+    Delete(Vec<String>),
+}
+
+/// The plan for a pool wanting `replicas` NodeClaims that has `claims`; `pods_on` gives the pods
+/// on a node by name. Claims already being deleted are not counted.
+pub fn plan(
+    replicas: i64,
+    claims: &[Arc<NodeClaim>],
+    pods_on: impl Fn(&str) -> Vec<Arc<Pod>>,
+    now_seconds: i64,
+) -> Plan {
+    let active: Vec<&Arc<NodeClaim>> = claims
+        .iter()
+        .filter(|c| c.metadata.deletion_timestamp.is_none())
+        .collect();
+    let have = i64::try_from(active.len()).unwrap_or(i64::MAX);
+    if have < replicas {
+        return Plan::Create(usize::try_from(replicas - have).unwrap_or(0));
+    }
+    if have == replicas {
+        return Plan::Hold;
+    }
+    // Order: not launched, then empty, then fewest pods; do-not-disrupt pods push a node last.
+    let mut ranked: Vec<(bool, bool, usize, String)> = active
+        .iter()
+        .map(|claim| {
+            let node = claim.status.as_ref().and_then(|s| s.node_name.as_deref());
+            let launched = claim.status.as_ref().is_some_and(|s| s.provider_id.is_some());
+            let pods: Vec<Arc<Pod>> = node.map(&pods_on).unwrap_or_default();
+            let workload = pods.iter().filter(|p| !is_daemon(p)).count();
+            let protected = pods.iter().any(|p| do_not_disrupt(p, now_seconds));
+            (protected, launched, workload, claim.name_any())
+        })
+        .collect();
+    ranked.sort();
+    let surplus = usize::try_from(have - replicas).unwrap_or(0);
+    Plan::Delete(ranked.into_iter().take(surplus).map(|(.., name)| name).collect())
+}
+
+/// Brings the static `pool` to its `replicas` (see the module docs). Does nothing for a dynamic
+/// pool, or one that is not Ready.
+pub async fn reconcile(shared: &Shared, pool: &NodePool) {
+    let Some(replicas) = pool.spec.replicas else {
+        return;
+    };
+    let ready = pool
+        .status
+        .as_ref()
+        .is_some_and(|s| is_true(&s.conditions, "Ready"));
+    if !ready || pool.metadata.deletion_timestamp.is_some() {
+        return;
+    }
+    let name = pool.name_any();
+    let claims = shared.read.node_claims_of(&name);
+    let now = shared.clock.now_seconds();
+    match plan(replicas, &claims, |node| shared.read.pods_on(node), now) {
+        Plan::Hold => {}
+        Plan::Create(count) => {
+            let Ok(input) = snapshot::pool_input(&shared.read, pool, Vec::new()) else {
+                return;
+            };
+            let template = NewClaim {
+                node_pool: 0,
+                requirements: input.requirements,
+                instance_types: Vec::new(),
+                price: 0.0,
+                requests: Default::default(),
+                pods: Vec::new(),
+            };
+            let claim = claim_template::node_claim(pool, &template, &[]);
+            tracing::info!(
+                nodepool = name,
+                count,
+                replicas,
+                "creating nodeclaims for a static nodepool"
+            );
+            create_claims(shared, &name, vec![claim; count]).await;
+        }
+        Plan::Delete(surplus) => {
+            tracing::info!(
+                nodepool = name,
+                count = surplus.len(),
+                replicas,
+                "removing nodeclaims of a static nodepool"
+            );
+            let api: Api<NodeClaim> = kube_ops::cluster(&shared.client);
+            for claim in surplus {
+                if let Err(error) = kube_ops::delete(&api, &claim).await {
+                    tracing::warn!(nodepool = name, nodeclaim = claim, %error, "deleting a nodeclaim failed");
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use joist_messages::apis::NodeClaimStatus;
+    use serde_json::json;
+
+    use super::*;
+
+    fn claim(name: &str, node: Option<&str>) -> Arc<NodeClaim> {
+        let mut claim: NodeClaim = serde_json::from_value(json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim", "metadata": {"name": name},
+            "spec": {"requirements": [], "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}}
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        claim.status = node.map(|node| NodeClaimStatus {
+            node_name: Some(node.to_owned()),
+            provider_id: Some(format!("aws:///us-west-2a/i-{node}")),
+            ..NodeClaimStatus::default()
+        });
+        Arc::new(claim)
+    }
+
+    fn pod(annotations: serde_json::Value, owner: &str) -> Arc<Pod> {
+        let owners = if owner.is_empty() {
+            json!([])
+        } else {
+            json!([{"apiVersion": "apps/v1", "kind": owner, "name": "o", "uid": "o"}])
+        };
+        Arc::new(
+            serde_json::from_value(json!({
+                "metadata": {"name": "p", "namespace": "default", "annotations": annotations, "ownerReferences": owners}
+            }))
+            .unwrap_or_else(|e| panic!("{e}")),
+        )
+    }
+
+    #[test]
+    fn too_few_creates_the_difference_and_deleting_claims_do_not_count() {
+        let mut going = (*claim("b", Some("n-b"))).clone();
+        going.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            Default::default(),
+        ));
+        let claims = [claim("a", Some("n-a")), Arc::new(going)];
+        assert_eq!(plan(3, &claims, |_| Vec::new(), 0), Plan::Create(2));
+        assert_eq!(plan(1, &claims, |_| Vec::new(), 0), Plan::Hold);
+        assert_eq!(plan(0, &[], |_| Vec::new(), 0), Plan::Hold);
+    }
+
+    #[test]
+    fn surplus_goes_unlaunched_first_then_empty_then_fewest_pods_and_do_not_disrupt_last() {
+        let claims = [
+            claim("busy", Some("n-busy")),
+            claim("guarded", Some("n-guarded")),
+            claim("empty", Some("n-empty")),
+            claim("unlaunched", None),
+            claim("light", Some("n-light")),
+        ];
+        let pods: BTreeMap<&str, Vec<Arc<Pod>>> = BTreeMap::from([
+            (
+                "n-busy",
+                vec![pod(json!({}), "ReplicaSet"), pod(json!({}), "ReplicaSet")],
+            ),
+            (
+                "n-guarded",
+                vec![pod(json!({"karpenter.sh/do-not-disrupt": "true"}), "")],
+            ),
+            ("n-empty", vec![pod(json!({}), "DaemonSet")]),
+            ("n-light", vec![pod(json!({}), "ReplicaSet")]),
+        ]);
+        let pods_on = |node: &str| pods.get(node).cloned().unwrap_or_default();
+        let order = ["unlaunched", "empty", "light", "busy", "guarded"];
+        for keep in 0..5 {
+            let Plan::Delete(gone) = plan(keep, &claims, pods_on, 0) else {
+                panic!("keeping {keep} of 5 deletes");
+            };
+            assert_eq!(gone, order[..5 - keep as usize], "keeping {keep}");
+        }
+    }
+}
