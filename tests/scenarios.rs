@@ -1334,3 +1334,51 @@ fn without_the_gate_a_static_nodepool_launches_nothing_and_says_why() {
         report.timeline
     );
 }
+
+/// A NodeOverlay taking 60 % off the m5 family.
+const M5_DISCOUNT: &str = "apiVersion: karpenter.sh/v1alpha1
+kind: NodeOverlay
+metadata: {name: m5-discount}
+spec:
+  weight: 10
+  requirements:
+    - {key: karpenter.k8s.aws/instance-family, operator: In, values: [m5]}
+  priceAdjustment: '-60%'
+---
+";
+
+#[test]
+fn a_price_overlay_changes_the_instance_type_joist_chooses() {
+    let families = family(&["c6a", "m5"]);
+    // The pods come once the overlay has been seen, as in a cluster where it was applied before.
+    let manifests =
+        pool("default", &families, "") + NODE_CLASS + M5_DISCOUNT + &deployment("web", 0, "1", "");
+    let steps = "[{at: 30s, scale: {kind: Deployment, namespace: default, name: web, replicas: 5}}]";
+    let plain = run(&scenario(&manifests, steps, "3m"));
+    let overlaid = run(&scenario_with(
+        "{featureGates: {nodeOverlay: true}}",
+        &manifests,
+        steps,
+        "3m",
+    ));
+    let chosen = |report: &Report| {
+        report
+            .instances
+            .iter()
+            .map(|l| (l.instance_type.clone(), l.price_per_hour))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        chosen(&plain),
+        [("c6a.2xlarge".to_owned(), 0.306)],
+        "without the gate, the list price"
+    );
+    let discounted = chosen(&overlaid);
+    assert_eq!(discounted.len(), 1, "{discounted:?}");
+    assert_eq!(discounted[0].0, "m5.2xlarge", "{discounted:?}");
+    assert!(
+        (discounted[0].1 - 0.384 * 0.4).abs() < 1e-6,
+        "billed at the overlaid price: {discounted:?}"
+    );
+    assert_eq!(overlaid.summary.pods_running_end, 5);
+}

@@ -23,7 +23,7 @@ use std::{
 use actix::prelude::*;
 use futures::{StreamExt, stream::BoxStream};
 use joist_messages::{
-    apis::{EC2NodeClass, NodeClaim, NodePool},
+    apis::{EC2NodeClass, NodeClaim, NodeOverlay, NodePool},
     labels::NODEPOOL,
 };
 use k8s_openapi::api::{
@@ -75,6 +75,8 @@ pub enum Change {
     NodePool(Box<NodePool>, bool),
     /// A node class.
     NodeClass(Box<EC2NodeClass>, bool),
+    /// A NodeOverlay.
+    NodeOverlay(Box<NodeOverlay>, bool),
     /// A (re)list of a kind the indexes cover ended, with every object it listed.
     Relisted(Listed, HashSet<PodKey>),
     /// An object no actor is poked for changed (a DaemonSet, PodDisruptionBudget, Namespace or
@@ -226,6 +228,24 @@ impl ClusterState {
 /// A reflector over every object of `K`, as a stream of [`Change`]s. A (re)list ends with
 /// `relisted(every object it listed)`, so indexes can drop objects deleted while the watch was
 /// away (after a `410 Gone`, the reflector's store is replaced; the indexes must follow).
+impl ClusterState {
+    /// The NodeOverlays' stream when the `NodeOverlay` gate is on; with it off, an empty store
+    /// that is ready at once, so a cluster without the NodeOverlay CRD is never watched for it.
+    fn overlays(&self, mut writer: Writer<NodeOverlay>) -> BoxStream<'static, Change> {
+        if self.shared.settings.node_overlay {
+            return reflect(
+                Api::<NodeOverlay>::all(self.shared.client.clone()),
+                writer,
+                Change::NodeOverlay,
+                |_| Change::Quiet,
+            );
+        }
+        writer.apply_watcher_event(&Event::Init);
+        writer.apply_watcher_event(&Event::InitDone);
+        futures::stream::empty().boxed()
+    }
+}
+
 fn reflect<K>(
     api: Api<K>,
     writer: Writer<K>,
@@ -296,6 +316,7 @@ impl Actor for ClusterState {
                 Change::NodeClass,
                 |_| Change::Quiet,
             ),
+            self.overlays(writers.overlays),
             reflect(
                 Api::<DaemonSet>::all(client.clone()),
                 writers.daemon_sets,
@@ -427,6 +448,16 @@ impl StreamHandler<Change> for ClusterState {
                     self.poke(&actor, "nodepool");
                     self.trigger();
                 }
+            }
+            Change::NodeOverlay(overlay, deleted) => {
+                let _span =
+                    tracing::debug_span!("cluster_state.nodeoverlay", nodeoverlay = overlay.name_any())
+                        .entered();
+                if !deleted {
+                    ctx.spawn(crate::overlay::write_status(self.shared.clone(), overlay).into_actor(self));
+                }
+                // Every pool's catalog changed: look at pending pods again.
+                self.trigger();
             }
             Change::NodeClass(class, deleted) => {
                 let _span =

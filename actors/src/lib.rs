@@ -29,6 +29,7 @@ pub mod node_claim;
 pub mod node_class;
 pub mod node_pool;
 pub mod node_trace;
+pub mod overlay;
 pub mod problem;
 pub mod protocol;
 pub mod provisioner;

@@ -13,8 +13,8 @@ use joist_scheduling::{ExistingNode, Input, pod::PodInfo};
 use kube::ResourceExt;
 
 use crate::{
-    kube_ops::is_true, protocol::GetInstanceTypes, settings::ACTOR_REQUEST_TIMEOUT, shared::Shared, snapshot,
-    static_capacity,
+    kube_ops::is_true, overlay, protocol::GetInstanceTypes, settings::ACTOR_REQUEST_TIMEOUT, shared::Shared,
+    snapshot, static_capacity,
 };
 
 /// A problem, and the NodePools its `node_pools` stand for, in the same order.
@@ -61,6 +61,7 @@ pub async fn cluster(shared: &Shared, nodes: Vec<ExistingNode>) -> Problem {
                 continue;
             }
         };
+        let types = overlay::for_pool(shared, &pool, types);
         let start = input.instance_types.len();
         input.instance_types.extend(types.iter().cloned());
         match snapshot::pool_input(read, &pool, (start..input.instance_types.len()).collect()) {

@@ -22,7 +22,7 @@ use tokio::time::Instant;
 
 use dashmap::{DashMap, DashSet};
 use joist_messages::{
-    apis::{EC2NodeClass, NodeClaim, NodePool},
+    apis::{EC2NodeClass, NodeClaim, NodeOverlay, NodePool},
     labels::NODEPOOL,
 };
 use k8s_openapi::api::{
@@ -61,6 +61,7 @@ pub struct Writers {
     pub(crate) node_claims: Writer<NodeClaim>,
     pub(crate) node_pools: Writer<NodePool>,
     pub(crate) node_classes: Writer<EC2NodeClass>,
+    pub(crate) overlays: Writer<NodeOverlay>,
     pub(crate) daemon_sets: Writer<DaemonSet>,
     pub(crate) budgets: Writer<PodDisruptionBudget>,
     pub(crate) namespaces: Writer<Namespace>,
@@ -96,6 +97,7 @@ pub struct ReadModel {
     node_claims: Store<NodeClaim>,
     node_pools: Store<NodePool>,
     node_classes: Store<EC2NodeClass>,
+    overlays: Store<NodeOverlay>,
     daemon_sets: Store<DaemonSet>,
     budgets: Store<PodDisruptionBudget>,
     namespaces: Store<Namespace>,
@@ -123,6 +125,7 @@ impl ReadModel {
         let (node_claims, node_claims_w) = reflector::store();
         let (node_pools, node_pools_w) = reflector::store();
         let (node_classes, node_classes_w) = reflector::store();
+        let (overlays, overlays_w) = reflector::store();
         let (daemon_sets, daemon_sets_w) = reflector::store();
         let (budgets, budgets_w) = reflector::store();
         let (namespaces, namespaces_w) = reflector::store();
@@ -134,6 +137,7 @@ impl ReadModel {
             node_claims,
             node_pools,
             node_classes,
+            overlays,
             daemon_sets,
             budgets,
             namespaces,
@@ -147,6 +151,7 @@ impl ReadModel {
             node_claims: node_claims_w,
             node_pools: node_pools_w,
             node_classes: node_classes_w,
+            overlays: overlays_w,
             daemon_sets: daemon_sets_w,
             budgets: budgets_w,
             namespaces: namespaces_w,
@@ -166,6 +171,7 @@ impl ReadModel {
             self.node_claims.wait_until_ready(),
             self.node_pools.wait_until_ready(),
             self.node_classes.wait_until_ready(),
+            self.overlays.wait_until_ready(),
             self.daemon_sets.wait_until_ready(),
             self.budgets.wait_until_ready(),
             self.namespaces.wait_until_ready(),
@@ -334,6 +340,11 @@ impl ReadModel {
     /// Every NodePool, by name.
     pub fn node_pools(&self) -> Vec<Arc<NodePool>> {
         sorted(&self.node_pools)
+    }
+
+    /// Every NodeOverlay, by name (none unless the `NodeOverlay` gate is on).
+    pub fn overlays(&self) -> Vec<Arc<NodeOverlay>> {
+        sorted(&self.overlays)
     }
 
     /// Every EC2NodeClass, by name.

@@ -34,6 +34,9 @@ pub struct Settings {
     pub node_repair: bool,
     /// Karpenter's `StaticCapacity` feature gate: NodePools with `replicas` keep that many nodes.
     pub static_capacity: bool,
+    /// Karpenter's `NodeOverlay` feature gate: NodeOverlays change the catalog's prices and
+    /// extended resources.
+    pub node_overlay: bool,
     /// The interruption queue to read (`INTERRUPTION_QUEUE`); none: interruptions are not read.
     pub interruption_queue: Option<Arc<dyn InterruptionQueue>>,
 }
@@ -49,6 +52,7 @@ impl Default for Settings {
             spot_to_spot_consolidation: false,
             node_repair: false,
             static_capacity: false,
+            node_overlay: false,
             interruption_queue: None,
         }
     }

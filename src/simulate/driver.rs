@@ -11,7 +11,7 @@ use joist_actors::{
 };
 use joist_kubesim::{Cluster, ClusterSettings, Store, physics::PhysicsSettings};
 use joist_messages::{
-    apis::manifest::{Checker, KarpenterObject, Outcome},
+    apis::manifest::{Checker, Outcome},
     model::shape::CapacitySettings,
     time::Clock,
 };
@@ -112,6 +112,7 @@ async fn simulate(
         interruption_queue: Some(cloud.queue()),
         node_repair: scenario.feature_gates.node_repair,
         static_capacity: scenario.feature_gates.static_capacity,
+        node_overlay: scenario.feature_gates.node_overlay,
         spot_to_spot_consolidation: scenario.feature_gates.spot_to_spot_consolidation,
         ..Settings::default()
     };
@@ -357,12 +358,7 @@ fn documents(checker: &mut Checker, text: &str, field: &str) -> Result<Vec<Docum
             message: format!("{object_ref}: {message}"),
         };
         let body = match checked.outcome {
-            Outcome::Valid(object) => match object {
-                KarpenterObject::NodePool(o) => serde_json::to_value(o),
-                KarpenterObject::NodeClaim(o) => serde_json::to_value(o),
-                KarpenterObject::EC2NodeClass(o) => serde_json::to_value(o),
-            }
-            .map_err(|e| rejected(e.to_string()))?,
+            Outcome::Valid(object) => object.to_value().map_err(|e| rejected(e.to_string()))?,
             Outcome::Invalid(violations) => {
                 let list = violations
                     .iter()

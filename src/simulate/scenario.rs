@@ -93,6 +93,9 @@ pub struct FeatureGates {
     /// `StaticCapacity`: NodePools with `replicas` keep that many nodes.
     #[serde(default)]
     pub static_capacity: bool,
+    /// `NodeOverlay`: NodeOverlays change the catalog's prices and extended resources.
+    #[serde(default)]
+    pub node_overlay: bool,
 }
 
 #[derive(Debug, Deserialize)]

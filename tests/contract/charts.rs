@@ -74,7 +74,7 @@ fn a_karpenter_values_file_installs_unchanged_and_becomes_joists_settings() {
         ("INTERRUPTION_QUEUE", "demo"),
         (
             "FEATURE_GATES",
-            "NodeRepair=true,ReservedCapacity=true,SpotToSpotConsolidation=true,StaticCapacity=false",
+            "NodeRepair=true,ReservedCapacity=true,SpotToSpotConsolidation=true,StaticCapacity=false,NodeOverlay=false",
         ),
         ("LOG_LEVEL", "debug"),
         ("BATCH_IDLE_DURATION", "1s"),
@@ -147,7 +147,7 @@ fn every_rendered_object_is_a_valid_kubernetes_1_35_object() {
         .filter(|doc| doc.contains("kind:"))
         .map(|doc| serde_saphyr::from_str(doc).unwrap_or_else(|e| panic!("{e}")))
         .collect();
-    assert_eq!(crds.len(), 3);
+    assert_eq!(crds.len(), 4, "NodePool, NodeClaim, EC2NodeClass, NodeOverlay");
     for crd in &crds {
         assert_eq!(crd["metadata"]["annotations"]["owner"], "platform");
     }
@@ -188,10 +188,6 @@ fn values_joist_cannot_honour_fail_the_install_naming_them() {
         ("settings.eksControlPlane=true", "settings.eksControlPlane"),
         ("settings.ignoreDRARequests=false", "settings.ignoreDRARequests"),
         ("settings.amiRefreshInterval=5m", "settings.amiRefreshInterval"),
-        (
-            "settings.featureGates.nodeOverlay=true",
-            "settings.featureGates.nodeOverlay",
-        ),
         (
             "settings.featureGates.capacityBuffer=true",
             "settings.featureGates.capacityBuffer",

@@ -1,4 +1,4 @@
-//! Joist's CRDs against Karpenter v1.14.1's, fact by fact. The facts of Karpenter's published v1
+//! Joist's CRDs against Karpenter v1.14.1's, fact by fact. The facts of Karpenter's published
 //! CRDs are committed as data (`tests/fixtures/karpenter-v1.14.1/crd-facts.tsv`, written by
 //! `scripts/karpenter-crd-facts`): every field path with its type, enum, bounds, default, required
 //! list and int-or-string and preserve-unknown-fields markers. Every path Karpenter has, Joist must

@@ -196,11 +196,13 @@ async fn launch(shared: &Shared, claim: &NodeClaim) -> Result<Result<Launch, Clo
     let types = shared
         .catalog
         .send(GetInstanceTypes {
-            node_pool,
+            node_pool: node_pool.clone(),
             node_class,
         })
         .timeout(ACTOR_REQUEST_TIMEOUT)
         .await??;
+    // Overlaid prices decide the offering, as they decided the simulation.
+    let types = crate::overlay::for_pool(shared, &node_pool, types);
     Ok(shared.cloud.create(claim, &types).await)
 }
 

@@ -368,6 +368,25 @@ pub struct PlacementGroupSelector {
     pub id: Option<String>,
 }
 
+impl EC2NodeClassSpec {
+    /// The family whose user data the nodes get: `amiFamily` when set, else its alias's family
+    /// for Linux aliases, else `Custom` (the CRD requires one of the two, so `Custom` only covers
+    /// Windows aliases, which launches refuse).
+    pub fn user_data_family(&self) -> AmiFamily {
+        let alias = self
+            .ami_selector_terms
+            .iter()
+            .find_map(|term| term.alias.as_deref()?.split_once('@'));
+        match (self.ami_family, alias) {
+            (Some(family), _) => family,
+            (None, Some(("al2023", _))) => AmiFamily::AL2023,
+            (None, Some(("bottlerocket", _))) => AmiFamily::Bottlerocket,
+            (None, Some(("al2", _))) => AmiFamily::AL2,
+            (None, _) => AmiFamily::Custom,
+        }
+    }
+}
+
 /// AMI families.
 #[derive(JsonSchema, Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum AmiFamily {
@@ -933,6 +952,17 @@ impl Validate for EC2NodeClass {
         }
         if let Some(kubelet) = &spec.kubelet {
             validate_kubelet(&mut out, kubelet);
+            // Only nodeadm takes a whole KubeletConfiguration; the others' user data has a fixed
+            // set of settings, so a field Joist does not interpret would silently not arrive.
+            let family = spec.user_data_family();
+            if matches!(family, AmiFamily::AL2 | AmiFamily::Bottlerocket) {
+                for field in kubelet.other.keys() {
+                    out.push(
+                        format!("spec.kubelet.{field}"),
+                        format!("{family:?} nodes take only the kubelet fields Karpenter defines; only AL2023 (nodeadm) nodes get any KubeletConfiguration field"),
+                    );
+                }
+            }
         }
         validate_block_devices(&mut out, &spec.block_device_mappings);
         if !(1..=64).contains(&spec.metadata_options.http_put_response_hop_limit) {

@@ -16,7 +16,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use super::{
-    EC2NodeClass, NodeClaim, NodePool,
+    EC2NodeClass, NodeClaim, NodeOverlay, NodePool,
     schema_check::SchemaChecker,
     validation::{Validate, Violation, Violations},
 };
@@ -36,6 +36,20 @@ pub enum KarpenterObject {
     NodeClaim(Box<NodeClaim>),
     /// `karpenter.k8s.aws/v1` EC2NodeClass.
     EC2NodeClass(Box<EC2NodeClass>),
+    /// `karpenter.sh/v1alpha1` NodeOverlay.
+    NodeOverlay(Box<NodeOverlay>),
+}
+
+impl KarpenterObject {
+    /// The object as JSON, defaults filled in.
+    pub fn to_value(&self) -> Result<Value, serde_json::Error> {
+        match self {
+            KarpenterObject::NodePool(o) => serde_json::to_value(o),
+            KarpenterObject::NodeClaim(o) => serde_json::to_value(o),
+            KarpenterObject::EC2NodeClass(o) => serde_json::to_value(o),
+            KarpenterObject::NodeOverlay(o) => serde_json::to_value(o),
+        }
+    }
 }
 
 /// What became of one document.
@@ -109,6 +123,7 @@ pub struct Checker {
     node_pool: SchemaChecker,
     node_claim: SchemaChecker,
     ec2_node_class: SchemaChecker,
+    node_overlay: SchemaChecker,
 }
 
 impl Default for Checker {
@@ -127,6 +142,7 @@ impl Checker {
             node_pool: schema_of::<NodePool>(),
             node_claim: schema_of::<NodeClaim>(),
             ec2_node_class: schema_of::<EC2NodeClass>(),
+            node_overlay: schema_of::<NodeOverlay>(),
         }
     }
 
@@ -158,6 +174,11 @@ impl Checker {
             ("karpenter.sh/v1", "NodeClaim") => decode::<NodeClaim>(&mut self.node_claim, value, |o| {
                 KarpenterObject::NodeClaim(Box::new(o))
             }),
+            ("karpenter.sh/v1alpha1", "NodeOverlay") => {
+                decode::<NodeOverlay>(&mut self.node_overlay, value, |o| {
+                    KarpenterObject::NodeOverlay(Box::new(o))
+                })
+            }
             ("karpenter.k8s.aws/v1", "EC2NodeClass") => {
                 decode::<EC2NodeClass>(&mut self.ec2_node_class, value, |o| {
                     KarpenterObject::EC2NodeClass(Box::new(o))
@@ -177,7 +198,7 @@ impl Checker {
                 None if is_karpenter_group(api_version) => Outcome::Invalid(vec![Violation {
                     field: "kind".to_string(),
                     message: format!(
-                        "{api_version} {kind} is not served; Karpenter v1 serves karpenter.sh/v1 NodePool and NodeClaim, and karpenter.k8s.aws/v1 EC2NodeClass"
+                        "{api_version} {kind} is not served; Joist serves karpenter.sh/v1 NodePool and NodeClaim, karpenter.sh/v1alpha1 NodeOverlay, and karpenter.k8s.aws/v1 EC2NodeClass"
                     ),
                 }]),
                 None => Outcome::NotKarpenter,

@@ -18,6 +18,9 @@ pub mod nodeclaim;
 // kube's `printcolumn(...)` entries repeat keys such as `type_` by design.
 #[allow(clippy::duplicated_attributes)]
 pub mod nodepool;
+// kube's `printcolumn(...)` entries repeat keys such as `type_` by design.
+#[allow(clippy::duplicated_attributes)]
+pub mod nodeoverlay;
 pub mod schema_check;
 pub mod validation;
 
@@ -26,6 +29,7 @@ use kube::CustomResourceExt;
 
 pub use ec2nodeclass::{EC2NodeClass, EC2NodeClassSpec, EC2NodeClassStatus};
 pub use nodeclaim::{NodeClaim, NodeClaimSpec, NodeClaimStatus};
+pub use nodeoverlay::{NodeOverlay, NodeOverlaySpec, NodeOverlayStatus};
 pub use nodepool::{NodePool, NodePoolSpec, NodePoolStatus};
 pub use validation::{Validate, Violation};
 
@@ -51,6 +55,10 @@ pub fn crds() -> Vec<(&'static str, CustomResourceDefinition)> {
         (
             "karpenter.k8s.aws_ec2nodeclasses.yaml",
             with_object_fields(EC2NodeClass::crd()),
+        ),
+        (
+            "karpenter.sh_nodeoverlays.yaml",
+            with_object_fields(NodeOverlay::crd()),
         ),
     ]
 }

@@ -72,21 +72,11 @@ pub fn arch_requirement(arch: &str) -> NodeSelectorRequirementWithMinValues {
     requirement(ARCH, Operator::In, vec![arch.to_owned()])
 }
 
-/// The AMI family of `class`: `spec.amiFamily` when set, else its alias's family, else `Custom`
-/// (the CRD requires one of the two, so `Custom` only covers Windows aliases, which launch refuses).
+/// The AMI family of `class` (see [`EC2NodeClassSpec::user_data_family`]).
+///
+/// [`EC2NodeClassSpec::user_data_family`]: joist_messages::apis::EC2NodeClassSpec::user_data_family
 pub fn family(class: &EC2NodeClass) -> AmiFamily {
-    let alias = class
-        .spec
-        .ami_selector_terms
-        .iter()
-        .find_map(|term| term.alias.as_deref()?.split_once('@'));
-    match (class.spec.ami_family, alias) {
-        (Some(family), _) => family,
-        (None, Some(("al2023", _))) => AmiFamily::AL2023,
-        (None, Some(("bottlerocket", _))) => AmiFamily::Bottlerocket,
-        (None, Some(("al2", _))) => AmiFamily::AL2,
-        (None, _) => AmiFamily::Custom,
-    }
+    class.spec.user_data_family()
 }
 
 /// The SSM parameters for `alias` (term `index`) on Kubernetes `kubernetes` (`1.35`).

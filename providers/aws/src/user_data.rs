@@ -766,6 +766,8 @@ mod tests {
                 }],
                 kubelet: KubeletConfiguration {
                     cluster_dns: vec!["10.100.0.10".to_owned()],
+                    // A KubeletConfiguration field Joist does not interpret.
+                    other: [("serializeImagePulls".to_owned(), serde_json::Value::Bool(false))].into(),
                     ..KubeletConfiguration::default()
                 },
             }
@@ -835,6 +837,10 @@ mod tests {
         assert_eq!(kubelet["clusterDNS"][0], "10.100.0.10");
         assert_eq!(kubelet["registerWithTaints"][0]["key"], "dedicated");
         assert_eq!(kubelet["registerWithTaints"][0]["effect"], "NoSchedule");
+        assert_eq!(
+            kubelet["serializeImagePulls"], false,
+            "free-form fields reach the node"
+        );
     }
 
     #[test]

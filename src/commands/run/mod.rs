@@ -127,6 +127,7 @@ async fn serve(settings: RunSettings, telemetry: &Telemetry) -> Result<(), Comma
             spot_to_spot_consolidation: settings.feature_gates.spot_to_spot_consolidation,
             node_repair: settings.feature_gates.node_repair,
             static_capacity: settings.feature_gates.static_capacity,
+            node_overlay: settings.feature_gates.node_overlay,
             interruption_queue,
             ..Settings::default()
         },

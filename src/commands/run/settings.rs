@@ -119,12 +119,14 @@ pub struct FeatureGates {
     pub node_repair: bool,
     /// `StaticCapacity`: NodePools with `replicas` keep that many nodes (default off).
     pub static_capacity: bool,
+    /// `NodeOverlay`: NodeOverlays change the catalog's prices and resources (default off).
+    pub node_overlay: bool,
     /// Gates Karpenter has that Joist does not implement yet, turned on.
     pub unimplemented_on: Vec<String>,
 }
 
 /// Karpenter's gates that Joist accepts but does not act on yet.
-const UNIMPLEMENTED_GATES: &[&str] = &["ReservedCapacity", "NodeOverlay", "CapacityBuffer"];
+const UNIMPLEMENTED_GATES: &[&str] = &["ReservedCapacity", "CapacityBuffer"];
 
 impl FeatureGates {
     /// Parses `Name=bool` pairs separated by commas; `None` on anything else or an unknown gate.
@@ -137,6 +139,7 @@ impl FeatureGates {
                 "SpotToSpotConsolidation" => gates.spot_to_spot_consolidation = on,
                 "NodeRepair" => gates.node_repair = on,
                 "StaticCapacity" => gates.static_capacity = on,
+                "NodeOverlay" => gates.node_overlay = on,
                 other if UNIMPLEMENTED_GATES.contains(&other) => {
                     if on {
                         gates.unimplemented_on.push(other.to_owned());
@@ -442,8 +445,10 @@ mod tests {
         assert!(on.unimplemented_on.is_empty());
         let repair = gates("NodeRepair=true").unwrap_or_else(|e| panic!("{e}"));
         assert!(repair.node_repair);
-        let overlay = gates("NodeOverlay=true").unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(overlay.unimplemented_on, ["NodeOverlay"]);
+        let newer = gates("NodeOverlay=true,StaticCapacity=true").unwrap_or_else(|e| panic!("{e}"));
+        assert!(newer.node_overlay && newer.static_capacity && newer.unimplemented_on.is_empty());
+        let buffer = gates("CapacityBuffer=true").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(buffer.unimplemented_on, ["CapacityBuffer"]);
         assert_invalid("FEATURE_GATES", "SpotToSpotConsolidation");
         assert_invalid("FEATURE_GATES", "Teleport=true");
         assert_invalid("FEATURE_GATES", "SpotToSpotConsolidation=yes");

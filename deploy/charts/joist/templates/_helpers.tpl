@@ -56,7 +56,7 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{/* Karpenter's FEATURE_GATES form, of the gates Joist accepts. */}}
 {{- define "joist.featureGates" -}}
 {{- $gates := .Values.settings.featureGates -}}
-NodeRepair={{ $gates.nodeRepair }},ReservedCapacity={{ $gates.reservedCapacity }},SpotToSpotConsolidation={{ $gates.spotToSpotConsolidation }},StaticCapacity={{ $gates.staticCapacity }}
+NodeRepair={{ $gates.nodeRepair }},ReservedCapacity={{ $gates.reservedCapacity }},SpotToSpotConsolidation={{ $gates.spotToSpotConsolidation }},StaticCapacity={{ $gates.staticCapacity }},NodeOverlay={{ $gates.nodeOverlay }}
 {{- end }}
 
 {{/* Adds the selector labels to pod-affinity terms and spread constraints that select nothing (as Karpenter's chart does). */}}
@@ -101,7 +101,7 @@ NodeRepair={{ $gates.nodeRepair }},ReservedCapacity={{ $gates.reservedCapacity }
 {{- fail (printf "settings.%s=%v is not supported: Joist resolves EC2NodeClasses every minute (1m)" $key (index $s $key)) }}
 {{- end }}
 {{- end }}
-{{- range $gate := list "nodeOverlay" "capacityBuffer" }}
+{{- range $gate := list "capacityBuffer" }}
 {{- if index $s.featureGates $gate }}
 {{- fail (printf "settings.featureGates.%s=true is not supported: Joist does not implement it yet" $gate) }}
 {{- end }}

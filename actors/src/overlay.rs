@@ -1,0 +1,404 @@
+//! NodeOverlays applied to a NodePool's instance types (Karpenter's `NodeOverlay` feature gate),
+//! and the overlays' status.
+//!
+//! An overlay applies to an instance type when its requirements fit the type's labels together with
+//! the pool's (`karpenter.sh/nodepool` and the template's labels): a key the type does not have
+//! fits only `NotIn` or `DoesNotExist`. The zone and capacity-type requirements pick the offerings
+//! it changes; with none picked it does not apply. Overlays are taken highest `weight` first (an
+//! unset weight is 0; between equal weights the later name first, as Karpenter orders them):
+//!
+//! - an offering's price is changed by the first overlay that picks it (no stacking);
+//! - each extended resource is set by the first overlay that names it.
+//!
+//! Two overlays of equal weight that would both change one offering's price, or both set one
+//! resource of a type, conflict: the one with the earlier name is left out everywhere, and its
+//! status says `ValidationSucceeded=False`, reason `Conflict`, with a warning event. An overlay its
+//! validation refuses is left out the same way, reason `ValidationFailed`.
+
+use std::{collections::BTreeSet, sync::Arc};
+
+use joist_messages::{
+    apis::{NodeOverlay, NodePool, Validate, nodeoverlay::PriceChange},
+    labels::{CAPACITY_TYPE, NODEPOOL, ZONE},
+    model::{
+        instance_type::InstanceType,
+        requirements::{Operator, Requirement, Requirements},
+    },
+};
+use kube::ResourceExt;
+
+use crate::{
+    kube_ops::{self, set_condition},
+    shared::Shared,
+};
+
+/// `types`, the catalog's for `pool`, as the NodeOverlays change them when the `NodeOverlay` gate
+/// is on (unchanged otherwise); overlays left out for a conflict get it in their status.
+pub fn for_pool(
+    shared: &Shared,
+    pool: &NodePool,
+    types: Arc<Vec<Arc<InstanceType>>>,
+) -> Arc<Vec<Arc<InstanceType>>> {
+    if !shared.settings.node_overlay {
+        return types;
+    }
+    let overlays = shared.read.overlays();
+    if overlays.is_empty() {
+        return types;
+    }
+    let (applied, conflicted) = apply(&types, pool, &overlays);
+    for overlay in overlays
+        .into_iter()
+        .filter(|o| conflicted.contains(&o.name_any()))
+    {
+        let shared = shared.clone();
+        tokio::spawn(async move { write_conflict(&shared, &overlay).await });
+    }
+    Arc::new(applied)
+}
+
+/// An overlay ready to apply: its parsed requirements and price change.
+struct Usable<'a> {
+    overlay: &'a NodeOverlay,
+    requirements: Requirements,
+    price: Option<PriceChange>,
+}
+
+/// `types` of `pool` with `overlays` applied, and the names of the overlays left out for a
+/// conflict (see the module docs).
+pub fn apply(
+    types: &[Arc<InstanceType>],
+    pool: &NodePool,
+    overlays: &[Arc<NodeOverlay>],
+) -> (Vec<Arc<InstanceType>>, BTreeSet<String>) {
+    let usable = usable(overlays);
+    let conflicted = conflicts(types, pool, &usable);
+    let kept: Vec<&Usable<'_>> = usable
+        .iter()
+        .filter(|u| !conflicted.contains(&u.overlay.name_any()))
+        .collect();
+    let context = pool_labels(pool);
+    let applied = types
+        .iter()
+        .map(|it| {
+            let mut changed: Option<InstanceType> = None;
+            let mut priced = vec![false; it.offerings.len()];
+            let mut resources = BTreeSet::new();
+            for overlay in &kept {
+                let Some(picked) = picks(overlay, it, &context) else {
+                    continue;
+                };
+                let target = changed.get_or_insert_with(|| it.as_ref().clone());
+                if let Some(change) = overlay.price {
+                    for i in picked {
+                        if !priced[i] {
+                            priced[i] = true;
+                            target.offerings[i].price = change.apply(target.offerings[i].price);
+                        }
+                    }
+                }
+                for (name, quantity) in &overlay.overlay.spec.capacity {
+                    if resources.insert(name.clone()) {
+                        target.capacity.set(name, *quantity);
+                    }
+                }
+            }
+            changed.map_or_else(|| it.clone(), Arc::new)
+        })
+        .collect();
+    (applied, conflicted)
+}
+
+/// The valid overlays, highest weight first (the later name first among equals).
+fn usable(overlays: &[Arc<NodeOverlay>]) -> Vec<Usable<'_>> {
+    let mut usable: Vec<Usable<'_>> = overlays
+        .iter()
+        .filter(|o| o.validate().is_empty())
+        .filter_map(|overlay| {
+            let requirements = overlay
+                .spec
+                .requirements
+                .iter()
+                .map(|r| r.to_requirement())
+                .collect::<Result<Requirements, _>>()
+                .ok()?;
+            let price = overlay.spec.price_change().ok()?;
+            Some(Usable {
+                overlay,
+                requirements,
+                price,
+            })
+        })
+        .collect();
+    usable.sort_by(|a, b| {
+        (b.overlay.spec.weight(), b.overlay.name_any()).cmp(&(a.overlay.spec.weight(), a.overlay.name_any()))
+    });
+    usable
+}
+
+/// The pool's labels every one of its nodes has, as requirements.
+fn pool_labels(pool: &NodePool) -> Requirements {
+    let name = pool.name_any();
+    std::iter::once((NODEPOOL, name.as_str()))
+        .chain(
+            pool.spec
+                .template
+                .metadata
+                .labels
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_str())),
+        )
+        .filter_map(|(key, value)| Requirement::new(key, Operator::In, [value]).ok())
+        .collect()
+}
+
+/// The positions of the offerings of `it` that `overlay` picks, `None` when it does not apply.
+fn picks(overlay: &Usable<'_>, it: &InstanceType, context: &Requirements) -> Option<Vec<usize>> {
+    let per_offering = |key: &str| key == ZONE || key == CAPACITY_TYPE;
+    let type_fits = overlay
+        .requirements
+        .iter()
+        .filter(|r| !per_offering(r.key()))
+        .all(|wanted| {
+            match it
+                .requirements
+                .get(wanted.key())
+                .or_else(|| context.get(wanted.key()))
+            {
+                Some(has) => has.overlaps(wanted),
+                None => wanted.allows_absent(),
+            }
+        });
+    if !type_fits {
+        return None;
+    }
+    let picked: Vec<usize> = it
+        .offerings
+        .iter()
+        .enumerate()
+        .filter(|(_, offering)| {
+            let allows = |key: &str, value: &str| overlay.requirements.get(key).is_none_or(|r| r.has(value));
+            allows(ZONE, &offering.zone) && allows(CAPACITY_TYPE, offering.capacity_type.label())
+        })
+        .map(|(i, _)| i)
+        .collect();
+    (!picked.is_empty()).then_some(picked)
+}
+
+/// Overlays of equal weight that would change one offering's price or set one resource of a
+/// type: of each pair, the one with the earlier name.
+fn conflicts(types: &[Arc<InstanceType>], pool: &NodePool, usable: &[Usable<'_>]) -> BTreeSet<String> {
+    let context = pool_labels(pool);
+    let mut conflicted = BTreeSet::new();
+    for it in types {
+        let picks: Vec<Option<Vec<usize>>> = usable.iter().map(|u| picks(u, it, &context)).collect();
+        for (i, a) in usable.iter().enumerate() {
+            for (j, b) in usable.iter().enumerate().skip(i + 1) {
+                if a.overlay.spec.weight() != b.overlay.spec.weight() {
+                    continue;
+                }
+                let (Some(pa), Some(pb)) = (&picks[i], &picks[j]) else {
+                    continue;
+                };
+                let same_price = a.price.is_some() && b.price.is_some() && pa.iter().any(|o| pb.contains(o));
+                let same_resource = a
+                    .overlay
+                    .spec
+                    .capacity
+                    .keys()
+                    .any(|k| b.overlay.spec.capacity.contains_key(k));
+                if same_price || same_resource {
+                    // `usable` puts the later name first: `b` has the earlier one.
+                    conflicted.insert(b.overlay.name_any());
+                }
+            }
+        }
+    }
+    conflicted
+}
+
+/// Writes an overlay's `ValidationSucceeded` and `Ready` from its validation, with a warning event
+/// when it turns invalid.
+pub async fn write_status(shared: Shared, overlay: Box<NodeOverlay>) {
+    let problems: Vec<String> = overlay.validate().iter().map(ToString::to_string).collect();
+    let reason = if problems.is_empty() {
+        None
+    } else {
+        Some(("ValidationFailed", problems.join("; ")))
+    };
+    write_conditions(&shared, &overlay, reason).await;
+}
+
+/// Marks `overlay` left out for a conflict.
+pub async fn write_conflict(shared: &Shared, overlay: &NodeOverlay) {
+    let message =
+        "conflicts with another overlay of the same weight that changes the same offering price or resource";
+    write_conditions(shared, overlay, Some(("Conflict", message.to_owned()))).await;
+}
+
+async fn write_conditions(shared: &Shared, overlay: &NodeOverlay, problem: Option<(&str, String)>) {
+    let mut status = overlay.status.clone().unwrap_or_default();
+    let generation = overlay.metadata.generation;
+    let clock = &shared.clock;
+    let newly_failed = match &problem {
+        None => {
+            set_condition(
+                &mut status.conditions,
+                clock,
+                generation,
+                ("ValidationSucceeded", "True", "ValidationSucceeded", ""),
+            );
+            set_condition(
+                &mut status.conditions,
+                clock,
+                generation,
+                ("Ready", "True", "Ready", ""),
+            );
+            false
+        }
+        Some((reason, message)) => {
+            let changed = set_condition(
+                &mut status.conditions,
+                clock,
+                generation,
+                ("ValidationSucceeded", "False", reason, message),
+            );
+            set_condition(
+                &mut status.conditions,
+                clock,
+                generation,
+                ("Ready", "False", "NotReady", message),
+            );
+            changed
+        }
+    };
+    if let Some((reason, message)) = problem.filter(|_| newly_failed) {
+        shared.events.warn(overlay, reason, &message);
+    }
+    if overlay.status.as_ref() == Some(&status) {
+        return;
+    }
+    let api = kube_ops::cluster::<NodeOverlay>(&shared.client);
+    let body = serde_json::json!({"conditions": status.conditions});
+    if let Err(error) = kube_ops::patch_status(&api, &overlay.name_any(), body).await {
+        tracing::warn!(nodeoverlay = overlay.name_any(), %error, "writing the overlay status failed");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use joist_messages::model::{instance_type::CapacityType, quantity::Quantity};
+    use serde_json::json;
+
+    use super::*;
+
+    fn types() -> Vec<Arc<InstanceType>> {
+        joist_scheduling::workloads::karpenter_instance_types(3)
+    }
+
+    fn pool() -> NodePool {
+        serde_json::from_value(json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "default"},
+            "spec": {"template": {"metadata": {"labels": {"team": "a"}}, "spec": {"requirements": [],
+                "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}}}}
+        }))
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn overlay(name: &str, weight: i32, spec: serde_json::Value) -> Arc<NodeOverlay> {
+        let mut spec = spec;
+        spec["weight"] = json!(weight);
+        Arc::new(
+            serde_json::from_value(json!({
+                "apiVersion": "karpenter.sh/v1alpha1", "kind": "NodeOverlay", "metadata": {"name": name}, "spec": spec
+            }))
+            .unwrap_or_else(|e| panic!("{e}")),
+        )
+    }
+
+    fn price(types: &[Arc<InstanceType>], name: &str, capacity_type: CapacityType) -> Vec<f64> {
+        types
+            .iter()
+            .filter(|it| it.name == name)
+            .flat_map(|it| &it.offerings)
+            .filter(|o| o.capacity_type == capacity_type)
+            .map(|o| o.price)
+            .collect()
+    }
+
+    #[test]
+    fn the_heaviest_overlay_prices_an_offering_and_others_do_not_stack() {
+        let spot_half = overlay(
+            "spot-half",
+            10,
+            json!({"requirements": [{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot"]}],
+                   "priceAdjustment": "-50%"}),
+        );
+        let fixed = overlay(
+            "fixed",
+            1,
+            json!({"requirements": [{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["fake-it-0"]}],
+                   "price": "0.01"}),
+        );
+        let before = types();
+        let (after, conflicted) = apply(&before, &pool(), &[fixed, spot_half]);
+        assert!(conflicted.is_empty());
+        let was = price(&before, "fake-it-0", CapacityType::Spot)[0];
+        assert_eq!(
+            price(&after, "fake-it-0", CapacityType::Spot),
+            [was / 2.0, was / 2.0],
+            "weight 10 wins on spot"
+        );
+        assert_eq!(
+            price(&after, "fake-it-0", CapacityType::OnDemand),
+            [0.01; 3],
+            "weight 1 on the rest"
+        );
+        assert_eq!(
+            price(&after, "fake-it-2", CapacityType::OnDemand),
+            price(&before, "fake-it-2", CapacityType::OnDemand)
+        );
+    }
+
+    #[test]
+    fn an_overlay_applies_through_the_pools_labels_and_adds_extended_resources() {
+        let hugepages = overlay(
+            "hugepages",
+            1,
+            json!({"requirements": [{"key": "team", "operator": "In", "values": ["a"]},
+                                    {"key": "karpenter.sh/nodepool", "operator": "In", "values": ["default"]}],
+                   "capacity": {"hugepages-2Mi": "1Gi"}}),
+        );
+        let elsewhere = overlay(
+            "elsewhere",
+            1,
+            json!({"requirements": [{"key": "team", "operator": "In", "values": ["b"]}], "capacity": {"example.com/x": "1"}}),
+        );
+        let (after, _) = apply(&types(), &pool(), &[hugepages, elsewhere]);
+        assert!(
+            after
+                .iter()
+                .all(|it| it.capacity.get("hugepages-2Mi") == "1Gi".parse::<Quantity>().unwrap_or_default())
+        );
+        assert!(
+            after.iter().all(|it| it.capacity.get("example.com/x").is_zero()),
+            "team b is not this pool's"
+        );
+    }
+
+    #[test]
+    fn equal_weights_on_one_price_conflict_and_the_earlier_name_is_left_out() {
+        let spec = json!({"requirements": [{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["fake-it-1"]}], "priceAdjustment": "+1"});
+        let (after, conflicted) = apply(
+            &types(),
+            &pool(),
+            &[overlay("b", 5, spec.clone()), overlay("a", 5, spec)],
+        );
+        assert_eq!(conflicted.into_iter().collect::<Vec<_>>(), ["a"]);
+        let before = price(&types(), "fake-it-1", CapacityType::OnDemand)[0];
+        assert!(
+            (price(&after, "fake-it-1", CapacityType::OnDemand)[0] - (before + 1.0)).abs() < 1e-9,
+            "b alone applies"
+        );
+    }
+}
