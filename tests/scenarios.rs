@@ -1382,3 +1382,22 @@ fn a_price_overlay_changes_the_instance_type_joist_chooses() {
     );
     assert_eq!(overlaid.summary.pods_running_end, 5);
 }
+
+#[test]
+fn a_static_nodepools_drifted_nodes_are_replaced_one_at_a_time() {
+    let steps = "[{at: 2m, releaseImage: {family: al2023}}]";
+    let report = static_scenario(&static_pool("  replicas: 2", ""), steps, "20m");
+    let s = &report.summary;
+    assert_eq!(
+        (s.nodes_launched, s.final_nodes.len()),
+        (4, 2),
+        "{:#?}",
+        report.instances
+    );
+    assert_eq!(terminated(&report, "terminated"), 2, "{s:#?}");
+    // One replacement at a time: the second is launched once the first is up (40 s boot) and its
+    // drifted node has begun to go.
+    let launched: Vec<f64> = report.instances.iter().map(|l| l.launched_at_seconds).collect();
+    assert!(launched[3] >= launched[2] + 40.0, "{launched:?}");
+    assert!(launched[2] > 120.0, "after the image release: {launched:?}");
+}

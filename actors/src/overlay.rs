@@ -32,29 +32,40 @@ use crate::{
     shared::Shared,
 };
 
+/// Instance types with the overlays applied.
+pub struct Overlaid {
+    /// The types, changed where an overlay applies (the others shared with the input).
+    pub types: Vec<Arc<InstanceType>>,
+    /// The overlays left out for a conflict.
+    pub conflicted: BTreeSet<String>,
+    /// Whether an overlay changed an offering's price.
+    pub repriced: bool,
+}
+
 /// `types`, the catalog's for `pool`, as the NodeOverlays change them when the `NodeOverlay` gate
-/// is on (unchanged otherwise); overlays left out for a conflict get it in their status.
+/// is on (unchanged otherwise), and whether a price changed; overlays left out for a conflict
+/// get it in their status.
 pub fn for_pool(
     shared: &Shared,
     pool: &NodePool,
     types: Arc<Vec<Arc<InstanceType>>>,
-) -> Arc<Vec<Arc<InstanceType>>> {
+) -> (Arc<Vec<Arc<InstanceType>>>, bool) {
     if !shared.settings.node_overlay {
-        return types;
+        return (types, false);
     }
     let overlays = shared.read.overlays();
     if overlays.is_empty() {
-        return types;
+        return (types, false);
     }
-    let (applied, conflicted) = apply(&types, pool, &overlays);
+    let overlaid = apply(&types, pool, &overlays);
     for overlay in overlays
         .into_iter()
-        .filter(|o| conflicted.contains(&o.name_any()))
+        .filter(|o| overlaid.conflicted.contains(&o.name_any()))
     {
         let shared = shared.clone();
         tokio::spawn(async move { write_conflict(&shared, &overlay).await });
     }
-    Arc::new(applied)
+    (Arc::new(overlaid.types), overlaid.repriced)
 }
 
 /// An overlay ready to apply: its parsed requirements and price change.
@@ -66,11 +77,7 @@ struct Usable<'a> {
 
 /// `types` of `pool` with `overlays` applied, and the names of the overlays left out for a
 /// conflict (see the module docs).
-pub fn apply(
-    types: &[Arc<InstanceType>],
-    pool: &NodePool,
-    overlays: &[Arc<NodeOverlay>],
-) -> (Vec<Arc<InstanceType>>, BTreeSet<String>) {
+pub fn apply(types: &[Arc<InstanceType>], pool: &NodePool, overlays: &[Arc<NodeOverlay>]) -> Overlaid {
     let usable = usable(overlays);
     let conflicted = conflicts(types, pool, &usable);
     let kept: Vec<&Usable<'_>> = usable
@@ -78,6 +85,7 @@ pub fn apply(
         .filter(|u| !conflicted.contains(&u.overlay.name_any()))
         .collect();
     let context = pool_labels(pool);
+    let mut repriced = false;
     let applied = types
         .iter()
         .map(|it| {
@@ -94,6 +102,7 @@ pub fn apply(
                         if !priced[i] {
                             priced[i] = true;
                             target.offerings[i].price = change.apply(target.offerings[i].price);
+                            repriced = true;
                         }
                     }
                 }
@@ -106,7 +115,11 @@ pub fn apply(
             changed.map_or_else(|| it.clone(), Arc::new)
         })
         .collect();
-    (applied, conflicted)
+    Overlaid {
+        types: applied,
+        conflicted,
+        repriced,
+    }
 }
 
 /// The valid overlays, highest weight first (the later name first among equals).
@@ -341,8 +354,12 @@ mod tests {
                    "price": "0.01"}),
         );
         let before = types();
-        let (after, conflicted) = apply(&before, &pool(), &[fixed, spot_half]);
-        assert!(conflicted.is_empty());
+        let Overlaid {
+            types: after,
+            conflicted,
+            repriced,
+        } = apply(&before, &pool(), &[fixed, spot_half]);
+        assert!(conflicted.is_empty() && repriced);
         let was = price(&before, "fake-it-0", CapacityType::Spot)[0];
         assert_eq!(
             price(&after, "fake-it-0", CapacityType::Spot),
@@ -374,7 +391,12 @@ mod tests {
             1,
             json!({"requirements": [{"key": "team", "operator": "In", "values": ["b"]}], "capacity": {"example.com/x": "1"}}),
         );
-        let (after, _) = apply(&types(), &pool(), &[hugepages, elsewhere]);
+        let Overlaid {
+            types: after,
+            repriced,
+            ..
+        } = apply(&types(), &pool(), &[hugepages, elsewhere]);
+        assert!(!repriced, "capacity only");
         assert!(
             after
                 .iter()
@@ -389,7 +411,11 @@ mod tests {
     #[test]
     fn equal_weights_on_one_price_conflict_and_the_earlier_name_is_left_out() {
         let spec = json!({"requirements": [{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["fake-it-1"]}], "priceAdjustment": "+1"});
-        let (after, conflicted) = apply(
+        let Overlaid {
+            types: after,
+            conflicted,
+            ..
+        } = apply(
             &types(),
             &pool(),
             &[overlay("b", 5, spec.clone()), overlay("a", 5, spec)],

@@ -61,7 +61,7 @@ pub async fn cluster(shared: &Shared, nodes: Vec<ExistingNode>) -> Problem {
                 continue;
             }
         };
-        let types = overlay::for_pool(shared, &pool, types);
+        let (types, _) = overlay::for_pool(shared, &pool, types);
         let start = input.instance_types.len();
         input.instance_types.extend(types.iter().cloned());
         match snapshot::pool_input(read, &pool, (start..input.instance_types.len()).collect()) {

@@ -10,6 +10,10 @@
 //!   `karpenter.sh/do-not-disrupt` pod last. Deletion drains through the usual termination
 //!   (PodDisruptionBudgets and `terminationGracePeriod` hold); no disruption budget applies, as in
 //!   Karpenter.
+//! - Drifted (Karpenter's StaticDrift): while a node is `Drifted` and every other is Initialized,
+//!   one more NodeClaim is created (within `limits.nodes`: a pool at its node limit is not
+//!   replaced); once it is Initialized, the pool is one over and the drifted node goes first. One
+//!   node at a time.
 //!
 //! Static pools never launch for pending pods (the Provisioner leaves them out) and their nodes are
 //! not candidates for emptiness, consolidation or drift; expiry and repair still replace them.
@@ -24,7 +28,7 @@ use kube::{Api, ResourceExt};
 
 use crate::{
     claim_template,
-    disruption::candidates::do_not_disrupt,
+    disruption::{candidates::do_not_disrupt, drift},
     kube_ops::{self, is_true},
     lifecycle::decide::is_daemon,
     node_pool::create_claims,
@@ -67,19 +71,40 @@ pub fn plan(
     if have < replicas {
         return Plan::Create(usize::try_from(replicas - have).unwrap_or(0));
     }
+    let drifted = |c: &&&Arc<NodeClaim>| drift::shown(c).is_some();
+    let settled = active.iter().filter(|c| !drifted(c)).all(|c| {
+        c.status
+            .as_ref()
+            .is_some_and(|s| is_true(&s.conditions, "Initialized"))
+    });
+    let protected = |claim: &Arc<NodeClaim>| {
+        let node = claim.status.as_ref().and_then(|s| s.node_name.as_deref());
+        node.map(&pods_on)
+            .unwrap_or_default()
+            .iter()
+            .any(|p| do_not_disrupt(p, now_seconds))
+    };
     if have == replicas {
+        // A drifted node is replaced by surging one over, once nothing else is in flight; one
+        // whose pods may not be disrupted is not (its replacement would push out another node).
+        let replace = replicas > 0 && settled && active.iter().any(|c| drifted(&c) && !protected(c));
+        return if replace { Plan::Create(1) } else { Plan::Hold };
+    }
+    if active.iter().any(|c| drifted(&c)) && !settled {
+        // A replacement is still coming up: the drifted node stays until it is Initialized.
         return Plan::Hold;
     }
-    // Order: not launched, then empty, then fewest pods; do-not-disrupt pods push a node last.
-    let mut ranked: Vec<(bool, bool, usize, String)> = active
+    // Order: drifted, not launched, then empty, then fewest pods; do-not-disrupt pods push a
+    // node last.
+    let mut ranked: Vec<(bool, bool, bool, usize, String)> = active
         .iter()
         .map(|claim| {
             let node = claim.status.as_ref().and_then(|s| s.node_name.as_deref());
             let launched = claim.status.as_ref().is_some_and(|s| s.provider_id.is_some());
             let pods: Vec<Arc<Pod>> = node.map(&pods_on).unwrap_or_default();
             let workload = pods.iter().filter(|p| !is_daemon(p)).count();
-            let protected = pods.iter().any(|p| do_not_disrupt(p, now_seconds));
-            (protected, launched, workload, claim.name_any())
+            let current = drift::shown(claim).is_none();
+            (protected(claim), current, launched, workload, claim.name_any())
         })
         .collect();
     ranked.sort();
@@ -178,6 +203,63 @@ mod tests {
             }))
             .unwrap_or_else(|e| panic!("{e}")),
         )
+    }
+
+    fn with_condition(claim: &Arc<NodeClaim>, type_: &str) -> Arc<NodeClaim> {
+        let mut claim = (**claim).clone();
+        let status = claim.status.get_or_insert_with(NodeClaimStatus::default);
+        status.conditions.push(k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+            type_: type_.to_owned(),
+            status: "True".to_owned(),
+            reason: type_.to_owned(),
+            message: String::new(),
+            last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Default::default()),
+            observed_generation: None,
+        });
+        Arc::new(claim)
+    }
+
+    #[test]
+    fn a_drifted_node_is_replaced_by_surging_one_and_goes_once_its_replacement_is_up() {
+        let up = |name: &str| with_condition(&claim(name, Some(&format!("n-{name}"))), "Initialized");
+        let old = with_condition(&up("old"), "Drifted");
+        // Two of two, one drifted, the other up: one more.
+        assert_eq!(
+            plan(2, &[old.clone(), up("b")], |_| Vec::new(), 0),
+            Plan::Create(1)
+        );
+        // The replacement is not up yet: nothing goes.
+        let coming = claim("new", Some("n-new"));
+        assert_eq!(
+            plan(2, &[old.clone(), up("b"), coming], |_| Vec::new(), 0),
+            Plan::Hold
+        );
+        // It is up: the drifted node goes, though an unlaunched or emptier one would otherwise.
+        let pods = |node: &str| {
+            if node == "n-old" {
+                vec![pod(json!({}), "ReplicaSet")]
+            } else {
+                Vec::new()
+            }
+        };
+        assert_eq!(
+            plan(2, &[old.clone(), up("b"), up("new")], pods, 0),
+            Plan::Delete(vec!["old".to_owned()])
+        );
+        // While another node is still coming up, no surge.
+        assert_eq!(
+            plan(2, &[old.clone(), claim("c", None)], |_| Vec::new(), 0),
+            Plan::Hold
+        );
+        // A drifted node running a do-not-disrupt pod is not replaced.
+        let guarded = |node: &str| {
+            if node == "n-old" {
+                vec![pod(json!({"karpenter.sh/do-not-disrupt": "true"}), "")]
+            } else {
+                Vec::new()
+            }
+        };
+        assert_eq!(plan(2, &[old, up("b")], guarded, 0), Plan::Hold);
     }
 
     #[test]

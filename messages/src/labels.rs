@@ -193,6 +193,9 @@ pub mod annotations {
     pub const NODEPOOL_HASH_VERSION: &str = "karpenter.sh/nodepool-hash-version";
     /// The terminationGracePeriod deadline of a deleting NodeClaim.
     pub const NODECLAIM_TERMINATION_TIMESTAMP: &str = "karpenter.sh/nodeclaim-termination-timestamp";
+    /// `"true"` when a NodeOverlay changed the price of an offering the launch chooses among: the
+    /// cloud must launch by that price, not its own.
+    pub const PRICE_OVERLAY_APPLIED: &str = "karpenter.sh/price-overlay-applied";
     /// Set when minValues was relaxed for a launch.
     pub const NODECLAIM_MIN_VALUES_RELAXED: &str = "karpenter.sh/nodeclaim-min-values-relaxed";
     /// Hash of an EC2NodeClass, for drift.

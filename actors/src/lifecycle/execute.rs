@@ -14,7 +14,7 @@ use joist_messages::{
     labels::{
         CAPACITY_TYPE, EXCLUDE_FROM_EXTERNAL_LB, INITIALIZED, INSTANCE_TYPE, NODEPOOL, REGISTERED,
         TERMINATION_FINALIZER, ZONE,
-        annotations::{NODECLAIM_TERMINATION_TIMESTAMP, TAGGED},
+        annotations::{NODECLAIM_TERMINATION_TIMESTAMP, PRICE_OVERLAY_APPLIED, TAGGED},
         taints,
     },
     time::system_time,
@@ -201,8 +201,16 @@ async fn launch(shared: &Shared, claim: &NodeClaim) -> Result<Result<Launch, Clo
         })
         .timeout(ACTOR_REQUEST_TIMEOUT)
         .await??;
-    // Overlaid prices decide the offering, as they decided the simulation.
-    let types = crate::overlay::for_pool(shared, &node_pool, types);
+    // Overlaid prices decide the offering, as they decided the simulation; the annotation tells
+    // the cloud to launch by them rather than by its own prices.
+    let (types, repriced) = crate::overlay::for_pool(shared, &node_pool, types);
+    if repriced {
+        let mut claim = claim.clone();
+        claim
+            .annotations_mut()
+            .insert(PRICE_OVERLAY_APPLIED.to_owned(), "true".to_owned());
+        return Ok(shared.cloud.create(&claim, &types).await);
+    }
     Ok(shared.cloud.create(claim, &types).await)
 }
 

@@ -70,6 +70,10 @@ pub struct TemplateConfig {
 pub struct FleetRequest {
     /// Spot or on-demand.
     pub capacity_type: CapacityType,
+    /// Launch by the overrides' `Priority` (the overlaid price rank) instead of EC2's prices:
+    /// `prioritized` on-demand, `capacity-optimized-prioritized` spot, as Karpenter does when a
+    /// NodeOverlay changed a price.
+    pub prioritized: bool,
     /// One config per template.
     pub configs: Vec<TemplateConfig>,
     /// The launch tags.
@@ -153,6 +157,24 @@ fn failure(errors: &[FleetError], unavailable: &[OfferingKey]) -> CloudError {
     }
 }
 
+/// How a spot fleet chooses among its overrides.
+fn spot_strategy(prioritized: bool) -> SpotAllocationStrategy {
+    if prioritized {
+        SpotAllocationStrategy::CapacityOptimizedPrioritized
+    } else {
+        SpotAllocationStrategy::PriceCapacityOptimized
+    }
+}
+
+/// How an on-demand fleet chooses among its overrides.
+fn on_demand_strategy(prioritized: bool) -> FleetOnDemandAllocationStrategy {
+    if prioritized {
+        FleetOnDemandAllocationStrategy::Prioritized
+    } else {
+        FleetOnDemandAllocationStrategy::LowestPrice
+    }
+}
+
 /// Sends `request` for `count` instances.
 pub async fn create(
     clients: &AwsClients,
@@ -164,7 +186,7 @@ pub async fn create(
             DefaultTargetCapacityType::Spot,
             Some(
                 SpotOptionsRequest::builder()
-                    .allocation_strategy(SpotAllocationStrategy::PriceCapacityOptimized)
+                    .allocation_strategy(spot_strategy(request.prioritized))
                     .build(),
             ),
             None,
@@ -174,7 +196,7 @@ pub async fn create(
             None,
             Some(
                 OnDemandOptionsRequest::builder()
-                    .allocation_strategy(FleetOnDemandAllocationStrategy::LowestPrice)
+                    .allocation_strategy(on_demand_strategy(request.prioritized))
                     .build(),
             ),
         ),
@@ -288,6 +310,26 @@ fn config(config: &TemplateConfig) -> FleetLaunchTemplateConfigRequest {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_overlaid_price_makes_the_fleet_launch_by_priority() {
+        assert_eq!(
+            on_demand_strategy(false),
+            FleetOnDemandAllocationStrategy::LowestPrice
+        );
+        assert_eq!(
+            on_demand_strategy(true),
+            FleetOnDemandAllocationStrategy::Prioritized
+        );
+        assert_eq!(
+            spot_strategy(false),
+            SpotAllocationStrategy::PriceCapacityOptimized
+        );
+        assert_eq!(
+            spot_strategy(true),
+            SpotAllocationStrategy::CapacityOptimizedPrioritized
+        );
+    }
 
     fn key(instance_type: &str) -> OfferingKey {
         OfferingKey {

@@ -27,7 +27,7 @@ use std::{
 use futures::FutureExt;
 use joist_messages::{
     apis::{EC2NodeClass, EC2NodeClassStatus, NodeClaim, NodePool},
-    labels::NODEPOOL,
+    labels::{NODEPOOL, annotations::PRICE_OVERLAY_APPLIED},
     model::{
         instance_type::{CapacityType, InstanceType},
         resources::names,
@@ -394,6 +394,10 @@ impl AwsCloud {
         }
         let request = FleetRequest {
             capacity_type,
+            prioritized: claim
+                .annotations()
+                .get(PRICE_OVERLAY_APPLIED)
+                .is_some_and(|v| v == "true"),
             configs,
             tags: self.launch_tags(&class, claim),
         };
