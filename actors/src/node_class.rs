@@ -9,6 +9,9 @@
 //! - A class its validation refuses (a rule the CRD cannot express, or a field Joist does not
 //!   honour yet) is not resolved: it gets `ValidationSucceeded=False` and `Ready=False` with the
 //!   problems, and a `ValidationFailed` warning, and is looked at again when it is edited.
+//! - A class with kubelet fields its nodes' user data cannot carry (fields Joist does not interpret,
+//!   on AL2 or Bottlerocket) is used all the same, as Karpenter uses it after its CRD pruned them,
+//!   with a `KubeletFieldsNotPassed` warning naming them.
 //! - Joist's finalizer keeps a class that NodeClaims still use from going away: its deletion waits,
 //!   with a `WaitingOnNodeClaimTermination` event, until the last claim is gone.
 
@@ -113,6 +116,17 @@ pub async fn reconcile(shared: Shared, class: Arc<EC2NodeClass>, refresh: bool) 
         }
         Outcome::Invalid
     } else {
+        let dropped = class.spec.kubelet_fields_not_passed();
+        if !dropped.is_empty() {
+            let message = format!(
+                "kubelet fields {} are not passed to {:?} nodes: only AL2023 nodes take any KubeletConfiguration field",
+                dropped.join(", "),
+                class.spec.user_data_family()
+            );
+            shared
+                .events
+                .warn(class.as_ref(), "KubeletFieldsNotPassed", &message);
+        }
         resolve(&shared, &class, &mut status, generation).await
     };
     if status != before {

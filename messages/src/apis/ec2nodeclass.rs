@@ -369,6 +369,18 @@ pub struct PlacementGroupSelector {
 }
 
 impl EC2NodeClassSpec {
+    /// The kubelet fields Joist keeps but this class's nodes will not get: those it does not
+    /// interpret, on AL2 and Bottlerocket, whose user data takes a fixed set of settings (only
+    /// nodeadm, on AL2023, takes a whole KubeletConfiguration). Karpenter's CRD prunes them all.
+    pub fn kubelet_fields_not_passed(&self) -> Vec<&str> {
+        match (&self.kubelet, self.user_data_family()) {
+            (Some(kubelet), AmiFamily::AL2 | AmiFamily::Bottlerocket) => {
+                kubelet.other.keys().map(String::as_str).collect()
+            }
+            _ => Vec::new(),
+        }
+    }
+
     /// The family whose user data the nodes get: `amiFamily` when set, else its alias's family
     /// for Linux aliases, else `Custom` (the CRD requires one of the two, so `Custom` only covers
     /// Windows aliases, which launches refuse).
@@ -952,17 +964,6 @@ impl Validate for EC2NodeClass {
         }
         if let Some(kubelet) = &spec.kubelet {
             validate_kubelet(&mut out, kubelet);
-            // Only nodeadm takes a whole KubeletConfiguration; the others' user data has a fixed
-            // set of settings, so a field Joist does not interpret would silently not arrive.
-            let family = spec.user_data_family();
-            if matches!(family, AmiFamily::AL2 | AmiFamily::Bottlerocket) {
-                for field in kubelet.other.keys() {
-                    out.push(
-                        format!("spec.kubelet.{field}"),
-                        format!("{family:?} nodes take only the kubelet fields Karpenter defines; only AL2023 (nodeadm) nodes get any KubeletConfiguration field"),
-                    );
-                }
-            }
         }
         validate_block_devices(&mut out, &spec.block_device_mappings);
         if !(1..=64).contains(&spec.metadata_options.http_put_response_hop_limit) {
@@ -1239,5 +1240,34 @@ fn validate_block_devices(out: &mut Violations, mappings: &[BlockDeviceMapping])
                 format!("must be between 100 and 300, got {rate}"),
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(alias: &str) -> EC2NodeClassSpec {
+        serde_json::from_value(serde_json::json!({
+            "role": "r",
+            "amiSelectorTerms": [{"alias": alias}],
+            "subnetSelectorTerms": [{"id": "subnet-1"}],
+            "securityGroupSelectorTerms": [{"id": "sg-1"}],
+            "kubelet": {"maxPods": 50, "serializeImagePulls": false},
+        }))
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn only_al2023_nodes_get_kubelet_fields_joist_does_not_interpret() {
+        assert_eq!(
+            spec("bottlerocket@latest").kubelet_fields_not_passed(),
+            ["serializeImagePulls"]
+        );
+        assert_eq!(
+            spec("al2@latest").kubelet_fields_not_passed(),
+            ["serializeImagePulls"]
+        );
+        assert!(spec("al2023@latest").kubelet_fields_not_passed().is_empty());
     }
 }
