@@ -22,6 +22,8 @@ pub mod names {
     pub const PODS: &str = "pods";
     /// NVIDIA GPUs.
     pub const NVIDIA_GPU: &str = "nvidia.com/gpu";
+    /// EFA interfaces (the EFA device plugin's resource).
+    pub const EFA: &str = "vpc.amazonaws.com/efa";
     /// The NodePool limit on the number of nodes.
     pub const NODES: &str = "nodes";
 }

@@ -180,6 +180,9 @@ impl Ec2Shape {
                 resources.set(resource, Quantity::from_units(gpu.count));
             }
         }
+        if self.efa_interfaces > 0 {
+            resources.set(names::EFA, Quantity::from_units(self.efa_interfaces));
+        }
         resources
     }
 
@@ -321,6 +324,15 @@ mod tests {
         assert!(trainer.supports(&efa));
         let too_many: Vec<_> = (0..5).map(|card| interface(card, 1, EfaOnly)).collect();
         assert!(!trainer.supports(&too_many), "five EFA interfaces, four cards");
+        // Pods ask for EFA devices as an extended resource, as Karpenter advertises it.
+        let capacity = trainer.capacity(&CapacitySettings::default());
+        assert_eq!(capacity.get(names::EFA), Quantity::from_units(4));
+        assert!(
+            plain
+                .capacity(&CapacitySettings::default())
+                .get(names::EFA)
+                .is_zero()
+        );
     }
 
     #[test]
