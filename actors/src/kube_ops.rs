@@ -162,6 +162,30 @@ pub fn set_condition(
     }
 }
 
+/// Sets `ValidationSucceeded=False` with `reason` and `message`, and `Ready=False` saying
+/// `ready_message`; whether validation newly failed (a warning is due).
+pub fn set_validation_failed(
+    conditions: &mut Vec<Condition>,
+    clock: &Clock,
+    generation: Option<i64>,
+    (reason, message): (&str, &str),
+    ready_message: &str,
+) -> bool {
+    let newly = set_condition(
+        conditions,
+        clock,
+        generation,
+        ("ValidationSucceeded", "False", reason, message),
+    );
+    set_condition(
+        conditions,
+        clock,
+        generation,
+        ("Ready", "False", "NotReady", ready_message),
+    );
+    newly
+}
+
 /// Whether a condition is `True`.
 pub fn is_true(conditions: &[Condition], type_: &str) -> bool {
     conditions.iter().any(|c| c.type_ == type_ && c.status == "True")

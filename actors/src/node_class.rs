@@ -102,15 +102,13 @@ pub async fn reconcile(shared: Shared, class: Arc<EC2NodeClass>, refresh: bool) 
             .map(ToString::to_string)
             .collect::<Vec<_>>()
             .join("; ");
-        let validation = (
-            "ValidationSucceeded",
-            "False",
-            "ValidationFailed",
-            problems.as_str(),
+        let newly = kube_ops::set_validation_failed(
+            &mut status.conditions,
+            &shared.clock,
+            generation,
+            ("ValidationFailed", &problems),
+            "ValidationSucceeded is not True",
         );
-        let newly = set_condition(&mut status.conditions, &shared.clock, generation, validation);
-        let ready = ("Ready", "False", "NotReady", "ValidationSucceeded is not True");
-        set_condition(&mut status.conditions, &shared.clock, generation, ready);
         if newly {
             shared.events.warn(class.as_ref(), "ValidationFailed", &problems);
         }

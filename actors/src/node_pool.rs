@@ -81,10 +81,8 @@ impl Handler<Reconcile> for NodePoolActor {
         let shared = self.shared.clone();
         let keeps_size = static_capacity::is_static(&pool) && shared.settings.static_capacity;
         let work = async move {
-            write_status(&shared, &pool).await;
-            if keeps_size {
-                // The status just written says whether the pool is Ready.
-                let pool = shared.read.node_pool(&pool.name_any()).unwrap_or(pool);
+            let ready = write_status(&shared, &pool).await;
+            if keeps_size && ready {
                 static_capacity::reconcile(&shared, &pool).await;
             }
         };
@@ -169,8 +167,8 @@ pub async fn create_claims(shared: &Shared, name: &str, claims: Vec<NodeClaim>) 
         .await;
 }
 
-/// Publishes usage and readiness.
-async fn write_status(shared: &Shared, pool: &NodePool) {
+/// Publishes usage and readiness; whether the pool is Ready.
+async fn write_status(shared: &Shared, pool: &NodePool) -> bool {
     let mut status = pool.status.clone().unwrap_or_default();
     let before = serde_json::to_value(&status).unwrap_or_default();
     let generation = pool.metadata.generation;
@@ -218,7 +216,8 @@ async fn write_status(shared: &Shared, pool: &NodePool) {
         )
     };
     set_condition(&mut status.conditions, clock, generation, node_class);
-    let ready = if valid && class_ready {
+    let is_ready = valid && class_ready;
+    let ready = if is_ready {
         ("Ready", "True", "Ready", "")
     } else {
         (
@@ -238,7 +237,7 @@ async fn write_status(shared: &Shared, pool: &NodePool) {
         .collect();
     let body = serde_json::to_value(&status).unwrap_or_default();
     if body == before {
-        return;
+        return is_ready;
     }
     let api: Api<NodePool> = kube_ops::cluster(&shared.client);
     if let Err(error) = kube_ops::patch_status(&api, &pool.name_any(), body).await {
@@ -247,4 +246,5 @@ async fn write_status(shared: &Shared, pool: &NodePool) {
     if newly_invalid {
         shared.events.warn(pool, "ValidationFailed", &problems);
     }
+    is_ready
 }

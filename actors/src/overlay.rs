@@ -79,26 +79,32 @@ struct Usable<'a> {
 /// conflict (see the module docs).
 pub fn apply(types: &[Arc<InstanceType>], pool: &NodePool, overlays: &[Arc<NodeOverlay>]) -> Overlaid {
     let usable = usable(overlays);
-    let conflicted = conflicts(types, pool, &usable);
-    let kept: Vec<&Usable<'_>> = usable
-        .iter()
-        .filter(|u| !conflicted.contains(&u.overlay.name_any()))
-        .collect();
     let context = pool_labels(pool);
+    // Per type, the offerings each usable overlay picks: judged once, for conflicts and changes.
+    let picked: Vec<Vec<Option<Vec<usize>>>> = types
+        .iter()
+        .map(|it| usable.iter().map(|u| picks(u, it, &context)).collect())
+        .collect();
+    let conflicted = conflicts(&usable, &picked);
+    let kept: Vec<bool> = usable
+        .iter()
+        .map(|u| !conflicted.contains(&u.overlay.name_any()))
+        .collect();
     let mut repriced = false;
     let applied = types
         .iter()
-        .map(|it| {
+        .zip(&picked)
+        .map(|(it, picks)| {
             let mut changed: Option<InstanceType> = None;
             let mut priced = vec![false; it.offerings.len()];
             let mut resources = BTreeSet::new();
-            for overlay in &kept {
-                let Some(picked) = picks(overlay, it, &context) else {
+            for ((overlay, picked), _) in usable.iter().zip(picks).zip(&kept).filter(|(_, kept)| **kept) {
+                let Some(picked) = picked else {
                     continue;
                 };
                 let target = changed.get_or_insert_with(|| it.as_ref().clone());
                 if let Some(change) = overlay.price {
-                    for i in picked {
+                    for &i in picked {
                         if !priced[i] {
                             priced[i] = true;
                             target.offerings[i].price = change.apply(target.offerings[i].price);
@@ -200,11 +206,10 @@ fn picks(overlay: &Usable<'_>, it: &InstanceType, context: &Requirements) -> Opt
 
 /// Overlays of equal weight that would change one offering's price or set one resource of a
 /// type: of each pair, the one with the earlier name.
-fn conflicts(types: &[Arc<InstanceType>], pool: &NodePool, usable: &[Usable<'_>]) -> BTreeSet<String> {
-    let context = pool_labels(pool);
+/// `picked` holds, per type, what each of `usable` picks.
+fn conflicts(usable: &[Usable<'_>], picked: &[Vec<Option<Vec<usize>>>]) -> BTreeSet<String> {
     let mut conflicted = BTreeSet::new();
-    for it in types {
-        let picks: Vec<Option<Vec<usize>>> = usable.iter().map(|u| picks(u, it, &context)).collect();
+    for picks in picked {
         for (i, a) in usable.iter().enumerate() {
             for (j, b) in usable.iter().enumerate().skip(i + 1) {
                 if a.overlay.spec.weight() != b.overlay.spec.weight() {
@@ -269,21 +274,13 @@ async fn write_conditions(shared: &Shared, overlay: &NodeOverlay, problem: Optio
             );
             false
         }
-        Some((reason, message)) => {
-            let changed = set_condition(
-                &mut status.conditions,
-                clock,
-                generation,
-                ("ValidationSucceeded", "False", reason, message),
-            );
-            set_condition(
-                &mut status.conditions,
-                clock,
-                generation,
-                ("Ready", "False", "NotReady", message),
-            );
-            changed
-        }
+        Some((reason, message)) => kube_ops::set_validation_failed(
+            &mut status.conditions,
+            clock,
+            generation,
+            (reason, message),
+            message,
+        ),
     };
     if let Some((reason, message)) = problem.filter(|_| newly_failed) {
         shared.events.warn(overlay, reason, &message);

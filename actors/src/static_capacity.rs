@@ -71,58 +71,68 @@ pub fn plan(
     if have < replicas {
         return Plan::Create(usize::try_from(replicas - have).unwrap_or(0));
     }
-    let drifted = |c: &&&Arc<NodeClaim>| drift::shown(c).is_some();
-    let settled = active.iter().filter(|c| !drifted(c)).all(|c| {
-        c.status
-            .as_ref()
-            .is_some_and(|s| is_true(&s.conditions, "Initialized"))
-    });
-    let protected = |claim: &Arc<NodeClaim>| {
-        let node = claim.status.as_ref().and_then(|s| s.node_name.as_deref());
-        node.map(&pods_on)
-            .unwrap_or_default()
-            .iter()
-            .any(|p| do_not_disrupt(p, now_seconds))
-    };
+    // What each NodeClaim is, its node's pods read once.
+    let seen: Vec<Seen> = active
+        .iter()
+        .map(|claim| {
+            let status = claim.status.as_ref();
+            let pods = status
+                .and_then(|s| s.node_name.as_deref())
+                .map(&pods_on)
+                .unwrap_or_default();
+            Seen {
+                protected: pods.iter().any(|p| do_not_disrupt(p, now_seconds)),
+                current: drift::shown(claim).is_none(),
+                launched: status.is_some_and(|s| s.provider_id.is_some()),
+                workload: pods.iter().filter(|p| !is_daemon(p)).count(),
+                initialized: status.is_some_and(|s| is_true(&s.conditions, "Initialized")),
+                name: claim.name_any(),
+            }
+        })
+        .collect();
+    let settled = seen.iter().filter(|c| c.current).all(|c| c.initialized);
     if have == replicas {
         // A drifted node is replaced by surging one over, once nothing else is in flight; one
         // whose pods may not be disrupted is not (its replacement would push out another node).
-        let replace = replicas > 0 && settled && active.iter().any(|c| drifted(&c) && !protected(c));
+        let replace = replicas > 0 && settled && seen.iter().any(|c| !c.current && !c.protected);
         return if replace { Plan::Create(1) } else { Plan::Hold };
     }
-    if active.iter().any(|c| drifted(&c)) && !settled {
+    if seen.iter().any(|c| !c.current) && !settled {
         // A replacement is still coming up: the drifted node stays until it is Initialized.
         return Plan::Hold;
     }
     // Order: drifted, not launched, then empty, then fewest pods; do-not-disrupt pods push a
-    // node last.
-    let mut ranked: Vec<(bool, bool, bool, usize, String)> = active
-        .iter()
-        .map(|claim| {
-            let node = claim.status.as_ref().and_then(|s| s.node_name.as_deref());
-            let launched = claim.status.as_ref().is_some_and(|s| s.provider_id.is_some());
-            let pods: Vec<Arc<Pod>> = node.map(&pods_on).unwrap_or_default();
-            let workload = pods.iter().filter(|p| !is_daemon(p)).count();
-            let current = drift::shown(claim).is_none();
-            (protected(claim), current, launched, workload, claim.name_any())
-        })
-        .collect();
+    // node last (the field order of `Seen`).
+    let mut ranked = seen;
     ranked.sort();
     let surplus = usize::try_from(have - replicas).unwrap_or(0);
-    Plan::Delete(ranked.into_iter().take(surplus).map(|(.., name)| name).collect())
+    Plan::Delete(ranked.into_iter().take(surplus).map(|c| c.name).collect())
 }
 
-/// Brings the static `pool` to its `replicas` (see the module docs). Does nothing for a dynamic
-/// pool, or one that is not Ready.
+/// One NodeClaim as the plan ranks it: the fields in the order surplus goes (false first).
+#[derive(PartialEq, Eq, PartialOrd, Ord)]
+struct Seen {
+    /// Its node runs a pod that may not be disrupted.
+    protected: bool,
+    /// Not drifted.
+    current: bool,
+    /// It has an instance.
+    launched: bool,
+    /// Its pods but DaemonSet ones.
+    workload: usize,
+    /// Its name (unique, so the fields after it never order).
+    name: String,
+    /// Its node is Initialized.
+    initialized: bool,
+}
+
+/// Brings the static `pool`, which its actor found Ready, to its `replicas` (see the module
+/// docs). Does nothing for a dynamic pool or one being deleted.
 pub async fn reconcile(shared: &Shared, pool: &NodePool) {
     let Some(replicas) = pool.spec.replicas else {
         return;
     };
-    let ready = pool
-        .status
-        .as_ref()
-        .is_some_and(|s| is_true(&s.conditions, "Ready"));
-    if !ready || pool.metadata.deletion_timestamp.is_some() {
+    if pool.metadata.deletion_timestamp.is_some() {
         return;
     }
     let name = pool.name_any();

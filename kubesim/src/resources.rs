@@ -88,14 +88,6 @@ impl ScalePaths {
     }
 }
 
-/// A dotted path (`.spec.replicas`) as a JSON pointer (`/spec/replicas`).
-pub fn pointer(path: &str) -> String {
-    path.split('.')
-        .filter(|part| !part.is_empty())
-        .map(|part| format!("/{}", part.replace('~', "~0").replace('/', "~1")))
-        .collect()
-}
-
 /// A column of the Table that `kubectl get` asks for.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PrinterColumn {

@@ -275,7 +275,7 @@ fn breakdown(
     for launch in launches {
         let tally = rows.entry(key(launch)).or_default();
         tally.launched += 1;
-        tally.spent += spent(launch, end);
+        tally.spent += launch.cost_until(end);
         if launch.ended_at_seconds.is_none() {
             tally.at_end += 1;
             tally.per_hour_end += launch.price_per_hour;
@@ -305,10 +305,6 @@ fn breakdown(
         );
     }
     page.push_str("</table>\n");
-}
-
-fn spent(launch: &Launch, end: f64) -> f64 {
-    launch.price_per_hour * (launch.ended_at_seconds.unwrap_or(end) - launch.launched_at_seconds) / 3600.0
 }
 
 fn launches(page: &mut String, launches: &[Launch]) {

@@ -107,6 +107,13 @@ pub struct Launch {
     pub end_reason: Option<String>,
 }
 
+impl Launch {
+    /// Dollars it cost from its launch to its end, or to `end` when it still runs.
+    pub fn cost_until(&self, end: f64) -> f64 {
+        self.price_per_hour * (self.ended_at_seconds.unwrap_or(end) - self.launched_at_seconds) / 3600.0
+    }
+}
+
 /// The cluster at one moment; the series holds a sample where anything changed.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Sample {
@@ -190,8 +197,7 @@ pub fn build(name: &str, seed: u64, end: f64, store: &Store, cloud: &SimCloud, r
     let mut cost_total = 0.0;
     let mut cost_per_hour_end = 0.0;
     for launch in &launches {
-        let ended = launch.ended_at_seconds.unwrap_or(end);
-        cost_total += launch.price_per_hour * (ended - launch.launched_at_seconds) / 3600.0;
+        cost_total += launch.cost_until(end);
         match &launch.end_reason {
             Some(reason) => *nodes_terminated.entry(reason.clone()).or_insert(0) += 1,
             None => cost_per_hour_end += launch.price_per_hour,

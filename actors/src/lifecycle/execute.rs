@@ -204,14 +204,14 @@ async fn launch(shared: &Shared, claim: &NodeClaim) -> Result<Result<Launch, Clo
     // Overlaid prices decide the offering, as they decided the simulation; the annotation tells
     // the cloud to launch by them rather than by its own prices.
     let (types, repriced) = crate::overlay::for_pool(shared, &node_pool, types);
+    let mut claim = std::borrow::Cow::Borrowed(claim);
     if repriced {
-        let mut claim = claim.clone();
         claim
+            .to_mut()
             .annotations_mut()
             .insert(PRICE_OVERLAY_APPLIED.to_owned(), "true".to_owned());
-        return Ok(shared.cloud.create(&claim, &types).await);
     }
-    Ok(shared.cloud.create(claim, &types).await)
+    Ok(shared.cloud.create(&claim, &types).await)
 }
 
 /// Records that `claim` finished `phase`, which began at the epoch second `since`.

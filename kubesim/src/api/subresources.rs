@@ -9,14 +9,15 @@ use super::{
     ApiRequest, ResourcePath,
     objects::{apply_patch, versioned},
     parse_body,
+    table::evaluate,
 };
 use crate::object::text;
-use crate::resources::{ScalePaths, pointer};
 use crate::{
     budget,
     error::ApiError,
     store::{DeleteOptions, ObjectKey, Part, Store},
 };
+use crate::{patch::merge_patch, resources::ScalePaths};
 
 /// Serves one subresource request; returns the code and the body.
 pub fn handle(
@@ -70,7 +71,7 @@ pub fn handle(
                         reason: "spec.replicas: Required value".to_owned(),
                     })?;
                 let mut next = current.clone();
-                set_at(&mut next, &pointer(&paths.spec_replicas), json!(replicas));
+                merge_patch(&mut next, &at_path(&paths.spec_replicas, json!(replicas)));
                 next["metadata"]["resourceVersion"] = scale
                     .pointer("/metadata/resourceVersion")
                     .cloned()
@@ -162,20 +163,12 @@ fn scale_paths(path: &ResourcePath) -> Result<ScalePaths, ApiError> {
     path.rtype.scale.clone().ok_or(ApiError::MethodNotAllowed)
 }
 
-/// Writes `value` at the JSON `pointer` of `object`, making the objects on the way.
-fn set_at(object: &mut Value, pointer: &str, value: Value) {
-    let mut at = object;
-    for part in pointer.split('/').skip(1) {
-        if !at.is_object() {
-            *at = json!({});
-        }
-        let key = part.replace("~1", "/").replace("~0", "~");
-        at = at
-            .as_object_mut()
-            .map(|map| map.entry(key).or_insert(Value::Null))
-            .unwrap_or_else(|| unreachable!("made an object above"));
-    }
-    *at = value;
+/// A merge patch that sets the field at the dotted `path` (`.spec.replicas`) to `value`.
+fn at_path(path: &str, value: Value) -> Value {
+    path.split('.')
+        .filter(|field| !field.is_empty())
+        .rev()
+        .fold(value, |inner, field| json!({ field: inner }))
 }
 
 /// The autoscaling/v1 Scale of an object, read at `paths`.
@@ -183,7 +176,8 @@ fn scale_of(object: &Value, paths: &ScalePaths) -> Value {
     let selector = paths
         .label_selector
         .as_deref()
-        .and_then(|selector| object.pointer(&format!("{}/matchLabels", pointer(selector))))
+        .and_then(|selector| evaluate(object, &format!("{selector}.matchLabels")))
+        .as_ref()
         .and_then(Value::as_object)
         .map(|labels| {
             labels
@@ -201,9 +195,9 @@ fn scale_of(object: &Value, paths: &ScalePaths) -> Value {
             "name": metadata["name"], "namespace": metadata["namespace"], "uid": metadata["uid"],
             "resourceVersion": metadata["resourceVersion"], "creationTimestamp": metadata["creationTimestamp"],
         },
-        "spec": {"replicas": object.pointer(&pointer(&paths.spec_replicas)).cloned().unwrap_or(json!(1))},
+        "spec": {"replicas": evaluate(object, &paths.spec_replicas).unwrap_or(json!(1))},
         "status": {
-            "replicas": object.pointer(&pointer(&paths.status_replicas)).cloned().unwrap_or(json!(0)),
+            "replicas": evaluate(object, &paths.status_replicas).unwrap_or(json!(0)),
             "selector": selector,
         },
     })

@@ -5,7 +5,7 @@
 //! `spec.amiSelectorTerms[i].alias`.
 
 use joist_messages::{
-    apis::{EC2NodeClass, common::NodeSelectorRequirementWithMinValues, ec2nodeclass::AmiFamily},
+    apis::common::NodeSelectorRequirementWithMinValues,
     labels::{ARCH, aws},
     model::requirements::Operator,
 };
@@ -70,13 +70,6 @@ fn requirement(key: &str, operator: Operator, values: Vec<String>) -> NodeSelect
 /// The requirement an image of architecture `arch` (`amd64`, `arm64`) puts on instance types.
 pub fn arch_requirement(arch: &str) -> NodeSelectorRequirementWithMinValues {
     requirement(ARCH, Operator::In, vec![arch.to_owned()])
-}
-
-/// The AMI family of `class` (see [`EC2NodeClassSpec::user_data_family`]).
-///
-/// [`EC2NodeClassSpec::user_data_family`]: joist_messages::apis::EC2NodeClassSpec::user_data_family
-pub fn family(class: &EC2NodeClass) -> AmiFamily {
-    class.spec.user_data_family()
 }
 
 /// The SSM parameters for `alias` (term `index`) on Kubernetes `kubernetes` (`1.35`).

@@ -43,7 +43,7 @@ use kube::ResourceExt;
 use tokio::{sync::Mutex, time::Instant};
 
 use crate::{
-    ami, catalog,
+    catalog,
     clients::AwsClients,
     coalesce::{Coalescer, Window},
     fleet::{self, FleetRequest, Launched, Override, TemplateConfig},
@@ -245,7 +245,7 @@ impl AwsCloud {
         let settings = &self.inner.settings;
         let class_name = class.name_any();
         let status = class.status.as_ref();
-        let family = ami::family(class);
+        let family = class.spec.user_data_family();
         let mut taints: Vec<Taint> = claim.spec.taints.clone();
         taints.extend(claim.spec.startup_taints.iter().cloned());
         if !taints.iter().any(|t| t.key == UNREGISTERED_TAINT) {
@@ -546,7 +546,7 @@ impl CloudProvider for AwsCloud {
     ) -> CloudFuture<'a, Vec<InstanceType>> {
         Box::pin(async move {
             let catalog = self.catalog().await?;
-            let family = ami::family(node_class);
+            let family = node_class.spec.user_data_family();
             let settings = offerings::capacity_settings(node_class, family, self.inner.settings.capacity);
             let prices = self.inner.prices.read().unwrap_or_else(PoisonError::into_inner);
             Ok(offerings::instance_types(
