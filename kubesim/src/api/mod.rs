@@ -11,6 +11,7 @@ mod openapi;
 mod request;
 mod subresources;
 mod table;
+mod token;
 mod watch;
 
 use std::{convert::Infallible, sync::Arc};
@@ -25,7 +26,7 @@ pub use self::{
     request::{Query, ResourcePath, Route},
     subresources::bind,
 };
-use crate::{error::ApiError, store::Store};
+use crate::{error::ApiError, protobuf::ProtobufError, store::Store};
 
 /// A response body: a whole JSON document or a watch stream.
 pub type ApiBody = BoxBody<Bytes, Infallible>;
@@ -202,10 +203,13 @@ fn parse_body(request: &ApiRequest) -> Result<Value, ApiError> {
         .content_type
         .starts_with("application/vnd.kubernetes.protobuf")
     {
-        // Protobuf is decoded for what helm sends (Secrets, ConfigMaps); anything else is refused
-        // as a media type kubesim does not take, so the user knows to send JSON (`kubectl apply -f`).
-        return crate::protobuf::decode_object(&request.body).map_err(|e| {
-            ApiError::UnsupportedMediaType(format!("application/json (a protobuf body was sent, and {e})"))
+        // Built-in kinds decode as an API server decodes them; other kinds (custom resources)
+        // take JSON or YAML only, as on a real cluster.
+        return crate::protobuf::decode_object(&request.body).map_err(|e| match e {
+            ProtobufError::UnsupportedKind { .. } => {
+                ApiError::UnsupportedMediaType("application/json, application/yaml".to_owned())
+            }
+            e => ApiError::BadRequest(e.to_string()),
         });
     }
     if request.content_type.starts_with("application/apply-patch+yaml") {
