@@ -128,6 +128,9 @@ impl ResourceType {
         if (self.group.as_str(), self.plural.as_str()) == ("", "pods") {
             subresources.extend(["binding", "eviction"]);
         }
+        if (self.group.as_str(), self.plural.as_str()) == ("", "serviceaccounts") {
+            subresources.push("token");
+        }
         subresources
     }
 }
@@ -300,19 +303,28 @@ impl Registry {
                 "shortNames": t.short_names,
             }));
             for sub in t.subresources() {
-                let (kind, verbs): (&str, &[&str]) = match sub {
-                    "status" => (&t.kind, &["get", "patch", "update"]),
-                    "scale" => ("Scale", &["get", "patch", "update"]),
-                    "binding" => ("Binding", &["create"]),
-                    _ => ("Eviction", &["create"]),
+                // The group and version of a subresource's kind, where it is not the resource's
+                // own: kubectl drain evicts only when discovery names policy/v1 for
+                // `pods/eviction` (it deletes the pods otherwise).
+                let (kind, verbs, group_version): (&str, &[&str], Option<(&str, &str)>) = match sub {
+                    "status" => (&t.kind, &["get", "patch", "update"], None),
+                    "scale" => ("Scale", &["get", "patch", "update"], Some(("autoscaling", "v1"))),
+                    "binding" => ("Binding", &["create"], None),
+                    "token" => ("TokenRequest", &["create"], Some(("authentication.k8s.io", "v1"))),
+                    _ => ("Eviction", &["create"], Some(("policy", "v1"))),
                 };
-                resources.push(json!({
+                let mut resource = json!({
                     "name": format!("{}/{sub}", t.plural),
                     "singularName": "",
                     "namespaced": t.namespaced,
                     "kind": kind,
                     "verbs": verbs,
-                }));
+                });
+                if let Some((group, version)) = group_version {
+                    resource["group"] = json!(group);
+                    resource["version"] = json!(version);
+                }
+                resources.push(resource);
             }
         }
         if resources.is_empty() {

@@ -1,7 +1,7 @@
 //! Subresources: `/status` (spec and status written separately), `/scale` (an autoscaling/v1 Scale
 //! view of a workload's `spec.replicas`, or of the paths a CRD's `subresources.scale` names),
-//! `pods/binding` (what a scheduler posts) and `pods/eviction` (a delete that honours
-//! PodDisruptionBudgets: 429 when the budget is spent).
+//! `pods/binding` (what a scheduler posts), `pods/eviction` (a delete that honours
+//! PodDisruptionBudgets: 429 when the budget is spent) and `serviceaccounts/token` (see [`token`]).
 
 use serde_json::{Value, json};
 
@@ -10,6 +10,7 @@ use super::{
     objects::{apply_patch, versioned},
     parse_body,
     table::evaluate,
+    token,
 };
 use crate::object::text;
 use crate::{
@@ -86,6 +87,18 @@ pub fn handle(
             bind(store, &key, node, dry_run)?;
             Ok((201, success()))
         }
+        ("token", "POST") => {
+            let account = store.get(&resource, &key)?;
+            let request = if request.body.is_empty() {
+                json!({})
+            } else {
+                parse_body(request)?
+            };
+            Ok((
+                201,
+                token::issue(&account, &request, store.clock().now_seconds())?,
+            ))
+        }
         ("eviction", "POST") => {
             budget::evict(store, &key, &eviction_options(request, dry_run)?)?;
             Ok((201, success()))
@@ -94,10 +107,10 @@ pub fn handle(
     }
 }
 
-/// The DeleteOptions an Eviction carries (`deleteOptions`: a uid precondition, a grace period),
-/// from a JSON body; other encodings take the defaults.
+/// The DeleteOptions an Eviction carries (`deleteOptions`: a uid precondition, a grace period);
+/// an empty body takes the defaults.
 fn eviction_options(request: &ApiRequest, dry_run: bool) -> Result<DeleteOptions, ApiError> {
-    let body = if request.body.is_empty() || !request.content_type.contains("json") {
+    let body = if request.body.is_empty() {
         json!({})
     } else {
         parse_body(request)?

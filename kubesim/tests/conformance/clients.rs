@@ -6,7 +6,7 @@ use std::{path::PathBuf, process::Command, sync::OnceLock};
 use crate::cluster;
 
 /// Paths of kubectl and helm, installing them on first use.
-fn binaries() -> &'static (PathBuf, PathBuf) {
+pub fn binaries() -> &'static (PathBuf, PathBuf) {
     static BINARIES: OnceLock<(PathBuf, PathBuf)> = OnceLock::new();
     BINARIES.get_or_init(|| {
         let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts/kube-clients");
@@ -27,42 +27,58 @@ fn binaries() -> &'static (PathBuf, PathBuf) {
     })
 }
 
-/// Runs a client binary with the kubeconfig; returns stdout, failing the test on a non-zero exit.
-async fn run(binary: &PathBuf, kubeconfig: &std::path::Path, args: &[&str]) -> String {
+/// What a client run printed, and whether it exited zero.
+pub struct Output {
+    pub success: bool,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Runs a client binary with the kubeconfig, its caches and config kept beside it.
+pub async fn output(binary: &PathBuf, kubeconfig: &std::path::Path, args: &[&str]) -> Output {
     let mut command = Command::new(binary);
-    command.args(args).arg("--kubeconfig").arg(kubeconfig);
-    command.env("HOME", kubeconfig.parent().expect("dir"));
-    command.env(
-        "HELM_CACHE_HOME",
-        kubeconfig.parent().expect("dir").join("helm-cache"),
-    );
-    command.env(
-        "HELM_CONFIG_HOME",
-        kubeconfig.parent().expect("dir").join("helm-config"),
-    );
-    command.env(
-        "HELM_DATA_HOME",
-        kubeconfig.parent().expect("dir").join("helm-data"),
-    );
-    let described = format!("{} {}", binary.display(), args.join(" "));
+    // The kubeconfig first: after a `--`, it would be the command kubectl runs in a container.
+    command.arg("--kubeconfig").arg(kubeconfig).args(args);
+    let dir = kubeconfig.parent().expect("dir");
+    command.env("HOME", dir);
+    command.env("HELM_CACHE_HOME", dir.join("helm-cache"));
+    command.env("HELM_CONFIG_HOME", dir.join("helm-config"));
+    command.env("HELM_DATA_HOME", dir.join("helm-data"));
     let output = tokio::task::spawn_blocking(move || command.output())
         .await
         .expect("join")
         .expect("spawn client");
-    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    Output {
+        success: output.status.success(),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}
+
+/// Runs a client binary with the kubeconfig; returns stdout, failing the test on a non-zero exit.
+pub async fn run(binary: &PathBuf, kubeconfig: &std::path::Path, args: &[&str]) -> String {
+    let Output {
+        success,
+        stdout,
+        stderr,
+    } = output(binary, kubeconfig, args).await;
     assert!(
-        output.status.success(),
-        "{described} failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
+        success,
+        "{} {} failed:\n{stdout}\n{stderr}",
+        binary.display(),
+        args.join(" ")
     );
     stdout
 }
 
-fn scratch(name: &str) -> PathBuf {
+pub fn scratch(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("kubesim-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("scratch dir");
     dir
 }
+
+/// A Node named `worker` with 4 CPUs, for pods to run on.
+pub const WORKER: &str = "apiVersion: v1\nkind: Node\nmetadata:\n  name: worker\n  labels: {kubernetes.io/hostname: worker}\nstatus:\n  allocatable: {cpu: \"4\", memory: 8Gi, pods: \"110\"}\n  capacity: {cpu: \"4\", memory: 8Gi, pods: \"110\"}\n";
 
 const DEPLOYMENT: &str = "apiVersion: apps/v1
 kind: Deployment
@@ -142,8 +158,7 @@ async fn kubectl_applies_scales_waits_describes_and_deletes() {
         "{described}"
     );
 
-    let node = "apiVersion: v1\nkind: Node\nmetadata:\n  name: worker\n  labels: {kubernetes.io/hostname: worker}\nstatus:\n  allocatable: {cpu: \"4\", memory: 8Gi, pods: \"110\"}\n  capacity: {cpu: \"4\", memory: 8Gi, pods: \"110\"}\n";
-    std::fs::write(dir.join("node.yaml"), node).expect("node manifest");
+    std::fs::write(dir.join("node.yaml"), WORKER).expect("node manifest");
     run(
         kubectl,
         &kubeconfig,

@@ -3,6 +3,7 @@
 
 mod api;
 mod clients;
+mod kubectl;
 mod physics;
 
 use std::time::Duration;
