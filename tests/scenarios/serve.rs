@@ -3,7 +3,8 @@
 //! gets a NodeClaim and a Ready node in that zone within seconds, and the printed metrics URL
 //! counts it; a region where nothing is sold stops it at start. And Karpenter's getting-started
 //! steps with the real kubectl: apply the NodePool, EC2NodeClass and `inflate`, scale it, see a
-//! Ready NodeClaim and Node and the pods Running, delete it, and see the node consolidated away.
+//! Ready NodeClaim and Node and the pods Running; `kubectl create deployment` bigger pods and see
+//! more NodeClaims; delete both, and see the nodes consolidated away.
 
 use std::{
     io::{BufRead, BufReader},
@@ -192,10 +193,14 @@ fn karpenters_getting_started_steps_work_with_kubectl_against_sim_serve() {
     let kubectl = path(&installed("kube-clients"), "kube-clients", "KUBECTL");
     let dir = std::env::temp_dir().join(format!("joist-getting-started-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
-    // The walkthrough's manifests, with consolidation after 0s instead of 1m so the test is quick.
+    // The walkthrough's manifests, with consolidation after 0s instead of 1m and every empty node
+    // removable at once (not 10% of them) so the test is quick.
     let manifests = std::fs::read_to_string(root().join("examples/getting-started.yaml"))
         .unwrap_or_else(|e| panic!("{e}"))
-        .replace("consolidateAfter: 1m", "consolidateAfter: 0s");
+        .replace(
+            "consolidateAfter: 1m",
+            "consolidateAfter: 0s\n    budgets:\n      - nodes: \"100%\"",
+        );
     let manifest = dir.join("getting-started.yaml");
     std::fs::write(&manifest, manifests).unwrap_or_else(|e| panic!("{e}"));
     let kubeconfig = dir.join("kubeconfig");
@@ -270,8 +275,33 @@ fn karpenters_getting_started_steps_work_with_kubectl_against_sim_serve() {
     let phases = run(&["get", "pods", "-o", "jsonpath={.items[*].status.phase}"]);
     assert_eq!(phases, ["Running"; 5].join(" "));
 
-    // Deleting it empties the node, and consolidation removes it.
-    run(&["delete", "deployment", "inflate"]);
+    // The same through kubectl's own generator (a protobuf body): bigger pods need more nodes.
+    let created = run(&["create", "deployment", "web", "--image=nginx", "--replicas=0"]);
+    assert_eq!(created.trim(), "deployment.apps/web created");
+    run(&["set", "resources", "deployment", "web", "--requests=cpu=3"]);
+    run(&["scale", "deployment", "web", "--replicas", "4"]);
+    run(&["rollout", "status", "deployment/web", "--timeout=60s"]);
+    run(&[
+        "wait",
+        "--for=condition=Ready",
+        "nodeclaims",
+        "--all",
+        "--timeout=30s",
+    ]);
+    let claims = run(&["get", "nodeclaims", "-o", "name"]);
+    assert!(claims.lines().count() >= 2, "{claims}");
+    let web = run(&[
+        "get",
+        "pods",
+        "-l",
+        "app=web",
+        "-o",
+        "jsonpath={.items[*].status.phase}",
+    ]);
+    assert_eq!(web, ["Running"; 4].join(" "));
+
+    // Deleting them empties the nodes, and consolidation removes them.
+    run(&["delete", "deployment", "inflate", "web"]);
     run(&["wait", "--for=delete", "nodeclaims", "--all", "--timeout=60s"]);
     run(&["wait", "--for=delete", "nodes", "--all", "--timeout=30s"]);
     assert_eq!(run(&["get", "nodeclaims,nodes", "-o", "name"]), "");
