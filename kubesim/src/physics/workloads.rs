@@ -7,7 +7,7 @@
 //! retried.
 
 use std::{
-    collections::{BTreeSet, HashMap},
+    collections::{BTreeMap, BTreeSet, HashMap},
     sync::Arc,
 };
 
@@ -38,8 +38,8 @@ const DAEMON_TOLERATIONS: [(&str, &str); 6] = [
 
 #[derive(Default)]
 struct Workloads {
-    /// Live pods by the uid of their controller.
-    pods_by_owner: HashMap<String, HashMap<ObjectKey, Arc<Value>>>,
+    /// Pods by the uid of their controller.
+    pods_by_owner: HashMap<String, Owned>,
     /// ReplicaSets by the uid of their Deployment.
     sets_by_owner: HashMap<String, HashMap<ObjectKey, Arc<Value>>>,
     dirty: BTreeSet<(Kind, ObjectKey)>,
@@ -72,6 +72,57 @@ impl Kind {
             "Job" => Some(Self::Job),
             _ => None,
         }
+    }
+}
+
+/// The pods one controller owns, with the counts its status reports kept as pods change, so a
+/// ReplicaSet of 100,000 pods is reconciled without reading them all on every pod update.
+#[derive(Default)]
+struct Owned {
+    /// Every pod, those being deleted included (Recreate waits for them), in key order.
+    pods: BTreeMap<ObjectKey, Arc<Value>>,
+    /// Pods not being deleted.
+    live: usize,
+    /// Live pods whose Ready condition is True.
+    ready: usize,
+}
+
+impl Owned {
+    fn insert(&mut self, key: ObjectKey, pod: &Arc<Value>) {
+        if let Some(old) = self.pods.insert(key, pod.clone()) {
+            self.count(&old, false);
+        }
+        self.count(pod, true);
+    }
+
+    fn remove(&mut self, key: &ObjectKey) {
+        if let Some(old) = self.pods.remove(key) {
+            self.count(&old, false);
+        }
+    }
+
+    /// Adds a pod's share to the counts, or takes it away.
+    fn count(&mut self, pod: &Value, add: bool) {
+        if pod.pointer("/metadata/deletionTimestamp").is_some() {
+            return;
+        }
+        let ready = usize::from(conditions::status(pod, "Ready") == Some("True"));
+        if add {
+            self.live += 1;
+            self.ready += ready;
+        } else {
+            self.live -= 1;
+            self.ready -= ready;
+        }
+    }
+
+    /// The pods not being deleted, in key order.
+    fn live_pods(&self) -> Vec<Arc<Value>> {
+        self.pods
+            .values()
+            .filter(|p| p.pointer("/metadata/deletionTimestamp").is_none())
+            .cloned()
+            .collect()
     }
 }
 
@@ -160,11 +211,11 @@ impl Workloads {
             return;
         };
         let key = ObjectKey::of(pod);
-        let pods = self.pods_by_owner.entry(owner_uid).or_default();
+        let owned = self.pods_by_owner.entry(owner_uid).or_default();
         if event == EventKind::Deleted {
-            pods.remove(&key);
+            owned.remove(&key);
         } else {
-            pods.insert(key.clone(), pod.clone());
+            owned.insert(key.clone(), pod);
         }
         if let Some(kind) = Kind::of_owner(&owner_kind) {
             self.dirty
@@ -193,18 +244,10 @@ impl Workloads {
     }
 
     fn live_pods(&self, owner: &Value) -> Vec<Arc<Value>> {
-        let mut pods: Vec<Arc<Value>> = self
-            .pods_by_owner
+        self.pods_by_owner
             .get(&uid(owner))
-            .map(|pods| {
-                pods.values()
-                    .filter(|p| p.pointer("/metadata/deletionTimestamp").is_none())
-                    .cloned()
-                    .collect()
-            })
-            .unwrap_or_default();
-        pods.sort_by_key(|p| ObjectKey::of(p));
-        pods
+            .map(Owned::live_pods)
+            .unwrap_or_default()
     }
 
     fn deployment(&mut self, store: &Store, deployment: &Value) -> Result<(), crate::error::ApiError> {
@@ -229,7 +272,7 @@ impl Workloads {
             pods: self
                 .pods_by_owner
                 .get(&uid(set))
-                .map_or(0, |pods| i64::try_from(pods.len()).unwrap_or(i64::MAX)),
+                .map_or(0, |owned| i64::try_from(owned.pods.len()).unwrap_or(i64::MAX)),
             available: set
                 .pointer("/status/availableReplicas")
                 .and_then(Value::as_i64)
@@ -323,11 +366,14 @@ impl Workloads {
 
     fn replica_set(&mut self, store: &Store, set: &Value) -> Result<(), crate::error::ApiError> {
         let key = ObjectKey::of(set);
-        let pods = self.live_pods(set);
+        let (live, ready) = self
+            .pods_by_owner
+            .get(&uid(set))
+            .map_or((0, 0), |owned| (owned.live, owned.ready));
         let desired = usize::try_from(replicas(set)).unwrap_or(0);
         let resource = GroupResource::new("", "pods");
-        if pods.len() < desired {
-            for _ in pods.len()..desired {
+        if live < desired {
+            for _ in live..desired {
                 store.create(
                     &resource,
                     &key.namespace,
@@ -335,20 +381,16 @@ impl Workloads {
                     false,
                 )?;
             }
-        } else if pods.len() > desired {
-            let mut doomed = pods.clone();
-            doomed.sort_by_key(|p| deletion_rank(p));
-            for pod in doomed.iter().take(pods.len() - desired) {
+        } else if live > desired {
+            let mut doomed = self.live_pods(set);
+            doomed.sort_by_cached_key(|p| deletion_rank(p));
+            for pod in doomed.iter().take(live - desired) {
                 store.delete(&resource, &ObjectKey::of(pod), &DeleteOptions::default())?;
             }
         }
-        let ready = pods
-            .iter()
-            .filter(|p| conditions::status(p, "Ready") == Some("True"))
-            .count();
         let mut next = set.clone();
-        next["status"]["replicas"] = json!(pods.len());
-        next["status"]["fullyLabeledReplicas"] = json!(pods.len());
+        next["status"]["replicas"] = json!(live);
+        next["status"]["fullyLabeledReplicas"] = json!(live);
         next["status"]["readyReplicas"] = json!(ready);
         next["status"]["availableReplicas"] = json!(ready);
         next["status"]["observedGeneration"] =
