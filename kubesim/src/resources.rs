@@ -117,23 +117,67 @@ impl ResourceType {
     }
 
     /// The subresources served besides the resource itself.
-    pub fn subresources(&self) -> Vec<&'static str> {
+    pub fn subresources(&self) -> Vec<Subresource> {
         let mut subresources = Vec::new();
         if self.status_subresource {
-            subresources.push("status");
+            subresources.push(STATUS);
         }
         if self.scale.is_some() {
-            subresources.push("scale");
+            subresources.push(SCALE);
         }
-        if (self.group.as_str(), self.plural.as_str()) == ("", "pods") {
-            subresources.extend(["binding", "eviction"]);
-        }
-        if (self.group.as_str(), self.plural.as_str()) == ("", "serviceaccounts") {
-            subresources.push("token");
+        match (self.group.as_str(), self.plural.as_str()) {
+            ("", "pods") => subresources.extend([BINDING, EVICTION]),
+            ("", "serviceaccounts") => subresources.push(TOKEN),
+            _ => {}
         }
         subresources
     }
 }
+
+/// A subresource a type serves, as discovery lists it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Subresource {
+    /// The path segment after the object's name (`status`, `eviction`).
+    pub name: &'static str,
+    /// The kind it takes and returns; `None` for the resource's own kind.
+    pub kind: Option<&'static str>,
+    /// The verbs it serves.
+    pub verbs: &'static [&'static str],
+    /// The group and version of its kind where they are not the resource's own: kubectl drain
+    /// evicts only when discovery names policy/v1 for `pods/eviction` (it deletes pods otherwise).
+    pub group_version: Option<(&'static str, &'static str)>,
+}
+
+const STATUS: Subresource = Subresource {
+    name: "status",
+    kind: None,
+    verbs: &["get", "patch", "update"],
+    group_version: None,
+};
+const SCALE: Subresource = Subresource {
+    name: "scale",
+    kind: Some("Scale"),
+    verbs: &["get", "patch", "update"],
+    group_version: Some(("autoscaling", "v1")),
+};
+const BINDING: Subresource = Subresource {
+    name: "binding",
+    kind: Some("Binding"),
+    verbs: &["create"],
+    group_version: None,
+};
+const EVICTION: Subresource = Subresource {
+    name: "eviction",
+    kind: Some("Eviction"),
+    verbs: &["create"],
+    group_version: Some(("policy", "v1")),
+};
+const TOKEN: Subresource = Subresource {
+    name: "token",
+    kind: Some("TokenRequest"),
+    verbs: &["create"],
+    group_version: Some(("authentication.k8s.io", "v1")),
+};
 
 /// Verbs every resource supports; discovery advertises them and kubectl checks them.
 const VERBS: [&str; 8] = [
@@ -303,24 +347,14 @@ impl Registry {
                 "shortNames": t.short_names,
             }));
             for sub in t.subresources() {
-                // The group and version of a subresource's kind, where it is not the resource's
-                // own: kubectl drain evicts only when discovery names policy/v1 for
-                // `pods/eviction` (it deletes the pods otherwise).
-                let (kind, verbs, group_version): (&str, &[&str], Option<(&str, &str)>) = match sub {
-                    "status" => (&t.kind, &["get", "patch", "update"], None),
-                    "scale" => ("Scale", &["get", "patch", "update"], Some(("autoscaling", "v1"))),
-                    "binding" => ("Binding", &["create"], None),
-                    "token" => ("TokenRequest", &["create"], Some(("authentication.k8s.io", "v1"))),
-                    _ => ("Eviction", &["create"], Some(("policy", "v1"))),
-                };
                 let mut resource = json!({
-                    "name": format!("{}/{sub}", t.plural),
+                    "name": format!("{}/{}", t.plural, sub.name),
                     "singularName": "",
                     "namespaced": t.namespaced,
-                    "kind": kind,
-                    "verbs": verbs,
+                    "kind": sub.kind.unwrap_or(&t.kind),
+                    "verbs": sub.verbs,
                 });
-                if let Some((group, version)) = group_version {
+                if let Some((group, version)) = sub.group_version {
                     resource["group"] = json!(group);
                     resource["version"] = json!(version);
                 }

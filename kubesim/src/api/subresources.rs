@@ -31,7 +31,7 @@ pub fn handle(
     let resource = path.rtype.group_resource();
     let dry_run = request.query.dry_run();
     let method = request.method.as_str();
-    if !path.rtype.subresources().contains(&subresource) {
+    if !path.rtype.subresources().iter().any(|s| s.name == subresource) {
         return Err(ApiError::MethodNotAllowed);
     }
     match (subresource, method) {
@@ -89,11 +89,7 @@ pub fn handle(
         }
         ("token", "POST") => {
             let account = store.get(&resource, &key)?;
-            let request = if request.body.is_empty() {
-                json!({})
-            } else {
-                parse_body(request)?
-            };
+            let request = body_or_empty(request)?;
             Ok((
                 201,
                 token::issue(&account, &request, store.clock().now_seconds())?,
@@ -107,14 +103,19 @@ pub fn handle(
     }
 }
 
+/// The body of a request whose body may be left out (an Eviction, a TokenRequest): `{}` then.
+fn body_or_empty(request: &ApiRequest) -> Result<Value, ApiError> {
+    if request.body.is_empty() {
+        Ok(json!({}))
+    } else {
+        parse_body(request)
+    }
+}
+
 /// The DeleteOptions an Eviction carries (`deleteOptions`: a uid precondition, a grace period);
 /// an empty body takes the defaults.
 fn eviction_options(request: &ApiRequest, dry_run: bool) -> Result<DeleteOptions, ApiError> {
-    let body = if request.body.is_empty() {
-        json!({})
-    } else {
-        parse_body(request)?
-    };
+    let body = body_or_empty(request)?;
     let options = &body["deleteOptions"];
     let precondition = |field: &str| {
         options

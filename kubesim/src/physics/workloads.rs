@@ -243,11 +243,13 @@ impl Workloads {
         }
     }
 
+    /// The pods `owner` controls, if it has any.
+    fn owned(&self, owner: &Value) -> Option<&Owned> {
+        self.pods_by_owner.get(&uid(owner))
+    }
+
     fn live_pods(&self, owner: &Value) -> Vec<Arc<Value>> {
-        self.pods_by_owner
-            .get(&uid(owner))
-            .map(Owned::live_pods)
-            .unwrap_or_default()
+        self.owned(owner).map(Owned::live_pods).unwrap_or_default()
     }
 
     fn deployment(&mut self, store: &Store, deployment: &Value) -> Result<(), crate::error::ApiError> {
@@ -270,8 +272,7 @@ impl Workloads {
             replicas: replicas(set),
             // Pods shutting down count: Recreate waits for them.
             pods: self
-                .pods_by_owner
-                .get(&uid(set))
+                .owned(set)
                 .map_or(0, |owned| i64::try_from(owned.pods.len()).unwrap_or(i64::MAX)),
             available: set
                 .pointer("/status/availableReplicas")
@@ -366,10 +367,7 @@ impl Workloads {
 
     fn replica_set(&mut self, store: &Store, set: &Value) -> Result<(), crate::error::ApiError> {
         let key = ObjectKey::of(set);
-        let (live, ready) = self
-            .pods_by_owner
-            .get(&uid(set))
-            .map_or((0, 0), |owned| (owned.live, owned.ready));
+        let (live, ready) = self.owned(set).map_or((0, 0), |owned| (owned.live, owned.ready));
         let desired = usize::try_from(replicas(set)).unwrap_or(0);
         let resource = GroupResource::new("", "pods");
         if live < desired {
@@ -426,10 +424,7 @@ impl Workloads {
                 store.create(&resource, &key.namespace, pod, false)?;
             }
         }
-        let ready = pods
-            .iter()
-            .filter(|p| conditions::status(p, "Ready") == Some("True"))
-            .count();
+        let ready = self.owned(daemonset).map_or(0, |owned| owned.ready);
         let mut next = daemonset.clone();
         next["status"]["desiredNumberScheduled"] = json!(desired);
         next["status"]["currentNumberScheduled"] = json!(pods.len());

@@ -34,8 +34,8 @@ pub struct Output {
     pub stderr: String,
 }
 
-/// Runs a client binary with the kubeconfig, its caches and config kept beside it.
-pub async fn output(binary: &PathBuf, kubeconfig: &std::path::Path, args: &[&str]) -> Output {
+/// A client binary's command line with the kubeconfig, its caches and config kept beside it.
+pub fn command(binary: &std::path::Path, kubeconfig: &std::path::Path, args: &[&str]) -> Command {
     let mut command = Command::new(binary);
     // The kubeconfig first: after a `--`, it would be the command kubectl runs in a container.
     command.arg("--kubeconfig").arg(kubeconfig).args(args);
@@ -44,6 +44,12 @@ pub async fn output(binary: &PathBuf, kubeconfig: &std::path::Path, args: &[&str
     command.env("HELM_CACHE_HOME", dir.join("helm-cache"));
     command.env("HELM_CONFIG_HOME", dir.join("helm-config"));
     command.env("HELM_DATA_HOME", dir.join("helm-data"));
+    command
+}
+
+/// Runs a client binary with the kubeconfig.
+pub async fn output(binary: &std::path::Path, kubeconfig: &std::path::Path, args: &[&str]) -> Output {
+    let mut command = command(binary, kubeconfig, args);
     let output = tokio::task::spawn_blocking(move || command.output())
         .await
         .expect("join")
@@ -56,7 +62,7 @@ pub async fn output(binary: &PathBuf, kubeconfig: &std::path::Path, args: &[&str
 }
 
 /// Runs a client binary with the kubeconfig; returns stdout, failing the test on a non-zero exit.
-pub async fn run(binary: &PathBuf, kubeconfig: &std::path::Path, args: &[&str]) -> String {
+pub async fn run(binary: &std::path::Path, kubeconfig: &std::path::Path, args: &[&str]) -> String {
     let Output {
         success,
         stdout,

@@ -5,13 +5,13 @@
 
 use std::{
     io::{BufRead, BufReader},
-    process::{Child, Command, Stdio},
+    process::{Child, Stdio},
     sync::mpsc,
     time::Duration,
 };
 
 use crate::{
-    clients::{WORKER, binaries, output, run, scratch},
+    clients::{WORKER, binaries, command, output, run, scratch},
     cluster,
 };
 
@@ -354,13 +354,14 @@ async fn kubectls_imperative_commands_work_as_on_a_cluster() {
 /// Starts `kubectl get pods -w --output-watch-events`; returns the lines it prints, as
 /// they come, and the process, to be killed.
 fn watch(kubectl: &std::path::Path, kubeconfig: &std::path::Path) -> (mpsc::Receiver<String>, Child) {
-    let mut child = Command::new(kubectl)
-        .args(["get", "pods", "-w", "--output-watch-events", "--kubeconfig"])
-        .arg(kubeconfig)
-        .env("HOME", kubeconfig.parent().expect("dir"))
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("spawn kubectl get -w");
+    let mut child = command(
+        kubectl,
+        kubeconfig,
+        &["get", "pods", "-w", "--output-watch-events"],
+    )
+    .stdout(Stdio::piped())
+    .spawn()
+    .expect("spawn kubectl get -w");
     let stdout = child.stdout.take().expect("piped stdout");
     let (send, receive) = mpsc::channel();
     std::thread::spawn(move || {
