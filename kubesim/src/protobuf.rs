@@ -253,6 +253,10 @@ fn write_fields(message: &DynamicMessage, out: &mut Map<String, Value>) -> Resul
             }
             continue;
         }
+        // Go's JSON leaves empty string fields out; list items and map values stay.
+        if matches!(value, Field::String(text) if text.is_empty()) {
+            continue;
+        }
         let json_name = RENAMED
             .iter()
             .find(|(message, proto, _)| *message == parent && *proto == name)
@@ -264,11 +268,9 @@ fn write_fields(message: &DynamicMessage, out: &mut Map<String, Value>) -> Resul
     Ok(())
 }
 
-/// A field's value as JSON; `None` when Go's JSON would leave it out (an empty string, a zero
-/// time, empty raw JSON).
+/// A value as JSON; `None` when Go's JSON would leave it out (a zero time, empty raw JSON).
 fn field_json(value: &Field) -> Result<Option<Value>, ProtobufError> {
     Ok(Some(match value {
-        Field::String(text) if text.is_empty() => return Ok(None),
         Field::Message(message) => return message_json(message),
         Field::List(items) => Value::Array(
             items
@@ -281,11 +283,7 @@ fn field_json(value: &Field) -> Result<Option<Value>, ProtobufError> {
                 .iter()
                 .map(|(key, item)| {
                     let key = map_key(key);
-                    // A map's empty string values are values, not absent fields.
-                    let value = match item {
-                        Field::String(text) => Value::String(text.clone()),
-                        item => field_json(item).map_err(|e| e.within(&key))?.unwrap_or_default(),
-                    };
+                    let value = field_json(item).map_err(|e| e.within(&key))?.unwrap_or_default();
                     Ok((key, value))
                 })
                 .collect::<Result<_, ProtobufError>>()?,
@@ -618,6 +616,8 @@ mod tests {
         let container = Pb::new()
             .str(1, "web")
             .str(2, "nginx")
+            .str(3, "sh")
+            .str(3, "")
             .msg(
                 8,
                 Pb::new()
@@ -659,6 +659,7 @@ mod tests {
                             "containers": [{
                                 "name": "web",
                                 "image": "nginx",
+                                "command": ["sh", ""],
                                 "resources": {"limits": {"cpu": "500m", "memory": "64Mi"}},
                                 "livenessProbe": {
                                     "httpGet": {"path": "/healthz", "port": 8080},
