@@ -225,9 +225,6 @@ impl ClusterState {
     }
 }
 
-/// A reflector over every object of `K`, as a stream of [`Change`]s. A (re)list ends with
-/// `relisted(every object it listed)`, so indexes can drop objects deleted while the watch was
-/// away (after a `410 Gone`, the reflector's store is replaced; the indexes must follow).
 impl ClusterState {
     /// The NodeOverlays' stream when the `NodeOverlay` gate is on; with it off, an empty store
     /// that is ready at once, so a cluster without the NodeOverlay CRD is never watched for it.
@@ -246,6 +243,9 @@ impl ClusterState {
     }
 }
 
+/// A reflector over every object of `K`, as a stream of [`Change`]s. A (re)list ends with
+/// `relisted(every object it listed)`, so indexes can drop objects deleted while the watch was
+/// away (after a `410 Gone`, the reflector's store is replaced; the indexes must follow).
 fn reflect<K>(
     api: Api<K>,
     writer: Writer<K>,
@@ -453,11 +453,19 @@ impl StreamHandler<Change> for ClusterState {
                 let _span =
                     tracing::debug_span!("cluster_state.nodeoverlay", nodeoverlay = overlay.name_any())
                         .entered();
-                if !deleted {
-                    ctx.spawn(crate::overlay::write_status(self.shared.clone(), overlay).into_actor(self));
+                // A status-only change (the passes' own writes) changes no catalog and needs no
+                // answer; a new spec gets its validation now, and passes add conflicts.
+                if deleted || !crate::overlay::answered(&overlay) {
+                    if !deleted {
+                        let shared = self.shared.clone();
+                        ctx.spawn(
+                            async move { crate::overlay::write_validation(&shared, &overlay).await }
+                                .into_actor(self),
+                        );
+                    }
+                    // Every pool's catalog changed: look at pending pods again.
+                    self.trigger();
                 }
-                // Every pool's catalog changed: look at pending pods again.
-                self.trigger();
             }
             Change::NodeClass(class, deleted) => {
                 let _span =

@@ -35,7 +35,7 @@ use crate::{
 /// Instance types with the overlays applied.
 pub struct Overlaid {
     /// The types, changed where an overlay applies (the others shared with the input).
-    pub types: Vec<Arc<InstanceType>>,
+    pub types: Arc<Vec<Arc<InstanceType>>>,
     /// The overlays left out for a conflict.
     pub conflicted: BTreeSet<String>,
     /// Whether an overlay changed an offering's price.
@@ -43,29 +43,52 @@ pub struct Overlaid {
 }
 
 /// `types`, the catalog's for `pool`, as the NodeOverlays change them when the `NodeOverlay` gate
-/// is on (unchanged otherwise), and whether a price changed; overlays left out for a conflict
-/// get it in their status.
-pub fn for_pool(
-    shared: &Shared,
-    pool: &NodePool,
-    types: Arc<Vec<Arc<InstanceType>>>,
-) -> (Arc<Vec<Arc<InstanceType>>>, bool) {
-    if !shared.settings.node_overlay {
-        return (types, false);
+/// is on (unchanged otherwise). Nothing is written: a pass gathers every pool's conflicts and
+/// hands them to [`write_statuses`].
+pub fn for_pool(shared: &Shared, pool: &NodePool, types: Arc<Vec<Arc<InstanceType>>>) -> Overlaid {
+    let overlays = if shared.settings.node_overlay {
+        shared.read.overlays()
+    } else {
+        Vec::new()
+    };
+    if overlays.is_empty() {
+        return Overlaid {
+            types,
+            conflicted: BTreeSet::new(),
+            repriced: false,
+        };
     }
+    apply(&types, pool, &overlays)
+}
+
+/// Writes every overlay's status from a pass over all pools: `Conflict` for those `conflicted`
+/// left out, their validation for the others (so a conflict clears once its cause is gone).
+pub fn write_statuses(shared: &Shared, conflicted: BTreeSet<String>) {
     let overlays = shared.read.overlays();
     if overlays.is_empty() {
-        return (types, false);
+        return;
     }
-    let overlaid = apply(&types, pool, &overlays);
-    for overlay in overlays
-        .into_iter()
-        .filter(|o| overlaid.conflicted.contains(&o.name_any()))
-    {
-        let shared = shared.clone();
-        tokio::spawn(async move { write_conflict(&shared, &overlay).await });
-    }
-    (Arc::new(overlaid.types), overlaid.repriced)
+    let shared = shared.clone();
+    tokio::spawn(async move {
+        for overlay in overlays {
+            if conflicted.contains(&overlay.name_any()) {
+                write_conflict(&shared, &overlay).await;
+            } else {
+                write_validation(&shared, &overlay).await;
+            }
+        }
+    });
+}
+
+/// Whether `overlay`'s status already answers its current spec (a status-only change, such as
+/// the writes above, needs no new answer).
+pub fn answered(overlay: &NodeOverlay) -> bool {
+    overlay.status.as_ref().is_some_and(|status| {
+        status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "ValidationSucceeded" && c.observed_generation == overlay.metadata.generation)
+    })
 }
 
 /// An overlay ready to apply: its parsed requirements and price change.
@@ -122,7 +145,7 @@ pub fn apply(types: &[Arc<InstanceType>], pool: &NodePool, overlays: &[Arc<NodeO
         })
         .collect();
     Overlaid {
-        types: applied,
+        types: Arc::new(applied),
         conflicted,
         repriced,
     }
@@ -237,18 +260,18 @@ fn conflicts(usable: &[Usable<'_>], picked: &[Vec<Option<Vec<usize>>>]) -> BTree
 
 /// Writes an overlay's `ValidationSucceeded` and `Ready` from its validation, with a warning event
 /// when it turns invalid.
-pub async fn write_status(shared: Shared, overlay: Box<NodeOverlay>) {
+pub async fn write_validation(shared: &Shared, overlay: &NodeOverlay) {
     let problems: Vec<String> = overlay.validate().iter().map(ToString::to_string).collect();
     let reason = if problems.is_empty() {
         None
     } else {
         Some(("ValidationFailed", problems.join("; ")))
     };
-    write_conditions(&shared, &overlay, reason).await;
+    write_conditions(shared, overlay, reason).await;
 }
 
 /// Marks `overlay` left out for a conflict.
-pub async fn write_conflict(shared: &Shared, overlay: &NodeOverlay) {
+async fn write_conflict(shared: &Shared, overlay: &NodeOverlay) {
     let message =
         "conflicts with another overlay of the same weight that changes the same offering price or resource";
     write_conditions(shared, overlay, Some(("Conflict", message.to_owned()))).await;

@@ -1,12 +1,13 @@
 //! The scheduling problem a pass starts from, shared by the Provisioner and the
 //! DisruptionPlanner: the nodes it is given, every Ready NodePool that is not being deleted with
-//! the instance types its node class offers (from the Catalog), the daemonsets and the namespace
-//! labels. Pods are the caller's to add.
+//! the instance types its node class offers (from the Catalog, NodeOverlays applied), the
+//! daemonsets and the namespace labels. Pods are the caller's to add. Building it writes the
+//! NodeOverlays' statuses with the conflicts found across the pools.
 //!
 //! A NodePool whose instance types cannot be listed, whose node class is missing, or whose
 //! requirements do not parse is left out of this pass and logged; the pass goes on without it.
 
-use std::sync::Arc;
+use std::{collections::BTreeSet, sync::Arc};
 
 use joist_messages::apis::NodePool;
 use joist_scheduling::{ExistingNode, Input, pod::PodInfo};
@@ -34,6 +35,7 @@ pub async fn cluster(shared: &Shared, nodes: Vec<ExistingNode>) -> Problem {
         ..Input::default()
     };
     let mut pools: Vec<Arc<NodePool>> = Vec::new();
+    let mut conflicted = BTreeSet::new();
     for pool in read.node_pools() {
         let ready = pool
             .status
@@ -61,7 +63,12 @@ pub async fn cluster(shared: &Shared, nodes: Vec<ExistingNode>) -> Problem {
                 continue;
             }
         };
-        let (types, _) = overlay::for_pool(shared, &pool, types);
+        let overlay::Overlaid {
+            types,
+            conflicted: left_out,
+            ..
+        } = overlay::for_pool(shared, &pool, types);
+        conflicted.extend(left_out);
         let start = input.instance_types.len();
         input.instance_types.extend(types.iter().cloned());
         match snapshot::pool_input(read, &pool, (start..input.instance_types.len()).collect()) {
@@ -75,6 +82,7 @@ pub async fn cluster(shared: &Shared, nodes: Vec<ExistingNode>) -> Problem {
             }
         }
     }
+    overlay::write_statuses(shared, conflicted);
     input.daemonsets = read
         .daemon_sets()
         .iter()

@@ -29,7 +29,7 @@ use joist_actors::{
 };
 use joist_kubesim::{Cluster, ClusterSettings, resources::GroupResource};
 use joist_messages::{
-    apis::{EC2NodeClass, EC2NodeClassStatus, NodeClaim, NodePool},
+    apis::{EC2NodeClass, EC2NodeClassStatus, NodeClaim, NodeOverlay, NodePool},
     model::{
         instance_type::{CapacityType, InstanceType, Offering},
         quantity::Quantity,
@@ -568,6 +568,70 @@ async fn an_invalid_node_class_is_not_ready_launches_nothing_and_says_why_once()
             && e.involved_object.kind.as_deref() == Some("EC2NodeClass")
     });
     assert_eq!(warned.count(), 1, "one warning, not one per refresh");
+}
+
+/// Two overlays of one weight that reprice the same offerings: the earlier name is marked
+/// `Conflict` and stays so (no writer undoes it), the other is valid, and the conflict clears once
+/// its cause is deleted.
+#[actix::test]
+async fn a_conflicted_overlay_is_marked_once_and_cleared_when_its_cause_goes() {
+    tokio::time::pause();
+    let world = world(Settings {
+        node_overlay: true,
+        ..Settings::default()
+    });
+    world.node_class().await;
+    world.node_pool("default").await;
+    let overlays = kube_ops::cluster::<NodeOverlay>(&world.client);
+    for name in ["a-cheaper", "b-cheaper"] {
+        create(
+            &overlays,
+            serde_json::json!({
+                "apiVersion": "karpenter.sh/v1alpha1", "kind": "NodeOverlay", "metadata": {"name": name},
+                "spec": {"requirements": [], "priceAdjustment": "-10%"}
+            }),
+        )
+        .await;
+    }
+    world.pending_pod("web");
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    let validation = |name: &'static str| {
+        let overlays = overlays.clone();
+        async move {
+            let overlay = overlays.get(name).await.unwrap_or_else(|e| panic!("{e}"));
+            let version = overlay.metadata.resource_version.clone();
+            let condition = overlay
+                .status
+                .unwrap_or_default()
+                .conditions
+                .into_iter()
+                .find(|c| c.type_ == "ValidationSucceeded")
+                .map(|c| (c.status, c.reason));
+            (condition, version)
+        }
+    };
+    let (conflicted, version) = validation("a-cheaper").await;
+    assert_eq!(conflicted, Some(("False".to_owned(), "Conflict".to_owned())));
+    let (valid, _) = validation("b-cheaper").await;
+    assert_eq!(valid, Some(("True".to_owned(), "ValidationSucceeded".to_owned())));
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert_eq!(
+        validation("a-cheaper").await.1,
+        version,
+        "its status is not rewritten"
+    );
+
+    overlays
+        .delete("b-cheaper", &Default::default())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    world.pending_pod("api");
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    let (cleared, _) = validation("a-cheaper").await;
+    assert_eq!(
+        cleared,
+        Some(("True".to_owned(), "ValidationSucceeded".to_owned()))
+    );
 }
 
 #[actix::test]

@@ -203,7 +203,8 @@ async fn launch(shared: &Shared, claim: &NodeClaim) -> Result<Result<Launch, Clo
         .await??;
     // Overlaid prices decide the offering, as they decided the simulation; the annotation tells
     // the cloud to launch by them rather than by its own prices.
-    let (types, repriced) = crate::overlay::for_pool(shared, &node_pool, types);
+    let crate::overlay::Overlaid { types, repriced, .. } =
+        crate::overlay::for_pool(shared, &node_pool, types);
     let mut claim = std::borrow::Cow::Borrowed(claim);
     if repriced {
         claim
