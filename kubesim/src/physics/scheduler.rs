@@ -7,13 +7,18 @@
 //! other allocatable), nodeSelector, required node affinity, taints and tolerations, host ports,
 //! `DoNotSchedule` topology spread, and required pod affinity and anti-affinity of the incoming pod.
 //! Among the nodes that pass, the least allocated wins. Unschedulable pods are retried when nodes or
-//! bound pods change, and every `retry` otherwise.
+//! bound pods change, and every `retry` otherwise; as in kube-scheduler, a pod that failed waits out
+//! its backoff first (1 s, doubling with each failed attempt, at most 10 s), so a cluster that
+//! changes often does not retry every pending pod on every change. The queue is worked in chunks,
+//! yielding between them, so watchers keep up with a burst of thousands of pods.
 
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque},
     sync::Arc,
     time::Duration,
 };
+
+use tokio::time::Instant;
 
 use joist_messages::model::{quantity::Quantity, resources::Resources};
 use k8s_openapi::api::core::v1::{
@@ -36,6 +41,13 @@ use crate::{
 /// Feasible nodes the scheduler compares before it stops looking (kube-scheduler samples nodes the
 /// same way on large clusters).
 const FEASIBLE_NODES_TO_SCORE: usize = 100;
+
+/// kube-scheduler's backoff after a pod's first failed attempt, and its cap.
+const INITIAL_BACKOFF: Duration = Duration::from_secs(1);
+const MAX_BACKOFF: Duration = Duration::from_secs(10);
+
+/// Pods scheduled (or found unschedulable) before the scheduler yields to the rest of the cluster.
+const PODS_PER_CHUNK: usize = 1_000;
 
 /// What the scheduler knows about a node.
 struct NodeInfo {
@@ -76,6 +88,15 @@ struct Scheduler {
     active: VecDeque<ObjectKey>,
     queued: HashSet<ObjectKey>,
     unschedulable: BTreeSet<ObjectKey>,
+    /// Failed attempts per pending pod, and when its backoff ends.
+    attempts: HashMap<ObjectKey, (u32, Instant)>,
+    /// Unschedulable pods whose place depends on other pods (required pod affinity or
+    /// anti-affinity, topology spread): a pod being bound may let them in.
+    placed_by_pods: BTreeSet<ObjectKey>,
+    /// Whether a pod was bound since `placed_by_pods` was last released.
+    pods_bound: bool,
+    /// Pods a change released from `unschedulable` while still backing off, by when it ends.
+    backing_off: BTreeSet<(Instant, ObjectKey)>,
     /// The node the last search stopped at.
     next_start: String,
 }
@@ -86,7 +107,7 @@ pub async fn run(store: Arc<Store>, retry: Duration) {
     let mut pods = Informer::new("", "pods");
     let mut nodes = Informer::new("", "nodes");
     let mut scheduler = Scheduler::default();
-    let mut next_retry = tokio::time::Instant::now() + retry;
+    let mut next_retry = Instant::now() + retry;
     loop {
         let node_changes = nodes.changes(&store);
         let pod_changes = pods.changes(&store);
@@ -97,12 +118,22 @@ pub async fn run(store: Arc<Store>, retry: Duration) {
         for change in &pod_changes {
             cluster_changed |= scheduler.observe_pod(change);
         }
-        if cluster_changed || tokio::time::Instant::now() >= next_retry {
-            scheduler.retry_unschedulable();
-            next_retry = tokio::time::Instant::now() + retry;
+        let now = Instant::now();
+        if cluster_changed || now >= next_retry {
+            scheduler.retry_unschedulable(now);
+            next_retry = now + retry;
+        } else if std::mem::take(&mut scheduler.pods_bound) {
+            scheduler.retry_placed_by_pods(now);
         }
-        scheduler.schedule_queue(&store);
-        if !wait(&mut changes, Some(next_retry)).await {
+        scheduler.end_backoffs(now);
+        if scheduler.schedule_queue(&store, PODS_PER_CHUNK) {
+            tokio::task::yield_now().await;
+            continue;
+        }
+        let wake = scheduler
+            .next_backoff_end()
+            .map_or(next_retry, |end| end.min(next_retry));
+        if !wait(&mut changes, Some(wake)).await {
             return;
         }
     }
@@ -136,11 +167,11 @@ impl Scheduler {
         );
         if change.kind == EventKind::Deleted || finished {
             self.queued.remove(&key);
-            self.unschedulable.remove(&key);
+            self.forget_failures(&key);
             return self.unbind(&key);
         }
         if !node.is_empty() {
-            self.unschedulable.remove(&key);
+            self.forget_failures(&key);
             if !self.bound.contains_key(&key) {
                 let needs = PodNeeds::of(pod);
                 self.account(key, node, &needs, pod);
@@ -152,13 +183,43 @@ impl Scheduler {
             .and_then(Value::as_str)
             .is_none_or(|s| s == "default-scheduler");
         let deleting = pod.pointer("/metadata/deletionTimestamp").is_some();
-        if ours && !deleting && !self.unschedulable.contains(&key) && self.queued.insert(key.clone()) {
+        let waiting = self.unschedulable.contains(&key) || self.attempts.contains_key(&key);
+        if ours && !deleting && !waiting && self.queued.insert(key.clone()) {
             self.active.push_back(key);
         }
         false
     }
 
+    /// A pod that failed: it waits in `unschedulable` for a change, its backoff doubled.
+    fn failed(&mut self, key: ObjectKey, needs: &PodNeeds, now: Instant) {
+        if needs.depends_on_pods() {
+            self.placed_by_pods.insert(key.clone());
+        }
+        let attempts = self.attempts.get(&key).map_or(1, |(count, _)| count + 1);
+        let backoff = INITIAL_BACKOFF
+            .saturating_mul(1 << attempts.saturating_sub(1).min(8))
+            .min(MAX_BACKOFF);
+        self.attempts.insert(key.clone(), (attempts, now + backoff));
+        self.unschedulable.insert(key);
+    }
+
+    /// A pod bound, finished or gone: its failures no longer count.
+    fn forget_failures(&mut self, key: &ObjectKey) {
+        self.unschedulable.remove(key);
+        self.placed_by_pods.remove(key);
+        if let Some((_, end)) = self.attempts.remove(key) {
+            self.backing_off.remove(&(end, key.clone()));
+        }
+    }
+
+    fn enqueue(&mut self, key: ObjectKey) {
+        if self.queued.insert(key.clone()) {
+            self.active.push_back(key);
+        }
+    }
+
     fn account(&mut self, key: ObjectKey, node: &str, needs: &PodNeeds, pod: &Value) {
+        self.pods_bound = true;
         if let Some(info) = self.nodes.get_mut(node) {
             info.requested.add(&needs.requests);
             info.pods += 1;
@@ -190,17 +251,56 @@ impl Scheduler {
         true
     }
 
-    fn retry_unschedulable(&mut self) {
+    /// Releases every unschedulable pod: to the queue when its backoff is over, else to wait it out.
+    fn retry_unschedulable(&mut self, now: Instant) {
+        self.placed_by_pods.clear();
         for key in std::mem::take(&mut self.unschedulable) {
-            if self.queued.insert(key.clone()) {
-                self.active.push_back(key);
+            self.release(key, now);
+        }
+    }
+
+    /// Releases the unschedulable pods a newly bound pod may let in.
+    fn retry_placed_by_pods(&mut self, now: Instant) {
+        for key in std::mem::take(&mut self.placed_by_pods) {
+            if self.unschedulable.remove(&key) {
+                self.release(key, now);
             }
         }
     }
 
-    fn schedule_queue(&mut self, store: &Store) {
+    fn release(&mut self, key: ObjectKey, now: Instant) {
+        match self.attempts.get(&key) {
+            Some(&(_, end)) if end > now => {
+                self.backing_off.insert((end, key));
+            }
+            _ => self.enqueue(key),
+        }
+    }
+
+    /// Queues the released pods whose backoff is over.
+    fn end_backoffs(&mut self, now: Instant) {
+        while let Some(first) = self.backing_off.first() {
+            if first.0 > now {
+                break;
+            }
+            if let Some((_, key)) = self.backing_off.pop_first() {
+                self.enqueue(key);
+            }
+        }
+    }
+
+    fn next_backoff_end(&self) -> Option<Instant> {
+        self.backing_off.first().map(|(end, _)| *end)
+    }
+
+    /// Tries at most `chunk` queued pods; returns whether more are queued.
+    fn schedule_queue(&mut self, store: &Store, chunk: usize) -> bool {
         let pods = GroupResource::new("", "pods");
-        while let Some(key) = self.active.pop_front() {
+        let now = Instant::now();
+        for _ in 0..chunk {
+            let Some(key) = self.active.pop_front() else {
+                return false;
+            };
             self.queued.remove(&key);
             let Ok(pod) = store.get(&pods, &key) else { continue };
             if pod
@@ -217,11 +317,12 @@ impl Scheduler {
                     Err(error) => tracing::debug!(%error, pod = %key.name, "kubesim scheduler: bind failed"),
                 },
                 Err(message) => {
-                    self.unschedulable.insert(key.clone());
                     mark_unschedulable(store, &key, &pod, &message);
+                    self.failed(key, &needs, now);
                 }
             }
         }
+        !self.active.is_empty()
     }
 
     /// The best feasible node, or kube-scheduler's message saying why there is none.
@@ -533,6 +634,27 @@ impl NodeInfo {
 }
 
 impl PodNeeds {
+    /// Whether where the pod may go depends on other pods: required pod (anti-)affinity, or a
+    /// `DoNotSchedule` topology spread.
+    fn depends_on_pods(&self) -> bool {
+        let required = |terms: Option<&Vec<PodAffinityTerm>>| terms.is_some_and(|t| !t.is_empty());
+        let affinity = &self.affinity;
+        required(
+            affinity
+                .pod_affinity
+                .as_ref()
+                .and_then(|a| a.required_during_scheduling_ignored_during_execution.as_ref()),
+        ) || required(
+            affinity
+                .pod_anti_affinity
+                .as_ref()
+                .and_then(|a| a.required_during_scheduling_ignored_during_execution.as_ref()),
+        ) || self
+            .spread
+            .iter()
+            .any(|c| c.when_unsatisfiable == "DoNotSchedule")
+    }
+
     fn of(pod: &Value) -> Self {
         let spec = pod.get("spec").cloned().unwrap_or_else(|| json!({}));
         let containers = |field: &str| {

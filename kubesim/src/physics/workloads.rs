@@ -4,7 +4,8 @@
 //! A Deployment whose template changes rolls its pods over to a new ReplicaSet by its strategy
 //! ([`super::rollout`]). Simplifications, each visible to a user: a Job pod
 //! succeeds only if its template carries the kubelet's `run-for` annotation, and failed pods are not
-//! retried.
+//! retried. A ReplicaSet creates or deletes at most 500 pods per round, as kube-controller-manager's
+//! `burstReplicas` allows, so scaling to 100,000 reaches watchers in bursts they can follow.
 
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap},
@@ -25,6 +26,9 @@ use crate::{
     resources::GroupResource,
     store::{DeleteOptions, EventKind, ObjectKey, Part, Store},
 };
+
+/// Pods a ReplicaSet creates or deletes per round (kube-controller-manager's `burstReplicas`).
+const BURST_REPLICAS: usize = 500;
 
 /// Tolerations the DaemonSet controller adds to every daemon pod, as Kubernetes does.
 const DAEMON_TOLERATIONS: [(&str, &str); 6] = [
@@ -154,6 +158,8 @@ pub async fn run(store: Arc<Store>) {
                 .extend(daemonsets.into_iter().map(|key| (Kind::DaemonSet, key)));
         }
         workloads.reconcile_dirty(&store);
+        // Let the cluster see a burst before the next one (the pods' events bring the set back).
+        tokio::task::yield_now().await;
         if !wait(&mut changes, None).await {
             return;
         }
@@ -371,7 +377,7 @@ impl Workloads {
         let desired = usize::try_from(replicas(set)).unwrap_or(0);
         let resource = GroupResource::new("", "pods");
         if live < desired {
-            for _ in live..desired {
+            for _ in live..desired.min(live + BURST_REPLICAS) {
                 store.create(
                     &resource,
                     &key.namespace,
@@ -382,7 +388,7 @@ impl Workloads {
         } else if live > desired {
             let mut doomed = self.live_pods(set);
             doomed.sort_by_cached_key(|p| deletion_rank(p));
-            for pod in doomed.iter().take(live - desired) {
+            for pod in doomed.iter().take((live - desired).min(BURST_REPLICAS)) {
                 store.delete(&resource, &ObjectKey::of(pod), &DeleteOptions::default())?;
             }
         }

@@ -11,6 +11,7 @@ use kube::{
     api::{DeleteParams, EvictParams, ListParams, PostParams},
 };
 use serde_json::json;
+use std::time::Duration;
 
 use crate::{cluster, deployment, eventually, node};
 
@@ -530,4 +531,80 @@ async fn a_node_that_goes_takes_its_attachments_at_once() {
         &ListParams::default(),
     )
     .await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pod_that_keeps_failing_backs_off_while_nodes_keep_coming() {
+    let cluster = cluster();
+    let client = cluster.client();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    create(
+        &Api::<Deployment>::namespaced(client.clone(), "default"),
+        deployment("inflate", 1, "2"),
+    )
+    .await;
+    // Twenty nodes too small for the pod, one every 300 ms: each is a change that releases it, but
+    // after its first failures it waits out a backoff of 1, 2, 4, 8, then 10 s.
+    let nodes: Api<Node> = Api::all(client.clone());
+    for i in 0..20 {
+        create(&nodes, node(&format!("small-{i}"), "1", "us-west-2a")).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let events: Api<Event> = Api::namespaced(client.clone(), "default");
+    let failed = events
+        .list(&ListParams::default().fields("reason=FailedScheduling"))
+        .await
+        .expect("events")
+        .items
+        .len();
+    assert!(
+        (2..=6).contains(&failed),
+        "one failed attempt per backoff over 6 s, not one per node: {failed} FailedScheduling events"
+    );
+    // A node that fits: the pod is bound once its backoff is over, within the 10 s cap.
+    create(&nodes, node("big", "4", "us-west-2a")).await;
+    tokio::time::sleep(Duration::from_secs(11)).await;
+    let list = pods
+        .list(&ListParams::default().labels("app=inflate"))
+        .await
+        .expect("pods");
+    let bound: Vec<_> = list
+        .items
+        .iter()
+        .filter_map(|p| p.spec.as_ref()?.node_name.clone())
+        .collect();
+    assert_eq!(bound, ["big"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_replica_set_scaled_far_creates_its_pods_in_bursts_a_watcher_can_follow() {
+    let cluster = cluster();
+    let client = cluster.client();
+    let store = cluster.store().clone();
+    let resource = joist_kubesim::resources::GroupResource::new("", "pods");
+    let mut cursor = store.watch(&resource, None).expect("watch");
+    create(
+        &Api::<Deployment>::namespaced(client.clone(), "default"),
+        deployment("inflate", 2_000, "1"),
+    )
+    .await;
+    // Between two turns of the runtime, the controller creates at most 500 pods: a watcher polling
+    // every turn sees every one of them.
+    let mut largest = 0;
+    let mut seen = 0;
+    for _ in 0..200 {
+        tokio::task::yield_now().await;
+        let events = store.poll(&mut cursor, usize::MAX).expect("the watcher kept up");
+        let added = events
+            .iter()
+            .filter(|e| e.kind == joist_kubesim::store::EventKind::Added)
+            .count();
+        largest = largest.max(added);
+        seen += added;
+        if seen == 2_000 {
+            break;
+        }
+    }
+    assert_eq!(seen, 2_000);
+    assert!(largest <= 500, "{largest} pods created in one burst");
 }
