@@ -25,6 +25,7 @@ use joist_messages::{
     apis::{EC2NodeClass, NodeClaim, NodeOverlay, NodePool},
     labels::NODEPOOL,
 };
+use joist_scheduling::pod::{PodError, PodInfo};
 use k8s_openapi::api::{
     apps::v1::DaemonSet,
     core::v1::{Namespace, Node, PersistentVolumeClaim, Pod},
@@ -87,6 +88,9 @@ struct Index {
     changes: std::sync::atomic::AtomicU64,
     /// Claims created but not yet seen by the watch, with when they were created.
     created: DashMap<String, (Arc<NodeClaim>, Instant)>,
+    /// Each pod's scheduling view, with the version of the pod it was made from: passes over
+    /// every bound pod reuse it until the pod changes.
+    pod_infos: DashMap<PodKey, (Arc<Pod>, Arc<PodInfo>)>,
 }
 
 /// See the module docs. Cheap to clone.
@@ -268,6 +272,19 @@ impl ReadModel {
         keys.iter().filter_map(|key| self.pod(key)).collect()
     }
 
+    /// `pod` as the scheduling simulation sees it, made once per version of the pod.
+    pub fn pod_info(&self, pod: &Arc<Pod>) -> Result<Arc<PodInfo>, PodError> {
+        let key = (pod.namespace().unwrap_or_default(), pod.name_any());
+        if let Some(known) = self.index.pod_infos.get(&key)
+            && Arc::ptr_eq(&known.0, pod)
+        {
+            return Ok(known.1.clone());
+        }
+        let info = Arc::new(PodInfo::from_pod(pod)?);
+        self.index.pod_infos.insert(key, (pod.clone(), info.clone()));
+        Ok(info)
+    }
+
     /// The NodeClaims of one NodePool, by name, those just created included.
     pub fn node_claims_of(&self, pool: &str) -> Vec<Arc<NodeClaim>> {
         let names = members(&self.index.claims_by_pool, pool);
@@ -391,6 +408,7 @@ impl ReadModel {
         let cluster_scoped = |name: &String| listed.contains(&(String::new(), name.clone()));
         match kind {
             Listed::Pods => {
+                index.pod_infos.retain(|key, _| listed.contains(key));
                 index.pending.retain(|key| listed.contains(key));
                 index.unstarted.retain(|key| listed.contains(key));
                 for mut pods in index.pods_by_node.iter_mut() {
@@ -459,6 +477,9 @@ impl ReadModel {
             }
             false
         };
+        if deleted {
+            self.index.pod_infos.remove(&key);
+        }
         let newly_pending = if !deleted && is_provisionable(pod) {
             self.index.pending.insert(key)
         } else {

@@ -24,7 +24,7 @@ use joist_messages::model::{
     resources::{Resources, names},
 };
 use k8s_openapi::{
-    api::core::v1::{Container, NodeSelectorTerm, Pod},
+    api::core::v1::{Container, NodeSelectorTerm, Pod, PodSpec},
     apimachinery::pkg::api::resource::Quantity as KubeQuantity,
 };
 
@@ -129,8 +129,15 @@ impl PodInfo {
             .unwrap_or_else(|| "default".to_string());
         let name = pod.metadata.name.clone().unwrap_or_default();
         let key = format!("{namespace}/{name}");
-        let spec = pod.spec.clone().unwrap_or_default();
-        let requests = effective_requests(&key, &spec)?;
+        let no_spec;
+        let spec = match &pod.spec {
+            Some(spec) => spec,
+            None => {
+                no_spec = PodSpec::default();
+                &no_spec
+            }
+        };
+        let requests = effective_requests(&key, spec)?;
 
         let selector: Vec<Requirement> = spec
             .node_selector
@@ -177,7 +184,7 @@ impl PodInfo {
             .collect::<Result<Vec<_>, _>>()?;
         preferred_node_requirements.sort_by_key(|(weight, _)| std::cmp::Reverse(*weight));
 
-        let mut host_ports: Vec<HostPort> = all_containers(&spec)
+        let mut host_ports: Vec<HostPort> = all_containers(spec)
             .flat_map(|c| c.ports.iter().flatten())
             .filter_map(|p| {
                 let port = p.host_port.filter(|port| *port > 0)?;

@@ -21,17 +21,17 @@
 //! and base problem; refusals are kept so the planner can tell users why a node stays
 //! (`Unconsolidatable`).
 
-use std::collections::BTreeMap;
+use std::{collections::BTreeMap, sync::Arc};
 
 use joist_messages::apis::nodepool::{ConsolidationPolicy, DisruptionReason};
 use joist_scheduling::{
     Input,
     consolidation::{self, Decision, Refusal, Search, Settings},
-    pod::PodInfo,
 };
 use kube::ResourceExt;
 
 use super::candidates::Candidate;
+use crate::read_model::ReadModel;
 
 /// A disruption method.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -99,6 +99,8 @@ pub type Allowance = BTreeMap<String, u32>;
 
 /// The base problem of a pass, and where each candidate's node stands in it.
 pub struct Base<'a> {
+    /// The cluster as watched (each pod's scheduling view is kept there).
+    pub read: &'a ReadModel,
     /// The cluster, without pods.
     pub input: &'a Input,
     /// Node positions in `input.nodes`, by Node name.
@@ -259,7 +261,7 @@ fn prepare(candidate: &Candidate, base: &Base<'_>) -> Option<consolidation::Cand
         pods: candidate
             .pods
             .iter()
-            .filter_map(|p| PodInfo::from_pod(p).ok())
+            .filter_map(|p| base.read.pod_info(p).ok().map(Arc::unwrap_or_clone))
             .collect(),
     })
 }

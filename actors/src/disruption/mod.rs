@@ -206,7 +206,8 @@ async fn decide(
         // Nothing could be a candidate: spare the catalog and the simulation.
         return None;
     }
-    let Problem { mut input, pools } = problem::cluster(shared, snapshot::existing_nodes(read)).await;
+    // The nodes and their pods come after the candidates, once there is something to simulate.
+    let Problem { mut input, pools } = problem::cluster(shared, Vec::new()).await;
     let collected = {
         let types: PoolTypes<'_> = pools
             .iter()
@@ -248,6 +249,43 @@ async fn decide(
         settling,
         ..
     } = collected;
+    let counts = budget_counts(shared);
+    let allowed = |pool: &str, reason: DisruptionReason| {
+        let Some(pool) = pools.iter().find(|p| p.name_any() == pool) else {
+            return 0;
+        };
+        let (nodes, disrupting) = counts.get(pool.name_any().as_str()).copied().unwrap_or((0, 0));
+        budgets::allowed(pool, reason, nodes, disrupting, now)
+    };
+    let fingerprint = Fingerprint {
+        changes: read.changes(),
+        candidates: candidates
+            .iter()
+            .map(|c| (c.claim.name_any(), c.consolidatable))
+            .collect(),
+        allowances: pools
+            .iter()
+            .map(|p| {
+                let name = p.name_any();
+                let empty = allowed(&name, DisruptionReason::Empty);
+                let underutilized = allowed(&name, DisruptionReason::Underutilized);
+                let drifted = allowed(&name, DisruptionReason::Drifted);
+                (name, empty, underutilized, drifted)
+            })
+            .collect(),
+    };
+    if previous.is_none() {
+        count_pass(shared, &candidates, &eventual, &fingerprint.allowances);
+        if lock(memo).still_idle(&fingerprint) {
+            return None;
+        }
+        if candidates.is_empty() && eventual.is_empty() {
+            // Nothing to simulate: a cluster still filling up spends no pass on its pods.
+            lock(memo).idle(fingerprint);
+            return None;
+        }
+    }
+    input.nodes = snapshot::existing_nodes(read);
     input.nodes.retain(|n| n.initialized);
     let positions: BTreeMap<String, usize> = input
         .nodes
@@ -259,18 +297,11 @@ async fn decide(
         .iter()
         .filter_map(|n| positions.get(n).copied())
         .collect();
-    let counts = budget_counts(shared);
-    let allowed = |pool: &str, reason: DisruptionReason| {
-        let Some(pool) = pools.iter().find(|p| p.name_any() == pool) else {
-            return 0;
-        };
-        let (nodes, disrupting) = counts.get(pool.name_any().as_str()).copied().unwrap_or((0, 0));
-        budgets::allowed(pool, reason, nodes, disrupting, now)
-    };
     let settings = Settings {
         spot_to_spot: shared.settings.spot_to_spot_consolidation,
     };
     let base = Base {
+        read,
         input: &input,
         positions,
         settling,
@@ -278,27 +309,6 @@ async fn decide(
     };
     let command = match previous {
         None => {
-            let fingerprint = Fingerprint {
-                changes: read.changes(),
-                candidates: candidates
-                    .iter()
-                    .map(|c| (c.claim.name_any(), c.consolidatable))
-                    .collect(),
-                allowances: pools
-                    .iter()
-                    .map(|p| {
-                        let name = p.name_any();
-                        let empty = allowed(&name, DisruptionReason::Empty);
-                        let underutilized = allowed(&name, DisruptionReason::Underutilized);
-                        let drifted = allowed(&name, DisruptionReason::Drifted);
-                        (name, empty, underutilized, drifted)
-                    })
-                    .collect(),
-            };
-            count_pass(shared, &candidates, &eventual, &fingerprint.allowances);
-            if lock(memo).still_idle(&fingerprint) {
-                return None;
-            }
             let started = tokio::time::Instant::now();
             let (command, refusals) = methods::plan(&candidates, &eventual, &base, allowed);
             let reason = command.as_ref().map_or(UNDERUTILIZED, |c| reason_label(c.reason));
