@@ -279,7 +279,7 @@ impl Recorder {
         let notes = Arc::new(Mutex::new(Notes::default()));
         let shared = notes.clone();
         let task = tokio::spawn(async move {
-            let mut cursors: Vec<(Watched, WatchCursor)> = [
+            let mut cursors: Vec<(Watched, GroupResource, WatchCursor)> = [
                 (
                     Watched::NodeClaims,
                     GroupResource::new("karpenter.sh", "nodeclaims"),
@@ -293,14 +293,30 @@ impl Recorder {
                 ),
             ]
             .into_iter()
-            .filter_map(|(watched, resource)| Some((watched, store.watch(&resource, None).ok()?)))
+            .filter_map(|(watched, resource)| {
+                let cursor = store.watch(&resource, None).ok()?;
+                Some((watched, resource, cursor))
+            })
             .collect();
             let mut changes = store.subscribe();
             while changes.changed().await.is_ok() {
                 let at = started.elapsed().as_secs_f64();
-                for (watched, cursor) in &mut cursors {
-                    let Ok(events) = store.poll(cursor, usize::MAX) else {
-                        continue;
+                for (watched, resource, cursor) in &mut cursors {
+                    let events = match store.poll(cursor, usize::MAX) {
+                        Ok(events) => events,
+                        Err(gone) => {
+                            // What left the history is lost: say so in the report, follow on.
+                            lock(&shared).entry(
+                                at,
+                                "recorder-behind",
+                                resource.qualified(),
+                                format!("{gone}: the figures that rest on these objects are incomplete"),
+                            );
+                            if let Ok(fresh) = store.watch(resource, None) {
+                                *cursor = fresh;
+                            }
+                            continue;
+                        }
                     };
                     let mut notes = lock(&shared);
                     for event in events {
