@@ -814,7 +814,7 @@ fn the_final_metrics_count_launches_interruptions_and_disruptions_as_karpenter_d
     let steps = "[{at: 3m, interrupt: {nodeSelector: {karpenter.sh/capacity-type: spot}, count: 1}},
                   {at: 6m, delete: {kind: Deployment, namespace: default, name: inflate}}]";
     let scenario = scenario(&spot, steps, "10m");
-    let simulate::Simulated { report, metrics } =
+    let simulate::Simulated { report, metrics, .. } =
         simulate::run(&scenario, scenario.seed, NodeTracer::disabled(), &mut |_| {})
             .unwrap_or_else(|e| panic!("{e}"));
     let s = &report.summary;

@@ -14,6 +14,7 @@
 
 pub mod api;
 pub mod budget;
+pub mod busy;
 pub use joist_messages::time as clock;
 pub mod conditions;
 pub mod error;
@@ -82,6 +83,11 @@ impl Cluster {
             audit: Arc::default(),
             controllers,
         }
+    }
+
+    /// The wall time kubesim's own work has taken so far (see [`busy`]).
+    pub fn busy(&self) -> std::time::Duration {
+        self.store().busy().total()
     }
 
     /// The storage, for tests and simulations that read or write without HTTP.

@@ -16,6 +16,7 @@ use std::{
 use serde_json::{Map, Value, json};
 use tokio::sync::watch;
 
+use crate::busy::Busy;
 use crate::object::text;
 use crate::{
     clock::Clock,
@@ -207,6 +208,7 @@ pub struct Store {
     clock: Clock,
     uid_seed: u64,
     evictions: Mutex<()>,
+    busy: Busy,
 }
 
 impl Store {
@@ -229,6 +231,7 @@ impl Store {
             clock,
             uid_seed,
             evictions: Mutex::new(()),
+            busy: Busy::default(),
         };
         for namespace in INITIAL_NAMESPACES {
             let object = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}});
@@ -249,6 +252,11 @@ impl Store {
     /// The cluster's clock.
     pub fn clock(&self) -> &Clock {
         &self.clock
+    }
+
+    /// The meter of the work kubesim does around this store (requests, watches, physics).
+    pub fn busy(&self) -> &Busy {
+        &self.busy
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {

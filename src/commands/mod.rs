@@ -5,6 +5,7 @@
 
 pub mod bench;
 pub mod bench_consolidation;
+mod bench_e2e;
 mod bench_kubesim;
 mod crds;
 mod endpoints;
@@ -139,6 +140,17 @@ pub enum BenchTarget {
         #[arg(long, default_value_t = 1_000)]
         nodes: usize,
     },
+    /// The quickstart workload at scale through the whole system (kubesim, the simulated cloud and
+    /// every controller) on virtual time: pods, nodes, wall time, pods/s, peak memory, and the
+    /// share of wall time in kubesim against the controllers.
+    E2e {
+        /// One-CPU pods, scaled up at 30 s of a 5-minute run.
+        #[arg(long, default_value_t = 20_000)]
+        pods: usize,
+        /// NodePools, each with its own Deployment of an equal share of the pods.
+        #[arg(long, default_value_t = 1)]
+        pools: usize,
+    },
     /// kubesim at scale: nodes and pods created and run by its scheduler and kubelets, a full pod
     /// list through the API, and a watch fan-out.
     Kubesim {
@@ -256,6 +268,9 @@ pub fn run(cli: Cli, out: &mut dyn io::Write) -> Result<ExitCode, CommandError> 
         Command::Bench {
             target: BenchTarget::Consolidation { nodes },
         } => bench_consolidation::run(nodes, out),
+        Command::Bench {
+            target: BenchTarget::E2e { pods, pools },
+        } => bench_e2e::run(pods, pools, out),
         Command::Bench {
             target:
                 BenchTarget::Kubesim {

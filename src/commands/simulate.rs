@@ -66,7 +66,10 @@ pub fn run(
         message: e.to_string(),
     });
     telemetry.shutdown();
-    let simulate::Simulated { report, metrics } = report?;
+    let mut simulated = report?;
+    // The command ends after the summary and the files: its world goes with the process.
+    simulated.leave_world();
+    let simulate::Simulated { report, metrics, .. } = simulated;
     if show {
         let _ = writeln!(stderr);
     }

@@ -115,9 +115,10 @@ impl ApiServer {
     pub fn handle(&self, request: ApiRequest) -> Response<ApiBody> {
         let method = request.method.clone();
         let path = request.path.clone();
-        let response = self
-            .dispatch(request)
-            .unwrap_or_else(|error| json_response(error.code(), &error.status()));
+        let response = self.store.busy().time(|| {
+            self.dispatch(request)
+                .unwrap_or_else(|error| json_response(error.code(), &error.status()))
+        });
         tracing::debug!(%method, %path, status = response.status().as_u16(), "api request");
         response
     }

@@ -104,7 +104,8 @@ pub fn serve(store: Arc<Store>, request: &ApiRequest, path: &ResourcePath) -> Re
     let as_table = request.wants_table();
     let (sender, receiver) = mpsc::channel::<Bytes>(STREAM_BUFFER);
     let rtype = path.rtype.clone();
-    tokio::spawn(async move {
+    let busy = store.busy().clone();
+    busy.spawn(async move {
         let deadline = tokio::time::Instant::now() + timeout;
         for object in &initial {
             if sender

@@ -48,12 +48,13 @@ impl Default for PhysicsSettings {
 
 /// Starts every physics controller; they run until their handles are aborted.
 pub fn start(store: &Arc<Store>, settings: PhysicsSettings) -> Vec<JoinHandle<()>> {
+    let busy = store.busy();
     vec![
-        tokio::spawn(scheduler::run(store.clone(), settings.unschedulable_retry)),
-        tokio::spawn(kubelet::run(store.clone(), settings.kubelet)),
-        tokio::spawn(workloads::run(store.clone())),
-        tokio::spawn(disruption::run(store.clone())),
-        tokio::spawn(volumes::run(store.clone(), settings.detach_after)),
+        busy.spawn(scheduler::run(store.clone(), settings.unschedulable_retry)),
+        busy.spawn(kubelet::run(store.clone(), settings.kubelet)),
+        busy.spawn(workloads::run(store.clone())),
+        busy.spawn(disruption::run(store.clone())),
+        busy.spawn(volumes::run(store.clone(), settings.detach_after)),
     ]
 }
 
