@@ -177,7 +177,9 @@ impl Table {
         Self {
             objects: BTreeMap::new(),
             history: VecDeque::new(),
-            oldest_resumable: revision,
+            // Nothing of this resource happened before its table: until history is dropped, a
+            // watch resumes from any revision (a client that listed it empty, then watched).
+            oldest_resumable: 0,
             changed: watch::Sender::new(revision),
         }
     }
@@ -664,8 +666,11 @@ impl Store {
             .history
             .partition_point(|event| event.revision <= cursor.position);
         let events: Vec<Arc<WatchEvent>> = table.history.range(start..).take(max).cloned().collect();
-        if let Some(last) = events.last() {
-            cursor.position = last.revision;
+        match events.last() {
+            Some(last) => cursor.position = last.revision,
+            // Nothing newer: the cursor is level with the resource's last change (a table made
+            // after the watcher's revision starts ahead of it), so `changed` waits for the next.
+            None => cursor.position = cursor.position.max(*table.changed.borrow()),
         }
         Ok(events)
     }
