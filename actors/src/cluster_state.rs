@@ -246,6 +246,10 @@ impl ClusterState {
 /// A reflector over every object of `K`, as a stream of [`Change`]s. A (re)list ends with
 /// `relisted(every object it listed)`, so indexes can drop objects deleted while the watch was
 /// away (after a `410 Gone`, the reflector's store is replaced; the indexes must follow).
+///
+/// The store takes a list's objects only at its end, so their changes are held until then too: an
+/// actor told of a listed object before the store has it would find nothing (a NodePool's actor
+/// would stop, and the pool would never be marked Ready).
 fn reflect<K>(
     api: Api<K>,
     writer: Writer<K>,
@@ -258,28 +262,41 @@ where
 {
     let events = watcher::watcher(api, watcher::Config::default()).default_backoff();
     reflector::reflector(writer, events)
-        .scan(None::<HashSet<PodKey>>, move |listing, event| {
+        .scan(None::<Vec<K>>, move |listing, event| {
             let next = match event {
-                Ok(Event::Apply(object)) => change(Box::new(object), false),
+                Ok(Event::Apply(object)) => vec![change(Box::new(object), false)],
                 Ok(Event::InitApply(object)) => {
                     if let Some(listed) = listing.as_mut() {
-                        listed.insert((object.namespace().unwrap_or_default(), object.name_any()));
+                        listed.push(object);
                     }
-                    change(Box::new(object), false)
+                    Vec::new()
                 }
-                Ok(Event::Delete(object)) => change(Box::new(object), true),
+                Ok(Event::Delete(object)) => vec![change(Box::new(object), true)],
                 Ok(Event::Init) => {
-                    *listing = Some(HashSet::new());
-                    Change::Quiet
+                    *listing = Some(Vec::new());
+                    Vec::new()
                 }
-                Ok(Event::InitDone) => listing.take().map_or(Change::Quiet, relisted),
+                Ok(Event::InitDone) => match listing.take() {
+                    Some(listed) => {
+                        let keys = listed
+                            .iter()
+                            .map(|o| (o.namespace().unwrap_or_default(), o.name_any()))
+                            .collect();
+                        let mut changes: Vec<Change> =
+                            listed.into_iter().map(|o| change(Box::new(o), false)).collect();
+                        changes.push(relisted(keys));
+                        changes
+                    }
+                    None => Vec::new(),
+                },
                 Err(error) => {
                     tracing::warn!(%error, "watch failed; retrying");
-                    Change::Quiet
+                    Vec::new()
                 }
             };
-            futures::future::ready(Some(next))
+            futures::future::ready(Some(futures::stream::iter(next)))
         })
+        .flatten()
         .boxed()
 }
 

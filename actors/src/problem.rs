@@ -43,6 +43,11 @@ pub async fn cluster(shared: &Shared, nodes: Vec<ExistingNode>) -> Problem {
             .is_some_and(|s| is_true(&s.conditions, "Ready"));
         // Static pools keep their own size: pods never make them launch.
         if !ready || pool.metadata.deletion_timestamp.is_some() || static_capacity::is_static(&pool) {
+            tracing::debug!(
+                nodepool = pool.name_any(),
+                ready,
+                "nodepool left out of the pass: not Ready, deleting or static"
+            );
             continue;
         }
         let Some(class) = read.node_class(&pool.spec.template.spec.node_class_ref.name) else {

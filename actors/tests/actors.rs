@@ -327,14 +327,24 @@ struct World {
 }
 
 fn world(settings: Settings) -> World {
-    let clock = Clock::starting_at(EPOCH);
+    world_over(cluster(), settings)
+}
+
+/// kubesim with Joist's CRDs, no controllers yet.
+fn cluster() -> Cluster {
     let cluster = Cluster::start(ClusterSettings {
-        clock,
+        clock: Clock::starting_at(EPOCH),
         ..ClusterSettings::default()
     });
     cluster
         .install_crds(joist_messages::apis::crds().into_iter().map(|(_, crd)| crd))
         .unwrap_or_else(|e| panic!("{e}"));
+    cluster
+}
+
+/// Every controller started over `cluster`, as it stands.
+fn world_over(cluster: Cluster, settings: Settings) -> World {
+    let clock = *cluster.store().clock();
     let client = cluster.client();
     let cloud = Arc::new(FakeCloud::default());
     let settings = Settings {
@@ -568,6 +578,54 @@ async fn an_invalid_node_class_is_not_ready_launches_nothing_and_says_why_once()
             && e.involved_object.kind.as_deref() == Some("EC2NodeClass")
     });
     assert_eq!(warned.count(), 1, "one warning, not one per refresh");
+}
+
+/// Objects that exist when Joist starts reach it in its watches' first lists; each is acted on
+/// once the read model holds it. Before, the NodePool actors were told of listed pools before the
+/// store had them (past actix's 16 stream items per turn), found nothing and stopped: with 20
+/// pools, most never became Ready and their pods never got nodes.
+#[actix::test]
+async fn every_node_pool_listed_at_startup_becomes_ready() {
+    tokio::time::pause();
+    let cluster = cluster();
+    let store = cluster.store().clone();
+    let pools = GroupResource::new("karpenter.sh", "nodepools");
+    let classes = GroupResource::new("karpenter.k8s.aws", "ec2nodeclasses");
+    let class = serde_json::json!({
+        "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass", "metadata": {"name": "default"},
+        "spec": {"role": "r", "amiSelectorTerms": [{"alias": "al2023@latest"}],
+                 "subnetSelectorTerms": [{"id": "subnet-1"}], "securityGroupSelectorTerms": [{"id": "sg-1"}]}
+    });
+    store
+        .create(&classes, "", class, false)
+        .unwrap_or_else(|e| panic!("{e}"));
+    for i in 0..20 {
+        let pool = serde_json::json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": format!("pool-{i:02}")},
+            "spec": {"template": {"spec": {"requirements": [], "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}}}}
+        });
+        store
+            .create(&pools, "", pool, false)
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+    let world = world_over(cluster, Settings::default());
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    let listed = kube_ops::cluster::<NodePool>(&world.client)
+        .list(&Default::default())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let not_ready: Vec<String> = listed
+        .items
+        .iter()
+        .filter(|p| {
+            !p.status
+                .as_ref()
+                .is_some_and(|s| kube_ops::is_true(&s.conditions, "Ready"))
+        })
+        .filter_map(|p| p.metadata.name.clone())
+        .collect();
+    assert_eq!(listed.items.len(), 20);
+    assert!(not_ready.is_empty(), "never Ready: {not_ready:?}");
 }
 
 /// Two overlays of one weight that reprice the same offerings: the earlier name is marked
