@@ -664,6 +664,33 @@ mod tests {
     }
 
     #[test]
+    fn a_pods_scheduling_view_is_made_once_per_version_and_forgotten_with_the_pod() {
+        let (read, _writers) = ReadModel::new();
+        let pod = |cpu: &str| -> Arc<Pod> {
+            Arc::new(object(serde_json::json!({
+                "metadata": {"name": "web", "namespace": "default"},
+                "spec": {"containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": cpu}}}]},
+            })))
+        };
+        let view = |pod: &Arc<Pod>| read.pod_info(pod).unwrap_or_else(|e| panic!("{e}"));
+        let first = pod("1");
+        let made = view(&first);
+        assert!(
+            Arc::ptr_eq(&made, &view(&first)),
+            "the same version is not made again"
+        );
+        let resized = pod("2");
+        let remade = view(&resized);
+        assert!(!Arc::ptr_eq(&made, &remade), "a new version gets a new view");
+        assert_eq!(remade.requests.get("cpu").millis(), 2000);
+        read.observe_pod(&resized, true, 0);
+        assert!(
+            read.index.pod_infos.is_empty(),
+            "a deleted pod's view goes with it"
+        );
+    }
+
+    #[test]
     fn a_pods_start_is_reported_once_and_only_for_pods_seen_before_they_ran() {
         let (read, _writers) = ReadModel::new();
         let pod = |name: &str, phase: &str| -> Pod {
