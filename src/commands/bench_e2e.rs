@@ -24,19 +24,15 @@ const SCALE_AT: &str = "30s";
 
 /// Runs the benchmark and prints its figures.
 pub fn run(pods: usize, pools: usize, out: &mut dyn io::Write) -> Result<ExitCode, CommandError> {
-    let scenario = Scenario::parse(&scenario(pods, pools)).map_err(|e| CommandError::Simulate {
+    let failed = |message: String| CommandError::Simulate {
         path: "bench e2e".into(),
-        message: e.to_string(),
-    })?;
+        message,
+    };
+    let scenario = Scenario::parse(&scenario(pods, pools)).map_err(|e| failed(e.to_string()))?;
     #[allow(clippy::disallowed_types)] // Benchmarks measure wall time on purpose.
     let start = std::time::Instant::now();
-    let mut simulated =
-        simulate::run(&scenario, scenario.seed, Default::default(), &mut |_| {}).map_err(|e| {
-            CommandError::Simulate {
-                path: "bench e2e".into(),
-                message: e.to_string(),
-            }
-        })?;
+    let mut simulated = simulate::run(&scenario, scenario.seed, Default::default(), &mut |_| {})
+        .map_err(|e| failed(e.to_string()))?;
     // The command ends here: the run's figures do not include freeing the world.
     simulated.leave_world();
     let wall = start.elapsed().as_secs_f64();
@@ -77,7 +73,7 @@ pub fn scenario(pods: usize, pools: usize) -> String {
             format!("pool-{pool}")
         };
         let replicas = pods / pools + usize::from(pool < pods % pools);
-        let _ = write!(manifests, "{}", pool_manifests(&name));
+        manifests.push_str(&indent(&POOL.replace("{name}", &name)));
         let _ = write!(
             steps,
             "    - at: {SCALE_AT}\n      scale: {{kind: Deployment, namespace: default, name: inflate-{name}, replicas: {replicas}}}\n"
@@ -89,11 +85,6 @@ pub fn scenario(pods: usize, pools: usize) -> String {
          batchMaxDuration: 10s\n  manifests: |\n{}{manifests}  steps:\n{steps}  until: {UNTIL}\n",
         indent(NODE_CLASS)
     )
-}
-
-/// One NodePool and the Deployment pinned to it, as manifests inside the scenario.
-fn pool_manifests(name: &str) -> String {
-    indent(&POOL.replace("{name}", name))
 }
 
 fn indent(manifests: &str) -> String {
@@ -120,6 +111,7 @@ spec:
         karpenter.sh/discovery: bench
 ";
 
+/// One NodePool and the Deployment pinned to it (`{name}` stands for the pool's name).
 const POOL: &str = "\
 ---
 apiVersion: karpenter.sh/v1

@@ -119,10 +119,11 @@ pub async fn run(store: Arc<Store>, retry: Duration) {
             cluster_changed |= scheduler.observe_pod(change);
         }
         let now = Instant::now();
+        let pods_bound = std::mem::take(&mut scheduler.pods_bound);
         if cluster_changed || now >= next_retry {
             scheduler.retry_unschedulable(now);
             next_retry = now + retry;
-        } else if std::mem::take(&mut scheduler.pods_bound) {
+        } else if pods_bound {
             scheduler.retry_placed_by_pods(now);
         }
         scheduler.end_backoffs(now);
@@ -183,8 +184,9 @@ impl Scheduler {
             .and_then(Value::as_str)
             .is_none_or(|s| s == "default-scheduler");
         let deleting = pod.pointer("/metadata/deletionTimestamp").is_some();
-        let waiting = self.unschedulable.contains(&key) || self.attempts.contains_key(&key);
-        if ours && !deleting && !waiting && self.queued.insert(key.clone()) {
+        // A pod that failed waits for a change or its backoff, not for its own updates.
+        let failed_before = self.attempts.contains_key(&key);
+        if ours && !deleting && !failed_before && self.queued.insert(key.clone()) {
             self.active.push_back(key);
         }
         false
@@ -376,26 +378,12 @@ impl Scheduler {
         own_labels: &BTreeMap<String, String>,
         needs: &PodNeeds,
     ) -> Vec<AffinityDomains> {
-        let required = |terms: Option<&Vec<PodAffinityTerm>>| terms.cloned().unwrap_or_default();
-        let affinity = needs
-            .affinity
-            .pod_affinity
-            .as_ref()
-            .and_then(|a| a.required_during_scheduling_ignored_during_execution.as_ref());
-        let anti = needs
-            .affinity
-            .pod_anti_affinity
-            .as_ref()
-            .and_then(|a| a.required_during_scheduling_ignored_during_execution.as_ref());
-        let terms = required(affinity)
-            .into_iter()
-            .map(|t| (t, false))
-            .chain(required(anti).into_iter().map(|t| (t, true)));
-        terms
+        needs
+            .required_pod_terms()
             .map(|(term, anti)| {
                 let mut domains = HashSet::new();
                 let mut matched_anywhere = false;
-                for bound in self.bound.values().filter(|b| term_selects(&term, namespace, b)) {
+                for bound in self.bound.values().filter(|b| term_selects(term, namespace, b)) {
                     matched_anywhere = true;
                     if let Some(domain) = self
                         .nodes
@@ -405,9 +393,9 @@ impl Scheduler {
                         domains.insert(domain.clone());
                     }
                 }
-                let first_of_its_kind = !anti && !matched_anywhere && selector_matches(&term, own_labels);
+                let first_of_its_kind = !anti && !matched_anywhere && selector_matches(term, own_labels);
                 AffinityDomains {
-                    key: term.topology_key,
+                    key: term.topology_key.clone(),
                     domains,
                     anti,
                     first_of_its_kind,
@@ -637,22 +625,30 @@ impl PodNeeds {
     /// Whether where the pod may go depends on other pods: required pod (anti-)affinity, or a
     /// `DoNotSchedule` topology spread.
     fn depends_on_pods(&self) -> bool {
-        let required = |terms: Option<&Vec<PodAffinityTerm>>| terms.is_some_and(|t| !t.is_empty());
-        let affinity = &self.affinity;
-        required(
-            affinity
-                .pod_affinity
-                .as_ref()
-                .and_then(|a| a.required_during_scheduling_ignored_during_execution.as_ref()),
-        ) || required(
-            affinity
-                .pod_anti_affinity
-                .as_ref()
-                .and_then(|a| a.required_during_scheduling_ignored_during_execution.as_ref()),
-        ) || self
-            .spread
-            .iter()
-            .any(|c| c.when_unsatisfiable == "DoNotSchedule")
+        self.required_pod_terms().next().is_some()
+            || self
+                .spread
+                .iter()
+                .any(|c| c.when_unsatisfiable == "DoNotSchedule")
+    }
+
+    /// The required pod affinity terms, then the anti-affinity ones (marked `true`).
+    fn required_pod_terms(&self) -> impl Iterator<Item = (&PodAffinityTerm, bool)> {
+        let affinity = self
+            .affinity
+            .pod_affinity
+            .as_ref()
+            .and_then(|a| a.required_during_scheduling_ignored_during_execution.as_ref());
+        let anti = self
+            .affinity
+            .pod_anti_affinity
+            .as_ref()
+            .and_then(|a| a.required_during_scheduling_ignored_during_execution.as_ref());
+        affinity
+            .into_iter()
+            .flatten()
+            .map(|t| (t, false))
+            .chain(anti.into_iter().flatten().map(|t| (t, true)))
     }
 
     fn of(pod: &Value) -> Self {
