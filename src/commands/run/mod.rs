@@ -1,7 +1,8 @@
 //! `joist run`: the production controller. It reads Karpenter's settings from the environment
 //! ([`settings`]), connects to Kubernetes (the in-cluster service account, or `KUBECONFIG`) and to
 //! AWS (the default credential chain: environment, profile, IRSA web identity, EKS Pod Identity,
-//! instance metadata; `AWS_ENDPOINT_URL` for an emulator), and runs every controller until SIGINT or
+//! instance metadata; `AWS_ENDPOINT_URL` for an emulator; or the simulated cloud with
+//! `CLOUD_PROVIDER=simulated`, to run against kubesim), and runs every controller until SIGINT or
 //! SIGTERM. Logs go to standard error as JSON lines at `LOG_LEVEL`; node traces are exported when
 //! `OTEL_EXPORTER_OTLP_ENDPOINT` is set; Prometheus metrics and health probes are served on
 //! Karpenter's ports ([`super::endpoints`]). Replicas elect a leader on a Lease ([`leader`]): only the
@@ -18,12 +19,19 @@ use std::{net::SocketAddr, process::ExitCode, sync::Arc};
 
 use joist_actors::settings::{Settings, SolverMode};
 use joist_messages::{model::shape::CapacitySettings, time::Clock};
-use joist_provider::interruption::InterruptionQueue;
+use joist_provider::{CloudProvider, interruption::InterruptionQueue};
 use joist_provider_aws::{AwsCloud, AwsSettings, clients::AwsClients, sqs::SqsQueue};
+use joist_provider_sim::{SimCloud, SimSettings};
 
-use self::settings::RunSettings;
+use self::settings::{CloudKind, RunSettings};
 use super::{CommandError, endpoints};
 use crate::telemetry::Telemetry;
+
+/// From a simulated instance's launch to its node registering, as in `joist sim serve`.
+const SIMULATED_BOOT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// A cloud for the controllers, and its interruption queue if there is one.
+type Cloud = (Arc<dyn CloudProvider>, Option<Arc<dyn InterruptionQueue>>);
 
 /// Runs the controllers until the process is told to stop.
 pub fn run() -> Result<ExitCode, CommandError> {
@@ -67,35 +75,10 @@ async fn serve(settings: RunSettings, telemetry: &Telemetry) -> Result<(), Comma
         version.major.trim_end_matches('+'),
         version.minor.trim_end_matches('+')
     );
-    let clients = AwsClients::from_env().await.map_err(|e| start(e.to_string()))?;
-    tracing::info!(
-        cluster = settings.cluster_name,
-        kubernetes = kubernetes_version,
-        region = clients.region,
-        "starting"
-    );
-    let interruption_queue = settings.interruption_queue.clone().map(|name| {
-        tracing::info!(queue = name, "reading the interruption queue");
-        Arc::new(SqsQueue::new(clients.sqs.clone(), name)) as Arc<dyn InterruptionQueue>
-    });
-    let cloud = AwsCloud::new(
-        clients,
-        client.clone(),
-        AwsSettings {
-            cluster_name: settings.cluster_name.clone(),
-            cluster_endpoint: settings.cluster_endpoint.clone(),
-            cluster_ca_bundle: settings.cluster_ca_bundle.clone(),
-            cluster_cidr: settings.cluster_cidr.clone(),
-            kubernetes_version,
-            capacity: CapacitySettings {
-                vm_memory_overhead_permille: settings.vm_memory_overhead_permille(),
-                reserved_enis: i64::from(settings.reserved_enis),
-                ..CapacitySettings::default()
-            },
-            isolated_vpc: settings.isolated_vpc,
-        },
-    )
-    .map_err(|e| start(e.to_string()))?;
+    let (cloud, interruption_queue) = match &settings.cloud {
+        CloudKind::Aws => aws_cloud(&settings, &client, kubernetes_version).await?,
+        CloudKind::Simulated { region } => simulated_cloud(&settings, &client, region)?,
+    };
     let address = |port| SocketAddr::new(settings.listen_address, port);
     let leading = endpoints::Leading::default();
     endpoints::serve_metrics(address(settings.metrics_port), leading.clone())
@@ -119,11 +102,12 @@ async fn serve(settings: RunSettings, telemetry: &Telemetry) -> Result<(), Comma
     }
     let controllers = joist_actors::start(
         client,
-        Arc::new(cloud),
+        cloud,
         Settings {
             batch_idle: settings.batch_idle,
             batch_max: settings.batch_max,
             solver: SolverMode::Pool,
+            shards: settings.node_pool_shards,
             spot_to_spot_consolidation: settings.feature_gates.spot_to_spot_consolidation,
             node_repair: settings.feature_gates.node_repair,
             static_capacity: settings.feature_gates.static_capacity,
@@ -154,6 +138,81 @@ async fn serve(settings: RunSettings, telemetry: &Telemetry) -> Result<(), Comma
         elector.release().await;
     }
     Ok(())
+}
+
+/// The cloud and interruption queue `joist run` uses in production: EC2 and, when
+/// `INTERRUPTION_QUEUE` names one, SQS.
+async fn aws_cloud(
+    settings: &RunSettings,
+    client: &kube::Client,
+    kubernetes_version: String,
+) -> Result<Cloud, CommandError> {
+    let start = |message: String| CommandError::Start { message };
+    let clients = AwsClients::from_env().await.map_err(|e| start(e.to_string()))?;
+    tracing::info!(
+        cluster = settings.cluster_name,
+        kubernetes = kubernetes_version,
+        region = clients.region,
+        "starting"
+    );
+    let interruption_queue = settings.interruption_queue.clone().map(|name| {
+        tracing::info!(queue = name, "reading the interruption queue");
+        Arc::new(SqsQueue::new(clients.sqs.clone(), name)) as Arc<dyn InterruptionQueue>
+    });
+    let cloud = AwsCloud::new(
+        clients,
+        client.clone(),
+        AwsSettings {
+            cluster_name: settings.cluster_name.clone(),
+            cluster_endpoint: settings.cluster_endpoint.clone(),
+            cluster_ca_bundle: settings.cluster_ca_bundle.clone(),
+            cluster_cidr: settings.cluster_cidr.clone(),
+            kubernetes_version,
+            capacity: capacity(settings),
+            isolated_vpc: settings.isolated_vpc,
+        },
+    )
+    .map_err(|e| start(e.to_string()))?;
+    Ok((Arc::new(cloud), interruption_queue))
+}
+
+/// The simulated cloud in `region`, with its own interruption queue (`CLOUD_PROVIDER=simulated`).
+fn simulated_cloud(
+    settings: &RunSettings,
+    client: &kube::Client,
+    region: &str,
+) -> Result<Cloud, CommandError> {
+    tracing::info!(
+        cluster = settings.cluster_name,
+        region,
+        "starting on the simulated cloud"
+    );
+    let cloud = SimCloud::new(
+        SimSettings {
+            region: region.to_owned(),
+            zones: Vec::new(),
+            boot: SIMULATED_BOOT,
+            cluster_name: settings.cluster_name.clone(),
+            capacity: capacity(settings),
+            epoch_seconds: Clock::system().now_seconds(),
+            seed: 1,
+        },
+        client.clone(),
+    )
+    .map_err(|e| CommandError::Start {
+        message: format!("CLOUD_PROVIDER=simulated: {e}"),
+    })?;
+    let queue: Arc<dyn InterruptionQueue> = cloud.queue();
+    Ok((Arc::new(cloud), Some(queue)))
+}
+
+/// The node capacity settings both clouds share.
+fn capacity(settings: &RunSettings) -> CapacitySettings {
+    CapacitySettings {
+        vm_memory_overhead_permille: settings.vm_memory_overhead_permille(),
+        reserved_enis: i64::from(settings.reserved_enis),
+        ..CapacitySettings::default()
+    }
 }
 
 /// This replica's candidate for the Lease `settings` name, in its namespace (the client's when

@@ -13,7 +13,12 @@
 //! both listen on, 0.0.0.0), and leader election's `DISABLE_LEADER_ELECTION` (false),
 //! `LEADER_ELECTION_NAME` (joist-leader-election), `LEADER_ELECTION_NAMESPACE` (`SYSTEM_NAMESPACE`,
 //! else the client's namespace) and `POD_NAME` (this replica's identity; the host name and process
-//! id when unset). An empty variable counts as unset.
+//! id when unset). Joist's own scale and test settings: `NODEPOOL_SHARDS` (0: the NodePool actors
+//! share the controllers' thread; N: spread over N threads of their own, at most 64) and
+//! `CLOUD_PROVIDER` (`aws`, the default; or `simulated`: the simulated cloud of `joist simulate` in
+//! `AWS_REGION`, us-west-2 when unset, whose instances register as Nodes through the API server,
+//! for kubesim's `joist sim serve --no-controllers` as KWOK is for Karpenter). An empty variable
+//! counts as unset.
 //!
 //! Failure modes: the first unusable variable stops [`RunSettings::read`] with a
 //! [`SettingsError`] naming it, its value and what it should be, so `joist run` fails at start
@@ -33,6 +38,21 @@ const FEATURE_GATES_EXPECTED: &str = "comma-separated Name=true or Name=false pa
 const PORT_EXPECTED: &str = "a TCP port number, 0 to 65535";
 /// What a valid duration looks like.
 const DURATION_EXPECTED: &str = "a Go duration such as 1s, 500ms or 1m30s";
+
+/// The most NodePool shards `NODEPOOL_SHARDS` may ask for.
+const MAX_SHARDS: usize = 64;
+
+/// Where the controllers launch instances (`CLOUD_PROVIDER`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CloudKind {
+    /// EC2 through the default AWS credential chain (the default).
+    Aws,
+    /// The simulated cloud in `region`: for kubesim, never for a real cluster.
+    Simulated {
+        /// `AWS_REGION`, us-west-2 when unset.
+        region: String,
+    },
+}
 
 /// Log verbosity (`LOG_LEVEL`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -107,6 +127,11 @@ pub struct RunSettings {
     pub leader_election_namespace: Option<String>,
     /// This replica's identity in the Lease (`POD_NAME`).
     pub pod_name: Option<String>,
+    /// Threads the NodePool actors are spread over; 0 keeps them on the controllers' own
+    /// (`NODEPOOL_SHARDS`).
+    pub node_pool_shards: usize,
+    /// Where instances are launched (`CLOUD_PROVIDER`).
+    pub cloud: CloudKind,
 }
 
 /// Karpenter's feature gates (`FEATURE_GATES=SpotToSpotConsolidation=true,NodeRepair=false`).
@@ -238,6 +263,22 @@ impl RunSettings {
                 .get("LEADER_ELECTION_NAMESPACE")
                 .or_else(|| env.get("SYSTEM_NAMESPACE")),
             pod_name: env.get("POD_NAME"),
+            node_pool_shards: env
+                .parse(
+                    "NODEPOOL_SHARDS",
+                    &format!("a number of threads from 0 to {MAX_SHARDS}"),
+                    |text| text.parse().ok().filter(|shards| *shards <= MAX_SHARDS),
+                )?
+                .unwrap_or(0),
+            cloud: env
+                .parse("CLOUD_PROVIDER", "aws or simulated", |text| match text {
+                    "aws" => Some(CloudKind::Aws),
+                    "simulated" => Some(CloudKind::Simulated {
+                        region: env.get("AWS_REGION").unwrap_or_else(|| "us-west-2".to_owned()),
+                    }),
+                    _ => None,
+                })?
+                .unwrap_or(CloudKind::Aws),
         };
         if settings.batch_idle > settings.batch_max {
             return Err(SettingsError::Invalid {
@@ -487,6 +528,8 @@ mod tests {
             leader_election_name: "joist-leader-election".to_owned(),
             leader_election_namespace: None,
             pod_name: None,
+            node_pool_shards: 0,
+            cloud: CloudKind::Aws,
         };
         assert_eq!(settings, expected);
         assert_eq!(settings.vm_memory_overhead_permille(), 75);
@@ -511,6 +554,9 @@ mod tests {
             ("SYSTEM_NAMESPACE", "kube-system"),
             ("POD_NAME", "joist-7d9c-x2"),
             ("DISABLE_LEADER_ELECTION", "true"),
+            ("NODEPOOL_SHARDS", "2"),
+            ("CLOUD_PROVIDER", "simulated"),
+            ("AWS_REGION", "eu-west-1"),
         ])
         .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(settings.cluster_ca_bundle.as_deref(), Some("aGVsbG8="));
@@ -527,6 +573,13 @@ mod tests {
         assert_eq!(settings.leader_election_namespace.as_deref(), Some("kube-system"));
         assert_eq!(settings.pod_name.as_deref(), Some("joist-7d9c-x2"));
         assert!(settings.disable_leader_election);
+        assert_eq!(settings.node_pool_shards, 2);
+        assert_eq!(
+            settings.cloud,
+            CloudKind::Simulated {
+                region: "eu-west-1".to_owned()
+            }
+        );
     }
 
     #[test]
@@ -569,6 +622,9 @@ mod tests {
         assert_invalid("CLUSTER_CA_BUNDLE", "aGVs bG8=");
         assert_invalid("CLUSTER_CIDR", "10.100.0.0/33");
         assert_invalid("CLUSTER_CIDR", "banana");
+        assert_invalid("NODEPOOL_SHARDS", "65");
+        assert_invalid("NODEPOOL_SHARDS", "two");
+        assert_invalid("CLOUD_PROVIDER", "gcp");
         assert_eq!(
             error(with(&[("LOG_LEVEL", "verbose")])).to_string(),
             r#"LOG_LEVEL="verbose" is invalid: debug, info or error"#
