@@ -65,10 +65,29 @@ pub fn lower_bound(input: &Input, solution: &Solution) -> f64 {
 
 /// The process's peak resident memory (`VmHWM`), where `/proc` has it.
 pub(super) fn peak_memory_mib() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    peak_memory_mib_of("self")
+}
+
+/// The peak resident memory (`VmHWM`) of the process `/proc/<process>` describes (`self` or a pid).
+pub(super) fn peak_memory_mib_of(process: &str) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{process}/status")).ok()?;
     let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kib / 1024)
+}
+
+/// The CPU time (user and system, every thread, ended ones included) the process `/proc/<process>`
+/// describes has used, in seconds.
+pub(super) fn cpu_seconds_of(process: &str) -> Option<f64> {
+    /// `/proc` counts CPU time in USER_HZ ticks, which Linux fixes at 100 on every architecture.
+    const TICKS_PER_SECOND: f64 = 100.0;
+    let stat = std::fs::read_to_string(format!("/proc/{process}/stat")).ok()?;
+    // Fields after the command's closing parenthesis start at the third, the state: utime and
+    // stime are the 14th and 15th.
+    let mut fields = stat.rsplit_once(')')?.1.split_whitespace().skip(11);
+    let user: u64 = fields.next()?.parse().ok()?;
+    let system: u64 = fields.next()?.parse().ok()?;
+    Some((user + system) as f64 / TICKS_PER_SECOND)
 }
 
 /// Runs one benchmark and prints its report.

@@ -67,13 +67,9 @@ pub fn scenario(pods: usize, pools: usize) -> String {
     let mut manifests = String::new();
     let mut steps = String::new();
     for pool in 0..pools {
-        let name = if pools == 1 {
-            "default".to_owned()
-        } else {
-            format!("pool-{pool}")
-        };
-        let replicas = pods / pools + usize::from(pool < pods % pools);
-        manifests.push_str(&indent(&POOL.replace("{name}", &name)));
+        let name = pool_name(pools, pool);
+        let replicas = share(pods, pools, pool);
+        manifests.push_str(&indent(&pool_manifests(&name)));
         let _ = write!(
             steps,
             "    - at: {SCALE_AT}\n      scale: {{kind: Deployment, namespace: default, name: inflate-{name}, replicas: {replicas}}}\n"
@@ -87,6 +83,25 @@ pub fn scenario(pods: usize, pools: usize) -> String {
     )
 }
 
+/// The name of pool `pool` of `pools`: `default` when it is the only one.
+pub(super) fn pool_name(pools: usize, pool: usize) -> String {
+    if pools == 1 {
+        "default".to_owned()
+    } else {
+        format!("pool-{pool}")
+    }
+}
+
+/// The pods pool `pool` of `pools` gets out of `pods`: an equal share, the first ones one more.
+pub(super) fn share(pods: usize, pools: usize, pool: usize) -> usize {
+    pods / pools + usize::from(pool < pods % pools)
+}
+
+/// The NodePool `name` and its Deployment, scaled to zero.
+pub(super) fn pool_manifests(name: &str) -> String {
+    POOL.replace("{name}", name)
+}
+
 fn indent(manifests: &str) -> String {
     manifests.lines().fold(String::new(), |mut text, line| {
         let _ = writeln!(text, "    {line}");
@@ -94,7 +109,7 @@ fn indent(manifests: &str) -> String {
     })
 }
 
-const NODE_CLASS: &str = "\
+pub(super) const NODE_CLASS: &str = "\
 apiVersion: karpenter.k8s.aws/v1
 kind: EC2NodeClass
 metadata:

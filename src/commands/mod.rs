@@ -5,6 +5,7 @@
 
 pub mod bench;
 pub mod bench_consolidation;
+mod bench_controller;
 mod bench_e2e;
 mod bench_kubesim;
 mod crds;
@@ -70,7 +71,8 @@ pub enum Command {
     ///
     /// Settings are Karpenter's environment variables: CLUSTER_NAME and CLUSTER_ENDPOINT are
     /// required; CLUSTER_CA_BUNDLE, CLUSTER_CIDR, VM_MEMORY_OVERHEAD_PERCENT, RESERVED_ENIS,
-    /// BATCH_IDLE_DURATION, BATCH_MAX_DURATION, LOG_LEVEL and INTERRUPTION_QUEUE are optional.
+    /// BATCH_IDLE_DURATION, BATCH_MAX_DURATION, LOG_LEVEL and INTERRUPTION_QUEUE are optional, as
+    /// are Joist's own NODEPOOL_SHARDS and CLOUD_PROVIDER (aws, or simulated for kubesim).
     /// Kubernetes comes from the in-cluster service account or KUBECONFIG; AWS from the default
     /// credential chain and AWS_REGION (AWS_ENDPOINT_URL for an emulator).
     Run,
@@ -150,6 +152,21 @@ pub enum BenchTarget {
         /// NodePools, each with its own Deployment of an equal share of the pods.
         #[arg(long, default_value_t = 1)]
         pools: usize,
+    },
+    /// The controller alone, as in production: `joist run` on the simulated cloud against `joist
+    /// sim serve --no-controllers` over HTTP, on real time, with the quickstart workload at scale:
+    /// pods, nodes, wall time, pods/s, time to the first NodeClaim, and each process's peak memory
+    /// and CPU time.
+    Controller {
+        /// One-CPU pods in all.
+        #[arg(long, default_value_t = 10_000)]
+        pods: usize,
+        /// NodePools, each with its own Deployment of an equal share of the pods.
+        #[arg(long, default_value_t = 1)]
+        pools: usize,
+        /// Threads the controller spreads its NodePool actors over (`NODEPOOL_SHARDS`).
+        #[arg(long, default_value_t = 0)]
+        shards: usize,
     },
     /// kubesim at scale: nodes and pods created and run by its scheduler and kubelets, a full pod
     /// list through the API, and a watch fan-out.
@@ -271,6 +288,16 @@ pub fn run(cli: Cli, out: &mut dyn io::Write) -> Result<ExitCode, CommandError> 
         Command::Bench {
             target: BenchTarget::E2e { pods, pools },
         } => bench_e2e::run(pods, pools, out),
+        Command::Bench {
+            target: BenchTarget::Controller { pods, pools, shards },
+        } => {
+            let joist = std::env::current_exe().map_err(|source| CommandError::Read {
+                path: "this executable (/proc/self/exe)".into(),
+                source,
+            })?;
+            let options = bench_controller::Options { pods, pools, shards };
+            bench_controller::run(options, &joist, out)
+        }
         Command::Bench {
             target:
                 BenchTarget::Kubesim {

@@ -307,3 +307,51 @@ fn karpenters_getting_started_steps_work_with_kubectl_against_sim_serve() {
     assert_eq!(run(&["get", "nodeclaims,nodes", "-o", "name"]), "");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `joist bench controller`: `joist run` on the simulated cloud (`CLOUD_PROVIDER=simulated`, its
+/// NodePool actors over two threads) against `joist sim serve --no-controllers` over HTTP, two
+/// processes measured apart: every pod comes up on nodes of both pools, and each process's memory
+/// and CPU are read.
+#[test]
+fn bench_controller_runs_joist_run_apart_from_kubesim_and_measures_each() {
+    let output = Command::new(env!("CARGO_BIN_EXE_joist"))
+        .args([
+            "bench",
+            "controller",
+            "--pods",
+            "20",
+            "--pools",
+            "2",
+            "--shards",
+            "2",
+        ])
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run joist bench controller: {e}"));
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let value = |name: &str| -> f64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+            .and_then(|v| v.split(' ').next()?.parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in {text}"))
+    };
+    assert_eq!(value("pods"), 20.0, "{text}");
+    assert!(value("nodes") >= 2.0, "a node per pool at least: {text}");
+    assert!(
+        value("first nodeclaim") < value("wall"),
+        "the first NodeClaim comes before the pods are up: {text}"
+    );
+    for process in ["controller", "kubesim"] {
+        assert!(value(&format!("{process} peak memory")) > 0.0, "{text}");
+        assert!(value(&format!("{process} cpu")) >= 0.0, "{text}");
+    }
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("scheduling ") && l.ends_with(" batches")),
+        "the controller's scheduling metric is read: {text}"
+    );
+}

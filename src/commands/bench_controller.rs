@@ -1,0 +1,466 @@
+//! `joist bench controller --pods N [--pools P] [--shards S]`: the controller alone, the way it runs
+//! in production. Two processes of this binary on real time: kubesim serving the Kubernetes API over
+//! HTTP (`joist sim serve --no-controllers`) and `joist run` against it with `CLOUD_PROVIDER=simulated`
+//! and `NODEPOOL_SHARDS=S`. The benchmark applies `joist bench e2e`'s NodePools and Deployments
+//! through the API, waits for the pools to be Ready, scales the Deployments to `N` one-CPU pods in
+//! all, and waits for every pod to be ready.
+//!
+//! It prints one `name value` line per figure: pods ready, nodes, wall time from the scale-up to the
+//! last pod ready, pods/s, when the ReplicaSets had created every pod and when the first NodeClaim
+//! appeared (both from the scale-up), the mean time the controller took to simulate scheduling one
+//! batch (its `karpenter_scheduler_scheduling_duration_seconds`), and each process's peak resident
+//! memory and CPU time over the run (both from `/proc`, so Linux only). The controller's figures
+//! include the simulated cloud, which runs inside it and is small next to the controllers.
+//!
+//! Failures: a process that does not start or dies, NodePools that are not Ready within a minute,
+//! or pods not all ready by the deadline stop the benchmark with an error naming the controller's
+//! log, which is then kept in the temporary directory (removed after a run that succeeds). Both
+//! processes are killed when it ends.
+
+use std::{
+    fmt::Write as _,
+    io::{self, BufRead as _, BufReader},
+    path::{Path, PathBuf},
+    process::{Child, Command, ExitCode, Stdio},
+    time::Duration,
+};
+
+use http_body_util::BodyExt as _;
+use joist_messages::apis::{NodeClaim, NodePool};
+use k8s_openapi::api::{apps::v1::Deployment, core::v1::Node};
+use kube::{
+    Api,
+    api::{DynamicObject, ListParams, Patch, PatchParams},
+    config::{KubeConfigOptions, Kubeconfig},
+    core::GroupVersionKind,
+    discovery,
+};
+use serde_json::{Value, json};
+
+use super::{
+    CommandError,
+    bench::{cpu_seconds_of, peak_memory_mib_of},
+    bench_e2e::{self, NODE_CLASS},
+};
+
+/// How long `joist run` has to make every NodePool Ready.
+const READY_WITHIN: Duration = Duration::from_secs(60);
+/// How often the benchmark looks at the cluster while pods come up.
+const POLL: Duration = Duration::from_millis(100);
+/// The benchmark gives up when pods are not all ready by this long plus a second per 50 pods.
+const DEADLINE_BASE: Duration = Duration::from_secs(120);
+
+/// What `joist bench controller` was asked for.
+#[derive(Debug, Clone, Copy)]
+pub struct Options {
+    /// One-CPU pods in all.
+    pub pods: usize,
+    /// NodePools, each with its Deployment.
+    pub pools: usize,
+    /// `NODEPOOL_SHARDS` for the controller.
+    pub shards: usize,
+}
+
+/// Why the benchmark stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    /// A process could not be started.
+    #[error("cannot start {what}: {source}")]
+    Spawn {
+        /// Which process.
+        what: &'static str,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
+    /// kubesim ended before printing where it serves.
+    #[error("joist sim serve stopped before it printed its address")]
+    NoAddress,
+    /// The API server's client could not be configured from kubesim's kubeconfig.
+    #[error("cannot use the kubeconfig {path}: {message}")]
+    Kubeconfig {
+        /// The kubeconfig.
+        path: PathBuf,
+        /// Why.
+        message: String,
+    },
+    /// A request to kubesim failed.
+    #[error("{what}: {source}")]
+    Api {
+        /// What was being done.
+        what: String,
+        /// Why it failed.
+        #[source]
+        source: kube::Error,
+    },
+    /// The benchmark's own manifests did not parse (a bug).
+    #[error("the benchmark's manifests: {message}")]
+    Manifest {
+        /// Why.
+        message: String,
+    },
+    /// The controller did not get somewhere in time, or ended.
+    #[error("{what}; the controller's log is {log}")]
+    Controller {
+        /// What did not happen.
+        what: String,
+        /// Where its log is.
+        log: PathBuf,
+    },
+}
+
+/// A child process, killed when dropped.
+struct Process {
+    child: Child,
+}
+
+impl Process {
+    fn pid(&self) -> String {
+        self.child.id().to_string()
+    }
+
+    /// Its peak memory and CPU seconds so far.
+    fn usage(&self) -> (Option<u64>, Option<f64>) {
+        let pid = self.pid();
+        (peak_memory_mib_of(&pid), cpu_seconds_of(&pid))
+    }
+
+    /// Whether it has ended.
+    fn ended(&mut self) -> bool {
+        !matches!(self.child.try_wait(), Ok(None))
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs the benchmark with `joist` (this binary) and prints its figures.
+pub fn run(options: Options, joist: &Path, out: &mut dyn io::Write) -> Result<ExitCode, CommandError> {
+    let runtime = super::runtime()?;
+    let dir = std::env::temp_dir().join(format!("joist-bench-controller-{}", std::process::id()));
+    let lines = runtime
+        .block_on(measure(options, joist, &dir))
+        .map_err(|e| CommandError::Start {
+            message: e.to_string(),
+        })?;
+    // Kept on failure, for the controller's log.
+    let _ = std::fs::remove_dir_all(&dir);
+    for (name, value) in lines {
+        writeln!(out, "{name} {value}").map_err(CommandError::stdout)?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The figures of one run, as `(name, value)` lines.
+async fn measure(
+    options: Options,
+    joist: &Path,
+    dir: &Path,
+) -> Result<Vec<(&'static str, String)>, BenchError> {
+    std::fs::create_dir_all(dir).map_err(|source| BenchError::Spawn {
+        what: "the benchmark's temporary directory",
+        source,
+    })?;
+    let kubeconfig = dir.join("kubeconfig");
+    let log = dir.join("joist-run.log");
+    let (kubesim, url) = serve(joist, &kubeconfig)?;
+    let (mut controller, metrics_port) = controller(joist, &kubeconfig, &url, &log, options.shards)?;
+    let client = client(&kubeconfig).await?;
+    let pools = options.pools.max(1);
+    let stopped = |what: String| BenchError::Controller {
+        what,
+        log: log.clone(),
+    };
+
+    apply(&client, &manifests(pools)).await?;
+    let node_pools: Api<NodePool> = Api::all(client.clone());
+    let ready_by = tokio::time::Instant::now() + READY_WITHIN;
+    while ready_pools(&node_pools).await? < pools {
+        if controller.ended() || tokio::time::Instant::now() > ready_by {
+            return Err(stopped(format!(
+                "the controller did not make {pools} NodePools Ready within {}s",
+                READY_WITHIN.as_secs()
+            )));
+        }
+        tokio::time::sleep(POLL).await;
+    }
+
+    let (_, kubesim_cpu_before) = kubesim.usage();
+    let (_, controller_cpu_before) = controller.usage();
+    #[allow(clippy::disallowed_types)] // Benchmarks measure wall time on purpose.
+    let start = std::time::Instant::now();
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), "default");
+    for pool in 0..pools {
+        let name = format!("inflate-{}", bench_e2e::pool_name(pools, pool));
+        let replicas = bench_e2e::share(options.pods, pools, pool);
+        deployments
+            .patch(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"replicas": replicas}})),
+            )
+            .await
+            .map_err(failed_to(format!("scaling Deployment default/{name}")))?;
+    }
+    let claims: Api<NodeClaim> = Api::all(client.clone());
+    let deadline = DEADLINE_BASE + Duration::from_secs((options.pods / 50) as u64);
+    let (mut created_at, mut first_claim_at) = (None, None);
+    let ready = loop {
+        if first_claim_at.is_none() {
+            let first = claims
+                .list_metadata(&ListParams::default().limit(1))
+                .await
+                .map_err(failed_to("listing NodeClaims".to_owned()))?;
+            if !first.items.is_empty() {
+                first_claim_at = Some(start.elapsed());
+            }
+        }
+        let (created, ready) = replicas(&deployments).await?;
+        if created >= options.pods && created_at.is_none() {
+            created_at = Some(start.elapsed());
+        }
+        if ready >= options.pods {
+            break ready;
+        }
+        if controller.ended() || start.elapsed() > deadline {
+            return Err(stopped(format!(
+                "{ready} of {} pods were ready after {}s",
+                options.pods,
+                start.elapsed().as_secs()
+            )));
+        }
+        tokio::time::sleep(POLL).await;
+    };
+    let wall = start.elapsed().as_secs_f64();
+    let (kubesim_peak, kubesim_cpu) = kubesim.usage();
+    let (controller_peak, controller_cpu) = controller.usage();
+    let nodes = Api::<Node>::all(client.clone())
+        .list_metadata(&ListParams::default())
+        .await
+        .map_err(failed_to("listing Nodes".to_owned()))?
+        .items
+        .len();
+    let scheduling = scheduling_mean(metrics_port).await.map_or_else(
+        || "unknown".to_owned(),
+        |(mean, batches)| format!("{:.1} ms over {batches} batches", mean * 1000.0),
+    );
+    let seconds =
+        |at: Option<Duration>| at.map_or_else(|| "never".to_owned(), |d| format!("{:.2} s", d.as_secs_f64()));
+    let mib = |peak: Option<u64>| peak.map_or_else(|| "unknown".to_owned(), |m| format!("{m} MiB"));
+    let cpu = |after: Option<f64>, before: Option<f64>| match (after, before) {
+        (Some(after), Some(before)) => format!("{:.1} s", after - before),
+        _ => "unknown".to_owned(),
+    };
+    Ok(vec![
+        ("pods", ready.to_string()),
+        ("nodes", nodes.to_string()),
+        ("wall", format!("{wall:.1} s")),
+        ("pods/s", format!("{:.0}", ready as f64 / wall.max(1e-9))),
+        ("pods created", seconds(created_at)),
+        ("first nodeclaim", seconds(first_claim_at)),
+        ("scheduling", scheduling),
+        ("controller peak memory", mib(controller_peak)),
+        ("controller cpu", cpu(controller_cpu, controller_cpu_before)),
+        ("kubesim peak memory", mib(kubesim_peak)),
+        ("kubesim cpu", cpu(kubesim_cpu, kubesim_cpu_before)),
+    ])
+}
+
+/// A failed request's error, saying what it was for.
+fn failed_to(what: String) -> impl FnOnce(kube::Error) -> BenchError {
+    move |source| BenchError::Api { what, source }
+}
+
+/// Starts kubesim alone, writing its kubeconfig to `kubeconfig`; the process and its URL.
+fn serve(joist: &Path, kubeconfig: &Path) -> Result<(Process, String), BenchError> {
+    let mut child = Command::new(joist)
+        .args(["sim", "serve", "--no-controllers", "--kubeconfig"])
+        .arg(kubeconfig)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|source| BenchError::Spawn {
+            what: "joist sim serve",
+            source,
+        })?;
+    let stdout = child.stdout.take();
+    let process = Process { child };
+    // Read to the end of what it prints at start, so that nothing it writes meets a closed pipe.
+    let printed: Vec<String> = stdout
+        .map(|stdout| {
+            BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+                .take_while(|line| line != "Ctrl-C stops it.")
+                .collect()
+        })
+        .unwrap_or_default();
+    let url = printed
+        .iter()
+        .find_map(|line| {
+            let rest = line.strip_prefix("kubesim is serving ")?;
+            rest.split_once(" on ")?.1.split_whitespace().next()
+        })
+        .ok_or(BenchError::NoAddress)?;
+    Ok((process, url.to_owned()))
+}
+
+/// Starts `joist run` on the simulated cloud against the API server at `url`, logging to `log`;
+/// the process and the port of its metrics.
+fn controller(
+    joist: &Path,
+    kubeconfig: &Path,
+    url: &str,
+    log: &Path,
+    shards: usize,
+) -> Result<(Process, u16), BenchError> {
+    let spawn = |source| BenchError::Spawn {
+        what: "joist run",
+        source,
+    };
+    let log = std::fs::File::create(log).map_err(spawn)?;
+    let port = free_port().map_err(spawn)?;
+    let health = free_port().map_err(spawn)?;
+    let child = Command::new(joist)
+        .arg("run")
+        .env("KUBECONFIG", kubeconfig)
+        .env("CLUSTER_NAME", "bench")
+        .env("CLUSTER_ENDPOINT", url)
+        .env("CLOUD_PROVIDER", "simulated")
+        .env("AWS_REGION", "us-west-2")
+        .env("NODEPOOL_SHARDS", shards.to_string())
+        .env("DISABLE_LEADER_ELECTION", "true")
+        .env("LISTEN_ADDRESS", "127.0.0.1")
+        .env("METRICS_PORT", port.to_string())
+        .env("HEALTH_PROBE_PORT", health.to_string())
+        .env("LOG_LEVEL", "error")
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .map_err(spawn)?;
+    Ok((Process { child }, port))
+}
+
+/// A port free on 127.0.0.1 a moment ago.
+fn free_port() -> io::Result<u16> {
+    Ok(std::net::TcpListener::bind(("127.0.0.1", 0))?
+        .local_addr()?
+        .port())
+}
+
+/// A client of the API server `kubeconfig` names.
+async fn client(kubeconfig: &Path) -> Result<kube::Client, BenchError> {
+    let failed = |message: String| BenchError::Kubeconfig {
+        path: kubeconfig.to_owned(),
+        message,
+    };
+    let config = Kubeconfig::read_from(kubeconfig).map_err(|e| failed(e.to_string()))?;
+    let config = kube::Config::from_custom_kubeconfig(config, &KubeConfigOptions::default())
+        .await
+        .map_err(|e| failed(e.to_string()))?;
+    kube::Client::try_from(config).map_err(|e| failed(e.to_string()))
+}
+
+/// The EC2NodeClass, and each pool with its Deployment scaled to zero.
+fn manifests(pools: usize) -> String {
+    (0..pools).fold(NODE_CLASS.to_owned(), |mut text, pool| {
+        let _ = write!(
+            text,
+            "{}",
+            bench_e2e::pool_manifests(&bench_e2e::pool_name(pools, pool))
+        );
+        text
+    })
+}
+
+/// Applies every document of `text` with server-side apply, finding each kind in discovery.
+async fn apply(client: &kube::Client, text: &str) -> Result<(), BenchError> {
+    let manifest = |message: String| BenchError::Manifest { message };
+    let documents: Vec<Value> = serde_saphyr::from_multiple(text).map_err(|e| manifest(e.to_string()))?;
+    for document in documents.into_iter().filter(|d| !d.is_null()) {
+        let object: DynamicObject = serde_json::from_value(document).map_err(|e| manifest(e.to_string()))?;
+        let types = object.types.clone().unwrap_or_default();
+        let name = object.metadata.name.clone().unwrap_or_default();
+        let what = format!("applying {} {name}", types.kind);
+        let gvk = GroupVersionKind::try_from(&types).map_err(|e| manifest(format!("{what}: {e}")))?;
+        let (resource, capabilities) = discovery::pinned_kind(client, &gvk)
+            .await
+            .map_err(failed_to(what.clone()))?;
+        let api: Api<DynamicObject> = match capabilities.scope {
+            discovery::Scope::Namespaced => Api::namespaced_with(client.clone(), "default", &resource),
+            discovery::Scope::Cluster => Api::all_with(client.clone(), &resource),
+        };
+        api.patch(
+            &name,
+            &PatchParams::apply("joist-bench").force(),
+            &Patch::Apply(&object),
+        )
+        .await
+        .map_err(failed_to(what))?;
+    }
+    Ok(())
+}
+
+/// How many NodePools have `Ready=True`.
+async fn ready_pools(node_pools: &Api<NodePool>) -> Result<usize, BenchError> {
+    let listed = node_pools
+        .list(&ListParams::default())
+        .await
+        .map_err(failed_to("listing NodePools".to_owned()))?;
+    Ok(listed
+        .items
+        .iter()
+        .filter(|pool| {
+            pool.status
+                .as_ref()
+                .and_then(|status| status.conditions.iter().find(|c| c.type_ == "Ready"))
+                .is_some_and(|ready| ready.status == "True")
+        })
+        .count())
+}
+
+/// Pods the Deployments have created, and how many are ready, in all.
+async fn replicas(deployments: &Api<Deployment>) -> Result<(usize, usize), BenchError> {
+    let listed = deployments
+        .list(&ListParams::default())
+        .await
+        .map_err(failed_to("listing Deployments".to_owned()))?;
+    Ok(listed
+        .items
+        .iter()
+        .filter_map(|d| d.status.as_ref())
+        .fold((0, 0), |(created, ready), status| {
+            let count = |n: Option<i32>| usize::try_from(n.unwrap_or(0)).unwrap_or(0);
+            (
+                created + count(status.replicas),
+                ready + count(status.ready_replicas),
+            )
+        }))
+}
+
+/// The controller's mean time to simulate scheduling one batch, in seconds, and the number of
+/// batches, from its metrics on `port`; `None` when they cannot be read.
+async fn scheduling_mean(port: u16) -> Option<(f64, u64)> {
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build_http::<http_body_util::Empty<bytes::Bytes>>();
+    let uri = format!("http://127.0.0.1:{port}/metrics").parse().ok()?;
+    let response = client.get(uri).await.ok()?;
+    let body = response.into_body().collect().await.ok()?.to_bytes();
+    let text = std::str::from_utf8(&body).ok()?;
+    let total = |series: &str| -> f64 {
+        text.lines()
+            .filter(|line| {
+                line.strip_prefix(series)
+                    .is_some_and(|rest| rest.starts_with(['{', ' ']))
+            })
+            .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    let count = total("karpenter_scheduler_scheduling_duration_seconds_count");
+    let sum = total("karpenter_scheduler_scheduling_duration_seconds_sum");
+    (count > 0.0).then(|| (sum / count, count as u64))
+}
