@@ -36,7 +36,7 @@ use kube::{
     Api, Resource, ResourceExt,
     runtime::{
         WatchStreamExt,
-        reflector::{self, store::Writer},
+        reflector::{self, ObjectRef, store::Writer},
         watcher::{self, Event},
     },
 };
@@ -64,19 +64,19 @@ pub const PENDING_REQUEUE: Duration = Duration::from_secs(10);
 #[derive(Debug)]
 pub enum Change {
     /// A pod.
-    Pod(Box<Pod>, bool),
+    Pod(Arc<Pod>, bool),
     /// A node.
-    Node(Box<Node>, bool),
+    Node(Arc<Node>, bool),
     /// A NodeClaim.
-    NodeClaim(Box<NodeClaim>, bool),
+    NodeClaim(Arc<NodeClaim>, bool),
     /// A VolumeAttachment.
-    VolumeAttachment(Box<VolumeAttachment>, bool),
+    VolumeAttachment(Arc<VolumeAttachment>, bool),
     /// A NodePool.
-    NodePool(Box<NodePool>, bool),
+    NodePool(Arc<NodePool>, bool),
     /// A node class.
-    NodeClass(Box<EC2NodeClass>, bool),
+    NodeClass(Arc<EC2NodeClass>, bool),
     /// A NodeOverlay.
-    NodeOverlay(Box<NodeOverlay>, bool),
+    NodeOverlay(Arc<NodeOverlay>, bool),
     /// A (re)list of a kind the indexes cover ended, with every object it listed.
     Relisted(Listed, HashSet<PodKey>),
     /// An object no actor is poked for changed (a DaemonSet, PodDisruptionBudget, Namespace or
@@ -247,13 +247,14 @@ impl ClusterState {
 /// `relisted(every object it listed)`, so indexes can drop objects deleted while the watch was
 /// away (after a `410 Gone`, the reflector's store is replaced; the indexes must follow).
 ///
-/// The store takes a list's objects only at its end, so their changes are held until then too: an
+/// The store takes a list's objects only at its end, so their changes wait until then too: an
 /// actor told of a listed object before the store has it would find nothing (a NodePool's actor
-/// would stop, and the pool would never be marked Ready).
+/// would stop, and the pool would never be marked Ready). Only the listed keys wait; the changes
+/// then carry the store's own copies, so a relist of 100,000 pods holds no second copy of them.
 fn reflect<K>(
     api: Api<K>,
     writer: Writer<K>,
-    change: fn(Box<K>, bool) -> Change,
+    change: fn(Arc<K>, bool) -> Change,
     relisted: fn(HashSet<PodKey>) -> Change,
 ) -> BoxStream<'static, Change>
 where
@@ -261,29 +262,32 @@ where
     K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
 {
     let events = watcher::watcher(api, watcher::Config::default()).default_backoff();
+    let store = writer.as_reader();
     reflector::reflector(writer, events)
-        .scan(None::<Vec<K>>, move |listing, event| {
+        .scan(None::<Vec<ObjectRef<K>>>, move |listing, event| {
             let next = match event {
-                Ok(Event::Apply(object)) => vec![change(Box::new(object), false)],
+                Ok(Event::Apply(object)) => vec![change(Arc::new(object), false)],
                 Ok(Event::InitApply(object)) => {
                     if let Some(listed) = listing.as_mut() {
-                        listed.push(object);
+                        listed.push(ObjectRef::from_obj_with(&object, Default::default()));
                     }
                     Vec::new()
                 }
-                Ok(Event::Delete(object)) => vec![change(Box::new(object), true)],
+                Ok(Event::Delete(object)) => vec![change(Arc::new(object), true)],
                 Ok(Event::Init) => {
                     *listing = Some(Vec::new());
                     Vec::new()
                 }
                 Ok(Event::InitDone) => match listing.take() {
                     Some(listed) => {
-                        let keys = listed
+                        let mut changes: Vec<Change> = listed
                             .iter()
-                            .map(|o| (o.namespace().unwrap_or_default(), o.name_any()))
+                            .filter_map(|key| Some(change(store.get(key)?, false)))
                             .collect();
-                        let mut changes: Vec<Change> =
-                            listed.into_iter().map(|o| change(Box::new(o), false)).collect();
+                        let keys = listed
+                            .into_iter()
+                            .map(|key| (key.namespace.unwrap_or_default(), key.name))
+                            .collect();
                         changes.push(relisted(keys));
                         changes
                     }
@@ -490,7 +494,7 @@ impl StreamHandler<Change> for ClusterState {
                 if deleted {
                     self.forget_class(ctx, &class.name_any());
                 } else {
-                    self.reconcile_class(ctx, Arc::new(*class), false);
+                    self.reconcile_class(ctx, class, false);
                 }
                 self.poke_pools();
             }
