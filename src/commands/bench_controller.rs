@@ -18,7 +18,6 @@
 //! processes are killed when it ends.
 
 use std::{
-    fmt::Write as _,
     io::{self, BufRead as _, BufReader},
     path::{Path, PathBuf},
     process::{Child, Command, ExitCode, Stdio},
@@ -138,12 +137,16 @@ impl Drop for Process {
     }
 }
 
-/// Runs the benchmark with `joist` (this binary) and prints its figures.
-pub fn run(options: Options, joist: &Path, out: &mut dyn io::Write) -> Result<ExitCode, CommandError> {
+/// Runs the benchmark with this binary's two processes and prints its figures.
+pub fn run(options: Options, out: &mut dyn io::Write) -> Result<ExitCode, CommandError> {
+    let joist = std::env::current_exe().map_err(|source| CommandError::Read {
+        path: "this executable (/proc/self/exe)".into(),
+        source,
+    })?;
     let runtime = super::runtime()?;
     let dir = std::env::temp_dir().join(format!("joist-bench-controller-{}", std::process::id()));
     let lines = runtime
-        .block_on(measure(options, joist, &dir))
+        .block_on(measure(options, &joist, &dir))
         .map_err(|e| CommandError::Start {
             message: e.to_string(),
         })?;
@@ -214,7 +217,7 @@ async fn measure(
             let first = claims
                 .list_metadata(&ListParams::default().limit(1))
                 .await
-                .map_err(failed_to("listing NodeClaims".to_owned()))?;
+                .map_err(failed_to("listing NodeClaims"))?;
             if !first.items.is_empty() {
                 first_claim_at = Some(start.elapsed());
             }
@@ -241,7 +244,7 @@ async fn measure(
     let nodes = Api::<Node>::all(client.clone())
         .list_metadata(&ListParams::default())
         .await
-        .map_err(failed_to("listing Nodes".to_owned()))?
+        .map_err(failed_to("listing Nodes"))?
         .items
         .len();
     let scheduling = scheduling_mean(metrics_port).await.map_or_else(
@@ -271,7 +274,8 @@ async fn measure(
 }
 
 /// A failed request's error, saying what it was for.
-fn failed_to(what: String) -> impl FnOnce(kube::Error) -> BenchError {
+fn failed_to(what: impl Into<String>) -> impl FnOnce(kube::Error) -> BenchError {
+    let what = what.into();
     move |source| BenchError::Api { what, source }
 }
 
@@ -368,11 +372,7 @@ async fn client(kubeconfig: &Path) -> Result<kube::Client, BenchError> {
 /// The EC2NodeClass, and each pool with its Deployment scaled to zero.
 fn manifests(pools: usize) -> String {
     (0..pools).fold(NODE_CLASS.to_owned(), |mut text, pool| {
-        let _ = write!(
-            text,
-            "{}",
-            bench_e2e::pool_manifests(&bench_e2e::pool_name(pools, pool))
-        );
+        text.push_str(&bench_e2e::pool_manifests(&bench_e2e::pool_name(pools, pool)));
         text
     })
 }
@@ -405,14 +405,22 @@ async fn apply(client: &kube::Client, text: &str) -> Result<(), BenchError> {
     Ok(())
 }
 
-/// How many NodePools have `Ready=True`.
-async fn ready_pools(node_pools: &Api<NodePool>) -> Result<usize, BenchError> {
-    let listed = node_pools
+/// Every object `api` lists; `kind` names them in an error.
+async fn list<K>(api: &Api<K>, kind: &str) -> Result<Vec<K>, BenchError>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let listed = api
         .list(&ListParams::default())
         .await
-        .map_err(failed_to("listing NodePools".to_owned()))?;
-    Ok(listed
-        .items
+        .map_err(failed_to(format!("listing {kind}")))?;
+    Ok(listed.items)
+}
+
+/// How many NodePools have `Ready=True`.
+async fn ready_pools(node_pools: &Api<NodePool>) -> Result<usize, BenchError> {
+    Ok(list(node_pools, "NodePools")
+        .await?
         .iter()
         .filter(|pool| {
             pool.status
@@ -425,12 +433,8 @@ async fn ready_pools(node_pools: &Api<NodePool>) -> Result<usize, BenchError> {
 
 /// Pods the Deployments have created, and how many are ready, in all.
 async fn replicas(deployments: &Api<Deployment>) -> Result<(usize, usize), BenchError> {
-    let listed = deployments
-        .list(&ListParams::default())
-        .await
-        .map_err(failed_to("listing Deployments".to_owned()))?;
-    Ok(listed
-        .items
+    Ok(list(deployments, "Deployments")
+        .await?
         .iter()
         .filter_map(|d| d.status.as_ref())
         .fold((0, 0), |(created, ready), status| {

@@ -112,7 +112,7 @@ pub enum SimAction {
         #[arg(long)]
         no_controllers: bool,
         /// Seconds from a simulated instance's launch to its node registering.
-        #[arg(long, default_value_t = 5)]
+        #[arg(long, default_value_t = sim::BOOT_SECONDS)]
         boot_seconds: u64,
         /// The simulated cloud's region (us-east-1, us-east-2, us-west-2 or eu-west-1).
         #[arg(long, default_value = "us-west-2")]
@@ -290,14 +290,7 @@ pub fn run(cli: Cli, out: &mut dyn io::Write) -> Result<ExitCode, CommandError> 
         } => bench_e2e::run(pods, pools, out),
         Command::Bench {
             target: BenchTarget::Controller { pods, pools, shards },
-        } => {
-            let joist = std::env::current_exe().map_err(|source| CommandError::Read {
-                path: "this executable (/proc/self/exe)".into(),
-                source,
-            })?;
-            let options = bench_controller::Options { pods, pools, shards };
-            bench_controller::run(options, &joist, out)
-        }
+        } => bench_controller::run(bench_controller::Options { pods, pools, shards }, out),
         Command::Bench {
             target:
                 BenchTarget::Kubesim {

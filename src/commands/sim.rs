@@ -36,6 +36,10 @@ pub struct ServeOptions {
     pub zones: Vec<String>,
 }
 
+/// Seconds from a simulated instance's launch to its node registering, on real time: `joist sim
+/// serve`'s default and `joist run`'s with `CLOUD_PROVIDER=simulated`.
+pub(super) const BOOT_SECONDS: u64 = 5;
+
 /// What to try with Joist running: Karpenter's getting-started steps.
 const GETTING_STARTED: &str = "  kubectl apply -f examples/getting-started.yaml\n  \
      kubectl scale deployment inflate --replicas 5\n  kubectl get nodeclaims,nodes -w\n";

@@ -27,9 +27,6 @@ use self::settings::{CloudKind, RunSettings};
 use super::{CommandError, endpoints};
 use crate::telemetry::Telemetry;
 
-/// From a simulated instance's launch to its node registering, as in `joist sim serve`.
-const SIMULATED_BOOT: std::time::Duration = std::time::Duration::from_secs(5);
-
 /// A cloud for the controllers, and its interruption queue if there is one.
 type Cloud = (Arc<dyn CloudProvider>, Option<Arc<dyn InterruptionQueue>>);
 
@@ -191,7 +188,7 @@ fn simulated_cloud(
         SimSettings {
             region: region.to_owned(),
             zones: Vec::new(),
-            boot: SIMULATED_BOOT,
+            boot: std::time::Duration::from_secs(super::sim::BOOT_SECONDS),
             cluster_name: settings.cluster_name.clone(),
             capacity: capacity(settings),
             epoch_seconds: Clock::system().now_seconds(),
