@@ -20,6 +20,7 @@ use joist_messages::{
 use k8s_openapi::api::core::v1::Taint;
 
 use crate::{
+    amounts::AmountIndex,
     bitset,
     dims::{self, Dims},
     input::NodePoolInput,
@@ -57,6 +58,10 @@ pub(crate) struct PoolPlan {
     pub alloc: Vec<i64>,
     /// Capacity, `types.len() × dims`, for limits.
     pub capacity: Vec<i64>,
+    /// The positions by allocatable amount: which have room for a claim's pods.
+    pub room: AmountIndex,
+    /// The positions by capacity amount: which stay within the limits.
+    capacity_index: AmountIndex,
     /// Every position.
     pub all: Vec<u64>,
     /// Host ports of the daemonsets that run on this NodePool's nodes.
@@ -69,8 +74,6 @@ pub(crate) struct PoolPlan {
     pub remaining_nodes: Option<i64>,
     /// Per topology key and domain: the positions whose types can be in that domain.
     domain_sets: Vec<Vec<Vec<u64>>>,
-    /// Per dimension, the largest capacity of any type (limits above it need no filtering).
-    pub max_capacity: Vec<i64>,
     /// The zones any offering is in, numbered for [`OfferingMask`].
     zones: Vec<String>,
     /// Per position, its available offerings as (zone number, capacity type, price).
@@ -235,10 +238,6 @@ impl PoolPlan {
                     .collect()
             })
             .collect();
-        let mut max_capacity = vec![0i64; d];
-        for t in 0..types.len() {
-            dims::max_assign(&mut max_capacity, &capacity[t * d..(t + 1) * d]);
-        }
         let remaining_nodes = pool
             .remaining
             .as_ref()
@@ -254,6 +253,8 @@ impl PoolPlan {
             input,
             name: pool.name.clone(),
             all: bitset::full(types.len()),
+            room: AmountIndex::new(&alloc, types.len(), d),
+            capacity_index: AmountIndex::new(&capacity, types.len(), d),
             requirements,
             taints: pool.taints.clone(),
             types,
@@ -264,7 +265,6 @@ impl PoolPlan {
             remaining,
             remaining_nodes,
             domain_sets: Vec::new(),
-            max_capacity,
             zones,
             offers,
         }
@@ -304,6 +304,15 @@ impl PoolPlan {
     /// The allocatable vector of position `t`.
     pub(crate) fn alloc_of(&self, t: usize, dims: usize) -> &[i64] {
         &self.alloc[t * dims..(t + 1) * dims]
+    }
+
+    /// Removes from `set` the positions whose capacity would take the NodePool past its limits,
+    /// with `reserved` already held for the claim (empty for none); false when none is left.
+    pub(crate) fn keep_affordable(&self, reserved: &[i64], set: &mut [u64]) -> bool {
+        if let Some(remaining) = &self.remaining {
+            self.capacity_index.keep_at_most(reserved, remaining, set);
+        }
+        !bitset::is_empty(set)
     }
 
     /// The capacity vector of position `t`.

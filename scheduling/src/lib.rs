@@ -6,6 +6,7 @@
 //! [`solver::solve`] answers it with a [`solution::Solution`], [`consolidation`] asks it whether
 //! nodes can go, and [`workloads`] builds the benchmark problems.
 
+mod amounts;
 mod bitset;
 mod catalog;
 mod classes;

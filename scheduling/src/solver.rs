@@ -17,7 +17,11 @@
 //! remembers which nodes and claims rejected it for good (taints, labels, ports, anti-affinity and
 //! hostname spread only get worse), claims are indexed by the zone (or other domain) they are
 //! pinned to so a pod's topology rules rule them out a word at a time, and a claim's instance types
-//! are a bit set narrowed in place. Nothing is allocated per candidate checked.
+//! are a bit set narrowed in place, the types with room (or within the limits) found through an
+//! index ([`crate::amounts`]). Nothing is allocated per candidate checked.
+//!
+//! A claim near its NodePool's limits gives up the types that would take the pool past them; a pod
+//! is refused for limits only when none is left.
 //!
 //! Failure modes: none at run time; a pod that fits nowhere is reported with a [`Reason`] per
 //! NodePool.
@@ -725,33 +729,15 @@ impl<'a> Solver<'a> {
 
     /// Keeps the candidates in `self.scratch.candidates` that fit `used + pod` (`used` empty for a
     /// new claim) into `self.scratch.fitted`, then checks `minValues`.
-    fn fit_resources(
-        &mut self,
-        pool: usize,
-        used: &[i64],
-        reserved: &[i64],
-        pod: usize,
-    ) -> Result<(), Reject> {
+    fn fit_resources(&mut self, pool: usize, used: &[i64], pod: usize) -> Result<(), Reject> {
         let d = self.dims.len();
         let p = &self.pools[pool];
         let request = &self.requests[pod * d..(pod + 1) * d];
         let scratch = &mut self.scratch;
         scratch.fitted.clear();
-        scratch.fitted.resize(scratch.candidates.len(), 0);
-        let mut any = false;
-        for t in bitset::members(&scratch.candidates) {
-            let alloc = p.alloc_of(t, d);
-            let fits = if used.is_empty() {
-                request.iter().zip(alloc).all(|(r, a)| r <= a)
-            } else {
-                dims::fits(used, request, alloc)
-            };
-            if fits {
-                scratch.fitted[t / 64] |= 1 << (t % 64);
-                any = true;
-            }
-        }
-        if !any {
+        scratch.fitted.extend_from_slice(&scratch.candidates);
+        p.room.keep_at_least(used, request, &mut scratch.fitted);
+        if bitset::is_empty(&scratch.fitted) {
             return Err((Why::Resources, false));
         }
         if self.input.options.min_values == MinValuesPolicy::Strict
@@ -759,22 +745,6 @@ impl<'a> Solver<'a> {
         {
             let i = p.min_values.iter().position(|m| m.key == key).unwrap_or(0);
             return Err((Why::MinValues(i, found), false));
-        }
-        if let Some(remaining) = &p.remaining {
-            scratch.reserve.clear();
-            scratch.reserve.resize(d, 0);
-            for t in bitset::members(&scratch.fitted).take(LAUNCH_OPTIONS) {
-                dims::max_assign(&mut scratch.reserve, p.capacity_of(t, d));
-            }
-            let within = scratch
-                .reserve
-                .iter()
-                .zip(remaining)
-                .enumerate()
-                .all(|(i, (r, left))| r - reserved.get(i).copied().unwrap_or(0) <= *left);
-            if !within {
-                return Err((Why::Limits, false));
-            }
         }
         Ok(())
     }
@@ -797,6 +767,9 @@ impl<'a> Solver<'a> {
         self.scratch.candidates.extend_from_slice(&claim.candidates);
         if let Some(Some(Ok(cp))) = self.class_pools[class].get(pool) {
             and_assign(&mut self.scratch.candidates, &cp.candidates);
+        }
+        if !self.pools[pool].keep_affordable(&claim.reserved, &mut self.scratch.candidates) {
+            return Err((Why::Limits, false));
         }
         let bins = std::mem::take(&mut self.bins);
         let bin = &bins[b];
@@ -821,8 +794,7 @@ impl<'a> Solver<'a> {
                     Err((Why::Resources, false))
                 }
             });
-        let reserved = bin.claim.as_ref().map_or(&[][..], |c| &c.reserved);
-        let resources = topology.and_then(|()| self.fit_resources(pool, &bin.used, reserved, pod));
+        let resources = topology.and_then(|()| self.fit_resources(pool, &bin.used, pod));
         self.bins = bins;
         resources
     }
@@ -838,24 +810,14 @@ impl<'a> Solver<'a> {
         };
         self.scratch.candidates.clear();
         self.scratch.candidates.extend_from_slice(&cp.candidates);
-        let d = self.dims.len();
-        if let Some(remaining) = &p.remaining
-            && !p.max_capacity.iter().zip(remaining).all(|(c, r)| c <= r)
-        {
-            for t in bitset::members(&cp.candidates) {
-                if !p.capacity_of(t, d).iter().zip(remaining).all(|(c, r)| c <= r) {
-                    bitset::remove(&mut self.scratch.candidates, t);
-                }
-            }
-            if bitset::is_empty(&self.scratch.candidates) {
-                return Err(Why::Limits);
-            }
+        if !p.keep_affordable(&[], &mut self.scratch.candidates) {
+            return Err(Why::Limits);
         }
         let reqs = std::mem::take(&mut self.class_pools[class][pool]);
         let result = match &reqs {
             Some(Ok(cp)) => self
                 .fit_claim_topology(class, pool, &cp.reqs, None, |_| 0)
-                .and_then(|()| self.fit_resources(pool, &[], &[], pod)),
+                .and_then(|()| self.fit_resources(pool, &[], pod)),
             _ => Err((Why::Requirements, true)),
         };
         self.class_pools[class][pool] = reqs;
@@ -929,6 +891,14 @@ impl<'a> Solver<'a> {
         bin.pods.push(pod);
         if let Some(claim) = bin.claim.as_mut() {
             let p = &mut self.pools[claim.pool];
+            if p.remaining.is_some() {
+                let reserve = &mut self.scratch.reserve;
+                reserve.clear();
+                reserve.resize(d, 0);
+                for t in bitset::members(&self.scratch.fitted).take(LAUNCH_OPTIONS) {
+                    dims::max_assign(reserve, p.capacity_of(t, d));
+                }
+            }
             if let Some(remaining) = p.remaining.as_mut() {
                 claim.reserved.resize(d, 0);
                 dims::add(remaining, &claim.reserved);

@@ -255,6 +255,39 @@ fn limits_count_the_largest_type_a_claim_may_launch() {
 }
 
 #[test]
+fn a_claim_at_the_limit_takes_more_pods_by_giving_up_the_types_past_it() {
+    // 100 types, priced by size. On-demand `a` opens a claim that may launch as the 60 cheapest
+    // types that fit (2 to 61 cpu) and holds 61; spot `b` opens another that holds the other 61,
+    // the rest of the limit. On-demand `c` then joins `a`: with both, the 2-cpu type no longer
+    // fits, so the 60 cheapest that fit reach 62 cpu. The claim gives up the 62-cpu type rather
+    // than turn `c` away.
+    let on = |capacity_type: &str| json!({"nodeSelector": {CAPACITY_TYPE: capacity_type}});
+    let pods = vec![
+        sized("a", "1", "2Gi", on("on-demand")),
+        sized("b", "1", "1Gi", on("spot")),
+        sized("c", "1", "1Gi", on("on-demand")),
+    ];
+    let mut input = problem(100, pods);
+    input.node_pools[0].remaining = Some(limit(names::CPU, 122));
+    let solution = solve(&input);
+    assert!(solution.unschedulable.is_empty(), "{:?}", solution.unschedulable);
+    assert_eq!(solution.claims.len(), 2);
+    let largest: Vec<Option<i64>> = solution
+        .claims
+        .iter()
+        .map(|claim| {
+            claim
+                .instance_types
+                .iter()
+                .take(60)
+                .map(|&i| input.instance_types[i].capacity.get(names::CPU).millis())
+                .max()
+        })
+        .collect();
+    assert_eq!(largest, [Some(61_000), Some(61_000)]);
+}
+
+#[test]
 fn a_limit_used_up_exactly_leaves_nothing_to_launch() {
     for resource in [names::CPU, names::NODES] {
         let mut input = problem(4, vec![pod("web", json!({}))]);
