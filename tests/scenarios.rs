@@ -25,6 +25,8 @@ use opentelemetry_proto::tonic::{
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SimpleSpanProcessor, SpanData};
 use prost::Message;
 
+#[path = "scenarios/chaos.rs"]
+mod chaos;
 #[path = "support/chart.rs"]
 mod chart;
 #[path = "scenarios/flood.rs"]

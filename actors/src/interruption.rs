@@ -33,7 +33,8 @@ use joist_provider::{
 use kube::ResourceExt;
 
 use crate::{
-    kube_ops, metrics::MessageLabels, protocol::MarkUnavailable, settings::doubling_backoff, shared::Shared,
+    faults::Step, kube_ops, metrics::MessageLabels, protocol::MarkUnavailable, settings::doubling_backoff,
+    shared::Shared,
 };
 
 /// Queue messages handled at once.
@@ -202,9 +203,12 @@ async fn act(shared: &Shared, interruption: &Interruption, instance: &str) {
     );
     let claims = kube_ops::cluster::<NodeClaim>(&shared.client);
     match kube_ops::delete(&claims, &claim.name_any()).await {
-        Ok(_) => shared
-            .metrics
-            .disrupted(claim.as_ref(), interruption.kind.message_type()),
+        Ok(_) => {
+            shared
+                .metrics
+                .disrupted(claim.as_ref(), interruption.kind.message_type());
+            shared.settings.faults.reach(Step::InterruptionActed).await;
+        }
         Err(error) => {
             tracing::warn!(nodeclaim = claim.name_any(), %error, "deleting an interrupted nodeclaim failed")
         }

@@ -19,6 +19,7 @@ pub mod claim_template;
 pub mod cluster_state;
 pub mod disruption;
 pub mod events;
+pub mod faults;
 pub mod fold;
 pub mod garbage;
 pub mod interruption;
@@ -95,6 +96,7 @@ pub fn start(
         directory: Arc::default(),
         catalog,
         node_tracer,
+        started_at: clock.now_seconds(),
     };
     let provisioner = Provisioner::new(shared.clone()).start();
     let batcher = Batcher::new(

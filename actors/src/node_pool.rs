@@ -22,6 +22,7 @@ use joist_messages::{
 use kube::{Api, ResourceExt, api::PostParams};
 
 use crate::{
+    faults::Step,
     kube_ops::{self, is_true, set_condition},
     protocol::{LaunchPlan, Reconcile},
     shared::Shared,
@@ -159,6 +160,7 @@ pub async fn create_claims(shared: &Shared, name: &str, claims: Vec<NodeClaim>) 
                         );
                         shared.read.record_created(created);
                         shared.metrics.created(name, "provisioned");
+                        shared.settings.faults.reach(Step::ClaimCreated).await;
                     }
                     Err(error) => tracing::warn!(nodepool = name, %error, "creating a nodeclaim failed"),
                 }

@@ -5,6 +5,8 @@ use std::{sync::Arc, time::Duration};
 
 use joist_provider::interruption::InterruptionQueue;
 
+use crate::faults::FaultPoints;
+
 /// Where the scheduling simulation runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SolverMode {
@@ -39,6 +41,8 @@ pub struct Settings {
     pub node_overlay: bool,
     /// The interruption queue to read (`INTERRUPTION_QUEUE`); none: interruptions are not read.
     pub interruption_queue: Option<Arc<dyn InterruptionQueue>>,
+    /// Where the controllers crash: nowhere but in the fault-injection suite.
+    pub faults: FaultPoints,
 }
 
 impl Default for Settings {
@@ -54,6 +58,7 @@ impl Default for Settings {
             static_capacity: false,
             node_overlay: false,
             interruption_queue: None,
+            faults: FaultPoints::none(),
         }
     }
 }

@@ -46,4 +46,7 @@ pub struct Shared {
     pub events: Events,
     /// Prometheus metrics.
     pub metrics: Metrics,
+    /// When these controllers started (clock seconds): a NodeClaim created before may have been
+    /// launched by controllers that crashed before they could say so.
+    pub started_at: i64,
 }

@@ -197,6 +197,13 @@ impl CloudProvider for FakeCloud {
             })
         })
     }
+    fn find_launch<'a>(
+        &'a self,
+        _claim: &'a NodeClaim,
+        _types: &'a [Arc<InstanceType>],
+    ) -> CloudFuture<'a, Option<Launch>> {
+        Box::pin(async { Ok(None) })
+    }
     fn delete<'a>(&'a self, provider_id: &'a str) -> CloudFuture<'a, ()> {
         Box::pin(async move {
             locked(&self.deleted).push(provider_id.to_owned());

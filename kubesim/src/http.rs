@@ -26,15 +26,35 @@ use crate::api::{ApiBody, ApiRequest, ApiServer};
 use crate::error::ApiError;
 
 /// The in-process front door: hand it to `kube::Client::new`.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct InProcess {
     server: Arc<ApiServer>,
+    /// When it says the client's process is down, requests are neither sent nor answered.
+    down: Option<Down>,
+}
+
+/// Whether a client's process is down (see [`InProcess::until`]).
+pub type Down = Arc<dyn Fn() -> bool + Send + Sync>;
+
+impl std::fmt::Debug for InProcess {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InProcess").finish_non_exhaustive()
+    }
 }
 
 impl InProcess {
     /// A service over `server`.
     pub fn new(server: Arc<ApiServer>) -> Self {
-        Self { server }
+        Self { server, down: None }
+    }
+
+    /// A service over `server` for a client that can crash: once `down` says so, a request is
+    /// never sent, and one already sent never gets its answer (the reply is lost with the process).
+    pub fn until(server: Arc<ApiServer>, down: Down) -> Self {
+        Self {
+            server,
+            down: Some(down),
+        }
     }
 }
 
@@ -53,7 +73,19 @@ where
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
         let server = self.server.clone();
-        Box::pin(async move { Ok(answer(&server, request).await) })
+        let Some(down) = self.down.clone() else {
+            return Box::pin(async move { Ok(answer(&server, request).await) });
+        };
+        Box::pin(async move {
+            if down() {
+                std::future::pending::<()>().await;
+            }
+            let response = answer(&server, request).await;
+            if down() {
+                std::future::pending::<()>().await;
+            }
+            Ok(response)
+        })
     }
 }
 

@@ -120,6 +120,11 @@ impl Cluster {
         kube::Client::new(InProcess::new(self.server.clone()), "default")
     }
 
+    /// A client whose process can crash: once `down` says so, its requests go unanswered.
+    pub fn client_until(&self, down: http::Down) -> kube::Client {
+        kube::Client::new(InProcess::until(self.server.clone(), down), "default")
+    }
+
     /// Serves the cluster over HTTP on `127.0.0.1:port` (0: any free port).
     pub async fn serve_http(&self, port: u16) -> io::Result<HttpServer> {
         HttpServer::bind(Arc::new(self.server.audited(self.audit.clone())), port).await

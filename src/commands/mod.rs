@@ -4,6 +4,7 @@
 //! return the process exit code; failures that stop a command outright are [`CommandError`]s.
 
 pub mod bench;
+pub mod bench_chaos;
 pub mod bench_consolidation;
 mod bench_controller;
 mod bench_e2e;
@@ -168,6 +169,14 @@ pub enum BenchTarget {
         #[arg(long, default_value_t = 0)]
         shards: usize,
     },
+    /// The crash suite: Joist's controllers crashed at every fault point of a scenario's life and
+    /// started again from the cluster and the cloud alone; prints leaks, duplicate launches and
+    /// stranded pods per crash, and `steps N crashes N leaks N duplicates N stranded N`.
+    Chaos {
+        /// Also crash at the second and third time each fault point is reached.
+        #[arg(long)]
+        soak: bool,
+    },
     /// kubesim at scale: nodes and pods created and run by its scheduler and kubelets, a full pod
     /// list through the API, and a watch fan-out.
     Kubesim {
@@ -288,6 +297,9 @@ pub fn run(cli: Cli, out: &mut dyn io::Write) -> Result<ExitCode, CommandError> 
         Command::Bench {
             target: BenchTarget::E2e { pods, pools },
         } => bench_e2e::run(pods, pools, out),
+        Command::Bench {
+            target: BenchTarget::Chaos { soak },
+        } => bench_chaos::run(soak, out),
         Command::Bench {
             target: BenchTarget::Controller { pods, pools, shards },
         } => bench_controller::run(bench_controller::Options { pods, pools, shards }, out),

@@ -3,9 +3,10 @@
 //! always gives the same report. Steps run at their virtual times; the progress callback is called
 //! every virtual 30 seconds.
 
-use std::{collections::BTreeMap, sync::Arc, time::Duration};
+use std::{cell::RefCell, collections::BTreeMap, rc::Rc, sync::Arc, time::Duration};
 
 use joist_actors::{
+    faults::{FaultPoints, Gated},
     node_trace::NodeTracer,
     settings::{Settings, SolverMode},
 };
@@ -15,7 +16,7 @@ use joist_messages::{
     model::shape::CapacitySettings,
     time::Clock,
 };
-use joist_provider::OfferingKey;
+use joist_provider::{CloudProvider, OfferingKey, interruption::InterruptionQueue};
 use joist_provider_sim::{SimCloud, SimSettings};
 use kube::{
     Api,
@@ -25,7 +26,9 @@ use serde_json::{Value, json};
 use tokio::time::Instant;
 
 use super::{
-    SimulateError, node_condition,
+    SimulateError,
+    audit::{Audit, Crash},
+    node_condition,
     recorder::Recorder,
     report::{self, Report},
     scenario::{Action, ObjectRef, Scenario},
@@ -59,6 +62,8 @@ pub struct Simulated {
     pub metrics: String,
     /// The wall time kubesim's own work took (its requests, watches and physics).
     pub kubesim_busy: Duration,
+    /// What the run left behind that it should not have.
+    pub audit: Audit,
     /// The simulated world (its runtime, and the tasks holding the store): dropped with this
     /// value, unless [`Simulated::leave_world`] hands it to the process's exit.
     world: Option<actix::SystemRunner>,
@@ -81,6 +86,22 @@ pub fn run(
     node_tracer: NodeTracer,
     progress: &mut dyn FnMut(Progress),
 ) -> Result<Simulated, SimulateError> {
+    run_with(scenario, seed, node_tracer, progress, FaultPoints::none())
+}
+
+/// Runs `scenario` with `seed` crashing Joist's controllers where `faults` is armed, then starting
+/// new ones from the cluster and the cloud alone [`RESTART_AFTER`] later.
+pub fn run_crashing(scenario: &Scenario, seed: u64, faults: FaultPoints) -> Result<Simulated, SimulateError> {
+    run_with(scenario, seed, NodeTracer::disabled(), &mut |_| {}, faults)
+}
+
+fn run_with(
+    scenario: &Scenario,
+    seed: u64,
+    node_tracer: NodeTracer,
+    progress: &mut dyn FnMut(Progress),
+    faults: FaultPoints,
+) -> Result<Simulated, SimulateError> {
     let manifests = prepare(scenario)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -88,7 +109,8 @@ pub fn run(
         .build()
         .map_err(SimulateError::Runtime)?;
     let system = actix::System::with_tokio_rt(move || runtime);
-    let mut simulated = system.block_on(simulate(scenario, manifests, seed, node_tracer, progress))?;
+    let mut simulated =
+        system.block_on(simulate(scenario, manifests, seed, node_tracer, progress, faults))?;
     simulated.world = Some(system);
     Ok(simulated)
 }
@@ -99,6 +121,7 @@ async fn simulate(
     seed: u64,
     node_tracer: NodeTracer,
     progress: &mut dyn FnMut(Progress),
+    faults: FaultPoints,
 ) -> Result<Simulated, SimulateError> {
     let started = Instant::now();
     let clock = Clock::starting_at(EPOCH);
@@ -134,13 +157,7 @@ async fn simulate(
         ..Settings::default()
     };
     let recorder = Recorder::start(cluster.store().clone(), started);
-    let controllers = joist_actors::start(
-        client.clone(),
-        Arc::new(cloud.clone()),
-        settings,
-        clock,
-        node_tracer,
-    );
+    let controllers = start_controllers(&cluster, &cloud, settings, (clock, started), node_tracer, faults);
     // Let every actor start while the runtime is live, so an error in the first step cannot tear
     // one down half-started.
     tokio::task::yield_now().await;
@@ -153,14 +170,117 @@ async fn simulate(
         execute(&client, cluster.store(), &cloud, &step.action, documents, &field).await?;
     }
     advance(started, scenario.until, scenario.until, cluster.store(), progress).await;
+    let crash = controllers.crash.borrow_mut().take();
+    if let Some(crash) = &crash {
+        let detail = format!("Joist's controllers crashed at the fault point {}", crash.step);
+        recorder.note_at(crash.at, "crash", crash.step.name().to_owned(), detail);
+        if let Some(at) = crash.restarted_at {
+            recorder.note_at(
+                at,
+                "restart",
+                crash.step.name().to_owned(),
+                "new controllers started".to_owned(),
+            );
+        }
+    }
     let recorded = recorder.finish();
     let end = started.elapsed().as_secs_f64();
     Ok(Simulated {
         report: report::build(&scenario.name, seed, end, cluster.store(), &cloud, recorded),
-        metrics: controllers.shared.metrics.encode(),
+        metrics: controllers.metrics(),
         kubesim_busy: cluster.busy(),
+        audit: Audit::of(cluster.store(), &cloud, crash),
         world: None,
     })
+}
+
+/// How long a crashed controller stays down: a pod restart.
+pub const RESTART_AFTER: Duration = Duration::from_secs(10);
+
+/// The controllers of a run, and those that replaced them after a crash.
+struct Running {
+    first: joist_actors::Controllers,
+    crash: Rc<RefCell<Option<Crash>>>,
+    after_crash: Rc<RefCell<Option<joist_actors::Controllers>>>,
+}
+
+impl Running {
+    /// The Prometheus metrics of the controllers running at the end.
+    fn metrics(&self) -> String {
+        match &*self.after_crash.borrow() {
+            Some(controllers) => controllers.shared.metrics.encode(),
+            None => self.first.shared.metrics.encode(),
+        }
+    }
+}
+
+/// Starts Joist's controllers; with `faults` armed, through a client and a cloud that go silent
+/// when they crash, and starts new ones [`RESTART_AFTER`] later.
+fn start_controllers(
+    cluster: &Cluster,
+    cloud: &SimCloud,
+    settings: Settings,
+    (clock, started): (Clock, Instant),
+    node_tracer: NodeTracer,
+    faults: FaultPoints,
+) -> Running {
+    let crash = Rc::new(RefCell::new(None));
+    let after_crash = Rc::new(RefCell::new(None));
+    let Some(step) = faults.armed() else {
+        let first = joist_actors::start(
+            cluster.client(),
+            Arc::new(cloud.clone()),
+            settings,
+            clock,
+            node_tracer,
+        );
+        return Running {
+            first,
+            crash,
+            after_crash,
+        };
+    };
+    let down = faults.clone();
+    let gated = Settings {
+        interruption_queue: settings
+            .interruption_queue
+            .clone()
+            .map(|queue| Arc::new(Gated::new(queue, faults.clone())) as Arc<dyn InterruptionQueue>),
+        faults: faults.clone(),
+        ..settings.clone()
+    };
+    let first = joist_actors::start(
+        cluster.client_until(Arc::new(move || down.is_down())),
+        Arc::new(Gated::new(
+            Arc::new(cloud.clone()) as Arc<dyn CloudProvider>,
+            faults.clone(),
+        )),
+        gated,
+        clock,
+        node_tracer.clone(),
+    );
+    let (client, cloud) = (cluster.client(), cloud.clone());
+    let (noted, slot) = (crash.clone(), after_crash.clone());
+    actix::spawn(async move {
+        faults.crashed().await;
+        let at = |now: Instant| now.duration_since(started).as_secs_f64();
+        *noted.borrow_mut() = Some(Crash {
+            step,
+            at: at(Instant::now()),
+            restarted_at: None,
+        });
+        tokio::time::sleep(RESTART_AFTER).await;
+        let controllers = joist_actors::start(client, Arc::new(cloud), settings, clock, node_tracer);
+        *slot.borrow_mut() = Some(controllers);
+        if let Some(crash) = noted.borrow_mut().as_mut() {
+            crash.restarted_at = Some(at(Instant::now()));
+        }
+    });
+    Running {
+        first,
+        crash,
+        after_crash,
+    }
 }
 
 /// Lets virtual time run to `target`, reporting progress on the way.

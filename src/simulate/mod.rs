@@ -3,6 +3,7 @@
 //! simulated cloud and Joist's actors; [`report::Report`] is what came of it, and [`html`] draws it
 //! as a page.
 
+pub mod audit;
 pub mod driver;
 pub mod html;
 mod node_condition;
@@ -10,7 +11,7 @@ pub mod recorder;
 pub mod report;
 pub mod scenario;
 
-pub use driver::{Progress, Simulated, run};
+pub use driver::{Progress, Simulated, run, run_crashing};
 
 /// Parses a scenario and checks its manifests as the API server would, without running it.
 pub fn check(text: &str) -> Result<Scenario, SimulateError> {

@@ -340,7 +340,11 @@ impl Recorder {
 
     /// Adds an entry for something the driver did.
     pub fn note(&self, event: &str, object: String, detail: String) {
-        let at = self.started.elapsed().as_secs_f64();
+        self.note_at(self.started.elapsed().as_secs_f64(), event, object, detail);
+    }
+
+    /// Adds an entry for something that happened `at` seconds into the run.
+    pub fn note_at(&self, at: f64, event: &str, object: String, detail: String) {
         lock(&self.notes).entry(at, event, object, detail);
     }
 

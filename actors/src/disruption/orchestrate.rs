@@ -26,6 +26,7 @@ use serde_json::json;
 
 use super::{Planned, candidates::Candidate, reason_label};
 use crate::{
+    faults::Step,
     kube_ops::{self, is_true},
     lifecycle::decide::{disrupted_taint, is_disrupted, node_taints},
     metrics::DecisionLabels,
@@ -75,15 +76,19 @@ pub async fn run(shared: &Shared, planned: Planned) {
         for candidate in &command.candidates {
             mark(shared, candidate, &reason, &detail).await?;
         }
+        let faults = &shared.settings.faults;
+        faults.reach(Step::DisruptionMarked).await;
         for replacement in &replacements {
             let name = launch(shared, replacement, &command.candidates, &label).await?;
             let pool = replacement.labels().get(NODEPOOL).cloned().unwrap_or_default();
             shared.metrics.created(&pool, reason_label(command.reason));
             created.push(name);
         }
+        faults.reach(Step::ReplacementCreated).await;
         for name in &created {
             wait_until_initialized(shared, name, &command.candidates).await?;
         }
+        faults.reach(Step::ReplacementInitialized).await;
         Ok::<(), Failure>(())
     }
     .await;

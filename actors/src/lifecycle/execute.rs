@@ -38,6 +38,7 @@ use super::{
 };
 use crate::{
     disruption::orchestrate::DISRUPTION_REASON,
+    faults::Step,
     kube_ops::{self, is_true},
     metrics::{Metrics, PoolLabels, snake_case},
     node_trace::Phase,
@@ -83,10 +84,15 @@ async fn perform(
     memory: &mut Memory,
 ) -> Result<Next, StepError> {
     let mut next = plan.next;
+    let faults = &shared.settings.faults;
     for action in plan.actions {
+        let reached = fault_point(&action);
         match action {
             Action::Launch => {
                 let outcome = launch(shared, target.claim).await?;
+                if outcome.is_ok() {
+                    faults.reach(Step::InstanceLaunched).await;
+                }
                 return Box::pin(perform(shared, target, after_launch(outcome), memory)).await;
             }
             Action::RecordLaunch(launch) => {
@@ -172,8 +178,25 @@ async fn perform(
                 trace_release(shared, target.claim);
             }
         }
+        if let Some(step) = reached {
+            faults.reach(step).await;
+        }
     }
     Ok(next)
+}
+
+/// The fault point an action passes once done (see [`crate::faults`]).
+fn fault_point(action: &Action) -> Option<Step> {
+    match action {
+        Action::RecordLaunch(_) => Some(Step::LaunchRecorded),
+        Action::Register => Some(Step::NodeRegistered),
+        Action::Initialize => Some(Step::NodeInitialized),
+        Action::Taint => Some(Step::TerminationTainted),
+        Action::Evict(_) => Some(Step::PodsEvicted),
+        Action::TerminateInstance(_) => Some(Step::InstanceTerminated),
+        Action::ReleaseNode => Some(Step::NodeReleased),
+        _ => None,
+    }
 }
 
 fn node<'a>(target: &Target<'a>) -> Result<&'a Node, StepError> {
@@ -205,6 +228,16 @@ async fn launch(shared: &Shared, claim: &NodeClaim) -> Result<Result<Launch, Clo
     // the cloud to launch by them rather than by its own prices.
     let crate::overlay::Overlaid { types, repriced, .. } =
         crate::overlay::for_pool(shared, &node_pool, types);
+    if created_at(claim) < shared.started_at
+        && let Some(launch) = shared.cloud.find_launch(claim, &types).await?
+    {
+        tracing::info!(
+            nodeclaim = claim.name_any(),
+            provider_id = launch.instance.provider_id,
+            "adopting the instance an earlier launch started"
+        );
+        return Ok(Ok(launch));
+    }
     let mut claim = std::borrow::Cow::Borrowed(claim);
     if repriced {
         claim

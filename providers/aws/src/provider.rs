@@ -494,6 +494,18 @@ impl CloudProvider for AwsCloud {
         "aws"
     }
 
+    /// Not found on AWS: a fleet coalesces several claims, so their instances get the
+    /// `karpenter.sh/nodeclaim` tag only from a `CreateTags` call after `CreateFleet` answered, and
+    /// an instance whose reply was lost may not carry it. Such a claim launches again, and the
+    /// garbage collector terminates the first instance, as Karpenter's does.
+    fn find_launch<'a>(
+        &'a self,
+        _claim: &'a NodeClaim,
+        _instance_types: &'a [Arc<InstanceType>],
+    ) -> CloudFuture<'a, Option<Launch>> {
+        Box::pin(async { Ok(None) })
+    }
+
     fn create<'a>(
         &'a self,
         claim: &'a NodeClaim,

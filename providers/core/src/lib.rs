@@ -124,6 +124,16 @@ pub trait CloudProvider: Send + Sync + 'static {
         instance_types: &'a [Arc<InstanceType>],
     ) -> CloudFuture<'a, Launch>;
 
+    /// The launch an earlier [`create`](Self::create) for `claim` made, if its instance still runs
+    /// and the cloud can tell: after a crash lost `create`'s reply, the NodeClaim adopts that
+    /// instance instead of launching a second one. `None` when there is none, or when the cloud
+    /// cannot find it (then the claim launches again and the garbage collector removes the first).
+    fn find_launch<'a>(
+        &'a self,
+        claim: &'a NodeClaim,
+        instance_types: &'a [Arc<InstanceType>],
+    ) -> CloudFuture<'a, Option<Launch>>;
+
     /// Terminates the instance; [`CloudError::NodeClaimNotFound`] once it is gone.
     fn delete<'a>(&'a self, provider_id: &'a str) -> CloudFuture<'a, ()>;
 

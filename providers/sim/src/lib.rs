@@ -24,7 +24,7 @@ use joist_messages::{
         EC2NodeClass, EC2NodeClassStatus, NodeClaim, NodePool,
         ec2nodeclass::{ResolvedAmi, ResolvedSecurityGroup, ResolvedSubnet},
     },
-    labels::{ARCH, NODEPOOL},
+    labels::{ARCH, NODEPOOL, tags},
     model::{instance_type::InstanceType, shape::Ec2Shape},
 };
 use joist_provider::{
@@ -319,7 +319,7 @@ impl SimCloud {
             (format!("kubernetes.io/cluster/{cluster}"), "owned".to_owned()),
             ("eks:eks-cluster-name".to_owned(), cluster.clone()),
             (
-                "karpenter.sh/nodeclaim".to_owned(),
+                tags::NODECLAIM.to_owned(),
                 claim.metadata.name.clone().unwrap_or_default(),
             ),
             (
@@ -387,6 +387,33 @@ impl CloudProvider for SimCloud {
             self.inner.books.fault(Operation::Create)?;
             let node_class = joist_provider::node_class::ready(&self.inner.client, claim).await?;
             self.launch(claim, &node_class, instance_types)
+        })
+    }
+
+    fn find_launch<'a>(
+        &'a self,
+        claim: &'a NodeClaim,
+        instance_types: &'a [Arc<InstanceType>],
+    ) -> CloudFuture<'a, Option<Launch>> {
+        Box::pin(async move {
+            let name = claim.name_any();
+            let state = self.inner.books.lock();
+            let found = state.instances.values().find(|t| {
+                t.record.ended.is_none() && t.record.instance.tags.get(tags::NODECLAIM) == Some(&name)
+            });
+            Ok(found.and_then(|tracked| {
+                let instance = &tracked.record.instance;
+                let it = instance_types
+                    .iter()
+                    .find(|it| it.name == instance.instance_type)?;
+                Some(Launch {
+                    instance: instance.clone(),
+                    capacity: it.capacity.clone(),
+                    allocatable: it.allocatable(),
+                    labels: tracked.labels.clone(),
+                    unavailable: Vec::new(),
+                })
+            }))
         })
     }
 
