@@ -65,7 +65,7 @@ impl AmountIndex {
     /// empty for zero).
     pub(crate) fn keep_at_least(&self, base: &[i64], extra: &[i64], set: &mut [u64]) {
         for (i, th) in self.dims.iter().enumerate() {
-            let bound = base.get(i).copied().unwrap_or(0).saturating_add(extra[i]);
+            let bound = bound(base, extra, i);
             if th.amounts.first().is_none_or(|&least| bound <= least) {
                 continue;
             }
@@ -81,7 +81,7 @@ impl AmountIndex {
     /// empty for zero).
     pub(crate) fn keep_at_most(&self, base: &[i64], extra: &[i64], set: &mut [u64]) {
         for (i, th) in self.dims.iter().enumerate() {
-            let bound = base.get(i).copied().unwrap_or(0).saturating_add(extra[i]);
+            let bound = bound(base, extra, i);
             if th.amounts.last().is_none_or(|&most| most <= bound) {
                 continue;
             }
@@ -89,6 +89,11 @@ impl AmountIndex {
             set.iter_mut().zip(th.offering(k)).for_each(|(w, o)| *w &= !o);
         }
     }
+}
+
+/// `base + extra` in dimension `i`, `base` empty for zero.
+fn bound(base: &[i64], extra: &[i64], i: usize) -> i64 {
+    base.get(i).copied().unwrap_or(0).saturating_add(extra[i])
 }
 
 impl Thresholds {
@@ -104,15 +109,6 @@ mod tests {
 
     use super::*;
 
-    /// `base + extra` per dimension, `base` empty for zero: the bound the index compares against.
-    fn bound(base: &[i64], extra: &[i64]) -> Vec<i64> {
-        extra
-            .iter()
-            .enumerate()
-            .map(|(i, e)| base.get(i).copied().unwrap_or(0).saturating_add(*e))
-            .collect()
-    }
-
     proptest! {
         #[test]
         fn keeps_exactly_the_types_a_scan_keeps(
@@ -125,7 +121,7 @@ mod tests {
             let types = vectors.len() / d;
             let amounts = &vectors[..types * d];
             let base: &[i64] = if empty_base { &[] } else { &base[..d] };
-            let bound = bound(base, &extra[..d]);
+            let bound: Vec<i64> = (0..d).map(|i| bound(base, &extra[..d], i)).collect();
             let index = AmountIndex::new(amounts, types, d);
             let of = |t: usize| &amounts[t * d..(t + 1) * d];
 

@@ -59,9 +59,9 @@ pub(crate) struct PoolPlan {
     /// Capacity, `types.len() × dims`, for limits.
     pub capacity: Vec<i64>,
     /// The positions by allocatable amount: which have room for a claim's pods.
-    pub room: AmountIndex,
+    by_allocatable: AmountIndex,
     /// The positions by capacity amount: which stay within the limits.
-    capacity_index: AmountIndex,
+    by_capacity: AmountIndex,
     /// Every position.
     pub all: Vec<u64>,
     /// Host ports of the daemonsets that run on this NodePool's nodes.
@@ -253,8 +253,8 @@ impl PoolPlan {
             input,
             name: pool.name.clone(),
             all: bitset::full(types.len()),
-            room: AmountIndex::new(&alloc, types.len(), d),
-            capacity_index: AmountIndex::new(&capacity, types.len(), d),
+            by_allocatable: AmountIndex::new(&alloc, types.len(), d),
+            by_capacity: AmountIndex::new(&capacity, types.len(), d),
             requirements,
             taints: pool.taints.clone(),
             types,
@@ -306,12 +306,20 @@ impl PoolPlan {
         &self.alloc[t * dims..(t + 1) * dims]
     }
 
+    /// Removes from `set` the positions whose allocatable cannot hold `used + request` (`used` empty
+    /// for nothing yet).
+    pub(crate) fn keep_with_room(&self, used: &[i64], request: &[i64], set: &mut [u64]) {
+        self.by_allocatable.keep_at_least(used, request, set);
+    }
+
     /// Removes from `set` the positions whose capacity would take the NodePool past its limits,
-    /// with `reserved` already held for the claim (empty for none); false when none is left.
+    /// with `reserved` already held for the claim (empty for none); false when the limits leave
+    /// none. A NodePool without limits leaves `set` as it is.
     pub(crate) fn keep_affordable(&self, reserved: &[i64], set: &mut [u64]) -> bool {
-        if let Some(remaining) = &self.remaining {
-            self.capacity_index.keep_at_most(reserved, remaining, set);
-        }
+        let Some(remaining) = &self.remaining else {
+            return true;
+        };
+        self.by_capacity.keep_at_most(reserved, remaining, set);
         !bitset::is_empty(set)
     }
 

@@ -736,7 +736,7 @@ impl<'a> Solver<'a> {
         let scratch = &mut self.scratch;
         scratch.fitted.clear();
         scratch.fitted.extend_from_slice(&scratch.candidates);
-        p.room.keep_at_least(used, request, &mut scratch.fitted);
+        p.keep_with_room(used, request, &mut scratch.fitted);
         if bitset::is_empty(&scratch.fitted) {
             return Err((Why::Resources, false));
         }

@@ -9,7 +9,7 @@
 //! (stranded counts pods and tainted nodes); the exit code is 1 when any of the last four is not
 //! zero, or when a step was never reached (the suite would then prove nothing about it).
 
-use std::{fmt::Write as _, io, process::ExitCode};
+use std::{io, process::ExitCode};
 
 use joist_actors::faults::{FaultPoints, Step};
 
@@ -69,10 +69,16 @@ pub fn suite(
     };
     let scenario = Scenario::parse(SCENARIO).map_err(|e| failed(e.to_string()))?;
     let reaches = if soak { SOAK_REACHES } else { 1 };
-    print(format!(
-        "{:<24} {:>5} {:>9} {:>6} {:>10} {:>8} {:>7}",
-        "step", "nth", "crash at", "leaks", "duplicates", "stranded", "tainted"
-    ))?;
+    print(row([
+        "step",
+        "nth",
+        "crash at",
+        "leaks",
+        "duplicates",
+        "stranded",
+        "tainted",
+    ]
+    .map(String::from)))?;
     let mut totals = Totals::default();
     for step in Step::ALL {
         totals.steps += 1;
@@ -94,16 +100,15 @@ pub fn suite(
             totals.leaks += audit.leaks.len();
             totals.duplicates += audit.duplicates.len();
             totals.stranded += audit.stranded.len() + audit.tainted.len();
-            print(format!(
-                "{:<24} {:>5} {:>9} {:>6} {:>10} {:>8} {:>7}",
-                step.name(),
-                nth,
+            print(row([
+                step.name().to_owned(),
+                nth.to_string(),
                 crash_at,
-                audit.leaks.len(),
-                audit.duplicates.len(),
-                audit.stranded.len(),
-                audit.tainted.len()
-            ))?;
+                audit.leaks.len().to_string(),
+                audit.duplicates.len().to_string(),
+                audit.stranded.len().to_string(),
+                audit.tainted.len().to_string(),
+            ]))?;
             for line in details(audit) {
                 print(format!("  {line}"))?;
             }
@@ -119,22 +124,22 @@ pub fn suite(
     Ok(totals)
 }
 
+/// One line of the table: the step left-aligned, the figures right-aligned under their headings.
+fn row(cells: [String; 7]) -> String {
+    let [step, nth, crash_at, leaks, duplicates, stranded, tainted] = cells;
+    format!("{step:<24} {nth:>5} {crash_at:>9} {leaks:>6} {duplicates:>10} {stranded:>8} {tainted:>7}")
+}
+
 /// What each non-zero column stands for.
 fn details(audit: &Audit) -> Vec<String> {
-    let mut lines = Vec::new();
-    for (what, items) in [
+    [
         ("leaked", &audit.leaks),
         ("launched twice", &audit.duplicates),
         ("not running", &audit.stranded),
         ("still tainted", &audit.tainted),
-    ] {
-        if !items.is_empty() {
-            let mut line = format!("{what}:");
-            for item in items {
-                let _ = write!(line, " {item}");
-            }
-            lines.push(line);
-        }
-    }
-    lines
+    ]
+    .into_iter()
+    .filter(|(_, items)| !items.is_empty())
+    .map(|(what, items)| format!("{what}: {}", items.join(" ")))
+    .collect()
 }

@@ -42,15 +42,18 @@ pub struct Audit {
 impl Audit {
     /// Reads what `store` and `cloud` hold at the end of a run.
     pub fn of(store: &Store, cloud: &SimCloud, crash: Option<Crash>) -> Self {
-        let list = |group: &str, resource: &str| {
+        // The store filters as it lists: a large cluster's Running pods are passed over.
+        let list = |group: &str, resource: &str, wanted: &dyn Fn(&Value) -> bool| {
             store
-                .list(&GroupResource::new(group, resource), None, None, None, |_| true)
+                .list(&GroupResource::new(group, resource), None, None, None, wanted)
                 .items
         };
-        let named: BTreeSet<String> = list("karpenter.sh", "nodeclaims")
-            .iter()
-            .filter_map(|claim| claim["status"]["providerID"].as_str().map(str::to_owned))
-            .collect();
+        let named: BTreeSet<String> = list("karpenter.sh", "nodeclaims", &|c| {
+            c["status"]["providerID"].is_string()
+        })
+        .iter()
+        .filter_map(|claim| claim["status"]["providerID"].as_str().map(str::to_owned))
+        .collect();
         let instances = cloud.books().instances();
         let leaks = instances
             .iter()
@@ -71,18 +74,19 @@ impl Audit {
             .filter(|(_, ids)| ids.len() > 1)
             .map(|(claim, ids)| format!("{claim}: {}", ids.join(", ")))
             .collect();
-        let tainted = list("", "nodes")
+        let disrupted = |node: &Value| {
+            node["spec"]["taints"]
+                .as_array()
+                .is_some_and(|t| t.iter().any(|t| t["key"] == taints::DISRUPTED))
+        };
+        let tainted = list("", "nodes", &disrupted)
             .iter()
-            .filter(|node| {
-                node["spec"]["taints"]
-                    .as_array()
-                    .is_some_and(|t| t.iter().any(|t| t["key"] == taints::DISRUPTED))
-            })
             .map(|node| name(node))
             .collect();
-        let stranded = list("", "pods")
+        let not_running =
+            |pod: &Value| !matches!(pod["status"]["phase"].as_str(), Some("Running" | "Succeeded"));
+        let stranded = list("", "pods", &not_running)
             .iter()
-            .filter(|pod| !matches!(pod["status"]["phase"].as_str(), Some("Running" | "Succeeded")))
             .map(|pod| {
                 format!(
                     "{}/{}",

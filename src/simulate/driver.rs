@@ -6,7 +6,7 @@
 use std::{cell::RefCell, collections::BTreeMap, rc::Rc, sync::Arc, time::Duration};
 
 use joist_actors::{
-    faults::{FaultPoints, Gated},
+    faults::{FaultPoints, Gated, Step},
     node_trace::NodeTracer,
     settings::{Settings, SolverMode},
 };
@@ -170,7 +170,7 @@ async fn simulate(
         execute(&client, cluster.store(), &cloud, &step.action, documents, &field).await?;
     }
     advance(started, scenario.until, scenario.until, cluster.store(), progress).await;
-    let crash = controllers.crash.borrow_mut().take();
+    let crash = controllers.crash();
     if let Some(crash) = &crash {
         let detail = format!("Joist's controllers crashed at the fault point {}", crash.step);
         recorder.note_at(crash.at, "crash", crash.step.name().to_owned(), detail);
@@ -197,20 +197,38 @@ async fn simulate(
 /// How long a crashed controller stays down: a pod restart.
 pub const RESTART_AFTER: Duration = Duration::from_secs(10);
 
-/// The controllers of a run, and those that replaced them after a crash.
+/// The controllers of a run, and, with a fault point armed, what came of it.
 struct Running {
     first: joist_actors::Controllers,
-    crash: Rc<RefCell<Option<Crash>>>,
-    after_crash: Rc<RefCell<Option<joist_actors::Controllers>>>,
+    armed: Option<(Step, Rc<RefCell<Restart>>)>,
+}
+
+/// When the controllers crashed, and the ones started after (with when), seconds into the run.
+#[derive(Default)]
+struct Restart {
+    crashed_at: Option<f64>,
+    after: Option<(f64, joist_actors::Controllers)>,
 }
 
 impl Running {
     /// The Prometheus metrics of the controllers running at the end.
     fn metrics(&self) -> String {
-        match &*self.after_crash.borrow() {
-            Some(controllers) => controllers.shared.metrics.encode(),
+        let restart = self.armed.as_ref().map(|(_, restart)| restart.borrow());
+        match restart.as_ref().and_then(|r| r.after.as_ref()) {
+            Some((_, controllers)) => controllers.shared.metrics.encode(),
             None => self.first.shared.metrics.encode(),
         }
+    }
+
+    /// The crash, if the armed fault point was reached.
+    fn crash(&self) -> Option<Crash> {
+        let (step, restart) = self.armed.as_ref()?;
+        let restart = restart.borrow();
+        Some(Crash {
+            step: *step,
+            at: restart.crashed_at?,
+            restarted_at: restart.after.as_ref().map(|(at, _)| *at),
+        })
     }
 }
 
@@ -224,8 +242,6 @@ fn start_controllers(
     node_tracer: NodeTracer,
     faults: FaultPoints,
 ) -> Running {
-    let crash = Rc::new(RefCell::new(None));
-    let after_crash = Rc::new(RefCell::new(None));
     let Some(step) = faults.armed() else {
         let first = joist_actors::start(
             cluster.client(),
@@ -234,11 +250,7 @@ fn start_controllers(
             clock,
             node_tracer,
         );
-        return Running {
-            first,
-            crash,
-            after_crash,
-        };
+        return Running { first, armed: None };
     };
     let down = faults.clone();
     let gated = Settings {
@@ -260,26 +272,19 @@ fn start_controllers(
         node_tracer.clone(),
     );
     let (client, cloud) = (cluster.client(), cloud.clone());
-    let (noted, slot) = (crash.clone(), after_crash.clone());
+    let restart = Rc::new(RefCell::new(Restart::default()));
+    let noted = restart.clone();
     actix::spawn(async move {
         faults.crashed().await;
-        let at = |now: Instant| now.duration_since(started).as_secs_f64();
-        *noted.borrow_mut() = Some(Crash {
-            step,
-            at: at(Instant::now()),
-            restarted_at: None,
-        });
+        let at = || Instant::now().duration_since(started).as_secs_f64();
+        noted.borrow_mut().crashed_at = Some(at());
         tokio::time::sleep(RESTART_AFTER).await;
         let controllers = joist_actors::start(client, Arc::new(cloud), settings, clock, node_tracer);
-        *slot.borrow_mut() = Some(controllers);
-        if let Some(crash) = noted.borrow_mut().as_mut() {
-            crash.restarted_at = Some(at(Instant::now()));
-        }
+        noted.borrow_mut().after = Some((at(), controllers));
     });
     Running {
         first,
-        crash,
-        after_crash,
+        armed: Some((step, restart)),
     }
 }
 
