@@ -14,8 +14,10 @@
 //! that fails is restarted from the read model without touching the others.
 
 pub mod batcher;
+pub mod breaker;
 pub mod catalog;
 pub mod claim_template;
+pub mod cloud_calls;
 pub mod cluster_state;
 pub mod disruption;
 pub mod events;
@@ -97,6 +99,7 @@ pub fn start(
         catalog,
         node_tracer,
         started_at: clock.now_seconds(),
+        breakers: Arc::default(),
     };
     let provisioner = Provisioner::new(shared.clone()).start();
     let batcher = Batcher::new(

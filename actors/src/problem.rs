@@ -24,6 +24,8 @@ pub struct Problem {
     pub input: Input,
     /// The NodePools, by position in `input.node_pools`.
     pub pools: Vec<Arc<NodePool>>,
+    /// NodePools left out because their launches are paused (see [`crate::breaker`]), with why.
+    pub paused: Vec<String>,
 }
 
 /// The problem over `nodes` (see the module docs).
@@ -35,6 +37,7 @@ pub async fn cluster(shared: &Shared, nodes: Vec<ExistingNode>) -> Problem {
         ..Input::default()
     };
     let mut pools: Vec<Arc<NodePool>> = Vec::new();
+    let mut paused = Vec::new();
     let mut conflicted = BTreeSet::new();
     for pool in read.node_pools() {
         let ready = pool
@@ -48,6 +51,10 @@ pub async fn cluster(shared: &Shared, nodes: Vec<ExistingNode>) -> Problem {
                 ready,
                 "nodepool left out of the pass: not Ready, deleting or static"
             );
+            continue;
+        }
+        if let Some(why) = shared.breakers.paused(&pool.name_any()) {
+            paused.push(format!("nodepool {:?}: {why}", pool.name_any()));
             continue;
         }
         let Some(class) = read.node_class(&pool.spec.template.spec.node_class_ref.name) else {
@@ -100,5 +107,5 @@ pub async fn cluster(shared: &Shared, nodes: Vec<ExistingNode>) -> Problem {
             .ok()
         })
         .collect();
-    Problem { input, pools }
+    Problem { input, pools, paused }
 }

@@ -81,7 +81,11 @@ fn failed_scheduling(shared: &Shared, pod: &Pod, message: &str) {
 async fn provision(shared: Shared) {
     let read = &shared.read;
     read.synced().await;
-    let Problem { mut input, pools } = problem::cluster(&shared, snapshot::existing_nodes(read)).await;
+    let Problem {
+        mut input,
+        pools,
+        paused,
+    } = problem::cluster(&shared, snapshot::existing_nodes(read)).await;
     let snapshot::Pending {
         pods: pending,
         ignored,
@@ -130,14 +134,14 @@ async fn provision(shared: Shared) {
         unschedulable = solution.unschedulable.len(),
         "scheduling simulation"
     );
-    dispatch(&shared, &input, &pools, &pods, &solution).await;
+    dispatch(&shared, &input, (&pools, &paused), &pods, &solution).await;
 }
 
 /// Sends the claims to their NodePools and tells unschedulable pods why.
 async fn dispatch(
     shared: &Shared,
     input: &Input,
-    pools: &[Arc<NodePool>],
+    (pools, paused): (&[Arc<NodePool>], &[String]),
     pods: &[Arc<Pod>],
     solution: &Solution,
 ) {
@@ -168,7 +172,11 @@ async fn dispatch(
     }
     for unschedulable in &solution.unschedulable {
         let pod = &pods[unschedulable.pod];
-        let message = format!("Failed to schedule pod, {unschedulable}");
+        let mut message = format!("Failed to schedule pod, {unschedulable}");
+        for why in paused {
+            message.push_str("; ");
+            message.push_str(why);
+        }
         failed_scheduling(shared, pod, &message);
     }
 }

@@ -67,6 +67,8 @@ impl Default for Settings {
 pub const LAUNCH_TIMEOUT: Duration = Duration::from_secs(5 * 60);
 /// A launched NodeClaim whose Node has not registered within this long is deleted.
 pub const REGISTRATION_TIMEOUT: Duration = Duration::from_secs(15 * 60);
+/// A registered NodeClaim whose Node has not reported Ready within this long is deleted.
+pub const INITIALIZATION_TIMEOUT: Duration = REGISTRATION_TIMEOUT;
 /// Offerings that ran out of capacity are skipped for this long.
 pub const UNAVAILABLE_OFFERING_TTL: Duration = Duration::from_secs(3 * 60);
 /// Instance types per NodePool are listed again after this long.

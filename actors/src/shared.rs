@@ -10,8 +10,8 @@ use joist_messages::time::Clock;
 use joist_provider::CloudProvider;
 
 use crate::{
-    catalog::Catalog, events::Events, metrics::Metrics, node_claim::NodeClaimActor, node_pool::NodePoolActor,
-    node_trace::NodeTracer, read_model::ReadModel, settings::Settings,
+    breaker::Breakers, catalog::Catalog, events::Events, metrics::Metrics, node_claim::NodeClaimActor,
+    node_pool::NodePoolActor, node_trace::NodeTracer, read_model::ReadModel, settings::Settings,
 };
 
 /// The addresses of the per-object actors, by object name.
@@ -49,4 +49,6 @@ pub struct Shared {
     /// When these controllers started (clock seconds): a NodeClaim created before may have been
     /// launched by controllers that crashed before they could say so.
     pub started_at: i64,
+    /// The NodePools' launch circuit breakers.
+    pub breakers: Arc<Breakers>,
 }

@@ -5,15 +5,18 @@
 //! NodeClaim accounts for (leaks, past the garbage collector's period), NodeClaims launched twice
 //! (duplicates), pods not Running (stranded) and Nodes still tainted `karpenter.sh/disrupted`.
 //!
-//! It prints a row per crash and ends with `steps N crashes N leaks N duplicates N stranded N`
-//! (stranded counts pods and tainted nodes); the exit code is 1 when any of the last four is not
-//! zero, or when a step was never reached (the suite would then prove nothing about it).
+//! Then it runs the cloud-fault and runaway cases ([`chaos_cases`]) in the same world.
+//!
+//! It prints a row per crash and per case and ends with `steps N crashes N leaks N duplicates N
+//! stranded N` (stranded counts pods and tainted nodes; every count covers crashes and cases); the
+//! exit code is 1 when any of the last three is not zero, when a case missed its bound, or when a
+//! step was never reached (the suite would then prove nothing about it).
 
 use std::{io, process::ExitCode};
 
 use joist_actors::faults::{FaultPoints, Step};
 
-use super::CommandError;
+use super::{CommandError, chaos_cases};
 use crate::simulate::{self, Scenario, audit::Audit};
 
 /// The scenario every crash runs in.
@@ -37,12 +40,20 @@ pub struct Totals {
     pub stranded: usize,
     /// Armed crashes whose step was never reached.
     pub unreached: usize,
+    /// Fault cases run.
+    pub cases: usize,
+    /// Fault cases that missed their bound.
+    pub failed_cases: usize,
 }
 
 impl Totals {
     /// All zeros where zeros are the pass.
     pub fn passed(&self) -> bool {
-        self.leaks == 0 && self.duplicates == 0 && self.stranded == 0 && self.unreached == 0
+        self.leaks == 0
+            && self.duplicates == 0
+            && self.stranded == 0
+            && self.unreached == 0
+            && self.failed_cases == 0
     }
 }
 
@@ -117,6 +128,13 @@ pub fn suite(
     if totals.unreached > 0 {
         print(format!("unreached {}", totals.unreached))?;
     }
+    print(String::new())?;
+    let cases = chaos_cases::run(&scenario, print)?;
+    totals.cases = cases.cases;
+    totals.failed_cases = cases.failed;
+    totals.leaks += cases.leaks;
+    totals.duplicates += cases.duplicates;
+    totals.stranded += cases.stranded;
     print(format!(
         "steps {} crashes {} leaks {} duplicates {} stranded {}",
         totals.steps, totals.crashes, totals.leaks, totals.duplicates, totals.stranded

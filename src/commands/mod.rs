@@ -9,6 +9,7 @@ pub mod bench_consolidation;
 mod bench_controller;
 mod bench_e2e;
 mod bench_kubesim;
+mod chaos_cases;
 mod crds;
 mod endpoints;
 mod run;

@@ -16,8 +16,8 @@ use joist_messages::{
     model::shape::CapacitySettings,
     time::Clock,
 };
-use joist_provider::{CloudProvider, OfferingKey, interruption::InterruptionQueue};
-use joist_provider_sim::{SimCloud, SimSettings};
+use joist_provider::{CloudProvider, interruption::InterruptionQueue};
+use joist_provider_sim::{CallLog, SimCloud, SimSettings};
 use kube::{
     Api,
     api::{ApiResource, DeleteParams, DynamicObject, Patch, PatchParams},
@@ -28,7 +28,7 @@ use tokio::time::Instant;
 use super::{
     SimulateError,
     audit::{Audit, Crash},
-    node_condition,
+    node_condition, node_taint,
     recorder::Recorder,
     report::{self, Report},
     scenario::{Action, ObjectRef, Scenario},
@@ -64,6 +64,8 @@ pub struct Simulated {
     pub kubesim_busy: Duration,
     /// What the run left behind that it should not have.
     pub audit: Audit,
+    /// Every call Joist made to the cloud.
+    pub calls: CallLog,
     /// The simulated world (its runtime, and the tasks holding the store): dropped with this
     /// value, unless [`Simulated::leave_world`] hands it to the process's exit.
     world: Option<actix::SystemRunner>,
@@ -190,6 +192,7 @@ async fn simulate(
         metrics: controllers.metrics(),
         kubesim_busy: cluster.busy(),
         audit: Audit::of(cluster.store(), &cloud, crash),
+        calls: cloud.books().calls(),
         world: None,
     })
 }
@@ -328,15 +331,9 @@ fn describe(action: &Action, documents: usize) -> String {
     match action {
         Action::Apply(_) => format!("apply {documents} document(s)"),
         Action::Scale { object, replicas } => format!("scale {} {} to {replicas}", object.kind, object.name),
-        Action::Unavailable {
-            instance_type,
-            zone,
-            capacity_type,
-            duration,
-        } => format!(
-            "{capacity_type} {instance_type} in {zone} unavailable for {}s",
-            duration.as_secs()
-        ),
+        Action::Unavailable { pattern, duration } => {
+            format!("{pattern} unavailable for {}s", duration.as_secs())
+        }
         Action::Interrupt { node_selector, count } => {
             format!("interrupt {count} node(s) matching {node_selector:?}")
         }
@@ -347,9 +344,30 @@ fn describe(action: &Action, documents: usize) -> String {
                 resource.qualified()
             )
         }
-        Action::FailCloud { operation, duration } => {
-            format!("the cloud fails {operation:?} for {}s", duration.as_secs())
+        Action::FailCloud {
+            operations,
+            failure,
+            duration,
+        } => {
+            let names: Vec<&str> = operations.iter().map(|o| o.name()).collect();
+            format!(
+                "the cloud fails {} ({failure:?}) for {}s",
+                names.join(", "),
+                duration.as_secs()
+            )
         }
+        Action::BootFault { fault, duration } => {
+            format!(
+                "instances launched in the next {}s: {fault:?}",
+                duration.as_secs()
+            )
+        }
+        Action::TaintNodes { taint, duration } => format!(
+            "every Node that becomes Ready is tainted {}:{} for {}s",
+            taint.key,
+            taint.effect,
+            duration.as_secs()
+        ),
         Action::ReleaseImage { family } => format!("a new {family} image is released"),
         Action::NodeCondition {
             node_selector,
@@ -362,7 +380,7 @@ fn describe(action: &Action, documents: usize) -> String {
 
 async fn execute(
     client: &kube::Client,
-    store: &Store,
+    store: &Arc<Store>,
     cloud: &SimCloud,
     action: &Action,
     documents: Vec<Document>,
@@ -394,18 +412,8 @@ async fn execute(
                     message: format!("deleting {} {}: {e}", object.kind, object.name),
                 })
         }
-        Action::Unavailable {
-            instance_type,
-            zone,
-            capacity_type,
-            duration,
-        } => {
-            let offering = OfferingKey {
-                instance_type: instance_type.clone(),
-                zone: zone.clone(),
-                capacity_type: *capacity_type,
-            };
-            cloud.make_unavailable(offering, *duration);
+        Action::Unavailable { pattern, duration } => {
+            cloud.make_unavailable(pattern.clone(), *duration);
             Ok(())
         }
         Action::Interrupt { node_selector, count } => {
@@ -416,8 +424,22 @@ async fn execute(
             store.fail_creates(resource, *count);
             Ok(())
         }
-        Action::FailCloud { operation, duration } => {
-            cloud.fail(*operation, *duration);
+        Action::FailCloud {
+            operations,
+            failure,
+            duration,
+        } => {
+            for operation in operations {
+                cloud.fail(*operation, *failure, *duration);
+            }
+            Ok(())
+        }
+        Action::BootFault { fault, duration } => {
+            cloud.break_boots(*fault, *duration);
+            Ok(())
+        }
+        Action::TaintNodes { taint, duration } => {
+            node_taint::taint_ready_nodes(store.clone(), taint.clone(), *duration);
             Ok(())
         }
         Action::ReleaseImage { family } => {

@@ -7,6 +7,7 @@ pub mod audit;
 pub mod driver;
 pub mod html;
 mod node_condition;
+mod node_taint;
 pub mod recorder;
 pub mod report;
 pub mod scenario;

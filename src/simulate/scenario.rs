@@ -10,7 +10,8 @@ use joist_messages::{
     apis::{duration::Duration as KarpenterDuration, ec2nodeclass::ALIAS_FAMILIES},
     model::instance_type::CapacityType,
 };
-use joist_provider_sim::Operation;
+use joist_provider_sim::{BootFault, Failure, OfferingPattern, Operation};
+use k8s_openapi::api::core::v1::Taint;
 use serde::Deserialize;
 
 /// A scenario that cannot be run.
@@ -115,6 +116,29 @@ struct StepSpec {
     release_image: Option<ReleaseImageSpec>,
     #[serde(rename = "nodeCondition")]
     node_condition: Option<NodeConditionSpec>,
+    #[serde(rename = "bootFault")]
+    boot_fault: Option<BootFaultSpec>,
+    #[serde(rename = "taintNodes")]
+    taint_nodes: Option<TaintNodesSpec>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct BootFaultSpec {
+    never: String,
+    #[serde(rename = "for")]
+    duration: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct TaintNodesSpec {
+    key: String,
+    #[serde(default)]
+    value: Option<String>,
+    effect: String,
+    #[serde(rename = "for")]
+    duration: String,
 }
 
 #[derive(Debug, Deserialize)]
@@ -156,6 +180,8 @@ struct FailCreatesSpec {
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct FailCloudSpec {
     operation: String,
+    #[serde(default)]
+    failure: Option<String>,
     #[serde(rename = "for")]
     duration: String,
 }
@@ -173,9 +199,12 @@ struct ScaleSpec {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct UnavailableSpec {
-    instance_type: String,
-    zone: String,
-    capacity_type: String,
+    #[serde(default)]
+    instance_type: Option<String>,
+    #[serde(default)]
+    zone: Option<String>,
+    #[serde(default)]
+    capacity_type: Option<String>,
     #[serde(rename = "for")]
     duration: String,
 }
@@ -225,14 +254,10 @@ pub enum Action {
         /// Replicas wanted.
         replicas: i32,
     },
-    /// Make an offering refuse launches.
+    /// Make the offerings a pattern covers refuse launches (`InsufficientInstanceCapacity`).
     Unavailable {
-        /// The instance type.
-        instance_type: String,
-        /// The zone.
-        zone: String,
-        /// Spot or on-demand.
-        capacity_type: CapacityType,
+        /// The offerings: a field left open covers every value.
+        pattern: OfferingPattern,
         /// For how long.
         duration: Duration,
     },
@@ -252,10 +277,26 @@ pub enum Action {
         /// How many creates fail.
         count: usize,
     },
-    /// Make a cloud call fail with a transient error.
+    /// Make cloud calls fail: throttled, hanging, or losing their replies.
     FailCloud {
-        /// The call.
-        operation: Operation,
+        /// The calls (`ec2` names every EC2 call).
+        operations: Vec<Operation>,
+        /// How they fail.
+        failure: Failure,
+        /// For how long.
+        duration: Duration,
+    },
+    /// Make instances launched for a while come up broken.
+    BootFault {
+        /// What they never do.
+        fault: BootFault,
+        /// For how long launches are affected.
+        duration: Duration,
+    },
+    /// Taint every Node that becomes Ready, for a while, as a foreign controller would.
+    TaintNodes {
+        /// The taint.
+        taint: Taint,
         /// For how long.
         duration: Duration,
     },
@@ -324,6 +365,48 @@ fn duration(field: &str, text: &str) -> Result<Duration, ScenarioError> {
         })
 }
 
+/// The names of a scenario vocabulary, for an error listing the choices.
+fn names<T>(choices: &[(&str, T)]) -> String {
+    choices
+        .iter()
+        .map(|(name, _)| *name)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// A `failCloud` step; `field` is its path.
+fn fail_cloud(field: &str, spec: FailCloudSpec) -> Result<Action, ScenarioError> {
+    let operations = match spec.operation.as_str() {
+        "ec2" => Operation::EC2.to_vec(),
+        name => vec![Operation::from_name(name).ok_or_else(|| ScenarioError::Field {
+            field: format!("{field}.operation"),
+            message: format!(
+                "{name:?} is not ec2 (every EC2 call) or one of {}",
+                names(&Operation::NAMES)
+            ),
+        })?],
+    };
+    let failure = match spec.failure.as_deref() {
+        None => Failure::Throttle,
+        Some(name) => Failure::from_name(name).ok_or_else(|| ScenarioError::Field {
+            field: format!("{field}.failure"),
+            message: format!("{name:?} is not one of {}", names(&Failure::NAMES)),
+        })?,
+    };
+    if failure != Failure::Throttle && operations.contains(&Operation::ReceiveMessages) {
+        return Err(ScenarioError::Field {
+            field: format!("{field}.failure"),
+            message: "receiveMessages can only be throttled: the queue redelivers what a lost reply carried"
+                .to_owned(),
+        });
+    }
+    Ok(Action::FailCloud {
+        operations,
+        failure,
+        duration: duration(&format!("{field}.for"), &spec.duration)?,
+    })
+}
+
 impl ObjectRef {
     fn new(kind: String, namespace: Option<String>, name: String) -> Self {
         Self {
@@ -355,22 +438,7 @@ impl Scenario {
             None => Duration::from_secs(10),
         };
         let until = duration("spec.until", &spec.until)?;
-        let mut steps = Vec::with_capacity(spec.steps.len());
-        for (i, step) in spec.steps.into_iter().enumerate() {
-            let field = format!("spec.steps[{i}]");
-            let at = duration(&format!("{field}.at"), &step.at)?;
-            if at > until {
-                return Err(ScenarioError::Field {
-                    field: format!("{field}.at"),
-                    message: format!("{} is after spec.until ({})", step.at, spec.until),
-                });
-            }
-            steps.push(Step {
-                at,
-                action: Self::action(&field, step)?,
-            });
-        }
-        steps.sort_by_key(|s| s.at);
+        let steps = Self::steps(spec.steps, until, &spec.until)?;
         if spec
             .cloud
             .zones
@@ -397,6 +465,40 @@ impl Scenario {
         })
     }
 
+    /// This scenario's world with other steps (a YAML list, as `spec.steps` holds them) and end.
+    pub fn with_steps(&self, name: &str, steps: &str, until: &str) -> Result<Self, ScenarioError> {
+        let specs: Vec<StepSpec> =
+            serde_saphyr::from_str(steps).map_err(|e| ScenarioError::Parse(e.to_string()))?;
+        let end = duration("spec.until", until)?;
+        Ok(Self {
+            name: name.to_owned(),
+            steps: Self::steps(specs, end, until)?,
+            until: end,
+            ..self.clone()
+        })
+    }
+
+    /// Timed steps, checked and in time order; none may come after `until`.
+    fn steps(specs: Vec<StepSpec>, until: Duration, until_text: &str) -> Result<Vec<Step>, ScenarioError> {
+        let mut steps = Vec::with_capacity(specs.len());
+        for (i, step) in specs.into_iter().enumerate() {
+            let field = format!("spec.steps[{i}]");
+            let at = duration(&format!("{field}.at"), &step.at)?;
+            if at > until {
+                return Err(ScenarioError::Field {
+                    field: format!("{field}.at"),
+                    message: format!("{} is after spec.until ({until_text})", step.at),
+                });
+            }
+            steps.push(Step {
+                at,
+                action: Self::action(&field, step)?,
+            });
+        }
+        steps.sort_by_key(|s| s.at);
+        Ok(steps)
+    }
+
     fn action(field: &str, step: StepSpec) -> Result<Action, ScenarioError> {
         let mut actions = Vec::new();
         if let Some(text) = step.apply {
@@ -409,16 +511,22 @@ impl Scenario {
             });
         }
         if let Some(u) = step.unavailable {
-            let capacity_type =
-                CapacityType::from_label(&u.capacity_type).ok_or_else(|| ScenarioError::Field {
-                    field: format!("{field}.unavailable.capacityType"),
-                    message: format!("{:?} is not spot, on-demand or reserved", u.capacity_type),
-                })?;
+            let capacity_type = u
+                .capacity_type
+                .map(|label| {
+                    CapacityType::from_label(&label).ok_or_else(|| ScenarioError::Field {
+                        field: format!("{field}.unavailable.capacityType"),
+                        message: format!("{label:?} is not spot, on-demand or reserved"),
+                    })
+                })
+                .transpose()?;
             actions.push(Action::Unavailable {
                 duration: duration(&format!("{field}.unavailable.for"), &u.duration)?,
-                instance_type: u.instance_type,
-                zone: u.zone,
-                capacity_type,
+                pattern: OfferingPattern {
+                    instance_type: u.instance_type,
+                    zone: u.zone,
+                    capacity_type,
+                },
             });
         }
         if let Some(i) = step.interrupt {
@@ -438,16 +546,33 @@ impl Scenario {
             });
         }
         if let Some(f) = step.fail_cloud {
-            let operation = Operation::from_name(&f.operation).ok_or_else(|| ScenarioError::Field {
-                field: format!("{field}.failCloud.operation"),
-                message: format!(
-                    "{:?} is not resolveNodeClass, create or receiveMessages",
-                    f.operation
-                ),
+            actions.push(fail_cloud(&format!("{field}.failCloud"), f)?);
+        }
+        if let Some(b) = step.boot_fault {
+            let fault = BootFault::from_name(&b.never).ok_or_else(|| ScenarioError::Field {
+                field: format!("{field}.bootFault.never"),
+                message: format!("{:?} is not one of {}", b.never, names(&BootFault::NAMES)),
             })?;
-            actions.push(Action::FailCloud {
-                operation,
-                duration: duration(&format!("{field}.failCloud.for"), &f.duration)?,
+            actions.push(Action::BootFault {
+                fault,
+                duration: duration(&format!("{field}.bootFault.for"), &b.duration)?,
+            });
+        }
+        if let Some(t) = step.taint_nodes {
+            if !["NoSchedule", "PreferNoSchedule", "NoExecute"].contains(&t.effect.as_str()) {
+                return Err(ScenarioError::Field {
+                    field: format!("{field}.taintNodes.effect"),
+                    message: format!("{:?} is not NoSchedule, PreferNoSchedule or NoExecute", t.effect),
+                });
+            }
+            actions.push(Action::TaintNodes {
+                duration: duration(&format!("{field}.taintNodes.for"), &t.duration)?,
+                taint: Taint {
+                    key: t.key,
+                    value: t.value,
+                    effect: t.effect,
+                    time_added: None,
+                },
             });
         }
         if let Some(r) = step.release_image {
@@ -479,7 +604,7 @@ impl Scenario {
             (Some(action), true) => Ok(action),
             _ => Err(ScenarioError::Field {
                 field: field.to_owned(),
-                message: "a step does exactly one of apply, scale, unavailable, interrupt, delete, failCreates, failCloud, releaseImage, nodeCondition"
+                message: "a step does exactly one of apply, scale, unavailable, interrupt, delete, failCreates, failCloud, releaseImage, nodeCondition, bootFault, taintNodes"
                     .to_owned(),
             }),
         }

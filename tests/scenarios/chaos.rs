@@ -1,6 +1,7 @@
 //! The crash suite: Joist's controllers crashed at every fault point of the chaos scenario and
 //! started again from the cluster and the cloud alone leave no instance leaked, no NodeClaim
-//! launched twice, no pod stranded and no node tainted.
+//! launched twice, no pod stranded and no node tainted; and the cloud-fault and runaway cases
+//! stay within their bounds.
 
 use joist::{
     commands::bench_chaos::{self, Totals},
@@ -22,6 +23,7 @@ fn a_crash_at_every_fault_point_loses_nothing_and_leaks_nothing() {
         Totals {
             steps: Step::ALL.len(),
             crashes: Step::ALL.len(),
+            cases: 7,
             ..Totals::default()
         },
         "{table}"
@@ -57,4 +59,44 @@ fn a_launch_whose_reply_was_lost_is_adopted_after_the_restart() {
         "{:?}",
         crashed.audit.duplicates
     );
+}
+
+#[test]
+fn while_every_offering_is_out_of_capacity_pods_wait_with_the_reason_and_the_pool_pauses() {
+    let world = Scenario::parse(bench_chaos::SCENARIO).unwrap_or_else(|e| panic!("{e}"));
+    let outage = world
+        .with_steps(
+            "outage",
+            "[{at: 0s, unavailable: {for: 1h}},
+              {at: 30s, scale: {kind: Deployment, namespace: default, name: inflate, replicas: 4}}]",
+            "8m",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+    let simulated = simulate::run(&outage, outage.seed, Default::default(), &mut |_| {})
+        .unwrap_or_else(|e| panic!("{e}"));
+    let summary = &simulated.report.summary;
+    assert_eq!(summary.pods_pending_end, 4);
+    assert!(
+        summary
+            .pending_pods
+            .iter()
+            .all(|p| p.reason.contains("launches paused") && p.reason.contains("InsufficientCapacityError")),
+        "{:?}",
+        summary.pending_pods
+    );
+    let paused = simulated
+        .report
+        .timeline
+        .iter()
+        .filter(|e| e.object == "NodePool/default" && e.detail.starts_with("LaunchesPaused"))
+        .count();
+    assert!(paused >= 1, "no LaunchesPaused warning on the NodePool");
+    // Without the breaker every batch launched again: over a hundred attempts in these minutes.
+    let attempts = simulated
+        .calls
+        .0
+        .iter()
+        .filter(|c| c.operation == joist_provider_sim::Operation::Create)
+        .count();
+    assert!(attempts <= 12, "{attempts} launch attempts");
 }

@@ -207,7 +207,7 @@ async fn decide(
         return None;
     }
     // The nodes and their pods come after the candidates, once there is something to simulate.
-    let Problem { mut input, pools } = problem::cluster(shared, Vec::new()).await;
+    let Problem { mut input, pools, .. } = problem::cluster(shared, Vec::new()).await;
     let collected = {
         let types: PoolTypes<'_> = pools
             .iter()

@@ -25,7 +25,9 @@ use crate::{
     disruption::candidates::do_not_disrupt,
     kube_ops::is_true,
     node_trace::Phase,
-    settings::{LAUNCH_TIMEOUT, MINIMUM_DRAIN_TIME, REGISTRATION_TIMEOUT, doubling_backoff},
+    settings::{
+        INITIALIZATION_TIMEOUT, LAUNCH_TIMEOUT, MINIMUM_DRAIN_TIME, REGISTRATION_TIMEOUT, doubling_backoff,
+    },
     snapshot::{finished, is_ephemeral, node_allocatable},
 };
 
@@ -33,8 +35,12 @@ use crate::{
 /// class not in it yet, is waited for this long before the actor acts on what it sees.
 pub const READ_MODEL_LAG: Duration = Duration::from_secs(30);
 
-/// How soon a launch that failed in a way a retry may fix is tried again.
+/// How soon a launch that failed in a way a retry may fix is first tried again; the wait doubles
+/// with each failure in a row, up to [`LAUNCH_RETRY_MAX`], so a throttling cloud is not pressed.
 pub const LAUNCH_RETRY: Duration = Duration::from_secs(10);
+
+/// The longest wait between failed launches (the launch timeout still ends the claim at 5 minutes).
+pub const LAUNCH_RETRY_MAX: Duration = Duration::from_secs(80);
 
 /// How soon a drain looks again while pods are leaving.
 pub const DRAIN_POLL: Duration = Duration::from_secs(1);
@@ -62,6 +68,12 @@ pub struct Memory {
     pub drain_started: Option<Instant>,
     /// Eviction rounds in a row that a PodDisruptionBudget refused.
     pub refused_evictions: u32,
+    /// Launches in a row that failed in a way a retry may fix: the next one first looks for an
+    /// instance the failed ones may have started.
+    pub failed_launches: u32,
+    /// When the next launch may be tried, after a failed one: changes to the claim (its own
+    /// `LaunchFailed` condition among them) do not cut the wait short.
+    pub launch_retry_at: Option<Instant>,
 }
 
 /// What the actor knows when it decides.
@@ -181,6 +193,17 @@ pub enum Next {
     Gone,
 }
 
+impl Next {
+    /// This, but no later than `left` from now.
+    pub fn sooner(self, left: Duration) -> Self {
+        match self {
+            Next::OnChange => Next::After(left),
+            Next::After(wait) => Next::After(wait.min(left)),
+            Next::Gone => Next::Gone,
+        }
+    }
+}
+
 /// Actions in order, then when to look again.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Plan {
@@ -257,11 +280,7 @@ pub fn decide(facts: &Facts<'_>, memory: &mut Memory) -> Plan {
     }
     let mut plan = live(facts, memory);
     if let Some(left) = expires_in {
-        plan.next = match plan.next {
-            Next::OnChange => Next::After(left),
-            Next::After(wait) => Next::After(wait.min(left)),
-            Next::Gone => Next::Gone,
-        };
+        plan.next = plan.next.sooner(left);
     }
     plan
 }
@@ -297,6 +316,13 @@ fn live(facts: &Facts<'_>, memory: &mut Memory) -> Plan {
             }
             return Plan::delete("NodeClassNotReady", "its nodepool or node class does not exist");
         }
+        let backing_off = memory
+            .launch_retry_at
+            .map(|at| at.saturating_duration_since(facts.now))
+            .filter(|left| !left.is_zero());
+        if let Some(left) = backing_off {
+            return Plan::wait(Next::After(left));
+        }
         return Plan::act(vec![Action::Launch], Next::OnChange);
     }
     memory.launched = None;
@@ -322,9 +348,21 @@ fn live(facts: &Facts<'_>, memory: &mut Memory) -> Plan {
     }
     let mut next = Next::OnChange;
     let mut actions = Vec::new();
+    // A node whose kubelet never reported Ready holds its pods' capacity in flight forever:
+    // it gets as long as registration did (startup taints and device plugins are not timed).
+    if !is_true(&status.conditions, "Initialized") && !node_ready(node) {
+        let since_registered = since(
+            facts.now_seconds,
+            transitioned_at(claim, "Registered").unwrap_or_else(|| created_at(claim)),
+        );
+        if since_registered >= INITIALIZATION_TIMEOUT {
+            return Plan::delete("InitializationTimeout", "the node did not become Ready in time");
+        }
+        next = Next::After(INITIALIZATION_TIMEOUT - since_registered);
+    }
     match facts.repair {
         Repair::Healthy => {}
-        Repair::Tolerated(left) => next = Next::After(*left),
+        Repair::Tolerated(left) => next = next.sooner(*left),
         Repair::Due { condition, message } => {
             let repair = Action::Repair {
                 condition: condition.clone(),
@@ -335,7 +373,7 @@ fn live(facts: &Facts<'_>, memory: &mut Memory) -> Plan {
         }
         Repair::Blocked { message } => {
             actions.push(Action::RepairBlocked(message.clone()));
-            next = Next::After(BLOCKED_RETRY);
+            next = next.sooner(BLOCKED_RETRY);
         }
     }
     if !is_true(&status.conditions, "Initialized") && initialized(claim, node) {
@@ -355,9 +393,11 @@ fn live(facts: &Facts<'_>, memory: &mut Memory) -> Plan {
 /// What follows a launch attempt: a launch is recorded; a capacity error marks the offerings and
 /// deletes the claim (its pods are simulated again without them); an unready node class deletes
 /// it; any other error sets `Launched=Unknown` and retries.
-pub fn after_launch(outcome: Result<Launch, CloudError>) -> Plan {
+pub fn after_launch(outcome: Result<Launch, CloudError>, memory: &mut Memory, now: Instant) -> Plan {
     match outcome {
         Ok(launch) => {
+            memory.failed_launches = 0;
+            memory.launch_retry_at = None;
             let mut actions = Vec::new();
             if !launch.unavailable.is_empty() {
                 actions.push(Action::MarkUnavailable(launch.unavailable.clone()));
@@ -378,10 +418,12 @@ pub fn after_launch(outcome: Result<Launch, CloudError>) -> Plan {
         Err(error @ CloudError::NodeClassNotReady { .. }) => {
             Plan::delete("NodeClassNotReady", &error.to_string())
         }
-        Err(error) => Plan::act(
-            vec![Action::LaunchFailed(error.to_string())],
-            Next::After(LAUNCH_RETRY),
-        ),
+        Err(error) => {
+            memory.failed_launches = memory.failed_launches.saturating_add(1);
+            let wait = doubling_backoff(LAUNCH_RETRY, memory.failed_launches, LAUNCH_RETRY_MAX);
+            memory.launch_retry_at = Some(now + wait);
+            Plan::act(vec![Action::LaunchFailed(error.to_string())], Next::After(wait))
+        }
     }
 }
 
@@ -689,11 +731,7 @@ pub const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
 /// left, and every extended resource the claim's capacity promises (`nvidia.com/gpu` …) registered
 /// by its device plugin (non-zero in the Node's allocatable).
 pub fn initialized(claim: &NodeClaim, node: &Node) -> bool {
-    let ready = node
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+    let ready = node_ready(node);
     let starting = node_taints(node).iter().any(|t| {
         is_ephemeral(t)
             || claim
@@ -703,6 +741,14 @@ pub fn initialized(claim: &NodeClaim, node: &Node) -> bool {
                 .any(|s| s.key == t.key && s.effect == t.effect)
     });
     ready && !starting && extended_resources_registered(claim, node)
+}
+
+/// Whether the Node's kubelet reports `Ready=True`.
+fn node_ready(node: &Node) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
 fn extended_resources_registered(claim: &NodeClaim, node: &Node) -> bool {
@@ -794,6 +840,15 @@ mod tests {
         claim(
             created_ago,
             &[("Launched", "True", launched_ago)],
+            json!({"providerID": "aws:///zone-a/i-1"}),
+        )
+    }
+
+    /// A launched claim (provider ID set) created `created_ago` seconds ago with `conditions`.
+    fn claim_with(created_ago: i64, conditions: &[(&str, &str, i64)]) -> NodeClaim {
+        claim(
+            created_ago,
+            conditions,
             json!({"providerID": "aws:///zone-a/i-1"}),
         )
     }
@@ -937,10 +992,14 @@ mod tests {
             deleted_with(&case.decide(&mut Memory::default())),
             Some("NodeClassNotReady")
         );
-        let refused = after_launch(Err(CloudError::NodeClassNotReady {
-            node_class: "d".into(),
-            reason: "its Ready condition is not True".into(),
-        }));
+        let refused = after_launch(
+            Err(CloudError::NodeClassNotReady {
+                node_class: "d".into(),
+                reason: "its Ready condition is not True".into(),
+            }),
+            &mut Memory::default(),
+            Instant::now(),
+        );
         assert_eq!(deleted_with(&refused), Some("NodeClassNotReady"));
     }
 
@@ -971,22 +1030,51 @@ mod tests {
             zone: "zone-a".into(),
             capacity_type: joist_messages::model::instance_type::CapacityType::OnDemand,
         };
-        let ok = after_launch(Ok(a_launch(vec![offering.clone()])));
+        let memory = &mut Memory::default();
+        let now = Instant::now();
+        let ok = after_launch(Ok(a_launch(vec![offering.clone()])), memory, now);
         assert!(matches!(
             ok.actions.as_slice(),
             [Action::MarkUnavailable(_), Action::RecordLaunch(_)]
         ));
-        let ice = after_launch(Err(CloudError::InsufficientCapacity {
-            offerings: vec![offering],
-            message: "no capacity".into(),
-        }));
+        let ice = after_launch(
+            Err(CloudError::InsufficientCapacity {
+                offerings: vec![offering],
+                message: "no capacity".into(),
+            }),
+            memory,
+            now,
+        );
         assert!(matches!(ice.actions[0], Action::MarkUnavailable(_)));
         assert_eq!(deleted_with(&ice), Some("InsufficientCapacityError"));
-        let transient = after_launch(Err(CloudError::Transient {
-            message: "throttled".into(),
-        }));
+        let throttled = || {
+            Err(CloudError::Transient {
+                message: "throttled".into(),
+            })
+        };
+        let transient = after_launch(throttled(), memory, now);
         assert!(matches!(transient.actions.as_slice(), [Action::LaunchFailed(_)]));
         assert_eq!(transient.next, Next::After(LAUNCH_RETRY));
+        // Failures in a row back off, up to the cap.
+        let waits: Vec<Next> = (0..4)
+            .map(|_| after_launch(throttled(), memory, now).next)
+            .collect();
+        let secs = |s| Next::After(Duration::from_secs(s));
+        assert_eq!(waits, [secs(20), secs(40), secs(80), secs(80)]);
+        // A change to the claim meanwhile (its own LaunchFailed condition) does not cut the wait
+        // short; once it is over the claim launches again.
+        let young = claim(10, &[], json!({}));
+        let mut case = Case::new(&young);
+        case.now = now + Duration::from_secs(30);
+        assert_eq!(
+            case.decide(memory),
+            Plan::wait(Next::After(Duration::from_secs(50)))
+        );
+        case.now = now + Duration::from_secs(80);
+        assert!(matches!(case.decide(memory).actions.as_slice(), [Action::Launch]));
+        // A launch that works ends the backoff.
+        let _ = after_launch(Ok(a_launch(Vec::new())), memory, now);
+        assert_eq!((memory.failed_launches, memory.launch_retry_at), (0, None));
     }
 
     #[test]
@@ -1434,8 +1522,45 @@ mod tests {
     }
 
     #[test]
-    fn a_node_broken_for_too_long_is_repaired_at_once_unless_blocked() {
+    fn a_node_that_never_turns_ready_ends_its_claim_at_the_initialization_timeout() {
         let claim = registered(json!({}));
+        let not_ready = node(false, json!([]), json!({}));
+        let mut case = Case::new(&claim);
+        case.node = Some(&not_ready);
+        let plan = case.decide(&mut Memory::default());
+        assert_eq!(deleted_with(&plan), None);
+        assert_eq!(
+            plan.next,
+            Next::After(Duration::from_secs(400)),
+            "registered 500 s ago: wakes when 15 minutes are up"
+        );
+        let late = claim_with(1000, &[("Launched", "True", 990), ("Registered", "True", 900)]);
+        let mut case = Case::new(&late);
+        case.node = Some(&not_ready);
+        assert_eq!(
+            deleted_with(&case.decide(&mut Memory::default())),
+            Some("InitializationTimeout")
+        );
+        // A Ready node still waiting on its startup taint is not timed.
+        let ready = node(
+            true,
+            json!([{"key": "agent.io/starting", "effect": "NoSchedule"}]),
+            json!({}),
+        );
+        case.node = Some(&ready);
+        assert_eq!(deleted_with(&case.decide(&mut Memory::default())), None);
+    }
+
+    #[test]
+    fn a_node_broken_for_too_long_is_repaired_at_once_unless_blocked() {
+        let claim = claim_with(
+            600,
+            &[
+                ("Launched", "True", 590),
+                ("Registered", "True", 500),
+                ("Initialized", "True", 490),
+            ],
+        );
         let node = node(false, json!([]), json!({}));
         let mut case = Case::new(&claim);
         case.node = Some(&node);

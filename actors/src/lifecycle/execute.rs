@@ -37,13 +37,15 @@ use super::{
     },
 };
 use crate::{
+    breaker::FAILED_LAUNCH_REASONS,
+    cloud_calls::{bounded, within},
     disruption::orchestrate::DISRUPTION_REASON,
     faults::Step,
     kube_ops::{self, is_true},
     metrics::{Metrics, PoolLabels, snake_case},
     node_trace::Phase,
     protocol::{GetInstanceTypes, MarkUnavailable},
-    settings::ACTOR_REQUEST_TIMEOUT,
+    settings::{ACTOR_REQUEST_TIMEOUT, LAUNCH_TIMEOUT},
     shared::Shared,
 };
 
@@ -89,11 +91,12 @@ async fn perform(
         let reached = fault_point(&action);
         match action {
             Action::Launch => {
-                let outcome = launch(shared, target.claim).await?;
+                let outcome = launch(shared, target.claim, memory.failed_launches > 0).await?;
                 if outcome.is_ok() {
                     faults.reach(Step::InstanceLaunched).await;
                 }
-                return Box::pin(perform(shared, target, after_launch(outcome), memory)).await;
+                let plan = after_launch(outcome, memory, Instant::now());
+                return Box::pin(perform(shared, target, plan, memory)).await;
             }
             Action::RecordLaunch(launch) => {
                 memory.launched = Some((*launch).clone());
@@ -148,7 +151,7 @@ async fn perform(
             Action::Taint => taint(shared, node(target)?).await?,
             Action::Evict(pods) => next = after_evictions(evict(shared, pods).await?, memory),
             Action::TerminateInstance(provider_id) => {
-                match shared.cloud.delete(&provider_id).await {
+                match bounded("terminate instance", shared.cloud.delete(&provider_id)).await {
                     Ok(()) | Err(CloudError::NodeClaimNotFound { .. }) => {}
                     Err(error) => return Err(error.into()),
                 }
@@ -204,7 +207,12 @@ fn node<'a>(target: &Target<'a>) -> Result<&'a Node, StepError> {
 }
 
 /// Lists the claim's instance types and asks the cloud for an instance.
-async fn launch(shared: &Shared, claim: &NodeClaim) -> Result<Result<Launch, CloudError>, StepError> {
+/// Launches `claim`'s instance; `failed_before` says an earlier launch of this actor failed.
+async fn launch(
+    shared: &Shared,
+    claim: &NodeClaim,
+    failed_before: bool,
+) -> Result<Result<Launch, CloudError>, StepError> {
     let pool = claim
         .labels()
         .get(NODEPOOL)
@@ -228,8 +236,11 @@ async fn launch(shared: &Shared, claim: &NodeClaim) -> Result<Result<Launch, Clo
     // the cloud to launch by them rather than by its own prices.
     let crate::overlay::Overlaid { types, repriced, .. } =
         crate::overlay::for_pool(shared, &node_pool, types);
-    if created_at(claim) < shared.started_at
-        && let Some(launch) = shared.cloud.find_launch(claim, &types).await?
+    // A launch whose outcome is unknown (it failed: its reply may have been lost, or it timed
+    // out; or the controllers that made it crashed) may have started an instance: adopt it
+    // rather than start a second.
+    if (failed_before || created_at(claim) < shared.started_at)
+        && let Some(launch) = bounded("find launch", shared.cloud.find_launch(claim, &types)).await?
     {
         tracing::info!(
             nodeclaim = claim.name_any(),
@@ -245,7 +256,13 @@ async fn launch(shared: &Shared, claim: &NodeClaim) -> Result<Result<Launch, Clo
             .annotations_mut()
             .insert(PRICE_OVERLAY_APPLIED.to_owned(), "true".to_owned());
     }
-    Ok(shared.cloud.create(&claim, &types).await)
+    // A launch may take until the claim's launch timeout, when liveness gives up on the claim
+    // (and the garbage collector on whatever the launch started).
+    let age = u64::try_from(shared.clock.now_seconds() - created_at(&claim)).unwrap_or(0);
+    let left = LAUNCH_TIMEOUT
+        .saturating_sub(Duration::from_secs(age))
+        .max(Duration::from_secs(1));
+    Ok(within(left, "launch", shared.cloud.create(&claim, &types)).await)
 }
 
 /// Records that `claim` finished `phase`, which began at the epoch second `since`.
@@ -267,7 +284,27 @@ async fn delete_claim(shared: &Shared, claim: &NodeClaim, reason: &str, why: &st
     shared.events.warn(claim, reason, why);
     kube_ops::delete(&kube_ops::cluster::<NodeClaim>(&shared.client), &claim.name_any()).await?;
     shared.metrics.disrupted(claim, &snake_case(reason));
+    if FAILED_LAUNCH_REASONS.contains(&reason) {
+        count_failed_launch(shared, claim, format!("{reason}: {why}"));
+    }
     Ok(())
+}
+
+/// Counts a failed launch against the claim's NodePool, and says so on the NodePool when that
+/// pauses its launches.
+fn count_failed_launch(shared: &Shared, claim: &NodeClaim, failure: String) {
+    let Some(pool_name) = claim.labels().get(NODEPOOL) else {
+        return;
+    };
+    let Some(paused) = shared.breakers.failed(pool_name, failure) else {
+        return;
+    };
+    tracing::warn!(nodepool = pool_name, %paused, "pausing the nodepool's launches");
+    if let Some(pool) = shared.read.node_pool(pool_name) {
+        shared
+            .events
+            .warn(pool.as_ref(), "LaunchesPaused", &paused.to_string());
+    }
 }
 
 /// Counts a NodeClaim whose termination finished, and how long it took since its deletion.
@@ -383,6 +420,9 @@ async fn record_launch(shared: &Shared, claim: &NodeClaim, launch: &Launch) -> R
         status,
     );
     write_claim_status(shared, claim, body).await?;
+    if let Some(pool) = claim.labels().get(NODEPOOL) {
+        shared.breakers.succeeded(pool);
+    }
     // Labels are a map: merging them needs no version. The claim's own labels win over the
     // cloud's, as in Karpenter. The node class's hash is stamped as the launch used it.
     let mut labels: BTreeMap<String, String> = launch.labels.clone();
@@ -497,7 +537,12 @@ async fn name_instance(
     provider_id: &str,
     node_name: &str,
 ) -> Result<(), StepError> {
-    match shared.cloud.name_instance(provider_id, node_name).await {
+    match bounded(
+        "name instance",
+        shared.cloud.name_instance(provider_id, node_name),
+    )
+    .await
+    {
         Ok(()) | Err(CloudError::NodeClaimNotFound { .. }) => {}
         Err(error) => return Err(error.into()),
     }

@@ -5,6 +5,11 @@
 //! its NodeClaim declares once the node is Ready; and the pods of a deleted Node are deleted (pod
 //! garbage collection).
 //!
+//! The taint manager: a pod on a Node with a `NoExecute` taint it does not tolerate is deleted
+//! gracefully, as kube-controller-manager evicts it. A toleration with `tolerationSeconds`
+//! tolerates for good here (the built-in not-ready and unreachable ones among them), so a broken
+//! node keeps its pods until something drains it.
+//!
 //! Graceful shutdown: a pod being deleted keeps running until its containers stop, which takes
 //! the time its [`SHUTDOWN_AFTER_ANNOTATION`] says (none: at once), never past the end of its grace
 //! period (the `deletionTimestamp`); then its kubelet deletes it for good.
@@ -18,7 +23,9 @@ use std::{
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
-use super::{Informer, wait};
+use k8s_openapi::api::core::v1::Toleration;
+
+use super::{Informer, scheduler::tolerated, wait};
 use crate::object::text;
 use crate::{
     conditions,
@@ -122,6 +129,7 @@ impl Kubelets {
             }
             return;
         }
+        self.evict_untolerated(store, &name, node);
         if conditions::status(node, "Ready") == Some("True") {
             if self.ready_nodes.insert(name.clone()) {
                 for pod in self.waiting.remove(&name).unwrap_or_default() {
@@ -145,6 +153,34 @@ impl Kubelets {
             let booting = conditions::status(node, "Ready").is_none();
             if booting && node.pointer("/metadata/deletionTimestamp").is_none() {
                 self.schedule(settings.node_ready_after, Action::NodeReady(name));
+            }
+        }
+    }
+
+    /// The taint manager (see the module docs).
+    fn evict_untolerated(&self, store: &Store, name: &str, node: &Value) {
+        let taints: Vec<&Value> = node["spec"]["taints"]
+            .as_array()
+            .map(|taints| taints.iter().filter(|t| t["effect"] == "NoExecute").collect())
+            .unwrap_or_default();
+        let Some(pods) = self.pods_by_node.get(name).filter(|_| !taints.is_empty()) else {
+            return;
+        };
+        let resource = GroupResource::new("", "pods");
+        for key in pods {
+            let Ok(pod) = store.get(&resource, key) else {
+                continue;
+            };
+            let tolerations: Vec<Toleration> =
+                serde_json::from_value(pod["spec"]["tolerations"].clone()).unwrap_or_default();
+            let untolerated = taints
+                .iter()
+                .any(|t| !tolerated(&tolerations, text(t, "/key"), text(t, "/value"), "NoExecute"));
+            if untolerated
+                && pod.pointer("/metadata/deletionTimestamp").is_none()
+                && let Err(error) = store.delete(&resource, key, &DeleteOptions::default())
+            {
+                tracing::debug!(%error, pod = %key.name, "kubesim taint manager: cannot evict");
             }
         }
     }

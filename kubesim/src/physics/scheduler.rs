@@ -721,7 +721,8 @@ fn resources(list: Option<&Value>) -> Resources {
         .unwrap_or_default()
 }
 
-fn tolerated(tolerations: &[Toleration], key: &str, value: &str, effect: &str) -> bool {
+/// Whether a taint is tolerated by one of `tolerations`.
+pub(super) fn tolerated(tolerations: &[Toleration], key: &str, value: &str, effect: &str) -> bool {
     tolerations.iter().any(|t| {
         let effect_ok = t.effect.as_deref().is_none_or(|e| e.is_empty() || e == effect);
         let key_ok = t.key.as_deref().is_none_or(|k| k.is_empty() || k == key);

@@ -1,5 +1,5 @@
-//! The simulated cloud's state: instances with their lifetimes and prices, injected capacity
-//! outages and failing operations, and the ledger `joist simulate` reports from.
+//! The simulated cloud's state: instances with their lifetimes and prices, the faults in force
+//! ([`crate::faults`]), and the ledger `joist simulate` reports from.
 //!
 //! Instances boot for [`SimSettings::boot`] and then register as Nodes through the Kubernetes API
 //! ([`crate::node`]); terminating one removes its Node, as the cloud controller manager does. The
@@ -13,6 +13,8 @@ use std::{
 
 use joist_messages::model::shape::CapacitySettings;
 use joist_provider::{CloudError, Instance, InstanceState, OfferingKey};
+
+use crate::faults::{BootFault, CallLog, Failure, Faults, OfferingPattern, Operation, Reply};
 use serde::Serialize;
 use tokio::{task::JoinHandle, time::Instant};
 
@@ -103,29 +105,6 @@ pub enum CloudEvent {
     },
 }
 
-/// A cloud call a scenario can make fail.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Operation {
-    /// Resolving an EC2NodeClass (subnets, security groups, images).
-    ResolveNodeClass,
-    /// Launching an instance.
-    Create,
-    /// Receiving from the interruption queue.
-    ReceiveMessages,
-}
-
-impl Operation {
-    /// The operation a scenario names (`resolveNodeClass`, `create`, `receiveMessages`).
-    pub fn from_name(name: &str) -> Option<Self> {
-        match name {
-            "resolveNodeClass" => Some(Self::ResolveNodeClass),
-            "create" => Some(Self::Create),
-            "receiveMessages" => Some(Self::ReceiveMessages),
-            _ => None,
-        }
-    }
-}
-
 /// An instance the cloud tracks.
 pub(crate) struct Tracked {
     pub record: InstanceRecord,
@@ -133,18 +112,12 @@ pub(crate) struct Tracked {
     pub boot: Option<JoinHandle<()>>,
 }
 
-struct Outage {
-    offering: OfferingKey,
-    until: Instant,
-}
-
 #[derive(Default)]
 pub(crate) struct State {
     launched: u64,
     pub instances: BTreeMap<String, Tracked>,
-    outages: Vec<Outage>,
-    /// Operations failing until the instant given (fault injection).
-    failing: BTreeMap<Operation, Instant>,
+    /// Injected faults and the call log.
+    pub faults: Faults,
     pub events: Vec<(f64, CloudEvent)>,
 }
 
@@ -191,37 +164,30 @@ impl Books {
         (format!("i-0{:016x}", z), n)
     }
 
-    /// Makes an offering refuse launches for `duration`.
-    pub fn make_unavailable(&self, offering: OfferingKey, duration: Duration) {
-        let until = Instant::now() + duration;
-        self.lock().outages.push(Outage { offering, until });
+    /// Makes the offerings `pattern` covers refuse launches for `duration`.
+    pub fn make_unavailable(&self, pattern: OfferingPattern, duration: Duration) {
+        self.lock().faults.make_unavailable(pattern, duration);
     }
 
-    /// Makes every call of `operation` fail with a transient error for `duration`.
-    pub fn fail(&self, operation: Operation, duration: Duration) {
-        self.lock().failing.insert(operation, Instant::now() + duration);
+    /// Makes every call of `operation` fail as `failure` says for `duration`.
+    pub fn fail(&self, operation: Operation, failure: Failure, duration: Duration) {
+        self.lock().faults.fail(operation, failure, duration);
     }
 
-    /// The transient error `operation` fails with right now, if it is failing.
-    pub(crate) fn fault(&self, operation: Operation) -> Result<(), CloudError> {
-        let failing = self
-            .lock()
-            .failing
-            .get(&operation)
-            .is_some_and(|until| *until > Instant::now());
-        if failing {
-            return Err(CloudError::Transient {
-                message: format!("{operation:?}: RequestLimitExceeded (injected fault)"),
-            });
-        }
-        Ok(())
+    /// Makes instances launched in the next `duration` come up broken as `fault` says.
+    pub fn break_boots(&self, fault: BootFault, duration: Duration) {
+        self.lock().faults.break_boots(fault, duration);
     }
 
-    /// Whether an offering is out of capacity right now.
-    pub(crate) fn is_unavailable(state: &mut State, offering: &OfferingKey) -> bool {
-        let now = Instant::now();
-        state.outages.retain(|o| o.until > now);
-        state.outages.iter().any(|o| &o.offering == offering)
+    /// Logs a call of `operation`; refuses it while it is throttled (see [`Faults::call`]).
+    pub(crate) fn call(&self, operation: Operation) -> Result<Reply, CloudError> {
+        let at = self.elapsed();
+        self.lock().faults.call(operation, at)
+    }
+
+    /// Every call made so far.
+    pub fn calls(&self) -> CallLog {
+        self.lock().faults.calls.clone()
     }
 
     /// Every instance ever launched, in launch order.

@@ -1,6 +1,8 @@
 //! A simulated cloud for Joist: real EC2 instance shapes and prices ([`catalog`]), instances that
-//! boot after a delay and register as Nodes through the Kubernetes API ([`node`]), injectable
-//! capacity outages per offering, failing operations and spot interruptions ([`cloud`]).
+//! boot after a delay and register as Nodes through the Kubernetes API ([`node`]), spot
+//! interruptions ([`cloud`]), and injectable faults: capacity outages, calls that are throttled,
+//! hang or lose their replies, and instances that never register or never turn Ready, with a log
+//! of every call ([`faults`]).
 //!
 //! Images: a class selecting an alias at `@latest` boots the family's newest image, which a
 //! scenario can replace ([`SimCloud::release_image`]); other terms boot one fixed image. An
@@ -14,6 +16,7 @@
 
 pub mod catalog;
 pub mod cloud;
+pub mod faults;
 pub mod node;
 pub mod queue;
 
@@ -28,7 +31,7 @@ use joist_messages::{
     model::{instance_type::InstanceType, shape::Ec2Shape},
 };
 use joist_provider::{
-    CloudError, CloudFuture, CloudProvider, Drift, Instance, InstanceState, Launch, OfferingKey, launch,
+    CloudError, CloudFuture, CloudProvider, Drift, Instance, InstanceState, Launch, launch,
     repair::{EC2_REPAIR_POLICIES, RepairPolicy},
 };
 use k8s_openapi::api::core::v1::Node;
@@ -39,7 +42,8 @@ use kube::{
 
 pub use self::{
     catalog::{Catalog, CatalogError},
-    cloud::{Books, CloudEvent, EndReason, INTERRUPTION_NOTICE, InstanceRecord, Operation, SimSettings},
+    cloud::{Books, CloudEvent, EndReason, INTERRUPTION_NOTICE, InstanceRecord, SimSettings},
+    faults::{BootFault, Call, CallLog, Failure, OfferingPattern, Operation},
 };
 use self::{
     cloud::Tracked,
@@ -143,17 +147,24 @@ impl SimCloud {
         &self.inner.books
     }
 
-    /// Makes every call of `operation` fail with a transient error (throttling) for `duration`.
-    pub fn fail(&self, operation: Operation, duration: Duration) {
+    /// Makes every call of `operation` fail as `failure` says for `duration`. The interruption
+    /// queue is only ever throttled: a hang or a lost reply there is SQS's visibility timeout's
+    /// business, which the queue already models.
+    pub fn fail(&self, operation: Operation, failure: Failure, duration: Duration) {
         match operation {
             Operation::ReceiveMessages => self.inner.queue.fail(duration),
-            _ => self.inner.books.fail(operation, duration),
+            _ => self.inner.books.fail(operation, failure, duration),
         }
     }
 
-    /// Makes an offering refuse launches for `duration`.
-    pub fn make_unavailable(&self, offering: OfferingKey, duration: Duration) {
-        self.inner.books.make_unavailable(offering, duration);
+    /// Makes the offerings `pattern` covers refuse launches for `duration`.
+    pub fn make_unavailable(&self, pattern: OfferingPattern, duration: Duration) {
+        self.inner.books.make_unavailable(pattern, duration);
+    }
+
+    /// Makes instances launched in the next `duration` come up broken as `fault` says.
+    pub fn break_boots(&self, fault: BootFault, duration: Duration) {
+        self.inner.books.break_boots(fault, duration);
     }
 
     /// The interruption queue this cloud's warnings go to, as EventBridge puts them on SQS.
@@ -226,7 +237,7 @@ impl SimCloud {
         let mut state = books.lock();
         for candidate in launch::candidates(claim, instance_types)? {
             let key = candidate.key();
-            if Books::is_unavailable(&mut state, &key) {
+            if state.faults.is_unavailable(&key) {
                 books.record(
                     &mut state,
                     CloudEvent::InsufficientCapacity {
@@ -276,7 +287,12 @@ impl SimCloud {
                 arch: labels.get(ARCH).map_or("amd64", String::as_str),
             }
             .node();
-            let boot = tokio::spawn(register(self.inner.client.clone(), registration, settings.boot));
+            let boot = match state.faults.boot_fault() {
+                Some(BootFault::NeverRegisters) => None,
+                Some(BootFault::NeverReady) => Some(never_ready(registration)),
+                None => Some(registration),
+            }
+            .map(|node| tokio::spawn(register(self.inner.client.clone(), node, settings.boot)));
             let event = CloudEvent::Launched {
                 instance: instance_id.clone(),
                 offering: key,
@@ -295,7 +311,7 @@ impl SimCloud {
                         end_reason: None,
                     },
                     labels: labels.clone(),
-                    boot: Some(boot),
+                    boot,
                 },
             );
             return Ok(Launch {
@@ -333,6 +349,63 @@ impl SimCloud {
         tags
     }
 
+    /// The running instance an earlier launch for the NodeClaim `name` started, as a launch.
+    fn find_tagged(&self, name: &str, instance_types: &[Arc<InstanceType>]) -> Option<Launch> {
+        let state = self.inner.books.lock();
+        let tracked = state.instances.values().find(|t| {
+            t.record.ended.is_none()
+                && t.record.instance.tags.get(tags::NODECLAIM).map(String::as_str) == Some(name)
+        })?;
+        let instance = &tracked.record.instance;
+        let it = instance_types
+            .iter()
+            .find(|it| it.name == instance.instance_type)?;
+        Some(Launch {
+            instance: instance.clone(),
+            capacity: it.capacity.clone(),
+            allocatable: it.allocatable(),
+            labels: tracked.labels.clone(),
+            unavailable: Vec::new(),
+        })
+    }
+
+    /// Terminates a running instance; `NodeClaimNotFound` when it is not running.
+    async fn terminate(&self, provider_id: &str) -> Result<(), CloudError> {
+        let id = Self::instance_id(provider_id);
+        let running = self
+            .inner
+            .books
+            .lock()
+            .instances
+            .get(id)
+            .is_some_and(|t| t.record.ended.is_none());
+        if !running {
+            return Err(CloudError::NodeClaimNotFound {
+                provider_id: provider_id.to_owned(),
+            });
+        }
+        let reason = if self.inner.books.was_warned(id) {
+            EndReason::SpotInterruption
+        } else {
+            EndReason::Terminated
+        };
+        self.end(id, reason).await;
+        Ok(())
+    }
+
+    /// A running instance; `NodeClaimNotFound` when it is not running.
+    fn describe(&self, provider_id: &str) -> Result<Instance, CloudError> {
+        let state = self.inner.books.lock();
+        state
+            .instances
+            .get(Self::instance_id(provider_id))
+            .filter(|t| t.record.ended.is_none())
+            .map(|t| t.record.instance.clone())
+            .ok_or_else(|| CloudError::NodeClaimNotFound {
+                provider_id: provider_id.to_owned(),
+            })
+    }
+
     fn instance_id(provider_id: &str) -> &str {
         provider_id.rsplit('/').next().unwrap_or(provider_id)
     }
@@ -364,6 +437,20 @@ fn zone_id_prefix(region: &str) -> String {
     prefix
 }
 
+/// `node` as a kubelet that cannot start its container network writes it: `Ready=False` from the
+/// start, which kubesim's kubelet takes for broken and never heals.
+fn never_ready(mut node: Node) -> Node {
+    let condition = k8s_openapi::api::core::v1::NodeCondition {
+        type_: "Ready".to_owned(),
+        status: "False".to_owned(),
+        reason: Some("KubeletNotReady".to_owned()),
+        message: Some("container runtime network not ready (injected fault)".to_owned()),
+        ..k8s_openapi::api::core::v1::NodeCondition::default()
+    };
+    node.status.get_or_insert_default().conditions = Some(vec![condition]);
+    node
+}
+
 /// Waits for the instance to boot, then registers its Node.
 async fn register(client: kube::Client, node: Node, boot: Duration) {
     tokio::time::sleep(boot).await;
@@ -384,9 +471,11 @@ impl CloudProvider for SimCloud {
         instance_types: &'a [Arc<InstanceType>],
     ) -> CloudFuture<'a, Launch> {
         Box::pin(async move {
-            self.inner.books.fault(Operation::Create)?;
+            let reply = self.inner.books.call(Operation::Create)?;
             let node_class = joist_provider::node_class::ready(&self.inner.client, claim).await?;
-            self.launch(claim, &node_class, instance_types)
+            reply
+                .answer(self.launch(claim, &node_class, instance_types))
+                .await
         })
     }
 
@@ -396,78 +485,42 @@ impl CloudProvider for SimCloud {
         instance_types: &'a [Arc<InstanceType>],
     ) -> CloudFuture<'a, Option<Launch>> {
         Box::pin(async move {
+            let reply = self.inner.books.call(Operation::List)?;
             let name = claim.name_any();
-            let state = self.inner.books.lock();
-            let found = state.instances.values().find(|t| {
-                t.record.ended.is_none() && t.record.instance.tags.get(tags::NODECLAIM) == Some(&name)
-            });
-            Ok(found.and_then(|tracked| {
-                let instance = &tracked.record.instance;
-                let it = instance_types
-                    .iter()
-                    .find(|it| it.name == instance.instance_type)?;
-                Some(Launch {
-                    instance: instance.clone(),
-                    capacity: it.capacity.clone(),
-                    allocatable: it.allocatable(),
-                    labels: tracked.labels.clone(),
-                    unavailable: Vec::new(),
-                })
-            }))
+            let found = self.find_tagged(&name, instance_types);
+            reply.answer(Ok(found)).await
         })
     }
 
     fn delete<'a>(&'a self, provider_id: &'a str) -> CloudFuture<'a, ()> {
         Box::pin(async move {
-            let id = Self::instance_id(provider_id);
-            let running = self
-                .inner
-                .books
-                .lock()
-                .instances
-                .get(id)
-                .is_some_and(|t| t.record.ended.is_none());
-            if !running {
-                return Err(CloudError::NodeClaimNotFound {
-                    provider_id: provider_id.to_owned(),
-                });
-            }
-            let reason = if self.inner.books.was_warned(id) {
-                EndReason::SpotInterruption
-            } else {
-                EndReason::Terminated
-            };
-            self.end(id, reason).await;
-            Ok(())
+            let reply = self.inner.books.call(Operation::Delete)?;
+            reply.answer(self.terminate(provider_id).await).await
         })
     }
 
     fn get<'a>(&'a self, provider_id: &'a str) -> CloudFuture<'a, Instance> {
         Box::pin(async move {
-            let state = self.inner.books.lock();
-            state
-                .instances
-                .get(Self::instance_id(provider_id))
-                .filter(|t| t.record.ended.is_none())
-                .map(|t| t.record.instance.clone())
-                .ok_or_else(|| CloudError::NodeClaimNotFound {
-                    provider_id: provider_id.to_owned(),
-                })
+            let reply = self.inner.books.call(Operation::Get)?;
+            reply.answer(self.describe(provider_id)).await
         })
     }
 
     fn list(&self) -> CloudFuture<'_, Vec<Instance>> {
         Box::pin(async move {
-            let state = self.inner.books.lock();
-            Ok(state
+            let reply = self.inner.books.call(Operation::List)?;
+            let running = self
+                .inner
+                .books
+                .lock()
                 .instances
                 .values()
                 .filter(|t| t.record.ended.is_none())
                 .map(|t| t.record.instance.clone())
-                .collect())
+                .collect();
+            reply.answer(Ok(running)).await
         })
     }
-
     fn instance_types<'a>(
         &'a self,
         _node_pool: &'a NodePool,
@@ -498,7 +551,7 @@ impl CloudProvider for SimCloud {
 
     fn resolve_node_class<'a>(&'a self, node_class: &'a EC2NodeClass) -> CloudFuture<'a, EC2NodeClassStatus> {
         Box::pin(async move {
-            self.inner.books.fault(Operation::ResolveNodeClass)?;
+            let reply = self.inner.books.call(Operation::ResolveNodeClass)?;
             let settings = &self.inner.settings;
             let name = node_class.metadata.name.as_deref().unwrap_or_default();
             let zones: Vec<String> = if settings.zones.is_empty() {
@@ -540,7 +593,7 @@ impl CloudProvider for SimCloud {
                     ],
                 })
                 .collect();
-            Ok(EC2NodeClassStatus {
+            let status = EC2NodeClassStatus {
                 subnets,
                 security_groups: vec![ResolvedSecurityGroup {
                     id: "sg-0sim00000000000000".to_owned(),
@@ -550,26 +603,32 @@ impl CloudProvider for SimCloud {
                 instance_profile: Some(format!("{}_{name}", settings.cluster_name)),
                 capacity_reservations: Vec::new(),
                 conditions: Vec::new(),
-            })
+            };
+            reply.answer(Ok(status)).await
         })
     }
 
     fn name_instance<'a>(&'a self, provider_id: &'a str, node_name: &'a str) -> CloudFuture<'a, ()> {
         Box::pin(async move {
-            let mut state = self.inner.books.lock();
-            let instance = state
+            let reply = self.inner.books.call(Operation::NameInstance)?;
+            let named = self
+                .inner
+                .books
+                .lock()
                 .instances
                 .get_mut(Self::instance_id(provider_id))
                 .filter(|t| t.record.ended.is_none())
+                .map(|instance| {
+                    instance
+                        .record
+                        .instance
+                        .tags
+                        .insert("Name".to_owned(), node_name.to_owned());
+                })
                 .ok_or_else(|| CloudError::NodeClaimNotFound {
                     provider_id: provider_id.to_owned(),
-                })?;
-            instance
-                .record
-                .instance
-                .tags
-                .insert("Name".to_owned(), node_name.to_owned());
-            Ok(())
+                });
+            reply.answer(named).await
         })
     }
 

@@ -1,0 +1,298 @@
+//! The cloud-fault and runaway cases of `joist bench chaos`: each runs the chaos world
+//! (`examples/chaos.yaml`'s cloud and manifests) with steps that inject one fault, measures what
+//! Joist did while it lasted, and audits what was left once it cleared.
+//!
+//! | case | fault | pass |
+//! |---|---|---|
+//! | `throttle-storm` | every EC2 call throttled for 10 minutes while the workload grows and a spot node is interrupted | EC2 calls stay under [`STORM_PEAK`] per second in any 10 s |
+//! | `capacity-outage` | every offering out of capacity for 10 minutes | no pod runs, under [`OUTAGE_LAUNCHES`] launch attempts |
+//! | `launch-hangs` | launches start instances but never reply, 4 minutes | the claim is deleted at its launch timeout and the instance collected |
+//! | `reply-lost` | launches start instances and reply with an error, 2 minutes | each claim keeps its first instance |
+//! | `never-registers` | instances launched in 20 minutes never register a Node | claims deleted at the registration timeout; one launch per claim the pods need, per timeout |
+//! | `never-ready` | Nodes launched in 20 minutes never turn Ready | claims deleted at the initialization timeout; one launch per claim the pods need, per timeout |
+//! | `tainted-after-launch` | every Node that turns Ready is tainted `NoExecute` for 10 minutes | under [`TAINT_NODES`] nodes at once |
+//!
+//! Every case must also end with no leaked instance, no claim launched twice and every pod Running.
+
+use joist_actors::faults::FaultPoints;
+use joist_provider_sim::Operation;
+
+use super::CommandError;
+use crate::simulate::{self, Scenario, Simulated, report::Report};
+
+/// The most EC2 calls per second, in any 10 s of a throttling storm.
+pub const STORM_PEAK: f64 = 2.0;
+/// The most launch attempts while every offering is out of capacity for 10 minutes.
+pub const OUTAGE_LAUNCHES: usize = 15;
+/// The most nodes at once while every Node is tainted after launch.
+pub const TAINT_NODES: usize = 8;
+
+/// One case.
+struct Case {
+    name: &'static str,
+    steps: &'static str,
+    until: &'static str,
+    judge: fn(&Simulated) -> Verdict,
+}
+
+/// What a case measured, and why it failed if it did.
+struct Verdict {
+    measure: String,
+    problem: Option<String>,
+}
+
+impl Verdict {
+    fn pass_if(measure: String, ok: bool, problem: impl FnOnce() -> String) -> Self {
+        Self {
+            measure,
+            problem: (!ok).then(problem),
+        }
+    }
+}
+
+const SCALE_12: &str =
+    "{at: 30s, scale: {kind: Deployment, namespace: default, name: inflate, replicas: 12}}";
+
+const CASES: [Case; 7] = [
+    Case {
+        name: "throttle-storm",
+        steps: "[{at: 30s, scale: {kind: Deployment, namespace: default, name: inflate, replicas: 12}},
+                 {at: 3m, failCloud: {operation: ec2, for: 10m}},
+                 {at: 4m, scale: {kind: Deployment, namespace: default, name: inflate, replicas: 30}},
+                 {at: 5m, interrupt: {nodeSelector: {karpenter.sh/capacity-type: spot}, count: 1}}]",
+        until: "30m",
+        judge: throttle_storm,
+    },
+    Case {
+        name: "capacity-outage",
+        steps: "[{at: 0s, unavailable: {for: 10m}}, SCALE_12]",
+        until: "25m",
+        judge: capacity_outage,
+    },
+    Case {
+        name: "launch-hangs",
+        steps: "[{at: 0s, failCloud: {operation: create, failure: hang, for: 4m}}, SCALE_12]",
+        until: "20m",
+        judge: launch_hangs,
+    },
+    Case {
+        name: "reply-lost",
+        steps: "[{at: 0s, failCloud: {operation: create, failure: loseReply, for: 2m}}, SCALE_12]",
+        until: "15m",
+        judge: reply_lost,
+    },
+    Case {
+        name: "never-registers",
+        steps: "[{at: 0s, bootFault: {never: register, for: 20m}}, SCALE_12]",
+        until: "50m",
+        judge: never_registers,
+    },
+    Case {
+        name: "never-ready",
+        steps: "[{at: 0s, bootFault: {never: ready, for: 20m}}, SCALE_12]",
+        until: "50m",
+        judge: never_ready,
+    },
+    Case {
+        name: "tainted-after-launch",
+        steps: "[{at: 0s, taintNodes: {key: chaos.joist.dev/quarantine, effect: NoExecute, for: 10m}}, SCALE_12]",
+        until: "30m",
+        judge: tainted_after_launch,
+    },
+];
+
+/// The counts of the cases.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct CaseTotals {
+    /// Cases run.
+    pub cases: usize,
+    /// Cases whose measure missed its bound.
+    pub failed: usize,
+    /// Instances leaked.
+    pub leaks: usize,
+    /// NodeClaims launched more than once.
+    pub duplicates: usize,
+    /// Pods not Running and Nodes left tainted at the end.
+    pub stranded: usize,
+}
+
+/// Runs every case in `world`, handing each printed line to `print`.
+pub fn run(
+    world: &Scenario,
+    print: &mut dyn FnMut(String) -> Result<(), CommandError>,
+) -> Result<CaseTotals, CommandError> {
+    let failed = |message: String| CommandError::Simulate {
+        path: "bench chaos".into(),
+        message,
+    };
+    print(format!(
+        "{:<22} {:>6} {:>10} {:>8}  measure",
+        "case", "leaks", "duplicates", "stranded"
+    ))?;
+    let mut totals = CaseTotals::default();
+    for case in &CASES {
+        let steps = case.steps.replace("SCALE_12", SCALE_12);
+        let scenario = world
+            .with_steps(case.name, &steps, case.until)
+            .map_err(|e| failed(format!("{}: {e}", case.name)))?;
+        let simulated = simulate::run_crashing(&scenario, scenario.seed, FaultPoints::none())
+            .map_err(|e| failed(format!("{}: {e}", case.name)))?;
+        let audit = &simulated.audit;
+        let verdict = (case.judge)(&simulated);
+        totals.cases += 1;
+        totals.leaks += audit.leaks.len();
+        totals.duplicates += audit.duplicates.len();
+        let stranded = audit.stranded.len() + audit.tainted.len();
+        totals.stranded += stranded;
+        print(format!(
+            "{:<22} {:>6} {:>10} {:>8}  {}",
+            case.name,
+            audit.leaks.len(),
+            audit.duplicates.len(),
+            stranded,
+            verdict.measure
+        ))?;
+        if let Some(problem) = verdict.problem {
+            totals.failed += 1;
+            print(format!("  FAILED: {problem}"))?;
+        }
+    }
+    print(format!("cases {} failed {}", totals.cases, totals.failed))?;
+    Ok(totals)
+}
+
+/// Timeline entries of `event` whose detail starts with `detail_starts`.
+fn timeline_count(report: &Report, event: &str, detail_starts: &str) -> usize {
+    report
+        .timeline
+        .iter()
+        .filter(|e| e.event == event && e.detail.starts_with(detail_starts))
+        .count()
+}
+
+/// Instances launched in `[from, to)` seconds.
+fn launches(report: &Report, from: f64, to: f64) -> usize {
+    report
+        .instances
+        .iter()
+        .filter(|i| i.launched_at_seconds >= from && i.launched_at_seconds < to)
+        .count()
+}
+
+/// The most nodes at once in `[from, to)` seconds.
+fn max_nodes(report: &Report, from: f64, to: f64) -> usize {
+    report
+        .series
+        .iter()
+        .filter(|s| s.at_seconds >= from && s.at_seconds < to)
+        .map(|s| s.nodes)
+        .max()
+        .unwrap_or(0)
+}
+
+fn throttle_storm(simulated: &Simulated) -> Verdict {
+    let (from, to) = (180.0, 780.0);
+    let ec2 = |c: &&joist_provider_sim::Call| Operation::EC2.contains(&c.operation);
+    let calls = simulated.calls.between(from, to).filter(ec2).count();
+    let peak = simulated.calls.peak_rate(from, to, 10.0);
+    let measure = format!(
+        "{calls} EC2 calls in the 600 s storm ({:.2}/s), peak {peak:.1}/s over 10 s",
+        calls as f64 / (to - from)
+    );
+    Verdict::pass_if(measure, peak <= STORM_PEAK, || {
+        format!("{peak:.1} calls/s is above {STORM_PEAK}")
+    })
+}
+
+fn capacity_outage(simulated: &Simulated) -> Verdict {
+    let report = &simulated.report;
+    let attempts = simulated
+        .calls
+        .between(0.0, 600.0)
+        .filter(|c| c.operation == Operation::Create)
+        .count();
+    let ran = report
+        .series
+        .iter()
+        .filter(|s| s.at_seconds < 600.0)
+        .map(|s| s.pods_running)
+        .max()
+        .unwrap_or(0);
+    let measure = format!("{attempts} launch attempts in the 10 min outage; {ran} pods ran during it");
+    Verdict::pass_if(measure, attempts <= OUTAGE_LAUNCHES && ran == 0, || {
+        format!("more than {OUTAGE_LAUNCHES} attempts, or a pod ran on capacity that did not exist")
+    })
+}
+
+fn launch_hangs(simulated: &Simulated) -> Verdict {
+    let report = &simulated.report;
+    let timeouts = timeline_count(report, "warning", "LaunchTimeout");
+    let hung: Vec<String> = report
+        .instances
+        .iter()
+        .filter(|i| i.launched_at_seconds < 240.0)
+        .map(|i| {
+            i.ended_at_seconds
+                .map_or_else(|| "still running".to_owned(), |end| format!("ended at {end:.0}s"))
+        })
+        .collect();
+    let collected = hung.iter().all(|h| h.starts_with("ended"));
+    let measure = format!(
+        "{timeouts} claims deleted at their launch timeout; instances of hung launches: {}",
+        hung.join(", ")
+    );
+    Verdict::pass_if(measure, timeouts >= 1 && collected && !hung.is_empty(), || {
+        "a hung launch was not timed out, or its instance was not collected".to_owned()
+    })
+}
+
+fn reply_lost(simulated: &Simulated) -> Verdict {
+    let report = &simulated.report;
+    let claims = timeline_count(report, "nodeclaim-launched", "");
+    let lost = simulated
+        .calls
+        .between(0.0, 120.0)
+        .filter(|c| c.operation == Operation::Create && c.failed)
+        .count();
+    let measure = format!(
+        "{lost} launch replies lost; {} instances for {claims} launched claims",
+        report.instances.len()
+    );
+    Verdict::pass_if(measure, lost >= 1 && report.instances.len() == claims, || {
+        "a claim whose reply was lost launched again".to_owned()
+    })
+}
+
+fn never_registers(simulated: &Simulated) -> Verdict {
+    timed_out(simulated, "RegistrationTimeout")
+}
+
+fn never_ready(simulated: &Simulated) -> Verdict {
+    timed_out(simulated, "InitializationTimeout")
+}
+
+/// A 20-minute boot fault whose claims end at the 15-minute timeout `reason`: one launch per
+/// claim the pods need, and one more for each timeout that passes inside the fault.
+fn timed_out(simulated: &Simulated, reason: &str) -> Verdict {
+    let report = &simulated.report;
+    let timeouts = timeline_count(report, "warning", reason);
+    let broken = launches(report, 0.0, 1200.0);
+    let needed = launches(report, 1200.0, f64::MAX).max(1);
+    let most = max_nodes(report, 0.0, 1200.0);
+    let measure = format!(
+        "{broken} launches in the 20 min fault, at most {most} nodes, {timeouts} ended by {reason}; {needed} after"
+    );
+    Verdict::pass_if(measure, timeouts >= 1 && broken <= 2 * needed, || {
+        format!("launched more than once per claim per {reason}")
+    })
+}
+
+fn tainted_after_launch(simulated: &Simulated) -> Verdict {
+    let report = &simulated.report;
+    let launched = launches(report, 0.0, 600.0);
+    let most = max_nodes(report, 0.0, 900.0);
+    let measure = format!("{launched} launches in the 10 min fault, at most {most} nodes at once");
+    Verdict::pass_if(measure, most <= TAINT_NODES, || {
+        format!("{most} nodes at once is above {TAINT_NODES}: a runaway")
+    })
+}
