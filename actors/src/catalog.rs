@@ -96,13 +96,7 @@ impl Handler<GetInstanceTypes> for Catalog {
             return Box::pin(fut::ready(Ok(self.with_availability(&types))));
         }
         let cloud = self.cloud.clone();
-        let list = async move {
-            crate::cloud_calls::bounded(
-                "list instance types",
-                cloud.instance_types(&msg.node_pool, &msg.node_class),
-            )
-            .await
-        };
+        let list = async move { cloud.instance_types(&msg.node_pool, &msg.node_class).await };
         Box::pin(list.into_actor(self).map(move |listed, catalog, _ctx| {
             let types: Arc<Vec<Arc<InstanceType>>> = Arc::new(listed?.into_iter().map(Arc::new).collect());
             catalog.listed.insert(

@@ -7,8 +7,8 @@
 //! [`FaultPoints::reach`] there. In production the points are [`FaultPoints::none`] and cost one
 //! branch. A simulation arms one step ([`FaultPoints::crash_at`]): when the controllers reach it
 //! for the chosen time, the process is considered dead from then on. The future that reached it
-//! never resumes, every later fault point never returns, and [`Gated`] makes every call to the
-//! cloud or the interruption queue, before or after it is sent, never answer (kubesim's
+//! never resumes, every later fault point never returns, and [`FaultPoints::gate`] makes every
+//! call to the cloud or the interruption queue, before or after it is sent, never answer (kubesim's
 //! `Cluster::client_until` does the same for the API server). A new set of controllers started
 //! from the cluster and the cloud alone must then finish the job.
 //!
@@ -22,14 +22,9 @@ use std::{
     },
 };
 
-use joist_messages::{
-    apis::{EC2NodeClass, EC2NodeClassStatus, NodeClaim, NodePool},
-    model::instance_type::InstanceType,
-};
 use joist_provider::{
-    CloudFuture, CloudProvider, Drift, Instance, Launch,
+    CloudFuture,
     interruption::{InterruptionQueue, QueueMessage},
-    repair::RepairPolicy,
 };
 use tokio::sync::Notify;
 
@@ -204,75 +199,22 @@ impl FaultPoints {
     }
 }
 
-/// A cloud or interruption queue whose calls stop answering once `faults` crash.
+/// An interruption queue whose calls stop answering once `faults` crash (the cloud's are gated by
+/// [`crate::cloud_calls::GuardedCloud`]).
 #[derive(Debug)]
-pub struct Gated<T: ?Sized> {
+pub struct GatedQueue {
     faults: FaultPoints,
-    inner: Arc<T>,
+    inner: Arc<dyn InterruptionQueue>,
 }
 
-impl<T: ?Sized> Gated<T> {
+impl GatedQueue {
     /// `inner`, gated by `faults`.
-    pub fn new(inner: Arc<T>, faults: FaultPoints) -> Self {
+    pub fn new(inner: Arc<dyn InterruptionQueue>, faults: FaultPoints) -> Self {
         Self { faults, inner }
     }
 }
 
-impl CloudProvider for Gated<dyn CloudProvider> {
-    fn name(&self) -> &'static str {
-        self.inner.name()
-    }
-
-    fn create<'a>(&'a self, claim: &'a NodeClaim, types: &'a [Arc<InstanceType>]) -> CloudFuture<'a, Launch> {
-        Box::pin(self.faults.gate(self.inner.create(claim, types)))
-    }
-
-    fn find_launch<'a>(
-        &'a self,
-        claim: &'a NodeClaim,
-        types: &'a [Arc<InstanceType>],
-    ) -> CloudFuture<'a, Option<Launch>> {
-        Box::pin(self.faults.gate(self.inner.find_launch(claim, types)))
-    }
-
-    fn delete<'a>(&'a self, provider_id: &'a str) -> CloudFuture<'a, ()> {
-        Box::pin(self.faults.gate(self.inner.delete(provider_id)))
-    }
-
-    fn get<'a>(&'a self, provider_id: &'a str) -> CloudFuture<'a, Instance> {
-        Box::pin(self.faults.gate(self.inner.get(provider_id)))
-    }
-
-    fn list(&self) -> CloudFuture<'_, Vec<Instance>> {
-        Box::pin(self.faults.gate(self.inner.list()))
-    }
-
-    fn instance_types<'a>(
-        &'a self,
-        node_pool: &'a NodePool,
-        node_class: &'a EC2NodeClass,
-    ) -> CloudFuture<'a, Vec<InstanceType>> {
-        Box::pin(self.faults.gate(self.inner.instance_types(node_pool, node_class)))
-    }
-
-    fn resolve_node_class<'a>(&'a self, node_class: &'a EC2NodeClass) -> CloudFuture<'a, EC2NodeClassStatus> {
-        Box::pin(self.faults.gate(self.inner.resolve_node_class(node_class)))
-    }
-
-    fn is_drifted<'a>(&'a self, claim: &'a NodeClaim) -> CloudFuture<'a, Option<Drift>> {
-        Box::pin(self.faults.gate(self.inner.is_drifted(claim)))
-    }
-
-    fn name_instance<'a>(&'a self, provider_id: &'a str, node_name: &'a str) -> CloudFuture<'a, ()> {
-        Box::pin(self.faults.gate(self.inner.name_instance(provider_id, node_name)))
-    }
-
-    fn repair_policies(&self) -> &'static [RepairPolicy] {
-        self.inner.repair_policies()
-    }
-}
-
-impl InterruptionQueue for Gated<dyn InterruptionQueue> {
+impl InterruptionQueue for GatedQueue {
     fn receive(&self) -> CloudFuture<'_, Vec<QueueMessage>> {
         Box::pin(self.faults.gate(self.inner.receive()))
     }

@@ -11,7 +11,7 @@
 use actix::prelude::*;
 use tracing::Instrument;
 
-use crate::{cloud_calls::bounded, settings::ORPHAN_GRACE, shared::Shared};
+use crate::{settings::ORPHAN_GRACE, shared::Shared};
 
 /// See the module docs.
 pub struct GarbageCollector {
@@ -40,7 +40,7 @@ impl Actor for GarbageCollector {
 /// One round (see the module docs).
 async fn collect(shared: Shared) {
     shared.read.synced().await;
-    let instances = match bounded("list instances", shared.cloud.list()).await {
+    let instances = match shared.cloud.list().await {
         Ok(instances) => instances,
         Err(error) => {
             tracing::warn!(%error, "listing instances failed");
@@ -63,7 +63,7 @@ async fn collect(shared: Shared) {
             provider_id = instance.provider_id,
             "terminating an instance no nodeclaim accounts for"
         );
-        if let Err(error) = bounded("terminate instance", shared.cloud.delete(&instance.provider_id)).await {
+        if let Err(error) = shared.cloud.delete(&instance.provider_id).await {
             tracing::warn!(provider_id = instance.provider_id, %error, "terminating a leaked instance failed");
         }
     }

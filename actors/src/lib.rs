@@ -46,13 +46,13 @@ use std::sync::Arc;
 
 use actix::prelude::*;
 use joist_messages::time::Clock;
-use joist_provider::CloudProvider;
+use joist_provider::{CloudProvider, interruption::InterruptionQueue};
 
 use crate::{
-    batcher::Batcher, catalog::Catalog, cluster_state::ClusterState, disruption::DisruptionPlanner,
-    events::Events, garbage::GarbageCollector, interruption::InterruptionActor, metrics::Metrics,
-    node_trace::NodeTracer, provisioner::Provisioner, read_model::ReadModel, settings::Settings,
-    shared::Shared,
+    batcher::Batcher, catalog::Catalog, cloud_calls::GuardedCloud, cluster_state::ClusterState,
+    disruption::DisruptionPlanner, events::Events, faults::GatedQueue, garbage::GarbageCollector,
+    interruption::InterruptionActor, metrics::Metrics, node_trace::NodeTracer, provisioner::Provisioner,
+    read_model::ReadModel, settings::Settings, shared::Shared,
 };
 
 /// The running controllers. Dropping it does not stop them; stop the actix system instead.
@@ -74,7 +74,8 @@ pub struct Controllers {
 }
 
 /// Starts every controller on the current actix system, talking to the cluster through `client`
-/// and to the cloud through `cloud`. NodePool actors are spread over `settings.shards` new
+/// and to the cloud through `cloud` (every call under a deadline, see [`cloud_calls`]; with a fault
+/// point armed in `settings.faults`, the cloud and the interruption queue go silent at the crash). NodePool actors are spread over `settings.shards` new
 /// arbiters (none: the current one). Each node's lifecycle is traced to `node_tracer`.
 pub fn start(
     client: kube::Client,
@@ -83,6 +84,13 @@ pub fn start(
     clock: Clock,
     node_tracer: NodeTracer,
 ) -> Controllers {
+    let mut settings = settings;
+    let cloud: Arc<dyn CloudProvider> = Arc::new(GuardedCloud::new(cloud, settings.faults.clone(), clock));
+    if settings.faults.armed().is_some() {
+        settings.interruption_queue = settings.interruption_queue.map(|queue| {
+            Arc::new(GatedQueue::new(queue, settings.faults.clone())) as Arc<dyn InterruptionQueue>
+        });
+    }
     let (read, writers) = ReadModel::new();
     let catalog = Catalog::new(cloud.clone()).start();
     let shards: Vec<ArbiterHandle> = (0..settings.shards).map(|_| Arbiter::new().handle()).collect();

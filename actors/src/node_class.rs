@@ -143,7 +143,7 @@ async fn resolve(
     status: &mut joist_messages::apis::EC2NodeClassStatus,
     generation: Option<i64>,
 ) -> Outcome {
-    match crate::cloud_calls::bounded("resolve node class", shared.cloud.resolve_node_class(class)).await {
+    match shared.cloud.resolve_node_class(class).await {
         Ok(resolved) => {
             let conditions = std::mem::take(&mut status.conditions);
             *status = resolved;

@@ -53,8 +53,9 @@ pub async fn cluster(shared: &Shared, nodes: Vec<ExistingNode>) -> Problem {
             );
             continue;
         }
-        if let Some(why) = shared.breakers.paused(&pool.name_any()) {
-            paused.push(format!("nodepool {:?}: {why}", pool.name_any()));
+        let name = pool.name_any();
+        if let Some(why) = shared.breakers.paused(&name) {
+            paused.push(format!("nodepool {name:?}: {why}"));
             continue;
         }
         let Some(class) = read.node_class(&pool.spec.template.spec.node_class_ref.name) else {

@@ -6,7 +6,7 @@
 use std::{cell::RefCell, collections::BTreeMap, rc::Rc, sync::Arc, time::Duration};
 
 use joist_actors::{
-    faults::{FaultPoints, Gated, Step},
+    faults::{FaultPoints, Step},
     node_trace::NodeTracer,
     settings::{Settings, SolverMode},
 };
@@ -16,7 +16,6 @@ use joist_messages::{
     model::shape::CapacitySettings,
     time::Clock,
 };
-use joist_provider::{CloudProvider, interruption::InterruptionQueue};
 use joist_provider_sim::{CallLog, SimCloud, SimSettings};
 use kube::{
     Api,
@@ -256,21 +255,14 @@ fn start_controllers(
         return Running { first, armed: None };
     };
     let down = faults.clone();
-    let gated = Settings {
-        interruption_queue: settings
-            .interruption_queue
-            .clone()
-            .map(|queue| Arc::new(Gated::new(queue, faults.clone())) as Arc<dyn InterruptionQueue>),
+    let armed = Settings {
         faults: faults.clone(),
         ..settings.clone()
     };
     let first = joist_actors::start(
         cluster.client_until(Arc::new(move || down.is_down())),
-        Arc::new(Gated::new(
-            Arc::new(cloud.clone()) as Arc<dyn CloudProvider>,
-            faults.clone(),
-        )),
-        gated,
+        Arc::new(cloud.clone()),
+        armed,
         clock,
         node_tracer.clone(),
     );

@@ -222,7 +222,7 @@ pub async fn mark(shared: &Shared, types: &PoolTypes<'_>, checks: &SharedChecks)
                     .and_then(|c| c.resource_version())
                     .unwrap_or_default();
                 if lock(checks).due(&name, &version, now) {
-                    match crate::cloud_calls::bounded("check drift", shared.cloud.is_drifted(claim)).await {
+                    match shared.cloud.is_drifted(claim).await {
                         Ok(drift) => {
                             lock(checks).checked.insert(name, (now, version));
                             drift.map(|d| d.reason)

@@ -38,14 +38,13 @@ use super::{
 };
 use crate::{
     breaker::FAILED_LAUNCH_REASONS,
-    cloud_calls::{bounded, within},
     disruption::orchestrate::DISRUPTION_REASON,
     faults::Step,
     kube_ops::{self, is_true},
     metrics::{Metrics, PoolLabels, snake_case},
     node_trace::Phase,
     protocol::{GetInstanceTypes, MarkUnavailable},
-    settings::{ACTOR_REQUEST_TIMEOUT, LAUNCH_TIMEOUT},
+    settings::ACTOR_REQUEST_TIMEOUT,
     shared::Shared,
 };
 
@@ -151,7 +150,7 @@ async fn perform(
             Action::Taint => taint(shared, node(target)?).await?,
             Action::Evict(pods) => next = after_evictions(evict(shared, pods).await?, memory),
             Action::TerminateInstance(provider_id) => {
-                match bounded("terminate instance", shared.cloud.delete(&provider_id)).await {
+                match shared.cloud.delete(&provider_id).await {
                     Ok(()) | Err(CloudError::NodeClaimNotFound { .. }) => {}
                     Err(error) => return Err(error.into()),
                 }
@@ -240,7 +239,7 @@ async fn launch(
     // out; or the controllers that made it crashed) may have started an instance: adopt it
     // rather than start a second.
     if (failed_before || created_at(claim) < shared.started_at)
-        && let Some(launch) = bounded("find launch", shared.cloud.find_launch(claim, &types)).await?
+        && let Some(launch) = shared.cloud.find_launch(claim, &types).await?
     {
         tracing::info!(
             nodeclaim = claim.name_any(),
@@ -256,13 +255,7 @@ async fn launch(
             .annotations_mut()
             .insert(PRICE_OVERLAY_APPLIED.to_owned(), "true".to_owned());
     }
-    // A launch may take until the claim's launch timeout, when liveness gives up on the claim
-    // (and the garbage collector on whatever the launch started).
-    let age = u64::try_from(shared.clock.now_seconds() - created_at(&claim)).unwrap_or(0);
-    let left = LAUNCH_TIMEOUT
-        .saturating_sub(Duration::from_secs(age))
-        .max(Duration::from_secs(1));
-    Ok(within(left, "launch", shared.cloud.create(&claim, &types)).await)
+    Ok(shared.cloud.create(&claim, &types).await)
 }
 
 /// Records that `claim` finished `phase`, which began at the epoch second `since`.
@@ -537,12 +530,7 @@ async fn name_instance(
     provider_id: &str,
     node_name: &str,
 ) -> Result<(), StepError> {
-    match bounded(
-        "name instance",
-        shared.cloud.name_instance(provider_id, node_name),
-    )
-    .await
-    {
+    match shared.cloud.name_instance(provider_id, node_name).await {
         Ok(()) | Err(CloudError::NodeClaimNotFound { .. }) => {}
         Err(error) => return Err(error.into()),
     }

@@ -84,13 +84,11 @@ pub async fn step(shared: &Shared, name: &str, memory: &mut Memory) -> Result<Ne
         .is_some_and(|p| read.node_pool(p).is_some());
     let class_known = read.node_class(&claim.spec.node_class_ref.name).is_some();
     let instance_exists = match (&claim.metadata.deletion_timestamp, &provider_id) {
-        (Some(_), Some(provider_id)) => {
-            match crate::cloud_calls::bounded("describe instance", shared.cloud.get(provider_id)).await {
-                Ok(_) => Some(true),
-                Err(CloudError::NodeClaimNotFound { .. }) => Some(false),
-                Err(error) => return Err(error.into()),
-            }
-        }
+        (Some(_), Some(provider_id)) => match shared.cloud.get(provider_id).await {
+            Ok(_) => Some(true),
+            Err(CloudError::NodeClaimNotFound { .. }) => Some(false),
+            Err(error) => return Err(error.into()),
+        },
         _ => None,
     };
     let volume_attachments = match (&claim.metadata.deletion_timestamp, &node) {

@@ -61,7 +61,7 @@ impl Operation {
 
     /// The operation a scenario names (`create`, `receiveMessages` …).
     pub fn from_name(name: &str) -> Option<Self> {
-        Self::NAMES.iter().find(|(n, _)| *n == name).map(|(_, op)| *op)
+        named(&Self::NAMES, name)
     }
 
     /// The name a scenario uses.
@@ -71,6 +71,11 @@ impl Operation {
             .find(|(_, op)| *op == self)
             .map_or("unknown", |(n, _)| n)
     }
+}
+
+/// The value a scenario's `name` stands for in a vocabulary table.
+fn named<T: Copy>(table: &[(&str, T)], name: &str) -> Option<T> {
+    table.iter().find(|(n, _)| *n == name).map(|(_, value)| *value)
 }
 
 /// How an injected fault makes a call fail.
@@ -95,7 +100,7 @@ impl Failure {
 
     /// The failure a scenario names.
     pub fn from_name(name: &str) -> Option<Self> {
-        Self::NAMES.iter().find(|(n, _)| *n == name).map(|(_, f)| *f)
+        named(&Self::NAMES, name)
     }
 }
 
@@ -175,7 +180,7 @@ impl BootFault {
 
     /// The fault a scenario names (what the instance never does).
     pub fn from_name(name: &str) -> Option<Self> {
-        Self::NAMES.iter().find(|(n, _)| *n == name).map(|(_, f)| *f)
+        named(&Self::NAMES, name)
     }
 }
 
