@@ -40,6 +40,60 @@ mod serve;
 #[path = "support/tools.rs"]
 mod tools;
 
+/// The Unix time simulated clocks start at: 2026-01-01T00:00:00Z.
+const EPOCH: i64 = 1_767_225_600;
+
+/// An actix system on a current-thread runtime whose time is paused (virtual time).
+fn paused_system() -> actix::SystemRunner {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .unwrap_or_else(|e| panic!("{e}"));
+    actix::System::with_tokio_rt(move || runtime)
+}
+
+/// kubesim with Joist's CRDs, the simulated cloud in us-west-2 and every controller running on
+/// it with `settings` (the solver inline), on the current actix system.
+fn controllers_on_kubesim(
+    name: &str,
+    settings: joist_actors::settings::Settings,
+) -> (joist_kubesim::Cluster, joist_actors::Controllers) {
+    let cluster = joist_kubesim::Cluster::start(joist_kubesim::ClusterSettings {
+        clock: joist_messages::time::Clock::starting_at(EPOCH),
+        ..Default::default()
+    });
+    cluster
+        .install_crds(joist_messages::apis::crds().into_iter().map(|(_, crd)| crd))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let client = cluster.client();
+    let cloud = joist_provider_sim::SimCloud::new(
+        joist_provider_sim::SimSettings {
+            region: "us-west-2".to_owned(),
+            zones: Vec::new(),
+            boot: Duration::from_secs(30),
+            cluster_name: name.to_owned(),
+            capacity: joist_messages::model::shape::CapacitySettings::default(),
+            epoch_seconds: EPOCH,
+            seed: 1,
+        },
+        client.clone(),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let settings = joist_actors::settings::Settings {
+        solver: joist_actors::settings::SolverMode::Inline,
+        ..settings
+    };
+    let controllers = joist_actors::start(
+        client,
+        Arc::new(cloud),
+        settings,
+        joist_messages::time::Clock::starting_at(EPOCH),
+        NodeTracer::disabled(),
+    );
+    (cluster, controllers)
+}
+
 /// An on-demand amd64 NodePool, with extra `requirements` entries and extra `spec` fields.
 fn pool(name: &str, requirements: &str, spec: &str) -> String {
     format!(

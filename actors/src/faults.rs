@@ -9,7 +9,7 @@
 //! for the chosen time, the process is considered dead from then on. The future that reached it
 //! never resumes, every later fault point never returns, and [`FaultPoints::gate`] makes every
 //! call to the cloud or the interruption queue, before or after it is sent, never answer (kubesim's
-//! `Cluster::client_until` does the same for the API server). A new set of controllers started
+//! `Cluster::client_with` does the same for the API server). A new set of controllers started
 //! from the cluster and the cloud alone must then finish the job.
 //!
 //! Failure modes: none of its own; a crash is what it injects.

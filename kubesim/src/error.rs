@@ -68,6 +68,9 @@ pub enum ApiError {
     /// 500: the request cannot be served as asked (an eviction covered by two budgets …).
     #[error("{0}")]
     Internal(String),
+    /// 504: the request may or may not have been carried out; its answer did not come in time.
+    #[error("{0}")]
+    Timeout(String),
     /// 415: the PATCH content type is not one the resource accepts.
     #[error("the body of the request was in an unknown format - accepted media types include: {0}")]
     UnsupportedMediaType(String),
@@ -87,6 +90,7 @@ impl ApiError {
             Self::MethodNotAllowed => 405,
             Self::UnsupportedMediaType(_) => 415,
             Self::Internal(_) => 500,
+            Self::Timeout(_) => 504,
         }
     }
 
@@ -104,6 +108,7 @@ impl ApiError {
             Self::MethodNotAllowed => "MethodNotAllowed",
             Self::UnsupportedMediaType(_) => "UnsupportedMediaType",
             Self::Internal(_) => "InternalError",
+            Self::Timeout(_) => "Timeout",
         }
     }
 

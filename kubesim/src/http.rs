@@ -22,7 +22,7 @@ use http_body_util::BodyExt;
 use hyper_util::rt::TokioIo;
 use tokio::{net::TcpListener, task::JoinHandle};
 
-use crate::api::{ApiBody, ApiRequest, ApiServer};
+use crate::api::{ApiBody, ApiFaults, ApiRequest, ApiServer};
 use crate::error::ApiError;
 
 /// The in-process front door: hand it to `kube::Client::new`.
@@ -31,6 +31,8 @@ pub struct InProcess {
     server: Arc<ApiServer>,
     /// When it says the client's process is down, requests are neither sent nor answered.
     down: Option<Down>,
+    /// The faults this client's requests go through.
+    faults: Option<ApiFaults>,
 }
 
 /// Whether a client's process is down (see [`InProcess::until`]).
@@ -45,7 +47,11 @@ impl std::fmt::Debug for InProcess {
 impl InProcess {
     /// A service over `server`.
     pub fn new(server: Arc<ApiServer>) -> Self {
-        Self { server, down: None }
+        Self {
+            server,
+            down: None,
+            faults: None,
+        }
     }
 
     /// A service over `server` for a client that can crash: once `down` says so, a request is
@@ -54,6 +60,15 @@ impl InProcess {
         Self {
             server,
             down: Some(down),
+            faults: None,
+        }
+    }
+
+    /// The same service, its requests going through `faults`.
+    pub fn with_faults(self, faults: ApiFaults) -> Self {
+        Self {
+            faults: Some(faults),
+            ..self
         }
     }
 }
@@ -73,14 +88,15 @@ where
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
         let server = self.server.clone();
+        let faults = self.faults.clone();
         let Some(down) = self.down.clone() else {
-            return Box::pin(async move { Ok(answer(&server, request).await) });
+            return Box::pin(async move { Ok(answer(&server, faults.as_ref(), request).await) });
         };
         Box::pin(async move {
             if down() {
                 std::future::pending::<()>().await;
             }
-            let response = answer(&server, request).await;
+            let response = answer(&server, faults.as_ref(), request).await;
             if down() {
                 std::future::pending::<()>().await;
             }
@@ -89,25 +105,27 @@ where
     }
 }
 
-/// Collects the body and answers the request.
-async fn answer<B>(server: &ApiServer, request: Request<B>) -> Response<ApiBody>
+/// Collects the body and answers the request, through `faults` when there are any.
+async fn answer<B>(server: &ApiServer, faults: Option<&ApiFaults>, request: Request<B>) -> Response<ApiBody>
 where
     B: http_body::Body<Data = Bytes>,
     B::Error: std::fmt::Display,
 {
     let (parts, body) = request.into_parts();
-    match body.collect().await {
-        Ok(collected) => server.handle(ApiRequest::from_http(Request::from_parts(
-            parts,
-            collected.to_bytes(),
-        ))),
+    let body = match body.collect().await {
+        Ok(collected) => collected.to_bytes(),
         Err(error) => {
             let error = ApiError::BadRequest(format!("cannot read the request body: {error}"));
             let mut response =
                 Response::new(http_body_util::Full::new(Bytes::from(error.status().to_string())).boxed());
             *response.status_mut() = http::StatusCode::BAD_REQUEST;
-            response
+            return response;
         }
+    };
+    let request = ApiRequest::from_http(Request::from_parts(parts, body));
+    match faults {
+        Some(faults) => faults.answer(server, request).await,
+        None => server.handle(request),
     }
 }
 
@@ -137,7 +155,7 @@ impl HttpServer {
                     let service =
                         hyper::service::service_fn(move |request: Request<hyper::body::Incoming>| {
                             let server = server.clone();
-                            async move { Ok::<_, Infallible>(answer(&server, request).await) }
+                            async move { Ok::<_, Infallible>(answer(&server, None, request).await) }
                         });
                     if let Err(error) = hyper::server::conn::http1::Builder::new()
                         .serve_connection(TokioIo::new(stream), service)

@@ -3,14 +3,16 @@
 //! first time they reach that point (with `--soak`, also the second and third time), starts new
 //! ones from the cluster and the cloud alone 10 s later, and audits what the run left: instances no
 //! NodeClaim accounts for (leaks, past the garbage collector's period), NodeClaims launched twice
-//! (duplicates), pods not Running (stranded) and Nodes still tainted `karpenter.sh/disrupted`.
+//! (duplicates), pods not Running (stranded), Nodes still tainted `karpenter.sh/disrupted`, and
+//! Pods, Nodes and NodeClaims the controllers' view holds differently from the cluster (missed).
 //!
 //! Then it runs the cloud-fault and runaway cases ([`chaos_cases`]) in the same world.
 //!
 //! It prints a row per crash and per case and ends with `steps N crashes N leaks N duplicates N
 //! stranded N` (stranded counts pods and tainted nodes; every count covers crashes and cases); the
-//! exit code is 1 when any of the last three is not zero, when a case missed its bound, or when a
-//! step was never reached (the suite would then prove nothing about it).
+//! exit code is 1 when any of the last three is not zero, when an object was missed, when a case
+//! missed its bound, or when a step was never reached (the suite would then prove nothing about
+//! it).
 
 use std::{io, process::ExitCode};
 
@@ -38,6 +40,8 @@ pub struct Totals {
     pub duplicates: usize,
     /// Pods not Running and Nodes left tainted at the end.
     pub stranded: usize,
+    /// Objects the controllers' view held differently from the cluster at the end.
+    pub missed: usize,
     /// Armed crashes whose step was never reached.
     pub unreached: usize,
     /// Fault cases run.
@@ -52,6 +56,7 @@ impl Totals {
         self.leaks == 0
             && self.duplicates == 0
             && self.stranded == 0
+            && self.missed == 0
             && self.unreached == 0
             && self.failed_cases == 0
     }
@@ -88,6 +93,7 @@ pub fn suite(
         "duplicates",
         "stranded",
         "tainted",
+        "missed",
     ]
     .map(String::from)))?;
     let mut totals = Totals::default();
@@ -111,6 +117,7 @@ pub fn suite(
             totals.leaks += audit.leaks.len();
             totals.duplicates += audit.duplicates.len();
             totals.stranded += audit.stranded.len() + audit.tainted.len();
+            totals.missed += audit.stale.len();
             print(row([
                 step.name().to_owned(),
                 nth.to_string(),
@@ -119,6 +126,7 @@ pub fn suite(
                 audit.duplicates.len().to_string(),
                 audit.stranded.len().to_string(),
                 audit.tainted.len().to_string(),
+                audit.stale.len().to_string(),
             ]))?;
             for line in details(audit) {
                 print(format!("  {line}"))?;
@@ -135,6 +143,7 @@ pub fn suite(
     totals.leaks += cases.leaks;
     totals.duplicates += cases.duplicates;
     totals.stranded += cases.stranded;
+    totals.missed += cases.missed;
     print(format!(
         "steps {} crashes {} leaks {} duplicates {} stranded {}",
         totals.steps, totals.crashes, totals.leaks, totals.duplicates, totals.stranded
@@ -143,18 +152,21 @@ pub fn suite(
 }
 
 /// One line of the table: the step left-aligned, the figures right-aligned under their headings.
-fn row(cells: [String; 7]) -> String {
-    let [step, nth, crash_at, leaks, duplicates, stranded, tainted] = cells;
-    format!("{step:<24} {nth:>5} {crash_at:>9} {leaks:>6} {duplicates:>10} {stranded:>8} {tainted:>7}")
+fn row(cells: [String; 8]) -> String {
+    let [step, nth, crash_at, leaks, duplicates, stranded, tainted, missed] = cells;
+    format!(
+        "{step:<24} {nth:>5} {crash_at:>9} {leaks:>6} {duplicates:>10} {stranded:>8} {tainted:>7} {missed:>6}"
+    )
 }
 
 /// What each non-zero column stands for.
-fn details(audit: &Audit) -> Vec<String> {
+pub(super) fn details(audit: &Audit) -> Vec<String> {
     [
         ("leaked", &audit.leaks),
         ("launched twice", &audit.duplicates),
         ("not running", &audit.stranded),
         ("still tainted", &audit.tainted),
+        ("missed by the controllers' view", &audit.stale),
     ]
     .into_iter()
     .filter(|(_, items)| !items.is_empty())

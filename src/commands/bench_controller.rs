@@ -455,16 +455,7 @@ async fn scheduling_mean(port: u16) -> Option<(f64, u64)> {
     let response = client.get(uri).await.ok()?;
     let body = response.into_body().collect().await.ok()?.to_bytes();
     let text = std::str::from_utf8(&body).ok()?;
-    let total = |series: &str| -> f64 {
-        text.lines()
-            .filter(|line| {
-                line.strip_prefix(series)
-                    .is_some_and(|rest| rest.starts_with(['{', ' ']))
-            })
-            .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum()
-    };
-    let count = total("karpenter_scheduler_scheduling_duration_seconds_count");
-    let sum = total("karpenter_scheduler_scheduling_duration_seconds_sum");
+    let count = super::metric_total(text, "karpenter_scheduler_scheduling_duration_seconds_count");
+    let sum = super::metric_total(text, "karpenter_scheduler_scheduling_duration_seconds_sum");
     (count > 0.0).then(|| (sum / count, count as u64))
 }

@@ -11,13 +11,19 @@
 //! | `never-registers` | instances launched in 20 minutes never register a Node | claims deleted at the registration timeout; one launch per claim the pods need, per timeout |
 //! | `never-ready` | Nodes launched in 20 minutes never turn Ready | claims deleted at the initialization timeout; one launch per claim the pods need, per timeout |
 //! | `tainted-after-launch` | every Node that turns Ready is tainted `NoExecute` for 10 minutes | under [`TAINT_NODES`] nodes at once |
+//! | `watch-drops` | every watch of Joist's ends every 20 s for 10 minutes while the workload grows, a spot node is interrupted and the workload shrinks | watches were dropped |
+//! | `history-gone` | as `watch-drops`, and every resume is refused `410 Gone`, so each drop is a relist | watches were refused and relisted |
+//! | `write-conflicts` | every update, patch and delete of Joist's refused `409 Conflict` for 5 minutes while the workload grows and a spot node is interrupted | writes were refused, under [`CONFLICT_RATE`] a second |
+//! | `write-replies-lost` | every write of Joist's applied but answered `504` for 3 minutes while the workload grows | a NodeClaim created while replies are lost, and at most [`LOST_REPLY_CLAIMS`] |
+//! | `slow-apiserver` | every request of Joist's answered 2 s late for 10 minutes while the workload grows and a spot node is interrupted | requests were delayed; the mailboxes' overflows are counted |
 //!
-//! Every case must also end with no leaked instance, no claim launched twice and every pod Running.
+//! Every case must also end with no leaked instance, no claim launched twice, every pod Running
+//! and the controllers' view of every Pod, Node and NodeClaim equal to the cluster's.
 
 use joist_actors::faults::FaultPoints;
 use joist_provider_sim::Operation;
 
-use super::CommandError;
+use super::{CommandError, bench_chaos};
 use crate::simulate::{self, Scenario, Simulated, report::Report};
 
 /// The most EC2 calls per second, in any 10 s of a throttling storm.
@@ -27,11 +33,19 @@ pub const OUTAGE_LAUNCHES: usize = 15;
 /// The most nodes at once while every Node is tainted after launch.
 pub const TAINT_NODES: usize = 8;
 
+/// The most writes refused a second while every update conflicts: a retry waits, it does not spin.
+pub const CONFLICT_RATE: f64 = 2.0;
+/// The most NodeClaims created while write replies are lost: the growth to 30 pods needs one (as
+/// the same run without the fault shows); a create made again after its reply was lost makes two.
+pub const LOST_REPLY_CLAIMS: usize = 1;
+
 /// One case.
 struct Case {
     name: &'static str,
     /// Steps after the workload grows to 12 pods at 30 s ([`GROW`]), as YAML list items.
     steps: &'static str,
+    /// Whether [`CHURN`]'s steps follow.
+    churn: bool,
     until: &'static str,
     judge: fn(&Simulated) -> Verdict,
 }
@@ -54,50 +68,99 @@ impl Verdict {
 /// The step every case starts from: the workload grows to 12 pods at 30 s.
 const GROW: &str = "{at: 30s, scale: {kind: Deployment, namespace: default, name: inflate, replicas: 12}}";
 
-const CASES: [Case; 7] = [
+/// Steps the Kubernetes-fault cases share after their fault: the workload grows, a spot node is
+/// interrupted, the workload shrinks (so objects are created, changed and deleted while it lasts).
+const CHURN: &str = "{at: 3m, scale: {kind: Deployment, namespace: default, name: inflate, replicas: 30}},
+                 {at: 5m, interrupt: {nodeSelector: {karpenter.sh/capacity-type: spot}, count: 1}},
+                 {at: 8m, scale: {kind: Deployment, namespace: default, name: inflate, replicas: 8}}";
+
+const CASES: [Case; 12] = [
     Case {
         name: "throttle-storm",
         steps: "{at: 3m, failCloud: {operation: ec2, for: 10m}},
                  {at: 4m, scale: {kind: Deployment, namespace: default, name: inflate, replicas: 30}},
                  {at: 5m, interrupt: {nodeSelector: {karpenter.sh/capacity-type: spot}, count: 1}}",
+        churn: false,
         until: "30m",
         judge: throttle_storm,
     },
     Case {
         name: "capacity-outage",
         steps: "{at: 0s, unavailable: {for: 10m}}",
+        churn: false,
         until: "25m",
         judge: capacity_outage,
     },
     Case {
         name: "launch-hangs",
         steps: "{at: 0s, failCloud: {operation: create, failure: hang, for: 4m}}",
+        churn: false,
         until: "20m",
         judge: launch_hangs,
     },
     Case {
         name: "reply-lost",
         steps: "{at: 0s, failCloud: {operation: create, failure: loseReply, for: 2m}}",
+        churn: false,
         until: "15m",
         judge: reply_lost,
     },
     Case {
         name: "never-registers",
         steps: "{at: 0s, bootFault: {never: register, for: 20m}}",
+        churn: false,
         until: "50m",
         judge: never_registers,
     },
     Case {
         name: "never-ready",
         steps: "{at: 0s, bootFault: {never: ready, for: 20m}}",
+        churn: false,
         until: "50m",
         judge: never_ready,
     },
     Case {
         name: "tainted-after-launch",
         steps: "{at: 0s, taintNodes: {key: chaos.joist.dev/quarantine, effect: NoExecute, for: 10m}}",
+        churn: false,
         until: "30m",
         judge: tainted_after_launch,
+    },
+    Case {
+        name: "watch-drops",
+        steps: "{at: 2m, failKube: {failure: dropWatches, for: 10m}}",
+        churn: true,
+        until: "30m",
+        judge: watch_drops,
+    },
+    Case {
+        name: "history-gone",
+        steps: "{at: 2m, failKube: {failure: gone, for: 10m}}",
+        churn: true,
+        until: "30m",
+        judge: history_gone,
+    },
+    Case {
+        name: "write-conflicts",
+        steps: "{at: 2m, failKube: {failure: conflict, for: 5m}}",
+        churn: true,
+        until: "30m",
+        judge: write_conflicts,
+    },
+    Case {
+        name: "write-replies-lost",
+        steps: "{at: 2m, failKube: {failure: loseReply, for: 3m}},
+                 {at: 2m, scale: {kind: Deployment, namespace: default, name: inflate, replicas: 30}}",
+        churn: false,
+        until: "30m",
+        judge: write_replies_lost,
+    },
+    Case {
+        name: "slow-apiserver",
+        steps: "{at: 2m, failKube: {failure: slow, delay: 2s, for: 10m}}",
+        churn: true,
+        until: "30m",
+        judge: slow_apiserver,
     },
 ];
 
@@ -114,6 +177,8 @@ pub struct CaseTotals {
     pub duplicates: usize,
     /// Pods not Running and Nodes left tainted at the end.
     pub stranded: usize,
+    /// Objects the controllers' view held differently from the cluster at the end.
+    pub missed: usize,
 }
 
 /// Runs every case in `world`, handing each printed line to `print`.
@@ -126,12 +191,17 @@ pub fn run(
         message,
     };
     print(format!(
-        "{:<22} {:>6} {:>10} {:>8}  measure",
-        "case", "leaks", "duplicates", "stranded"
+        "{:<22} {:>6} {:>10} {:>8} {:>6}  measure",
+        "case", "leaks", "duplicates", "stranded", "missed"
     ))?;
     let mut totals = CaseTotals::default();
     for case in &CASES {
-        let steps = format!("[{GROW}, {}]", case.steps);
+        let churn = if case.churn {
+            format!(", {CHURN}")
+        } else {
+            String::new()
+        };
+        let steps = format!("[{GROW}, {}{churn}]", case.steps);
         let scenario = world
             .with_steps(case.name, &steps, case.until)
             .map_err(|e| failed(format!("{}: {e}", case.name)))?;
@@ -144,14 +214,19 @@ pub fn run(
         totals.duplicates += audit.duplicates.len();
         let stranded = audit.stranded.len() + audit.tainted.len();
         totals.stranded += stranded;
+        totals.missed += audit.stale.len();
         print(format!(
-            "{:<22} {:>6} {:>10} {:>8}  {}",
+            "{:<22} {:>6} {:>10} {:>8} {:>6}  {}",
             case.name,
             audit.leaks.len(),
             audit.duplicates.len(),
             stranded,
+            audit.stale.len(),
             verdict.measure
         ))?;
+        for line in bench_chaos::details(audit) {
+            print(format!("  {line}"))?;
+        }
         if let Some(problem) = verdict.problem {
             totals.failed += 1;
             print(format!("  FAILED: {problem}"))?;
@@ -293,4 +368,61 @@ fn tainted_after_launch(simulated: &Simulated) -> Verdict {
     Verdict::pass_if(measure, most <= TAINT_NODES, || {
         format!("{most} nodes at once is above {TAINT_NODES}: a runaway")
     })
+}
+
+fn watch_drops(simulated: &Simulated) -> Verdict {
+    let counts = simulated.api_faults;
+    let measure = format!(
+        "{} watch drops in 10 min; {} objects seen differently at the end",
+        counts.watch_drops,
+        simulated.audit.stale.len()
+    );
+    Verdict::pass_if(measure, counts.watch_drops > 1, || {
+        "no watch was dropped".to_owned()
+    })
+}
+
+fn history_gone(simulated: &Simulated) -> Verdict {
+    let counts = simulated.api_faults;
+    let measure = format!(
+        "{} watch drops, {} resumes refused 410 and relisted; {} objects seen differently at the end",
+        counts.watch_drops,
+        counts.gone,
+        simulated.audit.stale.len()
+    );
+    Verdict::pass_if(measure, counts.gone > 1, || "no watch was refused 410".to_owned())
+}
+
+fn write_conflicts(simulated: &Simulated) -> Verdict {
+    let conflicts = simulated.api_faults.conflicts;
+    let rate = conflicts as f64 / 300.0;
+    let measure = format!("{conflicts} writes refused 409 in the 5 min fault ({rate:.2}/s)");
+    Verdict::pass_if(measure, conflicts > 0 && rate <= CONFLICT_RATE, || {
+        format!("{rate:.2} refused writes/s: a write retried without waiting (bound {CONFLICT_RATE})")
+    })
+}
+
+fn write_replies_lost(simulated: &Simulated) -> Verdict {
+    let lost = simulated.api_faults.lost_replies;
+    let claims = simulated
+        .report
+        .timeline
+        .iter()
+        .filter(|e| e.event == "nodeclaim-created" && (120.0..300.0).contains(&e.at_seconds))
+        .count();
+    let measure = format!("{lost} write replies lost; {claims} NodeClaims created meanwhile");
+    Verdict::pass_if(
+        measure,
+        lost > 0 && (1..=LOST_REPLY_CLAIMS).contains(&claims),
+        || format!("{claims} NodeClaims created while replies were lost (expected 1 to {LOST_REPLY_CLAIMS})"),
+    )
+}
+
+fn slow_apiserver(simulated: &Simulated) -> Verdict {
+    let delayed = simulated.api_faults.delayed;
+    let full = super::metric_total(&simulated.metrics, "joist_mailbox_full_total");
+    let measure = format!(
+        "{delayed} requests answered 2 s late; {full} sends found a mailbox full (joist_mailbox_full_total)"
+    );
+    Verdict::pass_if(measure, delayed > 0, || "no request was delayed".to_owned())
 }

@@ -276,6 +276,18 @@ impl CommandError {
     }
 }
 
+/// The sum of every sample of `series` (any labels) in Prometheus text `metrics`.
+fn metric_total(metrics: &str, series: &str) -> f64 {
+    metrics
+        .lines()
+        .filter(|line| {
+            line.strip_prefix(series)
+                .is_some_and(|rest| rest.starts_with(['{', ' ']))
+        })
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
 /// The multi-threaded tokio runtime the commands that serve or simulate run on.
 fn runtime() -> Result<tokio::runtime::Runtime, CommandError> {
     tokio::runtime::Builder::new_multi_thread()

@@ -1,16 +1,19 @@
 //! What a run left behind that it should not have: instances no NodeClaim accounts for, NodeClaims
 //! launched more than once, Nodes still tainted for a disruption no one is carrying out, pods not
-//! Running. The fault-injection suite (`joist bench chaos`) reads it after each crash; every list
+//! Running, and objects the controllers' view holds differently from the cluster (missed by a
+//! watch). The fault-injection suite (`joist bench chaos`) reads it after each crash; every list
 //! is empty after a clean run that ends quiet.
 //!
 //! Failure modes: none; it reads the store and the cloud's books.
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use joist_actors::faults::Step;
+use joist_actors::{faults::Step, read_model::ReadModel};
 use joist_kubesim::{Store, resources::GroupResource};
 use joist_messages::labels::{tags, taints};
 use joist_provider_sim::SimCloud;
+use k8s_openapi::{api::core::v1::Pod, apimachinery::pkg::apis::meta::v1::ObjectMeta};
+use kube::ResourceExt;
 use serde_json::Value;
 
 /// Where the controllers crashed, and when they came back (seconds into the run).
@@ -37,11 +40,16 @@ pub struct Audit {
     pub tainted: Vec<String>,
     /// Pods neither Running nor Succeeded (`namespace/name`).
     pub stranded: Vec<String>,
+    /// Pods, Nodes and NodeClaims the controllers' view misses, holds at another version, or
+    /// still holds after they were deleted, and pods it files under the wrong Node
+    /// (`kind namespace/name: what`).
+    pub stale: Vec<String>,
 }
 
 impl Audit {
-    /// Reads what `store` and `cloud` hold at the end of a run.
-    pub fn of(store: &Store, cloud: &SimCloud, crash: Option<Crash>) -> Self {
+    /// Reads what `store` and `cloud` hold at the end of a run, and what the controllers that
+    /// ran last see in `view`.
+    pub fn of(store: &Store, cloud: &SimCloud, view: &ReadModel, crash: Option<Crash>) -> Self {
         // The store filters as it lists: a large cluster's Running pods are passed over.
         let list = |group: &str, resource: &str, wanted: &dyn Fn(&Value) -> bool| {
             store
@@ -101,10 +109,119 @@ impl Audit {
             duplicates,
             tainted,
             stranded,
+            stale: stale_view(store, view),
         }
     }
 }
 
+/// `namespace/name` → resourceVersion.
+type Versions = BTreeMap<String, String>;
+
+/// The versions of the objects whose metadata the view holds.
+fn seen<'a>(metas: impl Iterator<Item = &'a ObjectMeta>) -> Versions {
+    metas
+        .map(|m| {
+            let key = format!(
+                "{}/{}",
+                m.namespace.as_deref().unwrap_or_default(),
+                m.name.as_deref().unwrap_or_default()
+            );
+            (key, m.resource_version.clone().unwrap_or_default())
+        })
+        .collect()
+}
+
+/// The differences between the cluster's objects and the view's, kind by kind.
+fn stale_view(store: &Store, view: &ReadModel) -> Vec<String> {
+    let stored = |group: &str, resource: &str| -> Versions {
+        let items = store
+            .list(&GroupResource::new(group, resource), None, None, None, |_| true)
+            .items;
+        items
+            .iter()
+            .map(|o| {
+                let text = |field: &str| o["metadata"][field].as_str().unwrap_or_default();
+                let key = format!("{}/{}", text("namespace"), text("name"));
+                (key, text("resourceVersion").to_owned())
+            })
+            .collect()
+    };
+    let pods = view.pods();
+    let (nodes, claims) = (view.nodes(), view.node_claims());
+    let mut stale = Vec::new();
+    for (kind, cluster, held) in [
+        ("Pod", stored("", "pods"), seen(pods.iter().map(|p| &p.metadata))),
+        (
+            "Node",
+            stored("", "nodes"),
+            seen(nodes.iter().map(|n| &n.metadata)),
+        ),
+        (
+            "NodeClaim",
+            stored("karpenter.sh", "nodeclaims"),
+            seen(claims.iter().map(|c| &c.metadata)),
+        ),
+    ] {
+        for (key, version) in &cluster {
+            match held.get(key) {
+                None => stale.push(format!("{kind} {key}: missed")),
+                Some(held) if held != version => {
+                    stale.push(format!("{kind} {key}: seen at version {held}, not {version}"));
+                }
+                Some(_) => {}
+            }
+        }
+        let deleted = held.keys().filter(|key| !cluster.contains_key(*key));
+        stale.extend(deleted.map(|key| format!("{kind} {key}: deleted, still seen")));
+    }
+    let mut bound: BTreeMap<&str, Vec<&Pod>> = BTreeMap::new();
+    for pod in &pods {
+        if let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
+            bound.entry(node).or_default().push(pod);
+        }
+    }
+    for (node, on_node) in bound {
+        let filed: BTreeSet<Option<String>> = view
+            .pods_on(node)
+            .iter()
+            .map(|p| p.metadata.uid.clone())
+            .collect();
+        for pod in on_node.into_iter().filter(|p| !filed.contains(&p.metadata.uid)) {
+            let key = format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any());
+            stale.push(format!("Pod {key}: not filed under its node {node}"));
+        }
+    }
+    stale
+}
+
 fn name(object: &Value) -> String {
     object["metadata"]["name"].as_str().unwrap_or_default().to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use joist_kubesim::Clock;
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn a_view_that_missed_objects_is_stale() {
+        let store = Store::new(Clock::system(), 1);
+        let pods = GroupResource::new("", "pods");
+        let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web", "namespace": "default"},
+            "spec": {"containers": [{"name": "c", "image": "pause"}]}});
+        store
+            .create(&pods, "default", pod, false)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}});
+        store
+            .create(&GroupResource::new("", "nodes"), "", node, false)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let (view, _writers) = ReadModel::new();
+        assert_eq!(
+            stale_view(&store, &view),
+            ["Pod default/web: missed", "Node /n1: missed"]
+        );
+    }
 }

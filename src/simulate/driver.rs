@@ -10,7 +10,11 @@ use joist_actors::{
     node_trace::NodeTracer,
     settings::{Settings, SolverMode},
 };
-use joist_kubesim::{Cluster, ClusterSettings, Store, physics::PhysicsSettings};
+use joist_kubesim::{
+    Cluster, ClusterSettings, Store,
+    api::{ApiFaults, FaultCounts},
+    physics::PhysicsSettings,
+};
 use joist_messages::{
     apis::manifest::{Checker, Outcome},
     model::shape::CapacitySettings,
@@ -65,6 +69,8 @@ pub struct Simulated {
     pub audit: Audit,
     /// Every call Joist made to the cloud.
     pub calls: CallLog,
+    /// What the API server's faults did to the controllers' requests.
+    pub api_faults: FaultCounts,
     /// The simulated world (its runtime, and the tasks holding the store): dropped with this
     /// value, unless [`Simulated::leave_world`] hands it to the process's exit.
     world: Option<actix::SystemRunner>,
@@ -158,7 +164,22 @@ async fn simulate(
         ..Settings::default()
     };
     let recorder = Recorder::start(cluster.store().clone(), started);
-    let controllers = start_controllers(&cluster, &cloud, settings, (clock, started), node_tracer, faults);
+    let api_faults = ApiFaults::default();
+    let controllers = start_controllers(
+        &cluster,
+        &cloud,
+        &api_faults,
+        settings,
+        (clock, started),
+        node_tracer,
+        faults,
+    );
+    let world = World {
+        client: &client,
+        store: cluster.store(),
+        cloud: &cloud,
+        api_faults: &api_faults,
+    };
     // Let every actor start while the runtime is live, so an error in the first step cannot tear
     // one down half-started.
     tokio::task::yield_now().await;
@@ -168,7 +189,7 @@ async fn simulate(
         let field = format!("spec.steps[{i}]");
         let documents = manifests.steps.remove(&i).unwrap_or_default();
         recorder.note("step", field.clone(), describe(&step.action, documents.len()));
-        execute(&client, cluster.store(), &cloud, &step.action, documents, &field).await?;
+        execute(&world, &step.action, documents, &field).await?;
     }
     advance(started, scenario.until, scenario.until, cluster.store(), progress).await;
     let crash = controllers.crash();
@@ -185,12 +206,14 @@ async fn simulate(
         }
     }
     let recorded = recorder.finish();
+    let last = controllers.last();
     let end = started.elapsed().as_secs_f64();
     Ok(Simulated {
         report: report::build(&scenario.name, seed, end, cluster.store(), &cloud, recorded),
-        metrics: controllers.metrics(),
+        metrics: last.metrics.encode(),
         kubesim_busy: cluster.busy(),
-        audit: Audit::of(cluster.store(), &cloud, crash),
+        audit: Audit::of(cluster.store(), &cloud, &last.read, crash),
+        api_faults: api_faults.counts(),
         calls: cloud.books().calls(),
         world: None,
     })
@@ -213,12 +236,12 @@ struct Restart {
 }
 
 impl Running {
-    /// The Prometheus metrics of the controllers running at the end.
-    fn metrics(&self) -> String {
+    /// What the controllers running at the end share (their view and metrics).
+    fn last(&self) -> joist_actors::shared::Shared {
         let restart = self.armed.as_ref().map(|(_, restart)| restart.borrow());
         match restart.as_ref().and_then(|r| r.after.as_ref()) {
-            Some((_, controllers)) => controllers.shared.metrics.encode(),
-            None => self.first.shared.metrics.encode(),
+            Some((_, controllers)) => controllers.shared.clone(),
+            None => self.first.shared.clone(),
         }
     }
 
@@ -234,11 +257,13 @@ impl Running {
     }
 }
 
-/// Starts Joist's controllers; with `faults` armed, through a client and a cloud that go silent
-/// when they crash, and starts new ones [`RESTART_AFTER`] later.
+/// Starts Joist's controllers, their client going through `api_faults`; with `faults` armed,
+/// through a client and a cloud that go silent when they crash, and starts new ones
+/// [`RESTART_AFTER`] later.
 fn start_controllers(
     cluster: &Cluster,
     cloud: &SimCloud,
+    api_faults: &ApiFaults,
     settings: Settings,
     (clock, started): (Clock, Instant),
     node_tracer: NodeTracer,
@@ -246,7 +271,7 @@ fn start_controllers(
 ) -> Running {
     let Some(step) = faults.armed() else {
         let first = joist_actors::start(
-            cluster.client(),
+            cluster.client_with(api_faults, None),
             Arc::new(cloud.clone()),
             settings,
             clock,
@@ -260,13 +285,13 @@ fn start_controllers(
         ..settings.clone()
     };
     let first = joist_actors::start(
-        cluster.client_until(Arc::new(move || down.is_down())),
+        cluster.client_with(api_faults, Some(Arc::new(move || down.is_down()))),
         Arc::new(cloud.clone()),
         armed,
         clock,
         node_tracer.clone(),
     );
-    let (client, cloud) = (cluster.client(), cloud.clone());
+    let (client, cloud) = (cluster.client_with(api_faults, None), cloud.clone());
     let restart = Rc::new(RefCell::new(Restart::default()));
     let noted = restart.clone();
     actix::spawn(async move {
@@ -348,6 +373,12 @@ fn describe(action: &Action, documents: usize) -> String {
                 duration.as_secs()
             )
         }
+        Action::FailKube { failure, duration } => {
+            format!(
+                "the API server fails Joist's requests ({failure:?}) for {}s",
+                duration.as_secs()
+            )
+        }
         Action::BootFault { fault, duration } => {
             format!(
                 "instances launched in the next {}s: {fault:?}",
@@ -370,14 +401,27 @@ fn describe(action: &Action, documents: usize) -> String {
     }
 }
 
+/// What steps act on: the cluster (through a client of its own), the cloud, and the faults of
+/// the controllers' connection to the API server.
+struct World<'a> {
+    client: &'a kube::Client,
+    store: &'a Arc<Store>,
+    cloud: &'a SimCloud,
+    api_faults: &'a ApiFaults,
+}
+
 async fn execute(
-    client: &kube::Client,
-    store: &Arc<Store>,
-    cloud: &SimCloud,
+    world: &World<'_>,
     action: &Action,
     documents: Vec<Document>,
     field: &str,
 ) -> Result<(), SimulateError> {
+    let World {
+        client,
+        store,
+        cloud,
+        api_faults,
+    } = *world;
     match action {
         Action::Apply(_) => apply(client, store, documents, &format!("{field}.apply")).await,
         Action::Scale { object, replicas } => {
@@ -424,6 +468,10 @@ async fn execute(
             for operation in operations {
                 cloud.fail(*operation, *failure, *duration);
             }
+            Ok(())
+        }
+        Action::FailKube { failure, duration } => {
+            api_faults.fail(*failure, *duration);
             Ok(())
         }
         Action::BootFault { fault, duration } => {
@@ -503,10 +551,12 @@ struct Document {
 /// Parses and checks every document of `text`, as the API server's CRD validation would: an invalid
 /// or pre-v1 Karpenter object is an error naming it and its fields.
 fn documents(checker: &mut Checker, text: &str, field: &str) -> Result<Vec<Document>, SimulateError> {
-    let values: Vec<Value> = serde_saphyr::from_multiple(text).map_err(|e| SimulateError::Step {
-        field: field.to_owned(),
-        message: format!("not valid YAML: {e}"),
-    })?;
+    let one_line = serde_saphyr::options! { with_snippet: false };
+    let values: Vec<Value> =
+        serde_saphyr::from_multiple_with_options(text, one_line).map_err(|e| SimulateError::Step {
+            field: field.to_owned(),
+            message: format!("not valid YAML: {e}"),
+        })?;
     let mut out = Vec::new();
     for value in values.into_iter().filter(|d| !d.is_null()) {
         let checked = checker.check_document(value.clone());

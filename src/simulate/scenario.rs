@@ -5,7 +5,7 @@
 
 use std::{collections::BTreeMap, time::Duration};
 
-use joist_kubesim::resources::GroupResource;
+use joist_kubesim::{api::ApiFailure, resources::GroupResource};
 use joist_messages::{
     apis::{duration::Duration as KarpenterDuration, ec2nodeclass::ALIAS_FAMILIES},
     model::instance_type::CapacityType,
@@ -112,6 +112,8 @@ struct StepSpec {
     fail_creates: Option<FailCreatesSpec>,
     #[serde(rename = "failCloud")]
     fail_cloud: Option<FailCloudSpec>,
+    #[serde(rename = "failKube")]
+    fail_kube: Option<FailKubeSpec>,
     #[serde(rename = "releaseImage")]
     release_image: Option<ReleaseImageSpec>,
     #[serde(rename = "nodeCondition")]
@@ -120,6 +122,16 @@ struct StepSpec {
     boot_fault: Option<BootFaultSpec>,
     #[serde(rename = "taintNodes")]
     taint_nodes: Option<TaintNodesSpec>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct FailKubeSpec {
+    failure: String,
+    #[serde(default)]
+    delay: Option<String>,
+    #[serde(rename = "for")]
+    duration: String,
 }
 
 #[derive(Debug, Deserialize)]
@@ -286,6 +298,14 @@ pub enum Action {
         /// For how long.
         duration: Duration,
     },
+    /// Make the API server fail Joist's requests for a while: refused or lost writes, slow
+    /// answers, watches that drop or must list again.
+    FailKube {
+        /// How they fail.
+        failure: ApiFailure,
+        /// For how long.
+        duration: Duration,
+    },
     /// Make instances launched for a while come up broken.
     BootFault {
         /// What they never do.
@@ -365,6 +385,13 @@ fn duration(field: &str, text: &str) -> Result<Duration, ScenarioError> {
         })
 }
 
+/// `text` read as YAML of `T`'s shape; the error is one line (where, and what is wrong), without
+/// the snippet of the file a terminal would show under it.
+fn yaml<'a, T: Deserialize<'a>>(text: &'a str) -> Result<T, ScenarioError> {
+    serde_saphyr::from_str_with_options(text, serde_saphyr::options! { with_snippet: false })
+        .map_err(|e| ScenarioError::Parse(e.to_string()))
+}
+
 /// The names of a scenario vocabulary, for an error listing the choices.
 fn names<T>(choices: &[(&str, T)]) -> String {
     choices
@@ -374,24 +401,37 @@ fn names<T>(choices: &[(&str, T)]) -> String {
         .join(", ")
 }
 
+/// What `name` stands for in a vocabulary table (`Operation::NAMES` …).
+fn lookup<T: Copy>(choices: &[(&str, T)], name: &str) -> Option<T> {
+    choices.iter().find(|(n, _)| *n == name).map(|(_, value)| *value)
+}
+
+/// What `name`, the value of `field`, stands for in a vocabulary table, or an error listing the
+/// choices.
+fn choice<T: Copy>(field: String, name: &str, choices: &[(&str, T)]) -> Result<T, ScenarioError> {
+    lookup(choices, name).ok_or_else(|| ScenarioError::Field {
+        field,
+        message: format!("{name:?} is not one of {}", names(choices)),
+    })
+}
+
 /// A `failCloud` step; `field` is its path.
 fn fail_cloud(field: &str, spec: FailCloudSpec) -> Result<Action, ScenarioError> {
     let operations = match spec.operation.as_str() {
         "ec2" => Operation::EC2.to_vec(),
-        name => vec![Operation::from_name(name).ok_or_else(|| ScenarioError::Field {
-            field: format!("{field}.operation"),
-            message: format!(
-                "{name:?} is not ec2 (every EC2 call) or one of {}",
-                names(&Operation::NAMES)
-            ),
-        })?],
+        name => vec![
+            lookup(&Operation::NAMES, name).ok_or_else(|| ScenarioError::Field {
+                field: format!("{field}.operation"),
+                message: format!(
+                    "{name:?} is not ec2 (every EC2 call) or one of {}",
+                    names(&Operation::NAMES)
+                ),
+            })?,
+        ],
     };
     let failure = match spec.failure.as_deref() {
         None => Failure::Throttle,
-        Some(name) => Failure::from_name(name).ok_or_else(|| ScenarioError::Field {
-            field: format!("{field}.failure"),
-            message: format!("{name:?} is not one of {}", names(&Failure::NAMES)),
-        })?,
+        Some(name) => choice(format!("{field}.failure"), name, &Failure::NAMES)?,
     };
     if failure != Failure::Throttle && operations.contains(&Operation::ReceiveMessages) {
         return Err(ScenarioError::Field {
@@ -402,6 +442,31 @@ fn fail_cloud(field: &str, spec: FailCloudSpec) -> Result<Action, ScenarioError>
     }
     Ok(Action::FailCloud {
         operations,
+        failure,
+        duration: duration(&format!("{field}.for"), &spec.duration)?,
+    })
+}
+
+/// A `failKube` step; `field` is its path.
+fn fail_kube(field: &str, spec: FailKubeSpec) -> Result<Action, ScenarioError> {
+    let failure = choice(format!("{field}.failure"), &spec.failure, &ApiFailure::NAMES)?;
+    let failure = match (failure, spec.delay) {
+        (ApiFailure::Slow(_), Some(delay)) => ApiFailure::Slow(duration(&format!("{field}.delay"), &delay)?),
+        (ApiFailure::Slow(_), None) => {
+            return Err(ScenarioError::Field {
+                field: format!("{field}.delay"),
+                message: "a slow API server needs the delay of every request (like 2s)".to_owned(),
+            });
+        }
+        (_, Some(_)) => {
+            return Err(ScenarioError::Field {
+                field: format!("{field}.delay"),
+                message: format!("only failure slow takes a delay, not {}", spec.failure),
+            });
+        }
+        (failure, None) => failure,
+    };
+    Ok(Action::FailKube {
         failure,
         duration: duration(&format!("{field}.for"), &spec.duration)?,
     })
@@ -420,7 +485,7 @@ impl ObjectRef {
 impl Scenario {
     /// Parses and checks a scenario file's text.
     pub fn parse(text: &str) -> Result<Self, ScenarioError> {
-        let file: File = serde_saphyr::from_str(text).map_err(|e| ScenarioError::Parse(e.to_string()))?;
+        let file: File = yaml(text)?;
         if file.kind != "Scenario" {
             return Err(ScenarioError::Field {
                 field: "kind".to_owned(),
@@ -467,8 +532,7 @@ impl Scenario {
 
     /// This scenario's world with other steps (a YAML list, as `spec.steps` holds them) and end.
     pub fn with_steps(&self, name: &str, steps: &str, until: &str) -> Result<Self, ScenarioError> {
-        let specs: Vec<StepSpec> =
-            serde_saphyr::from_str(steps).map_err(|e| ScenarioError::Parse(e.to_string()))?;
+        let specs: Vec<StepSpec> = yaml(steps)?;
         let end = duration("spec.until", until)?;
         Ok(Self {
             name: name.to_owned(),
@@ -548,11 +612,11 @@ impl Scenario {
         if let Some(f) = step.fail_cloud {
             actions.push(fail_cloud(&format!("{field}.failCloud"), f)?);
         }
+        if let Some(f) = step.fail_kube {
+            actions.push(fail_kube(&format!("{field}.failKube"), f)?);
+        }
         if let Some(b) = step.boot_fault {
-            let fault = BootFault::from_name(&b.never).ok_or_else(|| ScenarioError::Field {
-                field: format!("{field}.bootFault.never"),
-                message: format!("{:?} is not one of {}", b.never, names(&BootFault::NAMES)),
-            })?;
+            let fault = choice(format!("{field}.bootFault.never"), &b.never, &BootFault::NAMES)?;
             actions.push(Action::BootFault {
                 fault,
                 duration: duration(&format!("{field}.bootFault.for"), &b.duration)?,
@@ -577,13 +641,7 @@ impl Scenario {
         }
         if let Some(r) = step.release_image {
             // The families an `amiSelectorTerms` alias accepts.
-            if !ALIAS_FAMILIES.iter().any(|(family, _)| *family == r.family) {
-                let families: Vec<&str> = ALIAS_FAMILIES.iter().map(|(family, _)| *family).collect();
-                return Err(ScenarioError::Field {
-                    field: format!("{field}.releaseImage.family"),
-                    message: format!("{:?} is not one of {}", r.family, families.join(", ")),
-                });
-            }
+            choice(format!("{field}.releaseImage.family"), &r.family, ALIAS_FAMILIES)?;
             actions.push(Action::ReleaseImage { family: r.family });
         }
         if let Some(c) = step.node_condition {
@@ -604,7 +662,7 @@ impl Scenario {
             (Some(action), true) => Ok(action),
             _ => Err(ScenarioError::Field {
                 field: field.to_owned(),
-                message: "a step does exactly one of apply, scale, unavailable, interrupt, delete, failCreates, failCloud, releaseImage, nodeCondition, bootFault, taintNodes"
+                message: "a step does exactly one of apply, scale, unavailable, interrupt, delete, failCreates, failCloud, failKube, releaseImage, nodeCondition, bootFault, taintNodes"
                     .to_owned(),
             }),
         }

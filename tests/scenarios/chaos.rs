@@ -23,7 +23,7 @@ fn a_crash_at_every_fault_point_loses_nothing_and_leaks_nothing() {
         Totals {
             steps: Step::ALL.len(),
             crashes: Step::ALL.len(),
-            cases: 7,
+            cases: 12,
             ..Totals::default()
         },
         "{table}"

@@ -10,19 +10,12 @@ use std::{
     time::Duration,
 };
 
-use joist_actors::{
-    interruption::MESSAGES_IN_FLIGHT,
-    settings::{Settings, SolverMode},
-};
-use joist_kubesim::{Cluster, ClusterSettings};
-use joist_messages::{model::shape::CapacitySettings, time::Clock};
+use super::{controllers_on_kubesim, paused_system, sample};
+use joist_actors::{interruption::MESSAGES_IN_FLIGHT, settings::Settings};
 use joist_provider::{
     CloudFuture,
     interruption::{InterruptionQueue, QueueMessage},
 };
-use joist_provider_sim::{SimCloud, SimSettings};
-
-use super::{NodeTracer, sample};
 
 /// Messages in the flood.
 const FLOOD: usize = 1_000;
@@ -72,46 +65,16 @@ impl InterruptionQueue for FloodQueue {
 
 #[test]
 fn a_flood_of_queue_messages_is_worked_off_at_most_ten_at_a_time() {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .start_paused(true)
-        .build()
-        .unwrap_or_else(|e| panic!("{e}"));
-    let system = actix::System::with_tokio_rt(move || runtime);
+    let system = paused_system();
     let queue = Arc::new(FloodQueue::default());
     let metrics = system.block_on({
         let queue = queue.clone();
         async move {
-            let cluster = Cluster::start(ClusterSettings::default());
-            cluster
-                .install_crds(joist_messages::apis::crds().into_iter().map(|(_, crd)| crd))
-                .unwrap_or_else(|e| panic!("{e}"));
-            let client = cluster.client();
-            let cloud = SimCloud::new(
-                SimSettings {
-                    region: "us-west-2".to_owned(),
-                    zones: Vec::new(),
-                    boot: Duration::from_secs(30),
-                    cluster_name: "flood".to_owned(),
-                    capacity: CapacitySettings::default(),
-                    epoch_seconds: 1_767_225_600,
-                    seed: 1,
-                },
-                client.clone(),
-            )
-            .unwrap_or_else(|e| panic!("{e}"));
             let settings = Settings {
-                solver: SolverMode::Inline,
                 interruption_queue: Some(queue),
                 ..Settings::default()
             };
-            let controllers = joist_actors::start(
-                client,
-                Arc::new(cloud),
-                settings,
-                Clock::starting_at(1_767_225_600),
-                NodeTracer::disabled(),
-            );
+            let (_cluster, controllers) = controllers_on_kubesim("flood", settings);
             // Ten at a time, a second each: 100 virtual seconds of work, and some to spare.
             tokio::time::sleep(Duration::from_secs(300)).await;
             controllers.shared.metrics.encode()

@@ -6,6 +6,7 @@
 //! request can stop the server.
 
 mod audit;
+mod faults;
 mod objects;
 mod openapi;
 mod request;
@@ -23,6 +24,7 @@ use serde_json::{Value, json};
 
 pub use self::{
     audit::{Access, Audit},
+    faults::{ApiFailure, ApiFaults, FaultCounts, WATCH_DROP_EVERY},
     request::{Query, ResourcePath, Route},
     subresources::bind,
 };

@@ -173,7 +173,7 @@ fn bookmark(api_version: &str, kind: &str, revision: u64, initial_events_end: bo
     json!({"apiVersion": api_version, "kind": kind, "metadata": metadata})
 }
 
-fn line(kind: &str, object: &Value) -> Bytes {
+pub(super) fn line(kind: &str, object: &Value) -> Bytes {
     /// One event of the stream, serialized from borrowed parts.
     #[derive(serde::Serialize)]
     struct Event<'a> {

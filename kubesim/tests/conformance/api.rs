@@ -14,11 +14,11 @@ use serde_json::json;
 
 use crate::{cluster, eventually};
 
-fn config_map(name: &str) -> ConfigMap {
+pub fn config_map(name: &str) -> ConfigMap {
     serde_json::from_value(json!({"metadata": {"name": name}, "data": {"k": "v"}})).expect("config map")
 }
 
-fn api_error(error: kube::Error) -> u16 {
+pub fn api_error(error: kube::Error) -> u16 {
     match error {
         kube::Error::Api(status) => status.code,
         other => panic!("expected an API error, got {other}"),

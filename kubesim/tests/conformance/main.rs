@@ -3,6 +3,7 @@
 
 mod api;
 mod clients;
+mod faults;
 mod kubectl;
 mod physics;
 

@@ -59,11 +59,6 @@ impl Operation {
         ("receiveMessages", Self::ReceiveMessages),
     ];
 
-    /// The operation a scenario names (`create`, `receiveMessages` …).
-    pub fn from_name(name: &str) -> Option<Self> {
-        named(&Self::NAMES, name)
-    }
-
     /// The name a scenario uses.
     pub fn name(self) -> &'static str {
         Self::NAMES
@@ -71,11 +66,6 @@ impl Operation {
             .find(|(_, op)| *op == self)
             .map_or("unknown", |(n, _)| n)
     }
-}
-
-/// The value a scenario's `name` stands for in a vocabulary table.
-fn named<T: Copy>(table: &[(&str, T)], name: &str) -> Option<T> {
-    table.iter().find(|(n, _)| *n == name).map(|(_, value)| *value)
 }
 
 /// How an injected fault makes a call fail.
@@ -97,11 +87,6 @@ impl Failure {
         ("hang", Self::Hang),
         ("loseReply", Self::LoseReply),
     ];
-
-    /// The failure a scenario names.
-    pub fn from_name(name: &str) -> Option<Self> {
-        named(&Self::NAMES, name)
-    }
 }
 
 /// What becomes of a call once it got past throttling: it is answered, or it hangs, or its
@@ -177,11 +162,6 @@ impl BootFault {
     /// The names a scenario uses.
     pub const NAMES: [(&'static str, Self); 2] =
         [("register", Self::NeverRegisters), ("ready", Self::NeverReady)];
-
-    /// The fault a scenario names (what the instance never does).
-    pub fn from_name(name: &str) -> Option<Self> {
-        named(&Self::NAMES, name)
-    }
 }
 
 /// One logged call: seconds since the start, what, and whether it was refused or went wrong.
