@@ -29,8 +29,12 @@ mod chart;
 mod charts;
 #[path = "contract/crd_parity.rs"]
 mod crd_parity;
+#[path = "contract/fuzz.rs"]
+mod fuzz;
 #[path = "contract/iam.rs"]
 mod iam;
+#[path = "support/mutants.rs"]
+mod mutants;
 #[path = "support/tools.rs"]
 mod tools;
 

@@ -25,14 +25,20 @@ use opentelemetry_proto::tonic::{
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SimpleSpanProcessor, SpanData};
 use prost::Message;
 
+#[path = "scenarios/bad_input.rs"]
+mod bad_input;
 #[path = "scenarios/chaos.rs"]
 mod chaos;
 #[path = "support/chart.rs"]
 mod chart;
 #[path = "scenarios/flood.rs"]
 mod flood;
+#[path = "scenarios/fuzz.rs"]
+mod fuzz;
 #[path = "scenarios/html.rs"]
 mod html;
+#[path = "support/mutants.rs"]
+mod mutants;
 #[path = "scenarios/run.rs"]
 mod run;
 #[path = "scenarios/serve.rs"]

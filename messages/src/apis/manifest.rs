@@ -153,7 +153,8 @@ impl Checker {
     /// Parses every document in `text` and checks each one.
     pub fn read(&mut self, text: &str) -> Result<Vec<Document>, ManifestError> {
         let values: Vec<Value> =
-            serde_saphyr::from_multiple(text).map_err(|e| ManifestError(e.to_string()))?;
+            serde_saphyr::from_multiple_with_options(text, serde_saphyr::options! { with_snippet: false })
+                .map_err(|e| ManifestError(e.to_string()))?;
         Ok(values
             .into_iter()
             .flat_map(list_items)

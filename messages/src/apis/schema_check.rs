@@ -2,7 +2,8 @@
 //!
 //! Covers what Joist's generated CRDs use: `type`, `properties`, `required`, `additionalProperties`,
 //! `items`, `enum`, `pattern`, `minimum`/`maximum`, `minLength`/`maxLength`, `minItems`/`maxItems`,
-//! `maxProperties`, int-or-string, and strict field validation (a field the schema does not list is
+//! `maxProperties`, int-or-string, the `format`s kube-openapi checks that the schemas use (integer
+//! ranges such as `int32`, and `date-time`), and strict field validation (a field the schema does not list is
 //! reported, unless `x-kubernetes-preserve-unknown-fields` allows it). Every violation is returned,
 //! each with its field path. `metadata` is left to the typed decoder, as the API server handles
 //! ObjectMeta itself. Null values are treated as absent. Unknown fields under `status` are not
@@ -77,7 +78,10 @@ impl Walker {
         }
         match value {
             Value::String(text) => self.check_string(schema, text, field, out),
-            Value::Number(n) => check_number(schema, n.as_f64().unwrap_or_default(), field, out),
+            Value::Number(n) => {
+                check_integer_format(schema, n, field, out);
+                check_number(schema, n.as_f64().unwrap_or_default(), field, out);
+            }
             Value::Array(items) => self.check_array(schema, items, path, out),
             Value::Object(map) => self.check_object(schema, map, path, out),
             Value::Bool(_) | Value::Null => {}
@@ -95,6 +99,14 @@ impl Walker {
             && len < min
         {
             out.push(field, format!("must be at least {min} characters, got {len}"));
+        }
+        if schema.get("format").and_then(Value::as_str) == Some("date-time")
+            && text.parse::<jiff::Timestamp>().is_err()
+        {
+            out.push(
+                field,
+                format!("{text:?} is not a date-time (RFC 3339, like 2026-01-01T00:00:00Z)"),
+            );
         }
         if let Some(pattern) = schema.get("pattern").and_then(Value::as_str) {
             let compiled = self
@@ -222,6 +234,33 @@ fn check_number(schema: &Value, n: f64, field: &str, out: &mut Violations) {
     }
 }
 
+/// The range an integer `format` allows, as kube-openapi checks it (Rust's unsigned formats too,
+/// which the generated schemas name).
+fn check_integer_format(schema: &Value, n: &serde_json::Number, field: &str, out: &mut Violations) {
+    let Some(format) = schema.get("format").and_then(Value::as_str) else {
+        return;
+    };
+    let (min, max): (i128, i128) = match format {
+        "int32" => (i32::MIN.into(), i32::MAX.into()),
+        "int64" => (i64::MIN.into(), i64::MAX.into()),
+        "uint8" => (0, u8::MAX.into()),
+        "uint16" => (0, u16::MAX.into()),
+        "uint32" => (0, u32::MAX.into()),
+        "uint64" => (0, u64::MAX.into()),
+        _ => return,
+    };
+    // An integral float (`10.0`) is an integer to kube-openapi.
+    let integral = |f: f64| (f.fract() == 0.0 && f.abs() < 1e30).then_some(f as i128);
+    let value = n
+        .as_i64()
+        .map(i128::from)
+        .or_else(|| n.as_u64().map(i128::from))
+        .or_else(|| n.as_f64().and_then(integral));
+    if value.is_none_or(|v| v < min || v > max) {
+        out.push(field, format!("{n} is out of range for {format}"));
+    }
+}
+
 fn type_matches(expected: &str, value: &Value) -> bool {
     match expected {
         "object" => value.is_object(),
@@ -256,6 +295,30 @@ mod tests {
         let mut out = Violations::default();
         SchemaChecker::new(schema).check(&value, &mut out);
         out.into_vec().into_iter().map(|v| v.to_string()).collect()
+    }
+
+    /// As kube-openapi checks formats: `ipPrefixCount: 2147483648` cannot be stored in an int32
+    /// field (the fuzz found the checker letting it through to a decoder that refuses it).
+    #[test]
+    fn integers_must_fit_their_format() {
+        let schema = json!({"type": "object", "properties": {
+            "small": {"type": "integer", "format": "int32"},
+            "count": {"type": "integer", "format": "uint32"},
+        }});
+        assert_eq!(
+            violations(schema.clone(), json!({"small": 2_147_483_648_i64, "count": -1})),
+            [
+                "count: -1 is out of range for uint32",
+                "small: 2147483648 is out of range for int32"
+            ]
+        );
+        assert!(violations(schema, json!({"small": -5, "count": 10.0})).is_empty());
+        let time = json!({"type": "string", "format": "date-time"});
+        assert_eq!(
+            violations(time.clone(), json!("")),
+            [r#"<root>: "" is not a date-time (RFC 3339, like 2026-01-01T00:00:00Z)"#]
+        );
+        assert!(violations(time, json!("2026-01-01T00:00:00Z")).is_empty());
     }
 
     #[test]

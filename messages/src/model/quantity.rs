@@ -6,9 +6,12 @@
 //! uses integer arithmetic only, so `"1.5Gi"` is exactly 1 610 612 736 bytes. Values finer than a
 //! milli-unit round up, as `Quantity.MilliValue()` does in Kubernetes.
 //!
-//! Failure modes: [`QuantityError`] names what is wrong with the text. Magnitudes beyond
-//! `i64::MAX` milli-units (about 8 PiB of memory) are rejected as [`QuantityError::OutOfRange`]
-//! rather than silently wrapped.
+//! Failure modes: [`QuantityError`] names what is wrong with the text. Parsed text with a magnitude
+//! beyond `i64::MAX` milli-units (about 8 PiB of memory) is rejected as
+//! [`QuantityError::OutOfRange`] rather than silently wrapped. Decoding an object is kinder: the API
+//! server stores any well-formed quantity (Kubernetes' are arbitrary-precision), so one too large
+//! decodes to the largest (or smallest) quantity, which the saturating arithmetic treats as
+//! unbounded, instead of making the whole object unreadable.
 
 use std::{fmt, str::FromStr};
 
@@ -264,19 +267,20 @@ impl<'de> Deserialize<'de> for Quantity {
                 f.write_str("a quantity such as 100m, 1.5Gi or 4")
             }
             fn visit_str<E: de::Error>(self, v: &str) -> Result<Quantity, E> {
-                v.parse().map_err(E::custom)
+                match v.parse() {
+                    Err(QuantityError::OutOfRange(_)) if v.starts_with('-') => {
+                        Ok(Quantity::from_millis(i64::MIN))
+                    }
+                    Err(QuantityError::OutOfRange(_)) => Ok(Quantity::from_millis(i64::MAX)),
+                    parsed => parsed.map_err(E::custom),
+                }
             }
             fn visit_i64<E: de::Error>(self, v: i64) -> Result<Quantity, E> {
-                v.checked_mul(1000)
-                    .map(Quantity::from_millis)
-                    .ok_or_else(|| E::custom(QuantityError::OutOfRange(v.to_string())))
+                Ok(Quantity::from_millis(v.saturating_mul(1000)))
             }
             fn visit_u64<E: de::Error>(self, v: u64) -> Result<Quantity, E> {
-                i64::try_from(v)
-                    .ok()
-                    .and_then(|v| v.checked_mul(1000))
-                    .map(Quantity::from_millis)
-                    .ok_or_else(|| E::custom(QuantityError::OutOfRange(v.to_string())))
+                let units = i64::try_from(v).unwrap_or(i64::MAX);
+                Ok(Quantity::from_millis(units.saturating_mul(1000)))
             }
             fn visit_f64<E: de::Error>(self, v: f64) -> Result<Quantity, E> {
                 // YAML `0.5` arrives as a float; reparse its shortest decimal text exactly.
@@ -393,6 +397,21 @@ mod tests {
         assert_eq!(from_int, Quantity::from_units(1000));
         let from_float: Quantity = serde_json::from_str("0.25").unwrap_or_default();
         assert_eq!(from_float, Quantity::from_millis(250));
+    }
+
+    /// A NodePool with `limits: {cpu: 9223372036854776}` is stored by the API server; decoding it
+    /// must not make the whole NodePool unreadable (the fuzz found it).
+    #[test]
+    fn quantities_too_large_for_i64_decode_as_unbounded() {
+        let decode = |json: &str| serde_json::from_str::<Quantity>(json).map(|q| q.millis());
+        assert_eq!(decode("9223372036854776").ok(), Some(i64::MAX));
+        assert_eq!(decode("18446744073709551615").ok(), Some(i64::MAX));
+        assert_eq!(decode(r#""99999999999999999999Gi""#).ok(), Some(i64::MAX));
+        assert_eq!(decode(r#""-9Ei""#).ok(), Some(i64::MIN));
+        assert!(
+            decode(r#""5Gb""#).is_err(),
+            "a malformed quantity is still refused"
+        );
     }
 
     #[test]

@@ -50,6 +50,29 @@ pub fn run() -> Result<ExitCode, CommandError> {
     outcome.map(|()| ExitCode::SUCCESS)
 }
 
+/// A client from `KUBECONFIG` when it is set (a bad file is named, with what is wrong with it, on
+/// one line), else from `~/.kube/config` or the in-cluster service account.
+async fn kube_client() -> Result<kube::Client, String> {
+    /// Errors about YAML carry a snippet of the file on the lines after the first.
+    fn first_line(error: &dyn std::fmt::Display) -> String {
+        error.to_string().lines().next().unwrap_or_default().to_owned()
+    }
+    let path = std::env::var("KUBECONFIG").unwrap_or_default();
+    let config = if path.is_empty() {
+        kube::Config::infer().await.map_err(|e| {
+            format!(
+                "cannot configure a Kubernetes client (in-cluster service account or ~/.kube/config): {}",
+                first_line(&e)
+            )
+        })?
+    } else {
+        kube::Config::from_kubeconfig(&kube::config::KubeConfigOptions::default())
+            .await
+            .map_err(|e| format!("KUBECONFIG={path} is not a usable kubeconfig: {}", first_line(&e)))?
+    };
+    kube::Client::try_from(config).map_err(|e| format!("cannot make a Kubernetes client: {}", first_line(&e)))
+}
+
 async fn serve(settings: RunSettings, telemetry: &Telemetry) -> Result<(), CommandError> {
     let start = |message: String| CommandError::Start { message };
     for gate in &settings.feature_gates.unimplemented_on {
@@ -58,11 +81,7 @@ async fn serve(settings: RunSettings, telemetry: &Telemetry) -> Result<(), Comma
             "FEATURE_GATES turns {gate} on, but Joist does not implement it yet: it has no effect"
         );
     }
-    let client = kube::Client::try_default().await.map_err(|e| {
-        start(format!(
-            "cannot configure a Kubernetes client (in-cluster service account or KUBECONFIG): {e}"
-        ))
-    })?;
+    let client = kube_client().await.map_err(start)?;
     let version = client
         .apiserver_version()
         .await
