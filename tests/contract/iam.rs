@@ -32,12 +32,21 @@ const IMPLIED: [(&str, &str); 5] = [
     ("iam:CreateInstanceProfile", "iam:TagInstanceProfile"),
 ];
 
-/// Each SDK crate's source directory, from `cargo metadata` (offline: the lock file pins them).
+/// Each SDK crate's source directory, from `cargo metadata` (offline: the lock file pins them, and
+/// the build fetched them; only this host's packages, as the build fetched no other platform's).
 fn sdk_sources() -> BTreeMap<&'static str, PathBuf> {
+    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".to_owned());
+    let version = crate::tools::succeeded(Command::new(rustc).arg("-vV"), "rustc -vV");
+    let version = String::from_utf8_lossy(&version.stdout);
+    let host = version
+        .lines()
+        .find_map(|line| line.strip_prefix("host: "))
+        .unwrap_or_else(|| panic!("rustc -vV names no host: {version}"));
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
     let output = crate::tools::succeeded(
         Command::new(cargo)
             .args(["metadata", "--format-version", "1", "--offline", "--locked"])
+            .args(["--filter-platform", host])
             .current_dir(env!("CARGO_MANIFEST_DIR")),
         "cargo metadata",
     );
