@@ -320,6 +320,42 @@ fn first_at(report: &Report, event: &str) -> f64 {
 }
 
 #[test]
+fn a_nodepool_reports_its_nodes_registering_until_its_spec_changes() {
+    let manifests = pool("default", &family(&["c5"]), "") + NODE_CLASS + &deployment("web", 1, "1", "");
+    let edited = indent(&indent(&indent(&pool(
+        "default",
+        &family(&["c5"]),
+        "  weight: 10",
+    ))));
+    let steps = format!(
+        "
+    - at: 3m
+      apply: |
+{edited}"
+    );
+    let report = run(&scenario(&manifests, &steps, "4m"));
+    let health: Vec<(f64, &str)> = entries(&report, "nodepool-condition")
+        .filter(|e| e.object == "NodePool/default" && e.detail.starts_with("NodeRegistrationHealthy="))
+        .map(|e| (e.at_seconds, e.detail.as_str()))
+        .collect();
+    let registered = first_at(&report, "nodeclaim-registered");
+    match health.as_slice() {
+        [(healthy_at, "NodeRegistrationHealthy=True"), (reset_at, reset)] => {
+            assert!(
+                *healthy_at >= registered,
+                "healthy before any node registered: {health:?}"
+            );
+            assert!(*reset_at >= 180.0, "reset before the edit: {health:?}");
+            assert!(
+                reset.starts_with("NodeRegistrationHealthy=Unknown: "),
+                "{health:?}"
+            );
+        }
+        _ => panic!("expected True once the node registered, then Unknown after the edit: {health:?}"),
+    }
+}
+
+#[test]
 fn a_pod_pending_after_a_failed_create_gets_its_node_at_the_next_requeue() {
     let manifests = pool("default", &family(&["c5"]), "") + NODE_CLASS + &deployment("web", 0, "1", "");
     let steps = "

@@ -137,7 +137,14 @@ pub fn set_condition(
 ) -> bool {
     let now = timestamp(clock);
     match conditions.iter_mut().find(|c| c.type_ == type_) {
-        Some(c) if c.status == status && c.reason == reason && c.message == message => false,
+        Some(c)
+            if c.status == status
+                && c.reason == reason
+                && c.message == message
+                && c.observed_generation == generation =>
+        {
+            false
+        }
         Some(c) => {
             if c.status != status {
                 c.last_transition_time = now;

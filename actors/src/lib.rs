@@ -37,6 +37,7 @@ pub mod problem;
 pub mod protocol;
 pub mod provisioner;
 pub mod read_model;
+pub mod registration_health;
 pub mod settings;
 pub mod shared;
 pub mod snapshot;
@@ -108,6 +109,7 @@ pub fn start(
         node_tracer,
         started_at: clock.now_seconds(),
         breakers: Arc::default(),
+        registration_health: Arc::default(),
     };
     let provisioner = Provisioner::new(shared.clone()).start();
     let batcher = Batcher::new(

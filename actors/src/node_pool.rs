@@ -1,7 +1,8 @@
 //! One actor per NodePool: it creates the NodeClaims the Provisioner planned for the pool, after
 //! checking the pool's limits against what its NodeClaims hold right now, and it keeps the pool's
-//! status: `resources` and `nodes` in use, and the conditions `ValidationSucceeded`,
-//! `NodeClassReady` and `Ready` (the Provisioner launches only from Ready pools).
+//! status: `resources` and `nodes` in use, the node class generation it saw, and the conditions
+//! `ValidationSucceeded`, `NodeClassReady`, `NodeRegistrationHealthy` (see
+//! [`registration_health`]) and `Ready` (the Provisioner launches only from Ready pools).
 //!
 //! An invalid NodePool is not an error of the controller: it gets `ValidationSucceeded=False` with
 //! the field and the rule it breaks, and a Warning event, and launches nothing until fixed.
@@ -25,6 +26,7 @@ use crate::{
     faults::Step,
     kube_ops::{self, is_true, set_condition},
     protocol::{LaunchPlan, Reconcile},
+    registration_health,
     shared::Shared,
     snapshot, static_capacity,
 };
@@ -111,6 +113,16 @@ impl Handler<LaunchPlan> for NodePoolActor {
         let shared = self.shared.clone();
         let name = self.name.clone();
         Box::pin(async move { create_claims(&shared, &name, msg.claims).await })
+    }
+}
+
+/// Asks the NodePool `name`'s actor, if it runs, to write its status again; a full mailbox already
+/// holds such a request.
+pub fn poke(shared: &Shared, name: &str) {
+    if let Some(actor) = shared.directory.node_pools.get(name)
+        && actor.try_send(Reconcile).is_err()
+    {
+        shared.metrics.found_full("nodepool");
     }
 }
 
@@ -202,9 +214,9 @@ async fn write_status(shared: &Shared, pool: &NodePool) -> bool {
     };
     let newly_invalid = set_condition(&mut status.conditions, clock, generation, validation) && !valid;
     let class_name = &pool.spec.template.spec.node_class_ref.name;
-    let class_ready = shared
-        .read
-        .node_class(class_name)
+    let class = shared.read.node_class(class_name);
+    let class_ready = class
+        .as_ref()
         .is_some_and(|c| c.status.as_ref().is_some_and(|s| is_true(&s.conditions, "Ready")));
     let class_message = format!("EC2NodeClass {class_name:?} is missing or not ready");
     let node_class = if class_ready {
@@ -218,6 +230,15 @@ async fn write_status(shared: &Shared, pool: &NodePool) -> bool {
         )
     };
     set_condition(&mut status.conditions, clock, generation, node_class);
+    let class_generation = class.and_then(|c| c.metadata.generation);
+    let (health, reason, message) = shared.registration_health.condition(pool, class_generation);
+    set_condition(
+        &mut status.conditions,
+        clock,
+        generation,
+        (registration_health::CONDITION, health, &reason, &message),
+    );
+    status.node_class_observed_generation = class_generation;
     let is_ready = valid && class_ready;
     let ready = if is_ready {
         ("Ready", "True", "Ready", "")

@@ -11,7 +11,8 @@ use joist_provider::CloudProvider;
 
 use crate::{
     breaker::Breakers, catalog::Catalog, events::Events, metrics::Metrics, node_claim::NodeClaimActor,
-    node_pool::NodePoolActor, node_trace::NodeTracer, read_model::ReadModel, settings::Settings,
+    node_pool::NodePoolActor, node_trace::NodeTracer, read_model::ReadModel,
+    registration_health::RegistrationHealth, settings::Settings,
 };
 
 /// The addresses of the per-object actors, by object name.
@@ -51,4 +52,6 @@ pub struct Shared {
     pub started_at: i64,
     /// The NodePools' launch circuit breakers.
     pub breakers: Arc<Breakers>,
+    /// The NodePools' recent registration outcomes, behind `NodeRegistrationHealthy`.
+    pub registration_health: Arc<RegistrationHealth>,
 }

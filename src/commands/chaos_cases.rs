@@ -8,7 +8,7 @@
 //! | `capacity-outage` | every offering out of capacity for 10 minutes | no pod runs, under [`OUTAGE_LAUNCHES`] launch attempts |
 //! | `launch-hangs` | launches start instances but never reply, 4 minutes | the claim is deleted at its launch timeout and the instance collected |
 //! | `reply-lost` | launches start instances and reply with an error, 2 minutes | each claim keeps its first instance |
-//! | `never-registers` | instances launched in 20 minutes never register a Node | claims deleted at the registration timeout; one launch per claim the pods need, per timeout |
+//! | `never-registers` | instances launched in 20 minutes never register a Node | claims deleted at the registration timeout; one launch per claim the pods need, per timeout; the NodePool turns `NodeRegistrationHealthy=False` |
 //! | `never-ready` | Nodes launched in 20 minutes never turn Ready | claims deleted at the initialization timeout; one launch per claim the pods need, per timeout |
 //! | `tainted-after-launch` | every Node that turns Ready is tainted `NoExecute` for 10 minutes | under [`TAINT_NODES`] nodes at once |
 //! | `watch-drops` | every watch of Joist's ends every 20 s for 10 minutes while the workload grows, a spot node is interrupted and the workload shrinks | watches were dropped |
@@ -336,8 +336,27 @@ fn reply_lost(simulated: &Simulated) -> Verdict {
     })
 }
 
+/// As [`timed_out`], and the NodePool says its nodes do not register: `NodeRegistrationHealthy`
+/// turns False.
 fn never_registers(simulated: &Simulated) -> Verdict {
-    timed_out(simulated, "RegistrationTimeout")
+    let Verdict { measure, problem } = timed_out(simulated, "RegistrationTimeout");
+    let unhealthy =
+        simulated.report.timeline.iter().find(|e| {
+            e.event == "nodepool-condition" && e.detail.starts_with("NodeRegistrationHealthy=False")
+        });
+    let Some(unhealthy) = unhealthy else {
+        return Verdict {
+            measure,
+            problem: problem.or_else(|| Some("no NodePool turned NodeRegistrationHealthy=False".to_owned())),
+        };
+    };
+    Verdict {
+        measure: format!(
+            "{measure}; {} NodeRegistrationHealthy=False at {:.0}s",
+            unhealthy.object, unhealthy.at_seconds
+        ),
+        problem,
+    }
 }
 
 fn never_ready(simulated: &Simulated) -> Verdict {

@@ -1,8 +1,8 @@
 //! Watches the simulated cluster's storage and writes down, at the virtual time it happens, what a
 //! user would look for: NodeClaims created, launched, registered, initialized and deleted; Nodes
-//! joining and leaving and their conditions changing; volumes attaching and detaching; Joist's
-//! warnings; and per pod when it was created, became unschedulable and ran. The summary's pending
-//! times and provisioning latency come from here.
+//! joining and leaving and their conditions changing; NodePools' conditions changing; volumes
+//! attaching and detaching; Joist's warnings; and per pod when it was created, became unschedulable
+//! and ran. The summary's pending times and provisioning latency come from here.
 
 use std::{
     collections::BTreeMap,
@@ -59,6 +59,7 @@ enum Watched {
     Pods,
     Events,
     VolumeAttachments,
+    NodePools,
 }
 
 /// See the module docs.
@@ -165,17 +166,22 @@ impl Notes {
             EventKind::Added => self.entry(at, "node-joined", name, text(object, "/spec/providerID")),
             EventKind::Deleted => self.entry(at, "node-deleted", name, String::new()),
             EventKind::Modified => {
-                // A condition that changes status (one appearing for the first time is the
-                // kubelet's first report, not news).
-                let Some(previous) = previous else { return };
-                for condition in object["status"]["conditions"].as_array().into_iter().flatten() {
-                    let field = |name: &str| condition[name].as_str().unwrap_or_default();
-                    let (type_, status) = (field("type"), field("status"));
-                    if conditions::status(previous, type_).is_some_and(|before| before != status) {
-                        self.entry(at, "node-condition", name.clone(), format!("{type_}={status}"));
-                    }
+                for (type_, status, _) in changed_conditions(object, previous) {
+                    self.entry(at, "node-condition", name.clone(), format!("{type_}={status}"));
                 }
             }
+        }
+    }
+
+    /// A NodePool's conditions changing status (`NodeRegistrationHealthy=False`), with why.
+    fn node_pool(&mut self, at: f64, object: &Value, previous: Option<&Value>) {
+        let name = format!("NodePool/{}", text(object, "/metadata/name"));
+        for (type_, status, why) in changed_conditions(object, previous) {
+            let detail = match why {
+                "" => format!("{type_}={status}"),
+                why => format!("{type_}={status}: {why}"),
+            };
+            self.entry(at, "nodepool-condition", name.clone(), detail);
         }
     }
 
@@ -273,6 +279,26 @@ impl Notes {
     }
 }
 
+/// The conditions of `object` whose status differs from `previous`'s (type, status, and
+/// `reason: message` when not True). One appearing for the first time is its controller's first
+/// report, not news.
+fn changed_conditions<'a>(
+    object: &'a Value,
+    previous: Option<&'a Value>,
+) -> impl Iterator<Item = (&'a str, &'a str, &'a str)> {
+    object["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(move |condition| {
+            let field = |name: &str| condition[name].as_str().unwrap_or_default();
+            let (type_, status) = (field("type"), field("status"));
+            let before = conditions::status(previous?, type_)?;
+            let why = if status == "True" { "" } else { field("message") };
+            (before != status).then_some((type_, status, why))
+        })
+}
+
 impl Recorder {
     /// Starts recording `store`; times count from `started`.
     pub fn start(store: Arc<Store>, started: Instant) -> Self {
@@ -290,6 +316,10 @@ impl Recorder {
                 (
                     Watched::VolumeAttachments,
                     GroupResource::new("storage.k8s.io", "volumeattachments"),
+                ),
+                (
+                    Watched::NodePools,
+                    GroupResource::new("karpenter.sh", "nodepools"),
                 ),
             ]
             .into_iter()
@@ -330,6 +360,10 @@ impl Recorder {
                             Watched::Events if event.kind == EventKind::Added => notes.event(at, object),
                             Watched::Events => {}
                             Watched::VolumeAttachments => notes.volume_attachment(at, event.kind, object),
+                            Watched::NodePools if event.kind == EventKind::Modified => {
+                                notes.node_pool(at, object, event.previous.as_deref());
+                            }
+                            Watched::NodePools => {}
                         }
                     }
                 }

@@ -44,6 +44,7 @@ use crate::{
     metrics::{Metrics, PoolLabels, snake_case},
     node_trace::Phase,
     protocol::{GetInstanceTypes, MarkUnavailable},
+    registration_health::Failure,
     settings::ACTOR_REQUEST_TIMEOUT,
     shared::Shared,
 };
@@ -280,7 +281,39 @@ async fn delete_claim(shared: &Shared, claim: &NodeClaim, reason: &str, why: &st
     if FAILED_LAUNCH_REASONS.contains(&reason) {
         count_failed_launch(shared, claim, format!("{reason}: {why}"));
     }
+    if let Some(failure) = registration_failure(claim, reason)
+        && let Some(pool) = claim.labels().get(NODEPOOL)
+    {
+        shared.registration_health.failed(pool, failure);
+        crate::node_pool::poke(shared, pool);
+    }
     Ok(())
+}
+
+/// What a claim deleted for `reason` tells its NodePool's registration health: a claim that timed
+/// out before launching fails with its last launch attempt's reason and message, one that launched
+/// but never registered with `RegistrationFailed`; other deletions tell nothing.
+fn registration_failure(claim: &NodeClaim, reason: &str) -> Option<Failure> {
+    let conditions = claim
+        .status
+        .as_ref()
+        .map(|s| s.conditions.as_slice())
+        .unwrap_or_default();
+    let launched = conditions.iter().find(|c| c.type_ == "Launched");
+    match reason {
+        "RegistrationTimeout" => Some(Failure::registration()),
+        "LaunchTimeout" => Some(match launched {
+            Some(attempt) if attempt.status != "True" => Failure {
+                reason: attempt.reason.clone(),
+                message: attempt.message.clone(),
+            },
+            _ => Failure {
+                reason: reason.to_owned(),
+                message: "the instance was not launched in time".to_owned(),
+            },
+        }),
+        _ => None,
+    }
 }
 
 /// Counts a failed launch against the claim's NodePool, and says so on the NodePool when that
@@ -491,6 +524,10 @@ async fn register(shared: &Shared, claim: &NodeClaim, node: &Node) -> Result<(),
         json!({"nodeName": node.name_any()}),
     );
     write_claim_status(shared, claim, body).await?;
+    if let Some(pool) = claim.labels().get(NODEPOOL) {
+        shared.registration_health.registered(pool);
+        crate::node_pool::poke(shared, pool);
+    }
     let launched = transitioned_at(claim, "Launched").unwrap_or_else(|| created_at(claim));
     let attributes = vec![KeyValue::new("k8s.node.name", node.name_any())];
     trace_phase(shared, claim, Phase::Registration, launched, attributes);
