@@ -78,6 +78,7 @@ impl Handler<Reconcile> for NodePoolActor {
         let _span = tracing::debug_span!("nodepool.reconcile", nodepool = self.name).entered();
         let Some(pool) = self.shared.read.node_pool(&self.name) else {
             self.shared.directory.node_pools.remove(&self.name);
+            self.shared.registration_health.forget(&self.name);
             ctx.stop();
             return AtomicResponse::new(Box::pin(fut::ready(())));
         };

@@ -124,6 +124,11 @@ impl RegistrationHealth {
         window.last_failure = Some(failure);
     }
 
+    /// Drops the window of a NodePool that is gone (one of the same name starts afresh).
+    pub fn forget(&self, pool: &str) {
+        self.lock().remove(pool);
+    }
+
     /// The `NodeRegistrationHealthy` condition `pool` should carry (status, reason, message), given
     /// the generation of its node class now. Starts the pool's window afresh when the pool's spec
     /// or its node class changed since the condition was last written.
@@ -269,5 +274,14 @@ mod tests {
         };
         assert_eq!(status(&health, &edited), "Unknown", "the pool's spec changed");
         assert_eq!(status(&health, &pool(1, 1, None)), "Unknown", "no condition yet");
+        health.failed("default", Failure::registration());
+        health.failed("default", Failure::registration());
+        health.forget("default");
+        let carried = pool(5, 1, Some(("Unknown", "AwaitingReconciliation")));
+        assert_eq!(
+            status(&health, &carried),
+            "Unknown",
+            "a pool deleted and made again"
+        );
     }
 }
