@@ -15,7 +15,6 @@ use joist_messages::{
         crds,
         duration::Duration,
         manifest::{KarpenterObject, Outcome, read_manifests},
-        openapi_schema,
         schema_check::SchemaChecker,
         validation::Violations,
     },
@@ -171,10 +170,7 @@ fn documents(path: &Path, text: &str) -> Vec<Value> {
 
 #[test]
 fn the_crds_alone_accept_valid_and_reject_invalid_manifests() {
-    let schemas: HashMap<String, Value> = crds()
-        .iter()
-        .map(|(_, crd)| (crd.spec.names.kind.clone(), openapi_schema(crd)))
-        .collect();
+    let schemas = mutants::schemas();
     for file in fixtures("valid") {
         for doc in documents(&file, &read(&file)) {
             let problems = crd_verdict(&schemas, &doc);

@@ -16,7 +16,11 @@ use std::{
     time::Duration,
 };
 
-use joist::simulate::{self, Report, Scenario, report::Entry};
+use joist::simulate::{
+    self, Report, Scenario,
+    driver::{EPOCH, paused_system as simulation_system},
+    report::Entry,
+};
 use joist_actors::node_trace::{NodeTracer, ROOT_SPAN};
 use opentelemetry::trace::SpanId;
 use opentelemetry_proto::tonic::{
@@ -46,17 +50,9 @@ mod serve;
 #[path = "support/tools.rs"]
 mod tools;
 
-/// The Unix time simulated clocks start at: 2026-01-01T00:00:00Z.
-const EPOCH: i64 = 1_767_225_600;
-
-/// An actix system on a current-thread runtime whose time is paused (virtual time).
+/// The simulation's paused actix system (virtual time).
 fn paused_system() -> actix::SystemRunner {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .start_paused(true)
-        .build()
-        .unwrap_or_else(|e| panic!("{e}"));
-    actix::System::with_tokio_rt(move || runtime)
+    simulation_system().unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// kubesim with Joist's CRDs, the simulated cloud in us-west-2 and every controller running on

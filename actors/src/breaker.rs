@@ -4,8 +4,8 @@
 //! the launch timeout, no Node within the registration timeout, a Node never Ready) counts against its NodePool; a
 //! launch that works clears the count. After [`TRIP_AFTER`] failures in a row the breaker opens:
 //! the provisioner leaves the NodePool out of its passes for a pause that doubles with each trip
-//! in a row ([`FIRST_PAUSE`] up to [`MAX_PAUSE`]), pods it alone could hold say so in their
-//! `FailedScheduling` event, and the NodePool gets a `LaunchesPaused` warning. Once the pause is
+//! in a row ([`FIRST_PAUSE`] up to [`MAX_PAUSE`]), pods left unschedulable meanwhile say so in
+//! their `FailedScheduling` event, and the NodePool gets a `LaunchesPaused` warning. Once the pause is
 //! over one more pass may launch; if that launch fails too the breaker opens again at once, for
 //! twice as long. So a cloud that refuses everything, or instances that never join, cost a few
 //! launches an hour instead of one every batch.
@@ -20,7 +20,12 @@ use std::{
 
 use tokio::time::Instant;
 
-use crate::settings::doubling_backoff;
+use crate::{
+    lifecycle::decide::{
+        INITIALIZATION_TIMED_OUT, INSUFFICIENT_CAPACITY, LAUNCH_TIMED_OUT, REGISTRATION_TIMED_OUT,
+    },
+    settings::doubling_backoff,
+};
 
 /// Failed launches in a row that open a NodePool's breaker.
 pub const TRIP_AFTER: u32 = 3;
@@ -31,10 +36,10 @@ pub const MAX_PAUSE: Duration = Duration::from_secs(15 * 60);
 
 /// The NodeClaim deletion reasons that count as a failed launch.
 pub const FAILED_LAUNCH_REASONS: [&str; 4] = [
-    "InsufficientCapacityError",
-    "LaunchTimeout",
-    "RegistrationTimeout",
-    "InitializationTimeout",
+    INSUFFICIENT_CAPACITY,
+    LAUNCH_TIMED_OUT,
+    REGISTRATION_TIMED_OUT,
+    INITIALIZATION_TIMED_OUT,
 ];
 
 /// One NodePool's breaker.

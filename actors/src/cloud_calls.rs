@@ -21,7 +21,11 @@ use joist_messages::{
 };
 use joist_provider::{CloudError, CloudFuture, CloudProvider, Drift, Instance, Launch, repair::RepairPolicy};
 
-use crate::{faults::FaultPoints, lifecycle::decide::created_at, settings::LAUNCH_TIMEOUT};
+use crate::{
+    faults::FaultPoints,
+    lifecycle::decide::{created_at, time_left},
+    settings::LAUNCH_TIMEOUT,
+};
 
 /// How long any cloud call but a launch may take.
 pub const CLOUD_CALL_TIMEOUT: Duration = Duration::from_secs(60);
@@ -72,9 +76,7 @@ impl CloudProvider for GuardedCloud {
     }
 
     fn create<'a>(&'a self, claim: &'a NodeClaim, types: &'a [Arc<InstanceType>]) -> CloudFuture<'a, Launch> {
-        let age = u64::try_from(self.clock.now_seconds() - created_at(claim)).unwrap_or(0);
-        let left = LAUNCH_TIMEOUT
-            .saturating_sub(Duration::from_secs(age))
+        let left = time_left(LAUNCH_TIMEOUT, self.clock.now_seconds(), created_at(claim))
             .max(Duration::from_secs(1));
         self.guard("launch", left, self.inner.create(claim, types))
     }

@@ -47,7 +47,7 @@ use crate::{
     node_claim::NodeClaimActor,
     node_class,
     node_pool::NodePoolActor,
-    protocol::{PodPending, Reconcile},
+    protocol::PodPending,
     read_model::{Listed, PodKey, Writers},
     shared::Shared,
 };
@@ -131,17 +131,6 @@ impl ClusterState {
         }
     }
 
-    /// Asks `actor` (a `kind` actor) to reconcile; a full mailbox already holds a poke, so nothing
-    /// is lost, and the coalescing is counted.
-    fn poke<A>(&self, actor: &Addr<A>, kind: &str)
-    where
-        A: Actor<Context = Context<A>> + Handler<Reconcile>,
-    {
-        if actor.try_send(Reconcile).is_err() {
-            self.shared.metrics.found_full(kind);
-        }
-    }
-
     fn node_pool_actor(&mut self, name: &str) -> Addr<NodePoolActor> {
         if let Some(actor) = self.shared.directory.node_pools.get(name) {
             return actor.clone();
@@ -178,7 +167,7 @@ impl ClusterState {
 
     fn poke_claim(&self, name: &str) {
         if let Some(actor) = self.shared.directory.node_claims.get(name) {
-            self.poke(&actor, "nodeclaim");
+            self.shared.poke(&actor, "nodeclaim");
         }
     }
 
@@ -220,7 +209,7 @@ impl ClusterState {
 
     fn poke_pools(&self) {
         for actor in self.shared.directory.node_pools.iter() {
-            self.poke(&actor, "nodepool");
+            self.shared.poke(&actor, "nodepool");
         }
     }
 }
@@ -454,7 +443,7 @@ impl StreamHandler<Change> for ClusterState {
                 }
                 if let Some(pool) = claim.labels().get(NODEPOOL) {
                     let actor = self.node_pool_actor(pool);
-                    self.poke(&actor, "nodepool");
+                    self.shared.poke(&actor, "nodepool");
                 }
             }
             Change::NodePool(pool, deleted) => {
@@ -462,11 +451,11 @@ impl StreamHandler<Change> for ClusterState {
                 let _span = tracing::debug_span!("cluster_state.nodepool", nodepool = name).entered();
                 if deleted {
                     if let Some(actor) = self.shared.directory.node_pools.get(&name) {
-                        self.poke(&actor, "nodepool");
+                        self.shared.poke(&actor, "nodepool");
                     }
                 } else {
                     let actor = self.node_pool_actor(&name);
-                    self.poke(&actor, "nodepool");
+                    self.shared.poke(&actor, "nodepool");
                     self.trigger();
                 }
             }

@@ -117,16 +117,6 @@ impl Handler<LaunchPlan> for NodePoolActor {
     }
 }
 
-/// Asks the NodePool `name`'s actor, if it runs, to write its status again; a full mailbox already
-/// holds such a request.
-pub fn poke(shared: &Shared, name: &str) {
-    if let Some(actor) = shared.directory.node_pools.get(name)
-        && actor.try_send(Reconcile).is_err()
-    {
-        shared.metrics.found_full("nodepool");
-    }
-}
-
 /// Creates the planned claims that still fit the pool's limits: the limits are checked claim by
 /// claim against what the pool holds, then the creates run [`CLAIM_CREATES_IN_FLIGHT`] at a time.
 /// A create that fails is logged; its pods stay pending and the next pass plans for them again.

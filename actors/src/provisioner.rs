@@ -170,13 +170,10 @@ async fn dispatch(
             tracing::warn!(nodepool = name, %error, "the nodepool actor did not take its launch plan");
         }
     }
+    let paused: String = paused.iter().map(|why| format!("; {why}")).collect();
     for unschedulable in &solution.unschedulable {
         let pod = &pods[unschedulable.pod];
-        let mut message = format!("Failed to schedule pod, {unschedulable}");
-        for why in paused {
-            message.push_str("; ");
-            message.push_str(why);
-        }
+        let message = format!("Failed to schedule pod, {unschedulable}{paused}");
         failed_scheduling(shared, pod, &message);
     }
 }

@@ -4,14 +4,14 @@
 
 use std::sync::Arc;
 
-use actix::Addr;
+use actix::{Actor, Addr, Context, Handler};
 use dashmap::DashMap;
 use joist_messages::time::Clock;
 use joist_provider::CloudProvider;
 
 use crate::{
     breaker::Breakers, catalog::Catalog, events::Events, metrics::Metrics, node_claim::NodeClaimActor,
-    node_pool::NodePoolActor, node_trace::NodeTracer, read_model::ReadModel,
+    node_pool::NodePoolActor, node_trace::NodeTracer, protocol::Reconcile, read_model::ReadModel,
     registration_health::RegistrationHealth, settings::Settings,
 };
 
@@ -54,4 +54,24 @@ pub struct Shared {
     pub breakers: Arc<Breakers>,
     /// The NodePools' recent registration outcomes, behind `NodeRegistrationHealthy`.
     pub registration_health: Arc<RegistrationHealth>,
+}
+
+impl Shared {
+    /// Asks `actor` (a `kind` actor) to reconcile; a full mailbox already holds a poke, so nothing
+    /// is lost, and the coalescing is counted.
+    pub fn poke<A>(&self, actor: &Addr<A>, kind: &str)
+    where
+        A: Actor<Context = Context<A>> + Handler<Reconcile>,
+    {
+        if actor.try_send(Reconcile).is_err() {
+            self.metrics.found_full(kind);
+        }
+    }
+
+    /// Asks the NodePool `name`'s actor, if it runs, to write its status again.
+    pub fn poke_node_pool(&self, name: &str) {
+        if let Some(actor) = self.directory.node_pools.get(name) {
+            self.poke(&actor, "nodepool");
+        }
+    }
 }

@@ -77,6 +77,17 @@ pub enum ApiError {
 }
 
 impl ApiError {
+    /// The 409 a write made against an older version of the object `name` gets.
+    pub fn modified(resource: String, name: String) -> Self {
+        Self::Conflict {
+            resource,
+            name,
+            reason:
+                "the object has been modified; please apply your changes to the latest version and try again"
+                    .to_owned(),
+        }
+    }
+
     /// The HTTP status code.
     pub fn code(&self) -> u16 {
         match self {

@@ -120,14 +120,18 @@ impl Cluster {
         kube::Client::new(InProcess::new(self.server.clone()), "default")
     }
 
-    /// A client whose requests go through `faults`, and whose process can crash: once `down`
+    /// A client whose requests go through `faults` when given, and whose process can crash: once `down`
     /// says so, its requests go unanswered.
-    pub fn client_with(&self, faults: &api::ApiFaults, down: Option<http::Down>) -> kube::Client {
+    pub fn client_with(&self, faults: Option<&api::ApiFaults>, down: Option<http::Down>) -> kube::Client {
         let service = match down {
             Some(down) => InProcess::until(self.server.clone(), down),
             None => InProcess::new(self.server.clone()),
         };
-        kube::Client::new(service.with_faults(faults.clone()), "default")
+        let service = match faults {
+            Some(faults) => service.with_faults(faults.clone()),
+            None => service,
+        };
+        kube::Client::new(service, "default")
     }
 
     /// Serves the cluster over HTTP on `127.0.0.1:port` (0: any free port).

@@ -517,12 +517,7 @@ impl Store {
         let given_version = text(&next, "/metadata/resourceVersion");
         let current_version = text(&current, "/metadata/resourceVersion");
         if !given_version.is_empty() && given_version != current_version {
-            return Err(ApiError::Conflict {
-                resource: resource.qualified(),
-                name: key.name.clone(),
-                reason: "the object has been modified; please apply your changes to the latest version and try again"
-                    .to_owned(),
-            });
+            return Err(ApiError::modified(resource.qualified(), key.name.clone()));
         }
         let given_name = next
             .pointer("/metadata/name")

@@ -51,6 +51,14 @@ pub struct Totals {
 }
 
 impl Totals {
+    /// Adds what one run left behind.
+    pub(super) fn add(&mut self, audit: &Audit) {
+        self.leaks += audit.leaks.len();
+        self.duplicates += audit.duplicates.len();
+        self.stranded += audit.stranded.len() + audit.tainted.len();
+        self.missed += audit.stale.len();
+    }
+
     /// All zeros where zeros are the pass.
     pub fn passed(&self) -> bool {
         self.leaks == 0
@@ -79,10 +87,6 @@ pub fn suite(
     soak: bool,
     print: &mut dyn FnMut(String) -> Result<(), CommandError>,
 ) -> Result<Totals, CommandError> {
-    let failed = |message: String| CommandError::Simulate {
-        path: "bench chaos".into(),
-        message,
-    };
     let scenario = Scenario::parse(SCENARIO).map_err(|e| failed(e.to_string()))?;
     let reaches = if soak { SOAK_REACHES } else { 1 };
     print(row([
@@ -114,10 +118,7 @@ pub fn suite(
                 None if nth == 1 => totals.unreached += 1,
                 None => {}
             }
-            totals.leaks += audit.leaks.len();
-            totals.duplicates += audit.duplicates.len();
-            totals.stranded += audit.stranded.len() + audit.tainted.len();
-            totals.missed += audit.stale.len();
+            totals.add(audit);
             print(row([
                 step.name().to_owned(),
                 nth.to_string(),
@@ -137,18 +138,20 @@ pub fn suite(
         print(format!("unreached {}", totals.unreached))?;
     }
     print(String::new())?;
-    let cases = chaos_cases::run(&scenario, print)?;
-    totals.cases = cases.cases;
-    totals.failed_cases = cases.failed;
-    totals.leaks += cases.leaks;
-    totals.duplicates += cases.duplicates;
-    totals.stranded += cases.stranded;
-    totals.missed += cases.missed;
+    chaos_cases::run(&scenario, &mut totals, print)?;
     print(format!(
         "steps {} crashes {} leaks {} duplicates {} stranded {}",
         totals.steps, totals.crashes, totals.leaks, totals.duplicates, totals.stranded
     ))?;
     Ok(totals)
+}
+
+/// The suite's error: `message` says what failed.
+pub(super) fn failed(message: String) -> CommandError {
+    CommandError::Simulate {
+        path: "bench chaos".into(),
+        message,
+    }
 }
 
 /// One line of the table: the step left-aligned, the figures right-aligned under their headings.

@@ -23,7 +23,10 @@
 use joist_actors::faults::FaultPoints;
 use joist_provider_sim::Operation;
 
-use super::{CommandError, bench_chaos};
+use super::{
+    CommandError,
+    bench_chaos::{self, Totals, failed},
+};
 use crate::simulate::{self, Scenario, Simulated, report::Report};
 
 /// The most EC2 calls per second, in any 10 s of a throttling storm.
@@ -164,37 +167,16 @@ const CASES: [Case; 12] = [
     },
 ];
 
-/// The counts of the cases.
-#[derive(Debug, Default, PartialEq, Eq)]
-pub struct CaseTotals {
-    /// Cases run.
-    pub cases: usize,
-    /// Cases whose measure missed its bound.
-    pub failed: usize,
-    /// Instances leaked.
-    pub leaks: usize,
-    /// NodeClaims launched more than once.
-    pub duplicates: usize,
-    /// Pods not Running and Nodes left tainted at the end.
-    pub stranded: usize,
-    /// Objects the controllers' view held differently from the cluster at the end.
-    pub missed: usize,
-}
-
-/// Runs every case in `world`, handing each printed line to `print`.
+/// Runs every case in `world`, adding them to `totals` and handing each printed line to `print`.
 pub fn run(
     world: &Scenario,
+    totals: &mut Totals,
     print: &mut dyn FnMut(String) -> Result<(), CommandError>,
-) -> Result<CaseTotals, CommandError> {
-    let failed = |message: String| CommandError::Simulate {
-        path: "bench chaos".into(),
-        message,
-    };
+) -> Result<(), CommandError> {
     print(format!(
         "{:<22} {:>6} {:>10} {:>8} {:>6}  measure",
         "case", "leaks", "duplicates", "stranded", "missed"
     ))?;
-    let mut totals = CaseTotals::default();
     for case in &CASES {
         let churn = if case.churn {
             format!(", {CHURN}")
@@ -210,17 +192,13 @@ pub fn run(
         let audit = &simulated.audit;
         let verdict = (case.judge)(&simulated);
         totals.cases += 1;
-        totals.leaks += audit.leaks.len();
-        totals.duplicates += audit.duplicates.len();
-        let stranded = audit.stranded.len() + audit.tainted.len();
-        totals.stranded += stranded;
-        totals.missed += audit.stale.len();
+        totals.add(audit);
         print(format!(
             "{:<22} {:>6} {:>10} {:>8} {:>6}  {}",
             case.name,
             audit.leaks.len(),
             audit.duplicates.len(),
-            stranded,
+            audit.stranded.len() + audit.tainted.len(),
             audit.stale.len(),
             verdict.measure
         ))?;
@@ -228,12 +206,12 @@ pub fn run(
             print(format!("  {line}"))?;
         }
         if let Some(problem) = verdict.problem {
-            totals.failed += 1;
+            totals.failed_cases += 1;
             print(format!("  FAILED: {problem}"))?;
         }
     }
-    print(format!("cases {} failed {}", totals.cases, totals.failed))?;
-    Ok(totals)
+    print(format!("cases {} failed {}", totals.cases, totals.failed_cases))?;
+    Ok(())
 }
 
 /// Timeline entries of `event` whose detail starts with `detail_starts`.
@@ -300,19 +278,20 @@ fn capacity_outage(simulated: &Simulated) -> Verdict {
 fn launch_hangs(simulated: &Simulated) -> Verdict {
     let report = &simulated.report;
     let timeouts = timeline_count(report, "warning", "LaunchTimeout");
-    let hung: Vec<String> = report
+    let hung: Vec<Option<f64>> = report
         .instances
         .iter()
         .filter(|i| i.launched_at_seconds < 240.0)
-        .map(|i| {
-            i.ended_at_seconds
-                .map_or_else(|| "still running".to_owned(), |end| format!("ended at {end:.0}s"))
-        })
+        .map(|i| i.ended_at_seconds)
         .collect();
-    let collected = hung.iter().all(|h| h.starts_with("ended"));
+    let collected = hung.iter().all(Option::is_some);
+    let ends: Vec<String> = hung
+        .iter()
+        .map(|end| end.map_or_else(|| "still running".to_owned(), |end| format!("ended at {end:.0}s")))
+        .collect();
     let measure = format!(
         "{timeouts} claims deleted at their launch timeout; instances of hung launches: {}",
-        hung.join(", ")
+        ends.join(", ")
     );
     Verdict::pass_if(measure, timeouts >= 1 && collected && !hung.is_empty(), || {
         "a hung launch was not timed out, or its instance was not collected".to_owned()
@@ -339,24 +318,26 @@ fn reply_lost(simulated: &Simulated) -> Verdict {
 /// As [`timed_out`], and the NodePool says its nodes do not register: `NodeRegistrationHealthy`
 /// turns False.
 fn never_registers(simulated: &Simulated) -> Verdict {
-    let Verdict { measure, problem } = timed_out(simulated, "RegistrationTimeout");
+    let mut verdict = timed_out(simulated, "RegistrationTimeout");
     let unhealthy =
         simulated.report.timeline.iter().find(|e| {
             e.event == "nodepool-condition" && e.detail.starts_with("NodeRegistrationHealthy=False")
         });
-    let Some(unhealthy) = unhealthy else {
-        return Verdict {
-            measure,
-            problem: problem.or_else(|| Some("no NodePool turned NodeRegistrationHealthy=False".to_owned())),
-        };
-    };
-    Verdict {
-        measure: format!(
-            "{measure}; {} NodeRegistrationHealthy=False at {:.0}s",
-            unhealthy.object, unhealthy.at_seconds
-        ),
-        problem,
+    match unhealthy {
+        Some(e) => {
+            let at = format!(
+                "; {} NodeRegistrationHealthy=False at {:.0}s",
+                e.object, e.at_seconds
+            );
+            verdict.measure.push_str(&at);
+        }
+        None => {
+            verdict
+                .problem
+                .get_or_insert_with(|| "no NodePool turned NodeRegistrationHealthy=False".to_owned());
+        }
     }
+    verdict
 }
 
 fn never_ready(simulated: &Simulated) -> Verdict {

@@ -6,7 +6,10 @@
 //!
 //! Failure modes: none; it reads the store and the cloud's books.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    sync::Arc,
+};
 
 use joist_actors::{faults::Step, read_model::ReadModel};
 use joist_kubesim::{Store, resources::GroupResource};
@@ -50,13 +53,7 @@ impl Audit {
     /// Reads what `store` and `cloud` hold at the end of a run, and what the controllers that
     /// ran last see in `view`.
     pub fn of(store: &Store, cloud: &SimCloud, view: &ReadModel, crash: Option<Crash>) -> Self {
-        // The store filters as it lists: a large cluster's Running pods are passed over.
-        let list = |group: &str, resource: &str, wanted: &dyn Fn(&Value) -> bool| {
-            store
-                .list(&GroupResource::new(group, resource), None, None, None, wanted)
-                .items
-        };
-        let named: BTreeSet<String> = list("karpenter.sh", "nodeclaims", &|c| {
+        let named: BTreeSet<String> = list(store, "karpenter.sh", "nodeclaims", &|c| {
             c["status"]["providerID"].is_string()
         })
         .iter()
@@ -87,21 +84,15 @@ impl Audit {
                 .as_array()
                 .is_some_and(|t| t.iter().any(|t| t["key"] == taints::DISRUPTED))
         };
-        let tainted = list("", "nodes", &disrupted)
+        let tainted = list(store, "", "nodes", &disrupted)
             .iter()
             .map(|node| name(node))
             .collect();
         let not_running =
             |pod: &Value| !matches!(pod["status"]["phase"].as_str(), Some("Running" | "Succeeded"));
-        let stranded = list("", "pods", &not_running)
+        let stranded = list(store, "", "pods", &not_running)
             .iter()
-            .map(|pod| {
-                format!(
-                    "{}/{}",
-                    pod["metadata"]["namespace"].as_str().unwrap_or_default(),
-                    name(pod)
-                )
-            })
+            .map(|pod| key(pod))
             .collect();
         Self {
             crash,
@@ -112,6 +103,20 @@ impl Audit {
             stale: stale_view(store, view),
         }
     }
+}
+
+/// The objects of `group`/`resource` that are `wanted` (the store filters as it lists: a large
+/// cluster's Running pods are passed over).
+fn list(store: &Store, group: &str, resource: &str, wanted: &dyn Fn(&Value) -> bool) -> Vec<Arc<Value>> {
+    store
+        .list(&GroupResource::new(group, resource), None, None, None, wanted)
+        .items
+}
+
+/// An object's `namespace/name` (`/name` for a cluster-scoped one).
+fn key(object: &Value) -> String {
+    let text = |field: &str| object["metadata"][field].as_str().unwrap_or_default();
+    format!("{}/{}", text("namespace"), text("name"))
 }
 
 /// `namespace/name` → resourceVersion.
@@ -134,15 +139,11 @@ fn seen<'a>(metas: impl Iterator<Item = &'a ObjectMeta>) -> Versions {
 /// The differences between the cluster's objects and the view's, kind by kind.
 fn stale_view(store: &Store, view: &ReadModel) -> Vec<String> {
     let stored = |group: &str, resource: &str| -> Versions {
-        let items = store
-            .list(&GroupResource::new(group, resource), None, None, None, |_| true)
-            .items;
-        items
+        list(store, group, resource, &|_| true)
             .iter()
             .map(|o| {
-                let text = |field: &str| o["metadata"][field].as_str().unwrap_or_default();
-                let key = format!("{}/{}", text("namespace"), text("name"));
-                (key, text("resourceVersion").to_owned())
+                let version = o["metadata"]["resourceVersion"].as_str().unwrap_or_default();
+                (key(o), version.to_owned())
             })
             .collect()
     };

@@ -16,7 +16,7 @@ use joist_kubesim::{
     physics::PhysicsSettings,
 };
 use joist_messages::{
-    apis::manifest::{Checker, Outcome},
+    apis::manifest::{self, Checker, Outcome},
     model::shape::CapacitySettings,
     time::Clock,
 };
@@ -102,6 +102,16 @@ pub fn run_crashing(scenario: &Scenario, seed: u64, faults: FaultPoints) -> Resu
     run_with(scenario, seed, NodeTracer::disabled(), &mut |_| {}, faults)
 }
 
+/// An actix system on a current-thread runtime whose time is paused: virtual time, which jumps
+/// to the next timer whenever every task waits.
+pub fn paused_system() -> std::io::Result<actix::SystemRunner> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()?;
+    Ok(actix::System::with_tokio_rt(move || runtime))
+}
+
 fn run_with(
     scenario: &Scenario,
     seed: u64,
@@ -110,12 +120,7 @@ fn run_with(
     faults: FaultPoints,
 ) -> Result<Simulated, SimulateError> {
     let manifests = prepare(scenario)?;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .start_paused(true)
-        .build()
-        .map_err(SimulateError::Runtime)?;
-    let system = actix::System::with_tokio_rt(move || runtime);
+    let system = paused_system().map_err(SimulateError::Runtime)?;
     let mut simulated =
         system.block_on(simulate(scenario, manifests, seed, node_tracer, progress, faults))?;
     simulated.world = Some(system);
@@ -164,11 +169,14 @@ async fn simulate(
         ..Settings::default()
     };
     let recorder = Recorder::start(cluster.store().clone(), started);
-    let api_faults = ApiFaults::default();
+    // Only a scenario that fails the API server puts the controllers' requests through faults.
+    let api_faults = (scenario.steps.iter())
+        .any(|step| matches!(step.action, Action::FailKube { .. }))
+        .then(ApiFaults::default);
     let controllers = start_controllers(
         &cluster,
         &cloud,
-        &api_faults,
+        api_faults.as_ref(),
         settings,
         (clock, started),
         node_tracer,
@@ -178,7 +186,7 @@ async fn simulate(
         client: &client,
         store: cluster.store(),
         cloud: &cloud,
-        api_faults: &api_faults,
+        api_faults: api_faults.as_ref(),
     };
     // Let every actor start while the runtime is live, so an error in the first step cannot tear
     // one down half-started.
@@ -213,7 +221,7 @@ async fn simulate(
         metrics: last.metrics.encode(),
         kubesim_busy: cluster.busy(),
         audit: Audit::of(cluster.store(), &cloud, &last.read, crash),
-        api_faults: api_faults.counts(),
+        api_faults: api_faults.as_ref().map(ApiFaults::counts).unwrap_or_default(),
         calls: cloud.books().calls(),
         world: None,
     })
@@ -257,13 +265,13 @@ impl Running {
     }
 }
 
-/// Starts Joist's controllers, their client going through `api_faults`; with `faults` armed,
+/// Starts Joist's controllers, their client going through `api_faults` if any; with `faults` armed,
 /// through a client and a cloud that go silent when they crash, and starts new ones
 /// [`RESTART_AFTER`] later.
 fn start_controllers(
     cluster: &Cluster,
     cloud: &SimCloud,
-    api_faults: &ApiFaults,
+    api_faults: Option<&ApiFaults>,
     settings: Settings,
     (clock, started): (Clock, Instant),
     node_tracer: NodeTracer,
@@ -407,7 +415,8 @@ struct World<'a> {
     client: &'a kube::Client,
     store: &'a Arc<Store>,
     cloud: &'a SimCloud,
-    api_faults: &'a ApiFaults,
+    /// Present when the scenario has a `failKube` step.
+    api_faults: Option<&'a ApiFaults>,
 }
 
 async fn execute(
@@ -471,7 +480,9 @@ async fn execute(
             Ok(())
         }
         Action::FailKube { failure, duration } => {
-            api_faults.fail(*failure, *duration);
+            if let Some(api_faults) = api_faults {
+                api_faults.fail(*failure, *duration);
+            }
             Ok(())
         }
         Action::BootFault { fault, duration } => {
@@ -551,12 +562,10 @@ struct Document {
 /// Parses and checks every document of `text`, as the API server's CRD validation would: an invalid
 /// or pre-v1 Karpenter object is an error naming it and its fields.
 fn documents(checker: &mut Checker, text: &str, field: &str) -> Result<Vec<Document>, SimulateError> {
-    let one_line = serde_saphyr::options! { with_snippet: false };
-    let values: Vec<Value> =
-        serde_saphyr::from_multiple_with_options(text, one_line).map_err(|e| SimulateError::Step {
-            field: field.to_owned(),
-            message: format!("not valid YAML: {e}"),
-        })?;
+    let values = manifest::parse_documents(text).map_err(|e| SimulateError::Step {
+        field: field.to_owned(),
+        message: e.to_string(),
+    })?;
     let mut out = Vec::new();
     for value in values.into_iter().filter(|d| !d.is_null()) {
         let checked = checker.check_document(value.clone());

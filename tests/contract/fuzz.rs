@@ -9,15 +9,14 @@ use std::{
 };
 
 use joist_messages::apis::{
-    EC2NodeClass, NodeClaim, NodeOverlay, NodePool, crds,
+    EC2NodeClass, NodeClaim, NodeOverlay, NodePool,
     manifest::{Checker, Outcome},
-    openapi_schema,
 };
 use proptest::{prelude::*, sample::Index};
 use serde_json::Value;
 
 use super::{crd_verdict, documents, fixtures, read};
-use crate::mutants::{Field, Mutant, fields, mutant};
+use crate::mutants::{Field, Mutant, fields, mutant, schemas};
 
 static FIELDS: LazyLock<Vec<Field>> = LazyLock::new(fields);
 
@@ -33,12 +32,7 @@ static BASES: LazyLock<HashMap<String, Vec<Value>>> = LazyLock::new(|| {
     bases
 });
 
-static SCHEMAS: LazyLock<HashMap<String, Value>> = LazyLock::new(|| {
-    crds()
-        .iter()
-        .map(|(_, crd)| (crd.spec.names.kind.clone(), openapi_schema(crd)))
-        .collect()
-});
+static SCHEMAS: LazyLock<HashMap<String, Value>> = LazyLock::new(schemas);
 
 static CHECKER: LazyLock<Mutex<Checker>> = LazyLock::new(|| Mutex::new(Checker::new()));
 

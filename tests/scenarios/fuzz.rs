@@ -3,12 +3,12 @@
 //! and one Joist cannot use gets `ValidationSucceeded=False` and a `ValidationFailed` warning event;
 //! nothing panics, and the controllers go on provisioning for a valid NodePool beside them.
 
-use std::{cell::Cell, sync::LazyLock, time::Duration};
+use std::{cell::Cell, collections::HashMap, sync::LazyLock, time::Duration};
 
 use joist_actors::settings::Settings;
 use joist_kubesim::{Store, resources::GroupResource, store::ObjectKey};
 use joist_messages::apis::{
-    EC2NodeClass, NodePool, crds, openapi_schema,
+    EC2NodeClass, NodePool,
     schema_check::SchemaChecker,
     validation::{Validate, Violations},
 };
@@ -18,9 +18,12 @@ use proptest::prelude::*;
 use serde_json::{Value, json};
 
 use super::{controllers_on_kubesim, paused_system};
-use crate::mutants::{Field, Mutant, fields, mutant};
+use crate::mutants::{Field, Mutant, fields, mutant, schemas};
 
 static FIELDS: LazyLock<Vec<Field>> = LazyLock::new(fields);
+
+/// Every CRD's schema, by kind.
+static SCHEMAS: LazyLock<HashMap<String, Value>> = LazyLock::new(schemas);
 
 /// The annotation naming the field an object's fuzz changed.
 const FUZZED: &str = "fuzz.joist.dev/field";
@@ -48,12 +51,8 @@ const NODE_CLASS: &str = r#"{"apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2N
 fn fuzzed(base: &str, prefix: &str, mutants: &[Mutant]) -> Vec<Value> {
     let base: Value = serde_json::from_str(base).unwrap_or_else(|e| panic!("{e}"));
     let kind = base["kind"].as_str().unwrap_or_default().to_owned();
-    let schema = crds()
-        .iter()
-        .find(|(_, crd)| crd.spec.names.kind == kind)
-        .map(|(_, crd)| openapi_schema(crd))
-        .unwrap_or_else(|| panic!("no CRD for {kind}"));
-    let mut checker = SchemaChecker::new(schema);
+    let schema = SCHEMAS.get(&kind).unwrap_or_else(|| panic!("no CRD for {kind}"));
+    let mut checker = SchemaChecker::new(schema.clone());
     mutants
         .iter()
         .enumerate()

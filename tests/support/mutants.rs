@@ -76,6 +76,14 @@ impl Field {
     }
 }
 
+/// Every CRD's OpenAPI schema, by kind.
+pub fn schemas() -> std::collections::HashMap<String, Value> {
+    crds()
+        .iter()
+        .map(|(_, crd)| (crd.spec.names.kind.clone(), openapi_schema(crd)))
+        .collect()
+}
+
 /// Every field under `spec` of every CRD Joist serves.
 pub fn fields() -> Vec<Field> {
     let mut fields = Vec::new();

@@ -48,7 +48,7 @@ use crate::{
     claim_template,
     fold::Fold,
     kube_ops::{self, is_true},
-    lifecycle::decide::is_disrupted,
+    lifecycle::decide::{is_disrupted, node_ready},
     metrics::{ConsolidationTypeLabels, PoolReasonLabels, ReasonLabels},
     problem::{self, Problem},
     shared::Shared,
@@ -419,14 +419,7 @@ fn budget_counts(shared: &Shared) -> BTreeMap<String, (u32, u32)> {
             .as_deref()
             .and_then(|p| read.node_for_provider(p));
         let deleting = claim.metadata.deletion_timestamp.is_some();
-        let disrupted = node.as_ref().is_some_and(|n| {
-            is_disrupted(n)
-                || !n
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.conditions.as_ref())
-                    .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-        });
+        let disrupted = node.as_ref().is_some_and(|n| is_disrupted(n) || !node_ready(n));
         let entry = counts.entry(pool.clone()).or_default();
         if !deleting {
             entry.0 += 1;

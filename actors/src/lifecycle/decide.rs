@@ -55,6 +55,15 @@ pub const BLOCKED_EVICTION_RETRY: Duration = Duration::from_millis(100);
 /// The longest wait between refused evictions.
 pub const BLOCKED_EVICTION_MAX: Duration = Duration::from_secs(10);
 
+/// Why a claim whose launch failed is deleted: every offering was out of capacity.
+pub const INSUFFICIENT_CAPACITY: &str = "InsufficientCapacityError";
+/// … no instance within the launch timeout.
+pub const LAUNCH_TIMED_OUT: &str = "LaunchTimeout";
+/// … no Node within the registration timeout.
+pub const REGISTRATION_TIMED_OUT: &str = "RegistrationTimeout";
+/// … a Node never Ready within the initialization timeout.
+pub const INITIALIZATION_TIMED_OUT: &str = "InitializationTimeout";
+
 /// What the actor remembers between steps (lost on restart, rebuilt from the cluster).
 #[derive(Debug, Default, Clone)]
 pub struct Memory {
@@ -306,7 +315,7 @@ fn live(facts: &Facts<'_>, memory: &mut Memory) -> Plan {
         }
         let age = since(facts.now_seconds, created_at(claim));
         if age >= LAUNCH_TIMEOUT {
-            return Plan::delete("LaunchTimeout", "the instance was not launched in time");
+            return Plan::delete(LAUNCH_TIMED_OUT, "the instance was not launched in time");
         }
         if !facts.pool_and_class_known {
             // Watches of different kinds arrive in any order: a claim seen before its pool or
@@ -331,14 +340,15 @@ fn live(facts: &Facts<'_>, memory: &mut Memory) -> Plan {
         if registered {
             return Plan::delete("NodeDeleted", "its node is gone");
         }
-        let since_launch = since(
+        let left = time_left(
+            REGISTRATION_TIMEOUT,
             facts.now_seconds,
-            transitioned_at(claim, "Launched").unwrap_or_else(|| created_at(claim)),
+            since_condition(claim, "Launched"),
         );
-        if since_launch >= REGISTRATION_TIMEOUT {
-            return Plan::delete("RegistrationTimeout", "the node did not register in time");
+        if left.is_zero() {
+            return Plan::delete(REGISTRATION_TIMED_OUT, "the node did not register in time");
         }
-        return Plan::wait(Next::After(REGISTRATION_TIMEOUT - since_launch));
+        return Plan::wait(Next::After(left));
     };
     if node.metadata.deletion_timestamp.is_some() {
         return Plan::delete("NodeDeleted", "its node is being deleted");
@@ -351,14 +361,15 @@ fn live(facts: &Facts<'_>, memory: &mut Memory) -> Plan {
     // A node whose kubelet never reported Ready holds its pods' capacity in flight forever:
     // it gets as long as registration did (startup taints and device plugins are not timed).
     if !is_true(&status.conditions, "Initialized") && !node_ready(node) {
-        let since_registered = since(
+        let left = time_left(
+            INITIALIZATION_TIMEOUT,
             facts.now_seconds,
-            transitioned_at(claim, "Registered").unwrap_or_else(|| created_at(claim)),
+            since_condition(claim, "Registered"),
         );
-        if since_registered >= INITIALIZATION_TIMEOUT {
-            return Plan::delete("InitializationTimeout", "the node did not become Ready in time");
+        if left.is_zero() {
+            return Plan::delete(INITIALIZATION_TIMED_OUT, "the node did not become Ready in time");
         }
-        next = Next::After(INITIALIZATION_TIMEOUT - since_registered);
+        next = Next::After(left);
     }
     match facts.repair {
         Repair::Healthy => {}
@@ -409,7 +420,7 @@ pub fn after_launch(outcome: Result<Launch, CloudError>, memory: &mut Memory, no
             vec![
                 Action::MarkUnavailable(offerings),
                 Action::DeleteClaim {
-                    reason: "InsufficientCapacityError",
+                    reason: INSUFFICIENT_CAPACITY,
                     message,
                 },
             ],
@@ -744,7 +755,7 @@ pub fn initialized(claim: &NodeClaim, node: &Node) -> bool {
 }
 
 /// Whether the Node's kubelet reports `Ready=True`.
-fn node_ready(node: &Node) -> bool {
+pub fn node_ready(node: &Node) -> bool {
     node.status
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
@@ -777,6 +788,18 @@ pub fn node_taints(node: &Node) -> &[k8s_openapi::api::core::v1::Taint] {
 
 fn since(now_seconds: i64, epoch_seconds: i64) -> Duration {
     Duration::from_secs(u64::try_from(now_seconds - epoch_seconds).unwrap_or(0))
+}
+
+/// What is left of `timeout` counted from `from` (epoch seconds) at `now_seconds`; zero once it
+/// has run out.
+pub fn time_left(timeout: Duration, now_seconds: i64, from: i64) -> Duration {
+    timeout.saturating_sub(since(now_seconds, from))
+}
+
+/// When the claim's condition `type_` last changed, or, before it has, when the claim was
+/// created (epoch seconds).
+pub fn since_condition(claim: &NodeClaim, type_: &str) -> i64 {
+    transitioned_at(claim, type_).unwrap_or_else(|| created_at(claim))
 }
 
 /// When the claim's condition `type_` last changed, in epoch seconds.

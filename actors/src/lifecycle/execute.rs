@@ -32,8 +32,8 @@ use tokio::time::Instant;
 use super::{
     StepError,
     decide::{
-        Action, Memory, Next, Plan, PodRef, after_evictions, after_launch, created_at, disrupted_taint,
-        node_taints, transitioned_at,
+        Action, LAUNCH_TIMED_OUT, Memory, Next, Plan, PodRef, REGISTRATION_TIMED_OUT, after_evictions,
+        after_launch, created_at, disrupted_taint, node_taints, since_condition,
     },
 };
 use crate::{
@@ -278,50 +278,52 @@ async fn delete_claim(shared: &Shared, claim: &NodeClaim, reason: &str, why: &st
     shared.events.warn(claim, reason, why);
     kube_ops::delete(&kube_ops::cluster::<NodeClaim>(&shared.client), &claim.name_any()).await?;
     shared.metrics.disrupted(claim, &snake_case(reason));
+    let Some(pool) = claim.labels().get(NODEPOOL) else {
+        return Ok(());
+    };
     if FAILED_LAUNCH_REASONS.contains(&reason) {
-        count_failed_launch(shared, claim, format!("{reason}: {why}"));
+        count_failed_launch(shared, pool, format!("{reason}: {why}"));
     }
-    if let Some(failure) = registration_failure(claim, reason)
-        && let Some(pool) = claim.labels().get(NODEPOOL)
-    {
+    if let Some(failure) = registration_failure(claim, reason, why) {
         shared.registration_health.failed(pool, failure);
-        crate::node_pool::poke(shared, pool);
+        // The watch pokes the pool for this change too, but may do so before the outcome is
+        // recorded.
+        shared.poke_node_pool(pool);
     }
     Ok(())
 }
 
-/// What a claim deleted for `reason` tells its NodePool's registration health: a claim that timed
-/// out before launching fails with its last launch attempt's reason and message, one that launched
-/// but never registered with `RegistrationFailed`; other deletions tell nothing.
-fn registration_failure(claim: &NodeClaim, reason: &str) -> Option<Failure> {
-    let conditions = claim
-        .status
-        .as_ref()
-        .map(|s| s.conditions.as_slice())
-        .unwrap_or_default();
-    let launched = conditions.iter().find(|c| c.type_ == "Launched");
+/// What a claim deleted for `reason` (`why`) tells its NodePool's registration health: a claim
+/// that timed out before launching fails with its last launch attempt's reason and message, one
+/// that launched but never registered with `RegistrationFailed`; other deletions tell nothing.
+fn registration_failure(claim: &NodeClaim, reason: &str, why: &str) -> Option<Failure> {
     match reason {
-        "RegistrationTimeout" => Some(Failure::registration()),
-        "LaunchTimeout" => Some(match launched {
-            Some(attempt) if attempt.status != "True" => Failure {
-                reason: attempt.reason.clone(),
-                message: attempt.message.clone(),
-            },
-            _ => Failure {
-                reason: reason.to_owned(),
-                message: "the instance was not launched in time".to_owned(),
-            },
-        }),
+        REGISTRATION_TIMED_OUT => Some(Failure::registration()),
+        LAUNCH_TIMED_OUT => {
+            let attempt = claim.status.as_ref().and_then(|status| {
+                status
+                    .conditions
+                    .iter()
+                    .find(|c| c.type_ == "Launched" && c.status != "True")
+            });
+            Some(attempt.map_or_else(
+                || Failure {
+                    reason: reason.to_owned(),
+                    message: why.to_owned(),
+                },
+                |attempt| Failure {
+                    reason: attempt.reason.clone(),
+                    message: attempt.message.clone(),
+                },
+            ))
+        }
         _ => None,
     }
 }
 
-/// Counts a failed launch against the claim's NodePool, and says so on the NodePool when that
+/// Counts a failed launch against the NodePool `pool_name`, and says so on the NodePool when that
 /// pauses its launches.
-fn count_failed_launch(shared: &Shared, claim: &NodeClaim, failure: String) {
-    let Some(pool_name) = claim.labels().get(NODEPOOL) else {
-        return;
-    };
+fn count_failed_launch(shared: &Shared, pool_name: &str, failure: String) {
     let Some(paused) = shared.breakers.failed(pool_name, failure) else {
         return;
     };
@@ -526,9 +528,9 @@ async fn register(shared: &Shared, claim: &NodeClaim, node: &Node) -> Result<(),
     write_claim_status(shared, claim, body).await?;
     if let Some(pool) = claim.labels().get(NODEPOOL) {
         shared.registration_health.registered(pool);
-        crate::node_pool::poke(shared, pool);
+        shared.poke_node_pool(pool);
     }
-    let launched = transitioned_at(claim, "Launched").unwrap_or_else(|| created_at(claim));
+    let launched = since_condition(claim, "Launched");
     let attributes = vec![KeyValue::new("k8s.node.name", node.name_any())];
     trace_phase(shared, claim, Phase::Registration, launched, attributes);
     tracing::info!(nodeclaim = claim.name_any(), node = node.name_any(), "registered");
@@ -548,7 +550,7 @@ async fn initialize(shared: &Shared, claim: &NodeClaim, node: &Node) -> Result<(
         json!({}),
     );
     write_claim_status(shared, claim, body).await?;
-    let registered = transitioned_at(claim, "Registered").unwrap_or_else(|| created_at(claim));
+    let registered = since_condition(claim, "Registered");
     let attributes = vec![KeyValue::new("k8s.node.name", node.name_any())];
     trace_phase(shared, claim, Phase::Initialization, registered, attributes);
     tracing::info!(

@@ -208,10 +208,7 @@ impl ApiFaults {
             requested,
             oldest: requested + 1,
         };
-        // As kube-apiserver answers it: the watch opens, and its one event is the 410.
-        Some(Response::new(
-            http_body_util::Full::new(super::watch::line("ERROR", &gone.status())).boxed(),
-        ))
+        Some(Response::new(super::watch::refused(&gone)))
     }
 }
 
@@ -224,12 +221,7 @@ fn conflict(server: &ApiServer, request: &ApiRequest) -> ApiError {
         ),
         _ => (request.path.clone(), String::new()),
     };
-    ApiError::Conflict {
-        resource,
-        name,
-        reason: "the object has been modified; please apply your changes to the latest version and try again"
-            .to_owned(),
-    }
+    ApiError::modified(resource, name)
 }
 
 /// A watch body that ends when the client's watches are hung up.
@@ -242,7 +234,6 @@ struct HangingUp {
 
 impl HangingUp {
     fn new(inner: ApiBody, mut hangups: watch::Receiver<u64>) -> Self {
-        hangups.mark_unchanged();
         let hangup = Box::pin(async move {
             // A dropped sender (the faults are gone) never hangs up.
             if hangups.changed().await.is_err() {

@@ -24,7 +24,7 @@ use serde_json::{Value, json};
 
 pub use self::{
     audit::{Access, Audit},
-    faults::{ApiFailure, ApiFaults, FaultCounts, WATCH_DROP_EVERY},
+    faults::{ApiFailure, ApiFaults, FaultCounts},
     request::{Query, ResourcePath, Route},
     subresources::bind,
 };

@@ -91,8 +91,7 @@ pub fn serve(store: Arc<Store>, request: &ApiRequest, path: &ResourcePath) -> Re
     let (mut cursor, initial) = match request.query.resource_version()? {
         Some(revision) if !initial_events_end => match store.watch(&resource, Some(revision)) {
             Ok(cursor) => (cursor, Vec::new()),
-            // As kube-apiserver does: the watch opens, and its one event is the 410.
-            Err(gone) => return Ok(http_body_util::Full::new(line("ERROR", &gone.status())).boxed()),
+            Err(gone) => return Ok(refused(&gone)),
         },
         _ => {
             let page = store.list(&resource, filter.namespace.as_deref(), None, None, |o| {
@@ -173,7 +172,13 @@ fn bookmark(api_version: &str, kind: &str, revision: u64, initial_events_end: bo
     json!({"apiVersion": api_version, "kind": kind, "metadata": metadata})
 }
 
-pub(super) fn line(kind: &str, object: &Value) -> Bytes {
+/// A watch refused for `error` (a resume past the history), as kube-apiserver answers it: the
+/// watch opens, and its one event is the error.
+pub(super) fn refused(error: &ApiError) -> ApiBody {
+    http_body_util::Full::new(line("ERROR", &error.status())).boxed()
+}
+
+fn line(kind: &str, object: &Value) -> Bytes {
     /// One event of the stream, serialized from borrowed parts.
     #[derive(serde::Serialize)]
     struct Event<'a> {

@@ -23,9 +23,13 @@ use std::{
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
-use k8s_openapi::api::core::v1::Toleration;
+use k8s_openapi::api::core::v1::{Taint, Toleration};
 
-use super::{Informer, scheduler::tolerated, wait};
+use super::{
+    Informer,
+    scheduler::{parse, untolerated},
+    wait,
+};
 use crate::object::text;
 use crate::{
     conditions,
@@ -159,11 +163,11 @@ impl Kubelets {
 
     /// The taint manager (see the module docs).
     fn evict_untolerated(&self, store: &Store, name: &str, node: &Value) {
-        let taints: Vec<&Value> = node["spec"]["taints"]
-            .as_array()
-            .map(|taints| taints.iter().filter(|t| t["effect"] == "NoExecute").collect())
-            .unwrap_or_default();
-        let Some(pods) = self.pods_by_node.get(name).filter(|_| !taints.is_empty()) else {
+        let taints: Vec<Taint> = parse(&node["spec"], "taints");
+        if !taints.iter().any(|t| t.effect == "NoExecute") {
+            return;
+        }
+        let Some(pods) = self.pods_by_node.get(name) else {
             return;
         };
         let resource = GroupResource::new("", "pods");
@@ -171,13 +175,11 @@ impl Kubelets {
             let Ok(pod) = store.get(&resource, key) else {
                 continue;
             };
-            let tolerations: Vec<Toleration> =
-                serde_json::from_value(pod["spec"]["tolerations"].clone()).unwrap_or_default();
-            let untolerated = taints
-                .iter()
-                .any(|t| !tolerated(&tolerations, text(t, "/key"), text(t, "/value"), "NoExecute"));
-            if untolerated
-                && pod.pointer("/metadata/deletionTimestamp").is_none()
+            if pod.pointer("/metadata/deletionTimestamp").is_some() {
+                continue;
+            }
+            let tolerations: Vec<Toleration> = parse(&pod["spec"], "tolerations");
+            if untolerated(&taints, &tolerations, &["NoExecute"]).is_some()
                 && let Err(error) = store.delete(&resource, key, &DeleteOptions::default())
             {
                 tracing::debug!(%error, pod = %key.name, "kubesim taint manager: cannot evict");

@@ -475,15 +475,7 @@ fn filter(
     {
         return Err("node(s) didn't match Pod's node affinity/selector".to_owned());
     }
-    if let Some(taint) = node.taints.iter().find(|t| {
-        matches!(t.effect.as_str(), "NoSchedule" | "NoExecute")
-            && !tolerated(
-                &needs.tolerations,
-                &t.key,
-                t.value.as_deref().unwrap_or_default(),
-                &t.effect,
-            )
-    }) {
+    if let Some(taint) = untolerated(&node.taints, &needs.tolerations, &["NoSchedule", "NoExecute"]) {
         return Err(format!(
             "node(s) had untolerated taint {{{}: {}}}",
             taint.key,
@@ -531,15 +523,7 @@ pub(super) fn node_accepts(pod: &Value, node: &Value) -> bool {
         .iter()
         .all(|(k, v)| node.labels.get(k) == Some(v))
         && node_affinity_matches(&needs.affinity, &node)
-        && node.taints.iter().all(|t| {
-            !matches!(t.effect.as_str(), "NoSchedule" | "NoExecute")
-                || tolerated(
-                    &needs.tolerations,
-                    &t.key,
-                    t.value.as_deref().unwrap_or_default(),
-                    &t.effect,
-                )
-        })
+        && untolerated(&node.taints, &needs.tolerations, &["NoSchedule", "NoExecute"]).is_none()
 }
 
 /// Whether a pod-affinity term selects a bound pod.
@@ -594,10 +578,7 @@ impl NodeInfo {
         Self {
             name: text(node, "/metadata/name").to_owned(),
             labels: labels(node),
-            taints: node
-                .pointer("/spec/taints")
-                .and_then(|t| serde_json::from_value(t.clone()).ok())
-                .unwrap_or_default(),
+            taints: parse(&node["spec"], "taints"),
             schedulable: node.pointer("/spec/unschedulable").and_then(Value::as_bool) != Some(true),
             ready: conditions::status(node, "Ready") == Some("True"),
             allocatable: resources(node.pointer("/status/allocatable")),
@@ -698,7 +679,7 @@ impl PodNeeds {
 }
 
 /// A field of a pod spec as its Kubernetes type (absent or malformed: the default).
-fn parse<T: serde::de::DeserializeOwned + Default>(spec: &Value, field: &str) -> T {
+pub(super) fn parse<T: serde::de::DeserializeOwned + Default>(spec: &Value, field: &str) -> T {
     spec.get(field)
         .and_then(|v| serde_json::from_value(v.clone()).ok())
         .unwrap_or_default()
@@ -722,7 +703,24 @@ fn resources(list: Option<&Value>) -> Resources {
 }
 
 /// Whether a taint is tolerated by one of `tolerations`.
-pub(super) fn tolerated(tolerations: &[Toleration], key: &str, value: &str, effect: &str) -> bool {
+/// The first of `taints` with one of `effects` that `tolerations` do not tolerate.
+pub(super) fn untolerated<'a>(
+    taints: &'a [Taint],
+    tolerations: &[Toleration],
+    effects: &[&str],
+) -> Option<&'a Taint> {
+    taints.iter().find(|t| {
+        effects.contains(&t.effect.as_str())
+            && !tolerated(
+                tolerations,
+                &t.key,
+                t.value.as_deref().unwrap_or_default(),
+                &t.effect,
+            )
+    })
+}
+
+fn tolerated(tolerations: &[Toleration], key: &str, value: &str, effect: &str) -> bool {
     tolerations.iter().any(|t| {
         let effect_ok = t.effect.as_deref().is_none_or(|e| e.is_empty() || e == effect);
         let key_ok = t.key.as_deref().is_none_or(|k| k.is_empty() || k == key);

@@ -22,6 +22,12 @@ use super::{
 };
 use crate::labels::{AWS_GROUP, KARPENTER_GROUP};
 
+/// Every YAML document of `text` (empty ones as null); the error is one line, with no snippet.
+pub fn parse_documents(text: &str) -> Result<Vec<Value>, ManifestError> {
+    serde_saphyr::from_multiple_with_options(text, serde_saphyr::options! { with_snippet: false })
+        .map_err(|e| ManifestError(e.to_string()))
+}
+
 /// The text is not YAML.
 #[derive(Debug, thiserror::Error)]
 #[error("not valid YAML: {0}")]
@@ -152,10 +158,7 @@ impl Checker {
 
     /// Parses every document in `text` and checks each one.
     pub fn read(&mut self, text: &str) -> Result<Vec<Document>, ManifestError> {
-        let values: Vec<Value> =
-            serde_saphyr::from_multiple_with_options(text, serde_saphyr::options! { with_snippet: false })
-                .map_err(|e| ManifestError(e.to_string()))?;
-        Ok(values
+        Ok(parse_documents(text)?
             .into_iter()
             .flat_map(list_items)
             .filter(|v| !v.is_null())

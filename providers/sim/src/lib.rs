@@ -371,19 +371,8 @@ impl SimCloud {
 
     /// Terminates a running instance; `NodeClaimNotFound` when it is not running.
     async fn terminate(&self, provider_id: &str) -> Result<(), CloudError> {
+        self.with_running(provider_id, |_| ())?;
         let id = Self::instance_id(provider_id);
-        let running = self
-            .inner
-            .books
-            .lock()
-            .instances
-            .get(id)
-            .is_some_and(|t| t.record.ended.is_none());
-        if !running {
-            return Err(CloudError::NodeClaimNotFound {
-                provider_id: provider_id.to_owned(),
-            });
-        }
         let reason = if self.inner.books.was_warned(id) {
             EndReason::SpotInterruption
         } else {
@@ -395,12 +384,22 @@ impl SimCloud {
 
     /// A running instance; `NodeClaimNotFound` when it is not running.
     fn describe(&self, provider_id: &str) -> Result<Instance, CloudError> {
-        let state = self.inner.books.lock();
-        state
+        self.with_running(provider_id, |t| t.record.instance.clone())
+    }
+
+    /// `act` on a running instance; `NodeClaimNotFound` when it is not running.
+    fn with_running<R>(
+        &self,
+        provider_id: &str,
+        act: impl FnOnce(&mut Tracked) -> R,
+    ) -> Result<R, CloudError> {
+        self.inner
+            .books
+            .lock()
             .instances
-            .get(Self::instance_id(provider_id))
+            .get_mut(Self::instance_id(provider_id))
             .filter(|t| t.record.ended.is_none())
-            .map(|t| t.record.instance.clone())
+            .map(act)
             .ok_or_else(|| CloudError::NodeClaimNotFound {
                 provider_id: provider_id.to_owned(),
             })
@@ -611,23 +610,12 @@ impl CloudProvider for SimCloud {
     fn name_instance<'a>(&'a self, provider_id: &'a str, node_name: &'a str) -> CloudFuture<'a, ()> {
         Box::pin(async move {
             let reply = self.inner.books.call(Operation::NameInstance)?;
-            let named = self
-                .inner
-                .books
-                .lock()
-                .instances
-                .get_mut(Self::instance_id(provider_id))
-                .filter(|t| t.record.ended.is_none())
-                .map(|instance| {
-                    instance
-                        .record
-                        .instance
-                        .tags
-                        .insert("Name".to_owned(), node_name.to_owned());
-                })
-                .ok_or_else(|| CloudError::NodeClaimNotFound {
-                    provider_id: provider_id.to_owned(),
-                });
+            let named = self.with_running(provider_id, |t| {
+                t.record
+                    .instance
+                    .tags
+                    .insert("Name".to_owned(), node_name.to_owned());
+            });
             reply.answer(named).await
         })
     }
