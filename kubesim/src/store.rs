@@ -373,6 +373,15 @@ impl Store {
                 resource.qualified()
             )));
         }
+        if rtype.kind == "CustomResourceDefinition"
+            && let Some(reason) = crd_metadata_problem(&object)
+        {
+            return Err(ApiError::Invalid {
+                kind: rtype.kind.clone(),
+                name: object["metadata"]["name"].as_str().unwrap_or_default().to_owned(),
+                reason,
+            });
+        }
         let Some(fields) = object.as_object_mut() else {
             return Err(ApiError::BadRequest(format!(
                 "the body of a {} create is not an object",
@@ -1089,6 +1098,30 @@ fn qos_class(pod: &Map<String, Value>) -> &'static str {
 }
 
 /// Serves a CRD's resources and marks it Established, as kube-apiserver's CRD controller does.
+/// Why the API server refuses `crd` for its versions' `metadata` schemas, if it does: they may say
+/// nothing but `type: object` (and constrain only `name` and `generateName`).
+fn crd_metadata_problem(crd: &Value) -> Option<String> {
+    let versions = crd.pointer("/spec/versions").and_then(Value::as_array)?;
+    versions.iter().enumerate().find_map(|(i, version)| {
+        let metadata = version
+            .pointer("/schema/openAPIV3Schema/properties/metadata")?
+            .as_object()?;
+        let allowed = |key: &str, value: &Value| match key {
+            "type" => value == "object",
+            "properties" => value
+                .as_object()
+                .is_some_and(|p| p.keys().all(|k| k == "name" || k == "generateName")),
+            _ => false,
+        };
+        metadata.iter().any(|(k, v)| !allowed(k, v)).then(|| {
+            format!(
+                "spec.versions[{i}].schema.openAPIV3Schema.properties[metadata]: Forbidden: must not specify \
+                 anything other than name and generateName, but metadata is implicitly specified"
+            )
+        })
+    })
+}
+
 fn establish_crd(registry: &mut Registry, crd: &mut Value) {
     let accepted = registry.apply_crd(crd);
     let names = crd.pointer("/spec/names").cloned().unwrap_or_else(|| json!({}));

@@ -286,6 +286,39 @@ async fn strategic_merge_and_apply_patches_merge_containers_by_name() {
     assert_eq!(merged.data.expect("data").len(), 2);
 }
 
+/// As the real API server: a CRD's `metadata` schema may say nothing but `type: object`.
+#[tokio::test]
+async fn a_crd_whose_metadata_schema_says_more_than_its_type_is_refused() {
+    let cluster = cluster();
+    let crds: Api<
+        k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+    > = Api::all(cluster.client());
+    let (_, bare) = joist_messages::apis::crds().remove(0);
+    let mut described = bare.clone();
+    described.spec.versions[0]
+        .schema
+        .as_mut()
+        .and_then(|s| s.open_api_v3_schema.as_mut())
+        .and_then(|s| s.properties.as_mut())
+        .and_then(|p| p.get_mut("metadata"))
+        .expect("a metadata schema")
+        .description = Some("Standard object metadata.".to_owned());
+    match crds.create(&PostParams::default(), &described).await {
+        Err(kube::Error::Api(status)) => {
+            assert_eq!(status.code, 422, "{status:?}");
+            assert!(
+                status.message.contains("properties[metadata]: Forbidden"),
+                "{}",
+                status.message
+            );
+        }
+        other => panic!("a CRD with a described metadata schema: {other:?}"),
+    }
+    crds.create(&PostParams::default(), &bare)
+        .await
+        .expect("the same CRD with a bare metadata schema");
+}
+
 #[tokio::test]
 async fn a_crd_serves_its_custom_resources() {
     let cluster = cluster();

@@ -64,12 +64,13 @@ pub fn crds() -> Vec<(&'static str, CustomResourceDefinition)> {
 }
 
 /// `crd` with `apiVersion`, `kind` and `metadata` declared at the root of each version's schema,
-/// as Karpenter's CRDs (and controller-gen's) declare them.
+/// as Karpenter's CRDs (and controller-gen's) declare them. `metadata` is a bare `type: object`:
+/// the API server refuses a CRD whose metadata schema says anything more (a description included).
 fn with_object_fields(mut crd: CustomResourceDefinition) -> CustomResourceDefinition {
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::JSONSchemaProps;
-    let typed = |type_: &str, description: &str| JSONSchemaProps {
+    let typed = |type_: &str, description: Option<&str>| JSONSchemaProps {
         type_: Some(type_.to_owned()),
-        description: Some(description.to_owned()),
+        description: description.map(str::to_owned),
         ..JSONSchemaProps::default()
     };
     let schemas = crd.spec.versions.iter_mut().filter_map(|v| v.schema.as_mut());
@@ -78,15 +79,15 @@ fn with_object_fields(mut crd: CustomResourceDefinition) -> CustomResourceDefini
         properties.entry("apiVersion".to_owned()).or_insert_with(|| {
             typed(
                 "string",
-                "The versioned schema of this representation of an object.",
+                Some("The versioned schema of this representation of an object."),
             )
         });
         properties
             .entry("kind".to_owned())
-            .or_insert_with(|| typed("string", "The REST resource this object represents."));
+            .or_insert_with(|| typed("string", Some("The REST resource this object represents.")));
         properties
             .entry("metadata".to_owned())
-            .or_insert_with(|| typed("object", "Standard object metadata."));
+            .or_insert_with(|| typed("object", None));
     }
     crd
 }
