@@ -178,7 +178,10 @@ impl Walker {
             .flatten()
         {
             let Some(name) = name.as_str() else { continue };
-            if map.get(name).is_none_or(Value::is_null) {
+            // The API server fills defaults in before it validates: a defaulted field is never
+            // missing.
+            let defaulted = schema["properties"][name].get("default").is_some();
+            if map.get(name).is_none_or(Value::is_null) && !defaulted {
                 out.push(join(name), "required field is missing");
             }
         }
@@ -319,6 +322,14 @@ mod tests {
             [r#"<root>: "" is not a date-time (RFC 3339, like 2026-01-01T00:00:00Z)"#]
         );
         assert!(violations(time, json!("2026-01-01T00:00:00Z")).is_empty());
+    }
+
+    #[test]
+    fn a_required_field_with_a_default_is_never_missing() {
+        let schema = json!({"type": "object", "required": ["nodes"], "properties": {
+            "nodes": {"type": "string", "default": "10%"},
+        }});
+        assert!(violations(schema, json!({})).is_empty());
     }
 
     #[test]
