@@ -230,7 +230,29 @@ impl Books {
         Some(node)
     }
 
-    /// Running instances whose node labels include all of `selector`, at most `count`, in id order.
+    /// Takes a running instance launched elsewhere (another replica, before a restart) into the
+    /// books, unless they know it already.
+    pub(crate) fn adopt(&self, instance: Instance, node_name: String, labels: BTreeMap<String, String>) {
+        let launched = self.elapsed();
+        let id = instance
+            .provider_id
+            .rsplit('/')
+            .next()
+            .unwrap_or_default()
+            .to_owned();
+        self.lock().instances.entry(id).or_insert_with(|| Tracked {
+            record: InstanceRecord {
+                instance,
+                node_name,
+                launched,
+                ended: None,
+                end_reason: None,
+            },
+            labels,
+            boot: None,
+        });
+    }
+
     /// Whether the instance got an interruption warning.
     pub(crate) fn was_warned(&self, instance_id: &str) -> bool {
         self.lock().events.iter().any(
@@ -238,6 +260,7 @@ impl Books {
         )
     }
 
+    /// Running instances whose node labels include all of `selector`, at most `count`, in id order.
     pub(crate) fn pick(&self, selector: &BTreeMap<String, String>, count: usize) -> Vec<String> {
         let state = self.lock();
         // Instances are keyed by id, so this walks them in id order.

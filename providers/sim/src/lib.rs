@@ -9,6 +9,9 @@
 //! instance whose image its class no longer resolves to has drifted (`AMIDrift`), as one whose
 //! zone the class's subnets no longer cover (`SubnetDrift`).
 //!
+//! On a real control plane, [`SimCloud::on_kwok`] registers Nodes that KWOK plays the kubelet of,
+//! selling the built-in catalog or the types of a Karpenter KWOK instance-types file ([`kwok`]).
+//!
 //! [`SimCloud`] implements [`CloudProvider`], so the actors drive it exactly as they drive AWS. It
 //! fails the way EC2 does: an offering in an outage returns `InsufficientCapacity` (after the
 //! cheaper offerings it tried), a missing or unready EC2NodeClass returns `NodeClassNotReady`, and
@@ -17,6 +20,7 @@
 pub mod catalog;
 pub mod cloud;
 pub mod faults;
+pub mod kwok;
 pub mod node;
 pub mod queue;
 
@@ -62,8 +66,10 @@ pub struct SimCloud {
 
 struct Inner {
     settings: SimSettings,
-    /// Every type sold, with the hardware it was made from.
-    types: Vec<(Ec2Shape, InstanceType)>,
+    /// Every type sold, with the hardware it was made from (none for a type from a KWOK file).
+    types: Vec<(Option<Ec2Shape>, InstanceType)>,
+    /// Who plays the kubelet of the Nodes the cloud registers.
+    kubelet: Kubelet,
     client: kube::Client,
     books: Books,
     queue: Arc<SimQueue>,
@@ -71,28 +77,68 @@ struct Inner {
     releases: std::sync::Mutex<BTreeMap<String, u32>>,
 }
 
+/// Who plays the kubelet of the Nodes the simulated cloud registers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kubelet {
+    /// kubesim's kubelets: `joist simulate`, `joist sim serve`.
+    Kubesim,
+    /// KWOK, on a real control plane: Nodes carry its annotation ([`kwok::for_kwok`]).
+    Kwok,
+}
+
 impl SimCloud {
-    /// A cloud selling the built-in catalog of `settings.region`, registering nodes through `client`.
+    /// A cloud selling the built-in catalog of `settings.region`, registering nodes through `client`
+    /// for kubesim's kubelets.
     pub fn new(settings: SimSettings, client: kube::Client) -> Result<Self, CatalogError> {
+        let types = Self::built_in(&settings)?;
+        Ok(Self::selling(settings, client, types, Kubelet::Kubesim))
+    }
+
+    /// A cloud whose Nodes KWOK runs, selling `types` (from a KWOK instance-types file,
+    /// [`kwok::instance_types`]) or, when none are given, the built-in catalog of
+    /// `settings.region`.
+    pub fn on_kwok(
+        settings: SimSettings,
+        client: kube::Client,
+        types: Option<Vec<InstanceType>>,
+    ) -> Result<Self, CatalogError> {
+        let types = match types {
+            Some(types) => types.into_iter().map(|it| (None, it)).collect(),
+            None => Self::built_in(&settings)?,
+        };
+        Ok(Self::selling(settings, client, types, Kubelet::Kwok))
+    }
+
+    /// The built-in catalog of `settings.region`, with each type's hardware.
+    fn built_in(settings: &SimSettings) -> Result<Vec<(Option<Ec2Shape>, InstanceType)>, CatalogError> {
         let catalog = Catalog::load(&settings.region, &settings.zones)?;
-        let types = catalog
+        Ok(catalog
             .iter()
             .map(|listing| {
                 let instance_type = listing.instance_type(&settings.region, &settings.capacity);
-                (listing.shape.clone(), instance_type)
+                (Some(listing.shape.clone()), instance_type)
             })
-            .collect();
+            .collect())
+    }
+
+    fn selling(
+        settings: SimSettings,
+        client: kube::Client,
+        types: Vec<(Option<Ec2Shape>, InstanceType)>,
+        kubelet: Kubelet,
+    ) -> Self {
         let books = Books::new(settings.seed);
-        Ok(Self {
+        Self {
             inner: Arc::new(Inner {
                 settings,
                 types,
+                kubelet,
                 client,
                 books,
                 queue: Arc::default(),
                 releases: std::sync::Mutex::default(),
             }),
-        })
+        }
     }
 
     /// Releases a new image for the AMI `family` (`al2023`): classes selecting `family@latest`
@@ -273,7 +319,10 @@ impl SimCloud {
                 launched_at: settings.epoch_seconds + books.elapsed() as i64,
                 tags: self.tags(claim),
             };
-            let name = node_name(ordinal, &settings.region);
+            let name = match self.inner.kubelet {
+                Kubelet::Kubesim => node_name(ordinal, &settings.region),
+                Kubelet::Kwok => kwok::node_name(&instance_id, &settings.region),
+            };
             let mut taints = claim.spec.taints.clone();
             taints.extend(claim.spec.startup_taints.iter().cloned());
             let allocatable = it.allocatable();
@@ -287,6 +336,10 @@ impl SimCloud {
                 arch: labels.get(ARCH).map_or("amd64", String::as_str),
             }
             .node();
+            let registration = match self.inner.kubelet {
+                Kubelet::Kubesim => registration,
+                Kubelet::Kwok => kwok::for_kwok(registration, &instance),
+            };
             let boot = match state.faults.boot_fault() {
                 Some(BootFault::NeverRegisters) => None,
                 Some(BootFault::NeverReady) => Some(never_ready(registration)),
@@ -371,7 +424,9 @@ impl SimCloud {
 
     /// Terminates a running instance; `NodeClaimNotFound` when it is not running.
     async fn terminate(&self, provider_id: &str) -> Result<(), CloudError> {
-        self.with_running(provider_id, |_| ())?;
+        self.adopting(|| self.with_running(provider_id, |_| ()).ok())
+            .await?
+            .ok_or_else(|| not_found(provider_id))?;
         let id = Self::instance_id(provider_id);
         let reason = if self.inner.books.was_warned(id) {
             EndReason::SpotInterruption
@@ -400,13 +455,40 @@ impl SimCloud {
             .get_mut(Self::instance_id(provider_id))
             .filter(|t| t.record.ended.is_none())
             .map(act)
-            .ok_or_else(|| CloudError::NodeClaimNotFound {
-                provider_id: provider_id.to_owned(),
-            })
+            .ok_or_else(|| not_found(provider_id))
     }
 
     fn instance_id(provider_id: &str) -> &str {
         provider_id.rsplit('/').next().unwrap_or(provider_id)
+    }
+
+    /// On KWOK, takes into the books the instances launched elsewhere (by another replica, or by
+    /// this controller before it restarted), read back from their Nodes; elsewhere nothing.
+    async fn adopt(&self) -> Result<(), CloudError> {
+        if self.inner.kubelet == Kubelet::Kwok {
+            for listed in kwok::listed(&self.inner.client).await? {
+                self.inner
+                    .books
+                    .adopt(listed.instance, listed.node_name, listed.labels);
+            }
+        }
+        Ok(())
+    }
+
+    /// `look` in the books; on a miss, again after [`Self::adopt`].
+    async fn adopting<R>(&self, look: impl Fn() -> Option<R>) -> Result<Option<R>, CloudError> {
+        if let Some(found) = look() {
+            return Ok(Some(found));
+        }
+        self.adopt().await?;
+        Ok(look())
+    }
+}
+
+/// The error for a provider ID the cloud runs no instance of.
+fn not_found(provider_id: &str) -> CloudError {
+    CloudError::NodeClaimNotFound {
+        provider_id: provider_id.to_owned(),
     }
 }
 
@@ -486,8 +568,8 @@ impl CloudProvider for SimCloud {
         Box::pin(async move {
             let reply = self.inner.books.call(Operation::List)?;
             let name = claim.name_any();
-            let found = self.find_tagged(&name, instance_types);
-            reply.answer(Ok(found)).await
+            let found = self.adopting(|| self.find_tagged(&name, instance_types)).await;
+            reply.answer(found).await
         })
     }
 
@@ -501,13 +583,20 @@ impl CloudProvider for SimCloud {
     fn get<'a>(&'a self, provider_id: &'a str) -> CloudFuture<'a, Instance> {
         Box::pin(async move {
             let reply = self.inner.books.call(Operation::Get)?;
-            reply.answer(self.describe(provider_id)).await
+            let found = self
+                .adopting(|| self.describe(provider_id).ok())
+                .await
+                .and_then(|found| found.ok_or_else(|| not_found(provider_id)));
+            reply.answer(found).await
         })
     }
 
     fn list(&self) -> CloudFuture<'_, Vec<Instance>> {
         Box::pin(async move {
             let reply = self.inner.books.call(Operation::List)?;
+            if let Err(error) = self.adopt().await {
+                return reply.answer(Err(error)).await;
+            }
             let running = self
                 .inner
                 .books
@@ -537,7 +626,11 @@ impl CloudProvider for SimCloud {
                 .inner
                 .types
                 .iter()
-                .filter(|(shape, _)| shape.supports(interfaces))
+                .filter(|(shape, _)| {
+                    shape
+                        .as_ref()
+                        .map_or(interfaces.is_empty(), |shape| shape.supports(interfaces))
+                })
                 .map(|(_, it)| {
                     let mut it = it.clone();
                     it.offerings.retain(|o| zones.contains(&o.zone.as_str()));

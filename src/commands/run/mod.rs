@@ -1,8 +1,9 @@
 //! `joist run`: the production controller. It reads Karpenter's settings from the environment
 //! ([`settings`]), connects to Kubernetes (the in-cluster service account, or `KUBECONFIG`) and to
 //! AWS (the default credential chain: environment, profile, IRSA web identity, EKS Pod Identity,
-//! instance metadata; `AWS_ENDPOINT_URL` for an emulator; or the simulated cloud with
-//! `CLOUD_PROVIDER=simulated`, to run against kubesim), and runs every controller until SIGINT or
+//! instance metadata; `AWS_ENDPOINT_URL` for an emulator; the simulated cloud with
+//! `CLOUD_PROVIDER=simulated`, to run against kubesim; or the same cloud with `CLOUD_PROVIDER=kwok`
+//! on a real cluster whose Nodes KWOK runs), and runs every controller until SIGINT or
 //! SIGTERM. Logs go to standard error as JSON lines at `LOG_LEVEL`; node traces are exported when
 //! `OTEL_EXPORTER_OTLP_ENDPOINT` is set; Prometheus metrics and health probes are served on
 //! Karpenter's ports ([`super::endpoints`]). Replicas elect a leader on a Lease ([`leader`]): only the
@@ -18,10 +19,13 @@ mod settings;
 use std::{net::SocketAddr, process::ExitCode, sync::Arc};
 
 use joist_actors::settings::{Settings, SolverMode};
-use joist_messages::{model::shape::CapacitySettings, time::Clock};
+use joist_messages::{
+    model::{instance_type::InstanceType, shape::CapacitySettings},
+    time::Clock,
+};
 use joist_provider::{CloudProvider, interruption::InterruptionQueue};
 use joist_provider_aws::{AwsCloud, AwsSettings, clients::AwsClients, sqs::SqsQueue};
-use joist_provider_sim::{SimCloud, SimSettings};
+use joist_provider_sim::{CatalogError, SimCloud, SimSettings};
 
 use self::settings::{CloudKind, RunSettings};
 use super::{CommandError, endpoints};
@@ -93,7 +97,20 @@ async fn serve(settings: RunSettings, telemetry: &Telemetry) -> Result<(), Comma
     );
     let (cloud, interruption_queue) = match &settings.cloud {
         CloudKind::Aws => aws_cloud(&settings, &client, kubernetes_version).await?,
-        CloudKind::Simulated { region } => simulated_cloud(&settings, &client, region)?,
+        CloudKind::Simulated { region } => simulated_cloud(
+            "simulated",
+            SimCloud::new(sim_settings(&settings, region), client.clone()),
+        )?,
+        CloudKind::Kwok {
+            region,
+            instance_types_file,
+        } => {
+            let types = instance_types_file.as_deref().map(kwok_types).transpose()?;
+            simulated_cloud(
+                "kwok",
+                SimCloud::on_kwok(sim_settings(&settings, region), client.clone(), types),
+            )?
+        }
     };
     let address = |port| SocketAddr::new(settings.listen_address, port);
     let leading = endpoints::Leading::default();
@@ -192,34 +209,46 @@ async fn aws_cloud(
     Ok((Arc::new(cloud), interruption_queue))
 }
 
-/// The simulated cloud in `region`, with its own interruption queue (`CLOUD_PROVIDER=simulated`).
-fn simulated_cloud(
-    settings: &RunSettings,
-    client: &kube::Client,
-    region: &str,
-) -> Result<Cloud, CommandError> {
+/// The simulated cloud in `region` that `joist run` starts on (`CLOUD_PROVIDER=simulated` or
+/// `kwok`), its nodes booting in [`super::sim::BOOT_SECONDS`].
+fn sim_settings(settings: &RunSettings, region: &str) -> SimSettings {
     tracing::info!(
         cluster = settings.cluster_name,
         region,
         "starting on the simulated cloud"
     );
-    let cloud = SimCloud::new(
-        SimSettings {
-            region: region.to_owned(),
-            zones: Vec::new(),
-            boot: std::time::Duration::from_secs(super::sim::BOOT_SECONDS),
-            cluster_name: settings.cluster_name.clone(),
-            capacity: capacity(settings),
-            epoch_seconds: Clock::system().now_seconds(),
-            seed: 1,
-        },
-        client.clone(),
-    )
-    .map_err(|e| CommandError::Start {
-        message: format!("CLOUD_PROVIDER=simulated: {e}"),
+    SimSettings {
+        region: region.to_owned(),
+        zones: Vec::new(),
+        boot: std::time::Duration::from_secs(super::sim::BOOT_SECONDS),
+        cluster_name: settings.cluster_name.clone(),
+        capacity: capacity(settings),
+        epoch_seconds: Clock::system().now_seconds(),
+        // Instance ids (and the node names drawn from them) differ between replicas and restarts.
+        seed: u64::from(std::process::id())
+            ^ Clock::system()
+                .now_system()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |since| since.as_nanos() as u64),
+    }
+}
+
+/// The simulated cloud (`CLOUD_PROVIDER=provider`) with its own interruption queue.
+fn simulated_cloud(provider: &str, cloud: Result<SimCloud, CatalogError>) -> Result<Cloud, CommandError> {
+    let cloud = cloud.map_err(|e| CommandError::Start {
+        message: format!("CLOUD_PROVIDER={provider}: {e}"),
     })?;
     let queue: Arc<dyn InterruptionQueue> = cloud.queue();
     Ok((Arc::new(cloud), Some(queue)))
+}
+
+/// The instance types of a Karpenter KWOK instance-types file (`INSTANCE_TYPES_FILE_PATH`).
+fn kwok_types(path: &str) -> Result<Vec<InstanceType>, CommandError> {
+    let start = |message: String| CommandError::Start { message };
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| start(format!("INSTANCE_TYPES_FILE_PATH={path}: cannot read it: {e}")))?;
+    joist_provider_sim::kwok::instance_types(path, &text)
+        .map_err(|e| start(format!("INSTANCE_TYPES_FILE_PATH: {e}")))
 }
 
 /// The node capacity settings both clouds share.

@@ -15,10 +15,12 @@
 //! else the client's namespace) and `POD_NAME` (this replica's identity; the host name and process
 //! id when unset). Joist's own scale and test settings: `NODEPOOL_SHARDS` (0: the NodePool actors
 //! share the controllers' thread; N: spread over N threads of their own, at most 64) and
-//! `CLOUD_PROVIDER` (`aws`, the default; or `simulated`: the simulated cloud of `joist simulate` in
+//! `CLOUD_PROVIDER` (`aws`, the default; `simulated`: the simulated cloud of `joist simulate` in
 //! `AWS_REGION`, us-west-2 when unset, whose instances register as Nodes through the API server,
-//! for kubesim's `joist sim serve --no-controllers` as KWOK is for Karpenter). An empty variable
-//! counts as unset.
+//! for kubesim's `joist sim serve --no-controllers`; or `kwok`: the same cloud on a real cluster
+//! whose Nodes KWOK runs, as Karpenter's KWOK provider does, selling the types of
+//! `INSTANCE_TYPES_FILE_PATH`, a file in the format of Karpenter's KWOK provider, when it is set).
+//! An empty variable counts as unset.
 //!
 //! Failure modes: the first unusable variable stops [`RunSettings::read`] with a
 //! [`SettingsError`] naming it, its value and what it should be, so `joist run` fails at start
@@ -51,6 +53,15 @@ pub enum CloudKind {
     Simulated {
         /// `AWS_REGION`, us-west-2 when unset.
         region: String,
+    },
+    /// The simulated cloud on a cluster whose Nodes KWOK runs: for test clusters, never for
+    /// production.
+    Kwok {
+        /// `AWS_REGION`, us-west-2 when unset.
+        region: String,
+        /// A Karpenter KWOK instance-types file (`INSTANCE_TYPES_FILE_PATH`); the built-in
+        /// catalog of `region` when unset.
+        instance_types_file: Option<String>,
     },
 }
 
@@ -271,12 +282,17 @@ impl RunSettings {
                 )?
                 .unwrap_or(0),
             cloud: env
-                .parse("CLOUD_PROVIDER", "aws or simulated", |text| match text {
-                    "aws" => Some(CloudKind::Aws),
-                    "simulated" => Some(CloudKind::Simulated {
-                        region: env.get("AWS_REGION").unwrap_or_else(|| "us-west-2".to_owned()),
-                    }),
-                    _ => None,
+                .parse("CLOUD_PROVIDER", "aws, simulated or kwok", |text| {
+                    let region = || env.get("AWS_REGION").unwrap_or_else(|| "us-west-2".to_owned());
+                    match text {
+                        "aws" => Some(CloudKind::Aws),
+                        "simulated" => Some(CloudKind::Simulated { region: region() }),
+                        "kwok" => Some(CloudKind::Kwok {
+                            region: region(),
+                            instance_types_file: env.get("INSTANCE_TYPES_FILE_PATH"),
+                        }),
+                        _ => None,
+                    }
                 })?
                 .unwrap_or(CloudKind::Aws),
         };
@@ -579,6 +595,27 @@ mod tests {
             CloudKind::Simulated {
                 region: "eu-west-1".to_owned()
             }
+        );
+    }
+
+    #[test]
+    fn the_kwok_cloud_takes_karpenters_instance_types_file() {
+        let settings = with(&[
+            ("CLOUD_PROVIDER", "kwok"),
+            ("INSTANCE_TYPES_FILE_PATH", "/etc/kwok/instance_types.json"),
+        ])
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            settings.cloud,
+            CloudKind::Kwok {
+                region: "us-west-2".to_owned(),
+                instance_types_file: Some("/etc/kwok/instance_types.json".to_owned()),
+            }
+        );
+        let unknown = error(with(&[("CLOUD_PROVIDER", "gcp")]));
+        assert!(
+            unknown.to_string().contains("aws, simulated or kwok"),
+            "{unknown}"
         );
     }
 
