@@ -1,6 +1,7 @@
 //! Karpenter's consolidation memo: a pass that found nothing to do is not repeated while nothing
 //! it depends on has changed, except every [`MEMO_LIFETIME`]. What it depends on is the
-//! [`Fingerprint`]: how many watch events the read model has seen, which candidates are
+//! [`Fingerprint`]: how many watch events the read model had seen when the pass began to read it
+//! (counted later, an event that lands mid-pass would be taken for seen), which candidates are
 //! consolidatable (that flips with time alone, as `consolidateAfter` passes), and what each
 //! NodePool's budgets allow (cron windows open and close with time alone).
 //!

@@ -196,6 +196,10 @@ async fn decide(
     checks: Option<&drift::SharedChecks>,
 ) -> Option<Planned> {
     let read = &shared.read;
+    // Counted before anything is read: a watch event that lands while the pass reads (the echo of
+    // its own drift marks, pods deleted meanwhile) must make the next pass look again, not be taken
+    // for part of what this one saw.
+    let changes = read.changes();
     let now = shared.clock.now_seconds();
     let initialized = |c: &NodeClaim| {
         c.status
@@ -258,7 +262,7 @@ async fn decide(
         budgets::allowed(pool, reason, nodes, disrupting, now)
     };
     let fingerprint = Fingerprint {
-        changes: read.changes(),
+        changes,
         candidates: candidates
             .iter()
             .map(|c| (c.claim.name_any(), c.consolidatable))
