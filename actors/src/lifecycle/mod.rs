@@ -68,6 +68,9 @@ pub enum StepError {
 /// Takes the next step for the claim `name` (see the module docs).
 pub async fn step(shared: &Shared, name: &str, memory: &mut Memory) -> Result<Next, StepError> {
     let read = &shared.read;
+    // Karpenter's cluster-state sync gate: a claim listed before the Nodes are is not judged on a
+    // node that merely has not been listed yet (a new leader deleted healthy claims as "node gone").
+    read.synced().await;
     let Some(claim) = read.node_claim(name) else {
         return Ok(Next::Gone);
     };
