@@ -4,11 +4,7 @@
 //! kube-cel) reject the same manifests; the committed CRDs (and the charts' copies) are current;
 //! decoding keeps every field a user wrote; and the Helm charts hold to Karpenter's ([`charts`]).
 
-use std::{
-    collections::HashMap,
-    path::{Path, PathBuf},
-    process::Command,
-};
+use std::{collections::HashMap, path::Path, process::Command};
 
 use joist_messages::{
     apis::{
@@ -22,12 +18,16 @@ use joist_messages::{
 };
 use serde_json::Value;
 
+use self::fixtures::{documents, fixtures, read};
+
 #[path = "support/chart.rs"]
 mod chart;
 #[path = "contract/charts.rs"]
 mod charts;
 #[path = "contract/crd_parity.rs"]
 mod crd_parity;
+#[path = "support/fixtures.rs"]
+mod fixtures;
 #[path = "contract/fuzz.rs"]
 mod fuzz;
 #[path = "contract/iam.rs"]
@@ -36,24 +36,6 @@ mod iam;
 mod mutants;
 #[path = "support/tools.rs"]
 mod tools;
-
-fn fixtures(dir: &str) -> Vec<PathBuf> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(dir);
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&root)
-        .unwrap_or_else(|e| panic!("{}: {e}", root.display()))
-        .map(|e| e.map(|e| e.path()).unwrap_or_default())
-        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
-        .collect();
-    files.sort();
-    assert!(!files.is_empty(), "no fixtures in {}", root.display());
-    files
-}
-
-fn read(path: &Path) -> String {
-    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
 
 /// The `# expect: …` lines of a fixture.
 fn expectations(text: &str) -> Vec<String> {
@@ -153,19 +135,6 @@ fn crd_verdict(schemas: &HashMap<String, Value>, object: &Value) -> Vec<String> 
         );
     }
     problems
-}
-
-/// The Karpenter documents in `text`, read from `path`.
-fn documents(path: &Path, text: &str) -> Vec<Value> {
-    serde_saphyr::from_multiple::<Value>(text)
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-        .into_iter()
-        .filter(|d| {
-            d["apiVersion"]
-                .as_str()
-                .is_some_and(|v| v.starts_with("karpenter"))
-        })
-        .collect()
 }
 
 #[test]

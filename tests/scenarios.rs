@@ -41,6 +41,8 @@ mod flood;
 mod fuzz;
 #[path = "scenarios/html.rs"]
 mod html;
+#[path = "support/joist_process.rs"]
+mod joist_process;
 #[path = "support/mutants.rs"]
 mod mutants;
 #[path = "scenarios/run.rs"]

@@ -23,74 +23,13 @@ use kube::api::{Api, PostParams};
 #[path = "../../providers/aws/tests/aws/moto.rs"]
 mod moto;
 
-use super::{chart, sample, tools};
+use super::{
+    chart,
+    joist_process::{Joist, eventually, http_get},
+    sample, tools,
+};
 
 const CLUSTER: &str = "e2e";
-
-/// The `joist run` process, killed if a test fails before stopping it.
-struct Joist {
-    child: Child,
-    log: PathBuf,
-}
-
-impl Joist {
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// Where `joist run` serves `what` (`metrics` or `health probes`), from its "listening" log line.
-    async fn address(&self, what: &str) -> String {
-        eventually(self, &format!("listening for {what}"), || async {
-            self.log().lines().find_map(|line| {
-                let entry: serde_json::Value = serde_json::from_str(line).ok()?;
-                let fields = &entry["fields"];
-                (fields["message"] == "listening" && fields["what"] == what)
-                    .then(|| fields["address"].as_str().map(str::to_owned))?
-            })
-        })
-        .await
-    }
-
-    /// `GET path` from the server for `what`, as Prometheus asks (OpenMetrics preferred): the
-    /// status code and the body.
-    async fn get(&self, what: &str, path: &str) -> (u16, String) {
-        let accept = "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5";
-        http_get(&self.address(what).await, path, Some(accept)).await
-    }
-}
-
-impl Drop for Joist {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// `GET path` from `address` over HTTP/1.1, with `accept` if given: the status code and the body.
-pub(super) async fn http_get(address: &str, path: &str, accept: Option<&str>) -> (u16, String) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream = tokio::net::TcpStream::connect(address)
-        .await
-        .unwrap_or_else(|e| panic!("{address}: {e}"));
-    let accept = accept.map(|a| format!("Accept: {a}\r\n")).unwrap_or_default();
-    let request = format!("GET {path} HTTP/1.1\r\nHost: {address}\r\n{accept}Connection: close\r\n\r\n");
-    stream
-        .write_all(request.as_bytes())
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-    let mut response = String::new();
-    stream
-        .read_to_string(&mut response)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-    let status = response
-        .split(' ')
-        .nth(1)
-        .and_then(|code| code.parse().ok())
-        .unwrap_or_else(|| panic!("not an HTTP response: {response}"));
-    let body = response.split_once("\r\n\r\n").map(|(_, body)| body.to_owned());
-    (status, body.unwrap_or_default())
-}
 
 /// The harness's settings for `joist run` against the API server at `url`, as the chart would set
 /// them in kube-system but with a debug log and ephemeral ports on 127.0.0.1, then `env`.
@@ -140,23 +79,19 @@ fn assert_granted(cluster: &Cluster) {
 /// Starts `joist run` with exactly `env` and the platform's: the kubeconfig (for the pod's service
 /// account), moto's endpoint and test credentials (for IRSA), `PATH`. Its log goes to `dir/name.log`.
 fn spawn(dir: &std::path::Path, kubeconfig: &std::path::Path, name: &str, env: &[(String, String)]) -> Joist {
-    let log = dir.join(format!("{name}.log"));
-    let child = Command::new(env!("CARGO_BIN_EXE_joist"))
-        .arg("run")
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("KUBECONFIG", kubeconfig)
-        .env("AWS_ENDPOINT_URL", moto::endpoint())
-        .env("AWS_REGION", moto::REGION)
-        .env("AWS_ACCESS_KEY_ID", "testing")
-        .env("AWS_SECRET_ACCESS_KEY", "testing")
-        .env("AWS_EC2_METADATA_DISABLED", "true")
-        .envs(env.iter().map(|(k, v)| (k, v)))
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap_or_else(|e| panic!("{e}")))
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot start joist run: {e}"));
-    Joist { child, log }
+    let kubeconfig = kubeconfig.to_string_lossy();
+    let platform = [
+        ("KUBECONFIG", kubeconfig.as_ref()),
+        ("AWS_ENDPOINT_URL", moto::endpoint()),
+        ("AWS_REGION", moto::REGION),
+        ("AWS_ACCESS_KEY_ID", "testing"),
+        ("AWS_SECRET_ACCESS_KEY", "testing"),
+        ("AWS_EC2_METADATA_DISABLED", "true"),
+    ];
+    let env = platform
+        .into_iter()
+        .chain(env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+    Joist::spawn(dir.join(format!("{name}.log")), env)
 }
 
 /// The environment the chart's Deployment gives the controller container, rendered for this
@@ -194,24 +129,6 @@ fn chart_environment(server_url: &str, values: &[&str]) -> Vec<(String, String)>
 
 fn yaml<T: serde::de::DeserializeOwned>(text: &str) -> T {
     serde_saphyr::from_str(text).unwrap_or_else(|e| panic!("{e}\n{text}"))
-}
-
-/// Polls `check` every 200 ms for up to a minute; panics with `what` and the controller's log.
-async fn eventually<T, F, Fut>(joist: &Joist, what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    for _ in 0..300 {
-        if let Some(found) = check().await {
-            return found;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    panic!(
-        "{what} did not happen within a minute; joist run logged:\n{}",
-        joist.log()
-    )
 }
 
 fn condition(claim: &NodeClaim, type_: &str) -> bool {
@@ -504,11 +421,7 @@ async fn joist_run_launches_a_moto_instance_for_a_pending_pod_and_initializes_it
     assert_granted(&cluster);
 
     // SIGTERM, as Kubernetes stops a pod: a clean exit.
-    let stopped = Command::new("kill")
-        .args(["-TERM", &joist.child.id().to_string()])
-        .status()
-        .unwrap_or_else(|e| panic!("{e}"));
-    assert!(stopped.success());
+    joist.signal("-TERM");
     let mut exit = None;
     for _ in 0..100 {
         exit = joist.child.try_wait().unwrap_or_else(|e| panic!("{e}"));
@@ -1012,11 +925,7 @@ async fn two_replicas_elect_one_leader_that_a_standby_replaces_when_killed_or_st
         c.log().contains("standing by").then_some(())
     })
     .await;
-    let stopped = Command::new("kill")
-        .args(["-TERM", &b.child.id().to_string()])
-        .status()
-        .unwrap_or_else(|e| panic!("{e}"));
-    assert!(stopped.success());
+    b.signal("-TERM");
     let terminated = tokio::time::Instant::now();
     eventually(&c, "joist-c leading", || async {
         (leader(&client, "kube-system").await.as_deref() == Some("joist-c")).then_some(())

@@ -20,7 +20,7 @@ use kube::{
     config::{KubeConfigOptions, Kubeconfig},
 };
 
-use super::run::http_get;
+use super::joist_process::http_get;
 use crate::tools::{installed, path, root, succeeded};
 
 /// The `joist sim serve` process, killed when the test ends.

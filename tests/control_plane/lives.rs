@@ -1,0 +1,511 @@
+//! `joist run` on the real control plane, as Karpenter's e2e suites check a node's life: both Helm
+//! charts installed with the real helm, the controller out of cluster with a token of the chart's
+//! own ServiceAccount (so the real RBAC authorizer refuses whatever the ClusterRole does not
+//! grant), the KWOK cloud selling the types of a Karpenter KWOK instance-types file, the real
+//! kube-scheduler binding pods and KWOK running them. Each test has a control plane of its own; they
+//! run one at a time, as two would share this machine's two cores.
+
+use std::{collections::BTreeSet, path::PathBuf, time::Duration};
+
+use joist_messages::apis::NodeClaim;
+use k8s_openapi::api::{
+    coordination::v1::Lease,
+    core::v1::{Node, Pod},
+};
+use kube::api::{Api, ListParams};
+
+use crate::{
+    chart::run_helm,
+    control_plane::{ControlPlane, client_from},
+    joist_process::{Joist, within},
+    tools::root,
+};
+
+/// One test at a time.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// What a step may take: node boot (5 s), the batch windows, the disruption passes (every 10 s)
+/// and the drains, on a loaded machine.
+const STEP: Duration = Duration::from_secs(180);
+
+/// The NodePool and its EC2NodeClass, with the pool's `disruption` and `template` extras.
+fn pool(disruption: &str, template: &str) -> String {
+    format!(
+        r#"apiVersion: karpenter.k8s.aws/v1
+kind: EC2NodeClass
+metadata: {{name: default}}
+spec:
+  role: KarpenterNodeRole-kwok
+  amiSelectorTerms: [{{alias: al2023@latest}}]
+  subnetSelectorTerms: [{{tags: {{karpenter.sh/discovery: kwok}}}}]
+  securityGroupSelectorTerms: [{{tags: {{karpenter.sh/discovery: kwok}}}}]
+---
+apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {{name: default}}
+spec:
+  template:
+    spec:
+      requirements:
+        - {{key: kubernetes.io/arch, operator: In, values: [amd64]}}
+        - {{key: karpenter.sh/capacity-type, operator: In, values: [on-demand]}}
+        - {{key: karpenter.kwok.sh/instance-family, operator: In, values: [c, s]}}
+      nodeClassRef: {{group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}}
+{template}
+  disruption:
+    consolidationPolicy: WhenEmptyOrUnderutilized
+    consolidateAfter: 0s
+    budgets: [{{nodes: "100%"}}]
+{disruption}
+"#
+    )
+}
+
+/// The `inflate` Deployment of Karpenter's getting-started guide, at no replicas (the tests scale
+/// it).
+const INFLATE: &str = r#"apiVersion: apps/v1
+kind: Deployment
+metadata: {name: inflate, namespace: default}
+spec:
+  replicas: 0
+  selector: {matchLabels: {app: inflate}}
+  template:
+    metadata: {labels: {app: inflate}}
+    spec:
+      terminationGracePeriodSeconds: 0
+      containers:
+        - name: inflate
+          image: registry.k8s.io/pause:3.10
+          resources: {requests: {cpu: "1"}}
+"#;
+
+/// A control plane with Joist's charts installed and `joist run` replicas on it.
+struct World {
+    cluster: ControlPlane,
+    admin: kube::Client,
+    /// A kubeconfig with a token of the chart's ServiceAccount.
+    service_account: PathBuf,
+}
+
+impl World {
+    /// A control plane named `name` with the charts, `pool` applied and the `inflate` Deployment.
+    async fn start(name: &str, pool: &str) -> Self {
+        let cluster = ControlPlane::start(name);
+        let kubeconfig = cluster.kubeconfig.to_string_lossy().into_owned();
+        let endpoint = format!("settings.clusterEndpoint={}", cluster.server);
+        let helm = |args: &[&str]| {
+            let mut all = vec!["--kubeconfig", kubeconfig.as_str(), "--namespace", "kube-system"];
+            all.extend_from_slice(args);
+            let (ok, out, err) = run_helm(&all);
+            assert!(ok, "helm {}: {err}{out}", args.join(" "));
+        };
+        helm(&["install", "joist-crd", "deploy/charts/joist-crd"]);
+        // No replica in the cluster (its nodes are fake): the test runs the controller as the
+        // chart's ServiceAccount. The KWOK cloud creates Nodes, which kubelets do in production.
+        helm(&[
+            "install",
+            "joist",
+            "deploy/charts/joist",
+            "--skip-crds",
+            "--set",
+            "settings.clusterName=kwok",
+            "--set",
+            &endpoint,
+            "--set",
+            "replicas=0",
+            "--set-json",
+            r#"additionalClusterRoleRules=[{"apiGroups":[""],"resources":["nodes"],"verbs":["create"]}]"#,
+        ]);
+        let token = cluster.kubectl_ok(&[
+            "create",
+            "token",
+            "joist",
+            "-n",
+            "kube-system",
+            "--duration",
+            "2h",
+        ]);
+        let service_account = cluster.dir().join("joist.kubeconfig");
+        let ca = cluster.dir().join("pki/ca.crt");
+        std::fs::write(
+            &service_account,
+            format!(
+                "apiVersion: v1\nkind: Config\nclusters:\n- name: kwok\n  cluster: {{server: {}, certificate-authority: {}}}\n\
+                 users:\n- name: joist\n  user: {{token: {}}}\ncontexts:\n- name: joist\n  context: {{cluster: kwok, user: joist, namespace: kube-system}}\n\
+                 current-context: joist\n",
+                cluster.server,
+                ca.display(),
+                token.trim()
+            ),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let admin = cluster.client().await;
+        let world = Self {
+            cluster,
+            admin,
+            service_account,
+        };
+        world.apply(pool);
+        world.apply(INFLATE);
+        world
+    }
+
+    /// `kubectl apply` of `manifests` as cluster-admin.
+    fn apply(&self, manifests: &str) {
+        let file = self.cluster.dir().join("applied.yaml");
+        std::fs::write(&file, manifests).unwrap_or_else(|e| panic!("{e}"));
+        self.cluster.kubectl_ok(&["apply", "-f", &file.to_string_lossy()]);
+    }
+
+    /// A `joist run` replica named `name` with the KWOK cloud, as the chart's ServiceAccount.
+    fn replica(&self, name: &str) -> Joist {
+        let kubeconfig = self.service_account.to_string_lossy();
+        let types = root().join("tests/fixtures/kwok/instance_types.json");
+        let types = types.to_string_lossy();
+        let env = [
+            ("KUBECONFIG", kubeconfig.as_ref()),
+            ("CLUSTER_NAME", "kwok"),
+            ("CLUSTER_ENDPOINT", self.cluster.server.as_str()),
+            ("CLOUD_PROVIDER", "kwok"),
+            ("INSTANCE_TYPES_FILE_PATH", types.as_ref()),
+            ("SYSTEM_NAMESPACE", "kube-system"),
+            ("POD_NAME", name),
+            ("LISTEN_ADDRESS", "127.0.0.1"),
+            ("METRICS_PORT", "0"),
+            ("HEALTH_PROBE_PORT", "0"),
+        ];
+        Joist::spawn(self.cluster.dir().join(format!("{name}.log")), env)
+    }
+
+    fn scale(&self, replicas: u32) {
+        self.cluster.kubectl_ok(&[
+            "scale",
+            "deployment",
+            "inflate",
+            "--replicas",
+            &replicas.to_string(),
+        ]);
+    }
+
+    /// The `inflate` pods once there are `count`, every one Running on a node.
+    async fn running(&self, count: usize) -> Option<Vec<Pod>> {
+        let pods: Api<Pod> = Api::namespaced(self.admin.clone(), "default");
+        let pods = pods
+            .list(&ListParams::default().labels("app=inflate"))
+            .await
+            .ok()?
+            .items;
+        let running = pods.iter().filter(|p| {
+            p.metadata.deletion_timestamp.is_none()
+                && p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some()
+                && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+        });
+        (running.count() == count && pods.len() == count).then_some(pods)
+    }
+
+    async fn nodes(&self) -> Vec<Node> {
+        let nodes: Api<Node> = Api::all(self.admin.clone());
+        nodes
+            .list(&ListParams::default())
+            .await
+            .map(|l| l.items)
+            .unwrap_or_default()
+    }
+
+    async fn claims(&self) -> Vec<NodeClaim> {
+        let claims: Api<NodeClaim> = Api::all(self.admin.clone());
+        claims
+            .list(&ListParams::default())
+            .await
+            .map(|l| l.items)
+            .unwrap_or_default()
+    }
+
+    /// The names of the NodeClaims.
+    async fn claim_names(&self) -> BTreeSet<String> {
+        self.claims()
+            .await
+            .into_iter()
+            .filter_map(|c| c.metadata.name)
+            .collect()
+    }
+
+    /// The CPUs of every node.
+    async fn cpus(&self) -> i64 {
+        self.nodes()
+            .await
+            .iter()
+            .filter_map(|n| {
+                n.status
+                    .as_ref()?
+                    .capacity
+                    .as_ref()?
+                    .get("cpu")?
+                    .0
+                    .parse::<i64>()
+                    .ok()
+            })
+            .sum()
+    }
+
+    /// Each launched NodeClaim has an instance of its own and exactly one Node, and every Node
+    /// belongs to a NodeClaim: nothing was launched twice or left behind.
+    async fn assert_one_instance_per_claim(&self) {
+        let claims = self.claims().await;
+        let provider_ids: Vec<String> = claims
+            .iter()
+            .filter_map(|c| c.status.as_ref()?.provider_id.clone())
+            .collect();
+        let distinct: BTreeSet<&String> = provider_ids.iter().collect();
+        assert_eq!(
+            distinct.len(),
+            provider_ids.len(),
+            "two claims share an instance: {provider_ids:?}"
+        );
+        let node_ids: Vec<String> = self
+            .nodes()
+            .await
+            .iter()
+            .filter_map(|n| n.spec.as_ref()?.provider_id.clone())
+            .collect();
+        let nodes: BTreeSet<&String> = node_ids.iter().collect();
+        assert_eq!(
+            nodes.len(),
+            node_ids.len(),
+            "two nodes share an instance: {node_ids:?}"
+        );
+        assert_eq!(nodes, distinct, "nodes and claims differ");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_get_nodes_that_are_consolidated_then_removed_once_empty() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let world = World::start("provisioning", &pool("", "")).await;
+    let joist = world.replica("joist-a");
+    world.scale(5);
+    let pods = within(STEP, &joist, "five inflate pods Running", || world.running(5)).await;
+    let nodes = world.nodes().await;
+    for pod in &pods {
+        let node = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.clone())
+            .unwrap_or_default();
+        let pooled = nodes.iter().any(|n| {
+            n.metadata.name.as_deref() == Some(node.as_str())
+                && n.metadata
+                    .labels
+                    .as_ref()
+                    .is_some_and(|l| l.get("karpenter.sh/nodepool").map(String::as_str) == Some("default"))
+        });
+        assert!(pooled, "{node} is not a node of the default NodePool");
+    }
+    world.assert_one_instance_per_claim().await;
+    let scaled_up = world.cpus().await;
+
+    world.scale(1);
+    within(STEP, &joist, "fewer CPUs for the one pod left", || async {
+        let cpus = world.cpus().await;
+        (cpus < scaled_up && world.running(1).await.is_some()).then_some(())
+    })
+    .await;
+
+    world.scale(0);
+    within(STEP, &joist, "every node removed once empty", || async {
+        (world.claims().await.is_empty() && world.nodes().await.is_empty()).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_nodepool_template_replaces_every_drifted_node() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let world = World::start("drift", &pool("", "")).await;
+    let joist = world.replica("joist-a");
+    world.scale(3);
+    within(STEP, &joist, "three inflate pods Running", || world.running(3)).await;
+    let before = world.claim_names().await;
+
+    world.apply(&pool("", "    metadata: {labels: {rollout: second}}"));
+    within(
+        STEP,
+        &joist,
+        "every node replaced by one with the new label",
+        || async {
+            let claims = world.claim_names().await;
+            let nodes = world.nodes().await;
+            let relabelled = !nodes.is_empty()
+                && nodes.iter().all(|n| {
+                    n.metadata
+                        .labels
+                        .as_ref()
+                        .and_then(|l| l.get("rollout"))
+                        .map(String::as_str)
+                        == Some("second")
+                });
+            (claims.is_disjoint(&before) && relabelled && world.running(3).await.is_some()).then_some(())
+        },
+    )
+    .await;
+    world.assert_one_instance_per_claim().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_node_is_replaced() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let world = World::start("expiry", &pool("", "      expireAfter: 40s")).await;
+    let joist = world.replica("joist-a");
+    world.scale(1);
+    within(STEP, &joist, "the inflate pod Running", || world.running(1)).await;
+    let first = world.claim_names().await;
+    within(
+        STEP,
+        &joist,
+        "the pod Running on a node launched after the first expired",
+        || async {
+            let claims = world.claim_names().await;
+            (!claims.is_empty() && claims.is_disjoint(&first) && world.running(1).await.is_some())
+                .then_some(())
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_disruption_budget_holds_a_drain_until_it_allows_it() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let world = World::start("pdb", &pool("", "")).await;
+    let joist = world.replica("joist-a");
+    world.scale(2);
+    let pods = within(STEP, &joist, "two inflate pods Running", || world.running(2)).await;
+    world.apply(
+        "apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata: {name: inflate, namespace: default}\n\
+         spec: {minAvailable: 2, selector: {matchLabels: {app: inflate}}}\n",
+    );
+    let node = pods[0]
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_name.clone())
+        .unwrap_or_default();
+    let claim = world
+        .claims()
+        .await
+        .into_iter()
+        .find(|c| c.status.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node.as_str()))
+        .and_then(|c| c.metadata.name)
+        .unwrap_or_else(|| panic!("no NodeClaim for node {node}"));
+    world
+        .cluster
+        .kubectl_ok(&["delete", "nodeclaim", &claim, "--wait=false"]);
+
+    // The drain starts (the node is tainted), but the Eviction API refuses every eviction while the
+    // budget allows none: nothing leaves the node for as long as that lasts.
+    within(STEP, &joist, "the node tainted for its drain", || async {
+        let nodes = world.nodes().await;
+        let tainted = nodes.iter().any(|n| {
+            n.metadata.name.as_deref() == Some(node.as_str())
+                && n.spec
+                    .as_ref()
+                    .and_then(|s| s.taints.as_ref())
+                    .is_some_and(|t| t.iter().any(|t| t.key == "karpenter.sh/disrupted"))
+        });
+        tainted.then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    let held = world.running(2).await;
+    let pods_on_node = held
+        .iter()
+        .flatten()
+        .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node.as_str()))
+        .count();
+    let on_node_before = pods
+        .iter()
+        .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node.as_str()))
+        .count();
+    assert_eq!(
+        pods_on_node, on_node_before,
+        "a pod left node {node} although the budget allowed no disruption"
+    );
+    assert!(
+        world
+            .nodes()
+            .await
+            .iter()
+            .any(|n| n.metadata.name.as_deref() == Some(node.as_str()))
+    );
+
+    world
+        .cluster
+        .kubectl_ok(&["delete", "poddisruptionbudget", "inflate", "-n", "default"]);
+    within(
+        STEP,
+        &joist,
+        "the node gone and its pods Running elsewhere",
+        || async {
+            let gone = !world
+                .nodes()
+                .await
+                .iter()
+                .any(|n| n.metadata.name.as_deref() == Some(node.as_str()));
+            (gone && world.running(2).await.is_some()).then_some(())
+        },
+    )
+    .await;
+}
+
+/// The holder of the controller's Lease.
+async fn leader(client: &kube::Client) -> Option<String> {
+    let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-system");
+    leases
+        .get_opt("joist-leader-election")
+        .await
+        .ok()??
+        .spec?
+        .holder_identity
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_replica_takes_over_a_killed_leader_without_launching_twice() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let world = World::start("failover", &pool("", "")).await;
+    let a = world.replica("joist-a");
+    within(STEP, &a, "joist-a leading", || async {
+        (leader(&world.admin).await.as_deref() == Some("joist-a")).then_some(())
+    })
+    .await;
+    let b = world.replica("joist-b");
+    within(STEP, &b, "joist-b standing by", || async {
+        b.log().contains("standing by").then_some(())
+    })
+    .await;
+    world.scale(3);
+    within(STEP, &a, "three inflate pods Running", || world.running(3)).await;
+    let before = world.claim_names().await;
+
+    a.signal("-KILL");
+    within(STEP, &b, "joist-b leading", || async {
+        (leader(&world.admin).await.as_deref() == Some("joist-b")).then_some(())
+    })
+    .await;
+    // Two disruption passes and a garbage collection later, the new leader still runs every node
+    // the old one launched: it found their instances, it did not take them for leaks.
+    tokio::time::sleep(Duration::from_secs(25)).await;
+    let after = world.claim_names().await;
+    assert_eq!(
+        before, after,
+        "the new leader changed the nodes the old one launched"
+    );
+    assert!(
+        world.running(3).await.is_some(),
+        "the pods were disturbed by the failover"
+    );
+    world.scale(6);
+    within(STEP, &b, "six inflate pods Running", || world.running(6)).await;
+    world.assert_one_instance_per_claim().await;
+    // The service account client is the one the controller used: it can read what it needs.
+    let service_account = client_from(&world.service_account).await;
+    let claims: Api<NodeClaim> = Api::all(service_account);
+    assert!(claims.list(&ListParams::default()).await.is_ok());
+}

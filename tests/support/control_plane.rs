@@ -1,0 +1,108 @@
+//! A real Kubernetes control plane for a test: etcd, kube-apiserver, kube-controller-manager,
+//! kube-scheduler and KWOK, built and started by `scripts/kube-control-plane` on 127.0.0.1 with
+//! state in a temporary directory. Stopped when the value is dropped and, should the test process
+//! die first, by the script's guard when the process is gone.
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Command, Output},
+    sync::OnceLock,
+};
+
+use super::tools::{self, root, succeeded};
+
+/// A running control plane.
+pub struct ControlPlane {
+    dir: PathBuf,
+    /// A cluster-admin kubeconfig.
+    pub kubeconfig: PathBuf,
+    /// The API server's URL.
+    pub server: String,
+}
+
+impl ControlPlane {
+    /// Starts one with its state in a fresh directory named after `name`.
+    pub fn start(name: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!("joist-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let output = succeeded(
+            Command::new(root().join("scripts/kube-control-plane"))
+                .arg("up")
+                .arg(&dir)
+                .args(["--owner", &std::process::id().to_string()]),
+            "scripts/kube-control-plane up",
+        );
+        let printed = String::from_utf8_lossy(&output.stdout).into_owned();
+        let value = |name: &str| {
+            printed
+                .lines()
+                .find_map(|l| l.strip_prefix(&format!("{name}=")))
+                .unwrap_or_else(|| panic!("scripts/kube-control-plane up printed no {name}=: {printed}"))
+                .to_owned()
+        };
+        Self {
+            kubeconfig: PathBuf::from(value("KUBECONFIG")),
+            server: value("SERVER"),
+            dir,
+        }
+    }
+
+    /// The state directory (logs in `logs/`, certificates in `pki/`).
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// A cluster-admin client.
+    pub async fn client(&self) -> kube::Client {
+        client_from(&self.kubeconfig).await
+    }
+
+    /// Runs the real kubectl (from `scripts/kube-clients`) against this cluster as cluster-admin.
+    pub fn kubectl(&self, args: &[&str]) -> Output {
+        Command::new(kubectl())
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .args(args)
+            .current_dir(root())
+            .output()
+            .unwrap_or_else(|e| panic!("run kubectl: {e}"))
+    }
+
+    /// kubectl with `args`, failing the test when it fails; its standard output.
+    pub fn kubectl_ok(&self, args: &[&str]) -> String {
+        let output = self.kubectl(args);
+        assert!(
+            output.status.success(),
+            "kubectl {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    }
+}
+
+impl Drop for ControlPlane {
+    fn drop(&mut self) {
+        let _ = Command::new(root().join("scripts/kube-control-plane"))
+            .arg("down")
+            .arg(&self.dir)
+            .output();
+    }
+}
+
+/// A client from the kubeconfig at `path`.
+pub async fn client_from(path: &Path) -> kube::Client {
+    let kubeconfig =
+        kube::config::Kubeconfig::read_from(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let config =
+        kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default())
+            .await
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    kube::Client::try_from(config).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// The real kubectl, installed on first use.
+pub fn kubectl() -> &'static Path {
+    static KUBECTL: OnceLock<PathBuf> = OnceLock::new();
+    KUBECTL.get_or_init(|| tools::path(&tools::installed("kube-clients"), "kube-clients", "KUBECTL"))
+}

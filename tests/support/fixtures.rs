@@ -1,0 +1,39 @@
+//! The project's corpora of Karpenter manifests (`tests/fixtures/valid`, `invalid`, `legacy`), read
+//! as the contract tests and the real-control-plane tests both judge them.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+/// The `*.yaml` files of `tests/fixtures/<dir>`, sorted by name.
+pub fn fixtures(dir: &str) -> Vec<PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(dir);
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&root)
+        .unwrap_or_else(|e| panic!("{}: {e}", root.display()))
+        .map(|e| e.map(|e| e.path()).unwrap_or_default())
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .collect();
+    files.sort();
+    assert!(!files.is_empty(), "no fixtures in {}", root.display());
+    files
+}
+
+/// The text of a fixture.
+pub fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The Karpenter documents in `text`, read from `path`.
+pub fn documents(path: &Path, text: &str) -> Vec<Value> {
+    serde_saphyr::from_multiple::<Value>(text)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .into_iter()
+        .filter(|d| {
+            d["apiVersion"]
+                .as_str()
+                .is_some_and(|v| v.starts_with("karpenter"))
+        })
+        .collect()
+}
