@@ -203,22 +203,26 @@ impl World {
         (running.count() == count && pods.len() == count).then_some(pods)
     }
 
-    async fn nodes(&self) -> Vec<Node> {
-        let nodes: Api<Node> = Api::all(self.admin.clone());
-        nodes
-            .list(&ListParams::default())
+    /// Every object of a cluster-scoped kind (none while the API server does not answer).
+    async fn all<K>(&self) -> Vec<K>
+    where
+        K: kube::Resource<Scope = kube::core::ClusterResourceScope> + Clone + std::fmt::Debug,
+        K: serde::de::DeserializeOwned,
+        K::DynamicType: Default,
+    {
+        let api: Api<K> = Api::all(self.admin.clone());
+        api.list(&ListParams::default())
             .await
             .map(|l| l.items)
             .unwrap_or_default()
     }
 
+    async fn nodes(&self) -> Vec<Node> {
+        self.all().await
+    }
+
     async fn claims(&self) -> Vec<NodeClaim> {
-        let claims: Api<NodeClaim> = Api::all(self.admin.clone());
-        claims
-            .list(&ListParams::default())
-            .await
-            .map(|l| l.items)
-            .unwrap_or_default()
+        self.all().await
     }
 
     /// The names of the NodeClaims.
@@ -453,6 +457,51 @@ async fn a_pod_disruption_budget_holds_a_drain_until_it_allows_it() {
         },
     )
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spot_interruption_warning_drains_the_node_before_it_is_reclaimed() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let world = World::start("interruption", &pool("", "")).await;
+    let joist = world.replica("joist-a");
+    world.scale(2);
+    let pods = within(STEP, &joist, "two inflate pods Running", || world.running(2)).await;
+    let node = pods[0]
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_name.clone())
+        .unwrap_or_default();
+    let before = world.claim_names().await;
+    // The KWOK cloud puts EC2's two-minute warning for the node's instance on its queue.
+    world
+        .cluster
+        .kubectl_ok(&["annotate", "node", &node, "kwok.joist.dev/interrupt=spot"]);
+    within(
+        STEP,
+        &joist,
+        "the warned node replaced and its pods Running elsewhere",
+        || async {
+            let gone = !world
+                .nodes()
+                .await
+                .iter()
+                .any(|n| n.metadata.name.as_deref() == Some(node.as_str()));
+            let claims = world.claim_names().await;
+            let pods = world.running(2).await?;
+            let moved = pods
+                .iter()
+                .all(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) != Some(node.as_str()));
+            (gone && moved && claims != before).then_some(())
+        },
+    )
+    .await;
+    assert!(
+        joist
+            .log()
+            .contains("interrupting the instance its node asks to be interrupted"),
+        "{}",
+        joist.log()
+    );
 }
 
 /// The holder of the controller's Lease.

@@ -47,6 +47,18 @@ impl fmt::Display for CapacityType {
     }
 }
 
+/// The zones and the capacity types `offerings` cover, each sorted and without repeats: the values
+/// of an instance type's zone and capacity-type requirements.
+pub fn offered_zones_and_capacity_types(offerings: &[Offering]) -> (Vec<&str>, Vec<&str>) {
+    let mut zones: Vec<&str> = offerings.iter().map(|o| o.zone.as_str()).collect();
+    zones.sort_unstable();
+    zones.dedup();
+    let mut capacity_types: Vec<&str> = offerings.iter().map(|o| o.capacity_type.label()).collect();
+    capacity_types.sort_unstable();
+    capacity_types.dedup();
+    (zones, capacity_types)
+}
+
 /// One way to buy an instance type: a zone and a capacity type, at a price.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Offering {

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{
     capacity::{self, DEFAULT_ROOT_VOLUME_BYTES, DEFAULT_VM_MEMORY_OVERHEAD_PERMILLE, MIB, bytes},
-    instance_type::{InstanceType, Offering},
+    instance_type::{InstanceType, Offering, offered_zones_and_capacity_types},
     quantity::Quantity,
     requirements::{Operator, Requirement, Requirements},
     resources::{Resources, names},
@@ -198,12 +198,7 @@ impl Ec2Shape {
             .into_iter()
             .filter_map(|(key, value)| Requirement::new(key, Operator::In, [value]).ok())
             .collect();
-        let mut zones: Vec<&str> = offerings.iter().map(|o| o.zone.as_str()).collect();
-        zones.sort_unstable();
-        zones.dedup();
-        let mut capacity_types: Vec<&str> = offerings.iter().map(|o| o.capacity_type.label()).collect();
-        capacity_types.sort_unstable();
-        capacity_types.dedup();
+        let (zones, capacity_types) = offered_zones_and_capacity_types(&offerings);
         for (key, values) in [
             (ZONE, zones),
             (CAPACITY_TYPE, capacity_types),

@@ -9,7 +9,9 @@
 //! read back from the cluster ([`listed`]): a replica that takes over from another, or a
 //! controller restarted, finds the instances launched before as EC2 would report them. An instance
 //! still booting when its launcher died is lost with it, as if it never launched. Names are drawn
-//! from the instance id, so replicas never pick the same one.
+//! from the instance id, so replicas never pick the same one. A node annotated
+//! [`INTERRUPT_ANNOTATION`] gets EC2's two-minute spot interruption warning on the cloud's queue
+//! ([`crate::KwokQueue`]) and is reclaimed when it runs out.
 //!
 //! The file is a JSON list of types, each with a `name`, an `architecture`, `operatingSystems`,
 //! `resources` (capacity; `pods` defaults to 110) and `offerings`, each offering a `Price`,
@@ -25,7 +27,7 @@ use std::collections::BTreeMap;
 use joist_messages::{
     labels::{ARCH, CAPACITY_TYPE, INSTANCE_TYPE, OS, ZONE},
     model::{
-        instance_type::{CapacityType, InstanceType, Offering, Overhead},
+        instance_type::{CapacityType, InstanceType, Offering, Overhead, offered_zones_and_capacity_types},
         quantity::Quantity,
         requirements::{Operator, Requirement, Requirements},
         resources::{Resources, names},
@@ -42,6 +44,10 @@ pub const KWOK_NODE: (&str, &str) = ("kwok.x-k8s.io/node", "fake");
 
 /// The annotation a KWOK node carries its instance in, as JSON.
 pub const INSTANCE_ANNOTATION: &str = "kwok.joist.dev/instance";
+
+/// The annotation that asks the KWOK cloud for a spot interruption of a node's instance
+/// (`kubectl annotate node NAME kwok.joist.dev/interrupt=spot`).
+pub const INTERRUPT_ANNOTATION: &str = "kwok.joist.dev/interrupt";
 
 /// The label group of the types' derived labels, Karpenter's KWOK provider's.
 const LABEL_GROUP: &str = "karpenter.kwok.sh";
@@ -145,12 +151,7 @@ impl TypeEntry {
             })
             .collect::<Result<Vec<_>, _>>()?;
         let mut requirements = Requirements::default();
-        let mut zones: Vec<&str> = offerings.iter().map(|o| o.zone.as_str()).collect();
-        zones.sort_unstable();
-        zones.dedup();
-        let mut capacity_types: Vec<&str> = offerings.iter().map(|o| o.capacity_type.label()).collect();
-        capacity_types.sort_unstable();
-        capacity_types.dedup();
+        let (zones, capacity_types) = offered_zones_and_capacity_types(&offerings);
         // Written as Kubernetes writes a quantity, as Karpenter's labels are.
         let cpu = capacity.get(names::CPU).to_string();
         let memory = capacity.get(names::MEMORY).to_string();
@@ -293,6 +294,8 @@ pub struct Listed {
     pub node_name: String,
     /// Its Node's labels.
     pub labels: BTreeMap<String, String>,
+    /// Whether its Node asks for a spot interruption ([`INTERRUPT_ANNOTATION`]).
+    pub interrupt: bool,
 }
 
 /// The instances whose KWOK nodes are in the cluster (nodes of other controllers, which carry no
@@ -310,7 +313,9 @@ pub async fn listed(client: &kube::Client) -> Result<Vec<Listed>, CloudError> {
         .items
         .into_iter()
         .filter_map(|node| {
-            let text = node.metadata.annotations.as_ref()?.get(INSTANCE_ANNOTATION)?;
+            let annotations = node.metadata.annotations.as_ref()?;
+            let text = annotations.get(INSTANCE_ANNOTATION)?;
+            let interrupt = annotations.contains_key(INTERRUPT_ANNOTATION);
             let instance = serde_json::from_str(text)
                 .map_err(|e| {
                     tracing::warn!(node = node.metadata.name, error = %e, "a KWOK node's instance annotation is unreadable");
@@ -320,6 +325,7 @@ pub async fn listed(client: &kube::Client) -> Result<Vec<Listed>, CloudError> {
                 instance,
                 node_name: node.metadata.name.unwrap_or_default(),
                 labels: node.metadata.labels.unwrap_or_default(),
+                interrupt,
             })
         })
         .collect())

@@ -35,7 +35,9 @@ use joist_messages::{
     model::{instance_type::InstanceType, shape::Ec2Shape},
 };
 use joist_provider::{
-    CloudError, CloudFuture, CloudProvider, Drift, Instance, InstanceState, Launch, launch,
+    CloudError, CloudFuture, CloudProvider, Drift, Instance, InstanceState, Launch,
+    interruption::{InterruptionQueue, QueueMessage},
+    launch,
     repair::{EC2_REPAIR_POLICIES, RepairPolicy},
 };
 use k8s_openapi::api::core::v1::Node;
@@ -224,20 +226,47 @@ impl SimCloud {
     pub fn interrupt(&self, selector: &BTreeMap<String, String>, count: usize) -> Vec<String> {
         let chosen = self.inner.books.pick(selector, count);
         for id in &chosen {
-            {
-                let mut state = self.inner.books.lock();
-                let event = CloudEvent::InterruptionWarning { instance: id.clone() };
-                self.inner.books.record(&mut state, event);
-            }
-            self.inner.queue.send(self.spot_warning(id));
-            let cloud = self.clone();
-            let id = id.clone();
-            tokio::spawn(async move {
-                tokio::time::sleep(INTERRUPTION_NOTICE).await;
-                cloud.end(&id, EndReason::SpotInterruption).await;
-            });
+            self.warn(id);
         }
         chosen
+    }
+
+    /// Sends instance `id` the two-minute warning and reclaims it when it runs out.
+    fn warn(&self, id: &str) {
+        {
+            let mut state = self.inner.books.lock();
+            let event = CloudEvent::InterruptionWarning {
+                instance: id.to_owned(),
+            };
+            self.inner.books.record(&mut state, event);
+        }
+        self.inner.queue.send(self.spot_warning(id));
+        let cloud = self.clone();
+        let id = id.to_owned();
+        tokio::spawn(async move {
+            tokio::time::sleep(INTERRUPTION_NOTICE).await;
+            cloud.end(&id, EndReason::SpotInterruption).await;
+        });
+    }
+
+    /// On KWOK, warns each running instance whose Node asks for an interruption and has not been
+    /// warned yet ([`kwok::INTERRUPT_ANNOTATION`]).
+    async fn interrupt_annotated(&self) -> Result<(), CloudError> {
+        for listed in kwok::listed(&self.inner.client).await? {
+            let id = Self::instance_id(&listed.instance.provider_id).to_owned();
+            if !listed.interrupt || self.inner.books.was_warned(&id) {
+                continue;
+            }
+            self.inner
+                .books
+                .adopt(listed.instance, listed.node_name, listed.labels);
+            tracing::info!(
+                instance = id,
+                "interrupting the instance its node asks to be interrupted"
+            );
+            self.warn(&id);
+        }
+        Ok(())
     }
 
     /// The EventBridge event AWS sends two minutes before it reclaims spot instance `id`.
@@ -482,6 +511,51 @@ impl SimCloud {
         }
         self.adopt().await?;
         Ok(look())
+    }
+}
+
+/// The KWOK cloud's interruption queue: the simulated queue, with a spot interruption for every KWOK
+/// node annotated [`kwok::INTERRUPT_ANNOTATION`], looked for every [`KWOK_SCAN`] of a receive's long
+/// poll, so interruptions can be sent from outside the controller. Only the leader receives, so
+/// only the leader interrupts.
+#[derive(Clone)]
+pub struct KwokQueue {
+    cloud: SimCloud,
+}
+
+/// How often a receive looks for nodes to interrupt.
+const KWOK_SCAN: Duration = Duration::from_secs(2);
+
+impl KwokQueue {
+    /// The queue of `cloud`.
+    pub fn new(cloud: SimCloud) -> Self {
+        Self { cloud }
+    }
+}
+
+impl std::fmt::Debug for KwokQueue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("KwokQueue")
+    }
+}
+
+impl InterruptionQueue for KwokQueue {
+    fn receive(&self) -> CloudFuture<'_, Vec<QueueMessage>> {
+        Box::pin(async move {
+            let deadline = tokio::time::Instant::now() + queue::LONG_POLL;
+            loop {
+                self.cloud.interrupt_annotated().await?;
+                let taken = self.cloud.inner.queue.take()?;
+                if !taken.is_empty() || tokio::time::Instant::now() >= deadline {
+                    return Ok(taken);
+                }
+                tokio::time::sleep(KWOK_SCAN).await;
+            }
+        })
+    }
+
+    fn delete<'a>(&'a self, receipt: &'a str) -> CloudFuture<'a, ()> {
+        self.cloud.inner.queue.delete(receipt)
     }
 }
 

@@ -77,7 +77,7 @@ impl SimQueue {
 
     /// Takes up to a batch, putting back messages whose visibility timeout passed; fails while a
     /// fault is injected.
-    fn take(&self) -> Result<Vec<QueueMessage>, CloudError> {
+    pub(crate) fn take(&self) -> Result<Vec<QueueMessage>, CloudError> {
         let now = Instant::now();
         let mut state = self.lock();
         if state.failing_until.is_some_and(|until| until > now) {

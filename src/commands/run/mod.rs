@@ -25,7 +25,7 @@ use joist_messages::{
 };
 use joist_provider::{CloudProvider, interruption::InterruptionQueue};
 use joist_provider_aws::{AwsCloud, AwsSettings, clients::AwsClients, sqs::SqsQueue};
-use joist_provider_sim::{CatalogError, SimCloud, SimSettings};
+use joist_provider_sim::{CatalogError, KwokQueue, SimCloud, SimSettings};
 
 use self::settings::{CloudKind, RunSettings};
 use super::{CommandError, endpoints};
@@ -97,19 +97,25 @@ async fn serve(settings: RunSettings, telemetry: &Telemetry) -> Result<(), Comma
     );
     let (cloud, interruption_queue) = match &settings.cloud {
         CloudKind::Aws => aws_cloud(&settings, &client, kubernetes_version).await?,
-        CloudKind::Simulated { region } => simulated_cloud(
-            "simulated",
-            SimCloud::new(sim_settings(&settings, region), client.clone()),
-        )?,
+        CloudKind::Simulated { region } => {
+            let cloud = simulated_cloud(
+                "simulated",
+                SimCloud::new(sim_settings(&settings, region), client.clone()),
+            )?;
+            let queue: Arc<dyn InterruptionQueue> = cloud.queue();
+            (Arc::new(cloud) as Arc<dyn CloudProvider>, Some(queue))
+        }
         CloudKind::Kwok {
             region,
             instance_types_file,
         } => {
             let types = instance_types_file.as_deref().map(kwok_types).transpose()?;
-            simulated_cloud(
+            let cloud = simulated_cloud(
                 "kwok",
                 SimCloud::on_kwok(sim_settings(&settings, region), client.clone(), types),
-            )?
+            )?;
+            let queue: Arc<dyn InterruptionQueue> = Arc::new(KwokQueue::new(cloud.clone()));
+            (Arc::new(cloud) as Arc<dyn CloudProvider>, Some(queue))
         }
     };
     let address = |port| SocketAddr::new(settings.listen_address, port);
@@ -233,13 +239,11 @@ fn sim_settings(settings: &RunSettings, region: &str) -> SimSettings {
     }
 }
 
-/// The simulated cloud (`CLOUD_PROVIDER=provider`) with its own interruption queue.
-fn simulated_cloud(provider: &str, cloud: Result<SimCloud, CatalogError>) -> Result<Cloud, CommandError> {
-    let cloud = cloud.map_err(|e| CommandError::Start {
+/// The simulated cloud (`CLOUD_PROVIDER=provider`), or why it cannot start.
+fn simulated_cloud(provider: &str, cloud: Result<SimCloud, CatalogError>) -> Result<SimCloud, CommandError> {
+    cloud.map_err(|e| CommandError::Start {
         message: format!("CLOUD_PROVIDER={provider}: {e}"),
-    })?;
-    let queue: Arc<dyn InterruptionQueue> = cloud.queue();
-    Ok((Arc::new(cloud), Some(queue)))
+    })
 }
 
 /// The instance types of a Karpenter KWOK instance-types file (`INSTANCE_TYPES_FILE_PATH`).
