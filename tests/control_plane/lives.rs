@@ -79,6 +79,11 @@ spec:
           resources: {requests: {cpu: "1"}}
 "#;
 
+/// The node a pod is bound to.
+fn node_of(pod: &Pod) -> Option<&str> {
+    pod.spec.as_ref()?.node_name.as_deref()
+}
+
 /// A control plane with Joist's charts installed and `joist run` replicas on it.
 struct World {
     cluster: ControlPlane,
@@ -203,6 +208,30 @@ impl World {
         (running.count() == count && pods.len() == count).then_some(pods)
     }
 
+    /// A control plane named `name` with `pool`, one replica `joist-a`, and `replicas` inflate pods
+    /// Running; the guard keeps other tests out until it is dropped.
+    async fn serving(
+        name: &str,
+        pool: &str,
+        replicas: u32,
+    ) -> (tokio::sync::MutexGuard<'static, ()>, Self, Joist, Vec<Pod>) {
+        let one = ONE_AT_A_TIME.lock().await;
+        let world = Self::start(name, pool).await;
+        let joist = world.replica("joist-a");
+        world.scale(replicas);
+        let what = format!("{replicas} inflate pods Running");
+        let pods = within(STEP, &joist, &what, || world.running(replicas as usize)).await;
+        (one, world, joist, pods)
+    }
+
+    /// Whether the node `name` is still there.
+    async fn has_node(&self, name: &str) -> bool {
+        self.nodes()
+            .await
+            .iter()
+            .any(|n| n.metadata.name.as_deref() == Some(name))
+    }
+
     /// Every object of a cluster-scoped kind (none while the API server does not answer).
     async fn all<K>(&self) -> Vec<K>
     where
@@ -284,20 +313,11 @@ impl World {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pods_get_nodes_that_are_consolidated_then_removed_once_empty() {
-    let _one = ONE_AT_A_TIME.lock().await;
-    let world = World::start("provisioning", &pool("", "")).await;
-    let joist = world.replica("joist-a");
-    world.scale(5);
-    let pods = within(STEP, &joist, "five inflate pods Running", || world.running(5)).await;
+    let (_one, world, joist, pods) = World::serving("provisioning", &pool("", ""), 5).await;
     let nodes = world.nodes().await;
-    for pod in &pods {
-        let node = pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.node_name.clone())
-            .unwrap_or_default();
+    for node in pods.iter().filter_map(node_of) {
         let pooled = nodes.iter().any(|n| {
-            n.metadata.name.as_deref() == Some(node.as_str())
+            n.metadata.name.as_deref() == Some(node)
                 && n.metadata
                     .labels
                     .as_ref()
@@ -324,11 +344,7 @@ async fn pods_get_nodes_that_are_consolidated_then_removed_once_empty() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_changed_nodepool_template_replaces_every_drifted_node() {
-    let _one = ONE_AT_A_TIME.lock().await;
-    let world = World::start("drift", &pool("", "")).await;
-    let joist = world.replica("joist-a");
-    world.scale(3);
-    within(STEP, &joist, "three inflate pods Running", || world.running(3)).await;
+    let (_one, world, joist, _) = World::serving("drift", &pool("", ""), 3).await;
     let before = world.claim_names().await;
 
     world.apply(&pool("", "    metadata: {labels: {rollout: second}}"));
@@ -357,11 +373,7 @@ async fn a_changed_nodepool_template_replaces_every_drifted_node() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_expired_node_is_replaced() {
-    let _one = ONE_AT_A_TIME.lock().await;
-    let world = World::start("expiry", &pool("", "      expireAfter: 40s")).await;
-    let joist = world.replica("joist-a");
-    world.scale(1);
-    within(STEP, &joist, "the inflate pod Running", || world.running(1)).await;
+    let (_one, world, joist, _) = World::serving("expiry", &pool("", "      expireAfter: 40s"), 1).await;
     let first = world.claim_names().await;
     within(
         STEP,
@@ -378,20 +390,12 @@ async fn an_expired_node_is_replaced() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pod_disruption_budget_holds_a_drain_until_it_allows_it() {
-    let _one = ONE_AT_A_TIME.lock().await;
-    let world = World::start("pdb", &pool("", "")).await;
-    let joist = world.replica("joist-a");
-    world.scale(2);
-    let pods = within(STEP, &joist, "two inflate pods Running", || world.running(2)).await;
+    let (_one, world, joist, pods) = World::serving("pdb", &pool("", ""), 2).await;
     world.apply(
         "apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata: {name: inflate, namespace: default}\n\
          spec: {minAvailable: 2, selector: {matchLabels: {app: inflate}}}\n",
     );
-    let node = pods[0]
-        .spec
-        .as_ref()
-        .and_then(|s| s.node_name.clone())
-        .unwrap_or_default();
+    let node = node_of(&pods[0]).unwrap_or_default().to_owned();
     let claim = world
         .claims()
         .await
@@ -418,26 +422,16 @@ async fn a_pod_disruption_budget_holds_a_drain_until_it_allows_it() {
     })
     .await;
     tokio::time::sleep(Duration::from_secs(15)).await;
-    let held = world.running(2).await;
-    let pods_on_node = held
-        .iter()
-        .flatten()
-        .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node.as_str()))
-        .count();
-    let on_node_before = pods
-        .iter()
-        .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node.as_str()))
-        .count();
+    let on_node = |pods: &[Pod]| pods.iter().filter(|p| node_of(p) == Some(node.as_str())).count();
+    let held = world.running(2).await.unwrap_or_default();
     assert_eq!(
-        pods_on_node, on_node_before,
+        on_node(&held),
+        on_node(&pods),
         "a pod left node {node} although the budget allowed no disruption"
     );
     assert!(
-        world
-            .nodes()
-            .await
-            .iter()
-            .any(|n| n.metadata.name.as_deref() == Some(node.as_str()))
+        world.has_node(&node).await,
+        "node {node} went while its drain was held"
     );
 
     world
@@ -447,30 +441,15 @@ async fn a_pod_disruption_budget_holds_a_drain_until_it_allows_it() {
         STEP,
         &joist,
         "the node gone and its pods Running elsewhere",
-        || async {
-            let gone = !world
-                .nodes()
-                .await
-                .iter()
-                .any(|n| n.metadata.name.as_deref() == Some(node.as_str()));
-            (gone && world.running(2).await.is_some()).then_some(())
-        },
+        || async { (!world.has_node(&node).await && world.running(2).await.is_some()).then_some(()) },
     )
     .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_spot_interruption_warning_drains_the_node_before_it_is_reclaimed() {
-    let _one = ONE_AT_A_TIME.lock().await;
-    let world = World::start("interruption", &pool("", "")).await;
-    let joist = world.replica("joist-a");
-    world.scale(2);
-    let pods = within(STEP, &joist, "two inflate pods Running", || world.running(2)).await;
-    let node = pods[0]
-        .spec
-        .as_ref()
-        .and_then(|s| s.node_name.clone())
-        .unwrap_or_default();
+    let (_one, world, joist, pods) = World::serving("interruption", &pool("", ""), 2).await;
+    let node = node_of(&pods[0]).unwrap_or_default().to_owned();
     let before = world.claim_names().await;
     // The KWOK cloud puts EC2's two-minute warning for the node's instance on its queue.
     world
@@ -481,16 +460,10 @@ async fn a_spot_interruption_warning_drains_the_node_before_it_is_reclaimed() {
         &joist,
         "the warned node replaced and its pods Running elsewhere",
         || async {
-            let gone = !world
-                .nodes()
-                .await
-                .iter()
-                .any(|n| n.metadata.name.as_deref() == Some(node.as_str()));
+            let gone = !world.has_node(&node).await;
             let claims = world.claim_names().await;
             let pods = world.running(2).await?;
-            let moved = pods
-                .iter()
-                .all(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) != Some(node.as_str()));
+            let moved = pods.iter().all(|p| node_of(p) != Some(node.as_str()));
             (gone && moved && claims != before).then_some(())
         },
     )
