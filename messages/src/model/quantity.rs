@@ -159,11 +159,13 @@ fn suffix_scale(suffix: &str) -> Option<(i128, i128)> {
             if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
                 return None;
             }
-            let n: i32 = exp.parse().ok()?;
-            if !(-30..=30).contains(&n) {
-                return None;
-            }
-            pow10(n)
+            // Kubernetes' quantities are arbitrary-precision, so any exponent is well formed. One
+            // beyond ±31 only matters for its sign: the value is out of range (`1e400`) or rounds
+            // to one milli-unit (`1e-400`), as at ±31.
+            let n = exp
+                .parse::<i64>()
+                .map_or(if exp.starts_with('-') { -31 } else { 31 }, |n| n.clamp(-31, 31));
+            pow10(n as i32)
         }
     })
 }
@@ -369,6 +371,20 @@ mod tests {
             "9Ei".parse::<Quantity>(),
             Err(QuantityError::OutOfRange(_))
         ));
+        // Any exponent is Kubernetes grammar: huge ones are out of range, tiny ones round up.
+        for huge in ["1e400", "1E99999999999999999999"] {
+            assert!(
+                matches!(huge.parse::<Quantity>(), Err(QuantityError::OutOfRange(_))),
+                "{huge}"
+            );
+        }
+        assert_eq!("0e400".parse::<Quantity>(), Ok(Quantity::from_millis(0)));
+        assert_eq!("1e-400".parse::<Quantity>(), Ok(Quantity::from_millis(1)));
+        assert_eq!(
+            serde_json::from_value::<Quantity>(serde_json::json!("1e400")).ok(),
+            Some(Quantity::from_millis(i64::MAX)),
+            "an object holding one decodes, saturated"
+        );
         assert!("1Gi ".parse::<Quantity>().is_err() && " 1".parse::<Quantity>().is_err());
     }
 
