@@ -105,6 +105,11 @@ pub enum CloudEvent {
     },
 }
 
+/// The instance id of a provider ID (`aws:///us-west-2a/i-0123…` → `i-0123…`).
+pub(crate) fn instance_id(provider_id: &str) -> &str {
+    provider_id.rsplit('/').next().unwrap_or(provider_id)
+}
+
 /// An instance the cloud tracks.
 pub(crate) struct Tracked {
     pub record: InstanceRecord,
@@ -234,12 +239,7 @@ impl Books {
     /// books, unless they know it already.
     pub(crate) fn adopt(&self, instance: Instance, node_name: String, labels: BTreeMap<String, String>) {
         let launched = self.elapsed();
-        let id = instance
-            .provider_id
-            .rsplit('/')
-            .next()
-            .unwrap_or_default()
-            .to_owned();
+        let id = instance_id(&instance.provider_id).to_owned();
         self.lock().instances.entry(id).or_insert_with(|| Tracked {
             record: InstanceRecord {
                 instance,

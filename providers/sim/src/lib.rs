@@ -52,7 +52,7 @@ pub use self::{
     faults::{BootFault, Call, CallLog, Failure, OfferingPattern, Operation},
 };
 use self::{
-    cloud::Tracked,
+    cloud::{Tracked, instance_id},
     node::{Registration, node_name},
     queue::SimQueue,
 };
@@ -253,7 +253,7 @@ impl SimCloud {
     /// warned yet ([`kwok::INTERRUPT_ANNOTATION`]).
     async fn interrupt_annotated(&self) -> Result<(), CloudError> {
         for listed in kwok::listed(&self.inner.client).await? {
-            let id = Self::instance_id(&listed.instance.provider_id).to_owned();
+            let id = instance_id(&listed.instance.provider_id).to_owned();
             if !listed.interrupt || self.inner.books.was_warned(&id) {
                 continue;
             }
@@ -456,7 +456,7 @@ impl SimCloud {
         self.adopting(|| self.with_running(provider_id, |_| ()).ok())
             .await?
             .ok_or_else(|| not_found(provider_id))?;
-        let id = Self::instance_id(provider_id);
+        let id = instance_id(provider_id);
         let reason = if self.inner.books.was_warned(id) {
             EndReason::SpotInterruption
         } else {
@@ -481,14 +481,10 @@ impl SimCloud {
             .books
             .lock()
             .instances
-            .get_mut(Self::instance_id(provider_id))
+            .get_mut(instance_id(provider_id))
             .filter(|t| t.record.ended.is_none())
             .map(act)
             .ok_or_else(|| not_found(provider_id))
-    }
-
-    fn instance_id(provider_id: &str) -> &str {
-        provider_id.rsplit('/').next().unwrap_or(provider_id)
     }
 
     /// On KWOK, takes into the books the instances launched elsewhere (by another replica, or by
