@@ -1,7 +1,8 @@
 //! A real Kubernetes control plane for a test: etcd, kube-apiserver, kube-controller-manager,
 //! kube-scheduler and KWOK, built and started by `scripts/kube-control-plane` on 127.0.0.1 with
 //! state in a temporary directory. Stopped when the value is dropped and, should the test process
-//! die first, by the script's guard when the process is gone.
+//! die first, by the script's guard when the process is gone. A failed test leaves the directory
+//! behind, with every process's log.
 
 use std::{
     path::{Path, PathBuf},
@@ -82,11 +83,16 @@ impl ControlPlane {
 }
 
 impl Drop for ControlPlane {
+    /// Stops it; its directory (logs, certificates, the controllers' logs) stays only when the test
+    /// failed.
     fn drop(&mut self) {
         let _ = Command::new(root().join("scripts/kube-control-plane"))
             .arg("down")
             .arg(&self.dir)
             .output();
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
     }
 }
 
