@@ -373,15 +373,7 @@ impl Store {
                 resource.qualified()
             )));
         }
-        if rtype.kind == "CustomResourceDefinition"
-            && let Some(reason) = crd_metadata_problem(&object)
-        {
-            return Err(ApiError::Invalid {
-                kind: rtype.kind.clone(),
-                name: object["metadata"]["name"].as_str().unwrap_or_default().to_owned(),
-                reason,
-            });
-        }
+        refuse_invalid_crd(&rtype.kind, &object)?;
         let Some(fields) = object.as_object_mut() else {
             return Err(ApiError::BadRequest(format!(
                 "the body of a {} create is not an object",
@@ -539,6 +531,7 @@ impl Store {
             )));
         }
         keep_system_fields(&current, &mut next, part, rtype.status_subresource);
+        refuse_invalid_crd(&rtype.kind, &next)?;
         let deleting = current.pointer("/metadata/deletionTimestamp").is_some();
         if deleting && added_finalizers(&current, &next) {
             return Err(ApiError::Forbidden(format!(
@@ -1097,9 +1090,24 @@ fn qos_class(pod: &Map<String, Value>) -> &'static str {
     if guaranteed { "Guaranteed" } else { "Burstable" }
 }
 
-/// Serves a CRD's resources and marks it Established, as kube-apiserver's CRD controller does.
-/// Why the API server refuses `crd` for its versions' `metadata` schemas, if it does: they may say
-/// nothing but `type: object` (and constrain only `name` and `generateName`).
+/// Refuses a CustomResourceDefinition (of `kind`; other kinds pass) whose versions' `metadata`
+/// schemas say more than `type: object` (constraining only `name` and `generateName`), as the API
+/// server does on create and update.
+fn refuse_invalid_crd(kind: &str, crd: &Value) -> Result<(), ApiError> {
+    if kind != "CustomResourceDefinition" {
+        return Ok(());
+    }
+    match crd_metadata_problem(crd) {
+        Some(reason) => Err(ApiError::Invalid {
+            kind: kind.to_owned(),
+            name: text(crd, "/metadata/name").to_owned(),
+            reason,
+        }),
+        None => Ok(()),
+    }
+}
+
+/// Why the API server refuses `crd` for its versions' `metadata` schemas, if it does.
 fn crd_metadata_problem(crd: &Value) -> Option<String> {
     let versions = crd.pointer("/spec/versions").and_then(Value::as_array)?;
     versions.iter().enumerate().find_map(|(i, version)| {
@@ -1122,6 +1130,7 @@ fn crd_metadata_problem(crd: &Value) -> Option<String> {
     })
 }
 
+/// Serves a CRD's resources and marks it Established, as kube-apiserver's CRD controller does.
 fn establish_crd(registry: &mut Registry, crd: &mut Value) {
     let accepted = registry.apply_crd(crd);
     let names = crd.pointer("/spec/names").cloned().unwrap_or_else(|| json!({}));

@@ -15,22 +15,14 @@ use joist_messages::apis::{
 use proptest::{prelude::*, sample::Index};
 use serde_json::Value;
 
-use super::{crd_verdict, documents, fixtures, read};
+use super::crd_verdict;
+use crate::fixtures::{applied, valid_by_kind};
 use crate::mutants::{Field, Mutant, fields, mutant, schemas};
 
 static FIELDS: LazyLock<Vec<Field>> = LazyLock::new(fields);
 
 /// The valid fixtures' Karpenter objects, by kind: the documents the fuzz starts from.
-static BASES: LazyLock<HashMap<String, Vec<Value>>> = LazyLock::new(|| {
-    let mut bases: HashMap<String, Vec<Value>> = HashMap::new();
-    for file in fixtures("valid") {
-        for doc in documents(&file, &read(&file)) {
-            let kind = doc["kind"].as_str().unwrap_or_default().to_owned();
-            bases.entry(kind).or_default().push(doc);
-        }
-    }
-    bases
-});
+static BASES: LazyLock<HashMap<String, Vec<Value>>> = LazyLock::new(valid_by_kind);
 
 static SCHEMAS: LazyLock<HashMap<String, Value>> = LazyLock::new(schemas);
 
@@ -38,10 +30,7 @@ static CHECKER: LazyLock<Mutex<Checker>> = LazyLock::new(|| Mutex::new(Checker::
 
 /// A base object of the mutant's kind with the mutant applied.
 fn fuzzed(mutant: &Mutant, pick: &Index) -> Value {
-    let bases = &BASES[&mutant.field.kind];
-    let mut document = bases[pick.index(bases.len())].clone();
-    mutant.field.set(&mut document, mutant.value.clone());
-    document
+    applied(&BASES, mutant, pick)
 }
 
 /// Why Joist's types cannot hold `document`, if they cannot.

@@ -22,7 +22,7 @@ use serde_json::Value;
 
 use crate::{
     control_plane::ControlPlane,
-    fixtures::{documents, fixtures, read},
+    fixtures::{applied, documents, fixtures, read, valid_by_kind},
     mutants::{fields, mutant},
 };
 
@@ -123,13 +123,7 @@ fn fixture_cases() -> Vec<Case> {
 /// `FUZZED` documents from the property tests' generator, with a fixed seed: a valid fixture of the
 /// mutant's kind with one field set to a value a user might write.
 fn fuzzed_cases() -> Vec<Case> {
-    let mut bases: std::collections::HashMap<String, Vec<Value>> = std::collections::HashMap::new();
-    for file in fixtures("valid") {
-        for document in documents(&file, &read(&file)) {
-            let kind = document["kind"].as_str().unwrap_or_default().to_owned();
-            bases.entry(kind).or_default().push(document);
-        }
-    }
+    let bases = valid_by_kind();
     let fields = fields();
     let strategy = (mutant(&fields, None), proptest::arbitrary::any::<Index>());
     let mut runner = TestRunner::deterministic();
@@ -139,9 +133,7 @@ fn fuzzed_cases() -> Vec<Case> {
                 .new_tree(&mut runner)
                 .unwrap_or_else(|e| panic!("{e}"))
                 .current();
-            let candidates = &bases[&mutant.field.kind];
-            let mut document = candidates[pick.index(candidates.len())].clone();
-            mutant.field.set(&mut document, mutant.value.clone());
+            let mut document = applied(&bases, &mutant, &pick);
             // Distinct names, so nothing depends on what an earlier case created (none is stored).
             document["metadata"]["name"] = Value::from(format!("fuzzed-{i}"));
             Case {

@@ -1,9 +1,15 @@
 //! The project's corpora of Karpenter manifests (`tests/fixtures/valid`, `invalid`, `legacy`), read
-//! as the contract tests and the real-control-plane tests both judge them.
+//! as the contract tests and the real-control-plane tests both judge them, and the fuzzers' bases.
 
-use std::path::{Path, PathBuf};
+use std::{
+    collections::HashMap,
+    path::{Path, PathBuf},
+};
 
+use proptest::sample::Index;
 use serde_json::Value;
+
+use super::mutants::Mutant;
 
 /// The `*.yaml` files of `tests/fixtures/<dir>`, sorted by name.
 pub fn fixtures(dir: &str) -> Vec<PathBuf> {
@@ -36,4 +42,25 @@ pub fn documents(path: &Path, text: &str) -> Vec<Value> {
                 .is_some_and(|v| v.starts_with("karpenter"))
         })
         .collect()
+}
+
+/// The valid fixtures' Karpenter objects, by kind: the documents the fuzzers start from.
+pub fn valid_by_kind() -> HashMap<String, Vec<Value>> {
+    let mut bases: HashMap<String, Vec<Value>> = HashMap::new();
+    for file in fixtures("valid") {
+        for document in documents(&file, &read(&file)) {
+            let kind = document["kind"].as_str().unwrap_or_default().to_owned();
+            bases.entry(kind).or_default().push(document);
+        }
+    }
+    bases
+}
+
+/// One of `bases` (documents by kind) of the mutant's kind, chosen by `pick`, with the mutant
+/// applied.
+pub fn applied(bases: &HashMap<String, Vec<Value>>, mutant: &Mutant, pick: &Index) -> Value {
+    let candidates = &bases[&mutant.field.kind];
+    let mut document = candidates[pick.index(candidates.len())].clone();
+    mutant.field.set(&mut document, mutant.value.clone());
+    document
 }
