@@ -35,6 +35,14 @@ pub enum ApiError {
         /// What did not match.
         reason: String,
     },
+    /// 409: a server-side apply would change fields other field managers own.
+    #[error("{message}")]
+    ApplyConflict {
+        /// The object's name.
+        name: String,
+        /// Which managers own which of the fields, as kube-apiserver words it.
+        message: String,
+    },
     /// 422: the object is not acceptable (a missing name, a changed immutable field …).
     #[error("{kind} \"{name}\" is invalid: {reason}")]
     Invalid {
@@ -92,7 +100,7 @@ impl ApiError {
     pub fn code(&self) -> u16 {
         match self {
             Self::NotFound { .. } | Self::NoSuchResource => 404,
-            Self::AlreadyExists { .. } | Self::Conflict { .. } => 409,
+            Self::AlreadyExists { .. } | Self::Conflict { .. } | Self::ApplyConflict { .. } => 409,
             Self::Invalid { .. } => 422,
             Self::BadRequest(_) => 400,
             Self::Gone { .. } => 410,
@@ -110,7 +118,7 @@ impl ApiError {
         match self {
             Self::NotFound { .. } | Self::NoSuchResource => "NotFound",
             Self::AlreadyExists { .. } => "AlreadyExists",
-            Self::Conflict { .. } => "Conflict",
+            Self::Conflict { .. } | Self::ApplyConflict { .. } => "Conflict",
             Self::Invalid { .. } => "Invalid",
             Self::BadRequest(_) => "BadRequest",
             Self::Gone { .. } => "Expired",
@@ -142,6 +150,7 @@ impl ApiError {
                 status["details"] = json!({"name": name, "group": group, "kind": kind});
             }
             Self::Invalid { kind, name, .. } => status["details"] = json!({"name": name, "kind": kind}),
+            Self::ApplyConflict { name, .. } => status["details"] = json!({"name": name}),
             _ => {}
         }
         status

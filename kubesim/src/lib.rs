@@ -9,7 +9,7 @@
 //!
 //! What kubesim does not do, so a surprise is not taken for a Joist bug: no authentication or
 //! authorization (every request is allowed); no admission webhooks or schema validation (unknown
-//! fields are kept); server-side apply without field ownership; Deployments replace pods at once
+//! fields are kept); Deployments replace pods at once
 //! rather than rolling; pods are deleted at once (no graceful termination).
 
 pub mod api;
@@ -20,6 +20,7 @@ pub mod conditions;
 pub mod error;
 pub mod events;
 pub mod http;
+pub mod managed_fields;
 pub mod object;
 pub mod patch;
 pub mod physics;

@@ -497,7 +497,7 @@ enum Directive {
 
 /// How a list field is patched.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum ListStrategy {
+pub(crate) enum ListStrategy {
     /// Merge elements that share this key's value.
     Keyed(&'static str),
     /// Union of primitives.
@@ -565,7 +565,7 @@ fn is_container(target_parent: &Map<String, Value>, patch_parent: &Map<String, V
 }
 
 /// The Kubernetes patch strategy of the list `field` of an object.
-fn list_strategy(
+pub(crate) fn list_strategy(
     field: &str,
     target_parent: &Map<String, Value>,
     patch_parent: &Map<String, Value>,

@@ -985,7 +985,16 @@ fn keep_system_fields(current: &Value, next: &mut Value, part: Part, status_subr
                 }
             }
         }
-        kept["metadata"]["resourceVersion"] = next["metadata"]["resourceVersion"].clone();
+        for field in ["resourceVersion", "managedFields"] {
+            match next["metadata"].get(field) {
+                Some(value) => kept["metadata"][field] = value.clone(),
+                None => {
+                    if let Some(metadata) = kept["metadata"].as_object_mut() {
+                        metadata.remove(field);
+                    }
+                }
+            }
+        }
         *next = kept;
     } else if part == Part::Main && status_subresource {
         match current.get("status") {
@@ -1026,11 +1035,7 @@ fn graceful_pod_deletion(resource: &GroupResource, pod: &Value, options: &Delete
 /// Whether a write changes nothing but the resourceVersion it carries (then it is a no-op).
 fn unchanged(current: &Value, next: &Value) -> bool {
     equal_except(current, next, &["metadata"])
-        && equal_except(
-            &current["metadata"],
-            &next["metadata"],
-            &["resourceVersion", "managedFields"],
-        )
+        && equal_except(&current["metadata"], &next["metadata"], &["resourceVersion"])
 }
 
 /// Whether two objects have equal fields, leaving out `skipped` (compared in place, without copies:

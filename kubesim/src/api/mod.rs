@@ -49,6 +49,8 @@ pub struct ApiRequest {
     pub content_type: String,
     /// The Accept header.
     pub accept: String,
+    /// The User-Agent header (the field manager of a write that names none).
+    pub user_agent: String,
     /// The whole body.
     pub body: Bytes,
 }
@@ -68,11 +70,21 @@ impl ApiRequest {
         Self {
             content_type: header(CONTENT_TYPE),
             accept: header(http::header::ACCEPT),
+            user_agent: header(http::header::USER_AGENT),
             query: Query::parse(parts.uri.query()),
             path: parts.uri.path().to_owned(),
             method: parts.method,
             body,
         }
+    }
+
+    /// The field manager of a write: the `fieldManager` parameter, else the user agent up to its
+    /// first `/`, as kube-apiserver names it.
+    fn field_manager(&self) -> &str {
+        self.query.get("fieldManager").unwrap_or_else(|| {
+            let agent = self.user_agent.split('/').next().unwrap_or_default();
+            if agent.is_empty() { "unknown" } else { agent }
+        })
     }
 
     /// Whether the client asked for a `meta.k8s.io` Table (kubectl get).

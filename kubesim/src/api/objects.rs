@@ -1,9 +1,11 @@
 //! The verbs on a resource's objects: list, create, update, patch (JSON, merge, strategic merge and
 //! server-side apply), delete and deletecollection.
 //!
-//! Server-side apply is served without field ownership: an apply creates the object when it is
-//! missing and otherwise merges the applied configuration into it (strategic merge for built-in
-//! kinds, JSON merge for custom resources). Fields a manager stops applying are therefore kept.
+//! Server-side apply creates the object when it is missing and otherwise merges the applied
+//! configuration into it (strategic merge for built-in kinds, JSON merge for custom resources);
+//! every write records its field manager's fields in `managedFields` ([`crate::managed_fields`]),
+//! so an apply removes the fields its manager no longer applies and refuses to change fields other
+//! managers own (409) unless forced.
 
 use std::{borrow::Cow, sync::Arc};
 
@@ -13,6 +15,7 @@ use super::{ApiRequest, ResourcePath, parse_body, table};
 use crate::{
     clock::Clock,
     error::ApiError,
+    managed_fields::{Lists, Scope, Write, record_apply, record_update},
     patch::{json_patch, merge_patch, strategic_merge_patch},
     resources::ResourceType,
     store::{DeleteOptions, ObjectKey, Part, Propagation, Store},
@@ -128,8 +131,13 @@ pub fn versioned(path: &ResourcePath, object: &Value) -> Value {
 
 /// POST to a collection: 201 with the created object.
 pub fn create(store: &Store, request: &ApiRequest, path: &ResourcePath) -> Result<(u16, Value), ApiError> {
-    let object = parse_body(request)?;
+    let mut object = parse_body(request)?;
     check_kind(path, &object)?;
+    record_update(
+        None,
+        &mut object,
+        &field_write(store, request, path, main_scope(path)),
+    );
     let namespace = if path.rtype.namespaced {
         path.namespace.as_deref().unwrap_or_default()
     } else {
@@ -153,12 +161,17 @@ pub fn update(
 ) -> Result<Value, ApiError> {
     let object = parse_body(request)?;
     check_kind(path, &object)?;
-    let updated = store.update(
+    let write = field_write(store, request, path, main_scope(path));
+    let updated = store.modify(
         &path.rtype.group_resource(),
         key,
         Part::Main,
-        object,
         request.query.dry_run(),
+        |current| {
+            let mut next = object;
+            record_update(Some(current), &mut next, &write);
+            Ok(next)
+        },
     )?;
     Ok(versioned(path, &updated))
 }
@@ -174,18 +187,74 @@ pub fn patch(
     let resource = path.rtype.group_resource();
     let patch = parse_body(request)?;
     let dry_run = request.query.dry_run();
-    let is_apply = request.content_type.starts_with("application/apply-patch");
-    if is_apply && store.get(&resource, key).is_err() {
+    let write = field_write(store, request, path, main_scope(path));
+    if is_apply(request) && store.get(&resource, key).is_err() {
         check_kind(path, &patch)?;
-        let mut object = patch;
+        let mut object = patch.clone();
         object["metadata"]["name"] = json!(key.name);
+        record_apply(None, &patch, &mut object, &write, false)?;
         let created = store.create(&resource, &key.namespace, object, dry_run)?;
         return Ok((201, versioned(path, &created)));
     }
     let patched = store.modify(&resource, key, Part::Main, dry_run, |current| {
-        apply_patch(path, &request.content_type, current, &patch)
+        patched_and_recorded(request, path, current, &patch, &write)
     })?;
     Ok((200, versioned(path, &patched)))
+}
+
+/// Whether a PATCH is a server-side apply.
+fn is_apply(request: &ApiRequest) -> bool {
+    request.content_type.starts_with("application/apply-patch")
+}
+
+/// The main resource's scope of field ownership.
+fn main_scope(path: &ResourcePath) -> Scope {
+    Scope::Main {
+        status_subresource: path.rtype.status_subresource,
+    }
+}
+
+/// How a write through `path` is recorded in `managedFields`.
+pub fn field_write<'r>(
+    store: &Store,
+    request: &'r ApiRequest,
+    path: &ResourcePath,
+    scope: Scope,
+) -> Write<'r> {
+    Write {
+        manager: request.field_manager(),
+        api_version: path.rtype.api_version(),
+        time: store.clock().now_rfc3339(),
+        lists: if is_builtin(path) {
+            Lists::Strategic
+        } else {
+            Lists::Atomic
+        },
+        scope,
+    }
+}
+
+/// `current` with the PATCH applied and the write recorded in its `managedFields`.
+pub fn patched_and_recorded(
+    request: &ApiRequest,
+    path: &ResourcePath,
+    current: &Value,
+    patch: &Value,
+    write: &Write,
+) -> Result<Value, ApiError> {
+    let mut next = apply_patch(path, &request.content_type, current, patch)?;
+    if is_apply(request) {
+        record_apply(
+            Some(current),
+            patch,
+            &mut next,
+            write,
+            request.query.flag("force"),
+        )?;
+    } else {
+        record_update(Some(current), &mut next, write);
+    }
+    Ok(next)
 }
 
 /// Applies a patch of the given content type to a copy of `current`.

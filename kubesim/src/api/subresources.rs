@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 
 use super::{
     ApiRequest, ResourcePath,
-    objects::{apply_patch, versioned},
+    objects::{apply_patch, field_write, patched_and_recorded, versioned},
     parse_body,
     table::evaluate,
     token,
@@ -16,6 +16,7 @@ use crate::object::text;
 use crate::{
     budget,
     error::ApiError,
+    managed_fields::{Scope, record_update},
     store::{DeleteOptions, ObjectKey, Part, Store},
 };
 use crate::{patch::merge_patch, resources::ScalePaths};
@@ -38,18 +39,19 @@ pub fn handle(
         ("status", "GET") => Ok((200, versioned(path, &*store.get(&resource, &key)?))),
         ("status", "PUT") => {
             let object = parse_body(request)?;
-            Ok((
-                200,
-                versioned(
-                    path,
-                    &*store.update(&resource, &key, Part::Status, object, dry_run)?,
-                ),
-            ))
+            let write = field_write(store, request, path, Scope::Status);
+            let updated = store.modify(&resource, &key, Part::Status, dry_run, |current| {
+                let mut next = object;
+                record_update(Some(current), &mut next, &write);
+                Ok(next)
+            })?;
+            Ok((200, versioned(path, &updated)))
         }
         ("status", "PATCH") => {
             let patch = parse_body(request)?;
+            let write = field_write(store, request, path, Scope::Status);
             let patched = store.modify(&resource, &key, Part::Status, dry_run, |current| {
-                apply_patch(path, &request.content_type, current, &patch)
+                patched_and_recorded(request, path, current, &patch, &write)
             })?;
             Ok((200, versioned(path, &patched)))
         }

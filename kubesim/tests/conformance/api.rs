@@ -247,7 +247,7 @@ async fn a_reflector_mirrors_pods_and_selectors_filter_lists() {
 }
 
 #[tokio::test]
-async fn strategic_merge_and_apply_patches_merge_containers_by_name() {
+async fn strategic_merge_patches_merge_containers_by_name_and_applies_own_their_fields() {
     let cluster = cluster();
     let pods: Api<Pod> = Api::namespaced(cluster.client(), "default");
     let pod: Pod = serde_json::from_value(json!({
@@ -279,11 +279,40 @@ async fn strategic_merge_and_apply_patches_merge_containers_by_name() {
         .expect("apply creates");
     let again =
         json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "applied"}, "data": {"b": "2"}});
-    let merged = maps
+    let reapplied = maps
         .patch("applied", &params, &Patch::Apply(&again))
         .await
-        .expect("apply merges");
-    assert_eq!(merged.data.expect("data").len(), 2);
+        .expect("apply again");
+    let keys = |map: ConfigMap| map.data.unwrap_or_default().into_keys().collect::<Vec<_>>();
+    assert_eq!(
+        keys(reapplied),
+        ["b"],
+        "the manager stopped applying a: it is removed"
+    );
+
+    let other =
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "applied"}, "data": {"c": "3"}});
+    let merged = maps
+        .patch(
+            "applied",
+            &PatchParams::apply("another-manager"),
+            &Patch::Apply(&other),
+        )
+        .await
+        .expect("apply by another manager");
+    let managers: Vec<String> = merged
+        .metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter_map(|entry| entry.manager.clone())
+        .collect();
+    assert_eq!(managers, ["joist-test", "another-manager"]);
+    assert_eq!(
+        keys(merged),
+        ["b", "c"],
+        "another manager's apply merges with the first one's fields"
+    );
 }
 
 /// As the real API server: a CRD's `metadata` schema may say nothing but `type: object`.

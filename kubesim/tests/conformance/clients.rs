@@ -287,3 +287,131 @@ async fn helm_installs_upgrades_and_uninstalls_a_chart() {
     assert!(!left.contains("demo-"), "{left}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A Deployment whose pods keep apart (pod anti-affinity), as a user first applies it.
+const SPREAD_OUT: &str = "apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, labels: {app: web}}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      affinity:
+        podAntiAffinity:
+          requiredDuringSchedulingIgnoredDuringExecution:
+          - labelSelector: {matchLabels: {app: web}}
+            topologyKey: kubernetes.io/hostname
+      containers:
+      - {name: web, image: nginx}
+";
+
+/// The same Deployment with the anti-affinity and the label taken out of the manifest.
+const PACKED: &str = "apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      containers:
+      - {name: web, image: nginx}
+";
+
+/// As on a real cluster: `kubectl apply --server-side` of a manifest without a field removes the
+/// field it applied before, `managedFields` say who owns what, and an apply over a value another
+/// manager set is refused until forced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_server_side_apply_owns_fields_as_on_a_cluster() {
+    let (kubectl, _) = binaries();
+    let cluster = cluster();
+    let server = cluster.serve_http(0).await.expect("serve");
+    let dir = scratch("kubectl-ssa");
+    let kubeconfig = dir.join("kubeconfig");
+    server.write_kubeconfig(&kubeconfig).expect("kubeconfig");
+    let manifest = |name: &str, text: &str| {
+        let path = dir.join(name);
+        std::fs::write(&path, text).expect("manifest");
+        path.to_string_lossy().into_owned()
+    };
+    let (spread, packed) = (
+        manifest("spread.yaml", SPREAD_OUT),
+        manifest("packed.yaml", PACKED),
+    );
+    let read = async |jsonpath: &str| {
+        run(
+            kubectl,
+            &kubeconfig,
+            &[
+                "get",
+                "deployment",
+                "web",
+                "--show-managed-fields",
+                "-o",
+                jsonpath,
+            ],
+        )
+        .await
+    };
+
+    run(kubectl, &kubeconfig, &["apply", "--server-side", "-f", &spread]).await;
+    assert_eq!(
+        read("jsonpath={.spec.template.spec.affinity.podAntiAffinity..topologyKey}").await,
+        "kubernetes.io/hostname"
+    );
+    assert_eq!(
+        read("jsonpath={.metadata.managedFields[*].manager}/{.metadata.managedFields[*].operation}").await,
+        "kubectl/Apply"
+    );
+
+    run(kubectl, &kubeconfig, &["apply", "--server-side", "-f", &packed]).await;
+    assert_eq!(
+        read("jsonpath={.spec.template.spec.affinity}{.metadata.labels}").await,
+        "",
+        "dropped from the manifest, dropped from the object"
+    );
+
+    run(
+        kubectl,
+        &kubeconfig,
+        &["scale", "deployment", "web", "--replicas=3"],
+    )
+    .await;
+    run(
+        kubectl,
+        &kubeconfig,
+        &[
+            "patch",
+            "deployment",
+            "web",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"paused":true,"replicas":5}}"#,
+        ],
+    )
+    .await;
+    let refused = output(kubectl, &kubeconfig, &["apply", "--server-side", "-f", &packed]).await;
+    assert!(!refused.success, "{}", refused.stdout);
+    assert!(
+        refused.stderr.contains(
+            r#"Apply failed with 1 conflict: conflict with "kubectl-patch" using apps/v1: .spec.replicas"#
+        ),
+        "{}",
+        refused.stderr
+    );
+    run(
+        kubectl,
+        &kubeconfig,
+        &["apply", "--server-side", "--force-conflicts", "-f", &packed],
+    )
+    .await;
+    assert_eq!(
+        read("jsonpath={.spec.replicas} {.spec.paused}").await,
+        "2 true",
+        "forced: replicas taken over, paused still kubectl-patch's"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
