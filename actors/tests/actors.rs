@@ -543,14 +543,23 @@ async fn a_nodepool_flood_is_bounded_and_its_status_still_lands() {
 async fn an_invalid_node_class_is_not_ready_launches_nothing_and_says_why_once() {
     tokio::time::pause();
     let world = world(Settings::default());
-    // No primary interface: kubesim stores it (it runs no CEL), the API server would refuse it.
-    create(&kube_ops::cluster::<EC2NodeClass>(&world.client), serde_json::json!({
-        "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass", "metadata": {"name": "default"},
-        "spec": {"role": "r", "amiSelectorTerms": [{"alias": "al2023@latest"}],
-                 "networkInterfaces": [{"networkCardIndex": 0, "deviceIndex": 1, "interfaceType": "efa-only"}],
-                 "subnetSelectorTerms": [{"id": "subnet-1"}], "securityGroupSelectorTerms": [{"id": "sg-1"}]}
-    }))
-    .await;
+    // No primary interface: the API server refuses it now, but an object stored under an older
+    // CRD can still hold it, so it goes into the store as such an object would be there.
+    world
+        .cluster
+        .store()
+        .create(
+            &GroupResource::new("karpenter.k8s.aws", "ec2nodeclasses"),
+            "",
+            serde_json::json!({
+                "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass", "metadata": {"name": "default"},
+                "spec": {"role": "r", "amiSelectorTerms": [{"alias": "al2023@latest"}],
+                         "networkInterfaces": [{"networkCardIndex": 0, "deviceIndex": 1, "interfaceType": "efa-only"}],
+                         "subnetSelectorTerms": [{"id": "subnet-1"}], "securityGroupSelectorTerms": [{"id": "sg-1"}]}
+            }),
+            false,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
     world.node_pool("default").await;
     world.pending_pod("web");
     tokio::time::sleep(Duration::from_secs(90)).await;

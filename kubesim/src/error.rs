@@ -76,6 +76,10 @@ pub enum ApiError {
     /// 500: the request cannot be served as asked (an eviction covered by two budgets …).
     #[error("{0}")]
     Internal(String),
+    /// 500 with no reason: a server-side apply whose configuration cannot be typed (an unknown
+    /// field), as kube-apiserver fails it.
+    #[error("{0}")]
+    ApplyFailed(String),
     /// 504: the request may or may not have been carried out; its answer did not come in time.
     #[error("{0}")]
     Timeout(String),
@@ -108,12 +112,13 @@ impl ApiError {
             Self::Forbidden(_) => 403,
             Self::MethodNotAllowed => 405,
             Self::UnsupportedMediaType(_) => 415,
-            Self::Internal(_) => 500,
+            Self::Internal(_) | Self::ApplyFailed(_) => 500,
             Self::Timeout(_) => 504,
         }
     }
 
-    /// The machine-readable reason (`NotFound`, `AlreadyExists`, …).
+    /// The machine-readable reason (`NotFound`, `AlreadyExists`, …); empty when kube-apiserver
+    /// gives none.
     pub fn reason(&self) -> &'static str {
         match self {
             Self::NotFound { .. } | Self::NoSuchResource => "NotFound",
@@ -127,6 +132,7 @@ impl ApiError {
             Self::MethodNotAllowed => "MethodNotAllowed",
             Self::UnsupportedMediaType(_) => "UnsupportedMediaType",
             Self::Internal(_) => "InternalError",
+            Self::ApplyFailed(_) => "",
             Self::Timeout(_) => "Timeout",
         }
     }
@@ -142,6 +148,11 @@ impl ApiError {
             "reason": self.reason(),
             "code": self.code(),
         });
+        if self.reason().is_empty()
+            && let Some(fields) = status.as_object_mut()
+        {
+            fields.remove("reason");
+        }
         match self {
             Self::NotFound { resource, name }
             | Self::AlreadyExists { resource, name }
@@ -149,7 +160,13 @@ impl ApiError {
                 let (kind, group) = resource.split_once('.').unwrap_or((resource, ""));
                 status["details"] = json!({"name": name, "group": group, "kind": kind});
             }
-            Self::Invalid { kind, name, .. } => status["details"] = json!({"name": name, "kind": kind}),
+            Self::Invalid { kind, name, reason } => {
+                // kubectl prints an Invalid status's causes after "The Kind \"name\" is invalid".
+                let (field, message) = reason.split_once(": ").unwrap_or(("", reason));
+                status["details"] = json!({"name": name, "kind": kind, "causes": [
+                    {"reason": "FieldValueInvalid", "message": message, "field": field}
+                ]});
+            }
             Self::ApplyConflict { name, .. } => status["details"] = json!({"name": name}),
             _ => {}
         }

@@ -7,10 +7,13 @@
 //! Joist does not own ([`physics`]): a kube-scheduler, kubelets, workload controllers and the
 //! disruption controller.
 //!
+//! Held to the real API server (the repository's real-control-plane tests): server-side apply with
+//! field ownership ([`managed_fields`]), unknown fields refused, warned of or dropped by
+//! `fieldValidation`, and Joist's custom resources judged by their CRDs' schema and rules.
+//!
 //! What kubesim does not do, so a surprise is not taken for a Joist bug: no authentication or
-//! authorization (every request is allowed); no admission webhooks or schema validation (unknown
-//! fields are kept); Deployments replace pods at once
-//! rather than rolling; pods are deleted at once (no graceful termination).
+//! authorization (every request is allowed); no admission webhooks; built-in kinds are not
+//! validated beyond their fields' names. The README's kubesim section lists the rest.
 
 pub mod api;
 pub mod budget;

@@ -31,7 +31,8 @@ use std::sync::LazyLock;
 
 use base64::Engine as _;
 use prost_reflect::{
-    DescriptorPool, DynamicMessage, Kind, MapKey, MessageDescriptor, ReflectMessage, Value as Field,
+    DescriptorPool, DynamicMessage, FieldDescriptor, Kind, MapKey, MessageDescriptor, ReflectMessage,
+    Value as Field,
 };
 use serde_json::{Map, Number, Value};
 
@@ -239,6 +240,180 @@ fn object_descriptor(api_version: &str, kind: &str) -> Option<MessageDescriptor>
     let descriptor = POOL.get_message_by_name(&format!("{package}.{version}.{kind}"))?;
     let metadata = descriptor.get_field_by_name("metadata")?;
     matches!(metadata.kind(), Kind::Message(meta) if meta.full_name() == OBJECT_META).then_some(descriptor)
+}
+
+/// One step of a path into a JSON object: a field or a list index.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    /// A field of an object (or a key of a map).
+    Field(String),
+    /// An item of a list.
+    Index(usize),
+}
+
+/// How unknown fields are looked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scan {
+    /// Every unknown field (a decoder's strict field validation).
+    Every,
+    /// In each object, the fields up to the first unknown one, in the order of their names (as
+    /// server-side apply builds its typed object, which stops at an object's first unknown field).
+    UpToTheFirstUnknown,
+}
+
+/// What a walk of an object beside its kind's fields found.
+#[derive(Debug, Default)]
+pub struct Findings {
+    /// Fields the kind does not have.
+    pub unknown: Vec<Vec<Step>>,
+    /// Map fields (Go maps) that are empty, which Go's JSON leaves out.
+    pub empty_maps: Vec<Vec<Step>>,
+}
+
+/// The fields of `object` (JSON) that its built-in kind does not have, and its empty map fields;
+/// `None` when `apiVersion` and `kind` name no built-in object kubesim knows. `apiVersion` and
+/// `kind` themselves are known; values whose JSON is free-form (quantities, times, raw extensions,
+/// CRD schemas) are not looked into.
+pub fn unknown_fields(api_version: &str, kind: &str, object: &Value, scan: Scan) -> Option<Findings> {
+    let descriptor = object_descriptor(api_version, kind)?;
+    let mut walk = Walk {
+        scan,
+        path: Vec::new(),
+        found: Findings::default(),
+    };
+    if let Value::Object(map) = object {
+        for (key, value) in map {
+            if key == "apiVersion" || key == "kind" {
+                continue;
+            }
+            if !walk.field(&descriptor, key, value) && scan == Scan::UpToTheFirstUnknown {
+                break;
+            }
+        }
+    }
+    Some(walk.found)
+}
+
+/// The unknown fields of the object meta `value` (a custom resource's `metadata`), whose path is
+/// `path`.
+pub fn unknown_metadata_fields(value: &Value, path: &[Step], scan: Scan) -> Vec<Vec<Step>> {
+    let mut walk = Walk {
+        scan,
+        path: path.to_vec(),
+        found: Findings::default(),
+    };
+    if let Some(meta) = POOL.get_message_by_name(OBJECT_META) {
+        walk.message(&meta, value);
+    }
+    walk.found.unknown
+}
+
+/// A walk of JSON beside a message's fields.
+struct Walk {
+    scan: Scan,
+    path: Vec<Step>,
+    found: Findings,
+}
+
+impl Walk {
+    fn message(&mut self, descriptor: &MessageDescriptor, value: &Value) {
+        if is_free_form(descriptor) {
+            return;
+        }
+        let Value::Object(map) = value else {
+            return;
+        };
+        for (key, value) in map.iter().filter(|(_, value)| !value.is_null()) {
+            if !self.field(descriptor, key, value) && self.scan == Scan::UpToTheFirstUnknown {
+                break;
+            }
+        }
+    }
+
+    /// Checks the field `key` of a message of type `parent`; false when the message has no such
+    /// field.
+    fn field(&mut self, parent: &MessageDescriptor, key: &str, value: &Value) -> bool {
+        self.path.push(Step::Field(key.to_owned()));
+        let known = match json_field(parent, key) {
+            None => {
+                self.found.unknown.push(self.path.clone());
+                false
+            }
+            Some(field) => {
+                self.value(&field, value);
+                true
+            }
+        };
+        self.path.pop();
+        known
+    }
+
+    fn value(&mut self, field: &FieldDescriptor, value: &Value) {
+        let Kind::Message(message) = field.kind() else {
+            return;
+        };
+        if field.is_map() {
+            if value.as_object().is_some_and(Map::is_empty) {
+                self.found.empty_maps.push(self.path.clone());
+            }
+            let Some(Kind::Message(inner)) = message.get_field_by_name("value").map(|f| f.kind()) else {
+                return;
+            };
+            for (key, item) in value.as_object().into_iter().flatten() {
+                self.path.push(Step::Field(key.clone()));
+                self.message(&inner, item);
+                self.path.pop();
+            }
+        } else if field.is_list() {
+            for (index, item) in value.as_array().into_iter().flatten().enumerate() {
+                self.path.push(Step::Index(index));
+                self.message(&message, item);
+                self.path.pop();
+            }
+        } else {
+            self.message(&message, value);
+        }
+    }
+}
+
+/// Whether the JSON of a message is free-form rather than an object of its fields.
+fn is_free_form(descriptor: &MessageDescriptor) -> bool {
+    matches!(
+        descriptor.full_name(),
+        QUANTITY
+            | INT_OR_STRING
+            | TIME
+            | MICRO_TIME
+            | RAW_EXTENSION
+            | FIELDS_V1
+            | JSON
+            | JSON_SCHEMA_PROPS
+            | SCHEMA_OR_BOOL
+            | SCHEMA_OR_ARRAY
+            | SCHEMA_OR_STRING_ARRAY
+    )
+}
+
+/// The field of `parent` (or of a message Go inlines into it) whose JSON name is `key`.
+fn json_field(parent: &MessageDescriptor, key: &str) -> Option<FieldDescriptor> {
+    let name = parent.full_name();
+    let proto_name = RENAMED
+        .iter()
+        .find(|(message, _, json)| *message == name && *json == key)
+        .map_or(key, |(_, proto, _)| proto);
+    if let Some(field) = parent.get_field_by_name(proto_name)
+        && !INLINE.contains(&(name, proto_name))
+    {
+        return Some(field);
+    }
+    INLINE
+        .iter()
+        .filter(|(message, _)| *message == name)
+        .filter_map(|(_, inline)| match parent.get_field_by_name(inline)?.kind() {
+            Kind::Message(inner) => Some(inner),
+            _ => None,
+        })
+        .find_map(|inner| json_field(&inner, key))
 }
 
 /// Writes a message's set fields into `out` under their JSON names.

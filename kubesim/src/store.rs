@@ -533,12 +533,18 @@ impl Store {
         keep_system_fields(&current, &mut next, part, rtype.status_subresource);
         refuse_invalid_crd(&rtype.kind, &next)?;
         let deleting = current.pointer("/metadata/deletionTimestamp").is_some();
-        if deleting && added_finalizers(&current, &next) {
-            return Err(ApiError::Forbidden(format!(
-                "{} \"{}\" is being deleted: no new finalizers can be added",
-                resource.qualified(),
-                key.name
-            )));
+        let added = added_finalizers(&current, &next);
+        if deleting && !added.is_empty() {
+            let quoted: Vec<String> = added.iter().map(|f| format!("{f:?}")).collect();
+            return Err(ApiError::Invalid {
+                kind: rtype.kind.clone(),
+                name: key.name.clone(),
+                reason: format!(
+                    "metadata.finalizers: Forbidden: no new finalizers can be added if the object is being \
+                     deleted, found new finalizers []string{{{}}}",
+                    quoted.join(", ")
+                ),
+            });
         }
         if part == Part::Main && spec_changed(&current, &next) {
             let generation = current
@@ -945,9 +951,13 @@ fn finalizers(object: &Value) -> Vec<&str> {
         .unwrap_or_default()
 }
 
-fn added_finalizers(before: &Value, after: &Value) -> bool {
+/// The finalizers `after` has that `before` has not.
+fn added_finalizers<'a>(before: &Value, after: &'a Value) -> Vec<&'a str> {
     let before = finalizers(before);
-    finalizers(after).iter().any(|f| !before.contains(f))
+    finalizers(after)
+        .into_iter()
+        .filter(|f| !before.contains(f))
+        .collect()
 }
 
 /// Fields a client cannot change through an update: identity, timestamps, and the part the
@@ -1062,9 +1072,26 @@ fn initial_status(kind: &str, fields: &mut Map<String, Value>) {
         "Namespace" => {
             fields.insert("status".to_owned(), json!({"phase": "Active"}));
         }
+        "Node" => {
+            // As kube-apiserver's TaintNodesByCondition admission: a new Node is not ready until
+            // the node lifecycle controller sees it Ready (kubesim's kubelets take it off then).
+            let taints = fields
+                .entry("spec")
+                .or_insert_with(|| json!({}))
+                .as_object_mut()
+                .map(|spec| spec.entry("taints").or_insert_with(|| json!([])));
+            if let Some(Value::Array(taints)) = taints
+                && !taints.iter().any(|t| t["key"] == NOT_READY_TAINT)
+            {
+                taints.push(json!({"key": NOT_READY_TAINT, "effect": "NoSchedule"}));
+            }
+        }
         _ => {}
     }
 }
+
+/// The taint a Node carries until it is Ready.
+pub const NOT_READY_TAINT: &str = "node.kubernetes.io/not-ready";
 
 /// A pod's QoS class from its containers' requests and limits.
 fn qos_class(pod: &Map<String, Value>) -> &'static str {

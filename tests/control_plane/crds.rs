@@ -6,13 +6,19 @@
 //! metadata a server sets (read back with `kubectl get -o yaml`) are taken off first.
 //!
 //! Each verdict, accepted or refused, must equal `joist validate`'s for the same document, with one
-//! kind of exception, each listed in [`STRICTER_THAN_THE_CRDS`] with its reason: a check `joist
+//! kind of exception, each listed in `joist_messages::apis::beyond_the_crds` with its reason: a check `joist
 //! validate` makes offline that Karpenter makes only once it acts on the object, never in its CRD
 //! (and one deliberate difference, in the README's compatibility list).
+//!
+//! kubesim judges the same documents, and each of its verdicts must equal the real server's.
 
 use std::fmt::Write as _;
 
-use joist_messages::apis::manifest::{Checker, Outcome};
+use joist_messages::apis::{
+    Violation,
+    beyond_the_crds::beyond_the_crds,
+    manifest::{Checker, Outcome},
+};
 use proptest::{
     sample::Index,
     strategy::{Strategy, ValueTree},
@@ -21,7 +27,7 @@ use proptest::{
 use serde_json::Value;
 
 use crate::{
-    control_plane::ControlPlane,
+    control_plane::{ControlPlane, kubesim_with_joist_crds},
     fixtures::{applied, documents, fixtures, read, valid_by_kind},
     mutants::{fields, mutant},
 };
@@ -29,49 +35,12 @@ use crate::{
 /// How many fuzzed documents are judged by both.
 const FUZZED: usize = 400;
 
-/// The refusals `joist validate` makes that the CRDs (Karpenter's, to the field) do not: the kind
-/// (any when empty), the start of the field, words of the problem, and why.
-const STRICTER_THAN_THE_CRDS: &[(&str, &str, &str, &str)] = &[
-    (
-        "NodePool",
-        "spec.disruption.budgets",
-        "schedule",
-        "a budget's cron schedule is parsed when the budget is computed",
-    ),
-    (
-        "NodeOverlay",
-        "spec.requirements",
-        "operator",
-        "the NodeOverlay's runtime validation (ValidationSucceeded=False) checks its requirements",
-    ),
-    (
-        "",
-        "spec.kubelet",
-        "out of range for int32",
-        "Karpenter's Go types hold these fields in 32 bits and cannot read a larger value",
-    ),
-    (
-        "EC2NodeClass",
-        "spec.",
-        "expected at least one",
-        "a selector term whose tags are empty names nothing to select by: Joist refuses it, where \
-         Karpenter's CRD lets it through",
-    ),
-];
-
-/// Why `joist validate` alone refuses a `kind` object for `problems`, when every one of them is
-/// such a check.
-fn stricter(kind: &str, problems: &str) -> Option<&'static str> {
+/// Why `joist validate` alone refuses `document` for `problems`, when every one of them is a check
+/// the CRDs do not make.
+fn stricter(document: &Value, problems: &[Violation]) -> Option<&'static str> {
     let each: Vec<Option<&'static str>> = problems
-        .split("; ")
-        .map(|problem| {
-            STRICTER_THAN_THE_CRDS
-                .iter()
-                .find(|(of, field, word, _)| {
-                    (of.is_empty() || *of == kind) && problem.starts_with(field) && problem.contains(word)
-                })
-                .map(|(_, _, _, why)| *why)
-        })
+        .iter()
+        .map(|problem| beyond_the_crds(document, problem))
         .collect();
     each.iter().all(Option::is_some).then(|| each[0]).flatten()
 }
@@ -168,32 +137,24 @@ async fn api_verdict(client: &kube::Client, document: &Value) -> Result<(), Stri
 }
 
 /// `joist validate`'s verdict on `document`: accepted, or refused with its problems.
-fn validate_verdict(checker: &mut Checker, document: &Value) -> Result<(), String> {
+fn validate_verdict(checker: &mut Checker, document: &Value) -> Result<(), Vec<Violation>> {
     match checker.check_document(document.clone()).outcome {
         Outcome::Valid(_) => Ok(()),
-        Outcome::Invalid(problems) => Err(problems
-            .iter()
-            .map(ToString::to_string)
-            .collect::<Vec<_>>()
-            .join("; ")),
-        other => Err(format!("{other:?}")),
+        Outcome::Invalid(problems) => Err(problems),
+        other => Err(vec![Violation {
+            field: String::new(),
+            message: format!("{other:?}"),
+        }]),
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_real_api_server_and_joist_validate_give_every_manifest_the_same_verdict() {
-    let cluster = ControlPlane::start("crds");
-    cluster.kubectl_ok(&["create", "-f", "deploy/crds"]);
-    cluster.kubectl_ok(&[
-        "wait",
-        "--for",
-        "condition=Established",
-        "--timeout",
-        "60s",
-        "crd",
-        "--all",
-    ]);
+    let cluster = ControlPlane::with_joist_crds("crds");
     let client = cluster.client().await;
+    let kubesim = kubesim_with_joist_crds();
+    let kubesim_client = kubesim.client();
+    let mut kubesim_differences = String::new();
     let mut checker = Checker::new();
     let mut cases = fixture_cases();
     let fixtures_judged = cases.len();
@@ -203,17 +164,24 @@ async fn the_real_api_server_and_joist_validate_give_every_manifest_the_same_ver
     let mut disagreements = String::new();
     for case in &cases {
         let api = api_verdict(&client, &case.document).await;
+        let simulated = api_verdict(&kubesim_client, &case.document).await;
+        if simulated.is_ok() != api.is_ok() {
+            let _ = writeln!(
+                kubesim_differences,
+                "{}\n  API server: {api:?}\n  kubesim: {simulated:?}\n  document: {}",
+                case.origin, case.document
+            );
+        }
         let joist = validate_verdict(&mut checker, &case.document);
-        let kind = case.document["kind"].as_str().unwrap_or_default();
         match (&api, &joist) {
             (Ok(()), Ok(())) => agreed += 1,
             (Err(_), Err(_)) => {
                 agreed += 1;
                 refused += 1;
             }
-            (Ok(()), Err(problems)) if stricter(kind, problems).is_some() => {
+            (Ok(()), Err(problems)) if stricter(&case.document, problems).is_some() => {
                 *runtime
-                    .entry(stricter(kind, problems).unwrap_or_default())
+                    .entry(stricter(&case.document, problems).unwrap_or_default())
                     .or_default() += 1;
             }
             _ => {
@@ -235,6 +203,15 @@ async fn the_real_api_server_and_joist_validate_give_every_manifest_the_same_ver
     for (why, count) in &runtime {
         println!("  {count}: {why}");
     }
+    println!(
+        "kubesim judged the same {}: differences from the API server {}",
+        cases.len(),
+        kubesim_differences.matches("\n  API server").count()
+    );
+    assert!(
+        kubesim_differences.is_empty(),
+        "kubesim and the real API server disagree:\n{kubesim_differences}"
+    );
     assert!(
         disagreements.is_empty(),
         "the real API server and joist validate disagree:\n{disagreements}"

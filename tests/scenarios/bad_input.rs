@@ -63,6 +63,12 @@ fn each_bad_input_gets_one_line_naming_what_is_wrong() {
             "{SCENARIO}  manifests: |\n    apiVersion: karpenter.sh/v1\n    kind: NodePool\n    metadata: {{name: p}}\n    spec:\n      weight: 1000\n      template: {{spec: {{nodeClassRef: {{group: karpenter.k8s.aws, kind: EC2NodeClass, name: d}}, requirements: []}}}}\n"
         ),
     );
+    let misplaced_field = file(
+        "misplaced-field.yaml",
+        &format!(
+            "{SCENARIO}  manifests: |\n    apiVersion: apps/v1\n    kind: Deployment\n    metadata: {{name: web, namespace: default}}\n    spec:\n      selector: {{matchLabels: {{app: web}}}}\n      template:\n        annotations: {{team: web}}\n        metadata: {{labels: {{app: web}}}}\n        spec: {{containers: [{{name: web, image: nginx}}]}}\n"
+        ),
+    );
     let kubeconfig = file("kubeconfig", "apiVersion: v1\nclusters: [oops\n");
     let missing = scratch().join("missing.yaml").display().to_string();
     let bad_kubeconfig = format!("KUBECONFIG={kubeconfig}");
@@ -96,6 +102,16 @@ fn each_bad_input_gets_one_line_naming_what_is_wrong() {
             vec!["simulate", &bad_pool],
             vec![],
             vec!["spec.manifests", "NodePool/p", "spec.weight"],
+        ),
+        (
+            "a field in the wrong place in a scenario's Deployment",
+            vec!["simulate", &misplaced_field],
+            vec![],
+            vec![
+                "spec.manifests",
+                "web",
+                ".spec.template.annotations: field not declared in schema",
+            ],
         ),
         (
             "missing scenario",

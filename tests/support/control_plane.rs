@@ -48,6 +48,23 @@ impl ControlPlane {
         }
     }
 
+    /// One started as [`ControlPlane::start`] with Joist's CRDs (`deploy/crds`) created and
+    /// Established.
+    pub fn with_joist_crds(name: &str) -> Self {
+        let cluster = Self::start(name);
+        cluster.kubectl_ok(&["create", "-f", "deploy/crds"]);
+        cluster.kubectl_ok(&[
+            "wait",
+            "--for",
+            "condition=Established",
+            "--timeout",
+            "60s",
+            "crd",
+            "--all",
+        ]);
+        cluster
+    }
+
     /// The state directory (logs in `logs/`, certificates in `pki/`).
     pub fn dir(&self) -> &Path {
         &self.dir
@@ -94,6 +111,15 @@ impl Drop for ControlPlane {
             let _ = std::fs::remove_dir_all(&self.dir);
         }
     }
+}
+
+/// A kubesim cluster with Joist's CRDs, the peer the real control plane is compared with.
+pub fn kubesim_with_joist_crds() -> joist_kubesim::Cluster {
+    let cluster = joist_kubesim::Cluster::start(joist_kubesim::ClusterSettings::default());
+    cluster
+        .install_crds(joist_messages::apis::crds().into_iter().map(|(_, crd)| crd))
+        .expect("kubesim takes Joist's CRDs");
+    cluster
 }
 
 /// A client from the kubeconfig at `path`.

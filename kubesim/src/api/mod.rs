@@ -6,7 +6,9 @@
 //! request can stop the server.
 
 mod audit;
+mod custom_resources;
 mod faults;
+mod field_validation;
 mod objects;
 mod openapi;
 mod request;
@@ -53,6 +55,8 @@ pub struct ApiRequest {
     pub user_agent: String,
     /// The whole body.
     pub body: Bytes,
+    /// The warnings the response carries (`Warning: 299` headers), gathered while it is served.
+    warnings: std::sync::Mutex<Vec<String>>,
 }
 
 impl ApiRequest {
@@ -75,6 +79,7 @@ impl ApiRequest {
             path: parts.uri.path().to_owned(),
             method: parts.method,
             body,
+            warnings: std::sync::Mutex::default(),
         }
     }
 
@@ -85,6 +90,25 @@ impl ApiRequest {
             let agent = self.user_agent.split('/').next().unwrap_or_default();
             if agent.is_empty() { "unknown" } else { agent }
         })
+    }
+
+    /// Adds warnings to the response.
+    fn warn(&self, warnings: impl IntoIterator<Item = String>) {
+        if let Ok(mut held) = self.warnings.lock() {
+            held.extend(warnings);
+        }
+    }
+
+    /// The response with the warnings gathered while serving it.
+    fn with_warnings(&self, mut response: Response<ApiBody>) -> Response<ApiBody> {
+        let warnings = self.warnings.lock().map(|held| held.clone()).unwrap_or_default();
+        for warning in warnings {
+            let escaped = warning.replace('\\', "\\\\").replace('"', "\\\"");
+            if let Ok(value) = HeaderValue::from_str(&format!("299 - \"{escaped}\"")) {
+                response.headers_mut().append(http::header::WARNING, value);
+            }
+        }
+        response
     }
 
     /// Whether the client asked for a `meta.k8s.io` Table (kubectl get).
@@ -169,7 +193,7 @@ impl ApiServer {
         }
         if let Some(subresource) = path.subresource.as_deref() {
             return subresources::handle(&self.store, request, path, subresource)
-                .map(|(code, doc)| json_response(code, &doc));
+                .map(|(code, doc)| request.with_warnings(json_response(code, &doc)));
         }
         let store = &self.store;
         let (code, document) = match (&request.method, path.key()) {
@@ -192,7 +216,7 @@ impl ApiServer {
             (&Method::DELETE, None) => (200, objects::delete_collection(store, request, path)?),
             _ => return Err(ApiError::MethodNotAllowed),
         };
-        Ok(json_response(code, &document))
+        Ok(request.with_warnings(json_response(code, &document)))
     }
 }
 

@@ -11,7 +11,11 @@ use std::{borrow::Cow, sync::Arc};
 
 use serde_json::{Value, json};
 
-use super::{ApiRequest, ResourcePath, parse_body, table};
+use super::{
+    ApiRequest, ResourcePath, custom_resources,
+    field_validation::{Body, Declared},
+    parse_body, table,
+};
 use crate::{
     clock::Clock,
     error::ApiError,
@@ -133,6 +137,8 @@ pub fn versioned(path: &ResourcePath, object: &Value) -> Value {
 pub fn create(store: &Store, request: &ApiRequest, path: &ResourcePath) -> Result<(u16, Value), ApiError> {
     let mut object = parse_body(request)?;
     check_kind(path, &object)?;
+    Declared::of(store, path).check(request, path, &mut object, Body::Object)?;
+    custom_resources::judge(path, &object)?;
     record_update(
         None,
         &mut object,
@@ -159,8 +165,10 @@ pub fn update(
     path: &ResourcePath,
     key: &ObjectKey,
 ) -> Result<Value, ApiError> {
-    let object = parse_body(request)?;
+    let mut object = parse_body(request)?;
     check_kind(path, &object)?;
+    Declared::of(store, path).check(request, path, &mut object, Body::Object)?;
+    custom_resources::judge(path, &object)?;
     let write = field_write(store, request, path, main_scope(path));
     let updated = store.modify(
         &path.rtype.group_resource(),
@@ -188,22 +196,27 @@ pub fn patch(
     let patch = parse_body(request)?;
     let dry_run = request.query.dry_run();
     let write = field_write(store, request, path, main_scope(path));
+    let declared = Declared::of(store, path);
+    if is_apply(request) {
+        declared.check_applied(path, &patch)?;
+    }
     if is_apply(request) && store.get(&resource, key).is_err() {
         check_kind(path, &patch)?;
         let mut object = patch.clone();
         object["metadata"]["name"] = json!(key.name);
         record_apply(None, &patch, &mut object, &write, false)?;
+        custom_resources::judge(path, &object)?;
         let created = store.create(&resource, &key.namespace, object, dry_run)?;
         return Ok((201, versioned(path, &created)));
     }
     let patched = store.modify(&resource, key, Part::Main, dry_run, |current| {
-        patched_and_recorded(request, path, current, &patch, &write)
+        patched_and_recorded(request, path, current, &patch, &write, &declared)
     })?;
     Ok((200, versioned(path, &patched)))
 }
 
 /// Whether a PATCH is a server-side apply.
-fn is_apply(request: &ApiRequest) -> bool {
+pub fn is_apply(request: &ApiRequest) -> bool {
     request.content_type.starts_with("application/apply-patch")
 }
 
@@ -234,13 +247,15 @@ pub fn field_write<'r>(
     }
 }
 
-/// `current` with the PATCH applied and the write recorded in its `managedFields`.
+/// `current` with the PATCH applied and the write recorded in its `managedFields` (an apply's
+/// configuration is checked for unknown fields by the caller, any other patch's result here).
 pub fn patched_and_recorded(
     request: &ApiRequest,
     path: &ResourcePath,
     current: &Value,
     patch: &Value,
     write: &Write,
+    declared: &Declared,
 ) -> Result<Value, ApiError> {
     let mut next = apply_patch(path, &request.content_type, current, patch)?;
     if is_apply(request) {
@@ -252,7 +267,11 @@ pub fn patched_and_recorded(
             request.query.flag("force"),
         )?;
     } else {
+        declared.check(request, path, &mut next, Body::Patched)?;
         record_update(Some(current), &mut next, write);
+    }
+    if matches!(write.scope, Scope::Main { .. }) {
+        custom_resources::judge(path, &next)?;
     }
     Ok(next)
 }
@@ -307,7 +326,8 @@ fn is_builtin(path: &ResourcePath) -> bool {
     !path.rtype.group.contains('.') || path.rtype.group.ends_with(".k8s.io")
 }
 
-/// DELETE on an object: 200 with the object (gone, or marked for deletion when finalizers remain).
+/// DELETE on an object: 200 with the object (gone, or marked for deletion when finalizers remain or
+/// a pod shuts down), as kube-apiserver answers it.
 pub fn delete(
     store: &Store,
     request: &ApiRequest,
@@ -316,12 +336,7 @@ pub fn delete(
 ) -> Result<(u16, Value), ApiError> {
     let options = delete_options(request)?;
     let deleted = store.delete(&path.rtype.group_resource(), key, &options)?;
-    let code = if deleted.pointer("/metadata/deletionTimestamp").is_some() {
-        202
-    } else {
-        200
-    };
-    Ok((code, versioned(path, &deleted)))
+    Ok((200, versioned(path, &deleted)))
 }
 
 /// DELETE on a collection: every object that matches the selectors.

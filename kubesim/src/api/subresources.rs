@@ -7,7 +7,8 @@ use serde_json::{Value, json};
 
 use super::{
     ApiRequest, ResourcePath,
-    objects::{apply_patch, field_write, patched_and_recorded, versioned},
+    field_validation::{Body, Declared},
+    objects::{apply_patch, field_write, is_apply, patched_and_recorded, versioned},
     parse_body,
     table::evaluate,
     token,
@@ -38,7 +39,8 @@ pub fn handle(
     match (subresource, method) {
         ("status", "GET") => Ok((200, versioned(path, &*store.get(&resource, &key)?))),
         ("status", "PUT") => {
-            let object = parse_body(request)?;
+            let mut object = parse_body(request)?;
+            Declared::of(store, path).check(request, path, &mut object, Body::Object)?;
             let write = field_write(store, request, path, Scope::Status);
             let updated = store.modify(&resource, &key, Part::Status, dry_run, |current| {
                 let mut next = object;
@@ -50,8 +52,12 @@ pub fn handle(
         ("status", "PATCH") => {
             let patch = parse_body(request)?;
             let write = field_write(store, request, path, Scope::Status);
+            let declared = Declared::of(store, path);
+            if is_apply(request) {
+                declared.check_applied(path, &patch)?;
+            }
             let patched = store.modify(&resource, &key, Part::Status, dry_run, |current| {
-                patched_and_recorded(request, path, current, &patch, &write)
+                patched_and_recorded(request, path, current, &patch, &write, &declared)
             })?;
             Ok((200, versioned(path, &patched)))
         }

@@ -2,8 +2,9 @@
 //! `Ready` turns False or Unknown later is broken and stays so until it is reported True); pods bound
 //! to a Ready node start Running (Ready, with a pod IP) after a delay, and a pod annotated with
 //! [`RUN_FOR_ANNOTATION`] succeeds once it has run that long; a node agent removes the startup taints
-//! its NodeClaim declares once the node is Ready; and the pods of a deleted Node are deleted (pod
-//! garbage collection).
+//! its NodeClaim declares once the node is Ready; the `node.kubernetes.io/not-ready` taint every
+//! new Node gets is taken off once it is Ready (the node lifecycle controller's part); and the pods
+//! of a deleted Node are deleted (pod garbage collection).
 //!
 //! The taint manager: a pod on a Node with a `NoExecute` taint it does not tolerate is deleted
 //! gracefully, as kube-controller-manager evicts it. A toleration with `tolerationSeconds`
@@ -34,7 +35,7 @@ use crate::object::text;
 use crate::{
     conditions,
     resources::GroupResource,
-    store::{DeleteOptions, EventKind, ObjectKey, Part, Store},
+    store::{DeleteOptions, EventKind, NOT_READY_TAINT, ObjectKey, Part, Store},
 };
 
 /// A pod annotation (`30s`, `5m`) after which the simulated containers exit successfully; pods
@@ -73,6 +74,8 @@ enum Action {
     FinishPod(ObjectKey),
     StopPod(ObjectKey),
     RemoveStartupTaints(String),
+    /// The node lifecycle controller's part: a Ready node loses the not-ready taint at once.
+    ClearNotReady(String),
 }
 
 /// A change a kubelet makes to an object; false when there is nothing to change.
@@ -140,11 +143,11 @@ impl Kubelets {
                     self.schedule(settings.pod_running_after, Action::StartPod(pod));
                 }
             }
-            if node
-                .pointer("/spec/taints")
-                .and_then(Value::as_array)
-                .is_some_and(|t| !t.is_empty())
-            {
+            let taints = node.pointer("/spec/taints").and_then(Value::as_array);
+            if taints.is_some_and(|t| t.iter().any(|t| t["key"] == NOT_READY_TAINT)) {
+                self.schedule(Duration::ZERO, Action::ClearNotReady(name.clone()));
+            }
+            if taints.is_some_and(|t| t.iter().any(|t| t["key"] != NOT_READY_TAINT)) {
                 self.schedule(
                     settings.startup_taints_removed_after,
                     Action::RemoveStartupTaints(name),
@@ -303,19 +306,20 @@ impl Kubelets {
                 }
                 return;
             }
+            Action::ClearNotReady(name) => (
+                GroupResource::new("", "nodes"),
+                ObjectKey::new("", name),
+                Box::new(|node: &mut Value| remove_taints(node, |t| t["key"] == NOT_READY_TAINT)),
+            ),
             Action::RemoveStartupTaints(name) => {
                 let startup = startup_taint_keys(store, name);
                 (
                     GroupResource::new("", "nodes"),
                     ObjectKey::new("", name),
                     Box::new(move |node: &mut Value| {
-                        let Some(taints) = node.pointer_mut("/spec/taints").and_then(Value::as_array_mut)
-                        else {
-                            return false;
-                        };
-                        let before = taints.len();
-                        taints.retain(|t| !startup.iter().any(|(k, e)| t["key"] == *k && t["effect"] == *e));
-                        taints.len() != before
+                        remove_taints(node, |t| {
+                            startup.iter().any(|(k, e)| t["key"] == *k && t["effect"] == *e)
+                        })
                     }),
                 )
             }
@@ -331,6 +335,16 @@ impl Kubelets {
             tracing::debug!(%error, ?action, "kubesim kubelet: action skipped");
         }
     }
+}
+
+/// Removes the node's taints that `doomed` picks; false when there were none.
+fn remove_taints(node: &mut Value, doomed: impl Fn(&Value) -> bool) -> bool {
+    let Some(taints) = node.pointer_mut("/spec/taints").and_then(Value::as_array_mut) else {
+        return false;
+    };
+    let before = taints.len();
+    taints.retain(|t| !doomed(t));
+    taints.len() != before
 }
 
 /// How long from now a terminating pod's containers take to stop: its shutdown time, cut short by

@@ -89,7 +89,8 @@ async fn finalizers_hold_a_deleted_object_until_they_are_removed() {
                 .await
                 .expect_err("no new finalizers")
         ),
-        403
+        422,
+        "Invalid, as kube-apiserver answers"
     );
     let clear = Patch::Merge(json!({"metadata": {"finalizers": null}}));
     maps.patch("held", &PatchParams::default(), &clear)
@@ -406,5 +407,133 @@ async fn a_crd_serves_its_custom_resources() {
     assert!(
         pools.list(&ListParams::default()).await.is_err(),
         "NodePools are no longer served"
+    );
+}
+
+/// The HTTP status and body of a raw request to `client`.
+async fn raw(
+    client: &kube::Client,
+    method: &str,
+    path: &str,
+    content_type: &str,
+    body: &str,
+) -> (u16, serde_json::Value) {
+    use http_body_util::BodyExt;
+    let request = http::Request::builder()
+        .method(method)
+        .uri(path)
+        .header("content-type", content_type)
+        .body(kube::client::Body::from(body.as_bytes().to_vec()))
+        .expect("request");
+    let response = client.send(request).await.expect("send");
+    let status = response.status().as_u16();
+    let bytes = response.into_body().collect().await.expect("body").to_bytes();
+    (status, serde_json::from_slice(&bytes).unwrap_or_default())
+}
+
+/// As kube-apiserver answers: a delete that leaves the object to its finalizers is a 200, a map
+/// emptied by a patch is gone (Go's JSON leaves an empty map out), and a NodePool its CRD's rules
+/// refuse is a 422 naming the field.
+#[tokio::test]
+async fn deletes_empty_maps_and_invalid_custom_resources_answer_as_kube_apiserver() {
+    let cluster = cluster();
+    cluster
+        .install_crds(joist_messages::apis::crds().into_iter().map(|(_, crd)| crd))
+        .expect("crds");
+    let client = cluster.client();
+    let maps = "/api/v1/namespaces/default/configmaps";
+    let (created, _) = raw(
+        &client,
+        "POST",
+        maps,
+        "application/json",
+        r#"{"metadata":{"name":"held","labels":{"a":"b"},"finalizers":["example.com/hold"]}}"#,
+    )
+    .await;
+    assert_eq!(created, 201);
+    let (patched, body) = raw(
+        &client,
+        "PATCH",
+        &format!("{maps}/held"),
+        "application/merge-patch+json",
+        r#"{"metadata":{"labels":{"a":null}}}"#,
+    )
+    .await;
+    assert_eq!(patched, 200);
+    assert_eq!(body.pointer("/metadata/labels"), None, "{body}");
+    let (deleted, body) = raw(&client, "DELETE", &format!("{maps}/held"), "application/json", "").await;
+    assert_eq!(deleted, 200);
+    assert!(body.pointer("/metadata/deletionTimestamp").is_some(), "{body}");
+
+    let (refused, body) = raw(
+        &client,
+        "POST",
+        "/apis/karpenter.sh/v1/nodepools",
+        "application/json",
+        r#"{"apiVersion":"karpenter.sh/v1","kind":"NodePool","metadata":{"name":"heavy"},"spec":{"weight":1000,
+            "template":{"spec":{"nodeClassRef":{"group":"karpenter.k8s.aws","kind":"EC2NodeClass","name":"d"},"requirements":[]}}}}"#,
+    )
+    .await;
+    assert_eq!(refused, 422, "{body}");
+    assert_eq!(body["reason"], "Invalid");
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("spec.weight"),
+        "{body}"
+    );
+}
+
+/// As kube-apiserver builds an applied configuration: in each object up to its first unknown field
+/// (in the order of the names), a merged list's items named by their key, a 500 with no reason.
+#[tokio::test]
+async fn an_applied_configuration_with_unknown_fields_is_refused_as_kube_apiserver_refuses_it() {
+    let cluster = cluster();
+    let client = cluster.client();
+    let apply = async |body: &str| {
+        raw(
+            &client,
+            "PATCH",
+            "/apis/apps/v1/namespaces/default/deployments/x?fieldManager=test",
+            "application/apply-patch+yaml",
+            body,
+        )
+        .await
+    };
+    let deployment = |spec: &str| {
+        format!(
+            r#"{{"apiVersion":"apps/v1","kind":"Deployment","metadata":{{"name":"x","bogus":1}},"spec":{spec}}}"#
+        )
+    };
+    let (code, body) = apply(&deployment(
+        r#"{"foo":1,"selector":{"matchLabels":{"a":"b"}},"template":{"spec":{"containers":[{"name":"c","bar":1}]}}}"#,
+    ))
+    .await;
+    assert_eq!(code, 500);
+    assert_eq!(body.get("reason"), None, "{body}");
+    assert_eq!(
+        body["message"],
+        "failed to create typed patch object (default/x; apps/v1, Kind=Deployment): .spec.foo: field not declared in schema"
+    );
+    let (_, body) = apply(&deployment(
+        r#"{"selector":{"matchLabels":{"a":"b"}},"template":{"zzz":1,"spec":{"baz":2,"containers":[{"name":"c","bar":1}]}}}"#,
+    ))
+    .await;
+    assert_eq!(
+        body["message"],
+        "failed to create typed patch object (default/x; apps/v1, Kind=Deployment): errors:\n  \
+         .spec.template.spec.baz: field not declared in schema\n  .spec.template.zzz: field not declared in schema"
+    );
+    let (_, body) = apply(&deployment(
+        r#"{"selector":{"matchLabels":{"a":"b"}},"template":{"spec":{"containers":[{"name":"c","bar":1}]}}}"#,
+    ))
+    .await;
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap_or_default()
+            .ends_with(r#"): .spec.template.spec.containers[name="c"].bar: field not declared in schema"#),
+        "{body}"
     );
 }

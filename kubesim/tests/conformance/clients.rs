@@ -288,38 +288,23 @@ async fn helm_installs_upgrades_and_uninstalls_a_chart() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// A Deployment whose pods keep apart (pod anti-affinity), as a user first applies it.
-const SPREAD_OUT: &str = "apiVersion: apps/v1
-kind: Deployment
-metadata: {name: web, labels: {app: web}}
-spec:
-  replicas: 2
-  selector: {matchLabels: {app: web}}
-  template:
-    metadata: {labels: {app: web}}
-    spec:
-      affinity:
-        podAntiAffinity:
-          requiredDuringSchedulingIgnoredDuringExecution:
-          - labelSelector: {matchLabels: {app: web}}
-            topologyKey: kubernetes.io/hostname
-      containers:
-      - {name: web, image: nginx}
-";
+/// A manifest of `tests/fixtures/kubectl/`, which the real-control-plane differential applies too.
+fn fixture(name: &str) -> String {
+    format!("{}/tests/fixtures/kubectl/{name}", env!("CARGO_MANIFEST_DIR"))
+}
 
-/// The same Deployment with the anti-affinity and the label taken out of the manifest.
-const PACKED: &str = "apiVersion: apps/v1
-kind: Deployment
-metadata: {name: web}
-spec:
-  replicas: 2
-  selector: {matchLabels: {app: web}}
-  template:
-    metadata: {labels: {app: web}}
-    spec:
-      containers:
-      - {name: web, image: nginx}
-";
+/// A kubesim cluster with Joist's CRDs served over HTTP, and a kubeconfig for it in a scratch
+/// directory named after `name`.
+async fn served_with_crds(name: &str) -> (joist_kubesim::Cluster, joist_kubesim::HttpServer, PathBuf) {
+    let cluster = cluster();
+    cluster
+        .install_crds(joist_messages::apis::crds().into_iter().map(|(_, crd)| crd))
+        .expect("crds");
+    let server = cluster.serve_http(0).await.expect("serve");
+    let kubeconfig = scratch(name).join("kubeconfig");
+    server.write_kubeconfig(&kubeconfig).expect("kubeconfig");
+    (cluster, server, kubeconfig)
+}
 
 /// As on a real cluster: `kubectl apply --server-side` of a manifest without a field removes the
 /// field it applied before, `managedFields` say who owns what, and an apply over a value another
@@ -327,20 +312,8 @@ spec:
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_server_side_apply_owns_fields_as_on_a_cluster() {
     let (kubectl, _) = binaries();
-    let cluster = cluster();
-    let server = cluster.serve_http(0).await.expect("serve");
-    let dir = scratch("kubectl-ssa");
-    let kubeconfig = dir.join("kubeconfig");
-    server.write_kubeconfig(&kubeconfig).expect("kubeconfig");
-    let manifest = |name: &str, text: &str| {
-        let path = dir.join(name);
-        std::fs::write(&path, text).expect("manifest");
-        path.to_string_lossy().into_owned()
-    };
-    let (spread, packed) = (
-        manifest("spread.yaml", SPREAD_OUT),
-        manifest("packed.yaml", PACKED),
-    );
+    let (_cluster, _server, kubeconfig) = served_with_crds("kubectl-ssa").await;
+    let (spread, packed) = (fixture("spread.yaml"), fixture("packed.yaml"));
     let read = async |jsonpath: &str| {
         run(
             kubectl,
@@ -413,5 +386,71 @@ async fn kubectl_server_side_apply_owns_fields_as_on_a_cluster() {
         "2 true",
         "forced: replicas taken over, paused still kubectl-patch's"
     );
-    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(kubeconfig.parent().expect("scratch dir"));
+}
+
+/// As on a real cluster: kubectl's strict field validation refuses a manifest with unknown fields,
+/// naming them; told to warn it prints each and the server drops them; server-side apply refuses.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_fields_are_refused_or_dropped_with_a_warning_as_on_a_cluster() {
+    let (kubectl, _) = binaries();
+    let (_cluster, _server, kubeconfig) = served_with_crds("kubectl-unknown-fields").await;
+    let (misplaced, typo) = (fixture("misplaced.yaml"), fixture("pool-typo.yaml"));
+
+    let refused_saying = async |args: &[&str], words: &str| {
+        let refused = output(kubectl, &kubeconfig, args).await;
+        assert!(
+            !refused.success && refused.stderr.contains(words),
+            "kubectl {}: {}",
+            args.join(" "),
+            refused.stderr
+        );
+    };
+    refused_saying(
+        &["apply", "-f", &misplaced],
+        r#"strict decoding error: unknown field "spec.template.annotations", unknown field "spec.template.spec.containers[0].imagePolicy""#,
+    )
+    .await;
+    refused_saying(
+        &["apply", "--server-side", "-f", &misplaced],
+        ".spec.template.annotations: field not declared in schema",
+    )
+    .await;
+    refused_saying(
+        &["apply", "-f", &typo],
+        r#"NodePool in version "v1" cannot be handled as a NodePool: strict decoding error: unknown field "spec.disruptions""#,
+    )
+    .await;
+
+    let warned = output(
+        kubectl,
+        &kubeconfig,
+        &["create", "--validate=warn", "-f", &misplaced],
+    )
+    .await;
+    assert!(warned.success, "{}", warned.stderr);
+    assert!(
+        warned
+            .stderr
+            .contains(r#"Warning: unknown field "spec.template.annotations""#),
+        "{}",
+        warned.stderr
+    );
+    let template = run(
+        kubectl,
+        &kubeconfig,
+        &[
+            "get",
+            "deployment",
+            "misplaced",
+            "-o",
+            "jsonpath={.spec.template}",
+        ],
+    )
+    .await;
+    assert!(
+        !template.contains("team") && !template.contains("imagePolicy"),
+        "dropped: {template}"
+    );
+    let _ = std::fs::remove_dir_all(kubeconfig.parent().expect("scratch dir"));
 }

@@ -608,3 +608,31 @@ async fn a_replica_set_scaled_far_creates_its_pods_in_bursts_a_watcher_can_follo
     assert_eq!(seen, 2_000);
     assert!(largest <= 500, "{largest} pods created in one burst");
 }
+
+/// As on a cluster: a new Node is tainted not-ready until it is Ready, then the taint goes.
+#[tokio::test]
+async fn a_new_node_is_not_ready_until_its_kubelet_reports_ready() {
+    let cluster = cluster();
+    let nodes = Api::<Node>::all(cluster.client());
+    let created = create(&nodes, node("n1", "8", "us-west-2a")).await;
+    let taints = |node: &Node| -> Vec<String> {
+        node.spec
+            .as_ref()
+            .and_then(|s| s.taints.as_ref())
+            .map(|t| t.iter().map(|t| format!("{}:{}", t.key, t.effect)).collect())
+            .unwrap_or_default()
+    };
+    assert_eq!(taints(&created), ["node.kubernetes.io/not-ready:NoSchedule"]);
+    eventually("the Ready node untainted", || async {
+        let node = nodes.get("n1").await.ok()?;
+        let ready = node
+            .status
+            .as_ref()?
+            .conditions
+            .as_ref()?
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True");
+        (ready && taints(&node).is_empty()).then_some(())
+    })
+    .await;
+}

@@ -1,0 +1,65 @@
+//! Custom resources of Joist's CRDs (NodePool, NodeClaim, EC2NodeClass, NodeOverlay) judged as a
+//! real API server with those CRDs judges them: their OpenAPI schema and CEL rules, which are
+//! `joist validate`'s checks less the few it makes beyond the CRDs
+//! ([`joist_messages::apis::beyond_the_crds`]). The real-control-plane tier holds both to the real
+//! server's verdicts on the same corpus.
+//!
+//! Checked on every write of the main resource through the API (create, update, patch, apply),
+//! not on status writes; kinds of other CRDs are not judged. Failure mode: a refused object is a
+//! 422 `Invalid` naming every field and its problem, as kube-apiserver lists them.
+
+use std::sync::{LazyLock, Mutex};
+
+use joist_messages::apis::{
+    beyond_the_crds::beyond_the_crds,
+    manifest::{Checker, Outcome},
+};
+use serde_json::Value;
+
+use super::ResourcePath;
+use crate::error::ApiError;
+
+/// One checker (its schemas and patterns compiled once) for every request.
+static CHECKER: LazyLock<Mutex<Checker>> = LazyLock::new(|| Mutex::new(Checker::new()));
+
+/// Refuses `object`, a custom resource written through `path`, when the API server would.
+pub fn judge(path: &ResourcePath, object: &Value) -> Result<(), ApiError> {
+    let rtype = &path.rtype;
+    if !matches!(rtype.group.as_str(), "karpenter.sh" | "karpenter.k8s.aws") {
+        return Ok(());
+    }
+    let mut judged = object.clone();
+    // A create by generateName is named before it is validated.
+    if judged.pointer("/metadata/name").is_none()
+        && let Some(prefix) = judged.pointer("/metadata/generateName").and_then(Value::as_str)
+    {
+        judged["metadata"]["name"] = Value::String(format!("{prefix}xxxxx"));
+    }
+    let outcome = {
+        let mut checker = CHECKER.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        checker.check_document(judged).outcome
+    };
+    let Outcome::Invalid(violations) = outcome else {
+        return Ok(());
+    };
+    let refused: Vec<String> = violations
+        .iter()
+        .filter(|violation| beyond_the_crds(object, violation).is_none())
+        .map(ToString::to_string)
+        .collect();
+    let reason = match refused.as_slice() {
+        [] => return Ok(()),
+        [one] => one.clone(),
+        many => format!("[{}]", many.join(", ")),
+    };
+    Err(ApiError::Invalid {
+        kind: format!("{}.{}", rtype.kind, rtype.group),
+        name: object
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .or(path.name.as_deref())
+            .unwrap_or_default()
+            .to_owned(),
+        reason,
+    })
+}
