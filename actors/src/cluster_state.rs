@@ -250,7 +250,11 @@ where
     K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
     K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
 {
-    let events = watcher::watcher(api, watcher::Config::default()).default_backoff();
+    // managedFields are the API server's bookkeeping, which no controller reads: kept out of the
+    // store, as Karpenter's cache strips them.
+    let events = watcher::watcher(api, watcher::Config::default())
+        .default_backoff()
+        .modify(|object| object.meta_mut().managed_fields = None);
     let store = writer.as_reader();
     reflector::reflector(writer, events)
         .scan(None::<Vec<ObjectRef<K>>>, move |listing, event| {
