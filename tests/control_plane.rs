@@ -3,7 +3,8 @@
 //! (a cold build takes minutes; later runs use the cached binaries). Joist's CRDs and CEL rules are
 //! judged by the real API server against `joist validate` ([`crds`]); both Helm charts install with
 //! the real helm and `joist run`, with the KWOK cloud and the chart's own ServiceAccount token under
-//! the real RBAC authorizer, takes nodes through their lives ([`lives`]).
+//! the real RBAC authorizer, takes nodes through their lives ([`lives`]); and kubesim answers the
+//! same kubectl sessions as the real API server ([`differential`]).
 
 #[path = "support/chart.rs"]
 #[allow(dead_code)]
@@ -12,6 +13,8 @@ mod chart;
 mod control_plane;
 #[path = "control_plane/crds.rs"]
 mod crds;
+#[path = "control_plane/differential.rs"]
+mod differential;
 #[path = "support/fixtures.rs"]
 mod fixtures;
 #[path = "support/joist_process.rs"]

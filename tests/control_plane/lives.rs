@@ -1,7 +1,7 @@
 //! `joist run` on the real control plane, as Karpenter's e2e suites check a node's life: both Helm
 //! charts installed with the real helm, the controller out of cluster with a token of the chart's
 //! own ServiceAccount (so the real RBAC authorizer refuses whatever the ClusterRole does not
-//! grant), the KWOK cloud selling the types of a Karpenter KWOK instance-types file, the real
+//! grant) and the NodeRepair gate on, the KWOK cloud selling the types of a Karpenter KWOK instance-types file, the real
 //! kube-scheduler binding pods and KWOK running them. Each test has a control plane of its own; they
 //! run one at a time, as two would share this machine's two cores.
 
@@ -178,6 +178,7 @@ impl World {
             ("LISTEN_ADDRESS", "127.0.0.1"),
             ("METRICS_PORT", "0"),
             ("HEALTH_PROBE_PORT", "0"),
+            ("FEATURE_GATES", "NodeRepair=true"),
         ];
         Joist::spawn(self.cluster.dir().join(format!("{name}.log")), env)
     }
@@ -475,6 +476,37 @@ async fn a_spot_interruption_warning_drains_the_node_before_it_is_reclaimed() {
         "{}",
         joist.log()
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_broken_past_its_toleration_is_repaired() {
+    let (_one, world, joist, pods) = World::serving("repair", &pool("", ""), 2).await;
+    let node = node_of(&pods[0]).unwrap_or_default().to_owned();
+    let before = world.claim_names().await;
+    // The node's agent reports its networking broken for 31 minutes: past the 30 minutes the
+    // repair policy tolerates. (KWOK keeps the condition: it only rewrites a node that is not Ready.)
+    let since = jiff::Timestamp::now() - jiff::SignedDuration::from_mins(31);
+    let broken = format!(
+        r#"{{"status":{{"conditions":[{{"type":"NetworkingReady","status":"False","reason":"IPAMExhausted",
+            "message":"no addresses left","lastTransitionTime":"{since}","lastHeartbeatTime":"{since}"}}]}}}}"#
+    );
+    world
+        .cluster
+        .kubectl_ok(&["patch", "node", &node, "--subresource=status", "-p", &broken]);
+    within(
+        STEP,
+        &joist,
+        "the broken node replaced and its pods Running elsewhere",
+        || async {
+            let gone = !world.has_node(&node).await;
+            let claims = world.claim_names().await;
+            let pods = world.running(2).await?;
+            let moved = pods.iter().all(|p| node_of(p) != Some(node.as_str()));
+            (gone && moved && !claims.is_empty() && claims != before).then_some(())
+        },
+    )
+    .await;
+    world.assert_one_instance_per_claim().await;
 }
 
 /// The holder of the controller's Lease.
