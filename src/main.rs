@@ -6,7 +6,7 @@ use clap::Parser;
 use joist::commands::{Cli, run};
 
 /// mimalloc rather than glibc's malloc: glibc keeps freed memory in one arena per thread, so
-/// `joist run` held nearly three times its live heap at 10,000 pods (README, "Performance").
+/// `joist run` held nearly three times its live heap at 10,000 pods (docs/performance.md).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -2,7 +2,8 @@
 //! `joist validate` accepts the valid manifests and rejects each invalid one on the field its
 //! `# expect:` lines name; the generated CRDs alone (OpenAPI schema + CEL rules, evaluated with
 //! kube-cel) reject the same manifests; the committed CRDs (and the charts' copies) are current;
-//! decoding keeps every field a user wrote; and the Helm charts hold to Karpenter's ([`charts`]).
+//! decoding keeps every field a user wrote; the Helm charts hold to Karpenter's ([`charts`]); and
+//! the README and `docs/` link only to what exists and show only commands joist has ([`docs`]).
 
 use std::{collections::HashMap, path::Path, process::Command};
 
@@ -26,6 +27,8 @@ mod chart;
 mod charts;
 #[path = "contract/crd_parity.rs"]
 mod crd_parity;
+#[path = "contract/docs.rs"]
+mod docs;
 #[path = "support/fixtures.rs"]
 mod fixtures;
 #[path = "contract/fuzz.rs"]

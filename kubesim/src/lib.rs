@@ -13,7 +13,7 @@
 //!
 //! What kubesim does not do, so a surprise is not taken for a Joist bug: no authentication or
 //! authorization (every request is allowed); no admission webhooks; built-in kinds are not
-//! validated beyond their fields' names. The README's kubesim section lists the rest.
+//! validated beyond their fields' names. docs/simulator.md lists the rest.
 
 pub mod api;
 pub mod budget;

@@ -1,4 +1,4 @@
-//! The JSON report of a run (schema in the README): the scenario, a summary of what a user checks
+//! The JSON report of a run (schema in docs/simulator.md): the scenario, a summary of what a user checks
 //! (nodes launched and terminated, the nodes left with their prices, pods pending and running,
 //! the longest a pod waited, cost), every instance launched with how and why it ended, the
 //! counts of nodes and pods and the cost per hour over time, and the timeline of node lifecycle

@@ -1,4 +1,4 @@
-//! The scenario file `joist simulate` runs (the format is documented in the README and kept
+//! The scenario file `joist simulate` runs (the format is documented in docs/simulator.md and kept
 //! stable): a simulated cloud, controller settings, manifests applied at t=0, timed steps, and an
 //! end time. Parsing checks everything a run would trip over later, and every error names the
 //! field (`spec.steps[2].at`) and what is wrong with it.

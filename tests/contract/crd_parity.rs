@@ -3,7 +3,7 @@
 //! `scripts/karpenter-crd-facts`): every field path with its type, enum, bounds, default, required
 //! list and int-or-string and preserve-unknown-fields markers. Every path Karpenter has, Joist must
 //! have with the same facts, and Joist may add no path or fact of its own, except the differences
-//! kept on purpose in [`DELIBERATE`], each with why (the README's compatibility section lists the
+//! kept on purpose in [`DELIBERATE`], each with why (docs/compatibility.md lists the
 //! same). Patterns and CEL rules are text rather than structure: the validation tests hold them.
 
 use std::collections::BTreeMap;

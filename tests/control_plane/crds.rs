@@ -8,7 +8,7 @@
 //! Each verdict, accepted or refused, must equal `joist validate`'s for the same document, with one
 //! kind of exception, each listed in `joist_messages::apis::beyond_the_crds` with its reason: a check `joist
 //! validate` makes offline that Karpenter makes only once it acts on the object, never in its CRD
-//! (and one deliberate difference, in the README's compatibility list).
+//! (and one deliberate difference, in docs/compatibility.md).
 //!
 //! kubesim judges the same documents, and each of its verdicts must equal the real server's.
 

@@ -1,5 +1,5 @@
 //! Prometheus metrics with Karpenter's names, types and labels, so Karpenter's dashboards work
-//! against Joist unchanged (README: "Metrics").
+//! against Joist unchanged (docs/operations.md, "Metrics").
 //!
 //! Two kinds live here. Counters and histograms of things that happen (a NodeClaim created, a
 //! disruption decided, an interruption message received) are fields of [`Metrics`], recorded by the
