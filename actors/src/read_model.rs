@@ -37,7 +37,8 @@ use kube::{
     runtime::reflector::{self, ObjectRef, Store, store::Writer},
 };
 
-use crate::lifecycle::{READ_MODEL_LAG, decide::is_mirror};
+use crate::lifecycle::READ_MODEL_LAG;
+use joist_messages::pods::{finished, is_mirror, owned_by_daemon_set};
 
 /// `namespace/name` of a pod (or of any object: the namespace is empty for cluster-scoped ones).
 pub type PodKey = (String, String);
@@ -581,9 +582,6 @@ where
 pub fn is_provisionable(pod: &Pod) -> bool {
     let bound = pod.spec.as_ref().is_some_and(|s| s.node_name.is_some());
     let status = pod.status.as_ref();
-    let finished = status
-        .and_then(|s| s.phase.as_deref())
-        .is_some_and(|p| p == "Succeeded" || p == "Failed");
     let unschedulable = status
         .and_then(|s| s.conditions.as_ref())
         .into_iter()
@@ -591,18 +589,14 @@ pub fn is_provisionable(pod: &Pod) -> bool {
         .any(|c| {
             c.type_ == "PodScheduled" && c.status == "False" && c.reason.as_deref() == Some("Unschedulable")
         });
-    let daemon = pod
-        .owner_references()
-        .iter()
-        .any(|o| o.kind == "DaemonSet" && o.controller == Some(true));
     let nominated = status
         .and_then(|s| s.nominated_node_name.as_deref())
         .is_some_and(|n| !n.is_empty());
     !bound
-        && !finished
+        && !finished(pod)
         && unschedulable
         && !nominated
-        && !daemon
+        && !owned_by_daemon_set(pod)
         && !is_mirror(pod)
         && pod.metadata.deletion_timestamp.is_none()
 }

@@ -15,6 +15,7 @@ use joist_messages::{
         requirements::{Operator, Requirements},
         resources::{Resources, names},
     },
+    pods::finished,
 };
 use joist_scheduling::{ExistingNode, NodePoolInput, pod::PodInfo};
 use k8s_openapi::{
@@ -142,14 +143,6 @@ fn in_flight(claim: &NodeClaim) -> ExistingNode {
         pods: Vec::new(),
         initialized: false,
     }
-}
-
-/// Whether a pod has finished and holds no resources.
-pub fn finished(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.phase.as_deref())
-        .is_some_and(|p| p == "Succeeded" || p == "Failed")
 }
 
 /// What a NodePool's NodeClaims hold: their capacity (or, before launch, their requests) and

@@ -21,7 +21,10 @@
 
 use std::{sync::Arc, time::Duration};
 
-use joist_messages::apis::{NodeClaim, NodePool};
+use joist_messages::{
+    apis::{NodeClaim, NodePool},
+    pods::owned_by_daemon_set,
+};
 use joist_scheduling::NewClaim;
 use k8s_openapi::api::core::v1::Pod;
 use kube::{Api, ResourceExt};
@@ -30,7 +33,6 @@ use crate::{
     claim_template,
     disruption::{candidates::do_not_disrupt, drift},
     kube_ops::{self, is_true},
-    lifecycle::decide::is_daemon,
     node_pool::create_claims,
     shared::Shared,
     snapshot,
@@ -84,7 +86,7 @@ pub fn plan(
                 protected: pods.iter().any(|p| do_not_disrupt(p, now_seconds)),
                 current: drift::shown(claim).is_none(),
                 launched: status.is_some_and(|s| s.provider_id.is_some()),
-                workload: pods.iter().filter(|p| !is_daemon(p)).count(),
+                workload: pods.iter().filter(|p| !owned_by_daemon_set(p)).count(),
                 initialized: status.is_some_and(|s| is_true(&s.conditions, "Initialized")),
                 name: claim.name_any(),
             }

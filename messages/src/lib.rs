@@ -1,5 +1,5 @@
-//! Joist's vocabulary: the Karpenter v1 API types ([`apis`]), the domain model ([`model`]) and the
-//! well-known labels ([`labels`]).
+//! Joist's vocabulary: the Karpenter v1 API types ([`apis`]), the domain model ([`model`]), the
+//! well-known labels ([`labels`]) and what a pod is to an autoscaler ([`pods`]).
 //!
 //! This crate holds plain data and pure functions only (no I/O, no cloud SDKs, no actor runtime),
 //! so every other crate can depend on it and it outlives any framework choice.
@@ -7,4 +7,5 @@
 pub mod apis;
 pub mod labels;
 pub mod model;
+pub mod pods;
 pub mod time;

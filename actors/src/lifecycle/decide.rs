@@ -13,6 +13,7 @@ use joist_messages::{
         annotations::{NODECLAIM_TERMINATION_TIMESTAMP, TAGGED},
     },
     model::{quantity::Quantity, resources::Resources},
+    pods::{finished, is_mirror, owned_by_daemon_set},
 };
 use joist_provider::{CloudError, Launch, OfferingKey};
 use joist_scheduling::taints::Toleration;
@@ -28,7 +29,7 @@ use crate::{
     settings::{
         INITIALIZATION_TIMEOUT, LAUNCH_TIMEOUT, MINIMUM_DRAIN_TIME, REGISTRATION_TIMEOUT, doubling_backoff,
     },
-    snapshot::{finished, is_ephemeral, node_allocatable},
+    snapshot::{is_ephemeral, node_allocatable},
 };
 
 /// How long the read model may lag the API: a finished phase missing from it, or a claim's pool or
@@ -685,7 +686,7 @@ pub fn tier(pod: &Pod) -> DrainTier {
         .as_ref()
         .and_then(|s| s.priority_class_name.as_deref())
         .is_some_and(|c| c == "system-cluster-critical" || c == "system-node-critical");
-    match (critical, is_daemon(pod)) {
+    match (critical, owned_by_daemon_set(pod)) {
         (false, false) => DrainTier::NonCritical,
         (false, true) => DrainTier::NonCriticalDaemon,
         (true, false) => DrainTier::Critical,
@@ -722,21 +723,8 @@ fn pod_ref(pod: &Pod) -> PodRef {
 /// Pods a drain waits for: everything but DaemonSet pods, mirror pods (the kubelet owns them;
 /// the API cannot evict them) and pods that already finished.
 pub fn drainable(pod: &Pod) -> bool {
-    !is_daemon(pod) && !is_mirror(pod) && !finished(pod)
+    !owned_by_daemon_set(pod) && !is_mirror(pod) && !finished(pod)
 }
-
-/// A DaemonSet's pod.
-pub fn is_daemon(pod: &Pod) -> bool {
-    pod.owner_references().iter().any(|o| o.kind == "DaemonSet")
-}
-
-/// A static pod's mirror, which the kubelet creates and the API cannot evict.
-pub fn is_mirror(pod: &Pod) -> bool {
-    pod.annotations().contains_key(MIRROR_ANNOTATION)
-}
-
-/// The annotation the kubelet puts on the mirror pods of static pods.
-pub const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
 
 /// Whether the node is ready to take the claim's pods: `Ready`, no startup or ephemeral taint
 /// left, and every extended resource the claim's capacity promises (`nvidia.com/gpu` …) registered
@@ -1230,7 +1218,7 @@ mod tests {
                 "daemon",
                 json!({"ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "d", "uid": "d"}]}),
             ),
-            pod("static", json!({"annotations": {MIRROR_ANNOTATION: "x"}})),
+            pod("static", json!({"annotations": {joist_messages::pods::MIRROR_ANNOTATION: "x"}})),
         ];
         let mut case = Case::new(&claim);
         case.node = Some(&untainted);

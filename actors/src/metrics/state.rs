@@ -12,6 +12,7 @@ use std::{fmt, sync::LazyLock};
 use joist_messages::{
     labels::{self, ARCH, CAPACITY_TYPE, INSTANCE_TYPE, NODEPOOL, ZONE},
     model::resources::Resources,
+    pods::{finished, owned_by_daemon_set},
 };
 use joist_scheduling::pod::effective_requests;
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -23,9 +24,8 @@ use prometheus_client::{
 };
 
 use crate::{
-    lifecycle::decide::is_daemon,
     read_model::ReadModel,
-    snapshot::{finished, node_allocatable, usage},
+    snapshot::{node_allocatable, usage},
 };
 
 /// A series' labels, built per scrape.
@@ -220,7 +220,12 @@ fn requests_on(read: &ReadModel, node: &str) -> (Resources, Resources) {
         else {
             continue;
         };
-        if is_daemon(pod) { &mut daemons } else { &mut pods }.add(&requests);
+        if owned_by_daemon_set(pod) {
+            &mut daemons
+        } else {
+            &mut pods
+        }
+        .add(&requests);
     }
     (pods, daemons)
 }
