@@ -39,6 +39,7 @@ use kube::{
 
 use crate::lifecycle::READ_MODEL_LAG;
 use joist_messages::pods::{finished, is_mirror, owned_by_daemon_set};
+use joist_provider::provider_id::instance_id;
 
 /// `namespace/name` of a pod (or of any object: the namespace is empty for cluster-scoped ones).
 pub type PodKey = (String, String);
@@ -539,11 +540,6 @@ impl ReadModel {
             self.index.claim_by_instance.insert(instance, name);
         }
     }
-}
-
-/// The cloud's instance id in a provider ID (`aws:///us-west-2a/i-0abc` → `i-0abc`).
-pub fn instance_id(provider_id: &str) -> &str {
-    provider_id.rsplit('/').next().unwrap_or(provider_id)
 }
 
 /// Adds `member` to (or, when not `present`, removes it from) the set filed under `group`.

@@ -1218,7 +1218,10 @@ mod tests {
                 "daemon",
                 json!({"ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "d", "uid": "d"}]}),
             ),
-            pod("static", json!({"annotations": {joist_messages::pods::MIRROR_ANNOTATION: "x"}})),
+            pod(
+                "static",
+                json!({"annotations": {joist_messages::pods::MIRROR_ANNOTATION: "x"}}),
+            ),
         ];
         let mut case = Case::new(&claim);
         case.node = Some(&untainted);

@@ -33,7 +33,7 @@ pub fn provider_id(zone: &str, instance_id: &str) -> String {
 
 /// The instance id inside a provider ID, if it is one of AWS's.
 pub fn instance_id(provider_id: &str) -> Option<&str> {
-    let id = provider_id.strip_prefix("aws:///")?.rsplit('/').next()?;
+    let id = joist_provider::provider_id::instance_id(provider_id.strip_prefix("aws:///")?);
     id.starts_with("i-").then_some(id)
 }
 

@@ -14,6 +14,7 @@ pub mod interruption;
 pub mod launch;
 pub mod node_class;
 pub mod prices;
+pub mod provider_id;
 pub mod repair;
 
 use std::{collections::BTreeMap, fmt, sync::Arc};

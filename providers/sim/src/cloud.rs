@@ -12,7 +12,7 @@ use std::{
 };
 
 use joist_messages::model::shape::CapacitySettings;
-use joist_provider::{CloudError, Instance, InstanceState, OfferingKey};
+use joist_provider::{CloudError, Instance, InstanceState, OfferingKey, provider_id::instance_id};
 
 use crate::faults::{BootFault, CallLog, Failure, Faults, OfferingPattern, Operation, Reply};
 use serde::Serialize;
@@ -103,11 +103,6 @@ pub enum CloudEvent {
         /// The new image.
         image: String,
     },
-}
-
-/// The instance id of a provider ID (`aws:///us-west-2a/i-0123…` → `i-0123…`).
-pub(crate) fn instance_id(provider_id: &str) -> &str {
-    provider_id.rsplit('/').next().unwrap_or(provider_id)
 }
 
 /// An instance the cloud tracks.

@@ -38,6 +38,7 @@ use joist_provider::{
     CloudError, CloudFuture, CloudProvider, Drift, Instance, InstanceState, Launch,
     interruption::{InterruptionQueue, QueueMessage},
     launch,
+    provider_id::instance_id,
     repair::{EC2_REPAIR_POLICIES, RepairPolicy},
 };
 use k8s_openapi::api::core::v1::Node;
@@ -52,7 +53,7 @@ pub use self::{
     faults::{BootFault, Call, CallLog, Failure, OfferingPattern, Operation},
 };
 use self::{
-    cloud::{Tracked, instance_id},
+    cloud::Tracked,
     node::{Registration, node_name},
     queue::SimQueue,
 };
