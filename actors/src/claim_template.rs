@@ -39,17 +39,19 @@ pub fn node_claim(pool: &NodePool, claim: &NewClaim, instance_types: &[Arc<Insta
         template.spec.node_class_ref.name.clone(),
     );
     let mut requirements = claim.requirements.clone();
-    let names = claim
+    let names: Vec<&str> = claim
         .instance_types
         .iter()
         .filter_map(|&i| instance_types.get(i))
-        .map(|it| it.name.as_str());
+        .map(|it| it.name.as_str())
+        .collect();
+    // No instance types given (a static NodePool's template): the template's requirements alone.
+    // Otherwise an In of known instance type names, which cannot be refused.
     if let Ok(types) = Requirement::new(INSTANCE_TYPE, Operator::In, names) {
         requirements.add(types);
     }
-    let requirements: Vec<NodeSelectorRequirementWithMinValues> = serde_json::to_value(&requirements)
-        .and_then(serde_json::from_value)
-        .unwrap_or_default();
+    let requirements: Vec<NodeSelectorRequirementWithMinValues> =
+        requirements.entries().into_iter().map(Into::into).collect();
     let owner = OwnerReference {
         api_version: "karpenter.sh/v1".to_owned(),
         kind: "NodePool".to_owned(),

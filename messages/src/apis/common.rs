@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use super::validation::Violations;
 use crate::{
     labels,
-    model::requirements::{Operator, Requirement, RequirementError},
+    model::requirements::{Operator, Requirement, RequirementEntry, RequirementError},
 };
 
 /// Pattern of a qualified label key (optional DNS prefix, `/`, name).
@@ -40,6 +40,17 @@ impl NodeSelectorRequirementWithMinValues {
     pub fn to_requirement(&self) -> Result<Requirement, RequirementError> {
         Requirement::new(&self.key, self.operator, self.values.iter().cloned())
             .map(|r| r.with_min_values(self.min_values))
+    }
+}
+
+impl From<RequirementEntry> for NodeSelectorRequirementWithMinValues {
+    fn from(entry: RequirementEntry) -> Self {
+        NodeSelectorRequirementWithMinValues {
+            key: entry.key,
+            operator: entry.operator,
+            values: entry.values,
+            min_values: entry.min_values,
+        }
     }
 }
 

@@ -493,46 +493,58 @@ impl FromIterator<Requirement> for Requirements {
     }
 }
 
-/// The wire form of one requirement: a node selector requirement with `minValues`.
-#[derive(Serialize, Deserialize)]
+/// One requirement as the API writes it: a node selector requirement with `minValues`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct WireRequirement {
-    key: String,
-    operator: Operator,
+pub struct RequirementEntry {
+    /// The label key.
+    pub key: String,
+    /// How the key relates to the values.
+    pub operator: Operator,
+    /// The values.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    values: Vec<String>,
+    pub values: Vec<String>,
+    /// The minimum number of distinct values a launch must keep.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    min_values: Option<u32>,
+    pub min_values: Option<u32>,
 }
 
-impl Serialize for Requirements {
-    /// As node selector requirements; numeric bounds become extra `Gt`/`Lt` entries.
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut wire = Vec::new();
+impl Requirements {
+    /// The requirements as the API writes them; a numeric bound becomes a `Gt` or `Lt` entry of
+    /// its own.
+    pub fn entries(&self) -> Vec<RequirementEntry> {
+        let mut entries = Vec::new();
         for r in self.iter() {
             let (gt, lt) = r.bounds();
-            let wire_of = |operator, values| WireRequirement {
+            let entry = |operator, values| RequirementEntry {
                 key: r.key.clone(),
                 operator,
                 values,
                 min_values: r.min_values,
             };
             if r.operator() != Operator::Exists || (gt, lt) == (None, None) {
-                wire.push(wire_of(r.operator(), r.values.iter().cloned().collect()));
+                entries.push(entry(r.operator(), r.values.iter().cloned().collect()));
             }
             for (operator, bound) in [(Operator::Gt, gt), (Operator::Lt, lt)] {
                 if let Some(bound) = bound {
-                    wire.push(wire_of(operator, vec![bound.to_string()]));
+                    entries.push(entry(operator, vec![bound.to_string()]));
                 }
             }
         }
-        s.collect_seq(wire)
+        entries
+    }
+}
+
+impl Serialize for Requirements {
+    /// As node selector requirements ([`Requirements::entries`]).
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.entries())
     }
 }
 
 impl<'de> Deserialize<'de> for Requirements {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        Vec::<WireRequirement>::deserialize(d)?
+        Vec::<RequirementEntry>::deserialize(d)?
             .into_iter()
             .map(|w| {
                 Requirement::new(&w.key, w.operator, w.values)
@@ -563,6 +575,28 @@ mod tests {
 
     fn req(key: &str, op: Operator, values: &[&str]) -> Requirement {
         Requirement::new(key, op, values.iter().copied()).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn entries_write_a_numeric_bound_as_an_entry_of_its_own_and_read_back_the_same() {
+        let mut requirements = Requirements::default();
+        requirements.add(req("cpu", Operator::Gt, &["4"]));
+        requirements.add(req("zone", Operator::In, &["a", "b"]).with_min_values(Some(2)));
+        let entries = requirements.entries();
+        let operators: Vec<(&str, Operator)> = entries.iter().map(|e| (e.key.as_str(), e.operator)).collect();
+        assert_eq!(
+            operators,
+            [("cpu", Operator::Gt), ("zone", Operator::In)],
+            "{entries:?}"
+        );
+        assert_eq!(entries[1].min_values, Some(2));
+        let written = serde_json::to_value(&requirements).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            written,
+            serde_json::to_value(&entries).unwrap_or_else(|e| panic!("{e}"))
+        );
+        let read: Requirements = serde_json::from_value(written).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(read, requirements);
     }
 
     #[test]
