@@ -4,8 +4,10 @@ use thiserror::Error;
 
 use crate::OfferingKey;
 
-/// What went wrong in a cloud call.
+/// What went wrong in a cloud call. New kinds may come (a cloud's new failure Karpenter
+/// classifies), so a match outside this crate keeps an arm for the others.
 #[derive(Debug, Clone, PartialEq, Error)]
+#[non_exhaustive]
 pub enum CloudError {
     /// The instance does not exist (any more): deletion is complete, a registered claim is orphaned.
     #[error("no instance for {provider_id}")]
@@ -30,7 +32,9 @@ pub enum CloudError {
         /// What is missing.
         reason: String,
     },
-    /// The launch was refused for a reason a retry will not fix soon (bad request, quota).
+    /// The launch was refused for a reason the cloud gave (a bad request, a quota): reported on the
+    /// claim and tried again with a doubling backoff, as Karpenter requeues a failed launch, since
+    /// a quota raised or a node class fixed lets a later attempt succeed.
     #[error("creating the instance failed ({reason}): {message}")]
     Create {
         /// A short machine-readable reason (`InvalidParameter`, `Unauthorized` …).
@@ -47,7 +51,10 @@ pub enum CloudError {
 }
 
 impl CloudError {
-    /// Whether trying the same call again later can succeed.
+    /// Whether trying the same call again later can succeed: after a throttle or outage
+    /// ([`CloudError::Transient`]) or a refusal ([`CloudError::Create`]), but not for a missing
+    /// instance, offerings out of capacity (the claim goes, and its pods are placed again without
+    /// them) or a node class that is not ready (the claim goes until it is).
     pub fn is_retryable(&self) -> bool {
         matches!(self, CloudError::Transient { .. } | CloudError::Create { .. })
     }
@@ -91,5 +98,23 @@ mod tests {
             }
             .is_retryable()
         );
+    }
+
+    #[test]
+    fn a_refused_launch_is_retried_and_a_class_not_ready_or_a_missing_instance_is_not() {
+        let refused = CloudError::Create {
+            reason: "VcpuLimitExceeded".into(),
+            message: "quota".into(),
+        };
+        assert!(refused.is_retryable(), "a raised quota lets a later launch succeed");
+        let not_ready = CloudError::NodeClassNotReady {
+            node_class: "default".into(),
+            reason: "no subnets".into(),
+        };
+        assert!(!not_ready.is_retryable());
+        let gone = CloudError::NodeClaimNotFound {
+            provider_id: "aws:///us-west-2a/i-0".into(),
+        };
+        assert!(!gone.is_retryable());
     }
 }
