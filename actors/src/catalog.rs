@@ -1,8 +1,10 @@
 //! The Catalog: instance types per NodePool, as the cloud lists them, and the unavailable-offering
 //! cache. An offering that ran out of capacity is marked unavailable for
 //! [`UNAVAILABLE_OFFERING_TTL`], so the next simulation routes around it and the claim falls back
-//! to the next offering. Lists are kept for [`INSTANCE_TYPES_TTL`] or until the NodePool or its
-//! node class changes; a failed listing is returned to the caller and not cached.
+//! to the next offering. Lists are kept for [`INSTANCE_TYPES_TTL`] or until the NodePool's spec
+//! (its generation) or its node class (whose resolved status the types depend on) changes: the
+//! pool's own status writes, which come with every claim, keep the list. A failed listing is
+//! returned to the caller and not cached.
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -24,8 +26,8 @@ use crate::{
 pub const CATALOG_MAILBOX: usize = 256;
 
 struct Listed {
-    /// NodePool and node class resource versions the list was made for.
-    versions: (String, String),
+    /// The NodePool generation and node class resource version the list was made for.
+    versions: (i64, String),
     at: Instant,
     types: Arc<Vec<Arc<InstanceType>>>,
 }
@@ -85,7 +87,7 @@ impl Handler<GetInstanceTypes> for Catalog {
         let pool_name = msg.node_pool.name_any();
         let _span = tracing::debug_span!("catalog.get_instance_types", nodepool = pool_name).entered();
         let versions = (
-            msg.node_pool.resource_version().unwrap_or_default(),
+            msg.node_pool.metadata.generation.unwrap_or_default(),
             msg.node_class.resource_version().unwrap_or_default(),
         );
         if let Some(listed) = self.listed.get(&pool_name)

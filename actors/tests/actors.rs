@@ -126,6 +126,7 @@ async fn a_busy_stream_of_pods_is_cut_at_the_max_window() {
 #[derive(Default)]
 struct FakeCloud {
     broken_calls: AtomicUsize,
+    listings: AtomicUsize,
     launched: Mutex<Vec<String>>,
     instances: Mutex<BTreeMap<String, Instance>>,
     deleted: Mutex<Vec<String>>,
@@ -234,6 +235,7 @@ impl CloudProvider for FakeCloud {
         _class: &'a EC2NodeClass,
     ) -> CloudFuture<'a, Vec<InstanceType>> {
         Box::pin(async move {
+            self.listings.fetch_add(1, Ordering::SeqCst);
             if pool.metadata.name.as_deref() == Some("broken") {
                 self.broken_calls.fetch_add(1, Ordering::SeqCst);
                 return Err(CloudError::Transient {
@@ -310,6 +312,38 @@ async fn the_catalog_survives_a_flood_and_still_applies_every_mark() {
         !types[0].offerings[0].available,
         "the mark sent after the flood was applied"
     );
+}
+
+#[actix::test]
+async fn the_catalog_lists_again_for_a_spec_change_not_for_a_status_write() {
+    let cloud = Arc::new(FakeCloud::default());
+    let catalog = Catalog::new(cloud.clone()).start();
+    let pool = |generation: i64, resource_version: &str| -> Arc<NodePool> {
+        Arc::new(serde_json::from_value(serde_json::json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodePool",
+            "metadata": {"name": "good", "generation": generation, "resourceVersion": resource_version},
+            "spec": {"template": {"spec": {"requirements": [], "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}}}}
+        })).unwrap_or_else(|e| panic!("{e}")))
+    };
+    let class: Arc<EC2NodeClass> = Arc::new(serde_json::from_value(serde_json::json!({
+        "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass", "metadata": {"name": "default", "resourceVersion": "7"},
+        "spec": {"role": "r", "amiSelectorTerms": [{"alias": "al2023@latest"}],
+                 "subnetSelectorTerms": [{"id": "subnet-1"}], "securityGroupSelectorTerms": [{"id": "sg-1"}]}
+    })).unwrap_or_else(|e| panic!("{e}")));
+    let list = async |node_pool: Arc<NodePool>| {
+        catalog
+            .send(GetInstanceTypes {
+                node_pool,
+                node_class: class.clone(),
+            })
+            .await
+            .unwrap_or_else(|e| panic!("{e}"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        cloud.listings.load(Ordering::SeqCst)
+    };
+    assert_eq!(list(pool(1, "10")).await, 1);
+    assert_eq!(list(pool(1, "11")).await, 1, "a status write keeps the list");
+    assert_eq!(list(pool(2, "12")).await, 2, "a spec change lists again");
 }
 
 async fn create<K>(api: &Api<K>, value: serde_json::Value)

@@ -106,7 +106,10 @@ mod tests {
             reason: "VcpuLimitExceeded".into(),
             message: "quota".into(),
         };
-        assert!(refused.is_retryable(), "a raised quota lets a later launch succeed");
+        assert!(
+            refused.is_retryable(),
+            "a raised quota lets a later launch succeed"
+        );
         let not_ready = CloudError::NodeClassNotReady {
             node_class: "default".into(),
             reason: "no subnets".into(),
