@@ -75,10 +75,15 @@ impl CloudProvider for GuardedCloud {
         self.inner.name()
     }
 
-    fn create<'a>(&'a self, claim: &'a NodeClaim, types: &'a [Arc<InstanceType>]) -> CloudFuture<'a, Launch> {
+    fn create<'a>(
+        &'a self,
+        claim: &'a NodeClaim,
+        node_class: Option<&'a EC2NodeClass>,
+        types: &'a [Arc<InstanceType>],
+    ) -> CloudFuture<'a, Launch> {
         let left = time_left(LAUNCH_TIMEOUT, self.clock.now_seconds(), created_at(claim))
             .max(Duration::from_secs(1));
-        self.guard("launch", left, self.inner.create(claim, types))
+        self.guard("launch", left, self.inner.create(claim, node_class, types))
     }
 
     fn find_launch<'a>(
@@ -116,8 +121,12 @@ impl CloudProvider for GuardedCloud {
         self.call("resolve node class", self.inner.resolve_node_class(node_class))
     }
 
-    fn is_drifted<'a>(&'a self, claim: &'a NodeClaim) -> CloudFuture<'a, Option<Drift>> {
-        self.call("check drift", self.inner.is_drifted(claim))
+    fn is_drifted<'a>(
+        &'a self,
+        claim: &'a NodeClaim,
+        status: &'a EC2NodeClassStatus,
+    ) -> CloudFuture<'a, Option<Drift>> {
+        self.call("check drift", self.inner.is_drifted(claim, status))
     }
 
     fn name_instance<'a>(&'a self, provider_id: &'a str, node_name: &'a str) -> CloudFuture<'a, ()> {

@@ -63,13 +63,14 @@ pub fn retry_after(failures: u32) -> Duration {
     doubling_backoff(RESOLUTION_RETRY, failures, NODE_CLASS_REFRESH)
 }
 
-/// Whether the class's status already answers its current generation.
+/// Whether the class is Ready for its current generation (its status answers its spec as it is).
 pub fn is_current(class: &EC2NodeClass) -> bool {
-    class.status.as_ref().is_some_and(|s| {
-        s.conditions.iter().any(|c| {
-            c.type_ == "Ready" && c.status == "True" && c.observed_generation == class.metadata.generation
-        })
-    })
+    class.is_ready()
+        && class
+            .status
+            .iter()
+            .flat_map(|s| &s.conditions)
+            .any(|c| c.type_ == "Ready" && c.observed_generation == class.metadata.generation)
 }
 
 /// Resolves `class` and writes its status (see the module docs); `refresh` resolves even a class

@@ -24,7 +24,7 @@ use kube::{Api, ResourceExt, api::PostParams};
 
 use crate::{
     faults::Step,
-    kube_ops::{self, is_true, set_condition},
+    kube_ops::{self, set_condition},
     protocol::{LaunchPlan, Reconcile},
     registration_health,
     shared::Shared,
@@ -206,9 +206,7 @@ async fn write_status(shared: &Shared, pool: &NodePool) -> bool {
     let newly_invalid = set_condition(&mut status.conditions, clock, generation, validation) && !valid;
     let class_name = &pool.spec.template.spec.node_class_ref.name;
     let class = shared.read.node_class(class_name);
-    let class_ready = class
-        .as_ref()
-        .is_some_and(|c| c.status.as_ref().is_some_and(|s| is_true(&s.conditions, "Ready")));
+    let class_ready = class.as_ref().is_some_and(|c| c.is_ready());
     let class_message = format!("EC2NodeClass {class_name:?} is missing or not ready");
     let node_class = if class_ready {
         ("NodeClassReady", "True", "NodeClassReady", "")

@@ -175,6 +175,7 @@ impl CloudProvider for FakeCloud {
     fn create<'a>(
         &'a self,
         claim: &'a NodeClaim,
+        _node_class: Option<&'a EC2NodeClass>,
         _types: &'a [Arc<InstanceType>],
     ) -> CloudFuture<'a, Launch> {
         Box::pin(async move {
@@ -248,7 +249,11 @@ impl CloudProvider for FakeCloud {
     fn resolve_node_class<'a>(&'a self, _class: &'a EC2NodeClass) -> CloudFuture<'a, EC2NodeClassStatus> {
         Box::pin(async { Ok(EC2NodeClassStatus::default()) })
     }
-    fn is_drifted<'a>(&'a self, _claim: &'a NodeClaim) -> CloudFuture<'a, Option<Drift>> {
+    fn is_drifted<'a>(
+        &'a self,
+        _claim: &'a NodeClaim,
+        _status: &'a EC2NodeClassStatus,
+    ) -> CloudFuture<'a, Option<Drift>> {
         Box::pin(async { Ok(None) })
     }
     fn name_instance<'a>(&'a self, provider_id: &'a str, node_name: &'a str) -> CloudFuture<'a, ()> {

@@ -221,8 +221,15 @@ pub async fn mark(shared: &Shared, types: &PoolTypes<'_>, checks: &SharedChecks)
                     .as_ref()
                     .and_then(|c| c.resource_version())
                     .unwrap_or_default();
-                if lock(checks).due(&name, &version, now) {
-                    match shared.cloud.is_drifted(claim).await {
+                // Only a Ready class says what its instances should be; until then, the last answer.
+                let resolved = class
+                    .as_deref()
+                    .filter(|c| c.is_ready())
+                    .and_then(|c| c.status.as_ref());
+                if let Some(status) = resolved
+                    && lock(checks).due(&name, &version, now)
+                {
+                    match shared.cloud.is_drifted(claim, status).await {
                         Ok(drift) => {
                             lock(checks).checked.insert(name, (now, version));
                             drift.map(|d| d.reason)

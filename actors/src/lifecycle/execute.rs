@@ -228,7 +228,7 @@ async fn launch(
         .catalog
         .send(GetInstanceTypes {
             node_pool: node_pool.clone(),
-            node_class,
+            node_class: node_class.clone(),
         })
         .timeout(ACTOR_REQUEST_TIMEOUT)
         .await??;
@@ -256,7 +256,7 @@ async fn launch(
             .annotations_mut()
             .insert(PRICE_OVERLAY_APPLIED.to_owned(), "true".to_owned());
     }
-    Ok(shared.cloud.create(&claim, &types).await)
+    Ok(shared.cloud.create(&claim, Some(&node_class), &types).await)
 }
 
 /// Records that `claim` finished `phase`, which began at the epoch second `since`.

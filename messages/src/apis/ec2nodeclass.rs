@@ -901,6 +901,17 @@ fn validate_network(out: &mut Violations, spec: &EC2NodeClassSpec) {
     }
 }
 
+impl EC2NodeClass {
+    /// Whether the class can launch: its `Ready` condition is `True` (it has been resolved, and
+    /// resolved well). The one answer the launch, the NodePool's `NodeClassReady` and drift share.
+    pub fn is_ready(&self) -> bool {
+        self.status
+            .iter()
+            .flat_map(|status| &status.conditions)
+            .any(|condition| condition.type_ == "Ready" && condition.status == "True")
+    }
+}
+
 impl Validate for EC2NodeClass {
     fn validate(&self) -> Vec<Violation> {
         let mut out = Violations::default();

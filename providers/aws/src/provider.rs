@@ -103,7 +103,6 @@ pub const CREATE_TAGS_INTERVAL: Duration = Duration::from_secs(1);
 
 struct Inner {
     clients: AwsClients,
-    kube: kube::Client,
     settings: AwsSettings,
     catalog: Mutex<Option<(Instant, Arc<Catalog>)>>,
     prices: RwLock<Prices>,
@@ -115,14 +114,9 @@ struct Inner {
 }
 
 impl AwsCloud {
-    /// A provider for the cluster `settings` describe, reading EC2NodeClasses through `kube`. It
-    /// starts refreshing prices at once and every [`PRICING_REFRESH`] after (on the current tokio
+    /// A provider for the cluster `settings` describe. It starts refreshing prices at once and every [`PRICING_REFRESH`] after (on the current tokio
     /// runtime, until the provider is dropped).
-    pub fn new(
-        clients: AwsClients,
-        kube: kube::Client,
-        settings: AwsSettings,
-    ) -> Result<Self, AwsCloudError> {
+    pub fn new(clients: AwsClients, settings: AwsSettings) -> Result<Self, AwsCloudError> {
         let built_in = joist_provider::prices::PriceTable::built_in()?.region(&clients.region);
         let fleet_clients = clients.clone();
         let fleets = Coalescer::new(
@@ -152,7 +146,6 @@ impl AwsCloud {
         let source = SdkPriceSource::new(clients.clone(), settings.isolated_vpc);
         let inner = Arc::new(Inner {
             clients,
-            kube,
             settings,
             catalog: Mutex::new(None),
             prices: RwLock::new(Prices::new(built_in)),
@@ -330,15 +323,11 @@ impl AwsCloud {
     async fn launch(
         &self,
         claim: &NodeClaim,
+        node_class: Option<&EC2NodeClass>,
         instance_types: &[Arc<InstanceType>],
     ) -> Result<Launch, CloudError> {
-        let class = joist_provider::node_class::ready(&self.inner.kube, claim).await?;
-        let Some(status) = class.status.as_ref() else {
-            return Err(CloudError::NodeClassNotReady {
-                node_class: class.name_any(),
-                reason: "its status is not resolved".to_owned(),
-            });
-        };
+        let (class, status) =
+            joist_provider::node_class::launchable(&claim.spec.node_class_ref.name, node_class)?;
         let candidates = launch::candidates(claim, instance_types)?;
         // `candidates` answers an error rather than nothing, so there is a first.
         let Some(capacity_type) = candidates.first().map(|c| c.offering.capacity_type) else {
@@ -363,7 +352,7 @@ impl AwsCloud {
             let template = match templates.get(&key) {
                 Some(name) => name.clone(),
                 None => {
-                    let input = self.template_input(&class, claim, &ami.id, max_pods)?;
+                    let input = self.template_input(class, claim, &ami.id, max_pods)?;
                     let name = self.inner.templates.ensure(&self.inner.clients, &input).await?;
                     templates.insert(key, name.clone());
                     name
@@ -399,7 +388,7 @@ impl AwsCloud {
                 .get(PRICE_OVERLAY_APPLIED)
                 .is_some_and(|v| v == "true"),
             configs,
-            tags: self.launch_tags(&class, claim),
+            tags: self.launch_tags(class, claim),
         };
         let (launched, unavailable) = self
             .inner
@@ -453,7 +442,7 @@ impl AwsCloud {
             &self.inner.clients.region,
             &offering.zone,
             offering.capacity_type.label(),
-            &class,
+            class,
         );
         labels.extend(claim.labels().iter().map(|(k, v)| (k.clone(), v.clone())));
         let mut tags = request.tags;
@@ -509,9 +498,10 @@ impl CloudProvider for AwsCloud {
     fn create<'a>(
         &'a self,
         claim: &'a NodeClaim,
+        node_class: Option<&'a EC2NodeClass>,
         instance_types: &'a [Arc<InstanceType>],
     ) -> CloudFuture<'a, Launch> {
-        Box::pin(self.launch(claim, instance_types))
+        Box::pin(self.launch(claim, node_class, instance_types))
     }
 
     fn delete<'a>(&'a self, provider_id: &'a str) -> CloudFuture<'a, ()> {
@@ -613,15 +603,17 @@ impl CloudProvider for AwsCloud {
         })
     }
 
-    fn is_drifted<'a>(&'a self, claim: &'a NodeClaim) -> CloudFuture<'a, Option<Drift>> {
+    fn is_drifted<'a>(
+        &'a self,
+        claim: &'a NodeClaim,
+        status: &'a EC2NodeClassStatus,
+    ) -> CloudFuture<'a, Option<Drift>> {
         Box::pin(async move {
-            let Some((provider_id, status)) =
-                joist_provider::node_class::drift_basis(&self.inner.kube, claim).await?
-            else {
+            let Some(provider_id) = claim.status.as_ref().and_then(|s| s.provider_id.as_deref()) else {
                 return Ok(None);
             };
             let placement = instances::placement(&self.inner.clients, provider_id).await?;
-            Ok(drift(&placement, &status))
+            Ok(drift(&placement, status))
         })
     }
 

@@ -116,12 +116,14 @@ pub trait CloudProvider: Send + Sync + 'static {
     /// The provider's name (`aws`, `sim`).
     fn name(&self) -> &'static str;
 
-    /// Launches an instance for `claim`, choosing among `instance_types` (its NodePool's, as
-    /// [`instance_types`](Self::instance_types) listed them, with offerings known to be out of
-    /// capacity marked unavailable) the offerings its requirements and requests allow.
+    /// Launches an instance for `claim` through `node_class` (the claim's, as the controllers
+    /// see it: checked with [`node_class::launchable`]), choosing among `instance_types` (its
+    /// NodePool's, as [`instance_types`](Self::instance_types) listed them, with offerings known to
+    /// be out of capacity marked unavailable) the offerings its requirements and requests allow.
     fn create<'a>(
         &'a self,
         claim: &'a NodeClaim,
+        node_class: Option<&'a EC2NodeClass>,
         instance_types: &'a [Arc<InstanceType>],
     ) -> CloudFuture<'a, Launch>;
 
@@ -154,8 +156,13 @@ pub trait CloudProvider: Send + Sync + 'static {
     /// Resolves a node class (subnets, security groups, images …) into the status to publish.
     fn resolve_node_class<'a>(&'a self, node_class: &'a EC2NodeClass) -> CloudFuture<'a, EC2NodeClassStatus>;
 
-    /// Whether the claim's instance has drifted from what its node class now resolves to.
-    fn is_drifted<'a>(&'a self, claim: &'a NodeClaim) -> CloudFuture<'a, Option<Drift>>;
+    /// Whether the claim's instance has drifted from what its node class (`status`, as resolved
+    /// now) selects; `None` also when the claim has no instance yet.
+    fn is_drifted<'a>(
+        &'a self,
+        claim: &'a NodeClaim,
+        status: &'a EC2NodeClassStatus,
+    ) -> CloudFuture<'a, Option<Drift>>;
 
     /// Names the instance after the Node it registered as (EC2's `Name` tag, as Karpenter's
     /// tagging controller writes it once the Node is known); [`CloudError::NodeClaimNotFound`] when

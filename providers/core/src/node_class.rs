@@ -1,58 +1,34 @@
-//! The node class a launch needs, read from the cluster: every provider checks the claim's
-//! EC2NodeClass the same way before it calls its cloud, as Karpenter does.
+//! A launch's node class, as every provider checks it before it calls its cloud (Karpenter's
+//! order), and drift: a claim's instance compared with what its class resolves to now
+//! ([`drift`]), in EC2's order of reasons. The controllers hand the class in, read from their own
+//! view of the cluster; no provider reads the API server for it.
 //!
-//! Drift compares a claim's instance with what its class resolves to now ([`drift_basis`]), in
-//! EC2's order of reasons ([`drift`]).
-//!
-//! Failures: a class that does not exist, or whose `Ready` condition is not `True`, is
-//! [`CloudError::NodeClassNotReady`] (the claim is deleted and its pods are simulated again); an API
-//! server that does not answer is `Transient`.
+//! Failures: a class that is missing, not Ready or not resolved is
+//! [`CloudError::NodeClassNotReady`] (the claim is deleted and its pods are simulated again).
 
-use joist_messages::apis::{EC2NodeClass, EC2NodeClassStatus, NodeClaim, ec2nodeclass::ResolvedSubnet};
-use kube::Api;
+use joist_messages::apis::{EC2NodeClass, EC2NodeClassStatus, ec2nodeclass::ResolvedSubnet};
 
 use crate::{CloudError, Drift};
 
-/// The claim's EC2NodeClass, if it exists and is Ready (see the module docs).
-pub async fn ready(client: &kube::Client, claim: &NodeClaim) -> Result<EC2NodeClass, CloudError> {
-    let name = &claim.spec.node_class_ref.name;
+/// `class` (the claim's, named `name`) and its resolved status when it can launch; otherwise why
+/// not.
+pub fn launchable<'c>(
+    name: &str,
+    class: Option<&'c EC2NodeClass>,
+) -> Result<(&'c EC2NodeClass, &'c EC2NodeClassStatus), CloudError> {
     let not_ready = |reason: &str| CloudError::NodeClassNotReady {
-        node_class: name.clone(),
+        node_class: name.to_owned(),
         reason: reason.to_owned(),
     };
-    let classes: Api<EC2NodeClass> = Api::all(client.clone());
-    let class = classes
-        .get_opt(name)
-        .await
-        .map_err(|e| CloudError::Transient {
-            message: format!("reading EC2NodeClass {name}: {e}"),
-        })?
-        .ok_or_else(|| not_ready("not found"))?;
-    let ready = class
-        .status
-        .iter()
-        .flat_map(|s| &s.conditions)
-        .any(|c| c.type_ == "Ready" && c.status == "True");
-    if ready {
-        Ok(class)
-    } else {
-        Err(not_ready("its Ready condition is not True"))
+    let class = class.ok_or_else(|| not_ready("not found"))?;
+    if !class.is_ready() {
+        return Err(not_ready("its Ready condition is not True"));
     }
-}
-
-/// What drift compares: the claim's provider ID and its class's resolved status; `None` when the
-/// claim has no instance yet or the class has not been resolved.
-pub async fn drift_basis<'a>(
-    client: &kube::Client,
-    claim: &'a NodeClaim,
-) -> Result<Option<(&'a str, EC2NodeClassStatus)>, CloudError> {
-    let Some(provider_id) = claim.status.as_ref().and_then(|s| s.provider_id.as_deref()) else {
-        return Ok(None);
-    };
-    Ok(ready(client, claim)
-        .await?
+    let status = class
         .status
-        .map(|status| (provider_id, status)))
+        .as_ref()
+        .ok_or_else(|| not_ready("its status is not resolved"))?;
+    Ok((class, status))
 }
 
 /// Why an instance that booted `image_id` drifted from its class's resolved `status`: its image
@@ -83,4 +59,45 @@ pub fn drift(
     Some(Drift {
         reason: reason.to_owned(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn class(conditions: serde_json::Value) -> EC2NodeClass {
+        serde_json::from_value(json!({
+            "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass", "metadata": {"name": "default"},
+            "spec": {"role": "r", "amiSelectorTerms": [{"alias": "al2023@latest"}],
+                     "subnetSelectorTerms": [{"id": "subnet-1"}], "securityGroupSelectorTerms": [{"id": "sg-1"}]},
+            "status": {"conditions": conditions}
+        }))
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn only_a_ready_class_launches_and_the_refusal_says_why() {
+        let ready = class(
+            json!([{"type": "Ready", "status": "True", "reason": "Ready", "message": "",
+                                   "lastTransitionTime": "2026-01-01T00:00:00Z"}]),
+        );
+        assert!(launchable("default", Some(&ready)).is_ok());
+        let unready = class(
+            json!([{"type": "Ready", "status": "False", "reason": "SubnetsNotFound", "message": "",
+                                     "lastTransitionTime": "2026-01-01T00:00:00Z"}]),
+        );
+        let refused = launchable("default", Some(&unready))
+            .map(|_| ())
+            .map_err(|e| e.to_string());
+        assert_eq!(
+            refused,
+            Err("node class default is not ready: its Ready condition is not True".to_owned())
+        );
+        assert!(matches!(
+            launchable("gone", None),
+            Err(CloudError::NodeClassNotReady { node_class, reason }) if node_class == "gone" && reason == "not found"
+        ));
+    }
 }

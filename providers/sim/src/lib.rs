@@ -620,14 +620,14 @@ impl CloudProvider for SimCloud {
     fn create<'a>(
         &'a self,
         claim: &'a NodeClaim,
+        node_class: Option<&'a EC2NodeClass>,
         instance_types: &'a [Arc<InstanceType>],
     ) -> CloudFuture<'a, Launch> {
         Box::pin(async move {
             let reply = self.inner.books.call(Operation::Create)?;
-            let node_class = joist_provider::node_class::ready(&self.inner.client, claim).await?;
-            reply
-                .answer(self.launch(claim, &node_class, instance_types))
-                .await
+            let (node_class, _) =
+                joist_provider::node_class::launchable(&claim.spec.node_class_ref.name, node_class)?;
+            reply.answer(self.launch(claim, node_class, instance_types)).await
         })
     }
 
@@ -784,18 +784,20 @@ impl CloudProvider for SimCloud {
         })
     }
 
-    fn is_drifted<'a>(&'a self, claim: &'a NodeClaim) -> CloudFuture<'a, Option<Drift>> {
+    fn is_drifted<'a>(
+        &'a self,
+        claim: &'a NodeClaim,
+        status: &'a EC2NodeClassStatus,
+    ) -> CloudFuture<'a, Option<Drift>> {
         Box::pin(async move {
-            let Some((provider_id, status)) =
-                joist_provider::node_class::drift_basis(&self.inner.client, claim).await?
-            else {
+            let Some(provider_id) = claim.status.as_ref().and_then(|s| s.provider_id.as_deref()) else {
                 return Ok(None);
             };
             let instance = self.get(provider_id).await?;
             // Simulated instances carry no security groups; their subnet is their zone's.
             let in_zone = |subnet: &ResolvedSubnet| subnet.zone == instance.zone;
             Ok(joist_provider::node_class::drift(
-                &status,
+                status,
                 &instance.image_id,
                 in_zone,
                 None,

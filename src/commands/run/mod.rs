@@ -96,7 +96,7 @@ async fn serve(settings: RunSettings, telemetry: &Telemetry) -> Result<(), Comma
         version.minor.trim_end_matches('+')
     );
     let (cloud, interruption_queue) = match &settings.cloud {
-        CloudKind::Aws => aws_cloud(&settings, &client, kubernetes_version).await?,
+        CloudKind::Aws => aws_cloud(&settings, kubernetes_version).await?,
         CloudKind::Simulated { region } => {
             let cloud = simulated_cloud(
                 "simulated",
@@ -181,11 +181,7 @@ async fn serve(settings: RunSettings, telemetry: &Telemetry) -> Result<(), Comma
 
 /// The cloud and interruption queue `joist run` uses in production: EC2 and, when
 /// `INTERRUPTION_QUEUE` names one, SQS.
-async fn aws_cloud(
-    settings: &RunSettings,
-    client: &kube::Client,
-    kubernetes_version: String,
-) -> Result<Cloud, CommandError> {
+async fn aws_cloud(settings: &RunSettings, kubernetes_version: String) -> Result<Cloud, CommandError> {
     let start = |message: String| CommandError::Start { message };
     let clients = AwsClients::from_env().await.map_err(|e| start(e.to_string()))?;
     tracing::info!(
@@ -200,7 +196,6 @@ async fn aws_cloud(
     });
     let cloud = AwsCloud::new(
         clients,
-        client.clone(),
         AwsSettings {
             cluster_name: settings.cluster_name.clone(),
             cluster_endpoint: settings.cluster_endpoint.clone(),

@@ -77,7 +77,6 @@ async fn an_instance_no_nodeclaim_accounts_for_is_terminated() {
         .unwrap_or_else(|e| panic!("{e}"));
     let cloud = AwsCloud::new(
         clients.clone(),
-        cluster.client(),
         AwsSettings {
             cluster_name: CLUSTER.to_owned(),
             cluster_endpoint: "https://gc.example.eks.amazonaws.com".to_owned(),

@@ -1,11 +1,10 @@
 //! [`AwsCloud`] launching through moto: a real CreateFleet from a launch template it created,
 //! the instance described and terminated, and the template reused by the next launch. The
-//! EC2NodeClass is read from an in-process kubesim, as `joist run` reads it from the cluster.
+//! EC2NodeClass is handed to the launch as the controllers hand it, resolved and Ready.
 
 use std::{collections::BTreeMap, sync::Arc};
 
 use base64::Engine;
-use joist_kubesim::{Cluster, ClusterSettings};
 use joist_messages::{
     apis::{
         EC2NodeClass, NodeClaim, NodeClaimSpec, NodePool,
@@ -22,7 +21,6 @@ use joist_messages::{
 use joist_provider::{CloudError, CloudProvider};
 use joist_provider_aws::{AwsCloud, AwsSettings, instances, launch_template};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-use kube::api::{Api, Patch, PatchParams, PostParams};
 
 use crate::{moto, node_class, tag_network};
 
@@ -63,7 +61,7 @@ fn claim(name: &str) -> NodeClaim {
 }
 
 /// What a launch test starts from: moto, Joist's AWS provider, the class `default` as the
-/// NodeClass controller leaves it (resolved and Ready, in kubesim), and the instance types it
+/// NodeClass controller leaves it (resolved and Ready), and the instance types it
 /// offers the NodePool `default`.
 struct Fleet {
     clients: joist_provider_aws::clients::AwsClients,
@@ -88,14 +86,8 @@ fn spec(extra: &str) -> String {
 async fn fleet(cluster: &str, spec: &str) -> Fleet {
     let clients = moto::clients().await;
     tag_network(&clients, CLUSTER, &["us-west-2d"]).await;
-    let kubesim = Cluster::start(ClusterSettings::default());
-    kubesim
-        .install_crds(joist_messages::apis::crds().into_iter().map(|(_, crd)| crd))
-        .unwrap_or_else(|e| panic!("{e}"));
-    let kube = kubesim.client();
     let cloud = AwsCloud::new(
         clients.clone(),
-        kube.clone(),
         AwsSettings {
             cluster_name: cluster.to_owned(),
             cluster_endpoint: ENDPOINT.to_owned(),
@@ -108,11 +100,6 @@ async fn fleet(cluster: &str, spec: &str) -> Fleet {
     )
     .unwrap_or_else(|e| panic!("{e}"));
     let mut class = node_class(spec);
-    let classes: Api<EC2NodeClass> = Api::all(kube.clone());
-    classes
-        .create(&PostParams::default(), &class)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
     let mut status = cloud
         .resolve_node_class(&class)
         .await
@@ -125,14 +112,6 @@ async fn fleet(cluster: &str, spec: &str) -> Fleet {
         last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Default::default()),
         observed_generation: None,
     });
-    classes
-        .patch_status(
-            "default",
-            &PatchParams::default(),
-            &Patch::Merge(serde_json::json!({ "status": status })),
-        )
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
     class.status = Some(status);
     let pool: NodePool = serde_saphyr::from_str(
         "apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {name: default}\n\
@@ -217,7 +196,7 @@ async fn a_fleet_launches_from_a_reused_template_and_the_instance_is_terminated(
     }),);
 
     let first = cloud
-        .create(&claim("default-first"), &types)
+        .create(&claim("default-first"), Some(&class), &types)
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     let instance = &first.instance;
@@ -254,7 +233,7 @@ async fn a_fleet_launches_from_a_reused_template_and_the_instance_is_terminated(
     );
 
     let second = cloud
-        .create(&claim("default-second"), &types)
+        .create(&claim("default-second"), Some(&class), &types)
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     assert_ne!(second.instance.provider_id, instance.provider_id);
@@ -286,8 +265,8 @@ async fn the_classs_network_and_cpu_options_reach_the_launch_template() {
     let Fleet {
         clients,
         cloud,
+        class,
         types,
-        ..
     } = fleet(
         EFA_CLUSTER,
         &spec(
@@ -318,7 +297,7 @@ async fn the_classs_network_and_cpu_options_reach_the_launch_template() {
         requirement.values = vec!["m6in.32xlarge".to_owned()];
     }
     let launched = cloud
-        .create(&claim, &types)
+        .create(&claim, Some(&class), &types)
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(
