@@ -365,11 +365,17 @@ async fn joist_run_launches_a_moto_instance_for_a_pending_pod_and_initializes_it
     assert_eq!(instance.instance_type, "m5.large", "the cheapest type that fits");
     assert_eq!(instance.zone, "us-west-2a");
     assert_eq!(
-        instance.tags.get(instances::NODECLAIM_TAG).map(String::as_str),
+        instance
+            .tags
+            .get(joist_messages::labels::tags::NODECLAIM)
+            .map(String::as_str),
         Some(claim_name.as_str())
     );
     assert_eq!(
-        instance.tags.get(instances::NODEPOOL_TAG).map(String::as_str),
+        instance
+            .tags
+            .get(joist_messages::labels::tags::NODEPOOL)
+            .map(String::as_str),
         Some("default")
     );
 

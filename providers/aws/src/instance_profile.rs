@@ -9,7 +9,10 @@
 
 use aws_sdk_iam::types::Tag;
 
-use crate::{clients::AwsClients, error::AwsError, instances::NODECLASS_TAG};
+use joist_messages::labels::tags::EC2_NODE_CLASS;
+use joist_provider::launch::cluster_tag;
+
+use crate::{clients::AwsClients, error::AwsError};
 
 /// The name of the instance profile of class `class` in `cluster` and `region`.
 pub fn name(cluster: &str, region: &str, class: &str) -> String {
@@ -83,9 +86,9 @@ pub async fn ensure(
 
 async fn create(clients: &AwsClients, cluster: &str, class: &str, profile: &str) -> Result<(), AwsError> {
     let tags = [
-        (crate::instances::cluster_tag(cluster), "owned".to_owned()),
+        (cluster_tag(cluster), "owned".to_owned()),
         ("eks:eks-cluster-name".to_owned(), cluster.to_owned()),
-        (NODECLASS_TAG.to_owned(), class.to_owned()),
+        (EC2_NODE_CLASS.to_owned(), class.to_owned()),
         ("topology.kubernetes.io/region".to_owned(), clients.region.clone()),
     ]
     .into_iter()

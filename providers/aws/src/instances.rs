@@ -9,22 +9,10 @@
 use std::collections::BTreeMap;
 
 use aws_sdk_ec2::types::{Filter, InstanceStateName};
-use joist_messages::model::instance_type::CapacityType;
-use joist_provider::{CloudError, Instance, InstanceState};
+use joist_messages::{labels::tags, model::instance_type::CapacityType};
+use joist_provider::{CloudError, Instance, InstanceState, launch::cluster_tag};
 
 use crate::{clients::AwsClients, error::AwsError};
-
-/// The tag naming the NodePool an instance was launched for.
-pub const NODEPOOL_TAG: &str = "karpenter.sh/nodepool";
-/// The tag naming the NodeClaim an instance was launched for.
-pub const NODECLAIM_TAG: &str = "karpenter.sh/nodeclaim";
-/// The tag naming the EC2NodeClass an instance was launched from.
-pub const NODECLASS_TAG: &str = "karpenter.k8s.aws/ec2nodeclass";
-
-/// The cluster-ownership tag key for `cluster`.
-pub fn cluster_tag(cluster: &str) -> String {
-    format!("kubernetes.io/cluster/{cluster}")
-}
 
 /// The provider ID Kubernetes uses for an instance: `aws:///us-west-2a/i-0123…`.
 pub fn provider_id(zone: &str, instance_id: &str) -> String {
@@ -40,7 +28,7 @@ pub fn instance_id(provider_id: &str) -> Option<&str> {
 /// Joist's live instances in `cluster`.
 pub async fn list(clients: &AwsClients, cluster: &str) -> Result<Vec<Instance>, AwsError> {
     let filters = vec![
-        Filter::builder().name("tag-key").values(NODEPOOL_TAG).build(),
+        Filter::builder().name("tag-key").values(tags::NODEPOOL).build(),
         Filter::builder()
             .name(format!("tag:{}", cluster_tag(cluster)))
             .values("owned")

@@ -19,7 +19,7 @@
 //! cannot be rendered or a request EC2 refuses is a `Create` error naming the class or EC2's code.
 
 use std::{
-    collections::{BTreeMap, BTreeSet, HashMap},
+    collections::{BTreeSet, HashMap},
     sync::{Arc, PoisonError, RwLock},
     time::Duration,
 };
@@ -27,7 +27,7 @@ use std::{
 use futures::FutureExt;
 use joist_messages::{
     apis::{EC2NodeClass, EC2NodeClassStatus, NodeClaim, NodePool},
-    labels::{NODEPOOL, annotations::PRICE_OVERLAY_APPLIED},
+    labels::{annotations::PRICE_OVERLAY_APPLIED, tags::NODECLAIM as NODECLAIM_TAG},
     model::{
         instance_type::{CapacityType, InstanceType},
         resources::names,
@@ -47,7 +47,7 @@ use crate::{
     clients::AwsClients,
     coalesce::{Coalescer, Window},
     fleet::{self, FleetRequest, Launched, Override, TemplateConfig},
-    instances::{self, NODECLAIM_TAG, NODECLASS_TAG, NODEPOOL_TAG, cluster_tag},
+    instances,
     launch_template::{self, LaunchTemplates, TemplateInput},
     node_class,
     offerings::{self, Catalog},
@@ -304,22 +304,6 @@ impl AwsCloud {
         })
     }
 
-    /// The tags every instance of `claim` launches with (the NodeClaim's name is added after, so
-    /// identical requests can share a fleet).
-    fn launch_tags(&self, class: &EC2NodeClass, claim: &NodeClaim) -> BTreeMap<String, String> {
-        let cluster = &self.inner.settings.cluster_name;
-        let mut tags = class.spec.tags.clone();
-        tags.extend([
-            (cluster_tag(cluster), "owned".to_owned()),
-            ("eks:eks-cluster-name".to_owned(), cluster.clone()),
-            (NODECLASS_TAG.to_owned(), class.name_any()),
-        ]);
-        if let Some(pool) = claim.labels().get(NODEPOOL) {
-            tags.insert(NODEPOOL_TAG.to_owned(), pool.clone());
-        }
-        tags
-    }
-
     async fn launch(
         &self,
         claim: &NodeClaim,
@@ -388,7 +372,7 @@ impl AwsCloud {
                 .get(PRICE_OVERLAY_APPLIED)
                 .is_some_and(|v| v == "true"),
             configs,
-            tags: self.launch_tags(class, claim),
+            tags: joist_provider::launch::instance_tags(&self.inner.settings.cluster_name, class, claim),
         };
         let (launched, unavailable) = self
             .inner

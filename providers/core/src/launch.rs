@@ -18,7 +18,7 @@ use std::{
 
 use joist_messages::{
     apis::{EC2NodeClass, NodeClaim},
-    labels::{CAPACITY_TYPE, REGION, ZONE, aws},
+    labels::{CAPACITY_TYPE, NODEPOOL, REGION, ZONE, aws, tags},
     model::{
         instance_type::{CapacityType, InstanceType, Offering},
         requirements::{Operator, Requirements},
@@ -49,6 +49,31 @@ impl Candidate<'_> {
             capacity_type: self.offering.capacity_type,
         }
     }
+}
+
+/// The tag key that marks an instance as `cluster`'s (`kubernetes.io/cluster/<cluster>=owned`).
+pub fn cluster_tag(cluster: &str) -> String {
+    format!("{}{cluster}", tags::CLUSTER_PREFIX)
+}
+
+/// The tags every instance launched for `claim` through `class` in `cluster` carries, as Karpenter
+/// tags it (so either controller adopts the other's instances): the class's own `spec.tags`, then
+/// cluster ownership, the EKS cluster name, the EC2NodeClass and the NodePool. The NodeClaim's
+/// name (`karpenter.sh/nodeclaim`) is the caller's to add, when its launch allows.
+pub fn instance_tags(cluster: &str, class: &EC2NodeClass, claim: &NodeClaim) -> BTreeMap<String, String> {
+    let mut instance_tags = class.spec.tags.clone();
+    instance_tags.extend([
+        (cluster_tag(cluster), "owned".to_owned()),
+        (tags::EKS_CLUSTER_NAME.to_owned(), cluster.to_owned()),
+        (
+            tags::EC2_NODE_CLASS.to_owned(),
+            class.metadata.name.clone().unwrap_or_default(),
+        ),
+    ]);
+    if let Some(pool) = claim.metadata.labels.as_ref().and_then(|l| l.get(NODEPOOL)) {
+        instance_tags.insert(tags::NODEPOOL.to_owned(), pool.clone());
+    }
+    instance_tags
 }
 
 /// The labels a node of `instance_type` in `zone` carries, before the NodeClaim's own: the
@@ -225,6 +250,34 @@ mod tests {
         NodeClaim::new("default-abcde", spec)
     }
 
+    #[test]
+    fn instances_carry_karpenters_tags_over_the_classs_own() {
+        let class: EC2NodeClass = serde_json::from_value(serde_json::json!({
+            "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass", "metadata": {"name": "default"},
+            "spec": {"role": "r", "amiSelectorTerms": [{"alias": "al2023@latest"}],
+                     "subnetSelectorTerms": [{"id": "subnet-1"}], "securityGroupSelectorTerms": [{"id": "sg-1"}],
+                     "tags": {"team": "web", "eks:eks-cluster-name": "not-this"}}
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        let claim: NodeClaim = serde_json::from_value(serde_json::json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+            "metadata": {"name": "default-abc", "labels": {"karpenter.sh/nodepool": "default"}},
+            "spec": {"nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}, "requirements": []}
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        let tags = instance_tags("prod", &class, &claim);
+        let expected: BTreeMap<String, String> = [
+            ("team", "web"),
+            ("eks:eks-cluster-name", "prod"),
+            ("kubernetes.io/cluster/prod", "owned"),
+            ("karpenter.k8s.aws/ec2nodeclass", "default"),
+            ("karpenter.sh/nodepool", "default"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+        assert_eq!(tags, expected);
+    }
     #[test]
     fn spot_is_preferred_cheapest_first_and_unavailable_offerings_are_skipped() {
         use CapacityType::{OnDemand, Spot};

@@ -31,7 +31,7 @@ use joist_messages::{
         EC2NodeClass, EC2NodeClassStatus, NodeClaim, NodePool,
         ec2nodeclass::{ResolvedAmi, ResolvedSecurityGroup, ResolvedSubnet},
     },
-    labels::{ARCH, NODEPOOL, tags},
+    labels::{ARCH, tags},
     model::{instance_type::InstanceType, shape::Ec2Shape},
 };
 use joist_provider::{
@@ -347,7 +347,7 @@ impl SimCloud {
                 price: candidate.offering.price,
                 state: InstanceState::Pending,
                 launched_at: settings.epoch_seconds + books.elapsed() as i64,
-                tags: self.tags(claim),
+                tags: self.tags(node_class, claim),
             };
             let name = match self.inner.kubelet {
                 Kubelet::Kubesim => node_name(ordinal, &settings.region),
@@ -412,24 +412,16 @@ impl SimCloud {
         })
     }
 
-    fn tags(&self, claim: &NodeClaim) -> BTreeMap<String, String> {
-        let cluster = &self.inner.settings.cluster_name;
-        let mut tags = BTreeMap::from([
-            (format!("kubernetes.io/cluster/{cluster}"), "owned".to_owned()),
-            ("eks:eks-cluster-name".to_owned(), cluster.clone()),
-            (
-                tags::NODECLAIM.to_owned(),
-                claim.metadata.name.clone().unwrap_or_default(),
-            ),
-            (
-                "karpenter.k8s.aws/ec2nodeclass".to_owned(),
-                claim.spec.node_class_ref.name.clone(),
-            ),
-        ]);
-        if let Some(pool) = claim.labels().get(NODEPOOL) {
-            tags.insert(NODEPOOL.to_owned(), pool.clone());
-        }
-        tags
+    /// The instance's tags: Karpenter's, and the NodeClaim's name at once (the simulated cloud
+    /// launches one instance a call).
+    fn tags(&self, node_class: &EC2NodeClass, claim: &NodeClaim) -> BTreeMap<String, String> {
+        let mut instance_tags =
+            joist_provider::launch::instance_tags(&self.inner.settings.cluster_name, node_class, claim);
+        instance_tags.insert(
+            tags::NODECLAIM.to_owned(),
+            claim.metadata.name.clone().unwrap_or_default(),
+        );
+        instance_tags
     }
 
     /// The running instance an earlier launch for the NodeClaim `name` started, as a launch.

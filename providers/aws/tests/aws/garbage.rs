@@ -20,13 +20,13 @@ async fn launch(clients: &joist_provider_aws::clients::AwsClients, image: &str, 
         .resource_type(ResourceType::Instance)
         .tags(
             Tag::builder()
-                .key(instances::NODEPOOL_TAG)
+                .key(joist_messages::labels::tags::NODEPOOL)
                 .value("default")
                 .build(),
         )
         .tags(
             Tag::builder()
-                .key(instances::cluster_tag(cluster))
+                .key(joist_provider::launch::cluster_tag(cluster))
                 .value("owned")
                 .build(),
         )

@@ -19,7 +19,7 @@ use joist_messages::{
     },
 };
 use joist_provider::{CloudError, CloudProvider};
-use joist_provider_aws::{AwsCloud, AwsSettings, instances, launch_template};
+use joist_provider_aws::{AwsCloud, AwsSettings, launch_template};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
 use crate::{moto, node_class, tag_network};
@@ -218,9 +218,12 @@ async fn a_fleet_launches_from_a_reused_template_and_the_instance_is_terminated(
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     let tag = |key: &str| described.tags.get(key).map(String::as_str);
-    assert_eq!(tag(instances::NODECLAIM_TAG), Some("default-first"));
-    assert_eq!(tag(instances::NODEPOOL_TAG), Some("default"));
-    assert_eq!(tag(&instances::cluster_tag(CLUSTER)), Some("owned"));
+    assert_eq!(
+        tag(joist_messages::labels::tags::NODECLAIM),
+        Some("default-first")
+    );
+    assert_eq!(tag(joist_messages::labels::tags::NODEPOOL), Some("default"));
+    assert_eq!(tag(&joist_provider::launch::cluster_tag(CLUSTER)), Some("owned"));
     assert_eq!(tag("eks:eks-cluster-name"), Some(CLUSTER));
     assert!(
         class

@@ -303,16 +303,16 @@ async fn instances_are_listed_by_the_cluster_tags_read_and_terminated() {
             .tag_specifications(spec)
             .send()
     };
-    let cluster_tag = instances::cluster_tag("listed");
+    let cluster_tag = joist_provider::launch::cluster_tag("listed");
     let ours = launch(vec![
-        (instances::NODEPOOL_TAG, "default"),
+        (joist_messages::labels::tags::NODEPOOL, "default"),
         (&cluster_tag, "owned"),
     ])
     .await
     .unwrap_or_else(|e| panic!("{e}"));
-    let other_cluster = instances::cluster_tag("someone-else");
+    let other_cluster = joist_provider::launch::cluster_tag("someone-else");
     launch(vec![
-        (instances::NODEPOOL_TAG, "default"),
+        (joist_messages::labels::tags::NODEPOOL, "default"),
         (&other_cluster, "owned"),
     ])
     .await
@@ -342,7 +342,10 @@ async fn instances_are_listed_by_the_cluster_tags_read_and_terminated() {
         ("m5.large", image.as_str())
     );
     assert_eq!(
-        instance.tags.get(instances::NODEPOOL_TAG).map(String::as_str),
+        instance
+            .tags
+            .get(joist_messages::labels::tags::NODEPOOL)
+            .map(String::as_str),
         Some("default")
     );
 
