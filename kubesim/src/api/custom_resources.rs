@@ -5,7 +5,9 @@
 //! server's verdicts on the same corpus.
 //!
 //! Checked on every write of the main resource through the API (create, update, patch, apply),
-//! not on status writes; kinds of other CRDs are not judged. Failure mode: a refused object is a
+//! not on status writes; kinds of other CRDs are not judged. An update is refused only for problems
+//! the stored object did not have already, as kube-apiserver ratchets CRD validation: an object
+//! kept from an older CRD can still get its finalizers removed. Failure mode: a refused object is a
 //! 422 `Invalid` naming every field and its problem, as kube-apiserver lists them.
 
 use std::sync::{LazyLock, Mutex};
@@ -22,30 +24,21 @@ use crate::error::ApiError;
 /// One checker (its schemas and patterns compiled once) for every request.
 static CHECKER: LazyLock<Mutex<Checker>> = LazyLock::new(|| Mutex::new(Checker::new()));
 
-/// Refuses `object`, a custom resource written through `path`, when the API server would.
-pub fn judge(path: &ResourcePath, object: &Value) -> Result<(), ApiError> {
+/// Refuses `object`, a custom resource written through `path` over `stored` (`None` for a create),
+/// when the API server would.
+pub fn judge(path: &ResourcePath, stored: Option<&Value>, object: &Value) -> Result<(), ApiError> {
     let rtype = &path.rtype;
     if !matches!(rtype.group.as_str(), "karpenter.sh" | "karpenter.k8s.aws") {
         return Ok(());
     }
-    let mut judged = object.clone();
-    // A create by generateName is named before it is validated.
-    if judged.pointer("/metadata/name").is_none()
-        && let Some(prefix) = judged.pointer("/metadata/generateName").and_then(Value::as_str)
-    {
-        judged["metadata"]["name"] = Value::String(format!("{prefix}xxxxx"));
-    }
-    let outcome = {
-        let mut checker = CHECKER.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        checker.check_document(judged).outcome
-    };
-    let Outcome::Invalid(violations) = outcome else {
+    let after = problems(object);
+    if after.is_empty() {
         return Ok(());
-    };
-    let refused: Vec<String> = violations
-        .iter()
-        .filter(|violation| beyond_the_crds(object, violation).is_none())
-        .map(ToString::to_string)
+    }
+    let before = stored.map(problems).unwrap_or_default();
+    let refused: Vec<String> = after
+        .into_iter()
+        .filter(|problem| !before.contains(problem))
         .collect();
     let reason = match refused.as_slice() {
         [] => return Ok(()),
@@ -62,4 +55,27 @@ pub fn judge(path: &ResourcePath, object: &Value) -> Result<(), ApiError> {
             .to_owned(),
         reason,
     })
+}
+
+/// What the API server refuses in `object`, each as `field: problem`; none for a valid object.
+fn problems(object: &Value) -> Vec<String> {
+    let mut judged = object.clone();
+    // A create by generateName is named before it is validated.
+    if judged.pointer("/metadata/name").is_none()
+        && let Some(prefix) = judged.pointer("/metadata/generateName").and_then(Value::as_str)
+    {
+        judged["metadata"]["name"] = Value::String(format!("{prefix}xxxxx"));
+    }
+    let outcome = {
+        let mut checker = CHECKER.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        checker.check_document(judged).outcome
+    };
+    let Outcome::Invalid(violations) = outcome else {
+        return Vec::new();
+    };
+    violations
+        .iter()
+        .filter(|violation| beyond_the_crds(object, violation).is_none())
+        .map(ToString::to_string)
+        .collect()
 }

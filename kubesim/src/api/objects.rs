@@ -138,7 +138,7 @@ pub fn create(store: &Store, request: &ApiRequest, path: &ResourcePath) -> Resul
     let mut object = parse_body(request)?;
     check_kind(path, &object)?;
     Declared::of(store, path).check(request, path, &mut object, Body::Object)?;
-    custom_resources::judge(path, &object)?;
+    custom_resources::judge(path, None, &object)?;
     record_update(
         None,
         &mut object,
@@ -168,7 +168,6 @@ pub fn update(
     let mut object = parse_body(request)?;
     check_kind(path, &object)?;
     Declared::of(store, path).check(request, path, &mut object, Body::Object)?;
-    custom_resources::judge(path, &object)?;
     let write = field_write(store, request, path, main_scope(path));
     let updated = store.modify(
         &path.rtype.group_resource(),
@@ -176,6 +175,7 @@ pub fn update(
         Part::Main,
         request.query.dry_run(),
         |current| {
+            custom_resources::judge(path, Some(current), &object)?;
             let mut next = object;
             record_update(Some(current), &mut next, &write);
             Ok(next)
@@ -205,7 +205,7 @@ pub fn patch(
         let mut object = patch.clone();
         object["metadata"]["name"] = json!(key.name);
         record_apply(None, &patch, &mut object, &write, false)?;
-        custom_resources::judge(path, &object)?;
+        custom_resources::judge(path, None, &object)?;
         let created = store.create(&resource, &key.namespace, object, dry_run)?;
         return Ok((201, versioned(path, &created)));
     }
@@ -271,7 +271,7 @@ pub fn patched_and_recorded(
         record_update(Some(current), &mut next, write);
     }
     if matches!(write.scope, Scope::Main { .. }) {
-        custom_resources::judge(path, &next)?;
+        custom_resources::judge(path, Some(current), &next)?;
     }
     Ok(next)
 }

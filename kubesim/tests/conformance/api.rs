@@ -537,3 +537,51 @@ async fn an_applied_configuration_with_unknown_fields_is_refused_as_kube_apiserv
         "{body}"
     );
 }
+
+/// As kube-apiserver ratchets CRD validation: an object kept from an older CRD (stored as it was)
+/// can still be patched where the patch adds no problem of its own, and is refused where it does.
+#[tokio::test]
+async fn an_invalid_custom_resource_already_stored_takes_patches_that_add_no_problem() {
+    let cluster = cluster();
+    cluster
+        .install_crds(joist_messages::apis::crds().into_iter().map(|(_, crd)| crd))
+        .expect("crds");
+    let heavy = serde_json::json!({"apiVersion": "karpenter.sh/v1", "kind": "NodePool",
+        "metadata": {"name": "heavy", "finalizers": ["example.com/hold"]}, "spec": {"weight": 1000,
+        "template": {"spec": {"nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "d"}, "requirements": []}}}});
+    cluster
+        .store()
+        .create(
+            &joist_kubesim::resources::GroupResource::new("karpenter.sh", "nodepools"),
+            "",
+            heavy,
+            false,
+        )
+        .expect("stored as an older CRD let it be");
+    let client = cluster.client();
+    let path = "/apis/karpenter.sh/v1/nodepools/heavy";
+    let merge = "application/merge-patch+json";
+    let (labelled, body) = raw(
+        &client,
+        "PATCH",
+        path,
+        merge,
+        r#"{"metadata":{"labels":{"team":"a"},"finalizers":null}}"#,
+    )
+    .await;
+    assert_eq!(labelled, 200, "{body}");
+    let (refused, body) = raw(
+        &client,
+        "PATCH",
+        path,
+        merge,
+        r#"{"spec":{"disruption":{"consolidateAfter":"forever"}}}"#,
+    )
+    .await;
+    assert_eq!(refused, 422, "{body}");
+    let message = body["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("consolidateAfter") && !message.contains("spec.weight"),
+        "{message}"
+    );
+}
