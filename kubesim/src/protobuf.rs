@@ -257,7 +257,8 @@ pub enum Scan {
     /// Every unknown field (a decoder's strict field validation).
     Every,
     /// In each object, the fields up to the first unknown one, in the order of their names (as
-    /// server-side apply builds its typed object, which stops at an object's first unknown field).
+    /// server-side apply builds its typed object, which stops at an object's first unknown field;
+    /// kube-apiserver's order is Go's random map order, so this is one of its answers).
     UpToTheFirstUnknown,
 }
 

@@ -133,6 +133,9 @@ impl Declared {
 
     /// Refuses a server-side apply configuration with unknown fields, as kube-apiserver does: in
     /// each object up to its first unknown field, a built-in object's `metadata` left out.
+    /// kube-apiserver walks an object's fields in Go's random map order, so which fields it names
+    /// varies from call to call; kubesim names them in the order of their names, one of its
+    /// answers.
     pub fn check_applied(&self, path: &ResourcePath, config: &Value) -> Result<(), ApiError> {
         let builtin = self.crd.is_none();
         let unknown: Vec<Vec<Step>> = self
