@@ -449,9 +449,11 @@ pub fn record_update(before: Option<&Value>, after: &mut Value, write: &Write) {
         None => FieldSet::default(),
     };
     write.restrict(&mut changed);
-    let present = FieldSet::of_value(after, write.lists);
-    for entry in &mut entries {
-        entry.fields = entry.fields.minus(&changed).intersection(&present);
+    if !entries.is_empty() {
+        let present = FieldSet::of_value(after, write.lists);
+        for entry in &mut entries {
+            entry.fields = entry.fields.minus(&changed).intersection(&present);
+        }
     }
     if !changed.is_empty() {
         match entries.iter_mut().find(|entry| entry.is(write, "Update")) {
@@ -481,15 +483,27 @@ pub fn record_apply(
     let applied = write.owned_fields(config);
     let mine = entries.iter().position(|entry| entry.is(write, "Apply"));
     if let Some(current) = current {
-        let conflicts = conflicts(&entries, &applied, current, config, write);
+        // What each other manager owns that this apply sets to another value: a conflict, or,
+        // forced, taken over.
+        let contested: Vec<FieldSet> = entries
+            .iter()
+            .enumerate()
+            .map(|(index, entry)| match Some(index) == mine {
+                true => FieldSet::default(),
+                false => differing(&entry.fields.intersection(&applied), current, config),
+            })
+            .collect();
+        let conflicts: Vec<(&Entry, Vec<String>)> = entries
+            .iter()
+            .zip(&contested)
+            .map(|(entry, fields)| (entry, fields.leaves().iter().map(|path| readable(path)).collect()))
+            .filter(|(_, paths): &(&Entry, Vec<String>)| !paths.is_empty())
+            .collect();
         if !conflicts.is_empty() && !force {
             return Err(conflict_error(&conflicts, current));
         }
-        for (index, entry) in entries.iter_mut().enumerate() {
-            if Some(index) != mine {
-                let contested = differing(&entry.fields.intersection(&applied), current, config);
-                entry.fields = entry.fields.minus(&contested);
-            }
+        for (entry, fields) in entries.iter_mut().zip(&contested) {
+            entry.fields = entry.fields.minus(fields);
         }
     }
     let previous = mine
@@ -529,25 +543,6 @@ fn differing(fields: &FieldSet, live: &Value, config: &Value) -> FieldSet {
         }
     }
     out
-}
-
-/// Each other manager's fields the apply sets to another value than theirs.
-fn conflicts<'e>(
-    entries: &'e [Entry],
-    applied: &FieldSet,
-    live: &Value,
-    config: &Value,
-    write: &Write,
-) -> Vec<(&'e Entry, Vec<String>)> {
-    entries
-        .iter()
-        .filter(|entry| !entry.is(write, "Apply"))
-        .filter_map(|entry| {
-            let contested = differing(&entry.fields.intersection(applied), live, config);
-            let paths: Vec<String> = contested.leaves().iter().map(|path| readable(path)).collect();
-            (!paths.is_empty()).then_some((entry, paths))
-        })
-        .collect()
 }
 
 /// The 409 kube-apiserver answers an apply with conflicts.
