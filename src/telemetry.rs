@@ -1,5 +1,5 @@
 //! OpenTelemetry export for the `joist` process. When `OTEL_EXPORTER_OTLP_ENDPOINT` (or
-//! `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`) is set, every node's trace ([`joist_actors::node_trace`])
+//! `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`) is set, every node's trace ([`joist_actors::effects::node_trace`])
 //! is batched and exported over OTLP/HTTP with protobuf bodies (the OTLP default, port 4318 on a
 //! collector); when neither is set, nothing is recorded. The exporter reads the standard
 //! `OTEL_EXPORTER_OTLP_*` variables (headers, timeout) itself, and the resource honours
@@ -11,7 +11,7 @@
 
 use std::sync::Arc;
 
-use joist_actors::node_trace::NodeTracer;
+use joist_actors::effects::node_trace::NodeTracer;
 use opentelemetry_otlp::SpanExporter;
 use opentelemetry_sdk::{
     Resource,

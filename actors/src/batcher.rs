@@ -12,10 +12,10 @@ use actix::prelude::*;
 use tokio::time::Instant;
 
 use crate::{
-    metrics::Metrics,
+    effects::metrics::Metrics,
+    effects::settings::Settings,
     protocol::{PodPending, ProvisionBatch},
-    read_model::PodKey,
-    settings::Settings,
+    state::read_model::PodKey,
 };
 
 /// Pod notifications the Batcher queues before senders see `Full` (and coalesce).

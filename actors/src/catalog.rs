@@ -18,8 +18,8 @@ use kube::ResourceExt;
 use tokio::time::Instant;
 
 use crate::{
+    effects::settings::{INSTANCE_TYPES_TTL, UNAVAILABLE_OFFERING_TTL},
     protocol::{GetInstanceTypes, MarkUnavailable},
-    settings::{INSTANCE_TYPES_TTL, UNAVAILABLE_OFFERING_TTL},
 };
 
 /// Requests queued before callers wait (`send`) or see `Full` (`try_send`).

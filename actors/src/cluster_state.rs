@@ -48,8 +48,8 @@ use crate::{
     node_class,
     node_pool::NodePoolActor,
     protocol::PodPending,
-    read_model::{Listed, PodKey, Writers},
     shared::Shared,
+    state::read_model::{Listed, PodKey, Writers},
 };
 
 /// How often a trigger the Batcher could not take is retried.

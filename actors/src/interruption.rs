@@ -33,8 +33,8 @@ use joist_provider::{
 use kube::ResourceExt;
 
 use crate::{
-    faults::Step, kube_ops, metrics::MessageLabels, protocol::MarkUnavailable, settings::doubling_backoff,
-    shared::Shared,
+    effects::faults::Step, effects::kube_ops, effects::metrics::MessageLabels,
+    effects::settings::doubling_backoff, protocol::MarkUnavailable, shared::Shared,
 };
 
 /// Queue messages handled at once.

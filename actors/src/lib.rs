@@ -13,34 +13,25 @@
 //! Every actor's mailbox is bounded by a named constant. Per-object actors are supervised: one
 //! that fails is restarted from the read model without touching the others.
 
+pub mod decide;
+pub mod effects;
+pub mod state;
+
 pub mod batcher;
-pub mod breaker;
 pub mod catalog;
-pub mod claim_template;
-pub mod cloud_calls;
 pub mod cluster_state;
 pub mod disruption;
-pub mod events;
-pub mod faults;
-pub mod fold;
 pub mod garbage;
 pub mod interruption;
-pub mod kube_ops;
 pub mod lifecycle;
-pub mod metrics;
 pub mod node_claim;
 pub mod node_class;
 pub mod node_pool;
-pub mod node_trace;
 pub mod overlay;
 pub mod problem;
 pub mod protocol;
 pub mod provisioner;
-pub mod read_model;
-pub mod registration_health;
-pub mod settings;
 pub mod shared;
-pub mod snapshot;
 pub mod static_capacity;
 
 use std::sync::Arc;
@@ -50,10 +41,11 @@ use joist_messages::time::Clock;
 use joist_provider::{CloudProvider, interruption::InterruptionQueue};
 
 use crate::{
-    batcher::Batcher, catalog::Catalog, cloud_calls::GuardedCloud, cluster_state::ClusterState,
-    disruption::DisruptionPlanner, events::Events, faults::GatedQueue, garbage::GarbageCollector,
-    interruption::InterruptionActor, metrics::Metrics, node_trace::NodeTracer, provisioner::Provisioner,
-    read_model::ReadModel, settings::Settings, shared::Shared,
+    batcher::Batcher, catalog::Catalog, cluster_state::ClusterState, disruption::DisruptionPlanner,
+    effects::cloud_calls::GuardedCloud, effects::events::Events, effects::faults::GatedQueue,
+    effects::metrics::Metrics, effects::node_trace::NodeTracer, effects::settings::Settings,
+    garbage::GarbageCollector, interruption::InterruptionActor, provisioner::Provisioner, shared::Shared,
+    state::read_model::ReadModel,
 };
 
 /// The running controllers. Dropping it does not stop them; stop the actix system instead.

@@ -14,10 +14,13 @@ use std::time::Duration;
 use actix::prelude::*;
 
 use crate::{
-    fold::Fold,
-    lifecycle::{self, Memory, Next},
+    decide::{
+        fold::Fold,
+        lifecycle::{Memory, Next},
+    },
+    effects::settings::doubling_backoff,
+    lifecycle,
     protocol::Reconcile,
-    settings::doubling_backoff,
     shared::Shared,
 };
 

@@ -23,12 +23,13 @@ use joist_messages::{
 use kube::{Api, ResourceExt, api::PostParams};
 
 use crate::{
-    faults::Step,
-    kube_ops::{self, set_condition},
+    effects::faults::Step,
+    effects::kube_ops::{self, set_condition},
     protocol::{LaunchPlan, Reconcile},
-    registration_health,
     shared::Shared,
-    snapshot, static_capacity,
+    state::registration_health,
+    state::snapshot,
+    static_capacity,
 };
 
 /// Launch plans and pokes queued before senders wait or see `Full`.

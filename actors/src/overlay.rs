@@ -28,7 +28,7 @@ use joist_messages::{
 use kube::ResourceExt;
 
 use crate::{
-    kube_ops::{self, set_condition},
+    effects::kube_ops::{self, set_condition},
     shared::Shared,
 };
 

@@ -14,8 +14,8 @@ use joist_scheduling::{ExistingNode, Input, pod::PodInfo};
 use kube::ResourceExt;
 
 use crate::{
-    kube_ops::is_true, overlay, protocol::GetInstanceTypes, settings::ACTOR_REQUEST_TIMEOUT, shared::Shared,
-    snapshot, static_capacity,
+    effects::kube_ops::is_true, effects::settings::ACTOR_REQUEST_TIMEOUT, overlay,
+    protocol::GetInstanceTypes, shared::Shared, state::snapshot, static_capacity,
 };
 
 /// A problem, and the NodePools its `node_pools` stand for, in the same order.
@@ -24,7 +24,7 @@ pub struct Problem {
     pub input: Input,
     /// The NodePools, by position in `input.node_pools`.
     pub pools: Vec<Arc<NodePool>>,
-    /// NodePools left out because their launches are paused (see [`crate::breaker`]), with why.
+    /// NodePools left out because their launches are paused (see [`crate::state::breaker`]), with why.
     pub paused: Vec<String>,
 }
 

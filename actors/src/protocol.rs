@@ -10,7 +10,7 @@ use joist_messages::{
 };
 use joist_provider::{CloudError, OfferingKey};
 
-use crate::read_model::PodKey;
+use crate::state::read_model::PodKey;
 
 /// A pod became provisionable (ClusterState → Batcher).
 #[derive(Debug, Message)]

@@ -15,14 +15,14 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 
 use crate::{
-    claim_template,
-    fold::Fold,
-    metrics::ControllerLabels,
+    decide::claim_template,
+    decide::fold::Fold,
+    effects::metrics::ControllerLabels,
+    effects::settings::{ACTOR_REQUEST_TIMEOUT, SolverMode},
     problem::{self, Problem},
     protocol::{LaunchPlan, ProvisionBatch},
-    settings::{ACTOR_REQUEST_TIMEOUT, SolverMode},
     shared::Shared,
-    snapshot,
+    state::snapshot,
 };
 
 /// Batches queued before the Batcher sees `Full` and keeps its window.

@@ -10,9 +10,9 @@ use joist_messages::time::Clock;
 use joist_provider::CloudProvider;
 
 use crate::{
-    breaker::Breakers, catalog::Catalog, events::Events, metrics::Metrics, node_claim::NodeClaimActor,
-    node_pool::NodePoolActor, node_trace::NodeTracer, protocol::Reconcile, read_model::ReadModel,
-    registration_health::RegistrationHealth, settings::Settings,
+    catalog::Catalog, effects::events::Events, effects::metrics::Metrics, effects::node_trace::NodeTracer,
+    effects::settings::Settings, node_claim::NodeClaimActor, node_pool::NodePoolActor, protocol::Reconcile,
+    state::breaker::Breakers, state::read_model::ReadModel, state::registration_health::RegistrationHealth,
 };
 
 /// The addresses of the per-object actors, by object name.

@@ -30,12 +30,12 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::{Api, ResourceExt};
 
 use crate::{
-    claim_template,
+    decide::claim_template,
     disruption::{candidates::do_not_disrupt, drift},
-    kube_ops::{self, is_true},
+    effects::kube_ops::{self, is_true},
     node_pool::create_claims,
     shared::Shared,
-    snapshot,
+    state::snapshot,
 };
 
 /// How often a static pool is looked at without anything changing.

@@ -17,15 +17,15 @@ use actix::prelude::*;
 use joist_actors::{
     batcher::{BATCHER_MAILBOX, Batcher},
     catalog::{CATALOG_MAILBOX, Catalog},
-    kube_ops,
-    metrics::Metrics,
+    effects::kube_ops,
+    effects::metrics::Metrics,
+    effects::node_trace::NodeTracer,
+    effects::settings::{Settings, SolverMode},
     node_claim::{MAX_CONSECUTIVE_FAILURES, NODE_CLAIM_MAILBOX},
     node_pool::NODE_POOL_MAILBOX,
-    node_trace::NodeTracer,
     protocol::{GetInstanceTypes, MarkUnavailable, PodPending, ProvisionBatch, Reconcile},
     provisioner::PROVISIONER_MAILBOX,
-    read_model::{PodKey, ReadModel},
-    settings::{Settings, SolverMode},
+    state::read_model::{PodKey, ReadModel},
 };
 use joist_kubesim::{Cluster, ClusterSettings, resources::GroupResource};
 use joist_messages::{
@@ -860,8 +860,11 @@ async fn nodepool_actors_sharded_over_arbiters_do_their_work() {
 async fn events_are_written_once_per_two_minutes_without_holding_up_the_caller() {
     tokio::time::pause();
     let world = world(Settings::default());
-    let events =
-        joist_actors::events::Events::start(world.client.clone(), Clock::starting_at(EPOCH), metrics());
+    let events = joist_actors::effects::events::Events::start(
+        world.client.clone(),
+        Clock::starting_at(EPOCH),
+        metrics(),
+    );
     let pods: Vec<k8s_openapi::api::core::v1::Pod> = (0..5_000)
         .map(|i| {
             serde_json::from_value(serde_json::json!({
@@ -893,7 +896,7 @@ async fn events_are_written_once_per_two_minutes_without_holding_up_the_caller()
             .len()
     };
     assert_eq!(count(), 5_000, "one event per pod, not one per pass");
-    tokio::time::sleep(joist_actors::events::DEDUPE_WINDOW).await;
+    tokio::time::sleep(joist_actors::effects::events::DEDUPE_WINDOW).await;
     events.warn(
         &pods[0],
         "FailedScheduling",
@@ -909,9 +912,9 @@ async fn events_are_written_once_per_two_minutes_without_holding_up_the_caller()
 
 #[actix::test]
 async fn registration_never_undoes_a_taint_another_agent_just_removed() {
-    use joist_actors::lifecycle::{
-        decide::{Action, Memory, Next, Plan},
-        execute::{STALE_VIEW_RETRY, Target, execute},
+    use joist_actors::{
+        decide::lifecycle::{Action, Memory, Next, Plan},
+        lifecycle::execute::{STALE_VIEW_RETRY, Target, execute},
     };
     let world = world(Settings::default());
     let nodes = GroupResource::new("", "nodes");

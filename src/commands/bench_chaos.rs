@@ -16,7 +16,7 @@
 
 use std::{io, process::ExitCode};
 
-use joist_actors::faults::{FaultPoints, Step};
+use joist_actors::effects::faults::{FaultPoints, Step};
 
 use super::{CommandError, chaos_cases};
 use crate::simulate::{self, Scenario, audit::Audit};

@@ -20,7 +20,7 @@
 //! Every case must also end with no leaked instance, no claim launched twice, every pod Running
 //! and the controllers' view of every Pod, Node and NodeClaim equal to the cluster's.
 
-use joist_actors::faults::FaultPoints;
+use joist_actors::effects::faults::FaultPoints;
 use joist_provider_sim::Operation;
 
 use super::{

@@ -19,7 +19,7 @@ use http::{Request, Response, StatusCode, header::CONTENT_TYPE};
 use http_body_util::Full;
 use hyper::{body::Incoming, service::service_fn};
 use hyper_util::rt::TokioIo;
-use joist_actors::{metrics::Metrics, read_model::ReadModel};
+use joist_actors::{effects::metrics::Metrics, state::read_model::ReadModel};
 use tokio::net::TcpListener;
 
 /// The OpenMetrics exposition, for scrapers that accept it (Prometheus does).

@@ -8,8 +8,8 @@
 use std::{io, net::SocketAddr, path::PathBuf, process::ExitCode, sync::Arc, time::Duration};
 
 use joist_actors::{
-    node_trace::NodeTracer,
-    settings::{Settings, SolverMode},
+    effects::node_trace::NodeTracer,
+    effects::settings::{Settings, SolverMode},
 };
 use joist_kubesim::{Cluster, ClusterSettings};
 use joist_messages::{model::shape::CapacitySettings, time::Clock};

@@ -11,7 +11,7 @@ use std::{
     sync::Arc,
 };
 
-use joist_actors::{faults::Step, read_model::ReadModel};
+use joist_actors::{effects::faults::Step, state::read_model::ReadModel};
 use joist_kubesim::{Store, resources::GroupResource};
 use joist_messages::labels::{tags, taints};
 use joist_provider_sim::SimCloud;

@@ -6,9 +6,9 @@
 use std::{cell::RefCell, collections::BTreeMap, rc::Rc, sync::Arc, time::Duration};
 
 use joist_actors::{
-    faults::{FaultPoints, Step},
-    node_trace::NodeTracer,
-    settings::{Settings, SolverMode},
+    effects::faults::{FaultPoints, Step},
+    effects::node_trace::NodeTracer,
+    effects::settings::{Settings, SolverMode},
 };
 use joist_kubesim::{
     Cluster, ClusterSettings, Store,

@@ -19,7 +19,7 @@ use serde_json::Value;
 use tokio::{task::JoinHandle, time::Instant};
 
 use joist_actors::{
-    disruption::orchestrate::DISRUPTION_REASON, kube_ops::COMPONENT, lifecycle::decide::tier,
+    decide::lifecycle::tier, disruption::orchestrate::DISRUPTION_REASON, effects::kube_ops::COMPONENT,
 };
 use k8s_openapi::api::core::v1::Pod;
 

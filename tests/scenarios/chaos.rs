@@ -7,7 +7,7 @@ use joist::{
     commands::bench_chaos::{self, Totals},
     simulate::{self, Scenario},
 };
-use joist_actors::faults::{FaultPoints, Step};
+use joist_actors::effects::faults::{FaultPoints, Step};
 
 #[test]
 fn a_crash_at_every_fault_point_loses_nothing_and_leaks_nothing() {

@@ -32,9 +32,9 @@ use k8s_openapi::api::{
 use kube::ResourceExt;
 
 use crate::{
-    kube_ops::is_true,
-    lifecycle::decide::{drainable, is_disrupted, transitioned_at},
-    read_model::ReadModel,
+    decide::lifecycle::{drainable, is_disrupted, transitioned_at},
+    effects::kube_ops::is_true,
+    state::read_model::ReadModel,
 };
 
 /// A node the planner may disrupt.

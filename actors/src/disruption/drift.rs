@@ -47,7 +47,7 @@ use kube::ResourceExt;
 use serde_json::json;
 
 use super::candidates::PoolTypes;
-use crate::{kube_ops, shared::Shared};
+use crate::{effects::kube_ops, shared::Shared};
 
 /// The NodeClaim condition that says a node has drifted, and why.
 pub const DRIFTED: &str = "Drifted";

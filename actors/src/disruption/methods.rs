@@ -31,7 +31,7 @@ use joist_scheduling::{
 use kube::ResourceExt;
 
 use super::candidates::Candidate;
-use crate::read_model::ReadModel;
+use crate::state::read_model::ReadModel;
 
 /// A disruption method.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

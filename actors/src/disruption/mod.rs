@@ -18,10 +18,8 @@
 //! removes `karpenter.sh/disrupted` taints a crash left on nodes whose NodeClaims are not being
 //! deleted. Failures of a pass are logged; the next pass starts from the cluster again.
 
-pub mod budgets;
 pub mod candidates;
 pub mod drift;
-pub mod memo;
 pub mod methods;
 pub mod orchestrate;
 
@@ -41,18 +39,19 @@ use kube::ResourceExt;
 
 use self::{
     candidates::{Collected, PoolTypes},
-    memo::{Fingerprint, Memo},
     methods::{Base, Command},
 };
 use crate::{
-    claim_template,
-    fold::Fold,
-    kube_ops::{self, is_true},
-    lifecycle::decide::{is_disrupted, node_ready},
-    metrics::{ConsolidationTypeLabels, PoolReasonLabels, ReasonLabels},
+    decide::budgets,
+    decide::claim_template,
+    decide::fold::Fold,
+    decide::lifecycle::{is_disrupted, node_ready},
+    decide::memo::{Fingerprint, Memo},
+    effects::kube_ops::{self, is_true},
+    effects::metrics::{ConsolidationTypeLabels, PoolReasonLabels, ReasonLabels},
     problem::{self, Problem},
     shared::Shared,
-    snapshot,
+    state::snapshot,
 };
 
 /// How often the planner looks for something to do (Karpenter's idle requeue).

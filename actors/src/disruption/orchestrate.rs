@@ -26,10 +26,10 @@ use serde_json::json;
 
 use super::{Planned, candidates::Candidate, reason_label};
 use crate::{
-    faults::Step,
-    kube_ops::{self, is_true},
-    lifecycle::decide::{disrupted_taint, is_disrupted, node_taints},
-    metrics::DecisionLabels,
+    decide::lifecycle::{disrupted_taint, is_disrupted, node_taints},
+    effects::faults::Step,
+    effects::kube_ops::{self, is_true},
+    effects::metrics::DecisionLabels,
     shared::Shared,
 };
 
@@ -257,7 +257,7 @@ async fn wait_until_initialized(
             {
                 return Ok(());
             }
-            None if started.elapsed() > crate::lifecycle::READ_MODEL_LAG => {
+            None if started.elapsed() > crate::decide::lifecycle::READ_MODEL_LAG => {
                 return Err(Failure::ReplacementGone(name.to_owned()));
             }
             _ => {}

@@ -29,24 +29,22 @@ use opentelemetry::KeyValue;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
-use super::{
-    StepError,
-    decide::{
+use super::StepError;
+use crate::{
+    decide::lifecycle::{
         Action, LAUNCH_TIMED_OUT, Memory, Next, Plan, PodRef, REGISTRATION_TIMED_OUT, after_evictions,
         after_launch, created_at, disrupted_taint, node_taints, since_condition,
     },
-};
-use crate::{
-    breaker::FAILED_LAUNCH_REASONS,
     disruption::orchestrate::DISRUPTION_REASON,
-    faults::Step,
-    kube_ops::{self, is_true},
-    metrics::{Metrics, PoolLabels, snake_case},
-    node_trace::Phase,
+    effects::faults::Step,
+    effects::kube_ops::{self, is_true},
+    effects::metrics::{Metrics, PoolLabels, snake_case},
+    effects::node_trace::Phase,
+    effects::settings::ACTOR_REQUEST_TIMEOUT,
     protocol::{GetInstanceTypes, MarkUnavailable},
-    registration_health::Failure,
-    settings::ACTOR_REQUEST_TIMEOUT,
     shared::Shared,
+    state::breaker::FAILED_LAUNCH_REASONS,
+    state::registration_health::Failure,
 };
 
 /// How soon a step looks again after a write was refused for a stale view (409).
@@ -188,7 +186,7 @@ async fn perform(
     Ok(next)
 }
 
-/// The fault point an action passes once done (see [`crate::faults`]).
+/// The fault point an action passes once done (see [`crate::effects::faults`]).
 fn fault_point(action: &Action) -> Option<Step> {
     match action {
         Action::RecordLaunch(_) => Some(Step::LaunchRecorded),

@@ -11,26 +11,24 @@
 //! - **initialization**: once the Node is Ready with no startup or boot taints left and every
 //!   extended resource of the claim registered, it is labelled `karpenter.sh/initialized` and the
 //!   claim turns `Initialized` and `Ready`;
-//! - **liveness**: not launched within [`LAUNCH_TIMEOUT`](crate::settings::LAUNCH_TIMEOUT) or not
-//!   registered within [`REGISTRATION_TIMEOUT`](crate::settings::REGISTRATION_TIMEOUT) deletes the
+//! - **liveness**: not launched within [`LAUNCH_TIMEOUT`](crate::effects::settings::LAUNCH_TIMEOUT) or not
+//!   registered within [`REGISTRATION_TIMEOUT`](crate::effects::settings::REGISTRATION_TIMEOUT) deletes the
 //!   claim; so does its Node going away after registration;
 //! - **termination** (the claim is being deleted): taint the Node `karpenter.sh/disrupted`, evict
 //!   its pods through the Eviction API (a PodDisruptionBudget's 429 is retried), wait until every
 //!   evicted pod is gone (pods shutting down still run on the instance) and at least
-//!   [`MINIMUM_DRAIN_TIME`](crate::settings::MINIMUM_DRAIN_TIME), wait until the volumes of the
+//!   [`MINIMUM_DRAIN_TIME`](crate::effects::settings::MINIMUM_DRAIN_TIME), wait until the volumes of the
 //!   drained pods are detached (VolumeAttachments gone, or the `terminationGracePeriod` over),
 //!   terminate the instance, then release the Node's and the claim's finalizers, in that order;
 //! - **repair** (the `NodeRepair` gate): a Node broken for longer than the cloud's policy
 //!   tolerates has its claim deleted at once ([`repair`]).
 //!
-//! Each finished phase is recorded as a span of the node's trace ([`crate::node_trace`]).
+//! Each finished phase is recorded as a span of the node's trace ([`crate::effects::node_trace`]).
 //!
 //! Kubernetes API and cloud errors are returned to the actor, which retries with backoff and, when
 //! they persist, stops so its supervisor restarts it from the read model.
 
-pub mod decide;
 pub mod execute;
-pub mod repair;
 
 use std::{collections::HashSet, sync::Arc};
 
@@ -40,13 +38,15 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use tokio::time::Instant;
 
-pub use self::decide::{Memory, Next, READ_MODEL_LAG};
-use self::{
-    decide::{Facts, decide, provider_id, waits_for_drain},
-    execute::{Target, execute},
-    repair::Repair,
+use self::execute::{Target, execute};
+use crate::{
+    decide::{
+        lifecycle::{Facts, Memory, Next, decide, provider_id, waits_for_drain},
+        repair::{self, Repair},
+    },
+    shared::Shared,
+    state::read_model::ReadModel,
 };
-use crate::{read_model::ReadModel, shared::Shared};
 
 /// Why a step failed.
 #[derive(Debug, thiserror::Error)]

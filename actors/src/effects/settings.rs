@@ -5,7 +5,7 @@ use std::{sync::Arc, time::Duration};
 
 use joist_provider::interruption::InterruptionQueue;
 
-use crate::faults::FaultPoints;
+use crate::effects::faults::FaultPoints;
 
 /// Where the scheduling simulation runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -29,7 +29,7 @@ use prometheus_client::{
 };
 
 pub use self::summary::Summary;
-use crate::read_model::ReadModel;
+use crate::state::read_model::ReadModel;
 
 /// Karpenter's `DurationBuckets`: controller-runtime's thresholds, plus longer ones for
 /// controllers without a timeout.

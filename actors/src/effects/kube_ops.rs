@@ -1,5 +1,5 @@
 //! The writes the actors make through the Kubernetes API: merge patches of objects and their
-//! status, status conditions and finalizers (Events go through [`crate::events`]). Errors are
+//! status, status conditions and finalizers (Events go through [`crate::effects::events`]). Errors are
 //! returned as `kube::Error`; a 404 on a patch or delete means someone else finished the job and is
 //! reported as `Ok(false)`.
 

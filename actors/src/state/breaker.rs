@@ -21,10 +21,10 @@ use std::{
 use tokio::time::Instant;
 
 use crate::{
-    lifecycle::decide::{
+    decide::lifecycle::{
         INITIALIZATION_TIMED_OUT, INSUFFICIENT_CAPACITY, LAUNCH_TIMED_OUT, REGISTRATION_TIMED_OUT,
     },
-    settings::doubling_backoff,
+    effects::settings::doubling_backoff,
 };
 
 /// Failed launches in a row that open a NodePool's breaker.

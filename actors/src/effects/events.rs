@@ -23,8 +23,8 @@ use kube::{Api, Resource, api::PostParams};
 use tokio::{sync::mpsc, time::Instant};
 
 use crate::{
-    kube_ops::{COMPONENT, timestamp},
-    metrics::Metrics,
+    effects::kube_ops::{COMPONENT, timestamp},
+    effects::metrics::Metrics,
 };
 
 /// The same event is written at most once in this long (Karpenter's de-duplication window).

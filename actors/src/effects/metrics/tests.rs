@@ -31,7 +31,7 @@ fn pod(name: &str, node: &str, cpu: &str, daemon: bool) -> Pod {
 }
 
 /// A read model holding one managed node with a daemon and two other pods, and its NodePool.
-fn cluster() -> (ReadModel, crate::read_model::Writers) {
+fn cluster() -> (ReadModel, crate::state::read_model::Writers) {
     let (read, mut writers) = ReadModel::new();
     let node: Node = object(json!({
         "metadata": {"name": "ip-10-0-1-5", "labels": {

@@ -24,7 +24,7 @@ use k8s_openapi::{
 };
 use kube::ResourceExt;
 
-use crate::{lifecycle::decide::is_disrupted, read_model::ReadModel};
+use crate::{decide::lifecycle::is_disrupted, state::read_model::ReadModel};
 
 /// Whether a taint comes and goes while a node starts (the kubelet's and the cloud's, and the
 /// boot taint): such taints never make a node unfit for the simulation or block initialization.
@@ -256,7 +256,7 @@ mod tests {
     use joist_scheduling::NewClaim;
 
     use super::*;
-    use crate::claim_template;
+    use crate::decide::claim_template;
 
     fn pool() -> NodePool {
         serde_json::from_value(serde_json::json!({

@@ -200,7 +200,7 @@ impl FaultPoints {
 }
 
 /// An interruption queue whose calls stop answering once `faults` crash (the cloud's are gated by
-/// [`crate::cloud_calls::GuardedCloud`]).
+/// [`crate::effects::cloud_calls::GuardedCloud`]).
 #[derive(Debug)]
 pub struct GatedQueue {
     faults: FaultPoints,

@@ -9,7 +9,7 @@
 //! [`CloudProvider::find_launch`] before the claim launches again, or by the garbage collector
 //! once the claim is gone; a termination by the next look at the instance.
 //!
-//! With a fault point armed ([`crate::faults`]), a crash silences every call, before or after it
+//! With a fault point armed ([`crate::effects::faults`]), a crash silences every call, before or after it
 //! is sent; unarmed, the gate costs one branch.
 
 use std::{future::Future, sync::Arc, time::Duration};
@@ -22,9 +22,9 @@ use joist_messages::{
 use joist_provider::{CloudError, CloudFuture, CloudProvider, Drift, Instance, Launch, repair::RepairPolicy};
 
 use crate::{
-    faults::FaultPoints,
-    lifecycle::decide::{created_at, time_left},
-    settings::LAUNCH_TIMEOUT,
+    decide::lifecycle::{created_at, time_left},
+    effects::faults::FaultPoints,
+    effects::settings::LAUNCH_TIMEOUT,
 };
 
 /// How long any cloud call but a launch may take.

@@ -24,8 +24,8 @@ use prometheus_client::{
 };
 
 use crate::{
-    read_model::ReadModel,
-    snapshot::{node_allocatable, usage},
+    state::read_model::ReadModel,
+    state::snapshot::{node_allocatable, usage},
 };
 
 /// A series' labels, built per scrape.

@@ -6,7 +6,7 @@
 //! NodeClaims Joist just created are visible at once, before their watch event arrives
 //! ([`ReadModel::record_created`]), as Karpenter's cluster state records its launches: the next
 //! scheduling pass counts them and does not launch for the same pods again. An entry leaves that
-//! overlay when the watch shows the claim, or after [`READ_MODEL_LAG`](crate::lifecycle::READ_MODEL_LAG)
+//! overlay when the watch shows the claim, or after [`READ_MODEL_LAG`](crate::decide::lifecycle::READ_MODEL_LAG)
 //! if it never does (it was deleted before the watch saw it).
 //!
 //! Reads are lock-free snapshots (`Arc`s of the objects). Reflector stores iterate in hash order,
@@ -37,7 +37,7 @@ use kube::{
     runtime::reflector::{self, ObjectRef, Store, store::Writer},
 };
 
-use crate::lifecycle::READ_MODEL_LAG;
+use crate::decide::lifecycle::READ_MODEL_LAG;
 use joist_messages::pods::{finished, is_mirror, owned_by_daemon_set};
 use joist_provider::provider_id::instance_id;
 
@@ -630,7 +630,7 @@ mod tests {
             ["pool-a"],
             "and counts it against the pool's limits"
         );
-        assert_eq!(crate::snapshot::existing_nodes(&read).len(), 1);
+        assert_eq!(crate::state::snapshot::existing_nodes(&read).len(), 1);
         assert!(
             read.node_claim("pool-a").is_none(),
             "its actor still waits for the API's view"

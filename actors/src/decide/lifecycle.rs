@@ -24,12 +24,12 @@ use tokio::time::Instant;
 use super::repair::{BLOCKED_RETRY, Repair};
 use crate::{
     disruption::candidates::do_not_disrupt,
-    kube_ops::is_true,
-    node_trace::Phase,
-    settings::{
+    effects::kube_ops::is_true,
+    effects::node_trace::Phase,
+    effects::settings::{
         INITIALIZATION_TIMEOUT, LAUNCH_TIMEOUT, MINIMUM_DRAIN_TIME, REGISTRATION_TIMEOUT, doubling_backoff,
     },
-    snapshot::{is_ephemeral, node_allocatable},
+    state::snapshot::{is_ephemeral, node_allocatable},
 };
 
 /// How long the read model may lag the API: a finished phase missing from it, or a claim's pool or

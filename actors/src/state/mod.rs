@@ -1,0 +1,9 @@
+//! The state layer: what the controllers know. The [`read_model`] of reflected objects and its
+//! indexes, the scheduling [`snapshot`] taken from it, and the small in-memory records the actors
+//! keep between passes ([`breaker`], [`registration_health`]). Reads never fail; a missing object
+//! is `None`.
+
+pub mod breaker;
+pub mod read_model;
+pub mod registration_health;
+pub mod snapshot;
