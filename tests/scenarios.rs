@@ -61,7 +61,7 @@ fn paused_system() -> actix::SystemRunner {
 /// it with `settings` (the solver inline), on the current actix system.
 fn controllers_on_kubesim(
     name: &str,
-    settings: joist_actors::effects::settings::Settings,
+    settings: joist_actors::settings::Settings,
 ) -> (joist_kubesim::Cluster, joist_actors::Controllers) {
     let cluster = joist_kubesim::Cluster::start(joist_kubesim::ClusterSettings {
         clock: joist_messages::time::Clock::starting_at(EPOCH),
@@ -84,8 +84,8 @@ fn controllers_on_kubesim(
         client.clone(),
     )
     .unwrap_or_else(|e| panic!("{e}"));
-    let settings = joist_actors::effects::settings::Settings {
-        solver: joist_actors::effects::settings::SolverMode::Inline,
+    let settings = joist_actors::settings::Settings {
+        solver: joist_actors::settings::SolverMode::Inline,
         ..settings
     };
     let controllers = joist_actors::start(

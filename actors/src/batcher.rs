@@ -13,8 +13,8 @@ use tokio::time::Instant;
 
 use crate::{
     effects::metrics::Metrics,
-    effects::settings::Settings,
     protocol::{PodPending, ProvisionBatch},
+    settings::Settings,
     state::read_model::PodKey,
 };
 

@@ -18,7 +18,7 @@ use kube::ResourceExt;
 use tokio::time::Instant;
 
 use crate::{
-    effects::settings::{INSTANCE_TYPES_TTL, UNAVAILABLE_OFFERING_TTL},
+    decide::timing::{INSTANCE_TYPES_TTL, UNAVAILABLE_OFFERING_TTL},
     protocol::{GetInstanceTypes, MarkUnavailable},
 };
 

@@ -47,8 +47,8 @@ use crate::{
     node_claim::NodeClaimActor,
     node_class,
     node_pool::NodePoolActor,
-    protocol::PodPending,
-    shared::Shared,
+    protocol::{PodPending, Reconcile},
+    shared::{NodePoolHandle, Shared},
     state::read_model::{Listed, PodKey, Writers},
 };
 
@@ -131,7 +131,7 @@ impl ClusterState {
         }
     }
 
-    fn node_pool_actor(&mut self, name: &str) -> Addr<NodePoolActor> {
+    fn node_pool_actor(&mut self, name: &str) -> NodePoolHandle {
         if let Some(actor) = self.shared.directory.node_pools.get(name) {
             return actor.clone();
         }
@@ -144,20 +144,24 @@ impl ClusterState {
             self.next_shard += 1;
             Supervisor::start_in_arbiter(shard, move |_| NodePoolActor::new(owned, shared))
         };
+        let handle = NodePoolHandle {
+            reconcile: actor.clone().recipient(),
+            launch: actor.recipient(),
+        };
         self.shared
             .directory
             .node_pools
-            .insert(name.to_owned(), actor.clone());
-        actor
+            .insert(name.to_owned(), handle.clone());
+        handle
     }
 
-    fn node_claim_actor(&mut self, name: &str) -> Addr<NodeClaimActor> {
+    fn node_claim_actor(&mut self, name: &str) -> Recipient<Reconcile> {
         if let Some(actor) = self.shared.directory.node_claims.get(name) {
             return actor.clone();
         }
         let shared = self.shared.clone();
         let owned = name.to_owned();
-        let actor = Supervisor::start(move |_| NodeClaimActor::new(owned, shared));
+        let actor = Supervisor::start(move |_| NodeClaimActor::new(owned, shared)).recipient();
         self.shared
             .directory
             .node_claims
@@ -209,7 +213,7 @@ impl ClusterState {
 
     fn poke_pools(&self) {
         for actor in self.shared.directory.node_pools.iter() {
-            self.shared.poke(&actor, "nodepool");
+            self.shared.poke(&actor.reconcile, "nodepool");
         }
     }
 }
@@ -447,7 +451,7 @@ impl StreamHandler<Change> for ClusterState {
                 }
                 if let Some(pool) = claim.labels().get(NODEPOOL) {
                     let actor = self.node_pool_actor(pool);
-                    self.shared.poke(&actor, "nodepool");
+                    self.shared.poke(&actor.reconcile, "nodepool");
                 }
             }
             Change::NodePool(pool, deleted) => {
@@ -455,11 +459,11 @@ impl StreamHandler<Change> for ClusterState {
                 let _span = tracing::debug_span!("cluster_state.nodepool", nodepool = name).entered();
                 if deleted {
                     if let Some(actor) = self.shared.directory.node_pools.get(&name) {
-                        self.shared.poke(&actor, "nodepool");
+                        self.shared.poke(&actor.reconcile, "nodepool");
                     }
                 } else {
                     let actor = self.node_pool_actor(&name);
-                    self.shared.poke(&actor, "nodepool");
+                    self.shared.poke(&actor.reconcile, "nodepool");
                     self.trigger();
                 }
             }

@@ -1,4 +1,4 @@
-//! The GarbageCollector: every [`Settings::garbage_collection`](crate::effects::settings::Settings), the
+//! The GarbageCollector: every [`Settings::garbage_collection`](crate::settings::Settings), the
 //! cloud's instances are compared with the cluster's NodeClaims. An instance no NodeClaim accounts
 //! for (a launch whose claim was lost, a claim deleted mid-launch) is terminated once it is older
 //! than [`ORPHAN_GRACE`], so Joist never leaks an instance. Failures are logged and retried on the
@@ -11,7 +11,7 @@
 use actix::prelude::*;
 use tracing::Instrument;
 
-use crate::{effects::settings::ORPHAN_GRACE, shared::Shared};
+use crate::{decide::timing::ORPHAN_GRACE, shared::Shared};
 
 /// See the module docs.
 pub struct GarbageCollector {

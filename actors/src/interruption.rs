@@ -33,8 +33,8 @@ use joist_provider::{
 use kube::ResourceExt;
 
 use crate::{
-    effects::faults::Step, effects::kube_ops, effects::metrics::MessageLabels,
-    effects::settings::doubling_backoff, protocol::MarkUnavailable, shared::Shared,
+    decide::timing::doubling_backoff, effects::faults::Step, effects::kube_ops,
+    effects::metrics::MessageLabels, protocol::MarkUnavailable, shared::Shared,
 };
 
 /// Queue messages handled at once.
@@ -187,7 +187,7 @@ async fn act(shared: &Shared, interruption: &Interruption, instance: &str) {
     if interruption.kind == Kind::SpotInterrupted
         && let Some(offering) = offering(&claim)
     {
-        shared.catalog.do_send(MarkUnavailable {
+        shared.catalog.unavailable.do_send(MarkUnavailable {
             offerings: vec![offering],
         });
     }

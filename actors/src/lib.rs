@@ -31,6 +31,7 @@ pub mod overlay;
 pub mod problem;
 pub mod protocol;
 pub mod provisioner;
+pub mod settings;
 pub mod shared;
 pub mod static_capacity;
 
@@ -41,10 +42,20 @@ use joist_messages::time::Clock;
 use joist_provider::{CloudProvider, interruption::InterruptionQueue};
 
 use crate::{
-    batcher::Batcher, catalog::Catalog, cluster_state::ClusterState, disruption::DisruptionPlanner,
-    effects::cloud_calls::GuardedCloud, effects::events::Events, effects::faults::GatedQueue,
-    effects::metrics::Metrics, effects::node_trace::NodeTracer, effects::settings::Settings,
-    garbage::GarbageCollector, interruption::InterruptionActor, provisioner::Provisioner, shared::Shared,
+    batcher::Batcher,
+    catalog::Catalog,
+    cluster_state::ClusterState,
+    disruption::DisruptionPlanner,
+    effects::cloud_calls::GuardedCloud,
+    effects::events::Events,
+    effects::faults::GatedQueue,
+    effects::metrics::Metrics,
+    effects::node_trace::NodeTracer,
+    garbage::GarbageCollector,
+    interruption::InterruptionActor,
+    provisioner::Provisioner,
+    settings::Settings,
+    shared::{CatalogHandle, Shared},
     state::read_model::ReadModel,
 };
 
@@ -86,6 +97,10 @@ pub fn start(
     }
     let (read, writers) = ReadModel::new();
     let catalog = Catalog::new(cloud.clone()).start();
+    let catalog = CatalogHandle {
+        instance_types: catalog.clone().recipient(),
+        unavailable: catalog.recipient(),
+    };
     let shards: Vec<ArbiterHandle> = (0..settings.shards).map(|_| Arbiter::new().handle()).collect();
     let metrics = Metrics::new(read.clone());
     let shared = Shared {

@@ -14,11 +14,11 @@ use std::time::Duration;
 use actix::prelude::*;
 
 use crate::{
+    decide::timing::doubling_backoff,
     decide::{
         fold::Fold,
         lifecycle::{Memory, Next},
     },
-    effects::settings::doubling_backoff,
     lifecycle,
     protocol::Reconcile,
     shared::Shared,

@@ -25,8 +25,8 @@ use kube::ResourceExt;
 use serde_json::json;
 
 use crate::{
+    decide::timing::doubling_backoff,
     effects::kube_ops::{self, set_condition},
-    effects::settings::doubling_backoff,
     shared::Shared,
 };
 

@@ -14,8 +14,8 @@ use joist_scheduling::{ExistingNode, Input, pod::PodInfo};
 use kube::ResourceExt;
 
 use crate::{
-    effects::kube_ops::is_true, effects::settings::ACTOR_REQUEST_TIMEOUT, overlay,
-    protocol::GetInstanceTypes, shared::Shared, state::snapshot, static_capacity,
+    effects::kube_ops::is_true, overlay, protocol::GetInstanceTypes, settings::ACTOR_REQUEST_TIMEOUT,
+    shared::Shared, state::snapshot, static_capacity,
 };
 
 /// A problem, and the NodePools its `node_pools` stand for, in the same order.
@@ -65,7 +65,13 @@ pub async fn cluster(shared: &Shared, nodes: Vec<ExistingNode>) -> Problem {
             node_pool: pool.clone(),
             node_class: class,
         };
-        let types = match shared.catalog.send(request).timeout(ACTOR_REQUEST_TIMEOUT).await {
+        let types = match shared
+            .catalog
+            .instance_types
+            .send(request)
+            .timeout(ACTOR_REQUEST_TIMEOUT)
+            .await
+        {
             Ok(Ok(types)) => types,
             Ok(Err(error)) => {
                 tracing::warn!(nodepool = pool.name_any(), %error, "listing instance types failed");

@@ -18,9 +18,9 @@ use crate::{
     decide::claim_template,
     decide::fold::Fold,
     effects::metrics::ControllerLabels,
-    effects::settings::{ACTOR_REQUEST_TIMEOUT, SolverMode},
     problem::{self, Problem},
     protocol::{LaunchPlan, ProvisionBatch},
+    settings::{ACTOR_REQUEST_TIMEOUT, SolverMode},
     shared::Shared,
     state::snapshot,
 };
@@ -163,6 +163,7 @@ async fn dispatch(
             continue;
         };
         if let Err(error) = actor
+            .launch
             .send(LaunchPlan { claims })
             .timeout(ACTOR_REQUEST_TIMEOUT)
             .await

@@ -4,24 +4,47 @@
 
 use std::sync::Arc;
 
-use actix::{Actor, Addr, Context, Handler};
+use actix::Recipient;
 use dashmap::DashMap;
 use joist_messages::time::Clock;
 use joist_provider::CloudProvider;
 
 use crate::{
-    catalog::Catalog, effects::events::Events, effects::metrics::Metrics, effects::node_trace::NodeTracer,
-    effects::settings::Settings, node_claim::NodeClaimActor, node_pool::NodePoolActor, protocol::Reconcile,
-    state::breaker::Breakers, state::read_model::ReadModel, state::registration_health::RegistrationHealth,
+    effects::events::Events,
+    effects::metrics::Metrics,
+    effects::node_trace::NodeTracer,
+    protocol::{GetInstanceTypes, LaunchPlan, MarkUnavailable, Reconcile},
+    settings::Settings,
+    state::breaker::Breakers,
+    state::read_model::ReadModel,
+    state::registration_health::RegistrationHealth,
 };
 
-/// The addresses of the per-object actors, by object name.
+/// The per-object actors, by object name, each reached through the messages it accepts.
 #[derive(Default)]
 pub struct Directory {
     /// One actor per NodePool.
-    pub node_pools: DashMap<String, Addr<NodePoolActor>>,
-    /// One actor per NodeClaim.
-    pub node_claims: DashMap<String, Addr<NodeClaimActor>>,
+    pub node_pools: DashMap<String, NodePoolHandle>,
+    /// One actor per NodeClaim, which only ever needs a poke.
+    pub node_claims: DashMap<String, Recipient<Reconcile>>,
+}
+
+/// A NodePool actor as the others reach it.
+#[derive(Clone)]
+pub struct NodePoolHandle {
+    /// Look at the pool again (status, static size).
+    pub reconcile: Recipient<Reconcile>,
+    /// Create the NodeClaims a provisioning pass planned for the pool.
+    pub launch: Recipient<LaunchPlan>,
+}
+
+/// The Catalog actor as the others reach it.
+#[derive(Clone)]
+pub struct CatalogHandle {
+    /// A NodePool's instance types.
+    pub instance_types: Recipient<GetInstanceTypes>,
+    /// Offerings that just ran out of capacity.
+    pub unavailable: Recipient<MarkUnavailable>,
 }
 
 /// See the module docs. Cheap to clone.
@@ -40,7 +63,7 @@ pub struct Shared {
     /// Per-object actors.
     pub directory: Arc<Directory>,
     /// The catalog actor.
-    pub catalog: Addr<Catalog>,
+    pub catalog: CatalogHandle,
     /// Where each node's lifecycle spans go.
     pub node_tracer: NodeTracer,
     /// Kubernetes Events, de-duplicated.
@@ -59,10 +82,7 @@ pub struct Shared {
 impl Shared {
     /// Asks `actor` (a `kind` actor) to reconcile; a full mailbox already holds a poke, so nothing
     /// is lost, and the coalescing is counted.
-    pub fn poke<A>(&self, actor: &Addr<A>, kind: &str)
-    where
-        A: Actor<Context = Context<A>> + Handler<Reconcile>,
-    {
+    pub fn poke(&self, actor: &Recipient<Reconcile>, kind: &str) {
         if actor.try_send(Reconcile).is_err() {
             self.metrics.found_full(kind);
         }
@@ -71,7 +91,7 @@ impl Shared {
     /// Asks the NodePool `name`'s actor, if it runs, to write its status again.
     pub fn poke_node_pool(&self, name: &str) {
         if let Some(actor) = self.directory.node_pools.get(name) {
-            self.poke(&actor, "nodepool");
+            self.poke(&actor.reconcile, "nodepool");
         }
     }
 }

@@ -23,7 +23,7 @@ use std::{sync::Arc, time::Duration};
 
 use joist_messages::{
     apis::{NodeClaim, NodePool},
-    pods::owned_by_daemon_set,
+    pods::{do_not_disrupt, owned_by_daemon_set},
 };
 use joist_scheduling::NewClaim;
 use k8s_openapi::api::core::v1::Pod;
@@ -31,7 +31,7 @@ use kube::{Api, ResourceExt};
 
 use crate::{
     decide::claim_template,
-    disruption::{candidates::do_not_disrupt, drift},
+    disruption::drift,
     effects::kube_ops::{self, is_true},
     node_pool::create_claims,
     shared::Shared,

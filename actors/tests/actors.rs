@@ -20,11 +20,11 @@ use joist_actors::{
     effects::kube_ops,
     effects::metrics::Metrics,
     effects::node_trace::NodeTracer,
-    effects::settings::{Settings, SolverMode},
     node_claim::{MAX_CONSECUTIVE_FAILURES, NODE_CLAIM_MAILBOX},
     node_pool::NODE_POOL_MAILBOX,
     protocol::{GetInstanceTypes, MarkUnavailable, PodPending, ProvisionBatch, Reconcile},
     provisioner::PROVISIONER_MAILBOX,
+    settings::{Settings, SolverMode},
     state::read_model::{PodKey, ReadModel},
 };
 use joist_kubesim::{Cluster, ClusterSettings, resources::GroupResource};
@@ -465,15 +465,14 @@ impl World {
 }
 
 /// Offers `count` copies of `message` without yielding; returns how many the mailbox took.
-fn flood<A, M>(addr: &Addr<A>, count: usize, message: impl Fn() -> M) -> usize
+fn flood<M>(actor: &Recipient<M>, count: usize, message: impl Fn() -> M) -> usize
 where
-    A: Actor<Context = Context<A>> + Handler<M>,
     M: Message + Send + 'static,
     M::Result: Send,
 {
     let mut accepted = 0;
     for _ in 0..count {
-        match addr.try_send(message()) {
+        match actor.try_send(message()) {
             Ok(()) => accepted += 1,
             Err(SendError::Full(_)) => {}
             Err(SendError::Closed(_)) => panic!("the actor stopped during the flood"),
@@ -534,7 +533,7 @@ async fn a_provisioner_flood_is_bounded_and_folds_into_one_nodeclaim() {
     let batch = || ProvisionBatch {
         pods: vec![("default".to_owned(), "lonely".to_owned())],
     };
-    let accepted = flood(&world.controllers.provisioner, 1_000, batch);
+    let accepted = flood(&world.controllers.provisioner.clone().recipient(), 1_000, batch);
     assert!(
         (1..=PROVISIONER_MAILBOX + 2).contains(&accepted),
         "accepted {accepted} of 1,000 batches; capacity {PROVISIONER_MAILBOX}"
@@ -561,7 +560,7 @@ async fn a_nodepool_flood_is_bounded_and_its_status_still_lands() {
         .get("default")
         .map(|a| a.clone());
     let actor = actor.unwrap_or_else(|| panic!("no actor for the nodepool"));
-    let accepted = flood(&actor, 1_000, || Reconcile);
+    let accepted = flood(&actor.reconcile, 1_000, || Reconcile);
     assert!(
         accepted <= NODE_POOL_MAILBOX + 2,
         "accepted {accepted} of 1,000 pokes; capacity {NODE_POOL_MAILBOX}"
@@ -1030,7 +1029,11 @@ async fn a_planner_flood_is_bounded_and_folds_into_one_disruption() {
         "the planner shows what it found: {:?}",
         claim.status
     );
-    let accepted = flood(&world.controllers.disruption_planner, 1_000, || PlanNow);
+    let accepted = flood(
+        &world.controllers.disruption_planner.clone().recipient(),
+        1_000,
+        || PlanNow,
+    );
     assert!(
         (1..=PLANNER_MAILBOX + 2).contains(&accepted),
         "accepted {accepted} of 1,000 requests; capacity {PLANNER_MAILBOX}"

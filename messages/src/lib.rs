@@ -7,5 +7,6 @@
 pub mod apis;
 pub mod labels;
 pub mod model;
+pub mod nodes;
 pub mod pods;
 pub mod time;

@@ -1,8 +1,11 @@
 //! What a pod is to an autoscaler, read from its object alone: a DaemonSet's, a static pod's
-//! mirror, finished. One answer each, for the provisioner, the drain, the disruption planner and
+//! mirror, finished, protected from disruption. One answer each, for the provisioner, the drain, the disruption planner and
 //! the metrics alike.
 
 use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+
+use crate::{apis::duration::Duration as KarpenterDuration, labels::annotations::DO_NOT_DISRUPT};
 
 /// The annotation the kubelet puts on the mirror pods of static pods.
 pub const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
@@ -31,6 +34,26 @@ pub fn finished(pod: &Pod) -> bool {
         .as_ref()
         .and_then(|status| status.phase.as_deref())
         .is_some_and(|phase| phase == "Succeeded" || phase == "Failed")
+}
+
+/// Whether a pod's `karpenter.sh/do-not-disrupt` protects it now: `"true"`, or a duration that
+/// has not passed since the pod started (an invalid value protects nothing, as in Karpenter).
+pub fn do_not_disrupt(pod: &Pod, now_seconds: i64) -> bool {
+    let Some(value) = pod.annotations().get(DO_NOT_DISRUPT) else {
+        return false;
+    };
+    if value == "true" {
+        return true;
+    }
+    let Ok(protection) = value.parse::<KarpenterDuration>() else {
+        return false;
+    };
+    let started = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.start_time.as_ref())
+        .map_or(now_seconds, |t| t.0.as_second());
+    now_seconds - started < i64::try_from(protection.as_std().as_secs()).unwrap_or(i64::MAX)
 }
 
 #[cfg(test)]
@@ -68,5 +91,25 @@ mod tests {
         assert!(!is_mirror(&pod(json!({}), "Running")));
         assert!(finished(&pod(json!({}), "Succeeded")) && finished(&pod(json!({}), "Failed")));
         assert!(!finished(&pod(json!({}), "Running")));
+    }
+
+    #[test]
+    fn do_not_disrupt_protects_for_true_or_until_its_duration_has_passed_since_start() {
+        let annotated = |value: &str| {
+            serde_json::from_value::<Pod>(json!({
+                "metadata": {"annotations": {DO_NOT_DISRUPT: value}},
+                "status": {"phase": "Running", "startTime": "1970-01-01T00:16:40Z"},
+            }))
+            .unwrap_or_else(|e| panic!("{e}"))
+        };
+        let started = 1_000;
+        assert!(do_not_disrupt(&annotated("true"), started + 1_000_000));
+        assert!(do_not_disrupt(&annotated("10m"), started + 599));
+        assert!(!do_not_disrupt(&annotated("10m"), started + 600));
+        assert!(
+            !do_not_disrupt(&annotated("yes please"), started),
+            "an invalid value protects nothing"
+        );
+        assert!(!do_not_disrupt(&pod(json!({}), "Running"), started));
     }
 }

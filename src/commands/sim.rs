@@ -9,7 +9,7 @@ use std::{io, net::SocketAddr, path::PathBuf, process::ExitCode, sync::Arc, time
 
 use joist_actors::{
     effects::node_trace::NodeTracer,
-    effects::settings::{Settings, SolverMode},
+    settings::{Settings, SolverMode},
 };
 use joist_kubesim::{Cluster, ClusterSettings};
 use joist_messages::{model::shape::CapacitySettings, time::Clock};

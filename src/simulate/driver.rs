@@ -8,7 +8,7 @@ use std::{cell::RefCell, collections::BTreeMap, rc::Rc, sync::Arc, time::Duratio
 use joist_actors::{
     effects::faults::{FaultPoints, Step},
     effects::node_trace::NodeTracer,
-    effects::settings::{Settings, SolverMode},
+    settings::{Settings, SolverMode},
 };
 use joist_kubesim::{
     Cluster, ClusterSettings, Store,

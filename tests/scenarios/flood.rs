@@ -11,7 +11,7 @@ use std::{
 };
 
 use super::{controllers_on_kubesim, paused_system, sample};
-use joist_actors::{effects::settings::Settings, interruption::MESSAGES_IN_FLIGHT};
+use joist_actors::{interruption::MESSAGES_IN_FLIGHT, settings::Settings};
 use joist_provider::{
     CloudFuture,
     interruption::{InterruptionQueue, QueueMessage},

@@ -5,7 +5,7 @@
 
 use std::{cell::Cell, collections::HashMap, sync::LazyLock, time::Duration};
 
-use joist_actors::effects::settings::Settings;
+use joist_actors::settings::Settings;
 use joist_kubesim::{Store, resources::GroupResource, store::ObjectKey};
 use joist_messages::apis::{
     EC2NodeClass, NodePool,

@@ -13,7 +13,8 @@ use joist_messages::{
         annotations::{NODECLAIM_TERMINATION_TIMESTAMP, TAGGED},
     },
     model::{quantity::Quantity, resources::Resources},
-    pods::{finished, is_mirror, owned_by_daemon_set},
+    nodes::{is_ephemeral, node_allocatable},
+    pods::{do_not_disrupt, finished, is_mirror, owned_by_daemon_set},
 };
 use joist_provider::{CloudError, Launch, OfferingKey};
 use joist_scheduling::taints::Toleration;
@@ -21,16 +22,38 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::ResourceExt;
 use tokio::time::Instant;
 
-use super::repair::{BLOCKED_RETRY, Repair};
-use crate::{
-    disruption::candidates::do_not_disrupt,
-    effects::kube_ops::is_true,
-    effects::node_trace::Phase,
-    effects::settings::{
+use super::{
+    repair::{BLOCKED_RETRY, Repair},
+    timing::{
         INITIALIZATION_TIMEOUT, LAUNCH_TIMEOUT, MINIMUM_DRAIN_TIME, REGISTRATION_TIMEOUT, doubling_backoff,
     },
-    state::snapshot::{is_ephemeral, node_allocatable},
 };
+use crate::effects::kube_ops::is_true;
+
+/// A stretch of a NodeClaim's life, one span each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// Creation until the instance is launched.
+    Launch,
+    /// Launch until the Node registered.
+    Registration,
+    /// Registration until the Node is Ready and its startup taints are gone.
+    Initialization,
+    /// Deletion until the instance is terminated and the finalizer released.
+    Termination,
+}
+
+impl Phase {
+    /// The span name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Launch => "nodeclaim.launch",
+            Self::Registration => "nodeclaim.registration",
+            Self::Initialization => "nodeclaim.initialization",
+            Self::Termination => "nodeclaim.termination",
+        }
+    }
+}
 
 /// How long the read model may lag the API: a finished phase missing from it, or a claim's pool or
 /// class not in it yet, is waited for this long before the actor acts on what it sees.

@@ -13,3 +13,4 @@ pub mod fold;
 pub mod lifecycle;
 pub mod memo;
 pub mod repair;
+pub mod timing;

@@ -20,9 +20,10 @@
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 use joist_messages::{
-    apis::{NodeClaim, NodePool, duration::Duration as KarpenterDuration},
+    apis::{NodeClaim, NodePool},
     labels::{CAPACITY_TYPE, INSTANCE_TYPE, NODEPOOL, ZONE, annotations::DO_NOT_DISRUPT},
     model::instance_type::{CapacityType, InstanceType},
+    pods::do_not_disrupt,
 };
 use joist_scheduling::terms::{label_selector, selects};
 use k8s_openapi::api::{
@@ -247,26 +248,6 @@ fn pod_blocker(
         }
     }
     None
-}
-
-/// Whether a pod's `karpenter.sh/do-not-disrupt` protects it now: `"true"`, or a duration that
-/// has not passed since the pod started (an invalid value protects nothing, as in Karpenter).
-pub fn do_not_disrupt(pod: &Pod, now_seconds: i64) -> bool {
-    let Some(value) = pod.annotations().get(DO_NOT_DISRUPT) else {
-        return false;
-    };
-    if value == "true" {
-        return true;
-    }
-    let Ok(protection) = value.parse::<KarpenterDuration>() else {
-        return false;
-    };
-    let started = pod
-        .status
-        .as_ref()
-        .and_then(|s| s.start_time.as_ref())
-        .map_or(now_seconds, |t| t.0.as_second());
-    now_seconds - started < i64::try_from(protection.as_std().as_secs()).unwrap_or(i64::MAX)
 }
 
 fn covers(budget: &PodDisruptionBudget, pod: &Pod) -> bool {

@@ -23,8 +23,8 @@ use joist_provider::{CloudError, CloudFuture, CloudProvider, Drift, Instance, La
 
 use crate::{
     decide::lifecycle::{created_at, time_left},
+    decide::timing::LAUNCH_TIMEOUT,
     effects::faults::FaultPoints,
-    effects::settings::LAUNCH_TIMEOUT,
 };
 
 /// How long any cloud call but a launch may take.

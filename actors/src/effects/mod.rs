@@ -1,7 +1,6 @@
 //! The effects layer: how the controllers act on the world and report it. Kubernetes writes
 //! ([`kube_ops`], [`events`]), the cloud under deadlines and fault points ([`cloud_calls`],
-//! [`faults`]), traces ([`node_trace`]), Prometheus [`metrics`], and the [`settings`] that tune
-//! them. Each write returns its error to the caller, which decides whether to retry.
+//! [`faults`]), traces ([`node_trace`]) and Prometheus [`metrics`]. Each write returns its error to the caller, which decides whether to retry.
 
 pub mod cloud_calls;
 pub mod events;
@@ -9,4 +8,3 @@ pub mod faults;
 pub mod kube_ops;
 pub mod metrics;
 pub mod node_trace;
-pub mod settings;

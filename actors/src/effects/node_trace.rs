@@ -20,37 +20,15 @@ use opentelemetry::{
 };
 use opentelemetry_sdk::trace::{SpanData, SpanProcessor};
 
-/// A stretch of a NodeClaim's life, one span each.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Phase {
-    /// Creation until the instance is launched.
-    Launch,
-    /// Launch until the Node registered.
-    Registration,
-    /// Registration until the Node is Ready and its startup taints are gone.
-    Initialization,
-    /// Deletion until the instance is terminated and the finalizer released.
-    Termination,
-}
+use crate::decide::lifecycle::Phase;
 
-impl Phase {
-    /// The span name.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Launch => "nodeclaim.launch",
-            Self::Registration => "nodeclaim.registration",
-            Self::Initialization => "nodeclaim.initialization",
-            Self::Termination => "nodeclaim.termination",
-        }
-    }
-
-    fn index(self) -> u64 {
-        match self {
-            Self::Launch => 1,
-            Self::Registration => 2,
-            Self::Initialization => 3,
-            Self::Termination => 4,
-        }
+/// A phase's place among the spans, mixed into its span id.
+fn phase_index(phase: Phase) -> u64 {
+    match phase {
+        Phase::Launch => 1,
+        Phase::Registration => 2,
+        Phase::Initialization => 3,
+        Phase::Termination => 4,
     }
 }
 
@@ -152,7 +130,7 @@ impl NodeTraceIds {
     /// The span of `phase`.
     pub fn phase_span_id(&self, phase: Phase) -> SpanId {
         let root = u64::from_be_bytes(self.root_span_id.to_bytes());
-        span_id(root ^ phase.index().wrapping_mul(0x9e37_79b9_7f4a_7c15))
+        span_id(root ^ phase_index(phase).wrapping_mul(0x9e37_79b9_7f4a_7c15))
     }
 }
 

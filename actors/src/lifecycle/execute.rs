@@ -32,16 +32,15 @@ use tokio::time::Instant;
 use super::StepError;
 use crate::{
     decide::lifecycle::{
-        Action, LAUNCH_TIMED_OUT, Memory, Next, Plan, PodRef, REGISTRATION_TIMED_OUT, after_evictions,
+        Action, LAUNCH_TIMED_OUT, Memory, Next, Phase, Plan, PodRef, REGISTRATION_TIMED_OUT, after_evictions,
         after_launch, created_at, disrupted_taint, node_taints, since_condition,
     },
     disruption::orchestrate::DISRUPTION_REASON,
     effects::faults::Step,
     effects::kube_ops::{self, is_true},
     effects::metrics::{Metrics, PoolLabels, snake_case},
-    effects::node_trace::Phase,
-    effects::settings::ACTOR_REQUEST_TIMEOUT,
     protocol::{GetInstanceTypes, MarkUnavailable},
+    settings::ACTOR_REQUEST_TIMEOUT,
     shared::Shared,
     state::breaker::FAILED_LAUNCH_REASONS,
     state::registration_health::Failure,
@@ -101,7 +100,9 @@ async fn perform(
                 record_launch(shared, target.claim, &launch).await?;
                 memory.finished = Some((Phase::Launch, Instant::now()));
             }
-            Action::MarkUnavailable(offerings) => shared.catalog.do_send(MarkUnavailable { offerings }),
+            Action::MarkUnavailable(offerings) => {
+                shared.catalog.unavailable.do_send(MarkUnavailable { offerings })
+            }
             Action::LaunchFailed(message) => launch_failed(shared, target.claim, &message).await?,
             Action::DeleteClaim { reason, message } => {
                 delete_claim(shared, target.claim, reason, &message).await?
@@ -224,6 +225,7 @@ async fn launch(
     };
     let types = shared
         .catalog
+        .instance_types
         .send(GetInstanceTypes {
             node_pool: node_pool.clone(),
             node_class: node_class.clone(),

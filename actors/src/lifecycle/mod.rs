@@ -11,13 +11,13 @@
 //! - **initialization**: once the Node is Ready with no startup or boot taints left and every
 //!   extended resource of the claim registered, it is labelled `karpenter.sh/initialized` and the
 //!   claim turns `Initialized` and `Ready`;
-//! - **liveness**: not launched within [`LAUNCH_TIMEOUT`](crate::effects::settings::LAUNCH_TIMEOUT) or not
-//!   registered within [`REGISTRATION_TIMEOUT`](crate::effects::settings::REGISTRATION_TIMEOUT) deletes the
+//! - **liveness**: not launched within [`LAUNCH_TIMEOUT`](crate::decide::timing::LAUNCH_TIMEOUT) or not
+//!   registered within [`REGISTRATION_TIMEOUT`](crate::decide::timing::REGISTRATION_TIMEOUT) deletes the
 //!   claim; so does its Node going away after registration;
 //! - **termination** (the claim is being deleted): taint the Node `karpenter.sh/disrupted`, evict
 //!   its pods through the Eviction API (a PodDisruptionBudget's 429 is retried), wait until every
 //!   evicted pod is gone (pods shutting down still run on the instance) and at least
-//!   [`MINIMUM_DRAIN_TIME`](crate::effects::settings::MINIMUM_DRAIN_TIME), wait until the volumes of the
+//!   [`MINIMUM_DRAIN_TIME`](crate::decide::timing::MINIMUM_DRAIN_TIME), wait until the volumes of the
 //!   drained pods are detached (VolumeAttachments gone, or the `terminationGracePeriod` over),
 //!   terminate the instance, then release the Node's and the claim's finalizers, in that order;
 //! - **repair** (the `NodeRepair` gate): a Node broken for longer than the cloud's policy

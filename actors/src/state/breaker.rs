@@ -24,7 +24,7 @@ use crate::{
     decide::lifecycle::{
         INITIALIZATION_TIMED_OUT, INSUFFICIENT_CAPACITY, LAUNCH_TIMED_OUT, REGISTRATION_TIMED_OUT,
     },
-    effects::settings::doubling_backoff,
+    decide::timing::doubling_backoff,
 };
 
 /// Failed launches in a row that open a NodePool's breaker.

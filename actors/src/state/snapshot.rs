@@ -9,44 +9,20 @@ use std::{collections::BTreeMap, sync::Arc};
 
 use joist_messages::{
     apis::{NodeClaim, NodePool},
-    labels::{INITIALIZED, taints},
+    labels::INITIALIZED,
     model::{
         quantity::Quantity,
         requirements::{Operator, Requirements},
         resources::{Resources, names},
     },
+    nodes::{is_ephemeral, node_allocatable},
     pods::finished,
 };
 use joist_scheduling::{ExistingNode, NodePoolInput, pod::PodInfo};
-use k8s_openapi::{
-    api::core::v1::{Node, Pod, Taint},
-    apimachinery::pkg::api::resource::Quantity as KubeQuantity,
-};
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::ResourceExt;
 
 use crate::{decide::lifecycle::is_disrupted, state::read_model::ReadModel};
-
-/// Whether a taint comes and goes while a node starts (the kubelet's and the cloud's, and the
-/// boot taint): such taints never make a node unfit for the simulation or block initialization.
-pub fn is_ephemeral(taint: &Taint) -> bool {
-    taint.key == taints::UNREGISTERED || taints::EPHEMERAL.contains(&taint.key.as_str())
-}
-
-/// A Kubernetes resource list as [`Resources`]; amounts that do not parse are skipped.
-pub fn resources_of(list: &BTreeMap<String, KubeQuantity>) -> Resources {
-    list.iter()
-        .filter_map(|(name, q)| Some((name.clone(), q.0.parse::<Quantity>().ok()?)))
-        .collect()
-}
-
-/// What a Node says it can hold (its `status.allocatable`; empty when it says nothing).
-pub fn node_allocatable(node: &Node) -> Resources {
-    node.status
-        .as_ref()
-        .and_then(|s| s.allocatable.as_ref())
-        .map(resources_of)
-        .unwrap_or_default()
-}
 
 /// The nodes the simulation may place pods on: registered Nodes that are not being deleted,
 /// cordoned or drained, then NodeClaims still launching or booting.

@@ -18,7 +18,7 @@ mod settings;
 
 use std::{net::SocketAddr, process::ExitCode, sync::Arc};
 
-use joist_actors::effects::settings::{Settings, SolverMode};
+use joist_actors::settings::{Settings, SolverMode};
 use joist_messages::{
     model::{instance_type::InstanceType, shape::CapacitySettings},
     time::Clock,

@@ -12,6 +12,7 @@ use std::{fmt, sync::LazyLock};
 use joist_messages::{
     labels::{self, ARCH, CAPACITY_TYPE, INSTANCE_TYPE, NODEPOOL, ZONE},
     model::resources::Resources,
+    nodes::node_allocatable,
     pods::{finished, owned_by_daemon_set},
 };
 use joist_scheduling::pod::effective_requests;
@@ -23,10 +24,7 @@ use prometheus_client::{
     metrics::MetricType,
 };
 
-use crate::{
-    state::read_model::ReadModel,
-    state::snapshot::{node_allocatable, usage},
-};
+use crate::{state::read_model::ReadModel, state::snapshot::usage};
 
 /// A series' labels, built per scrape.
 type Labels = Vec<(&'static str, String)>;

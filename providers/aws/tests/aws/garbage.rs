@@ -5,7 +5,7 @@
 use std::{sync::Arc, time::Duration};
 
 use aws_sdk_ec2::types::{InstanceType, ResourceType, Tag, TagSpecification};
-use joist_actors::{effects::node_trace::NodeTracer, effects::settings::Settings};
+use joist_actors::{effects::node_trace::NodeTracer, settings::Settings};
 use joist_kubesim::{Cluster, ClusterSettings};
 use joist_messages::{model::shape::CapacitySettings, time::Clock};
 use joist_provider::{CloudError, CloudProvider};

@@ -63,26 +63,5 @@ impl Default for Settings {
     }
 }
 
-/// A NodeClaim not launched within this long is deleted (Karpenter's `LaunchTimeout`).
-pub const LAUNCH_TIMEOUT: Duration = Duration::from_secs(5 * 60);
-/// A launched NodeClaim whose Node has not registered within this long is deleted.
-pub const REGISTRATION_TIMEOUT: Duration = Duration::from_secs(15 * 60);
-/// A registered NodeClaim whose Node has not reported Ready within this long is deleted.
-pub const INITIALIZATION_TIMEOUT: Duration = REGISTRATION_TIMEOUT;
-/// Offerings that ran out of capacity are skipped for this long.
-pub const UNAVAILABLE_OFFERING_TTL: Duration = Duration::from_secs(3 * 60);
-/// Instance types per NodePool are listed again after this long.
-pub const INSTANCE_TYPES_TTL: Duration = Duration::from_secs(5 * 60);
-/// Draining waits at least this long after tainting, for pods bound before the taint was seen.
-pub const MINIMUM_DRAIN_TIME: Duration = Duration::from_secs(5);
-/// An instance with no NodeClaim is terminated once it is older than this.
-pub const ORPHAN_GRACE: Duration = Duration::from_secs(30);
-/// A retry wait that doubles with each failure in a row: `first` after the first, up to `max`.
-pub fn doubling_backoff(first: Duration, failures: u32, max: Duration) -> Duration {
-    first
-        .saturating_mul(1 << failures.saturating_sub(1).min(16))
-        .min(max)
-}
-
 /// How long an actor waits for another actor's answer before it gives up on this step.
 pub const ACTOR_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
