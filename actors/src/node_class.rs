@@ -19,6 +19,7 @@ use std::{sync::Arc, time::Duration};
 
 use joist_messages::{
     apis::{EC2NodeClass, Validate},
+    conditions::{ConditionStatus, ConditionType, ConditionUpdate},
     labels::TERMINATION_FINALIZER,
 };
 use kube::ResourceExt;
@@ -37,12 +38,12 @@ pub const NODE_CLASS_REFRESH: Duration = Duration::from_secs(60);
 /// [`NODE_CLASS_REFRESH`].
 pub const RESOLUTION_RETRY: Duration = Duration::from_secs(5);
 
-const READY_PARTS: [&str; 5] = [
-    "SubnetsReady",
-    "SecurityGroupsReady",
-    "AMIsReady",
-    "InstanceProfileReady",
-    "ValidationSucceeded",
+const READY_PARTS: [ConditionType; 5] = [
+    ConditionType::SubnetsReady,
+    ConditionType::SecurityGroupsReady,
+    ConditionType::AMIsReady,
+    ConditionType::InstanceProfileReady,
+    ConditionType::ValidationSucceeded,
 ];
 
 /// What one reconcile of a class came to.
@@ -66,11 +67,9 @@ pub fn retry_after(failures: u32) -> Duration {
 /// Whether the class is Ready for its current generation (its status answers its spec as it is).
 pub fn is_current(class: &EC2NodeClass) -> bool {
     class.is_ready()
-        && class
-            .status
-            .iter()
-            .flat_map(|s| &s.conditions)
-            .any(|c| c.type_ == "Ready" && c.observed_generation == class.metadata.generation)
+        && class.status.iter().flat_map(|s| &s.conditions).any(|c| {
+            c.type_ == ConditionType::Ready.as_str() && c.observed_generation == class.metadata.generation
+        })
 }
 
 /// Resolves `class` and writes its status (see the module docs); `refresh` resolves even a class
@@ -149,13 +148,9 @@ async fn resolve(
             let conditions = std::mem::take(&mut status.conditions);
             *status = resolved;
             status.conditions = conditions;
-            for part in READY_PARTS.into_iter().chain(["Ready"]) {
-                set_condition(
-                    &mut status.conditions,
-                    &shared.clock,
-                    generation,
-                    (part, "True", part, ""),
-                );
+            for part in READY_PARTS.into_iter().chain([ConditionType::Ready]) {
+                let holds = ConditionUpdate::holds(part);
+                set_condition(&mut status.conditions, &shared.clock, generation, &holds);
             }
             Outcome::Resolved
         }
@@ -166,7 +161,8 @@ async fn resolve(
                 &mut status.conditions,
                 &shared.clock,
                 generation,
-                ("Ready", "False", "ResolutionFailed", &message),
+                &ConditionUpdate::new(ConditionType::Ready, ConditionStatus::False, "ResolutionFailed")
+                    .with_message(message.as_str()),
             );
             shared.events.warn(class, "ResolutionFailed", &message);
             Outcome::Failed

@@ -15,6 +15,7 @@ use actix::prelude::*;
 use futures::{StreamExt, stream};
 use joist_messages::{
     apis::{NodeClaim, NodePool, Validate},
+    conditions::{ConditionStatus, ConditionType, ConditionUpdate},
     model::{
         quantity::Quantity,
         resources::{Resources, names::NODES},
@@ -27,7 +28,6 @@ use crate::{
     effects::kube_ops::{self, set_condition},
     protocol::{LaunchPlan, Reconcile},
     shared::Shared,
-    state::registration_health,
     state::snapshot,
     static_capacity,
 };
@@ -195,52 +195,43 @@ async fn write_status(shared: &Shared, pool: &NodePool) -> bool {
         .collect::<Vec<_>>()
         .join("; ");
     let validation = if valid {
-        ("ValidationSucceeded", "True", "ValidationSucceeded", "")
+        ConditionUpdate::holds(ConditionType::ValidationSucceeded)
     } else {
-        (
-            "ValidationSucceeded",
-            "False",
+        ConditionUpdate::new(
+            ConditionType::ValidationSucceeded,
+            ConditionStatus::False,
             "ValidationFailed",
-            problems.as_str(),
         )
+        .with_message(problems.as_str())
     };
-    let newly_invalid = set_condition(&mut status.conditions, clock, generation, validation) && !valid;
+    let newly_invalid = set_condition(&mut status.conditions, clock, generation, &validation) && !valid;
     let class_name = &pool.spec.template.spec.node_class_ref.name;
     let class = shared.read.node_class(class_name);
     let class_ready = class.as_ref().is_some_and(|c| c.is_ready());
     let class_message = format!("EC2NodeClass {class_name:?} is missing or not ready");
     let node_class = if class_ready {
-        ("NodeClassReady", "True", "NodeClassReady", "")
+        ConditionUpdate::holds(ConditionType::NodeClassReady)
     } else {
-        (
-            "NodeClassReady",
-            "False",
+        ConditionUpdate::new(
+            ConditionType::NodeClassReady,
+            ConditionStatus::False,
             "NodeClassNotReady",
-            class_message.as_str(),
         )
+        .with_message(class_message)
     };
-    set_condition(&mut status.conditions, clock, generation, node_class);
+    set_condition(&mut status.conditions, clock, generation, &node_class);
     let class_generation = class.and_then(|c| c.metadata.generation);
-    let (health, reason, message) = shared.registration_health.condition(pool, class_generation);
-    set_condition(
-        &mut status.conditions,
-        clock,
-        generation,
-        (registration_health::CONDITION, health, &reason, &message),
-    );
+    let health = shared.registration_health.condition(pool, class_generation);
+    set_condition(&mut status.conditions, clock, generation, &health);
     status.node_class_observed_generation = class_generation;
     let is_ready = valid && class_ready;
     let ready = if is_ready {
-        ("Ready", "True", "Ready", "")
+        ConditionUpdate::holds(ConditionType::Ready)
     } else {
-        (
-            "Ready",
-            "False",
-            "NotReady",
-            "ValidationSucceeded or NodeClassReady is not True",
-        )
+        ConditionUpdate::new(ConditionType::Ready, ConditionStatus::False, "NotReady")
+            .with_message("ValidationSucceeded or NodeClassReady is not True")
     };
-    set_condition(&mut status.conditions, clock, generation, ready);
+    set_condition(&mut status.conditions, clock, generation, &ready);
     let usage = snapshot::usage(&shared.read, &pool.name_any());
     status.nodes = Some(usage.get(NODES).millis() / 1000);
     status.resources = usage

@@ -19,6 +19,7 @@ use std::{collections::BTreeSet, sync::Arc};
 
 use joist_messages::{
     apis::{NodeOverlay, NodePool, Validate, nodeoverlay::PriceChange},
+    conditions::{ConditionType, ConditionUpdate},
     labels::{CAPACITY_TYPE, NODEPOOL, ZONE},
     model::{
         instance_type::InstanceType,
@@ -84,10 +85,10 @@ pub fn write_statuses(shared: &Shared, conflicted: BTreeSet<String>) {
 /// the writes above, needs no new answer).
 pub fn answered(overlay: &NodeOverlay) -> bool {
     overlay.status.as_ref().is_some_and(|status| {
-        status
-            .conditions
-            .iter()
-            .any(|c| c.type_ == "ValidationSucceeded" && c.observed_generation == overlay.metadata.generation)
+        status.conditions.iter().any(|c| {
+            c.type_ == ConditionType::ValidationSucceeded.as_str()
+                && c.observed_generation == overlay.metadata.generation
+        })
     })
 }
 
@@ -287,13 +288,13 @@ async fn write_conditions(shared: &Shared, overlay: &NodeOverlay, problem: Optio
                 &mut status.conditions,
                 clock,
                 generation,
-                ("ValidationSucceeded", "True", "ValidationSucceeded", ""),
+                &ConditionUpdate::holds(ConditionType::ValidationSucceeded),
             );
             set_condition(
                 &mut status.conditions,
                 clock,
                 generation,
-                ("Ready", "True", "Ready", ""),
+                &ConditionUpdate::holds(ConditionType::Ready),
             );
             false
         }

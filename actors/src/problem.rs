@@ -9,13 +9,16 @@
 
 use std::{collections::BTreeSet, sync::Arc};
 
-use joist_messages::apis::NodePool;
+use joist_messages::{
+    apis::NodePool,
+    conditions::{ConditionType, is_true},
+};
 use joist_scheduling::{ExistingNode, Input, pod::PodInfo};
 use kube::ResourceExt;
 
 use crate::{
-    effects::kube_ops::is_true, overlay, protocol::GetInstanceTypes, settings::ACTOR_REQUEST_TIMEOUT,
-    shared::Shared, state::snapshot, static_capacity,
+    overlay, protocol::GetInstanceTypes, settings::ACTOR_REQUEST_TIMEOUT, shared::Shared, state::snapshot,
+    static_capacity,
 };
 
 /// A problem, and the NodePools its `node_pools` stand for, in the same order.
@@ -43,7 +46,7 @@ pub async fn cluster(shared: &Shared, nodes: Vec<ExistingNode>) -> Problem {
         let ready = pool
             .status
             .as_ref()
-            .is_some_and(|s| is_true(&s.conditions, "Ready"));
+            .is_some_and(|s| is_true(&s.conditions, ConditionType::Ready));
         // Static pools keep their own size: pods never make them launch.
         if !ready || pool.metadata.deletion_timestamp.is_some() || static_capacity::is_static(&pool) {
             tracing::debug!(

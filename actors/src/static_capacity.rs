@@ -23,6 +23,7 @@ use std::{sync::Arc, time::Duration};
 
 use joist_messages::{
     apis::{NodeClaim, NodePool},
+    conditions::{ConditionType, is_true},
     pods::{do_not_disrupt, owned_by_daemon_set},
 };
 use joist_scheduling::NewClaim;
@@ -30,11 +31,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::{Api, ResourceExt};
 
 use crate::{
-    decide::claim_template,
-    disruption::drift,
-    effects::kube_ops::{self, is_true},
-    node_pool::create_claims,
-    shared::Shared,
+    decide::claim_template, disruption::drift, effects::kube_ops, node_pool::create_claims, shared::Shared,
     state::snapshot,
 };
 
@@ -87,7 +84,7 @@ pub fn plan(
                 current: drift::shown(claim).is_none(),
                 launched: status.is_some_and(|s| s.provider_id.is_some()),
                 workload: pods.iter().filter(|p| !owned_by_daemon_set(p)).count(),
-                initialized: status.is_some_and(|s| is_true(&s.conditions, "Initialized")),
+                initialized: status.is_some_and(|s| is_true(&s.conditions, ConditionType::Initialized)),
                 name: claim.name_any(),
             }
         })

@@ -30,6 +30,7 @@ use joist_actors::{
 use joist_kubesim::{Cluster, ClusterSettings, resources::GroupResource};
 use joist_messages::{
     apis::{EC2NodeClass, EC2NodeClassStatus, NodeClaim, NodeOverlay, NodePool},
+    conditions::{ConditionType, is_true},
     model::{
         instance_type::{CapacityType, InstanceType, Offering},
         quantity::Quantity,
@@ -574,7 +575,7 @@ async fn a_nodepool_flood_is_bounded_and_its_status_still_lands() {
         .status
         .unwrap_or_default()
         .conditions;
-    assert!(kube_ops::is_true(&conditions, "Ready"), "{conditions:#?}");
+    assert!(is_true(&conditions, ConditionType::Ready), "{conditions:#?}");
 }
 
 #[actix::test]
@@ -617,7 +618,7 @@ async fn an_invalid_node_class_is_not_ready_launches_nothing_and_says_why_once()
                 .contains("spec.networkInterfaces: networkInterfaces needs the primary interface")),
         "{conditions:#?}"
     );
-    assert!(!kube_ops::is_true(&conditions, "Ready"), "{conditions:#?}");
+    assert!(!is_true(&conditions, ConditionType::Ready), "{conditions:#?}");
     assert_eq!(
         world.claim_names().await,
         Vec::<String>::new(),
@@ -674,7 +675,7 @@ async fn every_node_pool_listed_at_startup_becomes_ready() {
         .filter(|p| {
             !p.status
                 .as_ref()
-                .is_some_and(|s| kube_ops::is_true(&s.conditions, "Ready"))
+                .is_some_and(|s| is_true(&s.conditions, ConditionType::Ready))
         })
         .filter_map(|p| p.metadata.name.clone())
         .collect();
@@ -779,7 +780,7 @@ async fn a_nodeclaim_flood_is_bounded_and_launches_once() {
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     let conditions = claim.status.unwrap_or_default().conditions;
-    assert!(kube_ops::is_true(&conditions, "Launched"), "{conditions:#?}");
+    assert!(is_true(&conditions, ConditionType::Launched), "{conditions:#?}");
 }
 
 #[actix::test]
@@ -833,7 +834,7 @@ async fn nodepool_actors_sharded_over_arbiters_do_their_work() {
         for name in pools {
             let pool = api.get(name).await.unwrap_or_else(|e| panic!("{e}"));
             let conditions = pool.status.unwrap_or_default().conditions;
-            ready += usize::from(kube_ops::is_true(&conditions, "Ready"));
+            ready += usize::from(is_true(&conditions, ConditionType::Ready));
         }
         if ready == pools.len() {
             break;

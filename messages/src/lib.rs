@@ -5,6 +5,7 @@
 //! so every other crate can depend on it and it outlives any framework choice.
 
 pub mod apis;
+pub mod conditions;
 pub mod labels;
 pub mod model;
 pub mod nodes;

@@ -14,13 +14,14 @@ use joist_kubesim::{
     resources::GroupResource,
     store::{EventKind, WatchCursor},
 };
-use joist_messages::labels::{CAPACITY_TYPE, INSTANCE_TYPE, NODEPOOL, ZONE};
+use joist_messages::{
+    conditions::ConditionType,
+    labels::{CAPACITY_TYPE, INSTANCE_TYPE, NODEPOOL, ZONE},
+};
 use serde_json::Value;
 use tokio::{task::JoinHandle, time::Instant};
 
-use joist_actors::{
-    decide::lifecycle::tier, disruption::orchestrate::DISRUPTION_REASON, effects::kube_ops::COMPONENT,
-};
+use joist_actors::{decide::lifecycle::tier, effects::kube_ops::COMPONENT};
 use k8s_openapi::api::core::v1::Pod;
 
 use super::report::{Entry, Recorded, label, round, text};
@@ -69,10 +70,11 @@ pub struct Recorder {
     task: JoinHandle<()>,
 }
 
-fn condition_true(object: &Value, type_: &str) -> bool {
-    object["status"]["conditions"]
-        .as_array()
-        .is_some_and(|c| c.iter().any(|c| c["type"] == type_ && c["status"] == "True"))
+fn condition_true(object: &Value, type_: ConditionType) -> bool {
+    object["status"]["conditions"].as_array().is_some_and(|c| {
+        c.iter()
+            .any(|c| c["type"] == type_.as_str() && c["status"] == "True")
+    })
 }
 
 impl Notes {
@@ -98,10 +100,10 @@ impl Notes {
                 }
             }
             EventKind::Modified => {
-                let became = |type_: &str| {
+                let became = |type_: ConditionType| {
                     condition_true(object, type_) && !previous.is_some_and(|p| condition_true(p, type_))
                 };
-                if became("Launched") {
+                if became(ConditionType::Launched) {
                     let detail = format!(
                         "{} {} in {}",
                         label(object, INSTANCE_TYPE),
@@ -110,7 +112,7 @@ impl Notes {
                     );
                     self.entry(at, "nodeclaim-launched", name.clone(), detail);
                 }
-                if became("Registered") {
+                if became(ConditionType::Registered) {
                     self.entry(
                         at,
                         "nodeclaim-registered",
@@ -118,7 +120,7 @@ impl Notes {
                         text(object, "/status/nodeName"),
                     );
                 }
-                if became("Initialized") {
+                if became(ConditionType::Initialized) {
                     self.entry(
                         at,
                         "nodeclaim-initialized",
@@ -131,7 +133,7 @@ impl Notes {
                     o["status"]["conditions"]
                         .as_array()?
                         .iter()
-                        .find(|c| c["type"] == DISRUPTION_REASON)
+                        .find(|c| c["type"] == ConditionType::DisruptionReason.as_str())
                         .map(|c| (text(c, "/reason").to_owned(), text(c, "/message").to_owned()))
                 };
                 match (disruption(object), previous.and_then(disruption)) {

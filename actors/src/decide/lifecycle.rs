@@ -8,6 +8,7 @@ use std::{sync::Arc, time::Duration};
 
 use joist_messages::{
     apis::NodeClaim,
+    conditions::{self, ClaimDeletion, ConditionStatus, ConditionType, ConditionUpdate, has_status, is_true},
     labels::{
         TERMINATION_FINALIZER,
         annotations::{NODECLAIM_TERMINATION_TIMESTAMP, TAGGED},
@@ -18,7 +19,10 @@ use joist_messages::{
 };
 use joist_provider::{CloudError, Launch, OfferingKey};
 use joist_scheduling::taints::Toleration;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::{
+    api::core::v1::{Node, Pod},
+    apimachinery::pkg::apis::meta::v1::Condition,
+};
 use kube::ResourceExt;
 use tokio::time::Instant;
 
@@ -28,7 +32,6 @@ use super::{
         INITIALIZATION_TIMEOUT, LAUNCH_TIMEOUT, MINIMUM_DRAIN_TIME, REGISTRATION_TIMEOUT, doubling_backoff,
     },
 };
-use crate::effects::kube_ops::is_true;
 
 /// A stretch of a NodeClaim's life, one span each.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,15 +81,6 @@ pub const BLOCKED_EVICTION_RETRY: Duration = Duration::from_millis(100);
 
 /// The longest wait between refused evictions.
 pub const BLOCKED_EVICTION_MAX: Duration = Duration::from_secs(10);
-
-/// Why a claim whose launch failed is deleted: every offering was out of capacity.
-pub const INSUFFICIENT_CAPACITY: &str = "InsufficientCapacityError";
-/// … no instance within the launch timeout.
-pub const LAUNCH_TIMED_OUT: &str = "LaunchTimeout";
-/// … no Node within the registration timeout.
-pub const REGISTRATION_TIMED_OUT: &str = "RegistrationTimeout";
-/// … a Node never Ready within the initialization timeout.
-pub const INITIALIZATION_TIMED_OUT: &str = "InitializationTimeout";
 
 /// What the actor remembers between steps (lost on restart, rebuilt from the cluster).
 #[derive(Debug, Default, Clone)]
@@ -161,8 +155,8 @@ pub enum Action {
     },
     /// Warn on the Node that its repair is blocked (`NodeRepairBlocked`).
     RepairBlocked(String),
-    /// Set these conditions of the claim (type, status, reason) in one write.
-    ClaimConditions(Vec<(&'static str, &'static str, &'static str)>),
+    /// Set these conditions of the claim in one write.
+    ClaimConditions(Vec<ConditionUpdate>),
     /// Annotate the claim with its `terminationGracePeriod` deadline (epoch seconds).
     StampDeadline(i64),
     /// Delete these pods now with this grace period: waiting for their eviction would overrun
@@ -176,7 +170,7 @@ pub enum Action {
     /// Delete the claim, with an event giving the reason.
     DeleteClaim {
         /// Karpenter's reason.
-        reason: &'static str,
+        reason: ClaimDeletion,
         /// Why, for the event and the log.
         message: String,
     },
@@ -258,7 +252,7 @@ impl Plan {
         Self { actions, next }
     }
 
-    fn delete(reason: &'static str, message: &str) -> Self {
+    fn delete(reason: ClaimDeletion, message: &str) -> Self {
         Self::act(
             vec![Action::DeleteClaim {
                 reason,
@@ -277,9 +271,9 @@ pub fn shows(claim: &NodeClaim, phase: Phase) -> bool {
         .map(|s| s.conditions.as_slice())
         .unwrap_or_default();
     match phase {
-        Phase::Launch => is_true(conditions, "Launched"),
-        Phase::Registration => is_true(conditions, "Registered"),
-        Phase::Initialization => is_true(conditions, "Initialized"),
+        Phase::Launch => is_true(conditions, ConditionType::Launched),
+        Phase::Registration => is_true(conditions, ConditionType::Registered),
+        Phase::Initialization => is_true(conditions, ConditionType::Initialized),
         Phase::Termination => !claim.finalizers().iter().any(|f| f == TERMINATION_FINALIZER),
     }
 }
@@ -329,7 +323,7 @@ pub fn expires_in(claim: &NodeClaim, now_seconds: i64) -> Option<Duration> {
 fn live(facts: &Facts<'_>, memory: &mut Memory) -> Plan {
     let claim = facts.claim;
     let status = claim.status.clone().unwrap_or_default();
-    let launched = is_true(&status.conditions, "Launched") && status.provider_id.is_some();
+    let launched = is_true(&status.conditions, ConditionType::Launched) && status.provider_id.is_some();
     if !launched {
         if let Some(launch) = &memory.launched {
             return Plan::act(
@@ -339,7 +333,10 @@ fn live(facts: &Facts<'_>, memory: &mut Memory) -> Plan {
         }
         let age = since(facts.now_seconds, created_at(claim));
         if age >= LAUNCH_TIMEOUT {
-            return Plan::delete(LAUNCH_TIMED_OUT, "the instance was not launched in time");
+            return Plan::delete(
+                ClaimDeletion::LaunchTimeout,
+                "the instance was not launched in time",
+            );
         }
         if !facts.pool_and_class_known {
             // Watches of different kinds arrive in any order: a claim seen before its pool or
@@ -347,7 +344,10 @@ fn live(facts: &Facts<'_>, memory: &mut Memory) -> Plan {
             if age < READ_MODEL_LAG {
                 return Plan::wait(Next::After(READ_MODEL_LAG - age));
             }
-            return Plan::delete("NodeClassNotReady", "its nodepool or node class does not exist");
+            return Plan::delete(
+                ClaimDeletion::NodeClassNotReady,
+                "its nodepool or node class does not exist",
+            );
         }
         let backing_off = memory
             .launch_retry_at
@@ -359,23 +359,26 @@ fn live(facts: &Facts<'_>, memory: &mut Memory) -> Plan {
         return Plan::act(vec![Action::Launch], Next::OnChange);
     }
     memory.launched = None;
-    let registered = is_true(&status.conditions, "Registered");
+    let registered = is_true(&status.conditions, ConditionType::Registered);
     let Some(node) = facts.node else {
         if registered {
-            return Plan::delete("NodeDeleted", "its node is gone");
+            return Plan::delete(ClaimDeletion::NodeDeleted, "its node is gone");
         }
         let left = time_left(
             REGISTRATION_TIMEOUT,
             facts.now_seconds,
-            since_condition(claim, "Launched"),
+            since_condition(claim, ConditionType::Launched),
         );
         if left.is_zero() {
-            return Plan::delete(REGISTRATION_TIMED_OUT, "the node did not register in time");
+            return Plan::delete(
+                ClaimDeletion::RegistrationTimeout,
+                "the node did not register in time",
+            );
         }
         return Plan::wait(Next::After(left));
     };
     if node.metadata.deletion_timestamp.is_some() {
-        return Plan::delete("NodeDeleted", "its node is being deleted");
+        return Plan::delete(ClaimDeletion::NodeDeleted, "its node is being deleted");
     }
     if !registered {
         return Plan::act(vec![Action::Register], Next::OnChange);
@@ -384,14 +387,17 @@ fn live(facts: &Facts<'_>, memory: &mut Memory) -> Plan {
     let mut actions = Vec::new();
     // A node whose kubelet never reported Ready holds its pods' capacity in flight forever:
     // it gets as long as registration did (startup taints and device plugins are not timed).
-    if !is_true(&status.conditions, "Initialized") && !node_ready(node) {
+    if !is_true(&status.conditions, ConditionType::Initialized) && !node_ready(node) {
         let left = time_left(
             INITIALIZATION_TIMEOUT,
             facts.now_seconds,
-            since_condition(claim, "Registered"),
+            since_condition(claim, ConditionType::Registered),
         );
         if left.is_zero() {
-            return Plan::delete(INITIALIZATION_TIMED_OUT, "the node did not become Ready in time");
+            return Plan::delete(
+                ClaimDeletion::InitializationTimeout,
+                "the node did not become Ready in time",
+            );
         }
         next = Next::After(left);
     }
@@ -411,7 +417,7 @@ fn live(facts: &Facts<'_>, memory: &mut Memory) -> Plan {
             next = next.sooner(BLOCKED_RETRY);
         }
     }
-    if !is_true(&status.conditions, "Initialized") && initialized(claim, node) {
+    if !is_true(&status.conditions, ConditionType::Initialized) && initialized(claim, node) {
         actions.push(Action::Initialize);
     }
     if claim.annotations().get(TAGGED).is_none_or(|v| v != "true")
@@ -444,14 +450,14 @@ pub fn after_launch(outcome: Result<Launch, CloudError>, memory: &mut Memory, no
             vec![
                 Action::MarkUnavailable(offerings),
                 Action::DeleteClaim {
-                    reason: INSUFFICIENT_CAPACITY,
+                    reason: ClaimDeletion::InsufficientCapacity,
                     message,
                 },
             ],
             Next::OnChange,
         ),
         Err(error @ CloudError::NodeClassNotReady { .. }) => {
-            Plan::delete("NodeClassNotReady", &error.to_string())
+            Plan::delete(ClaimDeletion::NodeClassNotReady, &error.to_string())
         }
         Err(error) => {
             memory.failed_launches = memory.failed_launches.saturating_add(1);
@@ -499,10 +505,10 @@ fn terminate(facts: &Facts<'_>, memory: &mut Memory) -> Plan {
             };
             let missing = missing_conditions(
                 claim,
-                &[
-                    (DRAINED, "True", DRAINED),
+                vec![
+                    ConditionUpdate::holds(ConditionType::Drained),
                     volumes,
-                    (INSTANCE_TERMINATING, "True", INSTANCE_TERMINATING),
+                    ConditionUpdate::holds(ConditionType::InstanceTerminating),
                 ],
             );
             if !missing.is_empty() {
@@ -521,15 +527,26 @@ fn terminate(facts: &Facts<'_>, memory: &mut Memory) -> Plan {
 
 /// The `VolumesDetached` condition once the instance may go: True when no VolumeAttachment holds
 /// it, False once the `terminationGracePeriod` is over; until then, the plan that waits.
-fn volumes_detached(facts: &Facts<'_>) -> Result<(&'static str, &'static str, &'static str), Plan> {
+fn volumes_detached(facts: &Facts<'_>) -> Result<ConditionUpdate, Plan> {
     if facts.volume_attachments.is_empty() {
-        return Ok((VOLUMES_DETACHED, "True", VOLUMES_DETACHED));
+        return Ok(ConditionUpdate::holds(ConditionType::VolumesDetached));
     }
     if termination_deadline(facts.claim).is_some_and(|d| facts.now_seconds >= d) {
-        return Ok((VOLUMES_DETACHED, "False", "TerminationGracePeriodElapsed"));
+        return Ok(ConditionUpdate::new(
+            ConditionType::VolumesDetached,
+            ConditionStatus::False,
+            "TerminationGracePeriodElapsed",
+        ));
     }
-    let awaiting = (VOLUMES_DETACHED, "Unknown", "AwaitingVolumeDetachment");
-    let missing = missing_conditions(facts.claim, &[(DRAINED, "True", DRAINED), awaiting]);
+    let awaiting = ConditionUpdate::new(
+        ConditionType::VolumesDetached,
+        ConditionStatus::Unknown,
+        "AwaitingVolumeDetachment",
+    );
+    let missing = missing_conditions(
+        facts.claim,
+        vec![ConditionUpdate::holds(ConditionType::Drained), awaiting],
+    );
     let actions = if missing.is_empty() {
         Vec::new()
     } else {
@@ -556,8 +573,15 @@ fn drain(facts: &Facts<'_>, node: &Node, memory: &mut Memory) -> Option<Plan> {
         return None;
     }
     let mut actions = Vec::new();
-    let draining = missing_conditions(claim, &[(DRAINED, "Unknown", "Draining")]);
-    if !draining.is_empty() && !shows_condition(claim, DRAINED, "True") {
+    let draining = missing_conditions(
+        claim,
+        vec![ConditionUpdate::new(
+            ConditionType::Drained,
+            ConditionStatus::Unknown,
+            "Draining",
+        )],
+    );
+    if !draining.is_empty() && !claim_conditions(claim).is_some_and(|c| is_true(c, ConditionType::Drained)) {
         actions.push(Action::ClaimConditions(draining));
     }
     if let Some(deadline) = deadline
@@ -611,34 +635,17 @@ fn drain(facts: &Facts<'_>, node: &Node, memory: &mut Memory) -> Option<Plan> {
     })
 }
 
-/// The NodeClaim condition set once its node is drained.
-pub const DRAINED: &str = "Drained";
-
-/// The NodeClaim condition set once the volumes of its node's drained pods are detached (False
-/// when the grace period ran out first).
-pub const VOLUMES_DETACHED: &str = "VolumesDetached";
-
-/// The NodeClaim condition set once its instance is being terminated.
-pub const INSTANCE_TERMINATING: &str = "InstanceTerminating";
-
-/// Of `wanted` (type, status, reason), the conditions the claim does not show yet.
-fn missing_conditions(
-    claim: &NodeClaim,
-    wanted: &[(&'static str, &'static str, &'static str)],
-) -> Vec<(&'static str, &'static str, &'static str)> {
+/// Of `wanted`, the conditions the claim does not show at their status yet.
+fn missing_conditions(claim: &NodeClaim, wanted: Vec<ConditionUpdate>) -> Vec<ConditionUpdate> {
+    let shown = claim_conditions(claim).unwrap_or_default();
     wanted
-        .iter()
-        .copied()
-        .filter(|(type_, status, _)| !shows_condition(claim, type_, status))
+        .into_iter()
+        .filter(|update| !has_status(shown, update.type_, update.status))
         .collect()
 }
 
-fn shows_condition(claim: &NodeClaim, type_: &str, status: &str) -> bool {
-    claim.status.as_ref().is_some_and(|s| {
-        s.conditions
-            .iter()
-            .any(|c| c.type_ == type_ && c.status == status)
-    })
+fn claim_conditions(claim: &NodeClaim) -> Option<&[Condition]> {
+    claim.status.as_ref().map(|s| s.conditions.as_slice())
 }
 
 /// The claim's `terminationGracePeriod` deadline in epoch seconds: its annotation, or its deletion
@@ -809,18 +816,13 @@ pub fn time_left(timeout: Duration, now_seconds: i64, from: i64) -> Duration {
 
 /// When the claim's condition `type_` last changed, or, before it has, when the claim was
 /// created (epoch seconds).
-pub fn since_condition(claim: &NodeClaim, type_: &str) -> i64 {
+pub fn since_condition(claim: &NodeClaim, type_: ConditionType) -> i64 {
     transitioned_at(claim, type_).unwrap_or_else(|| created_at(claim))
 }
 
 /// When the claim's condition `type_` last changed, in epoch seconds.
-pub fn transitioned_at(claim: &NodeClaim, type_: &str) -> Option<i64> {
-    let condition = claim
-        .status
-        .as_ref()?
-        .conditions
-        .iter()
-        .find(|c| c.type_ == type_)?;
+pub fn transitioned_at(claim: &NodeClaim, type_: ConditionType) -> Option<i64> {
+    let condition = conditions::find(&claim.status.as_ref()?.conditions, type_)?;
     Some(condition.last_transition_time.0.as_second())
 }
 
@@ -901,7 +903,7 @@ mod tests {
 
     /// A claim being deleted whose drain has begun (`Drained=Unknown` shown).
     fn draining(claim: NodeClaim) -> NodeClaim {
-        with_conditions(deleting(claim), &[(DRAINED, "Unknown")])
+        with_conditions(deleting(claim), &[(ConditionType::Drained.as_str(), "Unknown")])
     }
 
     fn with_conditions(mut claim: NodeClaim, conditions: &[(&str, &str)]) -> NodeClaim {
@@ -995,7 +997,7 @@ mod tests {
 
     fn deleted_with(plan: &Plan) -> Option<&'static str> {
         plan.actions.iter().find_map(|a| match a {
-            Action::DeleteClaim { reason, .. } => Some(*reason),
+            Action::DeleteClaim { reason, .. } => Some(reason.as_str()),
             _ => None,
         })
     }
@@ -1254,7 +1256,11 @@ mod tests {
         assert_eq!(
             plan.actions,
             [
-                Action::ClaimConditions(vec![(DRAINED, "Unknown", "Draining")]),
+                Action::ClaimConditions(vec![ConditionUpdate::new(
+                    ConditionType::Drained,
+                    ConditionStatus::Unknown,
+                    "Draining"
+                )]),
                 Action::Taint,
                 Action::Evict(vec![PodRef {
                     namespace: "default".into(),
@@ -1314,14 +1320,17 @@ mod tests {
 
     /// The conditions of a claim whose instance is being terminated.
     const TERMINATING: [(&str, &str); 3] = [
-        (DRAINED, "True"),
-        (VOLUMES_DETACHED, "True"),
-        (INSTANCE_TERMINATING, "True"),
+        (ConditionType::Drained.as_str(), "True"),
+        (ConditionType::VolumesDetached.as_str(), "True"),
+        (ConditionType::InstanceTerminating.as_str(), "True"),
     ];
 
     #[test]
     fn the_instance_waits_for_volumes_to_detach_until_the_grace_period_ends() {
-        let drained = with_conditions(draining(registered(json!({}))), &[(DRAINED, "True")]);
+        let drained = with_conditions(
+            draining(registered(json!({}))),
+            &[(ConditionType::Drained.as_str(), "True")],
+        );
         let node = tainted();
         let volumes = ["csi-pvc-1-n".to_owned()];
         let mut case = Case::new(&drained);
@@ -1335,9 +1344,9 @@ mod tests {
         assert_eq!(
             case.decide(memory),
             Plan::act(
-                vec![Action::ClaimConditions(vec![(
-                    VOLUMES_DETACHED,
-                    "Unknown",
+                vec![Action::ClaimConditions(vec![ConditionUpdate::new(
+                    ConditionType::VolumesDetached,
+                    ConditionStatus::Unknown,
                     "AwaitingVolumeDetachment"
                 )])],
                 Next::After(VOLUME_POLL)
@@ -1347,7 +1356,7 @@ mod tests {
         // Past the grace period the volumes are left to the instance's end.
         let late = with_conditions(
             with_grace_period(draining(registered(json!({}))), 600, 601),
-            &[(DRAINED, "True")],
+            &[(ConditionType::Drained.as_str(), "True")],
         );
         let mut case = Case::new(&late);
         case.node = Some(&node);
@@ -1356,8 +1365,12 @@ mod tests {
         assert_eq!(
             case.decide(memory).actions,
             [Action::ClaimConditions(vec![
-                (VOLUMES_DETACHED, "False", "TerminationGracePeriodElapsed"),
-                (INSTANCE_TERMINATING, "True", INSTANCE_TERMINATING)
+                ConditionUpdate::new(
+                    ConditionType::VolumesDetached,
+                    ConditionStatus::False,
+                    "TerminationGracePeriodElapsed"
+                ),
+                ConditionUpdate::holds(ConditionType::InstanceTerminating)
             ])]
         );
     }
@@ -1383,9 +1396,9 @@ mod tests {
         assert_eq!(
             case.decide(&mut memory).actions,
             [Action::ClaimConditions(vec![
-                (DRAINED, "True", DRAINED),
-                (VOLUMES_DETACHED, "True", VOLUMES_DETACHED),
-                (INSTANCE_TERMINATING, "True", INSTANCE_TERMINATING)
+                ConditionUpdate::holds(ConditionType::Drained),
+                ConditionUpdate::holds(ConditionType::VolumesDetached),
+                ConditionUpdate::holds(ConditionType::InstanceTerminating)
             ])],
             "drained: the conditions say so before the instance goes"
         );

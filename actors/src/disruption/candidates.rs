@@ -21,6 +21,7 @@ use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 use joist_messages::{
     apis::{NodeClaim, NodePool},
+    conditions::{ConditionType, is_true},
     labels::{CAPACITY_TYPE, INSTANCE_TYPE, NODEPOOL, ZONE, annotations::DO_NOT_DISRUPT},
     model::instance_type::{CapacityType, InstanceType},
     pods::do_not_disrupt,
@@ -34,7 +35,6 @@ use kube::ResourceExt;
 
 use crate::{
     decide::lifecycle::{drainable, is_disrupted, transitioned_at},
-    effects::kube_ops::is_true,
     state::read_model::ReadModel,
 };
 
@@ -85,9 +85,6 @@ pub struct Blocked {
 /// Each NodePool's instance types in this pass, by NodePool name.
 pub type PoolTypes<'a> = BTreeMap<String, &'a [Arc<InstanceType>]>;
 
-/// The NodeClaim condition that says whether a node may be consolidated.
-pub const CONSOLIDATABLE: &str = "Consolidatable";
-
 /// What [`collect`] found.
 #[derive(Debug, Default)]
 pub struct Collected {
@@ -120,7 +117,7 @@ pub fn collect(read: &ReadModel, types: &PoolTypes<'_>, now_seconds: i64) -> Col
         let shown = claim
             .status
             .as_ref()
-            .is_some_and(|s| is_true(&s.conditions, CONSOLIDATABLE));
+            .is_some_and(|s| is_true(&s.conditions, ConditionType::Consolidatable));
         if shown != candidate.consolidatable {
             collected
                 .stale_conditions
@@ -156,7 +153,8 @@ fn candidate(
     now_seconds: i64,
 ) -> Option<Candidate> {
     let status = claim.status.as_ref()?;
-    if claim.metadata.deletion_timestamp.is_some() || !is_true(&status.conditions, "Initialized") {
+    if claim.metadata.deletion_timestamp.is_some() || !is_true(&status.conditions, ConditionType::Initialized)
+    {
         return None;
     }
     let labels = claim.labels();
@@ -173,7 +171,7 @@ fn candidate(
     let capacity_type = CapacityType::from_label(labels.get(CAPACITY_TYPE)?)?;
     let instance_type = labels.get(INSTANCE_TYPE)?;
     let zone = labels.get(ZONE)?;
-    let drifted = is_true(&status.conditions, super::drift::DRIFTED);
+    let drifted = is_true(&status.conditions, ConditionType::Drifted);
     let offered = types
         .get(pool_name)
         .and_then(|types| types.iter().find(|it| &it.name == instance_type))
@@ -310,7 +308,7 @@ fn consolidatable(
     let Some(after) = pool.spec.disruption.consolidate_after.duration() else {
         return false;
     };
-    let initialized = transitioned_at(claim, "Initialized").unwrap_or(0);
+    let initialized = transitioned_at(claim, ConditionType::Initialized).unwrap_or(0);
     let changed = read
         .last_pod_event(&node.name_any())
         .unwrap_or(0)

@@ -33,6 +33,7 @@ use joist_messages::{
         EC2NodeClass, NodeClaim, NodePool,
         hash::{self, ec2nodeclass_hash, ec2nodeclass_hash_stamp, nodepool_hash, nodepool_hash_stamp},
     },
+    conditions::{self, ConditionStatus, ConditionType, ConditionUpdate, is_true},
     labels::{
         INSTANCE_TYPE, NODEPOOL,
         annotations::{EC2NODECLASS_HASH, EC2NODECLASS_HASH_VERSION, NODEPOOL_HASH, NODEPOOL_HASH_VERSION},
@@ -48,9 +49,6 @@ use serde_json::json;
 
 use super::candidates::PoolTypes;
 use crate::{effects::kube_ops, shared::Shared};
-
-/// The NodeClaim condition that says a node has drifted, and why.
-pub const DRIFTED: &str = "Drifted";
 
 /// How often a claim's instance is compared with its node class by the cloud, when the class did
 /// not change.
@@ -262,18 +260,15 @@ fn launched(claim: &NodeClaim) -> bool {
         && claim
             .status
             .as_ref()
-            .is_some_and(|s| s.provider_id.is_some() && kube_ops::is_true(&s.conditions, "Launched"))
+            .is_some_and(|s| s.provider_id.is_some() && is_true(&s.conditions, ConditionType::Launched))
 }
 
 /// The reason the claim's `Drifted` condition shows, if it is true.
 pub fn shown(claim: &NodeClaim) -> Option<String> {
-    claim
-        .status
-        .as_ref()?
-        .conditions
-        .iter()
-        .find(|c| c.type_ == DRIFTED && c.status == "True")
-        .map(|c| c.reason.clone())
+    let status = claim.status.as_ref()?;
+    conditions::find(&status.conditions, ConditionType::Drifted)
+        .filter(|drifted| drifted.status == ConditionStatus::True.as_str())
+        .map(|drifted| drifted.reason.clone())
 }
 
 enum Write {
@@ -290,12 +285,13 @@ async fn write(shared: &Shared, claim: &Arc<NodeClaim>, write: Write) {
         }
         Write::Condition(Some(reason)) => {
             let message = format!("the node no longer matches its nodepool or node class ({reason})");
-            let update = (DRIFTED, "True", reason.as_str(), message.as_str());
+            let update = ConditionUpdate::new(ConditionType::Drifted, ConditionStatus::True, reason)
+                .with_message(message);
             let body = kube_ops::claim_conditions_patch(&shared.clock, claim, &[update], json!({}));
             kube_ops::patch_status_body(&api, &name, body).await
         }
         Write::Condition(None) => {
-            let body = kube_ops::claim_condition_removal_patch(claim, DRIFTED);
+            let body = kube_ops::claim_condition_removal_patch(claim, ConditionType::Drifted);
             kube_ops::patch_status_body(&api, &name, body).await
         }
     };

@@ -32,6 +32,7 @@ use std::{
 use actix::prelude::*;
 use joist_messages::{
     apis::{NodeClaim, nodepool::DisruptionReason},
+    conditions::{ConditionStatus, ConditionType, ConditionUpdate, is_true},
     labels::NODEPOOL,
 };
 use joist_scheduling::consolidation::{Decision, Settings};
@@ -47,7 +48,7 @@ use crate::{
     decide::fold::Fold,
     decide::lifecycle::{is_disrupted, node_ready},
     decide::memo::{Fingerprint, Memo},
-    effects::kube_ops::{self, is_true},
+    effects::kube_ops,
     effects::metrics::{ConsolidationTypeLabels, PoolReasonLabels, ReasonLabels},
     problem::{self, Problem},
     shared::Shared,
@@ -203,7 +204,7 @@ async fn decide(
     let initialized = |c: &NodeClaim| {
         c.status
             .as_ref()
-            .is_some_and(|s| is_true(&s.conditions, "Initialized"))
+            .is_some_and(|s| is_true(&s.conditions, ConditionType::Initialized))
     };
     if !read.node_claims().iter().any(|c| initialized(c)) {
         // Nothing could be a candidate: spare the catalog and the simulation.
@@ -414,7 +415,7 @@ fn budget_counts(shared: &Shared) -> BTreeMap<String, (u32, u32)> {
             continue;
         };
         let status = claim.status.clone().unwrap_or_default();
-        if !is_true(&status.conditions, "Initialized") {
+        if !is_true(&status.conditions, ConditionType::Initialized) {
             continue;
         }
         let node = status
@@ -438,14 +439,14 @@ fn budget_counts(shared: &Shared) -> BTreeMap<String, (u32, u32)> {
 /// pass.
 async fn write_consolidatable(shared: &Shared, claim: &NodeClaim, consolidatable: bool) {
     let update = if consolidatable {
-        (candidates::CONSOLIDATABLE, "True", "Consolidatable", "")
+        ConditionUpdate::holds(ConditionType::Consolidatable)
     } else {
-        (
-            candidates::CONSOLIDATABLE,
-            "False",
+        ConditionUpdate::new(
+            ConditionType::Consolidatable,
+            ConditionStatus::False,
             "NotConsolidatable",
-            "consolidateAfter has not passed since the node last changed",
         )
+        .with_message("consolidateAfter has not passed since the node last changed")
     };
     let body = kube_ops::claim_conditions_patch(&shared.clock, claim, &[update], serde_json::json!({}));
     let api = kube_ops::cluster::<NodeClaim>(&shared.client);

@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use joist_messages::{
     apis::NodeClaim,
+    conditions::{self, ConditionStatus, ConditionType, ConditionUpdate, is_true},
     labels::{NODEPOOL, TERMINATION_FINALIZER, taints},
 };
 use joist_scheduling::consolidation::Decision;
@@ -28,7 +29,7 @@ use super::{Planned, candidates::Candidate, reason_label};
 use crate::{
     decide::lifecycle::{disrupted_taint, is_disrupted, node_taints},
     effects::faults::Step,
-    effects::kube_ops::{self, is_true},
+    effects::kube_ops,
     effects::metrics::DecisionLabels,
     shared::Shared,
 };
@@ -41,9 +42,6 @@ const READINESS_POLL: Duration = Duration::from_secs(1);
 
 /// Attempts at an optimistic write before giving up on it.
 const WRITE_ATTEMPTS: usize = 3;
-
-/// The condition a NodeClaim carries while it is being disrupted, and why.
-pub const DISRUPTION_REASON: &str = "DisruptionReason";
 
 /// Why a command could not finish.
 #[derive(Debug, thiserror::Error)]
@@ -200,10 +198,12 @@ async fn set_reason(shared: &Shared, claim_name: &str, reason: Option<(&str, &st
         };
         let body = match reason {
             Some((reason, message)) => {
-                let update = (DISRUPTION_REASON, "True", reason, message);
+                let update =
+                    ConditionUpdate::new(ConditionType::DisruptionReason, ConditionStatus::True, reason)
+                        .with_message(message);
                 kube_ops::claim_conditions_patch(&shared.clock, &claim, &[update], json!({}))
             }
-            None => kube_ops::claim_condition_removal_patch(&claim, DISRUPTION_REASON),
+            None => kube_ops::claim_condition_removal_patch(&claim, ConditionType::DisruptionReason),
         };
         match kube_ops::patch_status_body(&claims, claim_name, body).await {
             Ok(_) => return Ok(()),
@@ -253,7 +253,7 @@ async fn wait_until_initialized(
                 if claim
                     .status
                     .as_ref()
-                    .is_some_and(|s| is_true(&s.conditions, "Initialized")) =>
+                    .is_some_and(|s| is_true(&s.conditions, ConditionType::Initialized)) =>
             {
                 return Ok(());
             }
@@ -301,7 +301,7 @@ async fn rollback(shared: &Shared, candidates: &[Candidate], replacements: &[Str
         let initialized = shared.read.node_claim(name).is_some_and(|c| {
             c.status
                 .as_ref()
-                .is_some_and(|s| is_true(&s.conditions, "Initialized"))
+                .is_some_and(|s| is_true(&s.conditions, ConditionType::Initialized))
         });
         if !initialized && let Err(error) = kube_ops::delete(&claims, name).await {
             tracing::warn!(nodeclaim = name, %error, "deleting an unready replacement failed");
@@ -331,7 +331,7 @@ pub async fn remove_stale_taints(shared: &Shared) {
         let stale_reason = claim
             .status
             .as_ref()
-            .is_some_and(|s| s.conditions.iter().any(|c| c.type_ == DISRUPTION_REASON));
+            .is_some_and(|s| conditions::find(&s.conditions, ConditionType::DisruptionReason).is_some());
         if !stale_taint && !stale_reason {
             continue;
         }

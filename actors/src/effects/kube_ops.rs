@@ -5,7 +5,12 @@
 
 use std::fmt::Debug;
 
-use joist_messages::{apis::NodeClaim, labels::TERMINATION_FINALIZER, time::Clock};
+use joist_messages::{
+    apis::NodeClaim,
+    conditions::{self, ConditionStatus, ConditionType, ConditionUpdate},
+    labels::TERMINATION_FINALIZER,
+    time::Clock,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::{
     Api, Resource, ResourceExt,
@@ -95,13 +100,13 @@ pub fn timestamp(clock: &Clock) -> Time {
     Time(jiff::Timestamp::from_second(clock.now_seconds()).unwrap_or_default())
 }
 
-/// The claim's conditions with `updates` (type, status, reason, message) applied, merged into the
-/// `status` fields given, as a status patch body that holds only if the claim is still the version
-/// they were computed from (a stale view gets 409).
+/// The claim's conditions with `updates` applied, merged into the `status` fields given, as a
+/// status patch body that holds only if the claim is still the version they were computed from (a
+/// stale view gets 409).
 pub fn claim_conditions_patch(
     clock: &Clock,
     claim: &NodeClaim,
-    updates: &[(&str, &str, &str, &str)],
+    updates: &[ConditionUpdate],
     mut status: Value,
 ) -> Value {
     let mut conditions = claim
@@ -109,7 +114,7 @@ pub fn claim_conditions_patch(
         .as_ref()
         .map(|s| s.conditions.clone())
         .unwrap_or_default();
-    for &update in updates {
+    for update in updates {
         set_condition(&mut conditions, clock, claim.metadata.generation, update);
     }
     status["conditions"] = serde_json::json!(conditions);
@@ -118,55 +123,23 @@ pub fn claim_conditions_patch(
 
 /// A status patch body that removes the claim's condition `type_`, valid only against the version
 /// it was computed from.
-pub fn claim_condition_removal_patch(claim: &NodeClaim, type_: &str) -> Value {
+pub fn claim_condition_removal_patch(claim: &NodeClaim, type_: ConditionType) -> Value {
     let mut conditions = claim.status.clone().unwrap_or_default().conditions;
-    conditions.retain(|c| c.type_ != type_);
+    conditions.retain(|c| c.type_ != type_.as_str());
     serde_json::json!({
         "metadata": {"resourceVersion": claim.resource_version()},
         "status": {"conditions": conditions},
     })
 }
 
-/// Sets a condition in `conditions`; true when anything changed. The transition time moves only
-/// when the status does.
+/// Sets a condition in `conditions` at the clock's time; true when anything changed.
 pub fn set_condition(
     conditions: &mut Vec<Condition>,
     clock: &Clock,
     generation: Option<i64>,
-    (type_, status, reason, message): (&str, &str, &str, &str),
+    update: &ConditionUpdate,
 ) -> bool {
-    let now = timestamp(clock);
-    match conditions.iter_mut().find(|c| c.type_ == type_) {
-        Some(c)
-            if c.status == status
-                && c.reason == reason
-                && c.message == message
-                && c.observed_generation == generation =>
-        {
-            false
-        }
-        Some(c) => {
-            if c.status != status {
-                c.last_transition_time = now;
-            }
-            c.status = status.to_owned();
-            c.reason = reason.to_owned();
-            c.message = message.to_owned();
-            c.observed_generation = generation;
-            true
-        }
-        None => {
-            conditions.push(Condition {
-                type_: type_.to_owned(),
-                status: status.to_owned(),
-                reason: reason.to_owned(),
-                message: message.to_owned(),
-                observed_generation: generation,
-                last_transition_time: now,
-            });
-            true
-        }
-    }
+    conditions::set(conditions, timestamp(clock), generation, update)
 }
 
 /// Sets `ValidationSucceeded=False` with `reason` and `message`, and `Ready=False` saying
@@ -178,24 +151,13 @@ pub fn set_validation_failed(
     (reason, message): (&str, &str),
     ready_message: &str,
 ) -> bool {
-    let newly = set_condition(
-        conditions,
-        clock,
-        generation,
-        ("ValidationSucceeded", "False", reason, message),
-    );
-    set_condition(
-        conditions,
-        clock,
-        generation,
-        ("Ready", "False", "NotReady", ready_message),
-    );
+    let failed = ConditionUpdate::new(ConditionType::ValidationSucceeded, ConditionStatus::False, reason)
+        .with_message(message);
+    let newly = set_condition(conditions, clock, generation, &failed);
+    let not_ready = ConditionUpdate::new(ConditionType::Ready, ConditionStatus::False, "NotReady")
+        .with_message(ready_message);
+    set_condition(conditions, clock, generation, &not_ready);
     newly
-}
-
-/// Whether a condition is `True`.
-pub fn is_true(conditions: &[Condition], type_: &str) -> bool {
-    conditions.iter().any(|c| c.type_ == type_ && c.status == "True")
 }
 
 /// Namespaced API helper, for symmetry with [`cluster`].

@@ -11,6 +11,7 @@ use std::{collections::BTreeMap, time::Duration};
 use futures::{StreamExt, stream};
 use joist_messages::{
     apis::{NodeClaim, hash::ec2nodeclass_stamp},
+    conditions::{self, ClaimDeletion, ConditionStatus, ConditionType, ConditionUpdate, is_true},
     labels::{
         CAPACITY_TYPE, EXCLUDE_FROM_EXTERNAL_LB, INITIALIZED, INSTANCE_TYPE, NODEPOOL, REGISTERED,
         TERMINATION_FINALIZER, ZONE,
@@ -32,17 +33,15 @@ use tokio::time::Instant;
 use super::StepError;
 use crate::{
     decide::lifecycle::{
-        Action, LAUNCH_TIMED_OUT, Memory, Next, Phase, Plan, PodRef, REGISTRATION_TIMED_OUT, after_evictions,
-        after_launch, created_at, disrupted_taint, node_taints, since_condition,
+        Action, Memory, Next, Phase, Plan, PodRef, after_evictions, after_launch, created_at,
+        disrupted_taint, node_taints, since_condition,
     },
-    disruption::orchestrate::DISRUPTION_REASON,
     effects::faults::Step,
-    effects::kube_ops::{self, is_true},
+    effects::kube_ops,
     effects::metrics::{Metrics, PoolLabels, snake_case},
     protocol::{GetInstanceTypes, MarkUnavailable},
     settings::ACTOR_REQUEST_TIMEOUT,
     shared::Shared,
-    state::breaker::FAILED_LAUNCH_REASONS,
     state::registration_health::Failure,
 };
 
@@ -123,8 +122,6 @@ async fn perform(
                 shared.events.warn(node(target)?, "NodeRepairBlocked", &message);
             }
             Action::ClaimConditions(updates) => {
-                let updates: Vec<(&str, &str, &str, &str)> =
-                    updates.iter().map(|&(t, s, r)| (t, s, r, "")).collect();
                 let body = kube_ops::claim_conditions_patch(&shared.clock, target.claim, &updates, json!({}));
                 write_claim_status(shared, target.claim, body).await?;
             }
@@ -273,15 +270,20 @@ async fn write_claim_status(shared: &Shared, claim: &NodeClaim, body: Value) -> 
     Ok(())
 }
 
-async fn delete_claim(shared: &Shared, claim: &NodeClaim, reason: &str, why: &str) -> Result<(), StepError> {
-    tracing::info!(nodeclaim = claim.name_any(), reason, "deleting nodeclaim: {why}");
-    shared.events.warn(claim, reason, why);
+async fn delete_claim(
+    shared: &Shared,
+    claim: &NodeClaim,
+    reason: ClaimDeletion,
+    why: &str,
+) -> Result<(), StepError> {
+    tracing::info!(nodeclaim = claim.name_any(), %reason, "deleting nodeclaim: {why}");
+    shared.events.warn(claim, reason.as_str(), why);
     kube_ops::delete(&kube_ops::cluster::<NodeClaim>(&shared.client), &claim.name_any()).await?;
-    shared.metrics.disrupted(claim, &snake_case(reason));
+    shared.metrics.disrupted(claim, &snake_case(reason.as_str()));
     let Some(pool) = claim.labels().get(NODEPOOL) else {
         return Ok(());
     };
-    if FAILED_LAUNCH_REASONS.contains(&reason) {
+    if reason.is_failed_launch() {
         count_failed_launch(shared, pool, format!("{reason}: {why}"));
     }
     if let Some(failure) = registration_failure(claim, reason, why) {
@@ -296,19 +298,18 @@ async fn delete_claim(shared: &Shared, claim: &NodeClaim, reason: &str, why: &st
 /// What a claim deleted for `reason` (`why`) tells its NodePool's registration health: a claim
 /// that timed out before launching fails with its last launch attempt's reason and message, one
 /// that launched but never registered with `RegistrationFailed`; other deletions tell nothing.
-fn registration_failure(claim: &NodeClaim, reason: &str, why: &str) -> Option<Failure> {
+fn registration_failure(claim: &NodeClaim, reason: ClaimDeletion, why: &str) -> Option<Failure> {
     match reason {
-        REGISTRATION_TIMED_OUT => Some(Failure::registration()),
-        LAUNCH_TIMED_OUT => {
-            let attempt = claim.status.as_ref().and_then(|status| {
-                status
-                    .conditions
-                    .iter()
-                    .find(|c| c.type_ == "Launched" && c.status != "True")
-            });
+        ClaimDeletion::RegistrationTimeout => Some(Failure::registration()),
+        ClaimDeletion::LaunchTimeout => {
+            let attempt = claim
+                .status
+                .as_ref()
+                .and_then(|status| conditions::find(&status.conditions, ConditionType::Launched))
+                .filter(|launched| launched.status != ConditionStatus::True.as_str());
             Some(attempt.map_or_else(
                 || Failure {
-                    reason: reason.to_owned(),
+                    reason: reason.as_str().to_owned(),
                     message: why.to_owned(),
                 },
                 |attempt| Failure {
@@ -375,7 +376,8 @@ async fn force_delete(
     message: &str,
     deadline: Option<i64>,
 ) -> Result<(), StepError> {
-    let update = (DISRUPTION_REASON, "True", reason, message);
+    let update = ConditionUpdate::new(ConditionType::DisruptionReason, ConditionStatus::True, reason)
+        .with_message(message);
     let body = kube_ops::claim_conditions_patch(&shared.clock, claim, &[update], json!({}));
     write_claim_status(shared, claim, body).await?;
     if let Some(deadline) = deadline {
@@ -425,7 +427,10 @@ async fn launch_failed(shared: &Shared, claim: &NodeClaim, message: &str) -> Res
     let body = kube_ops::claim_conditions_patch(
         &shared.clock,
         claim,
-        &[("Launched", "Unknown", "LaunchFailed", message)],
+        &[
+            ConditionUpdate::new(ConditionType::Launched, ConditionStatus::Unknown, "LaunchFailed")
+                .with_message(message),
+        ],
         json!({}),
     );
     write_claim_status(shared, claim, body).await
@@ -442,8 +447,12 @@ async fn record_launch(shared: &Shared, claim: &NodeClaim, launch: &Launch) -> R
         &shared.clock,
         claim,
         &[
-            ("Launched", "True", "Launched", ""),
-            ("Registered", "Unknown", "AwaitingRegistration", ""),
+            ConditionUpdate::holds(ConditionType::Launched),
+            ConditionUpdate::new(
+                ConditionType::Registered,
+                ConditionStatus::Unknown,
+                "AwaitingRegistration",
+            ),
         ],
         status,
     );
@@ -520,8 +529,12 @@ async fn register(shared: &Shared, claim: &NodeClaim, node: &Node) -> Result<(),
         &shared.clock,
         claim,
         &[
-            ("Registered", "True", "Registered", ""),
-            ("Initialized", "Unknown", "AwaitingInitialization", ""),
+            ConditionUpdate::holds(ConditionType::Registered),
+            ConditionUpdate::new(
+                ConditionType::Initialized,
+                ConditionStatus::Unknown,
+                "AwaitingInitialization",
+            ),
         ],
         json!({"nodeName": node.name_any()}),
     );
@@ -530,7 +543,7 @@ async fn register(shared: &Shared, claim: &NodeClaim, node: &Node) -> Result<(),
         shared.registration_health.registered(pool);
         shared.poke_node_pool(pool);
     }
-    let launched = since_condition(claim, "Launched");
+    let launched = since_condition(claim, ConditionType::Launched);
     let attributes = vec![KeyValue::new("k8s.node.name", node.name_any())];
     trace_phase(shared, claim, Phase::Registration, launched, attributes);
     tracing::info!(nodeclaim = claim.name_any(), node = node.name_any(), "registered");
@@ -544,13 +557,13 @@ async fn initialize(shared: &Shared, claim: &NodeClaim, node: &Node) -> Result<(
         &shared.clock,
         claim,
         &[
-            ("Initialized", "True", "Initialized", ""),
-            ("Ready", "True", "Ready", ""),
+            ConditionUpdate::holds(ConditionType::Initialized),
+            ConditionUpdate::holds(ConditionType::Ready),
         ],
         json!({}),
     );
     write_claim_status(shared, claim, body).await?;
-    let registered = since_condition(claim, "Registered");
+    let registered = since_condition(claim, ConditionType::Registered);
     let attributes = vec![KeyValue::new("k8s.node.name", node.name_any())];
     trace_phase(shared, claim, Phase::Initialization, registered, attributes);
     tracing::info!(
@@ -657,7 +670,10 @@ fn trace_release(shared: &Shared, claim: &NodeClaim) {
         KeyValue::new("joist.capacity_type", label(CAPACITY_TYPE)),
         KeyValue::new("joist.provider_id", status.provider_id.unwrap_or_default()),
         KeyValue::new("k8s.node.name", status.node_name.unwrap_or_default()),
-        KeyValue::new("joist.launched", is_true(&status.conditions, "Launched")),
+        KeyValue::new(
+            "joist.launched",
+            is_true(&status.conditions, ConditionType::Launched),
+        ),
     ];
     let now = shared.clock.now_system();
     shared

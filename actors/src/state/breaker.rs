@@ -20,12 +20,7 @@ use std::{
 
 use tokio::time::Instant;
 
-use crate::{
-    decide::lifecycle::{
-        INITIALIZATION_TIMED_OUT, INSUFFICIENT_CAPACITY, LAUNCH_TIMED_OUT, REGISTRATION_TIMED_OUT,
-    },
-    decide::timing::doubling_backoff,
-};
+use crate::decide::timing::doubling_backoff;
 
 /// Failed launches in a row that open a NodePool's breaker.
 pub const TRIP_AFTER: u32 = 3;
@@ -33,14 +28,6 @@ pub const TRIP_AFTER: u32 = 3;
 pub const FIRST_PAUSE: Duration = Duration::from_secs(60);
 /// The longest pause.
 pub const MAX_PAUSE: Duration = Duration::from_secs(15 * 60);
-
-/// The NodeClaim deletion reasons that count as a failed launch.
-pub const FAILED_LAUNCH_REASONS: [&str; 4] = [
-    INSUFFICIENT_CAPACITY,
-    LAUNCH_TIMED_OUT,
-    REGISTRATION_TIMED_OUT,
-    INITIALIZATION_TIMED_OUT,
-];
 
 /// One NodePool's breaker.
 #[derive(Debug, Default)]

@@ -18,12 +18,17 @@ use std::{
     sync::{Mutex, MutexGuard, PoisonError},
 };
 
-use joist_messages::apis::NodePool;
+use joist_messages::{
+    apis::NodePool,
+    conditions::{self, ConditionStatus, ConditionType, ConditionUpdate},
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::ResourceExt;
 
+/// The condition this module judges.
+const HEALTHY: ConditionType = ConditionType::NodeRegistrationHealthy;
+
 /// The condition's type.
-pub const CONDITION: &str = "NodeRegistrationHealthy";
 /// Outcomes a NodePool's window holds.
 pub const WINDOW: usize = 4;
 /// Failures in the window that make the pool unhealthy.
@@ -84,20 +89,18 @@ impl Window {
         }
     }
 
-    /// The condition's status, reason and message.
-    fn verdict(&self) -> (&'static str, String, String) {
+    /// The condition.
+    fn verdict(&self) -> ConditionUpdate {
         if self.failures() >= UNHEALTHY_FAILURES {
             let failure = self.last_failure.clone().unwrap_or_else(Failure::registration);
-            return ("False", failure.reason, failure.message);
+            return ConditionUpdate::new(HEALTHY, ConditionStatus::False, failure.reason)
+                .with_message(failure.message);
         }
         if self.outcomes.contains(&true) {
-            return ("True", CONDITION.to_owned(), String::new());
+            return ConditionUpdate::holds(HEALTHY);
         }
-        (
-            "Unknown",
-            "AwaitingReconciliation".to_owned(),
-            "no node of this NodePool has registered or failed to since its spec or node class changed"
-                .to_owned(),
+        ConditionUpdate::new(HEALTHY, ConditionStatus::Unknown, "AwaitingReconciliation").with_message(
+            "no node of this NodePool has registered or failed to since its spec or node class changed",
         )
     }
 }
@@ -129,18 +132,14 @@ impl RegistrationHealth {
         self.lock().remove(pool);
     }
 
-    /// The `NodeRegistrationHealthy` condition `pool` should carry (status, reason, message), given
+    /// The `NodeRegistrationHealthy` condition `pool` should carry, given
     /// the generation of its node class now. Starts the pool's window afresh when the pool's spec
     /// or its node class changed since the condition was last written.
-    pub fn condition(
-        &self,
-        pool: &NodePool,
-        class_generation: Option<i64>,
-    ) -> (&'static str, String, String) {
+    pub fn condition(&self, pool: &NodePool, class_generation: Option<i64>) -> ConditionUpdate {
         let current = pool
             .status
             .as_ref()
-            .and_then(|s| s.conditions.iter().find(|c| c.type_ == CONDITION));
+            .and_then(|s| conditions::find(&s.conditions, HEALTHY));
         let class_seen = pool
             .status
             .as_ref()
@@ -181,7 +180,7 @@ mod tests {
             conditions: condition
                 .map(|(status, reason)| {
                     serde_json::from_value(serde_json::json!({
-                        "type": CONDITION, "status": status, "reason": reason,
+                        "type": HEALTHY.as_str(), "status": status, "reason": reason,
                         "message": "seen before", "observedGeneration": generation,
                         "lastTransitionTime": "2026-01-01T00:00:00Z",
                     }))
@@ -195,7 +194,12 @@ mod tests {
     }
 
     fn status(health: &RegistrationHealth, pool: &NodePool) -> &'static str {
-        health.condition(pool, Some(1)).0
+        health.condition(pool, Some(1)).status.as_str()
+    }
+
+    fn verdict(health: &RegistrationHealth, pool: &NodePool) -> (&'static str, String, String) {
+        let condition = health.condition(pool, Some(1));
+        (condition.status.as_str(), condition.reason, condition.message)
     }
 
     #[test]
@@ -214,7 +218,7 @@ mod tests {
             "one failure alone is no verdict"
         );
         health.failed("default", timeout());
-        let (status_now, reason, message) = health.condition(&judged, Some(1));
+        let (status_now, reason, message) = verdict(&health, &judged);
         assert_eq!(
             (status_now, reason.as_str(), message.as_str()),
             ("False", "LaunchFailed", "UnauthorizedOperation: not allowed")
@@ -236,7 +240,7 @@ mod tests {
     fn a_restart_keeps_the_verdict_the_pool_carries() {
         let health = RegistrationHealth::default();
         let unhealthy = pool(2, 1, Some(("False", "RegistrationFailed")));
-        let (status_now, reason, message) = health.condition(&unhealthy, Some(1));
+        let (status_now, reason, message) = verdict(&health, &unhealthy);
         assert_eq!(
             (status_now, reason.as_str(), message.as_str()),
             ("False", "RegistrationFailed", "seen before")
@@ -244,7 +248,7 @@ mod tests {
         health.registered("default");
         assert_eq!(status(&health, &unhealthy), "False", "seeded as two failures");
         let healthy = RegistrationHealth::default();
-        let judged = pool(2, 1, Some(("True", CONDITION)));
+        let judged = pool(2, 1, Some(("True", HEALTHY.as_str())));
         assert_eq!(status(&healthy, &judged), "True");
         healthy.failed("default", Failure::registration());
         assert_eq!(status(&healthy, &judged), "True", "seeded as one success");
@@ -258,7 +262,7 @@ mod tests {
         let judged = pool(3, 1, Some(("False", "RegistrationFailed")));
         assert_eq!(status(&health, &judged), "False");
         assert_eq!(
-            health.condition(&judged, Some(2)).0,
+            health.condition(&judged, Some(2)).status.as_str(),
             "Unknown",
             "the node class changed"
         );
