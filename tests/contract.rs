@@ -3,7 +3,8 @@
 //! `# expect:` lines name; the generated CRDs alone (OpenAPI schema + CEL rules, evaluated with
 //! kube-cel) reject the same manifests; the committed CRDs (and the charts' copies) are current;
 //! decoding keeps every field a user wrote; the Helm charts hold to Karpenter's ([`charts`]); and
-//! the README and `docs/` link only to what exists and show only commands joist has ([`docs`]).
+//! the README and `docs/` link only to what exists and show only commands joist has ([`docs`]);
+//! and `actors/` keeps to its layers ([`layers`]).
 
 use std::{collections::HashMap, path::Path, process::Command};
 
@@ -35,6 +36,8 @@ mod fixtures;
 mod fuzz;
 #[path = "contract/iam.rs"]
 mod iam;
+#[path = "contract/layers.rs"]
+mod layers;
 #[path = "support/mutants.rs"]
 mod mutants;
 #[path = "support/tools.rs"]

@@ -19,6 +19,7 @@ pub mod state;
 
 pub mod batcher;
 pub mod catalog;
+pub mod claim_creation;
 pub mod cluster_state;
 pub mod disruption;
 pub mod garbage;

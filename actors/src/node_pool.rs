@@ -12,19 +12,15 @@
 //! valid, and says so.
 
 use actix::prelude::*;
-use futures::{StreamExt, stream};
 use joist_messages::{
-    apis::{NodeClaim, NodePool, Validate},
+    apis::{NodePool, Validate},
     conditions::{ConditionStatus, ConditionType, ConditionUpdate},
-    model::{
-        quantity::Quantity,
-        resources::{Resources, names::NODES},
-    },
+    model::resources::names::NODES,
 };
-use kube::{Api, ResourceExt, api::PostParams};
+use kube::{Api, ResourceExt};
 
 use crate::{
-    effects::faults::Step,
+    claim_creation, decide,
     effects::kube_ops::{self, set_condition},
     protocol::{LaunchPlan, Reconcile},
     shared::Shared,
@@ -34,9 +30,6 @@ use crate::{
 
 /// Launch plans and pokes queued before senders wait or see `Full`.
 pub const NODE_POOL_MAILBOX: usize = 64;
-
-/// NodeClaim creates of one launch plan in flight at once.
-pub const CLAIM_CREATES_IN_FLIGHT: usize = 16;
 
 /// See the module docs.
 pub struct NodePoolActor {
@@ -84,7 +77,7 @@ impl Handler<Reconcile> for NodePoolActor {
             return AtomicResponse::new(Box::pin(fut::ready(())));
         };
         let shared = self.shared.clone();
-        let keeps_size = static_capacity::is_static(&pool) && shared.settings.static_capacity;
+        let keeps_size = decide::static_capacity::is_static(&pool) && shared.settings.static_capacity;
         let work = async move {
             let ready = write_status(&shared, &pool).await;
             if keeps_size && ready {
@@ -114,63 +107,8 @@ impl Handler<LaunchPlan> for NodePoolActor {
         .entered();
         let shared = self.shared.clone();
         let name = self.name.clone();
-        Box::pin(async move { create_claims(&shared, &name, msg.claims).await })
+        Box::pin(async move { claim_creation::create_claims(&shared, &name, msg.claims).await })
     }
-}
-
-/// Creates the planned claims that still fit the pool's limits: the limits are checked claim by
-/// claim against what the pool holds, then the creates run [`CLAIM_CREATES_IN_FLIGHT`] at a time.
-/// A create that fails is logged; its pods stay pending and the next pass plans for them again.
-pub async fn create_claims(shared: &Shared, name: &str, claims: Vec<NodeClaim>) {
-    let Some(pool) = shared.read.node_pool(name) else {
-        return;
-    };
-    let mut used = snapshot::usage(&shared.read, name);
-    let limits = Resources::from(&pool.spec.limits);
-    let mut accepted = Vec::with_capacity(claims.len());
-    for claim in claims {
-        let mut after = used.clone();
-        after.add(&Resources::from(&claim.spec.resources.requests));
-        after.set(NODES, used.get(NODES).saturating_add(Quantity::from_units(1)));
-        let exceeded: Vec<String> = pool
-            .spec
-            .limits
-            .keys()
-            .filter(|key| after.get(key) > limits.get(key))
-            .cloned()
-            .collect();
-        if exceeded.is_empty() {
-            accepted.push(claim);
-            used = after;
-        } else {
-            let message = format!(
-                "nodepool {name:?} would exceed its limits on {}",
-                exceeded.join(", ")
-            );
-            shared.events.warn(pool.as_ref(), "LimitsExceeded", &message);
-        }
-    }
-    let api: Api<NodeClaim> = kube_ops::cluster(&shared.client);
-    stream::iter(accepted)
-        .for_each_concurrent(CLAIM_CREATES_IN_FLIGHT, |claim| {
-            let api = api.clone();
-            async move {
-                match api.create(&PostParams::default(), &claim).await {
-                    Ok(created) => {
-                        tracing::info!(
-                            nodepool = name,
-                            nodeclaim = created.name_any(),
-                            "created nodeclaim"
-                        );
-                        shared.read.record_created(created);
-                        shared.metrics.created(name, "provisioned");
-                        shared.settings.faults.reach(Step::ClaimCreated).await;
-                    }
-                    Err(error) => tracing::warn!(nodepool = name, %error, "creating a nodeclaim failed"),
-                }
-            }
-        })
-        .await;
 }
 
 /// Publishes usage and readiness; whether the pool is Ready.
@@ -180,7 +118,7 @@ async fn write_status(shared: &Shared, pool: &NodePool) -> bool {
     let generation = pool.metadata.generation;
     let clock = &shared.clock;
     let mut violations = pool.validate();
-    if static_capacity::is_static(pool) && !shared.settings.static_capacity {
+    if decide::static_capacity::is_static(pool) && !shared.settings.static_capacity {
         violations.push(joist_messages::apis::Violation {
             field: "spec.replicas".to_owned(),
             message:

@@ -17,8 +17,8 @@ use joist_scheduling::{ExistingNode, Input, pod::PodInfo};
 use kube::ResourceExt;
 
 use crate::{
-    overlay, protocol::GetInstanceTypes, settings::ACTOR_REQUEST_TIMEOUT, shared::Shared, state::snapshot,
-    static_capacity,
+    decide::static_capacity::is_static, overlay, protocol::GetInstanceTypes, settings::ACTOR_REQUEST_TIMEOUT,
+    shared::Shared, state::snapshot,
 };
 
 /// A problem, and the NodePools its `node_pools` stand for, in the same order.
@@ -48,7 +48,7 @@ pub async fn cluster(shared: &Shared, nodes: Vec<ExistingNode>) -> Problem {
             .as_ref()
             .is_some_and(|s| is_true(&s.conditions, ConditionType::Ready));
         // Static pools keep their own size: pods never make them launch.
-        if !ready || pool.metadata.deletion_timestamp.is_some() || static_capacity::is_static(&pool) {
+        if !ready || pool.metadata.deletion_timestamp.is_some() || is_static(&pool) {
             tracing::debug!(
                 nodepool = pool.name_any(),
                 ready,

@@ -9,8 +9,11 @@
 
 pub mod budgets;
 pub mod claim_template;
+pub mod drift;
 pub mod fold;
 pub mod lifecycle;
+pub mod limits;
 pub mod memo;
 pub mod repair;
+pub mod static_capacity;
 pub mod timing;

@@ -161,7 +161,7 @@ fn candidate(
     let pool_name = labels.get(NODEPOOL)?;
     let pool = read.node_pool(pool_name)?;
     // A static pool keeps its own size: its nodes are no candidates for any method.
-    if crate::static_capacity::is_static(&pool) {
+    if crate::decide::static_capacity::is_static(&pool) {
         return None;
     }
     let node = read.node_for_provider(status.provider_id.as_deref()?)?;

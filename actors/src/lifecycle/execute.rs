@@ -30,7 +30,6 @@ use opentelemetry::KeyValue;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
-use super::StepError;
 use crate::{
     decide::lifecycle::{
         Action, Memory, Next, Phase, Plan, PodRef, after_evictions, after_launch, created_at,
@@ -44,6 +43,23 @@ use crate::{
     shared::Shared,
     state::registration_health::Failure,
 };
+
+/// Why a step failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StepError {
+    /// A Kubernetes API call failed.
+    #[error("kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    /// A cloud call failed in a way a retry may fix.
+    #[error("cloud: {0}")]
+    Cloud(#[from] CloudError),
+    /// The catalog actor did not answer in time.
+    #[error("catalog: {0}")]
+    Catalog(#[from] actix::MailboxError),
+    /// A Node action was planned but the claim has no Node (a decision bug, never a cluster state).
+    #[error("the plan acts on a node the claim does not have")]
+    NoNode,
+}
 
 /// How soon a step looks again after a write was refused for a stale view (409).
 pub const STALE_VIEW_RETRY: Duration = Duration::from_secs(1);

@@ -38,7 +38,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use tokio::time::Instant;
 
-use self::execute::{Target, execute};
+use self::execute::{StepError, Target, execute};
 use crate::{
     decide::{
         lifecycle::{Facts, Memory, Next, decide, provider_id, waits_for_drain},
@@ -47,23 +47,6 @@ use crate::{
     shared::Shared,
     state::read_model::ReadModel,
 };
-
-/// Why a step failed.
-#[derive(Debug, thiserror::Error)]
-pub enum StepError {
-    /// A Kubernetes API call failed.
-    #[error("kubernetes API: {0}")]
-    Kube(#[from] kube::Error),
-    /// A cloud call failed in a way a retry may fix.
-    #[error("cloud: {0}")]
-    Cloud(#[from] CloudError),
-    /// The catalog actor did not answer in time.
-    #[error("catalog: {0}")]
-    Catalog(#[from] actix::MailboxError),
-    /// A Node action was planned but the claim has no Node (a decision bug, never a cluster state).
-    #[error("the plan acts on a node the claim does not have")]
-    NoNode,
-}
 
 /// Takes the next step for the claim `name` (see the module docs).
 pub async fn step(shared: &Shared, name: &str, memory: &mut Memory) -> Result<Next, StepError> {

@@ -1,0 +1,50 @@
+//! Creating the NodeClaims a pass planned for one NodePool, for the Provisioner's launch plans and a
+//! static pool's missing replicas alike: the claims that still fit the pool's limits
+//! ([`crate::decide::limits`]) are created [`CLAIM_CREATES_IN_FLIGHT`] at a time, and each refused
+//! one gets a `LimitsExceeded` event on the pool. A create that fails is logged; its pods stay
+//! pending and the next pass plans for them again.
+
+use futures::{StreamExt, stream};
+use joist_messages::apis::NodeClaim;
+use kube::{Api, ResourceExt, api::PostParams};
+
+use crate::{decide::limits, effects::faults::Step, effects::kube_ops, shared::Shared, state::snapshot};
+
+/// NodeClaim creates of one launch plan in flight at once.
+pub const CLAIM_CREATES_IN_FLIGHT: usize = 16;
+
+/// Creates the planned `claims` of the NodePool `name` that fit its limits (see the module docs).
+pub async fn create_claims(shared: &Shared, name: &str, claims: Vec<NodeClaim>) {
+    let Some(pool) = shared.read.node_pool(name) else {
+        return;
+    };
+    let admission = limits::admit(&pool, snapshot::usage(&shared.read, name), claims);
+    for exceeded in &admission.refused {
+        let message = format!(
+            "nodepool {name:?} would exceed its limits on {}",
+            exceeded.join(", ")
+        );
+        shared.events.warn(pool.as_ref(), "LimitsExceeded", &message);
+    }
+    let api: Api<NodeClaim> = kube_ops::cluster(&shared.client);
+    stream::iter(admission.accepted)
+        .for_each_concurrent(CLAIM_CREATES_IN_FLIGHT, |claim| {
+            let api = api.clone();
+            async move {
+                match api.create(&PostParams::default(), &claim).await {
+                    Ok(created) => {
+                        tracing::info!(
+                            nodepool = name,
+                            nodeclaim = created.name_any(),
+                            "created nodeclaim"
+                        );
+                        shared.read.record_created(created);
+                        shared.metrics.created(name, "provisioned");
+                        shared.settings.faults.reach(Step::ClaimCreated).await;
+                    }
+                    Err(error) => tracing::warn!(nodepool = name, %error, "creating a nodeclaim failed"),
+                }
+            }
+        })
+        .await;
+}
