@@ -15,7 +15,7 @@ use joist_messages::{
     model::{
         instance_type::{InstanceType, Offering},
         quantity::Quantity,
-        requirements::{Operator, Requirements},
+        requirements::Requirements,
         resources::Resources,
     },
 };
@@ -74,10 +74,9 @@ impl ExistingNode {
     ) -> Self {
         let mut labels: BTreeMap<String, String> = it
             .requirements
-            .iter()
-            .chain(requirements.iter())
-            .filter(|r| r.operator() == Operator::In && r.values().len() == 1)
-            .filter_map(|r| Some((r.key().to_owned(), r.values().next()?.to_owned())))
+            .implied_labels()
+            .chain(requirements.implied_labels())
+            .map(|(key, value)| (key.to_owned(), value.to_owned()))
             .collect();
         labels.insert(HOSTNAME.to_owned(), name.to_owned());
         labels.insert(ZONE.to_owned(), offering.zone.clone());

@@ -274,8 +274,14 @@ pub fn shows(claim: &NodeClaim, phase: Phase) -> bool {
         Phase::Launch => is_true(conditions, ConditionType::Launched),
         Phase::Registration => is_true(conditions, ConditionType::Registered),
         Phase::Initialization => is_true(conditions, ConditionType::Initialized),
-        Phase::Termination => !claim.finalizers().iter().any(|f| f == TERMINATION_FINALIZER),
+        Phase::Termination => released(claim),
     }
+}
+
+/// Whether Joist has let the claim go: its termination finalizer is gone, so its termination is
+/// finished (or was never Joist's to do).
+pub fn released(claim: &NodeClaim) -> bool {
+    !claim.finalizers().iter().any(|f| f == TERMINATION_FINALIZER)
 }
 
 /// The claim's provider ID: from its status, or from a launch not yet written there.
@@ -487,7 +493,7 @@ pub fn after_evictions(blocked: bool, memory: &mut Memory) -> Next {
 /// release the Node (finalizer, then delete), release the claim.
 fn terminate(facts: &Facts<'_>, memory: &mut Memory) -> Plan {
     let claim = facts.claim;
-    if !claim.finalizers().iter().any(|f| f == TERMINATION_FINALIZER) {
+    if released(claim) {
         return Plan::wait(Next::OnChange);
     }
     let mut actions = Vec::new();

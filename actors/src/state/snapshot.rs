@@ -12,7 +12,7 @@ use joist_messages::{
     labels::INITIALIZED,
     model::{
         quantity::Quantity,
-        requirements::{Operator, Requirements},
+        requirements::Requirements,
         resources::{Resources, names},
     },
     nodes::{is_ephemeral, node_allocatable},
@@ -101,9 +101,14 @@ fn existing_node(read: &ReadModel, node: &Node, claim: Option<&NodeClaim>) -> Ex
 
 fn in_flight(claim: &NodeClaim) -> ExistingNode {
     let mut labels = claim.labels().clone();
-    for requirement in &claim.spec.requirements {
-        if requirement.operator == Operator::In && requirement.values.len() == 1 {
-            labels.insert(requirement.key.clone(), requirement.values[0].clone());
+    for requirement in claim
+        .spec
+        .requirements
+        .iter()
+        .filter_map(|r| r.to_requirement().ok())
+    {
+        if let Some((key, value)) = requirement.implied_label() {
+            labels.insert(key.to_owned(), value.to_owned());
         }
     }
     let status = claim.status.as_ref();
@@ -225,7 +230,7 @@ mod tests {
         labels,
         model::{
             instance_type::{CapacityType, InstanceType, Offering},
-            requirements::Requirement,
+            requirements::{Operator, Requirement},
         },
     };
     use joist_provider::launch;

@@ -173,6 +173,15 @@ impl Requirement {
         self.values.iter().map(String::as_str)
     }
 
+    /// The label every node meeting this requirement carries: `key=value` for an `In` with one
+    /// value, which is how a node launched for it is labelled before it registers.
+    pub fn implied_label(&self) -> Option<(&str, &str)> {
+        match (self.operator(), self.values.len()) {
+            (Operator::In, 1) => Some((self.key.as_str(), self.values.first()?.as_str())),
+            _ => None,
+        }
+    }
+
     /// True when no value is allowed (the label must be absent).
     pub fn is_empty(&self) -> bool {
         !self.complement && self.values.is_empty()
@@ -410,6 +419,11 @@ impl Requirements {
     /// The requirements, ordered by key.
     pub fn iter(&self) -> impl Iterator<Item = &Requirement> {
         self.by_key.values()
+    }
+
+    /// The labels these requirements imply (see [`Requirement::implied_label`]), by key.
+    pub fn implied_labels(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.iter().filter_map(Requirement::implied_label)
     }
 
     /// True when there are no requirements.
@@ -721,6 +735,20 @@ mod tests {
     fn legacy_keys_are_normalized() {
         let r = req("beta.kubernetes.io/arch", Operator::In, &["amd64"]);
         assert_eq!(r.key(), "kubernetes.io/arch");
+    }
+
+    #[test]
+    fn only_a_single_valued_in_implies_a_label() {
+        let requirements: Requirements = [
+            Requirement::new("zone", Operator::In, ["a"]),
+            Requirement::new("arch", Operator::In, ["amd64", "arm64"]),
+            Requirement::new("team", Operator::NotIn, ["b"]),
+            Requirement::new("cpu", Operator::Gt, ["4"]),
+        ]
+        .into_iter()
+        .map(|r| r.unwrap_or_else(|e| panic!("{e}")))
+        .collect();
+        assert_eq!(requirements.implied_labels().collect::<Vec<_>>(), [("zone", "a")]);
     }
 
     #[test]

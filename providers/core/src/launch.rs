@@ -21,7 +21,7 @@ use joist_messages::{
     labels::{CAPACITY_TYPE, NODEPOOL, REGION, ZONE, aws, tags},
     model::{
         instance_type::{CapacityType, InstanceType, Offering},
-        requirements::{Operator, Requirements},
+        requirements::Requirements,
         resources::Resources,
     },
 };
@@ -88,9 +88,8 @@ pub fn node_labels(
 ) -> BTreeMap<String, String> {
     let mut labels: BTreeMap<String, String> = instance_type
         .requirements
-        .iter()
-        .filter(|r| r.operator() == Operator::In && r.values().len() == 1)
-        .filter_map(|r| Some((r.key().to_owned(), r.values().next()?.to_owned())))
+        .implied_labels()
+        .map(|(key, value)| (key.to_owned(), value.to_owned()))
         .collect();
     labels.insert(ZONE.to_owned(), zone.to_owned());
     labels.insert(REGION.to_owned(), region.to_owned());
