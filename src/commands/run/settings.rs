@@ -7,8 +7,9 @@
 //! with `eks:DescribeCluster`), `INTERRUPTION_QUEUE`, `VM_MEMORY_OVERHEAD_PERCENT` (default
 //! 0.075), `RESERVED_ENIS` (0), `ISOLATED_VPC` (false), `BATCH_IDLE_DURATION` (1s),
 //! `BATCH_MAX_DURATION` (10s, Go duration syntax), `FEATURE_GATES` (Karpenter's
-//! `Name=true,Name=false` form; Joist acts on `SpotToSpotConsolidation` and accepts Karpenter's
-//! other gates, which it does not implement yet, with a warning), `LOG_LEVEL` (info),
+//! `Name=true,Name=false` form; Joist acts on `SpotToSpotConsolidation`, `NodeRepair`,
+//! `StaticCapacity` and `NodeOverlay`, and accepts `ReservedCapacity` and `CapacityBuffer`, which it
+//! does not implement yet, with a warning), `LOG_LEVEL` (info),
 //! `METRICS_PORT` (8080), `HEALTH_PROBE_PORT` (8081), `LISTEN_ADDRESS` (Joist's own: the address
 //! both listen on, 0.0.0.0), and leader election's `DISABLE_LEADER_ELECTION` (false),
 //! `LEADER_ELECTION_NAME` (joist-leader-election), `LEADER_ELECTION_NAMESPACE` (`SYSTEM_NAMESPACE`,
