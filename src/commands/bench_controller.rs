@@ -1,4 +1,4 @@
-//! `joist bench controller --pods N [--pools P] [--shards S]`: the controller alone, the way it runs
+//! `joist bench controller --pods N | --nodes N [--pools P] [--shards S]`: the controller alone, the way it runs
 //! in production. Two processes of this binary on real time: kubesim serving the Kubernetes API over
 //! HTTP (`joist sim serve --no-controllers`) and `joist run` against it with `CLOUD_PROVIDER=simulated`
 //! and `NODEPOOL_SHARDS=S`. The benchmark applies `joist bench e2e`'s NodePools and Deployments
@@ -39,7 +39,7 @@ use serde_json::{Value, json};
 use super::{
     CommandError,
     bench::{cpu_seconds_of, peak_memory_mib_of},
-    bench_e2e::{self, NODE_CLASS},
+    bench_e2e::{self, NODE_CLASS, Workload},
 };
 
 /// How long `joist run` has to make every NodePool Ready.
@@ -52,8 +52,8 @@ const DEADLINE_BASE: Duration = Duration::from_secs(120);
 /// What `joist bench controller` was asked for.
 #[derive(Debug, Clone, Copy)]
 pub struct Options {
-    /// One-CPU pods in all.
-    pub pods: usize,
+    /// The pods the Deployments ask for, packed or a node each.
+    pub workload: Workload,
     /// NodePools, each with its Deployment.
     pub pools: usize,
     /// `NODEPOOL_SHARDS` for the controller.
@@ -179,7 +179,7 @@ async fn measure(
         log: log.clone(),
     };
 
-    apply(&client, &manifests(pools)).await?;
+    apply(&client, &manifests(options.workload, pools)).await?;
     let node_pools: Api<NodePool> = Api::all(client.clone());
     let ready_by = tokio::time::Instant::now() + READY_WITHIN;
     while ready_pools(&node_pools).await? < pools {
@@ -199,7 +199,7 @@ async fn measure(
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), "default");
     for pool in 0..pools {
         let name = format!("inflate-{}", bench_e2e::pool_name(pools, pool));
-        let replicas = bench_e2e::share(options.pods, pools, pool);
+        let replicas = bench_e2e::share(options.workload.pods(), pools, pool);
         deployments
             .patch(
                 &name,
@@ -210,7 +210,8 @@ async fn measure(
             .map_err(failed_to(format!("scaling Deployment default/{name}")))?;
     }
     let claims: Api<NodeClaim> = Api::all(client.clone());
-    let deadline = DEADLINE_BASE + Duration::from_secs((options.pods / 50) as u64);
+    let pods = options.workload.pods();
+    let deadline = DEADLINE_BASE + Duration::from_secs((pods / 50) as u64);
     let (mut created_at, mut first_claim_at) = (None, None);
     let ready = loop {
         if first_claim_at.is_none() {
@@ -223,16 +224,15 @@ async fn measure(
             }
         }
         let (created, ready) = replicas(&deployments).await?;
-        if created >= options.pods && created_at.is_none() {
+        if created >= pods && created_at.is_none() {
             created_at = Some(start.elapsed());
         }
-        if ready >= options.pods {
+        if ready >= pods {
             break ready;
         }
         if controller.ended() || start.elapsed() > deadline {
             return Err(stopped(format!(
-                "{ready} of {} pods were ready after {}s",
-                options.pods,
+                "{ready} of {pods} pods were ready after {}s",
                 start.elapsed().as_secs()
             )));
         }
@@ -369,10 +369,13 @@ async fn client(kubeconfig: &Path) -> Result<kube::Client, BenchError> {
     kube::Client::try_from(config).map_err(|e| failed(e.to_string()))
 }
 
-/// The EC2NodeClass, and each pool with its Deployment scaled to zero.
-fn manifests(pools: usize) -> String {
+/// The EC2NodeClass, and each pool with its Deployment for `workload` scaled to zero.
+fn manifests(workload: Workload, pools: usize) -> String {
     (0..pools).fold(NODE_CLASS.to_owned(), |mut text, pool| {
-        text.push_str(&bench_e2e::pool_manifests(&bench_e2e::pool_name(pools, pool)));
+        text.push_str(&bench_e2e::pool_manifests(
+            &bench_e2e::pool_name(pools, pool),
+            workload,
+        ));
         text
     })
 }

@@ -1,10 +1,13 @@
-//! `joist bench e2e --pods N [--pools P]`: the quickstart workload at scale through the whole
+//! `joist bench e2e --pods N | --nodes N [--pools P]`: a workload at scale through the whole
 //! system (kubesim, the simulated cloud and every Joist controller) on virtual time, as `joist
 //! simulate` runs it.
 //!
-//! The scenario is the getting-started walkthrough grown to `N` one-CPU pods: `P` NodePools, each
-//! with its own Deployment pinned to it by a node selector, all scaled from zero at 30 s and run to
-//! 5 minutes of virtual time. It prints one `name value` line per figure: pods Running and pending
+//! The scenario is the getting-started walkthrough grown: `P` NodePools, each with its own
+//! Deployment pinned to it by a node selector, all scaled from zero at 30 s and run to 5 minutes of
+//! virtual time. With `--pods N` ([`Workload::Pods`]) the Deployments ask for `N` one-CPU pods,
+//! packed onto as few nodes as fit; with `--nodes N` ([`Workload::Nodes`]) for `N` pods that each
+//! need a node of their own (required hostname anti-affinity), so `N` nodes: the cluster grown in
+//! its node count rather than its pod count. It prints one `name value` line per figure: pods Running and pending
 //! at the end, nodes, wall time, pods brought to Running per wall second, peak memory (`VmHWM`: the
 //! whole simulated world, not Joist alone), and the share of wall time kubesim's own work took
 //! (requests, watches, scheduler, kubelets) against the rest: Joist's controllers with their API
@@ -22,13 +25,31 @@ use crate::simulate::{self, Scenario};
 const UNTIL: &str = "5m";
 const SCALE_AT: &str = "30s";
 
+/// What the benchmark's Deployments ask for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Workload {
+    /// This many one-CPU pods, packed.
+    Pods(usize),
+    /// This many pods of one CPU, each on a node of its own.
+    Nodes(usize),
+}
+
+impl Workload {
+    /// The pods in all.
+    pub fn pods(self) -> usize {
+        match self {
+            Self::Pods(pods) | Self::Nodes(pods) => pods,
+        }
+    }
+}
+
 /// Runs the benchmark and prints its figures.
-pub fn run(pods: usize, pools: usize, out: &mut dyn io::Write) -> Result<ExitCode, CommandError> {
+pub fn run(workload: Workload, pools: usize, out: &mut dyn io::Write) -> Result<ExitCode, CommandError> {
     let failed = |message: String| CommandError::Simulate {
         path: "bench e2e".into(),
         message,
     };
-    let scenario = Scenario::parse(&scenario(pods, pools)).map_err(|e| failed(e.to_string()))?;
+    let scenario = Scenario::parse(&scenario(workload, pools)).map_err(|e| failed(e.to_string()))?;
     #[allow(clippy::disallowed_types)] // Benchmarks measure wall time on purpose.
     let start = std::time::Instant::now();
     let mut simulated = simulate::run(&scenario, scenario.seed, Default::default(), &mut |_| {})
@@ -62,14 +83,14 @@ pub fn run(pods: usize, pools: usize, out: &mut dyn io::Write) -> Result<ExitCod
 }
 
 /// The scenario: see the module docs.
-pub fn scenario(pods: usize, pools: usize) -> String {
+pub fn scenario(workload: Workload, pools: usize) -> String {
     let pools = pools.max(1);
     let mut manifests = String::new();
     let mut steps = String::new();
     for pool in 0..pools {
         let name = pool_name(pools, pool);
-        let replicas = share(pods, pools, pool);
-        manifests.push_str(&indent(&pool_manifests(&name)));
+        let replicas = share(workload.pods(), pools, pool);
+        manifests.push_str(&indent(&pool_manifests(&name, workload)));
         let _ = write!(
             steps,
             "    - at: {SCALE_AT}\n      scale: {{kind: Deployment, namespace: default, name: inflate-{name}, replicas: {replicas}}}\n"
@@ -97,10 +118,24 @@ pub(super) fn share(pods: usize, pools: usize, pool: usize) -> usize {
     pods / pools + usize::from(pool < pods % pools)
 }
 
-/// The NodePool `name` and its Deployment, scaled to zero.
-pub(super) fn pool_manifests(name: &str) -> String {
-    POOL.replace("{name}", name)
+/// The NodePool `name` and its Deployment for `workload`, scaled to zero.
+pub(super) fn pool_manifests(name: &str, workload: Workload) -> String {
+    let spread = match workload {
+        Workload::Pods(_) => "",
+        Workload::Nodes(_) => NODE_OF_ITS_OWN,
+    };
+    POOL.replace("{spread}", spread).replace("{name}", name)
 }
+
+/// A pod template's affinity that puts each pod of the Deployment on a node of its own.
+const NODE_OF_ITS_OWN: &str = "
+      affinity:
+        podAntiAffinity:
+          requiredDuringSchedulingIgnoredDuringExecution:
+            - topologyKey: kubernetes.io/hostname
+              labelSelector:
+                matchLabels:
+                  app: inflate-{name}";
 
 fn indent(manifests: &str) -> String {
     manifests.lines().fold(String::new(), |mut text, line| {
@@ -176,7 +211,7 @@ spec:
         app: inflate-{name}
     spec:
       nodeSelector:
-        karpenter.sh/nodepool: {name}
+        karpenter.sh/nodepool: {name}{spread}
       terminationGracePeriodSeconds: 0
       containers:
         - name: inflate
@@ -192,7 +227,7 @@ mod tests {
 
     #[test]
     fn the_scenario_splits_the_pods_over_its_pools_and_checks_as_the_api_server_would() {
-        let text = scenario(10, 3);
+        let text = scenario(Workload::Pods(10), 3);
         let checked = simulate::check(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
         assert_eq!(checked.steps.len(), 3);
         for (pool, replicas) in [("pool-0", 4), ("pool-1", 3), ("pool-2", 3)] {
@@ -201,15 +236,16 @@ mod tests {
                 "{pool} should get {replicas} pods:\n{text}"
             );
         }
-        let single = scenario(20_000, 1);
+        let single = scenario(Workload::Pods(20_000), 1);
         simulate::check(&single).unwrap_or_else(|e| panic!("{e}\n{single}"));
         assert!(single.contains("name: inflate-default, replicas: 20000}"));
+        assert!(!single.contains("podAntiAffinity"));
     }
 
     #[test]
     fn a_small_run_brings_every_pod_up_on_every_pool_and_prints_every_figure() {
         let mut out = Vec::new();
-        run(30, 2, &mut out).unwrap_or_else(|e| panic!("{e}"));
+        run(Workload::Pods(30), 2, &mut out).unwrap_or_else(|e| panic!("{e}"));
         let text = String::from_utf8(out).unwrap_or_default();
         let value = |name: &str| -> f64 {
             text.lines()
@@ -224,5 +260,15 @@ mod tests {
         value("peak memory");
         let shares = value("kubesim share") + value("controllers share");
         assert!((99.0..=101.0).contains(&shares), "{text}");
+    }
+
+    #[test]
+    fn a_run_by_nodes_gives_every_pod_a_node_of_its_own() {
+        let mut out = Vec::new();
+        run(Workload::Nodes(12), 1, &mut out).unwrap_or_else(|e| panic!("{e}"));
+        let text = String::from_utf8(out).unwrap_or_default();
+        assert!(text.lines().any(|l| l == "pods 12"), "{text}");
+        assert!(text.lines().any(|l| l == "pending 0"), "{text}");
+        assert!(text.lines().any(|l| l == "nodes 12"), "one node per pod: {text}");
     }
 }

@@ -149,8 +149,11 @@ pub enum BenchTarget {
     /// share of wall time in kubesim against the controllers.
     E2e {
         /// One-CPU pods, scaled up at 30 s of a 5-minute run.
-        #[arg(long, default_value_t = 20_000)]
+        #[arg(long, default_value_t = 20_000, conflicts_with = "nodes")]
         pods: usize,
+        /// Grow the node count instead: this many one-CPU pods, each needing a node of its own.
+        #[arg(long)]
+        nodes: Option<usize>,
         /// NodePools, each with its own Deployment of an equal share of the pods.
         #[arg(long, default_value_t = 1)]
         pools: usize,
@@ -161,8 +164,11 @@ pub enum BenchTarget {
     /// and CPU time.
     Controller {
         /// One-CPU pods in all.
-        #[arg(long, default_value_t = 10_000)]
+        #[arg(long, default_value_t = 10_000, conflicts_with = "nodes")]
         pods: usize,
+        /// Grow the node count instead: this many one-CPU pods, each needing a node of its own.
+        #[arg(long)]
+        nodes: Option<usize>,
         /// NodePools, each with its own Deployment of an equal share of the pods.
         #[arg(long, default_value_t = 1)]
         pools: usize,
@@ -289,6 +295,11 @@ fn metric_total(metrics: &str, series: &str) -> f64 {
 }
 
 /// The multi-threaded tokio runtime the commands that serve or simulate run on.
+/// A benchmark's workload: `--nodes N` when given, else `--pods N`.
+fn workload(pods: usize, nodes: Option<usize>) -> bench_e2e::Workload {
+    nodes.map_or(bench_e2e::Workload::Pods(pods), bench_e2e::Workload::Nodes)
+}
+
 fn runtime() -> Result<tokio::runtime::Runtime, CommandError> {
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -308,14 +319,27 @@ pub fn run(cli: Cli, out: &mut dyn io::Write) -> Result<ExitCode, CommandError> 
             target: BenchTarget::Consolidation { nodes },
         } => bench_consolidation::run(nodes, out),
         Command::Bench {
-            target: BenchTarget::E2e { pods, pools },
-        } => bench_e2e::run(pods, pools, out),
+            target: BenchTarget::E2e { pods, nodes, pools },
+        } => bench_e2e::run(workload(pods, nodes), pools, out),
         Command::Bench {
             target: BenchTarget::Chaos { soak },
         } => bench_chaos::run(soak, out),
         Command::Bench {
-            target: BenchTarget::Controller { pods, pools, shards },
-        } => bench_controller::run(bench_controller::Options { pods, pools, shards }, out),
+            target:
+                BenchTarget::Controller {
+                    pods,
+                    nodes,
+                    pools,
+                    shards,
+                },
+        } => bench_controller::run(
+            bench_controller::Options {
+                workload: workload(pods, nodes),
+                pools,
+                shards,
+            },
+            out,
+        ),
         Command::Bench {
             target:
                 BenchTarget::Kubesim {
