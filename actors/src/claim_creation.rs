@@ -8,7 +8,7 @@ use futures::{StreamExt, stream};
 use joist_messages::apis::NodeClaim;
 use kube::{Api, ResourceExt, api::PostParams};
 
-use crate::{decide::limits, effects::faults::Step, effects::kube_ops, shared::Shared, state::snapshot};
+use crate::{decide::limits, effects::faults::Step, effects::kube_ops, shared::Shared};
 
 /// NodeClaim creates of one launch plan in flight at once.
 pub const CLAIM_CREATES_IN_FLIGHT: usize = 16;
@@ -18,7 +18,7 @@ pub async fn create_claims(shared: &Shared, name: &str, claims: Vec<NodeClaim>) 
     let Some(pool) = shared.read.node_pool(name) else {
         return;
     };
-    let admission = limits::admit(&pool, snapshot::usage(&shared.read, name), claims);
+    let admission = limits::admit(&pool, shared.read.pool_usage(name), claims);
     for exceeded in &admission.refused {
         let message = format!(
             "nodepool {name:?} would exceed its limits on {}",

@@ -24,7 +24,6 @@ use crate::{
     effects::kube_ops::{self, set_condition},
     protocol::{LaunchPlan, Reconcile},
     shared::Shared,
-    state::snapshot,
     static_capacity,
 };
 
@@ -170,7 +169,7 @@ async fn write_status(shared: &Shared, pool: &NodePool) -> bool {
             .with_message("ValidationSucceeded or NodeClassReady is not True")
     };
     set_condition(&mut status.conditions, clock, generation, &ready);
-    let usage = snapshot::usage(&shared.read, &pool.name_any());
+    let usage = shared.read.pool_usage(&pool.name_any());
     status.nodes = Some(usage.get(NODES).millis() / 1000);
     status.resources = usage
         .iter()

@@ -24,6 +24,10 @@ use dashmap::{DashMap, DashSet};
 use joist_messages::{
     apis::{EC2NodeClass, NodeClaim, NodeOverlay, NodePool},
     labels::NODEPOOL,
+    model::{
+        quantity::Quantity,
+        resources::{Resources, names},
+    },
 };
 use joist_scheduling::pod::{PodError, PodInfo};
 use k8s_openapi::api::{
@@ -93,6 +97,12 @@ struct Index {
     /// Each pod's scheduling view, with the version of the pod it was made from: passes over
     /// every bound pod reuse it until the pod changes.
     pod_infos: DashMap<PodKey, (Arc<Pod>, Arc<PodInfo>)>,
+    /// What each NodeClaim counts against its NodePool, by claim name: the pool, and the claim's
+    /// capacity (its requests until it launched).
+    claim_usage: DashMap<String, (String, Resources)>,
+    /// Each NodePool's usage: the sum of its claims' entries in `claim_usage`, and their number
+    /// as `nodes`, kept as claims change rather than summed when asked.
+    pool_usage: DashMap<String, Resources>,
 }
 
 /// See the module docs. Cheap to clone.
@@ -205,18 +215,62 @@ impl ReadModel {
         if let Some(pool) = claim.labels().get(NODEPOOL) {
             file(&self.index.claims_by_pool, pool, name.clone(), true);
         }
+        self.account(&name, counted(&claim));
         self.index.created.insert(name, (Arc::new(claim), Instant::now()));
+    }
+
+    /// Replaces what the claim `name` counts against its NodePool's usage with `counted` (nothing
+    /// when `None`).
+    fn account(&self, name: &str, counted: Option<(String, Resources)>) {
+        let index = &self.index;
+        if let Some((_, (pool, before))) = index.claim_usage.remove(name)
+            && let Some(mut usage) = index.pool_usage.get_mut(&pool)
+        {
+            usage.sub(&before);
+            let nodes = usage.get(names::NODES).saturating_sub(Quantity::from_units(1));
+            usage.set(names::NODES, nodes);
+        }
+        if let Some((pool, amounts)) = counted {
+            let mut usage = index.pool_usage.entry(pool.clone()).or_default();
+            usage.add(&amounts);
+            let nodes = usage.get(names::NODES).saturating_add(Quantity::from_units(1));
+            usage.set(names::NODES, nodes);
+            drop(usage);
+            index.claim_usage.insert(name.to_owned(), (pool, amounts));
+        }
+    }
+
+    /// What a NodePool's claims hold (their capacity, or their requests until launched) and how
+    /// many they are (`nodes`), those just created included. Kept as claims change: reading it
+    /// costs nothing per claim.
+    pub fn pool_usage(&self, pool: &str) -> Resources {
+        self.expire_created();
+        self.index
+            .pool_usage
+            .get(pool)
+            .map(|usage| usage.clone())
+            .unwrap_or_default()
+    }
+
+    /// Drops the created claims the watch never showed within [`READ_MODEL_LAG`].
+    fn expire_created(&self) {
+        self.index.created.retain(|name, (claim, at)| {
+            let fresh = at.elapsed() < READ_MODEL_LAG;
+            if !fresh {
+                if let Some(pool) = claim.labels().get(NODEPOOL) {
+                    file(&self.index.claims_by_pool, pool, name.clone(), false);
+                }
+                if self.node_claim(name).is_none() {
+                    self.account(name, None);
+                }
+            }
+            fresh
+        });
     }
 
     /// The created claims the watch has not shown yet, dropping those waited for too long.
     fn unseen_claims(&self) -> Vec<Arc<NodeClaim>> {
-        self.index.created.retain(|name, (claim, at)| {
-            let fresh = at.elapsed() < READ_MODEL_LAG;
-            if !fresh && let Some(pool) = claim.labels().get(NODEPOOL) {
-                file(&self.index.claims_by_pool, pool, name.clone(), false);
-            }
-            fresh
-        });
+        self.expire_created();
         self.index
             .created
             .iter()
@@ -448,6 +502,9 @@ impl ReadModel {
                         kept
                     });
                 }
+                for claim in &gone {
+                    self.account(claim, None);
+                }
                 gone.into_iter().collect()
             }
         }
@@ -528,6 +585,7 @@ impl ReadModel {
         if let Some(pool) = claim.labels().get(NODEPOOL) {
             file(&self.index.claims_by_pool, pool, name.clone(), !deleted);
         }
+        self.account(&name, if deleted { None } else { counted(claim) });
         let Some(provider_id) = claim.status.as_ref().and_then(|s| s.provider_id.clone()) else {
             return;
         };
@@ -542,7 +600,19 @@ impl ReadModel {
     }
 }
 
-/// Adds `member` to (or, when not `present`, removes it from) the set filed under `group`.
+/// What `claim` counts against its NodePool: its capacity once launched, its requests until then
+/// (none without a NodePool label).
+fn counted(claim: &NodeClaim) -> Option<(String, Resources)> {
+    let pool = claim.labels().get(NODEPOOL)?.clone();
+    let capacity = claim
+        .status
+        .as_ref()
+        .map(|s| Resources::from(&s.capacity))
+        .filter(|r| !r.is_empty())
+        .unwrap_or_else(|| Resources::from(&claim.spec.resources.requests));
+    Some((pool, capacity))
+}
+
 /// The members of `group` in an index, in order (copied out, so no shard lock is held).
 fn members<M: Clone>(index: &DashMap<String, BTreeSet<M>>, group: &str) -> Vec<M> {
     index
@@ -551,6 +621,7 @@ fn members<M: Clone>(index: &DashMap<String, BTreeSet<M>>, group: &str) -> Vec<M
         .unwrap_or_default()
 }
 
+/// Adds `member` to (or, when not `present`, removes it from) the set filed under `group`.
 fn file<M: Ord>(index: &DashMap<String, BTreeSet<M>>, group: &str, member: M, present: bool) {
     if present {
         index.entry(group.to_owned()).or_default().insert(member);
@@ -651,6 +722,47 @@ mod tests {
                 .get("pool")
                 .is_none_or(|c| !c.contains("pool-b"))
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_pools_usage_follows_its_claims_as_they_are_created_launched_and_deleted() {
+        let (read, _writers) = ReadModel::new();
+        let amounts = |usage: Resources| -> Vec<(String, String)> {
+            usage
+                .iter()
+                .map(|(name, q)| (name.to_owned(), q.to_string()))
+                .collect()
+        };
+        let pairs = |list: &[(&str, &str)]| -> Vec<(String, String)> {
+            list.iter()
+                .map(|(n, q)| ((*n).to_owned(), (*q).to_owned()))
+                .collect()
+        };
+        assert!(read.pool_usage("pool").is_empty());
+        read.record_created(claim("pool-a"));
+        read.record_created(claim("pool-b"));
+        assert_eq!(
+            amounts(read.pool_usage("pool")),
+            pairs(&[("cpu", "6"), ("nodes", "2")])
+        );
+        // Launched: its capacity counts instead of its requests.
+        let mut launched = claim("pool-a");
+        launched.status = Some(object(
+            serde_json::json!({"capacity": {"cpu": "4", "memory": "8Gi"}}),
+        ));
+        read.observe_claim(&launched, false);
+        assert_eq!(
+            amounts(read.pool_usage("pool")),
+            pairs(&[("cpu", "7"), ("memory", "8589934592"), ("nodes", "2")])
+        );
+        read.observe_claim(&launched, true);
+        assert_eq!(
+            amounts(read.pool_usage("pool")),
+            pairs(&[("cpu", "3"), ("nodes", "1")])
+        );
+        // A claim the watch never shows stops counting after the lag.
+        tokio::time::sleep(READ_MODEL_LAG).await;
+        assert!(read.pool_usage("pool").is_empty());
     }
 
     #[test]

@@ -126,25 +126,6 @@ fn in_flight(claim: &NodeClaim) -> ExistingNode {
     }
 }
 
-/// What a NodePool's NodeClaims hold: their capacity (or, before launch, their requests) and
-/// how many there are (as `nodes`).
-pub fn usage(read: &ReadModel, pool: &str) -> Resources {
-    let mut usage = Resources::new();
-    let mut count = 0;
-    for claim in read.node_claims_of(pool) {
-        count += 1;
-        let capacity = claim
-            .status
-            .as_ref()
-            .map(|s| Resources::from(&s.capacity))
-            .filter(|r| !r.is_empty())
-            .unwrap_or_else(|| Resources::from(&claim.spec.resources.requests));
-        usage.add(&capacity);
-    }
-    usage.set(names::NODES, Quantity::from_units(count));
-    usage
-}
-
 /// A NodePool as the simulation sees it, `instance_types` being its positions in the catalog.
 pub fn pool_input(
     read: &ReadModel,
@@ -165,7 +146,7 @@ pub fn pool_input(
             )
         })?;
     let remaining = (!pool.spec.limits.is_empty()).then(|| {
-        let used = usage(read, &pool.name_any());
+        let used = read.pool_usage(&pool.name_any());
         pool.spec
             .limits
             .iter()

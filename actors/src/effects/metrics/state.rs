@@ -24,7 +24,7 @@ use prometheus_client::{
     metrics::MetricType,
 };
 
-use crate::{state::read_model::ReadModel, state::snapshot::usage};
+use crate::state::read_model::ReadModel;
 
 /// A series' labels, built per scrape.
 type Labels = Vec<(&'static str, String)>;
@@ -127,7 +127,7 @@ impl Collector for ClusterStateCollector {
         for pool in read.node_pools() {
             let name = pool.name_any();
             let labels: Labels = vec![("nodepool", name.clone())];
-            series(&mut pool_usage, &labels, &usage(read, &name));
+            series(&mut pool_usage, &labels, &read.pool_usage(&name));
             series(&mut pool_limits, &labels, &Resources::from(&pool.spec.limits));
         }
         family(
