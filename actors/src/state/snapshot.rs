@@ -10,11 +10,7 @@ use std::{collections::BTreeMap, sync::Arc};
 use joist_messages::{
     apis::{NodeClaim, NodePool},
     labels::INITIALIZED,
-    model::{
-        quantity::Quantity,
-        requirements::Requirements,
-        resources::{Resources, names},
-    },
+    model::{requirements::Requirements, resources::Resources},
     nodes::{is_ephemeral, node_allocatable},
     pods::finished,
 };
@@ -211,7 +207,9 @@ mod tests {
         labels,
         model::{
             instance_type::{CapacityType, InstanceType, Offering},
+            quantity::Quantity,
             requirements::{Operator, Requirement},
+            resources::names,
         },
     };
     use joist_provider::launch;
