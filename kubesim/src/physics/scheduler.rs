@@ -85,6 +85,9 @@ struct Bound {
 struct Scheduler {
     nodes: BTreeMap<String, NodeInfo>,
     bound: HashMap<ObjectKey, Bound>,
+    /// Bound pods by namespace and each of their labels (`namespace`, key, value), so that an
+    /// affinity term naming a label finds its pods without looking at every bound pod.
+    by_label: HashMap<(String, String, String), HashSet<ObjectKey>>,
     active: VecDeque<ObjectKey>,
     queued: HashSet<ObjectKey>,
     unschedulable: BTreeSet<ObjectKey>,
@@ -227,22 +230,40 @@ impl Scheduler {
             info.pods += 1;
             info.ports.extend(needs.ports.iter().cloned());
         }
-        self.bound.insert(
-            key.clone(),
-            Bound {
-                node: node.to_owned(),
-                requests: needs.requests.clone(),
-                ports: needs.ports.clone(),
-                labels: labels(pod),
-                namespace: key.namespace,
-            },
-        );
+        let bound = Bound {
+            node: node.to_owned(),
+            requests: needs.requests.clone(),
+            ports: needs.ports.clone(),
+            labels: labels(pod),
+            namespace: key.namespace.clone(),
+        };
+        for (label, value) in &bound.labels {
+            let entry = (bound.namespace.clone(), label.clone(), value.clone());
+            self.by_label.entry(entry).or_default().insert(key.clone());
+        }
+        if let Some(replaced) = self.bound.insert(key.clone(), bound) {
+            self.unindex(&key, &replaced);
+        }
+    }
+
+    /// Takes `key`'s `bound` labels out of the label index.
+    fn unindex(&mut self, key: &ObjectKey, bound: &Bound) {
+        for (label, value) in &bound.labels {
+            let entry = (bound.namespace.clone(), label.clone(), value.clone());
+            if let Some(pods) = self.by_label.get_mut(&entry) {
+                pods.remove(key);
+                if pods.is_empty() {
+                    self.by_label.remove(&entry);
+                }
+            }
+        }
     }
 
     fn unbind(&mut self, key: &ObjectKey) -> bool {
         let Some(bound) = self.bound.remove(key) else {
             return false;
         };
+        self.unindex(key, &bound);
         if let Some(info) = self.nodes.get_mut(&bound.node) {
             info.requested.sub(&bound.requests);
             info.pods -= 1;
@@ -383,7 +404,7 @@ impl Scheduler {
             .map(|(term, anti)| {
                 let mut domains = HashSet::new();
                 let mut matched_anywhere = false;
-                for bound in self.bound.values().filter(|b| term_selects(term, namespace, b)) {
+                for bound in self.selected(term, namespace) {
                     matched_anywhere = true;
                     if let Some(domain) = self
                         .nodes
@@ -401,6 +422,34 @@ impl Scheduler {
                     first_of_its_kind,
                 }
             })
+            .collect()
+    }
+
+    /// The bound pods a required (anti-)affinity term of a pod in `namespace` selects: looked up
+    /// by a label the term requires when it names one, else found among every bound pod.
+    fn selected<'a>(&'a self, term: &'a PodAffinityTerm, namespace: &'a str) -> Vec<&'a Bound> {
+        let required = term
+            .label_selector
+            .as_ref()
+            .and_then(|selector| selector.match_labels.as_ref())
+            .and_then(|labels| labels.iter().next());
+        let Some((label, value)) = required else {
+            return self
+                .bound
+                .values()
+                .filter(|b| term_selects(term, namespace, b))
+                .collect();
+        };
+        let namespaces: Vec<&str> = match &term.namespaces {
+            Some(listed) if !listed.is_empty() => listed.iter().map(String::as_str).collect(),
+            _ => vec![namespace],
+        };
+        namespaces
+            .into_iter()
+            .filter_map(|ns| self.by_label.get(&(ns.to_owned(), label.clone(), value.clone())))
+            .flatten()
+            .filter_map(|key| self.bound.get(key))
+            .filter(|bound| term_selects(term, namespace, bound))
             .collect()
     }
 

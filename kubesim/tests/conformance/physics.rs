@@ -58,6 +58,58 @@ async fn with_node_n1() -> (joist_kubesim::Cluster, kube::Client) {
 }
 
 #[tokio::test]
+async fn required_anti_affinity_gives_each_pod_a_node_of_its_own_and_affinity_keeps_them_together() {
+    let cluster = cluster();
+    let client = cluster.client();
+    let nodes: Api<Node> = Api::all(client.clone());
+    for name in ["n1", "n2"] {
+        create(&nodes, node(name, "8", "us-west-2a")).await;
+    }
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let pod = |name: &str, app: &str, affinity: serde_json::Value| {
+        json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default", "labels": {"app": app, "tier": "web"}},
+            "spec": {"containers": [{"name": "c", "image": "pause"}], "affinity": affinity},
+        })
+    };
+    let alone = json!({"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": "alone", "tier": "web"}}}
+    ]}});
+    for name in ["alone-1", "alone-2", "alone-3"] {
+        create(&pods, pod(name, "alone", alone.clone())).await;
+    }
+    let placed = eventually("two pods placed and one unschedulable", || async {
+        let list = pods.list(&ListParams::default().labels("app=alone")).await.ok()?;
+        let nodes: Vec<String> = list
+            .items
+            .iter()
+            .filter_map(|p| p.spec.as_ref()?.node_name.clone())
+            .collect();
+        let waiting = list
+            .items
+            .iter()
+            .filter_map(scheduled)
+            .any(|(status, _, _)| status == "False");
+        (nodes.len() == 2 && waiting).then_some(nodes)
+    })
+    .await;
+    assert_ne!(placed[0], placed[1], "each pod on a node of its own: {placed:?}");
+    let with = json!({"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": "alone"}}}
+    ]}});
+    create(&pods, pod("companion", "companion", with)).await;
+    let companion = eventually("the companion placed", || async {
+        pods.get("companion").await.ok()?.spec?.node_name
+    })
+    .await;
+    assert!(
+        placed.contains(&companion),
+        "next to a pod it selects: {companion} not in {placed:?}"
+    );
+}
+
+#[tokio::test]
 async fn pods_stay_pending_as_unschedulable_until_a_node_can_take_them() {
     let cluster = cluster();
     let client = cluster.client();
