@@ -19,7 +19,7 @@ use std::{sync::Arc, time::Duration};
 
 use joist_messages::{
     apis::{EC2NodeClass, Validate},
-    conditions::{ConditionStatus, ConditionType, ConditionUpdate},
+    conditions::{self, ConditionStatus, ConditionType, ConditionUpdate},
     labels::TERMINATION_FINALIZER,
 };
 use kube::ResourceExt;
@@ -67,9 +67,11 @@ pub fn retry_after(failures: u32) -> Duration {
 /// Whether the class is Ready for its current generation (its status answers its spec as it is).
 pub fn is_current(class: &EC2NodeClass) -> bool {
     class.is_ready()
-        && class.status.iter().flat_map(|s| &s.conditions).any(|c| {
-            c.type_ == ConditionType::Ready.as_str() && c.observed_generation == class.metadata.generation
-        })
+        && class
+            .status
+            .as_ref()
+            .and_then(|s| conditions::find(&s.conditions, ConditionType::Ready))
+            .is_some_and(|ready| ready.observed_generation == class.metadata.generation)
 }
 
 /// Resolves `class` and writes its status (see the module docs); `refresh` resolves even a class

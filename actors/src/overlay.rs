@@ -19,7 +19,7 @@ use std::{collections::BTreeSet, sync::Arc};
 
 use joist_messages::{
     apis::{NodeOverlay, NodePool, Validate, nodeoverlay::PriceChange},
-    conditions::{ConditionType, ConditionUpdate},
+    conditions::{self, ConditionType, ConditionUpdate},
     labels::{CAPACITY_TYPE, NODEPOOL, ZONE},
     model::{
         instance_type::InstanceType,
@@ -84,12 +84,11 @@ pub fn write_statuses(shared: &Shared, conflicted: BTreeSet<String>) {
 /// Whether `overlay`'s status already answers its current spec (a status-only change, such as
 /// the writes above, needs no new answer).
 pub fn answered(overlay: &NodeOverlay) -> bool {
-    overlay.status.as_ref().is_some_and(|status| {
-        status.conditions.iter().any(|c| {
-            c.type_ == ConditionType::ValidationSucceeded.as_str()
-                && c.observed_generation == overlay.metadata.generation
-        })
-    })
+    overlay
+        .status
+        .as_ref()
+        .and_then(|status| conditions::find(&status.conditions, ConditionType::ValidationSucceeded))
+        .is_some_and(|validation| validation.observed_generation == overlay.metadata.generation)
 }
 
 /// An overlay ready to apply: its parsed requirements and price change.

@@ -99,11 +99,6 @@ impl ConditionStatus {
             Self::Unknown => "Unknown",
         }
     }
-
-    /// `True` or `False`.
-    pub const fn from_bool(value: bool) -> Self {
-        if value { Self::True } else { Self::False }
-    }
 }
 
 /// One condition to set: type, status, reason and message.
@@ -140,12 +135,6 @@ impl ConditionUpdate {
     pub fn with_message(mut self, message: impl Into<String>) -> Self {
         self.message = message.into();
         self
-    }
-
-    /// Whether `conditions` already show this type at this status for this reason.
-    pub fn shown_in(&self, conditions: &[Condition]) -> bool {
-        find(conditions, self.type_)
-            .is_some_and(|c| c.status == self.status.as_str() && c.reason == self.reason)
     }
 }
 
@@ -296,7 +285,6 @@ mod tests {
             ("Launched", "")
         );
         assert!(is_true(&conditions, ConditionType::Launched));
-        assert!(ConditionUpdate::holds(ConditionType::Launched).shown_in(&conditions));
         assert!(
             !is_true(&conditions, ConditionType::Registered),
             "a missing condition is not true"

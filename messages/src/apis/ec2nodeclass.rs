@@ -17,7 +17,11 @@ use super::{
     duration::Duration,
     validation::{Validate, Violation, Violations},
 };
-use crate::{labels::tags, model::quantity::Quantity};
+use crate::{
+    conditions::{self, ConditionType},
+    labels::tags,
+    model::quantity::Quantity,
+};
 
 /// AMI alias families and whether they accept a pinned version.
 pub const ALIAS_FAMILIES: &[(&str, AmiFamily)] = &[
@@ -906,9 +910,8 @@ impl EC2NodeClass {
     /// resolved well). The one answer the launch, the NodePool's `NodeClassReady` and drift share.
     pub fn is_ready(&self) -> bool {
         self.status
-            .iter()
-            .flat_map(|status| &status.conditions)
-            .any(|condition| condition.type_ == "Ready" && condition.status == "True")
+            .as_ref()
+            .is_some_and(|status| conditions::is_true(&status.conditions, ConditionType::Ready))
     }
 }
 
