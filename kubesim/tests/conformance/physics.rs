@@ -109,6 +109,122 @@ async fn required_anti_affinity_gives_each_pod_a_node_of_its_own_and_affinity_ke
     );
 }
 
+/// The scheduler remembers which nodes refuse a kind of pod; what frees a node (a pod leaving
+/// it, a zone emptied, a node relabelled) must be seen by the next pod of that kind.
+#[tokio::test]
+async fn a_pod_every_node_refused_goes_where_a_pod_left_a_zone_emptied_or_a_label_changed() {
+    let cluster = cluster();
+    let client = cluster.client();
+    let nodes: Api<Node> = Api::all(client.clone());
+    for (name, zone) in [("a1", "us-west-2a"), ("a2", "us-west-2a"), ("b1", "us-west-2b")] {
+        create(&nodes, node(name, "8", zone)).await;
+    }
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let pod = |name: &str, app: &str, cpu: &str, extra: serde_json::Value| {
+        let mut pod = json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default", "labels": {"app": app}},
+            "spec": {"containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": cpu}}}]},
+        });
+        if let (Some(spec), Some(extra)) = (pod["spec"].as_object_mut(), extra.as_object()) {
+            spec.extend(extra.clone());
+        }
+        pod
+    };
+    let node_of = |name: &'static str| {
+        let pods = pods.clone();
+        async move { pods.get(name).await.ok()?.spec?.node_name }
+    };
+    let refused = |name: &'static str, reason: &'static str| {
+        let pods = pods.clone();
+        async move {
+            let (status, _, message) = scheduled(&pods.get(name).await.ok()?)?;
+            (status == "False" && message.contains(reason)).then_some(())
+        }
+    };
+
+    // One pod per zone: the third is refused by all three nodes, then goes to the zone a pod left.
+    let per_zone = json!({"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"topologyKey": "topology.kubernetes.io/zone", "labelSelector": {"matchLabels": {"app": "zonal"}}}
+    ]}}});
+    create(&pods, pod("zonal-1", "zonal", "1", per_zone.clone())).await;
+    create(&pods, pod("zonal-2", "zonal", "1", per_zone.clone())).await;
+    eventually("two zonal pods placed", || async {
+        Some((node_of("zonal-1").await?, node_of("zonal-2").await?))
+    })
+    .await;
+    create(&pods, pod("zonal-3", "zonal", "1", per_zone)).await;
+    eventually("the third zonal pod refused", || {
+        refused("zonal-3", "3 node(s) didn't match pod anti-affinity rules")
+    })
+    .await;
+    let in_a = if node_of("zonal-1").await.is_some_and(|n| n.starts_with('a')) {
+        "zonal-1"
+    } else {
+        "zonal-2"
+    };
+    pods.delete(in_a, &DeleteParams::default().grace_period(0))
+        .await
+        .expect("delete");
+    let placed = eventually("the third zonal pod placed", || node_of("zonal-3")).await;
+    assert!(placed.starts_with('a'), "into the zone the pod left: {placed}");
+
+    // A pod too big for what is left waits until a pod leaves its node.
+    create(
+        &pods,
+        pod(
+            "big-1",
+            "big",
+            "7",
+            json!({"nodeSelector": {"kubernetes.io/hostname": "b1"}}),
+        ),
+    )
+    .await;
+    eventually("the first big pod placed", || node_of("big-1")).await;
+    create(
+        &pods,
+        pod(
+            "big-2",
+            "big",
+            "7",
+            json!({"nodeSelector": {"kubernetes.io/hostname": "b1"}}),
+        ),
+    )
+    .await;
+    eventually("the second big pod refused", || {
+        refused("big-2", "Insufficient cpu")
+    })
+    .await;
+    pods.delete("big-1", &DeleteParams::default().grace_period(0))
+        .await
+        .expect("delete");
+    assert_eq!(
+        eventually("the second big pod placed", || node_of("big-2")).await,
+        "b1"
+    );
+
+    // A pod no node's labels allow goes to the node relabelled for it.
+    create(
+        &pods,
+        pod("gpu", "gpu", "1", json!({"nodeSelector": {"accelerator": "gpu"}})),
+    )
+    .await;
+    eventually("the gpu pod refused", || {
+        refused("gpu", "didn't match Pod's node affinity/selector")
+    })
+    .await;
+    let label = json!({"metadata": {"labels": {"accelerator": "gpu"}}});
+    nodes
+        .patch(
+            "a2",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&label),
+        )
+        .await
+        .expect("label");
+    assert_eq!(eventually("the gpu pod placed", || node_of("gpu")).await, "a2");
+}
+
 #[tokio::test]
 async fn pods_stay_pending_as_unschedulable_until_a_node_can_take_them() {
     let cluster = cluster();

@@ -11,6 +11,15 @@
 //! its backoff first (1 s, doubling with each failed attempt, at most 10 s), so a cluster that
 //! changes often does not retry every pending pod on every change. The queue is worked in chunks,
 //! yielding between them, so watchers keep up with a burst of thousands of pods.
+//!
+//! On a large cluster no pod looks at every node or every pod: each kind of pending pod remembers
+//! the nodes that refused it and why ([`feasible`]), and each required pod (anti-)affinity term the
+//! domains of the pods it selects ([`domains`]), both kept as nodes and pods change. The answers
+//! are those of a scan of every node; the filters themselves are in [`filter`].
+
+mod domains;
+mod feasible;
+mod filter;
 
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque},
@@ -18,14 +27,19 @@ use std::{
     time::Duration,
 };
 
+use k8s_openapi::api::core::v1::PodAffinityTerm;
+use serde_json::Value;
 use tokio::time::Instant;
 
-use joist_messages::model::{quantity::Quantity, resources::Resources};
-use k8s_openapi::api::core::v1::{
-    Affinity, NodeSelectorRequirement, NodeSelectorTerm, PodAffinityTerm, Taint, Toleration,
-    TopologySpreadConstraint,
+pub(super) use self::filter::{node_accepts, parse, untolerated};
+use self::{
+    domains::TermDomains,
+    feasible::Classes,
+    filter::{
+        AffinityDomains, Bound, NodeInfo, PodNeeds, SpreadCounts, filter, node_affinity_matches,
+        selector_matches, term_selects,
+    },
 };
-use serde_json::{Value, json};
 
 use super::{Change, Informer, wait};
 use crate::object::text;
@@ -49,38 +63,6 @@ const MAX_BACKOFF: Duration = Duration::from_secs(10);
 /// Pods scheduled (or found unschedulable) before the scheduler yields to the rest of the cluster.
 const PODS_PER_CHUNK: usize = 1_000;
 
-/// What the scheduler knows about a node.
-struct NodeInfo {
-    name: String,
-    labels: BTreeMap<String, String>,
-    taints: Vec<Taint>,
-    schedulable: bool,
-    ready: bool,
-    allocatable: Resources,
-    requested: Resources,
-    pods: i64,
-    ports: HashSet<(String, i64)>,
-}
-
-/// What a pod asks of a node.
-struct PodNeeds {
-    requests: Resources,
-    ports: Vec<(String, i64)>,
-    node_selector: BTreeMap<String, String>,
-    affinity: Affinity,
-    tolerations: Vec<Toleration>,
-    spread: Vec<TopologySpreadConstraint>,
-}
-
-/// A bound pod, as the scheduler accounts for it.
-struct Bound {
-    node: String,
-    requests: Resources,
-    ports: Vec<(String, i64)>,
-    labels: BTreeMap<String, String>,
-    namespace: String,
-}
-
 #[derive(Default)]
 struct Scheduler {
     nodes: BTreeMap<String, NodeInfo>,
@@ -102,6 +84,12 @@ struct Scheduler {
     backing_off: BTreeSet<(Instant, ObjectKey)>,
     /// The node the last search stopped at.
     next_start: String,
+    /// What each kind of pending pod is known to fit, or not.
+    classes: Classes,
+    /// The domains of the pods each required pod (anti-)affinity term selects.
+    term_domains: TermDomains,
+    /// Nodes pods were bound to before the scheduler saw the node.
+    unseen_nodes: HashSet<String>,
 }
 
 /// Runs the scheduler until aborted.
@@ -147,15 +135,31 @@ impl Scheduler {
     fn observe_node(&mut self, change: &Change) {
         let name = change.key().name;
         if change.kind == EventKind::Deleted {
-            self.nodes.remove(&name);
+            if self.nodes.remove(&name).is_some_and(|gone| gone.pods > 0) {
+                self.term_domains.clear();
+            }
+            self.classes.node_removed(&name);
             return;
         }
-        let previous = self.nodes.get(&name);
         let mut info = NodeInfo::of(&change.object);
-        if let Some(previous) = previous {
-            info.requested = previous.requested.clone();
-            info.pods = previous.pods;
-            info.ports = previous.ports.clone();
+        match self.nodes.get(&name) {
+            Some(previous) => {
+                info.requested = previous.requested.clone();
+                info.pods = previous.pods;
+                info.ports = previous.ports.clone();
+                if previous.labels == info.labels {
+                    self.classes.node_changed(&name);
+                } else {
+                    self.term_domains.clear();
+                    self.classes.node_relabelled(&name);
+                }
+            }
+            None => {
+                if self.unseen_nodes.remove(&name) {
+                    self.term_domains.clear();
+                }
+                self.classes.node_changed(&name);
+            }
         }
         self.nodes.insert(name, info);
     }
@@ -225,11 +229,17 @@ impl Scheduler {
 
     fn account(&mut self, key: ObjectKey, node: &str, needs: &PodNeeds, pod: &Value) {
         self.pods_bound = true;
-        if let Some(info) = self.nodes.get_mut(node) {
-            info.requested.add(&needs.requests);
-            info.pods += 1;
-            info.ports.extend(needs.ports.iter().cloned());
+        match self.nodes.get_mut(node) {
+            Some(info) => {
+                info.requested.add(&needs.requests);
+                info.pods += 1;
+                info.ports.extend(needs.ports.iter().cloned());
+            }
+            None => {
+                self.unseen_nodes.insert(node.to_owned());
+            }
         }
+        self.classes.pod_arrived(node);
         let bound = Bound {
             node: node.to_owned(),
             requests: needs.requests.clone(),
@@ -241,8 +251,10 @@ impl Scheduler {
             let entry = (bound.namespace.clone(), label.clone(), value.clone());
             self.by_label.entry(entry).or_default().insert(key.clone());
         }
+        self.term_domains.count(&bound, &self.nodes, 1);
         if let Some(replaced) = self.bound.insert(key.clone(), bound) {
             self.unindex(&key, &replaced);
+            self.term_domains.count(&replaced, &self.nodes, -1);
         }
     }
 
@@ -264,6 +276,8 @@ impl Scheduler {
             return false;
         };
         self.unindex(key, &bound);
+        self.term_domains.count(&bound, &self.nodes, -1);
+        self.classes.pod_left(&bound.node);
         if let Some(info) = self.nodes.get_mut(&bound.node) {
             info.requested.sub(&bound.requests);
             info.pods -= 1;
@@ -348,7 +362,8 @@ impl Scheduler {
         !self.active.is_empty()
     }
 
-    /// The best feasible node, or kube-scheduler's message saying why there is none.
+    /// The best feasible node, or kube-scheduler's message saying why there is none. Only the
+    /// nodes the pod's kind is not known to be refused by are looked at (see [`feasible`]).
     fn choose(&mut self, pod: &Value, needs: &PodNeeds) -> Result<String, String> {
         if self.nodes.is_empty() {
             return Err("no nodes available to schedule pods".to_owned());
@@ -358,21 +373,43 @@ impl Scheduler {
             .and_then(Value::as_str)
             .unwrap_or("default");
         let spread = self.spread_counts(namespace, needs);
-        let affinity = self.affinity_domains(namespace, &labels(pod), needs);
-        let mut reasons: BTreeMap<String, usize> = BTreeMap::new();
-        let count = self.nodes.len();
+        for (term, _) in needs.required_pod_terms() {
+            if !self.term_domains.has(term, namespace) {
+                let selected = self.selected(term, namespace);
+                let fresh = TermDomains::fresh(term, namespace, &self.nodes, selected);
+                self.term_domains.insert(fresh);
+            }
+        }
+        let own_labels = labels(pod);
+        let affinity: Vec<AffinityDomains<'_>> = needs
+            .required_pod_terms()
+            .filter_map(|(term, anti)| {
+                let domains = self.term_domains.get(term, namespace)?;
+                Some(AffinityDomains {
+                    key: term.topology_key.clone(),
+                    domains: domains.pods,
+                    anti,
+                    first_of_its_kind: !anti && !domains.any && selector_matches(term, &own_labels),
+                })
+            })
+            .collect();
+        let class_key = feasible::key(pod);
+        let class = self.classes.of(&class_key, needs, &self.nodes);
         // Start after the node the previous pod stopped at, as kube-scheduler does, so the sample of
         // feasible nodes moves around the cluster.
         let resume = std::mem::take(&mut self.next_start);
-        let after = self
-            .nodes
+        let after = class
+            .open
             .range::<String, _>((std::ops::Bound::Excluded(&resume), std::ops::Bound::Unbounded));
-        let before = self.nodes.range::<String, _>(..=&resume);
+        let before = class.open.range::<String, _>(..=&resume);
         let mut best: Option<(f64, &str)> = None;
         let mut feasible = 0;
-        let mut last = resume.clone();
-        for (name, node) in after.chain(before) {
-            last.clone_from(name);
+        let mut stopped_at = None;
+        let mut refused = Vec::new();
+        for name in after.chain(before) {
+            let Some(node) = self.nodes.get(name) else {
+                continue;
+            };
             match filter(node, needs, &spread, &affinity) {
                 Ok(()) => {
                     feasible += 1;
@@ -381,48 +418,31 @@ impl Scheduler {
                         best = Some((score, &node.name));
                     }
                     if feasible == FEASIBLE_NODES_TO_SCORE {
+                        stopped_at = Some(name.clone());
                         break;
                     }
                 }
-                Err(reason) => *reasons.entry(reason).or_default() += 1,
+                Err(refusal) => refused.push((name.clone(), refusal)),
             }
         }
         let best = best.map(|(_, name)| name.to_owned());
-        self.next_start = last;
-        best.ok_or_else(|| unschedulable_message(count, &reasons))
-    }
-
-    /// For each required pod (anti-)affinity term of the incoming pod, the domains holding pods it selects.
-    fn affinity_domains(
-        &self,
-        namespace: &str,
-        own_labels: &BTreeMap<String, String>,
-        needs: &PodNeeds,
-    ) -> Vec<AffinityDomains> {
-        needs
-            .required_pod_terms()
-            .map(|(term, anti)| {
-                let mut domains = HashSet::new();
-                let mut matched_anywhere = false;
-                for bound in self.selected(term, namespace) {
-                    matched_anywhere = true;
-                    if let Some(domain) = self
-                        .nodes
-                        .get(&bound.node)
-                        .and_then(|n| n.labels.get(&term.topology_key))
-                    {
-                        domains.insert(domain.clone());
-                    }
-                }
-                let first_of_its_kind = !anti && !matched_anywhere && selector_matches(term, own_labels);
-                AffinityDomains {
-                    key: term.topology_key.clone(),
-                    domains,
-                    anti,
-                    first_of_its_kind,
-                }
+        drop(affinity);
+        // A search that went all the way round stops where a scan of every node would: at the
+        // last node up to where it resumed.
+        self.next_start = stopped_at
+            .or_else(|| {
+                self.nodes
+                    .range::<String, _>(..=&resume)
+                    .next_back()
+                    .or_else(|| self.nodes.last_key_value())
+                    .map(|(name, _)| name.clone())
             })
-            .collect()
+            .unwrap_or_default();
+        let class = self.classes.of(&class_key, needs, &self.nodes);
+        for (name, refusal) in refused {
+            class.refuse(name, refusal);
+        }
+        best.ok_or_else(|| unschedulable_message(self.nodes.len(), &class.reasons()))
     }
 
     /// The bound pods a required (anti-)affinity term of a pod in `namespace` selects: looked up
@@ -494,346 +514,6 @@ impl Scheduler {
             })
             .collect()
     }
-}
-
-/// Whether the pod may go to the node; the reason kube-scheduler gives when not.
-fn filter(
-    node: &NodeInfo,
-    needs: &PodNeeds,
-    spread: &[SpreadCounts],
-    affinity: &[AffinityDomains],
-) -> Result<(), String> {
-    if !node.ready {
-        return Err("node(s) had untolerated taint {node.kubernetes.io/not-ready: }".to_owned());
-    }
-    if !node.schedulable
-        && !tolerated(
-            &needs.tolerations,
-            "node.kubernetes.io/unschedulable",
-            "",
-            "NoSchedule",
-        )
-    {
-        return Err("node(s) were unschedulable".to_owned());
-    }
-    if !needs
-        .node_selector
-        .iter()
-        .all(|(k, v)| node.labels.get(k) == Some(v))
-        || !node_affinity_matches(&needs.affinity, node)
-    {
-        return Err("node(s) didn't match Pod's node affinity/selector".to_owned());
-    }
-    if let Some(taint) = untolerated(&node.taints, &needs.tolerations, &["NoSchedule", "NoExecute"]) {
-        return Err(format!(
-            "node(s) had untolerated taint {{{}: {}}}",
-            taint.key,
-            taint.value.as_deref().unwrap_or_default()
-        ));
-    }
-    // The first resource, by name, the node lacks once the pod is added (checked in place: this
-    // runs for every candidate node).
-    let pods = Quantity::from_units(node.pods + 1);
-    let short = needs
-        .requests
-        .iter()
-        .map(|(name, amount)| (name, node.requested.get(name).saturating_add(amount)))
-        .chain(std::iter::once(("pods", pods)))
-        .filter(|(name, total)| *total > node.allocatable.get(name))
-        .map(|(name, _)| name)
-        .min();
-    if let Some(name) = short {
-        return Err(if name == "pods" {
-            "Too many pods".to_owned()
-        } else {
-            format!("Insufficient {name}")
-        });
-    }
-    if needs.ports.iter().any(|port| node.ports.contains(port)) {
-        return Err("node(s) didn't have free ports for the requested pod ports".to_owned());
-    }
-    if spread.iter().any(|counts| !counts.allows(node)) {
-        return Err("node(s) didn't match pod topology spread constraints".to_owned());
-    }
-    if let Some(term) = affinity.iter().find(|term| !term.allows(node)) {
-        let rules = if term.anti { "anti-affinity" } else { "affinity" };
-        return Err(format!("node(s) didn't match pod {rules} rules"));
-    }
-    Ok(())
-}
-
-/// Whether a pod may run on a node at all: its node selector, required node affinity and
-/// tolerations (what the DaemonSet controller checks before it creates a node's pod).
-pub(super) fn node_accepts(pod: &Value, node: &Value) -> bool {
-    let needs = PodNeeds::of(pod);
-    let node = NodeInfo::of(node);
-    needs
-        .node_selector
-        .iter()
-        .all(|(k, v)| node.labels.get(k) == Some(v))
-        && node_affinity_matches(&needs.affinity, &node)
-        && untolerated(&node.taints, &needs.tolerations, &["NoSchedule", "NoExecute"]).is_none()
-}
-
-/// Whether a pod-affinity term selects a bound pod.
-fn term_selects(term: &PodAffinityTerm, namespace: &str, bound: &Bound) -> bool {
-    let in_namespace = match &term.namespaces {
-        Some(namespaces) if !namespaces.is_empty() => namespaces.contains(&bound.namespace),
-        _ => bound.namespace == namespace,
-    };
-    in_namespace && selector_matches(term, &bound.labels)
-}
-
-/// For one required pod (anti-)affinity term: the domains that hold a selected pod.
-struct AffinityDomains {
-    key: String,
-    domains: HashSet<String>,
-    anti: bool,
-    /// No pod matches anywhere and the incoming pod matches its own term: any domain will do.
-    first_of_its_kind: bool,
-}
-
-impl AffinityDomains {
-    fn allows(&self, node: &NodeInfo) -> bool {
-        match node.labels.get(&self.key) {
-            None => self.anti,
-            Some(domain) if self.anti => !self.domains.contains(domain),
-            Some(domain) => self.first_of_its_kind || self.domains.contains(domain),
-        }
-    }
-}
-
-/// Pods per domain for one spread constraint.
-struct SpreadCounts {
-    key: String,
-    max_skew: i64,
-    counts: BTreeMap<String, i64>,
-}
-
-impl SpreadCounts {
-    fn allows(&self, node: &NodeInfo) -> bool {
-        let Some(domain) = node.labels.get(&self.key) else {
-            return false;
-        };
-        let min = self.counts.values().copied().min().unwrap_or(0);
-        let here = self.counts.get(domain).copied().unwrap_or(0);
-        here + 1 - min <= self.max_skew
-    }
-}
-
-impl NodeInfo {
-    /// A node with nothing on it yet.
-    fn of(node: &Value) -> Self {
-        Self {
-            name: text(node, "/metadata/name").to_owned(),
-            labels: labels(node),
-            taints: parse(&node["spec"], "taints"),
-            schedulable: node.pointer("/spec/unschedulable").and_then(Value::as_bool) != Some(true),
-            ready: conditions::status(node, "Ready") == Some("True"),
-            allocatable: resources(node.pointer("/status/allocatable")),
-            requested: Resources::new(),
-            pods: 0,
-            ports: HashSet::new(),
-        }
-    }
-
-    /// Fraction of cpu and memory in use after placing `requests` (lower is better).
-    fn score(&self, requests: &Resources) -> f64 {
-        let share = |name: &str| {
-            let total = self.allocatable.get(name).millis() as f64;
-            if total <= 0.0 {
-                1.0
-            } else {
-                (self.requested.get(name).millis() as f64 + requests.get(name).millis() as f64) / total
-            }
-        };
-        (share("cpu") + share("memory")) / 2.0
-    }
-}
-
-impl PodNeeds {
-    /// Whether where the pod may go depends on other pods: required pod (anti-)affinity, or a
-    /// `DoNotSchedule` topology spread.
-    fn depends_on_pods(&self) -> bool {
-        self.required_pod_terms().next().is_some()
-            || self
-                .spread
-                .iter()
-                .any(|c| c.when_unsatisfiable == "DoNotSchedule")
-    }
-
-    /// The required pod affinity terms, then the anti-affinity ones (marked `true`).
-    fn required_pod_terms(&self) -> impl Iterator<Item = (&PodAffinityTerm, bool)> {
-        let affinity = self
-            .affinity
-            .pod_affinity
-            .as_ref()
-            .and_then(|a| a.required_during_scheduling_ignored_during_execution.as_ref());
-        let anti = self
-            .affinity
-            .pod_anti_affinity
-            .as_ref()
-            .and_then(|a| a.required_during_scheduling_ignored_during_execution.as_ref());
-        affinity
-            .into_iter()
-            .flatten()
-            .map(|t| (t, false))
-            .chain(anti.into_iter().flatten().map(|t| (t, true)))
-    }
-
-    fn of(pod: &Value) -> Self {
-        let spec = pod.get("spec").cloned().unwrap_or_else(|| json!({}));
-        let containers = |field: &str| {
-            spec.get(field)
-                .and_then(Value::as_array)
-                .cloned()
-                .unwrap_or_default()
-        };
-        let mut requests = Resources::new();
-        for container in containers("containers") {
-            requests.add(&resources(container.pointer("/resources/requests")));
-        }
-        for container in containers("initContainers") {
-            requests.max(&resources(container.pointer("/resources/requests")));
-        }
-        requests.add(&resources(spec.get("overhead")));
-        let ports = containers("containers")
-            .iter()
-            .flat_map(|c| {
-                c.get("ports")
-                    .and_then(Value::as_array)
-                    .cloned()
-                    .unwrap_or_default()
-            })
-            .filter_map(|p| {
-                let port = p.get("hostPort")?.as_i64().filter(|p| *p > 0)?;
-                Some((
-                    p.get("protocol")
-                        .and_then(Value::as_str)
-                        .unwrap_or("TCP")
-                        .to_owned(),
-                    port,
-                ))
-            })
-            .collect();
-        Self {
-            requests,
-            ports,
-            node_selector: parse(&spec, "nodeSelector"),
-            affinity: parse(&spec, "affinity"),
-            tolerations: parse(&spec, "tolerations"),
-            spread: parse(&spec, "topologySpreadConstraints"),
-        }
-    }
-}
-
-/// A field of a pod spec as its Kubernetes type (absent or malformed: the default).
-pub(super) fn parse<T: serde::de::DeserializeOwned + Default>(spec: &Value, field: &str) -> T {
-    spec.get(field)
-        .and_then(|v| serde_json::from_value(v.clone()).ok())
-        .unwrap_or_default()
-}
-
-/// A resource list (`{"cpu": "500m", …}`), skipping amounts that do not parse.
-fn resources(list: Option<&Value>) -> Resources {
-    list.and_then(Value::as_object)
-        .map(|list| {
-            list.iter()
-                .filter_map(|(name, amount)| {
-                    let text = match amount {
-                        Value::String(text) => text.clone(),
-                        other => other.to_string(),
-                    };
-                    Some((name.clone(), text.parse::<Quantity>().ok()?))
-                })
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-/// Whether a taint is tolerated by one of `tolerations`.
-/// The first of `taints` with one of `effects` that `tolerations` do not tolerate.
-pub(super) fn untolerated<'a>(
-    taints: &'a [Taint],
-    tolerations: &[Toleration],
-    effects: &[&str],
-) -> Option<&'a Taint> {
-    taints.iter().find(|t| {
-        effects.contains(&t.effect.as_str())
-            && !tolerated(
-                tolerations,
-                &t.key,
-                t.value.as_deref().unwrap_or_default(),
-                &t.effect,
-            )
-    })
-}
-
-fn tolerated(tolerations: &[Toleration], key: &str, value: &str, effect: &str) -> bool {
-    tolerations.iter().any(|t| {
-        let effect_ok = t.effect.as_deref().is_none_or(|e| e.is_empty() || e == effect);
-        let key_ok = t.key.as_deref().is_none_or(|k| k.is_empty() || k == key);
-        let value_ok = match t.operator.as_deref() {
-            Some("Exists") => true,
-            _ => {
-                t.value.as_deref().unwrap_or_default() == value
-                    && t.key.as_deref().is_some_and(|k| !k.is_empty())
-            }
-        };
-        effect_ok && key_ok && value_ok
-    })
-}
-
-fn node_affinity_matches(affinity: &Affinity, node: &NodeInfo) -> bool {
-    let Some(selector) = affinity
-        .node_affinity
-        .as_ref()
-        .and_then(|a| a.required_during_scheduling_ignored_during_execution.as_ref())
-    else {
-        return true;
-    };
-    selector
-        .node_selector_terms
-        .iter()
-        .any(|term| term_matches(term, node))
-}
-
-fn term_matches(term: &NodeSelectorTerm, node: &NodeInfo) -> bool {
-    let expressions = term.match_expressions.as_deref().unwrap_or_default();
-    let fields = term.match_fields.as_deref().unwrap_or_default();
-    if expressions.is_empty() && fields.is_empty() {
-        return false;
-    }
-    expressions
-        .iter()
-        .all(|r| requirement_matches(r, node.labels.get(&r.key)))
-        && fields
-            .iter()
-            .all(|r| r.key == "metadata.name" && requirement_matches(r, Some(&node.name)))
-}
-
-fn requirement_matches(requirement: &NodeSelectorRequirement, value: Option<&String>) -> bool {
-    let values = requirement.values.as_deref().unwrap_or_default();
-    let number = |text: &str| text.parse::<i64>().ok();
-    match requirement.operator.as_str() {
-        "In" => value.is_some_and(|v| values.contains(v)),
-        "NotIn" => value.is_none_or(|v| !values.contains(v)),
-        "Exists" => value.is_some(),
-        "DoesNotExist" => value.is_none(),
-        "Gt" => {
-            matches!((value.and_then(|v| number(v)), values.first().and_then(|v| number(v))), (Some(v), Some(l)) if v > l)
-        }
-        "Lt" => {
-            matches!((value.and_then(|v| number(v)), values.first().and_then(|v| number(v))), (Some(v), Some(l)) if v < l)
-        }
-        _ => false,
-    }
-}
-
-fn selector_matches(term: &PodAffinityTerm, labels: &BTreeMap<String, String>) -> bool {
-    term.label_selector
-        .as_ref()
-        .is_some_and(|s| label_selector_matches(s, labels))
 }
 
 /// kube-scheduler's message for a pod no node can take.
