@@ -51,7 +51,7 @@ use crate::{
     reserve::Reserves,
     solution::{NewClaim, Placement, Reason, Solution, Unschedulable},
     taints::{PREFER_NO_SCHEDULE, first_untolerated},
-    topology::{Domain, GroupKind, Topology},
+    topology::{Domain, GroupKind, Rule, Topology},
 };
 
 /// Karpenter's `MaxInstanceTypes`: a NodeClaim lists at most this many instance types.
@@ -614,6 +614,38 @@ impl<'a> Solver<'a> {
             return Err(Why::Resources);
         }
         Ok(ClassPool { reqs, candidates })
+    }
+
+    /// Whether node bin `b` refuses `class` whatever else is placed or left out of the cluster:
+    /// a taint, its labels, a host port in use, or a topology rule the bin decides alone
+    /// (hostname anti-affinity and spread, which count the bin's own pods; a missing topology
+    /// label). Placing pods elsewhere or leaving other nodes out changes none of these.
+    fn refuses_alone(&self, class: usize, b: usize) -> bool {
+        let bin = &self.bins[b];
+        let Some(node) = bin.node.map(|n| &self.input.nodes[n]) else {
+            return false;
+        };
+        let c = &self.classes[class];
+        let topology = &self.topology;
+        let refused_by_topology = c.checks.iter().any(|check| {
+            let key = topology.groups[check.group].key;
+            let domain = if topology.keys[key].hostname {
+                Domain::Host(bin.host_count(check.group))
+            } else {
+                bin.domains[key].map_or(Domain::Absent, Domain::Value)
+            };
+            let decided_alone = matches!(
+                (&check.rule, domain),
+                (Rule::Anti | Rule::Spread { .. }, Domain::Host(_)) | (_, Domain::Absent)
+            );
+            decided_alone && !topology.allows(check, domain)
+        });
+        first_untolerated(&c.constraints.tolerations, &node.taints).is_some()
+            || !c
+                .node_reqs
+                .matches_labels(|k| node.labels.get(k).map(String::as_str))
+            || c.constraints.host_ports.iter().any(|p| bin.ports.contains(p))
+            || refused_by_topology
     }
 
     fn fit_node(&mut self, class: usize, pod: usize, b: usize) -> Result<(), Reject> {

@@ -204,6 +204,60 @@ fn a_closed_node_takes_no_pod_but_keeps_its_own() {
     assert!(matches!(search.relocate(&[0]), Ok(Decision::Relaunch(_))));
 }
 
+/// Each placement starts with the nodes that refuse a class alone rejected; a node refused only
+/// for what runs elsewhere in its zone must stay open to the next candidate.
+#[test]
+fn one_search_judges_each_candidate_by_its_own_absence() {
+    let apart = |key: &str| {
+        json!({"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+            {"topologyKey": key, "labelSelector": {"matchLabels": {"app": "web"}}}
+        ]}}})
+    };
+    let in_zone = |mut node: ExistingNode, zone: &str| {
+        node.labels
+            .insert(joist_messages::labels::ZONE.to_owned(), zone.to_owned());
+        node
+    };
+    let zonal = apart(joist_messages::labels::ZONE);
+    let input = cluster(vec![
+        in_zone(node("a", 8, vec![pod("a1", "1", zonal.clone())]), "zone-1"),
+        in_zone(node("b", 8, vec![pod("b1", "1", zonal)]), "zone-2"),
+        in_zone(node("c", 8, Vec::new()), "zone-1"),
+    ]);
+    let candidates = [
+        candidate(&input, 0, 8, CapacityType::OnDemand),
+        candidate(&input, 1, 8, CapacityType::OnDemand),
+    ];
+    let mut search = Search::new(&input, &candidates, Settings::default());
+    assert!(
+        !matches!(search.consolidate(&[1]), Ok(Decision::Delete)),
+        "b1 has no node in a zone without a1"
+    );
+    assert_eq!(
+        search.consolidate(&[0]),
+        Ok(Decision::Delete),
+        "without a, zone-1 holds no web pod: a1 goes to c"
+    );
+
+    let hostname = apart(joist_messages::labels::HOSTNAME);
+    let input = cluster(vec![
+        node("a", 8, vec![pod("a1", "1", hostname.clone())]),
+        node("b", 8, vec![pod("b1", "1", hostname)]),
+        node("c", 8, Vec::new()),
+    ]);
+    let candidates = [
+        candidate(&input, 0, 8, CapacityType::OnDemand),
+        candidate(&input, 1, 8, CapacityType::OnDemand),
+    ];
+    let mut search = Search::new(&input, &candidates, Settings::default());
+    assert_eq!(search.consolidate(&[0]), Ok(Decision::Delete), "a1 goes to c");
+    assert_eq!(
+        search.consolidate(&[1]),
+        Ok(Decision::Delete),
+        "the last placement was undone: b1 goes to c too"
+    );
+}
+
 #[test]
 fn a_pod_that_fits_nowhere_keeps_its_node() {
     let input = cluster(vec![node("a", 64, vec![pod("huge", "40", json!({}))])]);

@@ -7,7 +7,10 @@
 //! asked to place, then answers each question by leaving the nodes out (their pods' topology
 //! counts taken away, their bins skipped), placing the pods, and undoing every change: the bins
 //! the placement touched are restored from a journal, opened claims dropped, and topology counts
-//! and NodePool limits put back from the state after set-up.
+//! and NodePool limits put back from the state after set-up. A placement starts with the nodes
+//! that refuse a pod's class whatever is placed or left out (taints, labels, hostname
+//! anti-affinity: found once per class) already rejected, so each candidate costs the nodes that
+//! might take its pods, not every node.
 //!
 //! Nodes can also be closed for good ([`Simulator::close`]): consolidation moves no pod onto a
 //! node still inside its `consolidateAfter` window, though the node stays in the cluster.
@@ -33,6 +36,10 @@ pub(crate) struct Simulator<'a> {
     limits: Vec<(Option<Vec<i64>>, Option<i64>)>,
     /// Bins no pod may be placed on in any placement (see [`Simulator::close`]).
     closed: Vec<u64>,
+    /// Per scheduling class, once a placement needed it: the node bins that refuse the class
+    /// whatever the placement (see [`Solver::refuses_alone`]), so that each placement starts
+    /// with them rejected instead of trying every node again.
+    refused_alone: Vec<Option<Vec<u64>>>,
 }
 
 impl<'a> Simulator<'a> {
@@ -57,6 +64,7 @@ impl<'a> Simulator<'a> {
             pending: pending.into_iter().zip(classes).collect(),
             bin_of_node,
             closed: Vec::new(),
+            refused_alone: vec![None; solver.classes.len()],
             solver,
         }
     }
@@ -92,8 +100,23 @@ impl<'a> Simulator<'a> {
                 s.topology.unrecord_host(group, count);
             }
         }
-        for class in &mut s.classes {
-            class.rejected.clear();
+        for &p in pods {
+            let class = self.pending[p].1;
+            if self.refused_alone[class].is_none() {
+                let mut refused = Vec::new();
+                for b in 0..s.input.nodes.len() {
+                    if s.refuses_alone(class, b) {
+                        bitset::insert(&mut refused, b);
+                    }
+                }
+                self.refused_alone[class] = Some(refused);
+            }
+        }
+        for (class, refused) in s.classes.iter_mut().zip(&self.refused_alone) {
+            match refused {
+                Some(refused) => class.rejected.clone_from(refused),
+                None => class.rejected.clear(),
+            }
         }
         let d = s.dims.len();
         s.load(
