@@ -22,6 +22,7 @@ pub use joist_messages::time as clock;
 pub mod conditions;
 pub mod error;
 pub mod events;
+pub mod history;
 pub mod http;
 pub mod managed_fields;
 pub mod object;

@@ -9,7 +9,7 @@
 //! (older than the history: 410 Gone).
 
 use std::{
-    collections::{BTreeMap, BTreeSet, HashMap, VecDeque},
+    collections::{BTreeMap, BTreeSet, HashMap},
     sync::{Arc, Mutex, MutexGuard},
 };
 
@@ -17,6 +17,7 @@ use serde_json::{Map, Value, json};
 use tokio::sync::watch;
 
 use crate::busy::Busy;
+use crate::history::{History, Reader};
 use crate::object::text;
 use crate::{
     clock::Clock,
@@ -27,8 +28,9 @@ use crate::{
 /// A pod's `terminationGracePeriodSeconds` when its spec does not say.
 pub const DEFAULT_TERMINATION_GRACE_SECONDS: i64 = 30;
 
-/// Watch events kept per resource for watches that resume from a resourceVersion.
-pub const HISTORY_PER_RESOURCE: usize = 50_000;
+/// Watch events kept per resource for watches that resume from a resourceVersion (besides those
+/// open watches have yet to read: see [`crate::history`]).
+pub const HISTORY_PER_RESOURCE: usize = 5_000;
 
 /// Namespaces that exist from the start, as in a new cluster.
 const INITIAL_NAMESPACES: [&str; 4] = ["default", "kube-system", "kube-public", "kube-node-lease"];
@@ -161,14 +163,14 @@ pub struct WatchCursor {
     /// The last revision delivered.
     pub position: u64,
     changes: watch::Receiver<u64>,
+    /// Holds the history this watch has not read yet.
+    reader: Reader,
 }
 
 #[derive(Debug)]
 struct Table {
     objects: BTreeMap<ObjectKey, Arc<Value>>,
-    history: VecDeque<Arc<WatchEvent>>,
-    /// Watches may resume from any revision at or above this one.
-    oldest_resumable: u64,
+    history: History,
     changed: watch::Sender<u64>,
 }
 
@@ -176,10 +178,9 @@ impl Table {
     fn new(revision: u64) -> Self {
         Self {
             objects: BTreeMap::new(),
-            history: VecDeque::new(),
             // Nothing of this resource happened before its table: until history is dropped, a
             // watch resumes from any revision (a client that listed it empty, then watched).
-            oldest_resumable: 0,
+            history: History::default(),
             changed: watch::Sender::new(revision),
         }
     }
@@ -244,8 +245,9 @@ impl Store {
         store
     }
 
-    /// Keeps only `events` watch events per resource (fewer than [`HISTORY_PER_RESOURCE`] makes
-    /// watchers fall behind sooner, which tests of 410 Gone need).
+    /// Keeps only `events` watch events per resource for resumes, besides those open watches have
+    /// yet to read (fewer than [`HISTORY_PER_RESOURCE`] makes resumes fail sooner, which tests of
+    /// 410 Gone need).
     pub fn with_history_limit(self, events: usize) -> Self {
         self.lock().history_limit = events.max(1);
         self
@@ -639,16 +641,12 @@ impl Store {
             .entry(resource.clone())
             .or_insert_with(|| Table::new(now));
         let position = revision.unwrap_or(now);
-        if position < table.oldest_resumable {
-            return Err(ApiError::Gone {
-                requested: position,
-                oldest: table.oldest_resumable,
-            });
-        }
+        table.history.resumable(position)?;
         Ok(WatchCursor {
             resource: resource.clone(),
             position,
             changes: table.changed.subscribe(),
+            reader: table.history.reader(position),
         })
     }
 
@@ -659,22 +657,14 @@ impl Store {
         let Some(table) = state.tables.get(&cursor.resource) else {
             return Ok(Vec::new());
         };
-        if cursor.position < table.oldest_resumable {
-            return Err(ApiError::Gone {
-                requested: cursor.position,
-                oldest: table.oldest_resumable,
-            });
-        }
-        let start = table
-            .history
-            .partition_point(|event| event.revision <= cursor.position);
-        let events: Vec<Arc<WatchEvent>> = table.history.range(start..).take(max).cloned().collect();
+        let events = table.history.after(cursor.position, max)?;
         match events.last() {
             Some(last) => cursor.position = last.revision,
             // Nothing newer: the cursor is level with the resource's last change (a table made
             // after the watcher's revision starts ahead of it), so `changed` waits for the next.
             None => cursor.position = cursor.position.max(*table.changed.borrow()),
         }
+        table.history.read(&cursor.reader, cursor.position);
         Ok(events)
     }
 
@@ -750,17 +740,15 @@ impl State {
                 Arc::new(gone)
             }
         };
-        table.history.push_back(Arc::new(WatchEvent {
-            kind,
-            object: stored.clone(),
-            previous: previous.clone(),
-            revision,
-        }));
-        while table.history.len() > self.history_limit {
-            if let Some(dropped) = table.history.pop_front() {
-                table.oldest_resumable = dropped.revision;
-            }
-        }
+        table.history.push(
+            Arc::new(WatchEvent {
+                kind,
+                object: stored.clone(),
+                previous: previous.clone(),
+                revision,
+            }),
+            self.history_limit,
+        );
         table.changed.send_replace(revision);
         self.any_change.send_replace(revision);
         self.reindex(

@@ -6,7 +6,7 @@ use futures::{StreamExt, TryStreamExt};
 use joist_kubesim::{ApiServer, Clock, InProcess, Store};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::{
-    Api, Client,
+    Api, Client, ResourceExt,
     api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams},
     runtime::{WatchStreamExt, reflector, watcher},
 };
@@ -189,6 +189,41 @@ async fn a_watch_older_than_the_history_gets_410_gone() {
         }
         other => panic!("expected a 410 error event, got {other:?}"),
     }
+}
+
+#[tokio::test]
+async fn an_open_watch_that_falls_behind_the_history_still_gets_every_event() {
+    let store = Arc::new(Store::new(Clock::system(), 1).with_history_limit(2));
+    let client = Client::new(
+        InProcess::new(Arc::new(ApiServer::new(store.clone(), "127.0.0.1:443"))),
+        "default",
+    );
+    let maps: Api<ConfigMap> = Api::namespaced(client, "default");
+    let first = maps
+        .create(&PostParams::default(), &config_map("m0"))
+        .await
+        .expect("create");
+    let version = first.metadata.resource_version.expect("version");
+    let mut stream = maps
+        .watch(&WatchParams::default(), &version)
+        .await
+        .expect("watch")
+        .boxed();
+    // Written straight to the store, so the watch reads nothing until all twenty are in.
+    let names: Vec<String> = (1..=20).map(|i| format!("m{i}")).collect();
+    let resource = joist_kubesim::resources::GroupResource::new("", "configmaps");
+    for name in &names {
+        let map = serde_json::to_value(config_map(name)).expect("json");
+        store.create(&resource, "default", map, false).expect("create");
+    }
+    let mut seen = Vec::new();
+    while seen.len() < names.len() {
+        match stream.try_next().await.expect("event") {
+            Some(WatchEvent::Added(map)) => seen.push(map.name_any()),
+            other => panic!("expected every ADDED event, got {other:?} after {seen:?}"),
+        }
+    }
+    assert_eq!(seen, names);
 }
 
 #[tokio::test]
