@@ -67,6 +67,10 @@ pub fn run(workload: Workload, pools: usize, out: &mut dyn io::Write) -> Result<
         ("wall", format!("{wall:.1} s")),
         ("pods/s", format!("{:.0}", running as f64 / wall.max(1e-9))),
         (
+            "longest pod wait (virtual)",
+            format!("{:.0} s", summary.max_pod_pending_seconds),
+        ),
+        (
             "peak memory",
             peak_memory_mib().map_or_else(|| "unknown".to_owned(), |mib| format!("{mib} MiB")),
         ),
@@ -257,6 +261,7 @@ mod tests {
         assert_eq!(value("pending"), 0.0, "{text}");
         assert!(value("nodes") >= 2.0, "one node per pool at least: {text}");
         assert!(value("wall") > 0.0 && value("pods/s") > 0.0, "{text}");
+        assert!(value("longest pod wait (virtual)") > 0.0, "{text}");
         value("peak memory");
         let shares = value("kubesim share") + value("controllers share");
         assert!((99.0..=101.0).contains(&shares), "{text}");
