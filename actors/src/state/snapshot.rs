@@ -97,10 +97,13 @@ fn existing_node(read: &ReadModel, node: &Node, claim: Option<&NodeClaim>) -> Ex
 
 fn in_flight(claim: &NodeClaim) -> ExistingNode {
     let mut labels = claim.labels().clone();
+    // Only a requirement of one value implies a label: the long list of instance types a claim
+    // carries is not worth parsing here.
     for requirement in claim
         .spec
         .requirements
         .iter()
+        .filter(|r| r.values.len() == 1)
         .filter_map(|r| r.to_requirement().ok())
     {
         if let Some((key, value)) = requirement.implied_label() {

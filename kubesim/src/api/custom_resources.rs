@@ -7,8 +7,10 @@
 //! Checked on every write of the main resource through the API (create, update, patch, apply),
 //! not on status writes; kinds of other CRDs are not judged. An update is refused only for problems
 //! the stored object did not have already, as kube-apiserver ratchets CRD validation: an object
-//! kept from an older CRD can still get its finalizers removed. Failure mode: a refused object is a
-//! 422 `Invalid` naming every field and its problem, as kube-apiserver lists them.
+//! kept from an older CRD can still get its finalizers removed; an update that changes only
+//! metadata is not judged again at all, since the schemas and rules read no metadata and its
+//! verdict is the stored object's. Failure mode: a refused object is a 422 `Invalid` naming every
+//! field and its problem, as kube-apiserver lists them.
 
 use std::sync::{LazyLock, Mutex};
 
@@ -29,6 +31,9 @@ static CHECKER: LazyLock<Mutex<Checker>> = LazyLock::new(|| Mutex::new(Checker::
 pub fn judge(path: &ResourcePath, stored: Option<&Value>, object: &Value) -> Result<(), ApiError> {
     let rtype = &path.rtype;
     if !matches!(rtype.group.as_str(), "karpenter.sh" | "karpenter.k8s.aws") {
+        return Ok(());
+    }
+    if stored.is_some_and(|stored| same_but_metadata(stored, object)) {
         return Ok(());
     }
     let after = problems(object);
@@ -55,6 +60,19 @@ pub fn judge(path: &ResourcePath, stored: Option<&Value>, object: &Value) -> Res
             .to_owned(),
         reason,
     })
+}
+
+/// Whether two versions of an object differ in nothing but metadata.
+fn same_but_metadata(a: &Value, b: &Value) -> bool {
+    let (Some(a), Some(b)) = (a.as_object(), b.as_object()) else {
+        return false;
+    };
+    let fields =
+        |object: &serde_json::Map<String, Value>| object.keys().filter(|key| *key != "metadata").count();
+    fields(a) == fields(b)
+        && a.iter()
+            .filter(|(key, _)| key.as_str() != "metadata")
+            .all(|(key, value)| b.get(key) == Some(value))
 }
 
 /// What the API server refuses in `object`, each as `field: problem`; none for a valid object.

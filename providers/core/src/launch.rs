@@ -8,11 +8,13 @@
 //! by price and keep at most [`MAX_INSTANCE_TYPES`] types. Fails with a typed error naming the
 //! claim when its requirements do not parse or nothing is left.
 //!
+//! A [`CandidateMemo`] remembers the answers for claims alike over one catalog.
+//!
 //! Also here, because every provider writes them the same way: the labels a launched node carries
 //! ([`node_labels`]).
 
 use std::{
-    collections::{BTreeMap, BTreeSet},
+    collections::{BTreeMap, BTreeSet, HashMap},
     sync::Arc,
 };
 
@@ -128,29 +130,54 @@ pub fn candidates<'a>(
     claim: &NodeClaim,
     instance_types: &'a [Arc<InstanceType>],
 ) -> Result<Vec<Candidate<'a>>, CloudError> {
+    Ok(at(instance_types, &ranked(claim, instance_types)?))
+}
+
+/// The candidates at `positions` (type, offering) of `instance_types`.
+fn at<'a>(instance_types: &'a [Arc<InstanceType>], positions: &[(usize, usize)]) -> Vec<Candidate<'a>> {
+    positions
+        .iter()
+        .filter_map(|&(t, o)| {
+            let instance_type = instance_types.get(t)?;
+            Some(Candidate {
+                instance_type,
+                offering: instance_type.offerings.get(o)?,
+            })
+        })
+        .collect()
+}
+
+/// [`candidates`] as positions: the type's in `instance_types`, the offering's in the type's.
+fn ranked(
+    claim: &NodeClaim,
+    instance_types: &[Arc<InstanceType>],
+) -> Result<Vec<(usize, usize)>, CloudError> {
     let requirements = claim_requirements(claim)?;
     let requests = Resources::from(&claim.spec.resources.requests);
     let allows = |key: &str, value: &str| requirements.get(key).is_none_or(|r| r.has(value));
-    let mut all: Vec<Candidate<'a>> = instance_types
+    let mut all: Vec<(usize, usize)> = instance_types
         .iter()
+        .enumerate()
         // The claim's list of types first: it rules out most of the catalog at the cost of a lookup.
-        .filter(|it| allows(INSTANCE_TYPE, &it.name))
-        .filter(|it| it.requirements.overlaps(&requirements) && requests.fits(&it.allocatable()))
-        .flat_map(|it| {
+        .filter(|(_, it)| allows(INSTANCE_TYPE, &it.name))
+        .filter(|(_, it)| it.requirements.overlaps(&requirements) && requests.fits(&it.allocatable()))
+        .flat_map(|(t, it)| {
             it.offerings
                 .iter()
-                .filter(|o| {
+                .enumerate()
+                .filter(|(_, o)| {
                     o.available && allows(ZONE, &o.zone) && allows(CAPACITY_TYPE, o.capacity_type.label())
                 })
-                .map(move |offering| Candidate {
-                    instance_type: it,
-                    offering,
-                })
+                .map(move |(o, _)| (t, o))
         })
         .collect();
+    let offering = |&(t, o): &(usize, usize)| &instance_types[t].offerings[o];
     let chosen = [CapacityType::Reserved, CapacityType::Spot, CapacityType::OnDemand]
         .into_iter()
-        .find(|c| all.iter().any(|candidate| candidate.offering.capacity_type == *c));
+        .find(|c| {
+            all.iter()
+                .any(|candidate| offering(candidate).capacity_type == *c)
+        });
     let Some(chosen) = chosen else {
         return Err(CloudError::InsufficientCapacity {
             offerings: Vec::new(),
@@ -160,25 +187,74 @@ pub fn candidates<'a>(
             ),
         });
     };
-    all.retain(|c| c.offering.capacity_type == chosen);
+    all.retain(|candidate| offering(candidate).capacity_type == chosen);
     all.sort_by(|a, b| {
-        a.offering
+        let (type_a, type_b) = (&instance_types[a.0].name, &instance_types[b.0].name);
+        offering(a)
             .price
-            .total_cmp(&b.offering.price)
-            .then_with(|| a.instance_type.name.cmp(&b.instance_type.name))
-            .then_with(|| a.offering.zone.cmp(&b.offering.zone))
+            .total_cmp(&offering(b).price)
+            .then_with(|| type_a.cmp(type_b))
+            .then_with(|| offering(a).zone.cmp(&offering(b).zone))
     });
     let mut kept_types = BTreeSet::new();
-    all.retain(|c| {
-        kept_types.contains(c.instance_type.name.as_str()) || {
+    all.retain(|&(t, _)| {
+        kept_types.contains(&t) || {
             let room = kept_types.len() < MAX_INSTANCE_TYPES;
             if room {
-                kept_types.insert(c.instance_type.name.as_str());
+                kept_types.insert(t);
             }
             room
         }
     });
     Ok(all)
+}
+
+/// The last answers of [`candidates`], so that claims alike launched one after another (the
+/// hundreds of identical NodeClaims of a scale-out) do not each rank the whole catalog again.
+///
+/// An answer is kept for a claim's requirements and requests over the very same instance types:
+/// the same `Arc`s, held here so that none is freed and its address taken by another. Another
+/// catalog (a type or an offering's availability changed) drops every answer. Failures are not
+/// kept.
+#[derive(Debug, Default)]
+pub struct CandidateMemo {
+    catalog: Vec<Arc<InstanceType>>,
+    answers: HashMap<String, Vec<(usize, usize)>>,
+}
+
+/// Answers a [`CandidateMemo`] keeps before it starts again.
+const MEMO_ANSWERS: usize = 64;
+
+impl CandidateMemo {
+    /// [`candidates`], from memory when the same question was asked of the same catalog.
+    pub fn candidates<'a>(
+        &mut self,
+        claim: &NodeClaim,
+        instance_types: &'a [Arc<InstanceType>],
+    ) -> Result<Vec<Candidate<'a>>, CloudError> {
+        let same_catalog = self.catalog.len() == instance_types.len()
+            && self
+                .catalog
+                .iter()
+                .zip(instance_types)
+                .all(|(a, b)| Arc::ptr_eq(a, b));
+        if !same_catalog {
+            self.catalog = instance_types.to_vec();
+            self.answers.clear();
+        }
+        let question = serde_json::to_string(&(&claim.spec.requirements, &claim.spec.resources.requests))
+            .unwrap_or_default();
+        if let Some(answer) = self.answers.get(&question) {
+            return Ok(at(instance_types, answer));
+        }
+        let answer = ranked(claim, instance_types)?;
+        let candidates = at(instance_types, &answer);
+        if self.answers.len() >= MEMO_ANSWERS {
+            self.answers.clear();
+        }
+        self.answers.insert(question, answer);
+        Ok(candidates)
+    }
 }
 
 #[cfg(test)]
@@ -312,6 +388,35 @@ mod tests {
 
         let big = candidates(&claim("3", &[]), &types).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(big.len(), 1, "only m5.xlarge holds 3 cpu");
+    }
+
+    #[test]
+    fn the_memo_answers_claims_alike_as_candidates_does_and_asks_a_new_catalog_afresh() {
+        use CapacityType::Spot;
+        let keys = |chosen: &[Candidate<'_>]| chosen.iter().map(|c| c.key().to_string()).collect::<Vec<_>>();
+        let catalog = vec![
+            instance_type("m5.large", 2, &[("a", Spot, 0.04, true), ("b", Spot, 0.05, true)]),
+            instance_type("m5.xlarge", 4, &[("a", Spot, 0.08, true)]),
+        ];
+        let mut memo = CandidateMemo::default();
+        for cpu in ["1", "3", "1"] {
+            let remembered = memo
+                .candidates(&claim(cpu, &[]), &catalog)
+                .unwrap_or_else(|e| panic!("{e}"));
+            let fresh = candidates(&claim(cpu, &[]), &catalog).unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(keys(&remembered), keys(&fresh), "{cpu} cpu");
+        }
+        // The cheapest offering sold out: a new catalog, a new answer.
+        let mut sold_out = catalog.clone();
+        sold_out[0] = instance_type(
+            "m5.large",
+            2,
+            &[("a", Spot, 0.04, false), ("b", Spot, 0.05, true)],
+        );
+        let chosen = memo
+            .candidates(&claim("1", &[]), &sold_out)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(keys(&chosen), ["spot:m5.large:b", "spot:m5.xlarge:a"]);
     }
 
     #[test]

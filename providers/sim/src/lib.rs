@@ -78,6 +78,8 @@ struct Inner {
     queue: Arc<SimQueue>,
     /// Images released since the start, per AMI family (none: the family's first image).
     releases: std::sync::Mutex<BTreeMap<String, u32>>,
+    /// Launches of claims alike rank the catalog once.
+    candidates: std::sync::Mutex<launch::CandidateMemo>,
 }
 
 /// Who plays the kubelet of the Nodes the simulated cloud registers.
@@ -140,6 +142,7 @@ impl SimCloud {
                 books,
                 queue: Arc::default(),
                 releases: std::sync::Mutex::default(),
+                candidates: std::sync::Mutex::default(),
             }),
         }
     }
@@ -310,8 +313,14 @@ impl SimCloud {
         let settings = &self.inner.settings;
         let books = &self.inner.books;
         let mut unavailable = Vec::new();
+        let candidates = self
+            .inner
+            .candidates
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .candidates(claim, instance_types)?;
         let mut state = books.lock();
-        for candidate in launch::candidates(claim, instance_types)? {
+        for candidate in candidates {
             let key = candidate.key();
             if state.faults.is_unavailable(&key) {
                 books.record(
