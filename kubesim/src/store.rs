@@ -30,7 +30,7 @@ pub const DEFAULT_TERMINATION_GRACE_SECONDS: i64 = 30;
 
 /// Watch events kept per resource for watches that resume from a resourceVersion (besides those
 /// open watches have yet to read: see [`crate::history`]).
-pub const HISTORY_PER_RESOURCE: usize = 5_000;
+pub const HISTORY_PER_RESOURCE: usize = 1_000;
 
 /// Namespaces that exist from the start, as in a new cluster.
 const INITIAL_NAMESPACES: [&str; 4] = ["default", "kube-system", "kube-public", "kube-node-lease"];
@@ -973,27 +973,18 @@ fn keep_system_fields(current: &Value, next: &mut Value, part: Part, status_subr
         next[field] = current[field].clone();
     }
     if part == Part::Status {
-        let status = next.get("status").cloned();
-        let mut kept = current.clone();
-        match status {
-            Some(status) => kept["status"] = status,
-            None => {
-                if let Some(fields) = kept.as_object_mut() {
-                    fields.remove("status");
-                }
+        // Everything but status comes from the stored object, and of its metadata everything but
+        // the resourceVersion and managedFields the write carries. Restored field by field, copying
+        // only what the write changed: a status write leaves a large spec alone.
+        if let (Some(next), Some(current)) = (next.as_object_mut(), current.as_object()) {
+            restore(next, current, &["status", "metadata"]);
+            if let (Some(next), Some(current)) = (
+                next.get_mut("metadata").and_then(Value::as_object_mut),
+                current.get("metadata").and_then(Value::as_object),
+            ) {
+                restore(next, current, &["resourceVersion", "managedFields"]);
             }
         }
-        for field in ["resourceVersion", "managedFields"] {
-            match next["metadata"].get(field) {
-                Some(value) => kept["metadata"][field] = value.clone(),
-                None => {
-                    if let Some(metadata) = kept["metadata"].as_object_mut() {
-                        metadata.remove(field);
-                    }
-                }
-            }
-        }
-        *next = kept;
     } else if part == Part::Main && status_subresource {
         match current.get("status") {
             Some(status) => next["status"] = status.clone(),
@@ -1007,6 +998,16 @@ fn keep_system_fields(current: &Value, next: &mut Value, part: Part, status_subr
 }
 
 /// Whether anything besides metadata and status changed: what bumps `generation`.
+/// Makes `next` hold `current`'s fields, but for those named in `kept`, left as `next` has them.
+fn restore(next: &mut Map<String, Value>, current: &Map<String, Value>, kept: &[&str]) {
+    next.retain(|key, _| kept.contains(&key.as_str()) || current.contains_key(key));
+    for (key, value) in current {
+        if !kept.contains(&key.as_str()) && next.get(key) != Some(value) {
+            next.insert(key.clone(), value.clone());
+        }
+    }
+}
+
 fn spec_changed(before: &Value, after: &Value) -> bool {
     !equal_except(before, after, &["metadata", "status"])
 }
