@@ -160,11 +160,12 @@ async fn a_watch_resumed_from_its_last_version_sees_every_change() {
     assert_eq!(seen, ["ADDED b", "DELETED a"]);
 }
 
-#[tokio::test]
-async fn a_watch_older_than_the_history_gets_410_gone() {
+/// A store that keeps two events for resumes, the ConfigMaps of `default` served from it, and
+/// the first of them, `m0`.
+async fn short_history() -> (Arc<Store>, Api<ConfigMap>, ConfigMap) {
     let store = Arc::new(Store::new(Clock::system(), 1).with_history_limit(2));
     let client = Client::new(
-        InProcess::new(Arc::new(ApiServer::new(store, "127.0.0.1:443"))),
+        InProcess::new(Arc::new(ApiServer::new(store.clone(), "127.0.0.1:443"))),
         "default",
     );
     let maps: Api<ConfigMap> = Api::namespaced(client, "default");
@@ -172,6 +173,12 @@ async fn a_watch_older_than_the_history_gets_410_gone() {
         .create(&PostParams::default(), &config_map("m0"))
         .await
         .expect("create");
+    (store, maps, first)
+}
+
+#[tokio::test]
+async fn a_watch_older_than_the_history_gets_410_gone() {
+    let (_store, maps, first) = short_history().await;
     for name in ["m1", "m2", "m3"] {
         maps.create(&PostParams::default(), &config_map(name))
             .await
@@ -193,16 +200,7 @@ async fn a_watch_older_than_the_history_gets_410_gone() {
 
 #[tokio::test]
 async fn an_open_watch_that_falls_behind_the_history_still_gets_every_event() {
-    let store = Arc::new(Store::new(Clock::system(), 1).with_history_limit(2));
-    let client = Client::new(
-        InProcess::new(Arc::new(ApiServer::new(store.clone(), "127.0.0.1:443"))),
-        "default",
-    );
-    let maps: Api<ConfigMap> = Api::namespaced(client, "default");
-    let first = maps
-        .create(&PostParams::default(), &config_map("m0"))
-        .await
-        .expect("create");
+    let (store, maps, first) = short_history().await;
     let version = first.metadata.resource_version.expect("version");
     let mut stream = maps
         .watch(&WatchParams::default(), &version)
