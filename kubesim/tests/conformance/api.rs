@@ -176,6 +176,18 @@ async fn short_history() -> (Arc<Store>, Api<ConfigMap>, ConfigMap) {
     (store, maps, first)
 }
 
+/// A watch of `maps` from the version of `first`.
+async fn watch_since(
+    maps: &Api<ConfigMap>,
+    first: &ConfigMap,
+) -> impl futures::Stream<Item = kube::Result<WatchEvent<ConfigMap>>> + Unpin {
+    let version = first.metadata.resource_version.clone().expect("version");
+    maps.watch(&WatchParams::default(), &version)
+        .await
+        .expect("watch")
+        .boxed()
+}
+
 #[tokio::test]
 async fn a_watch_older_than_the_history_gets_410_gone() {
     let (_store, maps, first) = short_history().await;
@@ -184,12 +196,7 @@ async fn a_watch_older_than_the_history_gets_410_gone() {
             .await
             .expect("create");
     }
-    let version = first.metadata.resource_version.expect("version");
-    let mut stream = maps
-        .watch(&WatchParams::default(), &version)
-        .await
-        .expect("watch")
-        .boxed();
+    let mut stream = watch_since(&maps, &first).await;
     match stream.try_next().await.expect("event") {
         Some(WatchEvent::Error(status)) => {
             assert_eq!((status.code, status.reason.as_str()), (410, "Expired"))
@@ -201,12 +208,7 @@ async fn a_watch_older_than_the_history_gets_410_gone() {
 #[tokio::test]
 async fn an_open_watch_that_falls_behind_the_history_still_gets_every_event() {
     let (store, maps, first) = short_history().await;
-    let version = first.metadata.resource_version.expect("version");
-    let mut stream = maps
-        .watch(&WatchParams::default(), &version)
-        .await
-        .expect("watch")
-        .boxed();
+    let mut stream = watch_since(&maps, &first).await;
     // Written straight to the store, so the watch reads nothing until all twenty are in.
     let names: Vec<String> = (1..=20).map(|i| format!("m{i}")).collect();
     let resource = joist_kubesim::resources::GroupResource::new("", "configmaps");

@@ -22,10 +22,14 @@ struct Entry {
     selected: usize,
 }
 
+/// A term of a pod's namespace, as the entries' key: the namespace and the term in JSON.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub(super) struct TermKey(String, String);
+
 /// The entries, by namespace and term.
 #[derive(Default)]
 pub(super) struct TermDomains {
-    entries: HashMap<(String, String), Entry>,
+    entries: HashMap<TermKey, Entry>,
 }
 
 /// An entry made while the pods it counts were borrowed, to be [`TermDomains::insert`]ed.
@@ -40,9 +44,17 @@ pub(super) struct Domains<'a> {
 }
 
 impl TermDomains {
-    /// Whether `term` of a pod in `namespace` has its entry.
-    pub(super) fn has(&self, term: &PodAffinityTerm, namespace: &str) -> bool {
-        self.entries.contains_key(&(namespace.to_owned(), term_key(term)))
+    /// Whether the term of `key` has its entry.
+    pub(super) fn has(&self, key: &TermKey) -> bool {
+        self.entries.contains_key(key)
+    }
+
+    /// The key of `term` of a pod in `namespace`, made once per pod for every lookup.
+    pub(super) fn key(term: &PodAffinityTerm, namespace: &str) -> TermKey {
+        TermKey(
+            namespace.to_owned(),
+            serde_json::to_string(term).unwrap_or_default(),
+        )
     }
 
     /// A new entry for `term` of a pod in `namespace`, from the bound pods it selects.
@@ -65,14 +77,13 @@ impl TermDomains {
     }
 
     /// Keeps a [`fresh`](Self::fresh) entry.
-    pub(super) fn insert(&mut self, Fresh(entry): Fresh) {
-        let key = (entry.namespace.clone(), term_key(&entry.term));
+    pub(super) fn insert(&mut self, key: TermKey, Fresh(entry): Fresh) {
         self.entries.insert(key, entry);
     }
 
     /// The domains of a term [`insert`](Self::insert)ed before.
-    pub(super) fn get(&self, term: &PodAffinityTerm, namespace: &str) -> Option<Domains<'_>> {
-        let entry = self.entries.get(&(namespace.to_owned(), term_key(term)))?;
+    pub(super) fn get(&self, key: &TermKey) -> Option<Domains<'_>> {
+        let entry = self.entries.get(key)?;
         Some(Domains {
             pods: &entry.pods,
             any: entry.selected > 0,
@@ -105,9 +116,4 @@ impl Entry {
             *pods = pods.saturating_add_signed(sign);
         }
     }
-}
-
-/// A term as a map key.
-fn term_key(term: &PodAffinityTerm) -> String {
-    serde_json::to_string(term).unwrap_or_default()
 }

@@ -33,7 +33,7 @@ use tokio::time::Instant;
 
 pub(super) use self::filter::{node_accepts, parse, untolerated};
 use self::{
-    domains::TermDomains,
+    domains::{TermDomains, TermKey},
     feasible::Classes,
     filter::{
         AffinityDomains, Bound, NodeInfo, PodNeeds, SpreadCounts, filter, node_affinity_matches,
@@ -373,18 +373,22 @@ impl Scheduler {
             .and_then(Value::as_str)
             .unwrap_or("default");
         let spread = self.spread_counts(namespace, needs);
-        for (term, _) in needs.required_pod_terms() {
-            if !self.term_domains.has(term, namespace) {
+        let terms: Vec<(&PodAffinityTerm, bool, TermKey)> = needs
+            .required_pod_terms()
+            .map(|(term, anti)| (term, anti, TermDomains::key(term, namespace)))
+            .collect();
+        for (term, _, key) in &terms {
+            if !self.term_domains.has(key) {
                 let selected = self.selected(term, namespace);
                 let fresh = TermDomains::fresh(term, namespace, &self.nodes, selected);
-                self.term_domains.insert(fresh);
+                self.term_domains.insert(key.clone(), fresh);
             }
         }
         let own_labels = labels(pod);
-        let affinity: Vec<AffinityDomains<'_>> = needs
-            .required_pod_terms()
-            .filter_map(|(term, anti)| {
-                let domains = self.term_domains.get(term, namespace)?;
+        let affinity: Vec<AffinityDomains<'_>> = terms
+            .iter()
+            .filter_map(|&(term, anti, ref key)| {
+                let domains = self.term_domains.get(key)?;
                 Some(AffinityDomains {
                     key: term.topology_key.clone(),
                     domains: domains.pods,
@@ -426,7 +430,6 @@ impl Scheduler {
             }
         }
         let best = best.map(|(_, name)| name.to_owned());
-        drop(affinity);
         // A search that went all the way round stops where a scan of every node would: at the
         // last node up to where it resumed.
         self.next_start = stopped_at
@@ -438,7 +441,6 @@ impl Scheduler {
                     .map(|(name, _)| name.clone())
             })
             .unwrap_or_default();
-        let class = self.classes.of(&class_key, needs, &self.nodes);
         for (name, refusal) in refused {
             class.refuse(name, refusal);
         }
