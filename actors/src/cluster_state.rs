@@ -49,7 +49,10 @@ use crate::{
     node_pool::NodePoolActor,
     protocol::{PodPending, Reconcile},
     shared::{NodePoolHandle, Shared},
-    state::read_model::{Listed, PodKey, Writers},
+    state::{
+        cached,
+        read_model::{Listed, PodKey, Writers},
+    },
 };
 
 /// How often a trigger the Batcher could not take is retried.
@@ -226,6 +229,7 @@ impl ClusterState {
             return reflect(
                 Api::<NodeOverlay>::all(self.shared.client.clone()),
                 writer,
+                cached::trim,
                 Change::NodeOverlay,
                 |_| Change::Quiet,
             );
@@ -236,7 +240,8 @@ impl ClusterState {
     }
 }
 
-/// A reflector over every object of `K`, as a stream of [`Change`]s. A (re)list ends with
+/// A reflector over every object of `K`, as a stream of [`Change`]s, each object `trim`med
+/// before it is stored ([`cached`]). A (re)list ends with
 /// `relisted(every object it listed)`, so indexes can drop objects deleted while the watch was
 /// away (after a `410 Gone`, the reflector's store is replaced; the indexes must follow).
 ///
@@ -247,6 +252,7 @@ impl ClusterState {
 fn reflect<K>(
     api: Api<K>,
     writer: Writer<K>,
+    trim: fn(&mut K),
     change: fn(Arc<K>, bool) -> Change,
     relisted: fn(HashSet<PodKey>) -> Change,
 ) -> BoxStream<'static, Change>
@@ -254,11 +260,9 @@ where
     K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
     K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
 {
-    // managedFields are the API server's bookkeeping, which no controller reads: kept out of the
-    // store, as Karpenter's cache strips them.
     let events = watcher::watcher(api, watcher::Config::default())
         .default_backoff()
-        .modify(|object| object.meta_mut().managed_fields = None);
+        .modify(trim);
     let store = writer.as_reader();
     reflector::reflector(writer, events)
         .scan(None::<Vec<ObjectRef<K>>>, move |listing, event| {
@@ -313,24 +317,28 @@ impl Actor for ClusterState {
             reflect(
                 Api::<NodeClaim>::all(client.clone()),
                 writers.node_claims,
+                cached::trim_claim,
                 Change::NodeClaim,
                 |listed| Change::Relisted(Listed::NodeClaims, listed),
             ),
             reflect(
                 Api::<Node>::all(client.clone()),
                 writers.nodes,
+                cached::trim,
                 Change::Node,
                 |listed| Change::Relisted(Listed::Nodes, listed),
             ),
             reflect(
                 Api::<NodePool>::all(client.clone()),
                 writers.node_pools,
+                cached::trim,
                 Change::NodePool,
                 |_| Change::Quiet,
             ),
             reflect(
                 Api::<EC2NodeClass>::all(client.clone()),
                 writers.node_classes,
+                cached::trim,
                 Change::NodeClass,
                 |_| Change::Quiet,
             ),
@@ -338,36 +346,42 @@ impl Actor for ClusterState {
             reflect(
                 Api::<DaemonSet>::all(client.clone()),
                 writers.daemon_sets,
+                cached::trim,
                 |_, _| Change::Other,
                 |_| Change::Quiet,
             ),
             reflect(
                 Api::<PodDisruptionBudget>::all(client.clone()),
                 writers.budgets,
+                cached::trim,
                 |_, _| Change::Other,
                 |_| Change::Quiet,
             ),
             reflect(
                 Api::<Namespace>::all(client.clone()),
                 writers.namespaces,
+                cached::trim,
                 |_, _| Change::Other,
                 |_| Change::Quiet,
             ),
             reflect(
                 Api::<PersistentVolumeClaim>::all(client.clone()),
                 writers.volume_claims,
+                cached::trim,
                 |_, _| Change::Other,
                 |_| Change::Quiet,
             ),
             reflect(
                 Api::<VolumeAttachment>::all(client.clone()),
                 writers.volume_attachments,
+                cached::trim,
                 Change::VolumeAttachment,
                 |listed| Change::Relisted(Listed::VolumeAttachments, listed),
             ),
             reflect(
                 Api::<Pod>::all(client.clone()),
                 writers.pods,
+                cached::trim,
                 Change::Pod,
                 |listed| Change::Relisted(Listed::Pods, listed),
             ),

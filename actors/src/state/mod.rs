@@ -4,6 +4,7 @@
 //! is `None`.
 
 pub mod breaker;
+pub mod cached;
 pub mod read_model;
 pub mod registration_health;
 pub mod snapshot;

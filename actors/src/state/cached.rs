@@ -1,0 +1,87 @@
+//! What the read model keeps of each reflected object: what some controller reads, not every field
+//! the API server holds. Trimming happens as a watch event arrives, before the reflector stores
+//! it, so no full copy is ever kept. It cannot fail; a field no controller reads is simply absent
+//! from the cache (writes are merge patches of the fields they change, so nothing trimmed here is
+//! ever written back).
+
+use joist_messages::apis::NodeClaim;
+use kube::Resource;
+
+/// Any object: managedFields are the API server's bookkeeping, which no controller reads (as
+/// Karpenter's cache strips them).
+pub fn trim<K: Resource>(object: &mut K) {
+    object.meta_mut().managed_fields = None;
+}
+
+/// A NodeClaim: once launched (`status.providerID` set), its requirements of more than one value
+/// are dropped. They are the price-ordered instance types (up to 600, most of a claim's size) and
+/// other choices the launch already made; after it, the claim's labels say what it became, and
+/// only one-value requirements still feed the scheduling view of a claim whose node is not yet
+/// registered.
+pub fn trim_claim(claim: &mut NodeClaim) {
+    trim(claim);
+    let launched = claim
+        .status
+        .as_ref()
+        .and_then(|s| s.provider_id.as_deref())
+        .is_some_and(|id| !id.is_empty());
+    if launched {
+        claim.spec.requirements.retain(|r| r.values.len() <= 1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn claim(provider_id: Option<&str>) -> NodeClaim {
+        serde_json::from_value(json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+            "metadata": {"name": "c", "managedFields": [{"manager": "joist", "operation": "Update"}]},
+            "spec": {
+                "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "d"},
+                "requirements": [
+                    {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["m5.large", "c5.large"]},
+                    {"key": "karpenter.sh/nodepool", "operator": "In", "values": ["default"]},
+                    {"key": "karpenter.sh/capacity-type", "operator": "Exists"}
+                ]
+            },
+            "status": provider_id.map(|id| json!({"providerID": id})),
+        }))
+        .expect("a valid NodeClaim")
+    }
+
+    fn keys(claim: &NodeClaim) -> Vec<&str> {
+        claim.spec.requirements.iter().map(|r| r.key.as_str()).collect()
+    }
+
+    #[test]
+    fn a_launched_claim_keeps_only_its_one_value_requirements() {
+        let mut launched = claim(Some("aws:///us-west-2a/i-0123"));
+        trim_claim(&mut launched);
+        assert_eq!(
+            keys(&launched),
+            ["karpenter.sh/nodepool", "karpenter.sh/capacity-type"]
+        );
+        assert!(launched.metadata.managed_fields.is_none());
+    }
+
+    #[test]
+    fn a_claim_not_yet_launched_keeps_every_instance_type_it_may_launch() {
+        for provider_id in [None, Some("")] {
+            let mut waiting = claim(provider_id);
+            trim_claim(&mut waiting);
+            assert_eq!(
+                keys(&waiting),
+                [
+                    "node.kubernetes.io/instance-type",
+                    "karpenter.sh/nodepool",
+                    "karpenter.sh/capacity-type"
+                ]
+            );
+            assert_eq!(waiting.spec.requirements[0].values, ["m5.large", "c5.large"]);
+        }
+    }
+}
