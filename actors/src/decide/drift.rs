@@ -14,7 +14,7 @@
 //! DisruptionPlanner's drift pass (`crate::disruption::drift`). Nothing here fails: a requirement
 //! that cannot be read drifts nothing (the NodePool is reported invalid instead).
 
-use std::{collections::BTreeMap, sync::Arc};
+use std::collections::BTreeMap;
 
 use joist_messages::{
     apis::{
@@ -27,12 +27,11 @@ use joist_messages::{
         annotations::{EC2NODECLASS_HASH, EC2NODECLASS_HASH_VERSION, NODEPOOL_HASH, NODEPOOL_HASH_VERSION},
         is_well_known,
     },
-    model::{
-        instance_type::InstanceType,
-        requirements::{Operator, Requirement, Requirements},
-    },
+    model::requirements::Requirements,
 };
 use kube::ResourceExt;
+
+use super::offered::Offered;
 
 /// The reasons judged from the cluster alone, in the order they are tried.
 pub const STATIC_REASONS: [&str; 4] = [
@@ -92,7 +91,7 @@ impl Wanted {
 pub fn static_drift(
     claim: &NodeClaim,
     wanted: &Wanted,
-    types: Option<&[Arc<InstanceType>]>,
+    types: Option<&Offered<'_>>,
 ) -> Option<&'static str> {
     let annotations = claim.annotations();
     let current = |key: &str, version_key: &str, version: &str| {
@@ -126,7 +125,7 @@ pub fn static_drift(
     let instance_type = claim.labels().get(INSTANCE_TYPE);
     if let (Some(types), Some(name)) = (types, instance_type)
         && !types.is_empty()
-        && !types.iter().any(|it| &it.name == name)
+        && types.get(name).is_none()
     {
         return Some(type_gone);
     }
@@ -134,14 +133,13 @@ pub fn static_drift(
 }
 
 /// Whether the claim's labels meet `requirements` (well-known labels the claim lacks are not held
-/// against it).
+/// against it). Read label by label, with nothing built: every pass asks it of every claim.
 fn meets(claim: &NodeClaim, requirements: &Requirements) -> bool {
-    let labels: Requirements = claim
-        .labels()
-        .iter()
-        .filter_map(|(key, value)| Requirement::new(key, Operator::In, [value.as_str()]).ok())
-        .collect();
-    labels.compatible(requirements, is_well_known).is_ok()
+    let labels = claim.labels();
+    requirements.iter().all(|wanted| match labels.get(wanted.key()) {
+        Some(value) => wanted.has(value),
+        None => wanted.allows_absent() || is_well_known(wanted.key()),
+    })
 }
 
 /// The reason the claim's `Drifted` condition shows, if it is true.
@@ -154,6 +152,7 @@ pub fn shown(claim: &NodeClaim) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
+    use joist_messages::model::instance_type::InstanceType;
     use serde_json::{Value, json};
 
     use super::*;
@@ -224,11 +223,11 @@ mod tests {
             overhead: Default::default(),
         };
         assert_eq!(
-            static_drift(&claim, &Wanted::of(&pool, None), Some(&[other.into()])),
+            static_drift(&claim, &Wanted::of(&pool, None), Some(&Offered::new(&[other.into()]))),
             Some("InstanceTypeNotFound")
         );
         assert_eq!(
-            static_drift(&claim, &Wanted::of(&pool, None), Some(&[])),
+            static_drift(&claim, &Wanted::of(&pool, None), Some(&Offered::default())),
             None,
             "an empty catalog says nothing"
         );

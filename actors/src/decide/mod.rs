@@ -14,6 +14,7 @@ pub mod fold;
 pub mod lifecycle;
 pub mod limits;
 pub mod memo;
+pub mod offered;
 pub mod repair;
 pub mod static_capacity;
 pub mod timing;

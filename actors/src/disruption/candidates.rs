@@ -23,7 +23,7 @@ use joist_messages::{
     apis::{NodeClaim, NodePool},
     conditions::{ConditionType, is_true},
     labels::{CAPACITY_TYPE, INSTANCE_TYPE, NODEPOOL, ZONE, annotations::DO_NOT_DISRUPT},
-    model::instance_type::{CapacityType, InstanceType},
+    model::instance_type::CapacityType,
     pods::do_not_disrupt,
 };
 use joist_scheduling::terms::{label_selector, selects};
@@ -34,7 +34,10 @@ use k8s_openapi::api::{
 use kube::ResourceExt;
 
 use crate::{
-    decide::lifecycle::{drainable, is_disrupted, transitioned_at},
+    decide::{
+        lifecycle::{drainable, is_disrupted, transitioned_at},
+        offered::Offered,
+    },
     state::read_model::ReadModel,
 };
 
@@ -83,7 +86,7 @@ pub struct Blocked {
 }
 
 /// Each NodePool's instance types in this pass, by NodePool name.
-pub type PoolTypes<'a> = BTreeMap<String, &'a [Arc<InstanceType>]>;
+pub type PoolTypes<'a> = BTreeMap<String, Offered<'a>>;
 
 /// What [`collect`] found.
 #[derive(Debug, Default)]
@@ -174,7 +177,7 @@ fn candidate(
     let drifted = is_true(&status.conditions, ConditionType::Drifted);
     let offered = types
         .get(pool_name)
-        .and_then(|types| types.iter().find(|it| &it.name == instance_type))
+        .and_then(|types| types.get(instance_type))
         .and_then(|it| {
             it.offerings
                 .iter()

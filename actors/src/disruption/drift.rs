@@ -68,7 +68,7 @@ pub async fn mark(shared: &Shared, types: &PoolTypes<'_>, checks: &SharedChecks)
         let class_name = &claim.spec.node_class_ref.name;
         let class = read.node_class(class_name);
         let pool_name = pool.name_any();
-        let types = types.get(&pool_name).copied();
+        let types = types.get(&pool_name);
         let wanted = wanted
             .entry((pool_name, class_name.clone()))
             .or_insert_with(|| Wanted::of(&pool, class.as_deref()));

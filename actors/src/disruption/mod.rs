@@ -24,7 +24,7 @@ pub mod methods;
 pub mod orchestrate;
 
 use std::{
-    collections::BTreeMap,
+    collections::{BTreeMap, HashMap},
     sync::{Arc, Mutex, MutexGuard},
     time::Duration,
 };
@@ -48,6 +48,7 @@ use crate::{
     decide::fold::Fold,
     decide::lifecycle::{is_disrupted, node_ready},
     decide::memo::{Fingerprint, Memo},
+    decide::offered::Offered,
     effects::kube_ops,
     effects::metrics::{ConsolidationTypeLabels, PoolReasonLabels, ReasonLabels},
     problem::{self, Problem},
@@ -224,7 +225,7 @@ async fn decide(
                     (Some(&first), Some(&last)) => first..last + 1,
                     _ => 0..0,
                 };
-                (pool.name_any(), &input.instance_types[range])
+                (pool.name_any(), Offered::new(&input.instance_types[range]))
             })
             .collect();
         let collected = candidates::collect(read, &types, now);
@@ -409,22 +410,26 @@ fn count_pass(
 /// (deleting, tainted `karpenter.sh/disrupted`) or NotReady.
 fn budget_counts(shared: &Shared) -> BTreeMap<String, (u32, u32)> {
     let read = &shared.read;
-    let mut counts: BTreeMap<String, (u32, u32)> = BTreeMap::new();
-    for claim in read.node_claims() {
+    let claims = read.node_claims();
+    let mut counts: HashMap<&str, (u32, u32)> = HashMap::new();
+    for claim in &claims {
         let Some(pool) = claim.labels().get(NODEPOOL) else {
             continue;
         };
-        let status = claim.status.clone().unwrap_or_default();
-        if !is_true(&status.conditions, ConditionType::Initialized) {
+        let Some(status) = claim
+            .status
+            .as_ref()
+            .filter(|s| is_true(&s.conditions, ConditionType::Initialized))
+        else {
             continue;
-        }
+        };
         let node = status
             .provider_id
             .as_deref()
             .and_then(|p| read.node_for_provider(p));
         let deleting = claim.metadata.deletion_timestamp.is_some();
         let disrupted = node.as_ref().is_some_and(|n| is_disrupted(n) || !node_ready(n));
-        let entry = counts.entry(pool.clone()).or_default();
+        let entry = counts.entry(pool).or_default();
         if !deleting {
             entry.0 += 1;
         }
@@ -433,6 +438,9 @@ fn budget_counts(shared: &Shared) -> BTreeMap<String, (u32, u32)> {
         }
     }
     counts
+        .into_iter()
+        .map(|(pool, counted)| (pool.to_owned(), counted))
+        .collect()
 }
 
 /// Sets a NodeClaim's `Consolidatable` condition; a write that loses a race is left to the next
