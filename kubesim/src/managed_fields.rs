@@ -169,7 +169,7 @@ impl FieldSet {
     /// The fields of the value of the field `key` of `parent`.
     fn of_field(key: &str, value: &Value, parent: &Map<String, Value>, lists: Lists) -> Self {
         match value {
-            Value::Object(map) if !map.is_empty() && !is_atomic_map(key, map) => Self::of_map(map, lists),
+            Value::Object(map) if is_field_map(key, map) => Self::of_map(map, lists),
             Value::Array(items) => match list_kind(key, parent, lists) {
                 ListStrategy::Keyed(merge_key) => FieldSet {
                     own: false,
@@ -228,6 +228,38 @@ impl FieldSet {
                 children.insert(format!("f:{key}"), fields);
             }
         }
+        FieldSet { own: false, children }
+    }
+
+    /// The fields `before` has that `after` no longer has: `of_value(before)` minus
+    /// `of_value(after)`, found by walking only where the two differ, so a write that changes one
+    /// condition costs that condition, not the whole object.
+    fn removed(before: &Map<String, Value>, after: &Map<String, Value>, lists: Lists) -> Self {
+        let children = before
+            .iter()
+            .filter(|(_, old)| !old.is_null())
+            .filter_map(|(key, old)| {
+                let new = after.get(key).filter(|new| !new.is_null());
+                let gone = match (old, new) {
+                    (_, Some(new)) if new == old => return None,
+                    (Value::Object(old_map), Some(Value::Object(new_map)))
+                        if is_field_map(key, old_map) && is_field_map(key, new_map) =>
+                    {
+                        Self::removed(old_map, new_map, lists)
+                    }
+                    (_, Some(new)) => {
+                        Self::of_field(key, old, before, lists).minus(&Self::of_field(key, new, after, lists))
+                    }
+                    (_, None) => {
+                        // Nothing of the field is left, itself included.
+                        let mut all = Self::of_field(key, old, before, lists);
+                        all.own = true;
+                        all
+                    }
+                };
+                (!gone.is_empty()).then(|| (format!("f:{key}"), gone))
+            })
+            .collect();
         FieldSet { own: false, children }
     }
 
@@ -345,6 +377,11 @@ impl FieldSet {
 }
 
 /// Whether a map is owned whole: a label selector, as the Kubernetes types mark it atomic.
+/// Whether the map value of the field `key` holds fields of its own (not empty, not atomic).
+fn is_field_map(key: &str, map: &Map<String, Value>) -> bool {
+    !map.is_empty() && !is_atomic_map(key, map)
+}
+
 fn is_atomic_map(key: &str, map: &Map<String, Value>) -> bool {
     key.ends_with("elector") && (map.contains_key("matchLabels") || map.contains_key("matchExpressions"))
 }
@@ -450,9 +487,12 @@ pub fn record_update(before: Option<&Value>, after: &mut Value, write: &Write) {
     };
     write.restrict(&mut changed);
     if !entries.is_empty() {
-        let present = FieldSet::of_value(after, write.lists);
+        let removed = match after.as_object() {
+            Some(after_map) => FieldSet::removed(before_map, after_map, write.lists),
+            None => FieldSet::default(),
+        };
         for entry in &mut entries {
-            entry.fields = entry.fields.minus(&changed).intersection(&present);
+            entry.fields = entry.fields.minus(&changed).minus(&removed);
         }
     }
     if !changed.is_empty() {
@@ -841,6 +881,48 @@ mod tests {
         );
         assert_eq!(entries[0]["manager"], "kubectl-edit");
         assert_eq!(entries[0]["fieldsV1"], json!({"f:spec": {"f:replicas": {}}}));
+    }
+
+    #[test]
+    fn what_a_write_removed_is_what_the_object_no_longer_has() {
+        let pod = |labels: Value, conditions: Value, spec: Value| json!({"metadata": {"name": "p", "labels": labels}, "spec": spec, "status": {"conditions": conditions}});
+        let ready = json!({"type": "Ready", "status": "True"});
+        let launched = json!({"type": "Launched", "status": "True"});
+        let before = pod(
+            json!({"a": "1", "b": "2"}),
+            json!([ready, launched]),
+            json!({"nodeSelector": {"zone": "a"}, "containers": [{"name": "c", "image": "x"}]}),
+        );
+        let afters = [
+            pod(
+                json!({"a": "1"}),
+                json!([ready]),
+                json!({"nodeSelector": {"zone": "a"}, "containers": [{"name": "c", "image": "x"}]}),
+            ),
+            pod(
+                json!({"a": "1", "b": "2"}),
+                json!([ready, launched]),
+                json!({"nodeSelector": "gone", "containers": []}),
+            ),
+            pod(
+                json!({}),
+                json!([{"type": "Ready", "status": "False"}]),
+                json!({"containers": [{"name": "d"}]}),
+            ),
+            json!({"metadata": {"name": "p"}}),
+        ];
+        let lists = Lists::Strategic;
+        // An owner of every field: what it keeps is what the object still has.
+        let owned = FieldSet::of_value(&before, lists);
+        for after in afters {
+            let expected = owned.intersection(&FieldSet::of_value(&after, lists));
+            let removed = FieldSet::removed(before.as_object().unwrap(), after.as_object().unwrap(), lists);
+            assert_eq!(
+                owned.minus(&removed).to_fields_v1(),
+                expected.to_fields_v1(),
+                "from {before} to {after}"
+            );
+        }
     }
 
     #[test]

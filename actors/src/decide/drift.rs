@@ -88,11 +88,7 @@ impl Wanted {
 
 /// Why `claim` drifted from what its pool and class ask for, judged from the cluster alone (see
 /// the module docs); `types` are the instance types its NodePool can launch now, when known.
-pub fn static_drift(
-    claim: &NodeClaim,
-    wanted: &Wanted,
-    types: Option<&Offered<'_>>,
-) -> Option<&'static str> {
+pub fn static_drift(claim: &NodeClaim, wanted: &Wanted, types: Option<&Offered<'_>>) -> Option<&'static str> {
     let annotations = claim.annotations();
     let current = |key: &str, version_key: &str, version: &str| {
         annotations
@@ -223,7 +219,11 @@ mod tests {
             overhead: Default::default(),
         };
         assert_eq!(
-            static_drift(&claim, &Wanted::of(&pool, None), Some(&Offered::new(&[other.into()]))),
+            static_drift(
+                &claim,
+                &Wanted::of(&pool, None),
+                Some(&Offered::new(&[other.into()]))
+            ),
             Some("InstanceTypeNotFound")
         );
         assert_eq!(
