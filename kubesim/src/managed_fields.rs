@@ -231,36 +231,66 @@ impl FieldSet {
         FieldSet { own: false, children }
     }
 
-    /// The fields `before` has that `after` no longer has: `of_value(before)` minus
-    /// `of_value(after)`, found by walking only where the two differ, so a write that changes one
-    /// condition costs that condition, not the whole object.
-    fn removed(before: &Map<String, Value>, after: &Map<String, Value>, lists: Lists) -> Self {
-        let children = before
-            .iter()
-            .filter(|(_, old)| !old.is_null())
-            .filter_map(|(key, old)| {
-                let new = after.get(key).filter(|new| !new.is_null());
-                let gone = match (old, new) {
-                    (_, Some(new)) if new == old => return None,
-                    (Value::Object(old_map), Some(Value::Object(new_map)))
-                        if is_field_map(key, old_map) && is_field_map(key, new_map) =>
-                    {
-                        Self::removed(old_map, new_map, lists)
-                    }
-                    (_, Some(new)) => {
-                        Self::of_field(key, old, before, lists).minus(&Self::of_field(key, new, after, lists))
-                    }
-                    (_, None) => {
-                        // Nothing of the field is left, itself included.
-                        let mut all = Self::of_field(key, old, before, lists);
-                        all.own = true;
-                        all
-                    }
-                };
-                (!gone.is_empty()).then(|| (format!("f:{key}"), gone))
-            })
-            .collect();
-        FieldSet { own: false, children }
+    /// Keeps only the members `object` still has: `self ∩ of_value(object)`, worked out in place
+    /// by walking this set rather than listing every field of the object, so a manager that owns a
+    /// few fields costs those fields on every write.
+    fn keep_present(&mut self, object: &Value, lists: Lists) {
+        match object {
+            Value::Object(map) => self.keep_present_in_map(map, lists),
+            _ => self.children.clear(),
+        }
+    }
+
+    /// [`keep_present`](Self::keep_present) for the fields of `map` (a map node owns nothing
+    /// itself).
+    fn keep_present_in_map(&mut self, map: &Map<String, Value>, lists: Lists) {
+        self.own = false;
+        self.children.retain(|key, child| {
+            let Some((name, value)) = key
+                .strip_prefix("f:")
+                .and_then(|name| Some((name, map.get(name).filter(|v| !v.is_null())?)))
+            else {
+                return false;
+            };
+            child.keep_present_in_field(name, value, map, lists);
+            !child.is_empty()
+        });
+    }
+
+    /// [`keep_present`](Self::keep_present) for the field `key` of `parent`, whose value is
+    /// `value` (mirrors [`of_field`](Self::of_field)).
+    fn keep_present_in_field(&mut self, key: &str, value: &Value, parent: &Map<String, Value>, lists: Lists) {
+        match value {
+            Value::Object(map) if is_field_map(key, map) => self.keep_present_in_map(map, lists),
+            Value::Array(items) => match list_kind(key, parent, lists) {
+                ListStrategy::Keyed(merge_key) => {
+                    self.own = false;
+                    self.children.retain(|element, child| {
+                        match items
+                            .iter()
+                            .find(|item| keyed_element(merge_key, item).as_deref() == Some(element))
+                        {
+                            Some(item) => {
+                                let own = child.own;
+                                child.keep_present(item, lists);
+                                child.own = own;
+                                !child.is_empty()
+                            }
+                            None => false,
+                        }
+                    });
+                }
+                ListStrategy::Set => {
+                    self.own = false;
+                    self.children.retain(|element, child| {
+                        child.children.clear();
+                        child.own && items.iter().any(|item| format!("v:{item}") == *element)
+                    });
+                }
+                ListStrategy::Atomic => self.children.clear(),
+            },
+            _ => self.children.clear(),
+        }
     }
 
     fn changed_items(before: &[Value], after: &[Value], merge_key: &str, lists: Lists) -> Self {
@@ -376,12 +406,12 @@ impl FieldSet {
     }
 }
 
-/// Whether a map is owned whole: a label selector, as the Kubernetes types mark it atomic.
 /// Whether the map value of the field `key` holds fields of its own (not empty, not atomic).
 fn is_field_map(key: &str, map: &Map<String, Value>) -> bool {
     !map.is_empty() && !is_atomic_map(key, map)
 }
 
+/// Whether a map is owned whole: a label selector, as the Kubernetes types mark it atomic.
 fn is_atomic_map(key: &str, map: &Map<String, Value>) -> bool {
     key.ends_with("elector") && (map.contains_key("matchLabels") || map.contains_key("matchExpressions"))
 }
@@ -487,12 +517,9 @@ pub fn record_update(before: Option<&Value>, after: &mut Value, write: &Write) {
     };
     write.restrict(&mut changed);
     if !entries.is_empty() {
-        let removed = match after.as_object() {
-            Some(after_map) => FieldSet::removed(before_map, after_map, write.lists),
-            None => FieldSet::default(),
-        };
         for entry in &mut entries {
-            entry.fields = entry.fields.minus(&changed).minus(&removed);
+            entry.fields = entry.fields.minus(&changed);
+            entry.fields.keep_present(after, write.lists);
         }
     }
     if !changed.is_empty() {
@@ -884,21 +911,19 @@ mod tests {
     }
 
     #[test]
-    fn what_a_write_removed_is_what_the_object_no_longer_has() {
+    fn a_manager_keeps_only_the_fields_the_object_still_has() {
         let pod = |labels: Value, conditions: Value, spec: Value| json!({"metadata": {"name": "p", "labels": labels}, "spec": spec, "status": {"conditions": conditions}});
         let ready = json!({"type": "Ready", "status": "True"});
         let launched = json!({"type": "Launched", "status": "True"});
+        let spec = json!({"nodeSelector": {"zone": "a"}, "containers": [{"name": "c", "image": "x", "args": ["a"]}]});
         let before = pod(
             json!({"a": "1", "b": "2"}),
             json!([ready, launched]),
-            json!({"nodeSelector": {"zone": "a"}, "containers": [{"name": "c", "image": "x"}]}),
+            spec.clone(),
         );
         let afters = [
-            pod(
-                json!({"a": "1"}),
-                json!([ready]),
-                json!({"nodeSelector": {"zone": "a"}, "containers": [{"name": "c", "image": "x"}]}),
-            ),
+            before.clone(),
+            pod(json!({"a": "1"}), json!([ready]), spec),
             pod(
                 json!({"a": "1", "b": "2"}),
                 json!([ready, launched]),
@@ -910,18 +935,33 @@ mod tests {
                 json!({"containers": [{"name": "d"}]}),
             ),
             json!({"metadata": {"name": "p"}}),
+            json!("not an object"),
         ];
         let lists = Lists::Strategic;
-        // An owner of every field: what it keeps is what the object still has.
-        let owned = FieldSet::of_value(&before, lists);
-        for after in afters {
-            let expected = owned.intersection(&FieldSet::of_value(&after, lists));
-            let removed = FieldSet::removed(before.as_object().unwrap(), after.as_object().unwrap(), lists);
-            assert_eq!(
-                owned.minus(&removed).to_fields_v1(),
-                expected.to_fields_v1(),
-                "from {before} to {after}"
-            );
+        // Owners of every field, of some, and of fields the object never had.
+        let mut owners = vec![
+            FieldSet::of_value(&before, lists),
+            FieldSet::from_fields_v1(
+                &json!({"f:metadata": {"f:labels": {"f:b": {}}}, "f:spec": {"f:nodeSelector": {".": {}}}}),
+            ),
+            FieldSet::from_fields_v1(
+                &json!({"f:spec": {"f:containers": {"k:{\"name\":\"c\"}": {".": {}, "f:args": {}, "f:gone": {}}}}, "f:status": {"f:other": {}}}),
+            ),
+        ];
+        let mut every = owners[0].clone();
+        every.union(&owners[2]);
+        owners.push(every);
+        for after in &afters {
+            for owner in &owners {
+                let expected = owner.intersection(&FieldSet::of_value(after, lists));
+                let mut kept = owner.clone();
+                kept.keep_present(after, lists);
+                assert_eq!(
+                    kept.to_fields_v1(),
+                    expected.to_fields_v1(),
+                    "{owner:?} in {after}"
+                );
+            }
         }
     }
 
