@@ -203,17 +203,19 @@ impl ApiServer {
             (&Method::GET, None) => return Ok(bytes_response(200, objects::list(store, request, path)?)),
             (&Method::GET, Some(key)) => {
                 let object = store.get(&path.rtype.group_resource(), &key)?;
-                (
-                    200,
-                    objects::presented(&path.rtype, &object, request.wants_table(), store.clock())
-                        .into_owned(),
-                )
+                let document = match request.wants_table() {
+                    true => objects::presented(&path.rtype, &object, true, store.clock())
+                        .into_owned()
+                        .into(),
+                    false => objects::versioned(path, object),
+                };
+                (200, document)
             }
             (&Method::POST, None) => objects::create(store, request, path)?,
             (&Method::PUT, Some(key)) => (200, objects::update(store, request, path, &key)?),
             (&Method::PATCH, Some(key)) => objects::patch(store, request, path, &key)?,
             (&Method::DELETE, Some(key)) => objects::delete(store, request, path, &key)?,
-            (&Method::DELETE, None) => (200, objects::delete_collection(store, request, path)?),
+            (&Method::DELETE, None) => (200, objects::delete_collection(store, request, path)?.into()),
             _ => return Err(ApiError::MethodNotAllowed),
         };
         Ok(request.with_warnings(json_response(code, &document)))

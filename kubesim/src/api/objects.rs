@@ -128,13 +128,53 @@ pub fn in_version<'a>(rtype: &ResourceType, object: &'a Value) -> Cow<'a, Value>
     Cow::Owned(object)
 }
 
-/// [`in_version`] as an owned response body.
-pub fn versioned(path: &ResourcePath, object: &Value) -> Value {
-    in_version(&path.rtype, object).into_owned()
+/// A response body: a stored object served as it is stored (shared, not copied: a large object's
+/// copy would cost more than its serialization), or a value built for the response.
+#[derive(Debug)]
+pub enum Document {
+    /// A stored version of an object.
+    Stored(Arc<Value>),
+    /// Anything else.
+    Built(Value),
+}
+
+impl Document {
+    /// The value itself (copied when it is shared with the store).
+    pub fn into_value(self) -> Value {
+        match self {
+            Document::Stored(object) => Arc::unwrap_or_clone(object),
+            Document::Built(value) => value,
+        }
+    }
+}
+
+impl std::ops::Deref for Document {
+    type Target = Value;
+
+    fn deref(&self) -> &Value {
+        match self {
+            Document::Stored(object) => object,
+            Document::Built(value) => value,
+        }
+    }
+}
+
+impl From<Value> for Document {
+    fn from(value: Value) -> Self {
+        Document::Built(value)
+    }
+}
+
+/// [`in_version`] as a response body: the stored object itself when the request used its version.
+pub fn versioned(path: &ResourcePath, object: Arc<Value>) -> Document {
+    match in_version(&path.rtype, &object) {
+        Cow::Borrowed(_) => Document::Stored(object),
+        Cow::Owned(other) => Document::Built(other),
+    }
 }
 
 /// POST to a collection: 201 with the created object.
-pub fn create(store: &Store, request: &ApiRequest, path: &ResourcePath) -> Result<(u16, Value), ApiError> {
+pub fn create(store: &Store, request: &ApiRequest, path: &ResourcePath) -> Result<(u16, Document), ApiError> {
     let mut object = parse_body(request)?;
     check_kind(path, &object)?;
     Declared::of(store, path).check(request, path, &mut object, Body::Object)?;
@@ -155,7 +195,7 @@ pub fn create(store: &Store, request: &ApiRequest, path: &ResourcePath) -> Resul
         object,
         request.query.dry_run(),
     )?;
-    Ok((201, versioned(path, &created)))
+    Ok((201, versioned(path, created)))
 }
 
 /// PUT on an object.
@@ -164,7 +204,7 @@ pub fn update(
     request: &ApiRequest,
     path: &ResourcePath,
     key: &ObjectKey,
-) -> Result<Value, ApiError> {
+) -> Result<Document, ApiError> {
     let mut object = parse_body(request)?;
     check_kind(path, &object)?;
     Declared::of(store, path).check(request, path, &mut object, Body::Object)?;
@@ -181,7 +221,7 @@ pub fn update(
             Ok(next)
         },
     )?;
-    Ok(versioned(path, &updated))
+    Ok(versioned(path, updated))
 }
 
 /// PATCH on an object (or on `/status` through [`apply_patch`]); an apply patch of a missing object
@@ -191,7 +231,7 @@ pub fn patch(
     request: &ApiRequest,
     path: &ResourcePath,
     key: &ObjectKey,
-) -> Result<(u16, Value), ApiError> {
+) -> Result<(u16, Document), ApiError> {
     let resource = path.rtype.group_resource();
     let patch = parse_body(request)?;
     let dry_run = request.query.dry_run();
@@ -207,12 +247,12 @@ pub fn patch(
         record_apply(None, &patch, &mut object, &write, false)?;
         custom_resources::judge(path, None, &object)?;
         let created = store.create(&resource, &key.namespace, object, dry_run)?;
-        return Ok((201, versioned(path, &created)));
+        return Ok((201, versioned(path, created)));
     }
     let patched = store.modify(&resource, key, Part::Main, dry_run, |current| {
         patched_and_recorded(request, path, current, &patch, &write, &declared)
     })?;
-    Ok((200, versioned(path, &patched)))
+    Ok((200, versioned(path, patched)))
 }
 
 /// Whether a PATCH is a server-side apply.
@@ -333,10 +373,10 @@ pub fn delete(
     request: &ApiRequest,
     path: &ResourcePath,
     key: &ObjectKey,
-) -> Result<(u16, Value), ApiError> {
+) -> Result<(u16, Document), ApiError> {
     let options = delete_options(request)?;
     let deleted = store.delete(&path.rtype.group_resource(), key, &options)?;
-    Ok((200, versioned(path, &deleted)))
+    Ok((200, versioned(path, deleted)))
 }
 
 /// DELETE on a collection: every object that matches the selectors.
@@ -362,7 +402,7 @@ pub fn delete_collection(
     for object in page.items {
         let key = ObjectKey::of(&object);
         match store.delete(&resource, &key, &options) {
-            Ok(deleted) => items.push(versioned(path, &deleted)),
+            Ok(deleted) => items.push(versioned(path, deleted).into_value()),
             Err(ApiError::NotFound { .. }) => {}
             Err(error) => return Err(error),
         }

@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 use super::{
     ApiRequest, ResourcePath,
     field_validation::{Body, Declared},
-    objects::{apply_patch, field_write, is_apply, patched_and_recorded, versioned},
+    objects::{Document, apply_patch, field_write, is_apply, patched_and_recorded, versioned},
     parse_body,
     table::evaluate,
     token,
@@ -28,7 +28,7 @@ pub fn handle(
     request: &ApiRequest,
     path: &ResourcePath,
     subresource: &str,
-) -> Result<(u16, Value), ApiError> {
+) -> Result<(u16, Document), ApiError> {
     let key = path.key().ok_or(ApiError::NoSuchResource)?;
     let resource = path.rtype.group_resource();
     let dry_run = request.query.dry_run();
@@ -37,7 +37,7 @@ pub fn handle(
         return Err(ApiError::MethodNotAllowed);
     }
     match (subresource, method) {
-        ("status", "GET") => Ok((200, versioned(path, &*store.get(&resource, &key)?))),
+        ("status", "GET") => Ok((200, versioned(path, store.get(&resource, &key)?))),
         ("status", "PUT") => {
             let mut object = parse_body(request)?;
             Declared::of(store, path).check(request, path, &mut object, Body::Object)?;
@@ -47,7 +47,7 @@ pub fn handle(
                 record_update(Some(current), &mut next, &write);
                 Ok(next)
             })?;
-            Ok((200, versioned(path, &updated)))
+            Ok((200, versioned(path, updated)))
         }
         ("status", "PATCH") => {
             let patch = parse_body(request)?;
@@ -59,9 +59,12 @@ pub fn handle(
             let patched = store.modify(&resource, &key, Part::Status, dry_run, |current| {
                 patched_and_recorded(request, path, current, &patch, &write, &declared)
             })?;
-            Ok((200, versioned(path, &patched)))
+            Ok((200, versioned(path, patched)))
         }
-        ("scale", "GET") => Ok((200, scale_of(&*store.get(&resource, &key)?, &scale_paths(path)?))),
+        ("scale", "GET") => Ok((
+            200,
+            scale_of(&*store.get(&resource, &key)?, &scale_paths(path)?).into(),
+        )),
         ("scale", "PUT" | "PATCH") => {
             let body = parse_body(request)?;
             let paths = scale_paths(path)?;
@@ -87,25 +90,25 @@ pub fn handle(
                     .unwrap_or(Value::Null);
                 Ok(next)
             })?;
-            Ok((200, scale_of(&updated, &paths)))
+            Ok((200, scale_of(&updated, &paths).into()))
         }
         ("binding", "POST") => {
             let binding = parse_body(request)?;
             let node = text(&binding, "/target/name");
             bind(store, &key, node, dry_run)?;
-            Ok((201, success()))
+            Ok((201, success().into()))
         }
         ("token", "POST") => {
             let account = store.get(&resource, &key)?;
             let request = body_or_empty(request)?;
             Ok((
                 201,
-                token::issue(&account, &request, store.clock().now_seconds())?,
+                token::issue(&account, &request, store.clock().now_seconds())?.into(),
             ))
         }
         ("eviction", "POST") => {
             budget::evict(store, &key, &eviction_options(request, dry_run)?)?;
-            Ok((201, success()))
+            Ok((201, success().into()))
         }
         _ => Err(ApiError::MethodNotAllowed),
     }
