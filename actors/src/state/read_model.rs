@@ -14,8 +14,8 @@
 //! yields the same snapshot, which keeps simulations deterministic.
 
 use std::{
-    collections::{BTreeSet, HashSet},
-    sync::Arc,
+    collections::{BTreeSet, HashSet, VecDeque},
+    sync::{Arc, Mutex, MutexGuard, PoisonError},
 };
 
 use tokio::time::Instant;
@@ -76,6 +76,26 @@ pub struct Writers {
     pub(crate) volume_attachments: Writer<VolumeAttachment>,
 }
 
+/// A lock of the read model's own (a panic elsewhere leaves each of them consistent: every change
+/// under them is one insert or remove).
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The provisionable pods' keys, ordered.
+#[derive(Default)]
+struct Pending(std::sync::RwLock<BTreeSet<PodKey>>);
+
+impl Pending {
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, BTreeSet<PodKey>> {
+        self.0.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, BTreeSet<PodKey>> {
+        self.0.write().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
 #[derive(Default)]
 struct Index {
     node_by_provider: DashMap<String, String>,
@@ -85,7 +105,8 @@ struct Index {
     pods_by_node: DashMap<String, BTreeSet<PodKey>>,
     /// VolumeAttachment names by the node they attach to.
     attachments_by_node: DashMap<String, BTreeSet<String>>,
-    pending: DashSet<PodKey>,
+    /// Provisionable pods, in order: the first is found without a scan.
+    pending: Pending,
     /// Pods seen before they ran, whose start is still to be timed.
     unstarted: DashSet<PodKey>,
     /// When a pod last arrived on or left each node, in epoch seconds.
@@ -94,6 +115,8 @@ struct Index {
     changes: std::sync::atomic::AtomicU64,
     /// Claims created but not yet seen by the watch, with when they were created.
     created: DashMap<String, (Arc<NodeClaim>, Instant)>,
+    /// The same claims by when they were created, oldest first: expiry looks at the oldest only.
+    created_order: Mutex<VecDeque<(Instant, String)>>,
     /// Each pod's scheduling view, with the version of the pod it was made from: passes over
     /// every bound pod reuse it until the pod changes.
     pod_infos: DashMap<PodKey, (Arc<Pod>, Arc<PodInfo>)>,
@@ -216,7 +239,9 @@ impl ReadModel {
             file(&self.index.claims_by_pool, pool, name.clone(), true);
         }
         self.account(&name, counted(&claim));
-        self.index.created.insert(name, (Arc::new(claim), Instant::now()));
+        let now = Instant::now();
+        self.index.created.insert(name.clone(), (Arc::new(claim), now));
+        lock(&self.index.created_order).push_back((now, name));
     }
 
     /// Replaces what the claim `name` counts against its NodePool's usage with `counted` (nothing
@@ -254,18 +279,33 @@ impl ReadModel {
 
     /// Drops the created claims the watch never showed within [`READ_MODEL_LAG`].
     fn expire_created(&self) {
-        self.index.created.retain(|name, (claim, at)| {
-            let fresh = at.elapsed() < READ_MODEL_LAG;
-            if !fresh {
-                if let Some(pool) = claim.labels().get(NODEPOOL) {
-                    file(&self.index.claims_by_pool, pool, name.clone(), false);
+        loop {
+            let expired = {
+                let mut order = lock(&self.index.created_order);
+                match order.front() {
+                    Some((at, _)) if at.elapsed() >= READ_MODEL_LAG => order.pop_front(),
+                    _ => None,
                 }
-                if self.node_claim(name).is_none() {
-                    self.account(name, None);
-                }
+            };
+            let Some((at, name)) = expired else {
+                return;
+            };
+            // Only the entry of that creation: the watch may have shown it since, or it may
+            // have been created again.
+            let Some((name, (claim, _))) = self
+                .index
+                .created
+                .remove_if(&name, |_, (_, created)| *created == at)
+            else {
+                continue;
+            };
+            if let Some(pool) = claim.labels().get(NODEPOOL) {
+                file(&self.index.claims_by_pool, pool, name.clone(), false);
             }
-            fresh
-        });
+            if self.node_claim(&name).is_none() {
+                self.account(&name, None);
+            }
+        }
     }
 
     /// The created claims the watch has not shown yet, dropping those waited for too long.
@@ -379,13 +419,12 @@ impl ReadModel {
 
     /// The first provisionable pod by namespace and name, if any (without listing them all).
     pub fn first_pending_pod(&self) -> Option<PodKey> {
-        self.index.pending.iter().map(|key| key.key().clone()).min()
+        self.index.pending.read().first().cloned()
     }
 
     /// Pods the scheduler could not place and Joist should provision for, by namespace and name.
     pub fn pending_pods(&self) -> Vec<Arc<Pod>> {
-        let mut keys: Vec<PodKey> = self.index.pending.iter().map(|k| k.clone()).collect();
-        keys.sort_unstable();
+        let keys: Vec<PodKey> = self.index.pending.read().iter().cloned().collect();
         keys.iter().filter_map(|key| self.pod(key)).collect()
     }
 
@@ -465,7 +504,7 @@ impl ReadModel {
         match kind {
             Listed::Pods => {
                 index.pod_infos.retain(|key, _| listed.contains(key));
-                index.pending.retain(|key| listed.contains(key));
+                index.pending.write().retain(|key| listed.contains(key));
                 index.unstarted.retain(|key| listed.contains(key));
                 for mut pods in index.pods_by_node.iter_mut() {
                     pods.retain(|key| listed.contains(key));
@@ -540,9 +579,9 @@ impl ReadModel {
             self.index.pod_infos.remove(&key);
         }
         let newly_pending = if !deleted && is_provisionable(pod) {
-            self.index.pending.insert(key)
+            self.index.pending.write().insert(key)
         } else {
-            self.index.pending.remove(&key);
+            self.index.pending.write().remove(&key);
             false
         };
         PodChange {
