@@ -19,7 +19,7 @@
 //! Failure modes: an apply with conflicts is an [`ApiError::Conflict`]; `managedFields` a client wrote
 //! that do not parse are ignored (the object's ownership starts again from the write).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use serde_json::{Map, Value, json};
 
@@ -265,11 +265,12 @@ impl FieldSet {
             Value::Array(items) => match list_kind(key, parent, lists) {
                 ListStrategy::Keyed(merge_key) => {
                     self.own = false;
-                    self.children.retain(|element, child| {
-                        match items
-                            .iter()
-                            .find(|item| keyed_element(merge_key, item).as_deref() == Some(element))
-                        {
+                    let by_element: HashMap<String, &Value> = items
+                        .iter()
+                        .filter_map(|item| Some((keyed_element(merge_key, item)?, item)))
+                        .collect();
+                    self.children
+                        .retain(|element, child| match by_element.get(element) {
                             Some(item) => {
                                 let own = child.own;
                                 child.keep_present(item, lists);
@@ -277,14 +278,14 @@ impl FieldSet {
                                 !child.is_empty()
                             }
                             None => false,
-                        }
-                    });
+                        });
                 }
                 ListStrategy::Set => {
                     self.own = false;
+                    let elements: HashSet<String> = items.iter().map(|item| format!("v:{item}")).collect();
                     self.children.retain(|element, child| {
                         child.children.clear();
-                        child.own && items.iter().any(|item| format!("v:{item}") == *element)
+                        child.own && elements.contains(element)
                     });
                 }
                 ListStrategy::Atomic => self.children.clear(),
@@ -916,13 +917,17 @@ mod tests {
         let ready = json!({"type": "Ready", "status": "True"});
         let launched = json!({"type": "Launched", "status": "True"});
         let spec = json!({"nodeSelector": {"zone": "a"}, "containers": [{"name": "c", "image": "x", "args": ["a"]}]});
-        let before = pod(
+        let mut before = pod(
             json!({"a": "1", "b": "2"}),
             json!([ready, launched]),
             spec.clone(),
         );
+        before["metadata"]["finalizers"] = json!(["x", "y"]);
+        let mut one_finalizer_left = before.clone();
+        one_finalizer_left["metadata"]["finalizers"] = json!(["y"]);
         let afters = [
             before.clone(),
+            one_finalizer_left,
             pod(json!({"a": "1"}), json!([ready]), spec),
             pod(
                 json!({"a": "1", "b": "2"}),
