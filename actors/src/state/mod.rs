@@ -5,6 +5,7 @@
 
 pub mod breaker;
 pub mod cached;
+pub mod created;
 pub mod read_model;
 pub mod registration_health;
 pub mod snapshot;

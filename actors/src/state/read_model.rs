@@ -14,11 +14,9 @@
 //! yields the same snapshot, which keeps simulations deterministic.
 
 use std::{
-    collections::{BTreeSet, HashSet, VecDeque},
-    sync::{Arc, Mutex, MutexGuard, PoisonError},
+    collections::{BTreeSet, HashSet},
+    sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard},
 };
-
-use tokio::time::Instant;
 
 use dashmap::{DashMap, DashSet};
 use joist_messages::{
@@ -41,7 +39,7 @@ use kube::{
     runtime::reflector::{self, ObjectRef, Store, store::Writer},
 };
 
-use crate::decide::lifecycle::READ_MODEL_LAG;
+use super::created::Created;
 use joist_messages::pods::{finished, is_mirror, owned_by_daemon_set};
 use joist_provider::provider_id::instance_id;
 
@@ -76,22 +74,17 @@ pub struct Writers {
     pub(crate) volume_attachments: Writer<VolumeAttachment>,
 }
 
-/// A lock of the read model's own (a panic elsewhere leaves each of them consistent: every change
-/// under them is one insert or remove).
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// The provisionable pods' keys, ordered.
+/// The provisionable pods' keys, ordered (a lock poisoned by a panic elsewhere still holds a
+/// consistent set: every change is one insert or remove).
 #[derive(Default)]
-struct Pending(std::sync::RwLock<BTreeSet<PodKey>>);
+struct Pending(RwLock<BTreeSet<PodKey>>);
 
 impl Pending {
-    fn read(&self) -> std::sync::RwLockReadGuard<'_, BTreeSet<PodKey>> {
+    fn read(&self) -> RwLockReadGuard<'_, BTreeSet<PodKey>> {
         self.0.read().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn write(&self) -> std::sync::RwLockWriteGuard<'_, BTreeSet<PodKey>> {
+    fn write(&self) -> RwLockWriteGuard<'_, BTreeSet<PodKey>> {
         self.0.write().unwrap_or_else(PoisonError::into_inner)
     }
 }
@@ -113,10 +106,8 @@ struct Index {
     last_pod_event: DashMap<String, i64>,
     /// Watch events seen so far: unchanged means nothing in the cluster changed.
     changes: std::sync::atomic::AtomicU64,
-    /// Claims created but not yet seen by the watch, with when they were created.
-    created: DashMap<String, (Arc<NodeClaim>, Instant)>,
-    /// The same claims by when they were created, oldest first: expiry looks at the oldest only.
-    created_order: Mutex<VecDeque<(Instant, String)>>,
+    /// Claims created but not yet seen by the watch.
+    created: Created,
     /// Each pod's scheduling view, with the version of the pod it was made from: passes over
     /// every bound pod reuse it until the pod changes.
     pod_infos: DashMap<PodKey, (Arc<Pod>, Arc<PodInfo>)>,
@@ -239,9 +230,7 @@ impl ReadModel {
             file(&self.index.claims_by_pool, pool, name.clone(), true);
         }
         self.account(&name, counted(&claim));
-        let now = Instant::now();
-        self.index.created.insert(name.clone(), (Arc::new(claim), now));
-        lock(&self.index.created_order).push_back((now, name));
+        self.index.created.insert(name, Arc::new(claim));
     }
 
     /// Replaces what the claim `name` counts against its NodePool's usage with `counted` (nothing
@@ -277,28 +266,10 @@ impl ReadModel {
             .unwrap_or_default()
     }
 
-    /// Drops the created claims the watch never showed within [`READ_MODEL_LAG`].
+    /// Drops the created claims the watch never showed within
+    /// [`READ_MODEL_LAG`](crate::decide::lifecycle::READ_MODEL_LAG).
     fn expire_created(&self) {
-        loop {
-            let expired = {
-                let mut order = lock(&self.index.created_order);
-                match order.front() {
-                    Some((at, _)) if at.elapsed() >= READ_MODEL_LAG => order.pop_front(),
-                    _ => None,
-                }
-            };
-            let Some((at, name)) = expired else {
-                return;
-            };
-            // Only the entry of that creation: the watch may have shown it since, or it may
-            // have been created again.
-            let Some((name, (claim, _))) = self
-                .index
-                .created
-                .remove_if(&name, |_, (_, created)| *created == at)
-            else {
-                continue;
-            };
+        for (name, claim) in self.index.created.take_expired() {
             if let Some(pool) = claim.labels().get(NODEPOOL) {
                 file(&self.index.claims_by_pool, pool, name.clone(), false);
             }
@@ -311,19 +282,12 @@ impl ReadModel {
     /// The created claims the watch has not shown yet, dropping those waited for too long.
     fn unseen_claims(&self) -> Vec<Arc<NodeClaim>> {
         self.expire_created();
-        self.index
-            .created
-            .iter()
-            .map(|entry| entry.value().0.clone())
-            .collect()
+        self.index.created.claims()
     }
 
     /// A claim by name from the watch, or from the claims Joist just created.
     fn any_claim(&self, name: &str) -> Option<Arc<NodeClaim>> {
-        self.node_claim(name).or_else(|| {
-            let entry = self.index.created.get(name)?;
-            (entry.1.elapsed() < READ_MODEL_LAG).then(|| entry.0.clone())
-        })
+        self.node_claim(name).or_else(|| self.index.created.get(name))
     }
 
     /// A NodePool by name.
@@ -534,7 +498,7 @@ impl ReadModel {
                 });
                 for mut claims in index.claims_by_pool.iter_mut() {
                     claims.retain(|claim| {
-                        let kept = cluster_scoped(claim) || index.created.contains_key(claim);
+                        let kept = cluster_scoped(claim) || index.created.contains(claim);
                         if !kept {
                             gone.insert(claim.clone());
                         }
@@ -620,7 +584,7 @@ impl ReadModel {
     /// Updates the NodeClaim indexes after a watch event.
     pub(crate) fn observe_claim(&self, claim: &NodeClaim, deleted: bool) {
         let name = claim.name_any();
-        self.index.created.remove(&name);
+        self.index.created.seen(&name);
         if let Some(pool) = claim.labels().get(NODEPOOL) {
             file(&self.index.claims_by_pool, pool, name.clone(), !deleted);
         }
@@ -710,6 +674,7 @@ pub fn is_provisionable(pod: &Pod) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::decide::lifecycle::READ_MODEL_LAG;
 
     fn object<K: serde::de::DeserializeOwned>(value: serde_json::Value) -> K {
         serde_json::from_value(value).unwrap_or_else(|e| panic!("{e}"))
