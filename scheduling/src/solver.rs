@@ -163,6 +163,12 @@ struct Solver<'a> {
     excluded: Vec<u64>,
     /// When set, each existing node's bin as it was before this placement first changed it.
     journal: Option<Vec<(usize, Bin)>>,
+    /// The existing nodes' bins this placement put a pod on, in the order it first did, so the
+    /// solution is read from them and the claims rather than from every bin.
+    filled: Vec<usize>,
+    /// With a journal, the classes whose `rejected` set grew during this placement (repeats
+    /// allowed), so a simulator resets only those.
+    rejections: Vec<usize>,
     /// When set, per bin, the (group, domain) counts its node's pods add outside hostname keys.
     records: Option<Vec<Vec<(usize, u32)>>>,
 }
@@ -294,6 +300,8 @@ impl<'a> Solver<'a> {
             scratch: Scratch::default(),
             excluded: Vec::new(),
             journal: None,
+            filled: Vec::new(),
+            rejections: Vec::new(),
             records: keep_records.then(Vec::new),
         };
         let class_of: Vec<usize> = unique.into_iter().map(|c| solver.intern(c)).collect();
@@ -565,6 +573,9 @@ impl<'a> Solver<'a> {
             }
             Err((_, true)) => {
                 bitset::insert(&mut self.classes[class].rejected, b);
+                if self.journal.is_some() {
+                    self.rejections.push(class);
+                }
                 false
             }
             Err(_) => false,
@@ -907,12 +918,12 @@ impl<'a> Solver<'a> {
     /// `self.scratch`, and records it in its topology groups.
     fn commit(&mut self, class: usize, pod: usize, b: usize) {
         // A node's bin starts a placement with no pod (the simulator's set-up places none) and
-        // only this adds one: the first pod is when to save it.
-        if let Some(journal) = self.journal.as_mut()
-            && b < self.input.nodes.len()
-            && self.bins[b].pods.is_empty()
-        {
-            journal.push((b, self.bins[b].clone()));
+        // only this adds one: the first pod is when to note it and save it.
+        if b < self.input.nodes.len() && self.bins[b].pods.is_empty() {
+            self.filled.push(b);
+            if let Some(journal) = self.journal.as_mut() {
+                journal.push((b, self.bins[b].clone()));
+            }
         }
         self.reserves.placed(self.pod_class[pod]);
         let d = self.dims.len();
@@ -1069,7 +1080,10 @@ impl<'a> Solver<'a> {
     fn finish(&self, mut unschedulable: Vec<Unschedulable>) -> Solution {
         let mut solution = Solution::default();
         let catalog: &[Arc<InstanceType>] = &self.input.instance_types;
-        for bin in &self.bins {
+        let mut filled = self.filled.clone();
+        filled.sort_unstable();
+        let claims = &self.bins[self.input.nodes.len()..];
+        for bin in filled.iter().map(|&b| &self.bins[b]).chain(claims) {
             if let Some(node) = bin.node {
                 solution
                     .placements

@@ -100,6 +100,7 @@ impl<'a> Simulator<'a> {
                 s.topology.unrecord_host(group, count);
             }
         }
+        let mut stale = std::mem::take(&mut s.rejections);
         for &p in pods {
             let class = self.pending[p].1;
             if self.refused_alone[class].is_none() {
@@ -110,12 +111,16 @@ impl<'a> Simulator<'a> {
                     }
                 }
                 self.refused_alone[class] = Some(refused);
+                stale.push(class);
             }
         }
-        for (class, refused) in s.classes.iter_mut().zip(&self.refused_alone) {
-            match refused {
-                Some(refused) => class.rejected.clone_from(refused),
-                None => class.rejected.clear(),
+        // Only the classes whose rejections changed since they were last set need setting again.
+        stale.sort_unstable();
+        stale.dedup();
+        for class in stale {
+            match self.refused_alone.get(class) {
+                Some(Some(refused)) => s.classes[class].rejected.clone_from(refused),
+                _ => s.classes[class].rejected.clear(),
             }
         }
         let d = s.dims.len();
@@ -153,6 +158,7 @@ impl<'a> Simulator<'a> {
             pool.remaining_nodes = *remaining_nodes;
         }
         s.excluded.clone_from(&self.closed);
+        s.filled.clear();
         s.pods.clear();
     }
 }
