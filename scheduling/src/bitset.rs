@@ -41,6 +41,11 @@ pub(crate) fn insert(set: &mut Vec<u64>, member: usize) {
     set[member / 64] |= 1 << (member % 64);
 }
 
+/// Whether `member` is in `set`.
+pub(crate) fn contains(set: &[u64], member: usize) -> bool {
+    set.get(member / 64).is_some_and(|w| w & (1 << (member % 64)) != 0)
+}
+
 /// Removes `member`.
 pub(crate) fn remove(set: &mut [u64], member: usize) {
     set[member / 64] &= !(1u64 << (member % 64));

@@ -27,6 +27,7 @@
 //! NodePool.
 
 mod delta;
+mod room;
 
 use std::{
     collections::{HashMap, VecDeque},
@@ -152,7 +153,8 @@ struct Solver<'a> {
     class_index: HashMap<Constraints, usize>,
     class_pools: Vec<Vec<Option<Result<ClassPool, Why>>>>,
     bins: Vec<Bin>,
-    /// Per topology key and domain: the claims decided to lie in it (bit set over bins).
+    /// Per topology key and domain: the bins that lie in it, nodes from the set-up and claims once
+    /// decided (bit set over bins).
     decided: Vec<Vec<Vec<u64>>>,
     reserves: Reserves,
     pod_class: Vec<usize>,
@@ -166,6 +168,8 @@ struct Solver<'a> {
     /// The existing nodes' bins this placement put a pod on, in the order it first did, so the
     /// solution is read from them and the claims rather than from every bin.
     filled: Vec<usize>,
+    /// Where the existing nodes have room, so first fit passes over full ones.
+    room: room::Room,
     /// With a journal, the classes whose `rejected` set grew during this placement (repeats
     /// allowed), so a simulator resets only those.
     rejections: Vec<usize>,
@@ -301,6 +305,7 @@ impl<'a> Solver<'a> {
             excluded: Vec::new(),
             journal: None,
             filled: Vec::new(),
+            room: room::Room::default(),
             rejections: Vec::new(),
             records: keep_records.then(Vec::new),
         };
@@ -394,9 +399,16 @@ impl<'a> Solver<'a> {
             if let Some(records) = records.as_mut() {
                 records.push(recorded);
             }
+            for (key, domain) in bin.domains.iter().enumerate() {
+                if let Some(d) = domain {
+                    bitset::insert(&mut self.decided[key][*d as usize], self.bins.len());
+                }
+            }
             self.bins.push(bin);
         }
         self.records = records;
+        let nodes = self.bins.iter().map(|bin| (&bin.alloc[..], &bin.used[..]));
+        self.room = room::Room::new(self.dims.len(), nodes);
     }
 
     fn pod_requests(&self, pod: usize) -> &[i64] {
@@ -488,17 +500,25 @@ impl<'a> Solver<'a> {
     }
 
     /// Tries the existing nodes in order and then the claims opened so far, oldest first,
-    /// skipping those that rejected the class for good.
+    /// skipping those that rejected the class for good and those without room for the pod.
     fn try_bins(&mut self, class: usize, pod: usize) -> bool {
         let first_claim = self.input.nodes.len();
-        for word in 0..first_claim.div_ceil(64) {
-            let mut open = self.open_bins(class, word, 0, first_claim);
-            while open != 0 {
-                let b = word * 64 + open.trailing_zeros() as usize;
-                open &= open - 1;
-                if self.try_bin(class, pod, b) {
-                    return true;
-                }
+        self.forbid_domains(class);
+        let mut next = 0;
+        while let Some(b) = self.room.next_fit(next, self.pod_requests(pod)) {
+            let word = b / 64;
+            let open = self.open_bins(class, word, b, first_claim) & !self.forbidden_in(word);
+            let first_open = match open {
+                0 => (word + 1) * 64,
+                open => word * 64 + open.trailing_zeros() as usize,
+            };
+            if first_open != b {
+                next = first_open;
+                continue;
+            }
+            next = b + 1;
+            if self.try_bin(class, pod, b) {
+                return true;
             }
         }
         self.try_claims(class, pod, first_claim)
@@ -520,6 +540,22 @@ impl<'a> Solver<'a> {
     /// Marks in `self.scratch.open` (words from `first_claim / 64`) the claims in
     /// `first_claim..end` still open to `class`, and returns whether there are any.
     fn mark_open_claims(&mut self, class: usize, first_claim: usize, end: usize) -> bool {
+        self.forbid_domains(class);
+        let mut open = std::mem::take(&mut self.scratch.open);
+        open.clear();
+        let mut any = 0;
+        for word in first_claim / 64..end.div_ceil(64) {
+            let bits = self.open_bins(class, word, first_claim, end) & !self.forbidden_in(word);
+            any |= bits;
+            open.push(bits);
+        }
+        self.scratch.open = open;
+        any != 0
+    }
+
+    /// Puts in `self.scratch.forbidden` the (topology key, domain) pairs `class` may not go to
+    /// as the counts stand.
+    fn forbid_domains(&mut self, class: usize) {
         let c = &self.classes[class];
         let topology = &self.topology;
         let forbidden = &mut self.scratch.forbidden;
@@ -532,19 +568,15 @@ impl<'a> Solver<'a> {
                 }
             }
         }
-        let mut open = std::mem::take(&mut self.scratch.open);
-        open.clear();
-        let mut any = 0;
-        for word in first_claim / 64..end.div_ceil(64) {
-            let mut bits = self.open_bins(class, word, first_claim, end);
-            for &(key, d) in &self.scratch.forbidden {
-                bits &= !self.decided[key][d as usize].get(word).copied().unwrap_or(0);
-            }
-            any |= bits;
-            open.push(bits);
-        }
-        self.scratch.open = open;
-        any != 0
+    }
+
+    /// The bins in word `word` that lie in a domain of `self.scratch.forbidden`.
+    fn forbidden_in(&self, word: usize) -> u64 {
+        self.scratch
+            .forbidden
+            .iter()
+            .map(|&(key, d)| self.decided[key][d as usize].get(word).copied().unwrap_or(0))
+            .fold(0, |all, bits| all | bits)
     }
 
     /// The bins in word `word` that lie in `lo..hi` and have not rejected `class` for good.
@@ -929,6 +961,9 @@ impl<'a> Solver<'a> {
         let d = self.dims.len();
         let bin = &mut self.bins[b];
         dims::add(&mut bin.used, &self.requests[pod * d..(pod + 1) * d]);
+        if bin.node.is_some() {
+            self.room.update(b, &bin.alloc, &bin.used);
+        }
         let c = &self.classes[class];
         bin.ports.extend(c.constraints.host_ports.iter().copied());
         bin.pods.push(pod);
@@ -1158,3 +1193,4 @@ fn add_host_count(counts: &mut Vec<(usize, u32)>, group: usize) {
         None => counts.push((group, 1)),
     }
 }
+

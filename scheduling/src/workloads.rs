@@ -585,51 +585,73 @@ pub fn many_node_pools(pods: usize) -> Input {
     }
 }
 
+/// Nodes per provisioning batch of [`fragmented_cluster`].
+const BATCH_NODES: usize = 2_000;
+
 /// A fragmented cluster of `nodes` nodes for consolidation benchmarks: Karpenter's diverse workload
-/// provisioned (pods grown until the simulation opens at least `nodes` nodes, the first `nodes`
-/// kept, each on its cheapest type's cheapest on-demand offering in a zone its claim allows,
-/// labelled as it would be), then a
-/// seeded `deleted` share of the pods removed. No pods are left to place.
+/// provisioned in batches of up to [`BATCH_NODES`] nodes, as a cluster grows batch by batch (pods
+/// grown until a batch's simulation opens enough nodes, the first kept, each on its cheapest
+/// type's cheapest on-demand offering in a zone its claim allows, labelled as it would be), then
+/// a seeded `deleted` share of the pods removed. No pods are left to place. Batches keep the set-up
+/// linear in the nodes: one solve that opens every node tries each pod on every claim opened so
+/// far.
 pub fn fragmented_cluster(nodes: usize, deleted: f64) -> Input {
-    let mut pods = nodes.max(1) * 8;
-    let (mut input, solution) = loop {
-        let input = karpenter_diverse(pods);
-        let solution = crate::solve(&input);
-        if solution.claims.len() >= nodes || pods > nodes * 1_000 {
-            break (input, solution);
-        }
-        pods = pods * nodes / solution.claims.len().max(1) + pods / 10 + 1;
-    };
+    let mut cluster = karpenter_diverse(0);
     let mut rng = Rng::new(60);
-    let placed = std::mem::take(&mut input.pods);
-    input.nodes = solution
-        .claims
-        .iter()
-        .take(nodes)
-        .enumerate()
-        .filter_map(|(i, claim)| {
-            let it = &input.instance_types[*claim.instance_types.first()?];
+    let mut batch = 0;
+    while cluster.nodes.len() < nodes.max(1) {
+        let wanted = (nodes.max(1) - cluster.nodes.len()).min(BATCH_NODES);
+        let (input, solution) = provisioned_batch(wanted, batch);
+        for claim in solution.claims.iter().take(wanted) {
+            let Some(&first) = claim.instance_types.first() else {
+                continue;
+            };
+            let it = &input.instance_types[first];
             let zone = claim.requirements.get(ZONE);
-            let offering = it
+            let Some(offering) = it
                 .offerings
                 .iter()
                 .filter(|o| o.capacity_type == CapacityType::OnDemand)
                 .filter(|o| zone.is_none_or(|r| r.has(&o.zone)))
-                .min_by(|a, b| a.price.total_cmp(&b.price))?;
+                .min_by(|a, b| a.price.total_cmp(&b.price))
+            else {
+                continue;
+            };
             let kept = claim
                 .pods
                 .iter()
                 .filter(|_| (rng.below(1_000) as f64) >= deleted * 1_000.0)
-                .map(|&p| placed[p].clone())
+                .map(|&p| input.pods[p].clone())
                 .collect();
-            Some(ExistingNode::launched(
-                &format!("node-{i}"),
+            let name = format!("node-{}", cluster.nodes.len());
+            cluster.nodes.push(ExistingNode::launched(
+                &name,
                 &claim.requirements,
                 it,
                 offering,
                 kept,
-            ))
-        })
-        .collect();
-    input
+            ));
+        }
+        batch += 1;
+    }
+    cluster
+}
+
+/// Karpenter's diverse workload (pods named for `batch`, drawn from its own seed) grown until its
+/// simulation opens at least `nodes` nodes; with that solution.
+fn provisioned_batch(nodes: usize, batch: u64) -> (Input, crate::Solution) {
+    let mut pods = nodes.max(1) * 8;
+    loop {
+        let mut input = karpenter_diverse(0);
+        input.pods = diverse_pods(pods, &mut Rng::new(42 + batch));
+        for pod in &mut input.pods {
+            pod.name = format!("b{batch}-{}", pod.name);
+            pod.uid.clone_from(&pod.name);
+        }
+        let solution = crate::solve(&input);
+        if solution.claims.len() >= nodes || pods > nodes * 1_000 {
+            return (input, solution);
+        }
+        pods = pods * nodes / solution.claims.len().max(1) + pods / 10 + 1;
+    }
 }

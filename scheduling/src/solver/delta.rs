@@ -75,6 +75,7 @@ impl<'a> Simulator<'a> {
         self.closed.resize(self.solver.bins.len().div_ceil(64), 0);
         for &node in nodes {
             bitset::insert(&mut self.closed, self.bin_of_node[node]);
+            self.solver.room.remove(self.bin_of_node[node]);
         }
         self.solver.excluded.clone_from(&self.closed);
     }
@@ -93,6 +94,7 @@ impl<'a> Simulator<'a> {
         for &node in excluded {
             let b = self.bin_of_node[node];
             bitset::insert(&mut s.excluded, b);
+            s.room.remove(b);
             for &(group, domain) in s.records.as_ref().map_or(&[][..], |r| &r[b]) {
                 s.topology.unrecord(group, domain);
             }
@@ -133,16 +135,24 @@ impl<'a> Simulator<'a> {
                 .collect(),
         );
         let solution = s.place();
-        self.undo();
+        self.undo(excluded);
         solution
     }
 
-    /// Puts the solver back as set up.
-    fn undo(&mut self) {
+    /// Puts the solver back as set up, `excluded` (positions in `Input::nodes`) open again unless
+    /// closed.
+    fn undo(&mut self, excluded: &[usize]) {
         let s = &mut self.solver;
         let nodes = s.input.nodes.len();
         for (b, bin) in s.journal.iter_mut().flat_map(|j| j.drain(..)) {
+            s.room.update(b, &bin.alloc, &bin.used);
             s.bins[b] = bin;
+        }
+        for &node in excluded {
+            let b = self.bin_of_node[node];
+            if !bitset::contains(&self.closed, b) {
+                s.room.update(b, &s.bins[b].alloc, &s.bins[b].used);
+            }
         }
         s.bins.truncate(nodes);
         for per_domain in &mut s.decided {
