@@ -43,7 +43,8 @@ pub(crate) fn insert(set: &mut Vec<u64>, member: usize) {
 
 /// Whether `member` is in `set`.
 pub(crate) fn contains(set: &[u64], member: usize) -> bool {
-    set.get(member / 64).is_some_and(|w| w & (1 << (member % 64)) != 0)
+    set.get(member / 64)
+        .is_some_and(|w| w & (1 << (member % 64)) != 0)
 }
 
 /// Removes `member`.

@@ -1193,4 +1193,3 @@ fn add_host_count(counts: &mut Vec<(usize, u32)>, group: usize) {
         None => counts.push((group, 1)),
     }
 }
-

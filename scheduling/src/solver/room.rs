@@ -132,7 +132,11 @@ mod tests {
         assert_eq!(room.next_fit(206, &[1, 1]), None);
         room.update(65, &[2, 2], &[0, 1]);
         assert_eq!(room.next_fit(0, &[2, 1]), Some(65));
-        assert_eq!(room.next_fit(0, &[2, 2]), Some(205), "node 65 has one free only in memory");
+        assert_eq!(
+            room.next_fit(0, &[2, 2]),
+            Some(205),
+            "node 65 has one free only in memory"
+        );
         room.update(65, &[2, 2], &[2, 2]);
         assert_eq!(room.next_fit(0, &[2, 1]), Some(205), "node 65 is full again");
     }
