@@ -505,23 +505,31 @@ impl<'a> Solver<'a> {
         let first_claim = self.input.nodes.len();
         self.forbid_domains(class);
         let mut next = 0;
-        while let Some(b) = self.room.next_fit(next, self.pod_requests(pod)) {
-            let word = b / 64;
-            let open = self.open_bins(class, word, b, first_claim) & !self.forbidden_in(word);
-            let first_open = match open {
-                0 => (word + 1) * 64,
-                open => word * 64 + open.trailing_zeros() as usize,
-            };
-            if first_open != b {
-                next = first_open;
-                continue;
-            }
-            next = b + 1;
-            if self.try_bin(class, pod, b) {
-                return true;
+        // Two ways to pass over nodes, taken in turn: the bit sets skip a word of nodes closed to
+        // the class at a time, the room index skips nodes without room for the pod.
+        while let Some(first_open) = self.next_open_node(class, next, first_claim) {
+            match self.room.next_fit(first_open, self.pod_requests(pod)) {
+                Some(b) if b == first_open => {
+                    next = b + 1;
+                    if self.try_bin(class, pod, b) {
+                        return true;
+                    }
+                }
+                Some(b) => next = b,
+                None => break,
             }
         }
         self.try_claims(class, pod, first_claim)
+    }
+
+    /// The first existing node from `from` on that is open to `class`: not rejected for good, not
+    /// left out, not in a domain of `self.scratch.forbidden`.
+    fn next_open_node(&self, class: usize, from: usize, first_claim: usize) -> Option<usize> {
+        (from / 64..first_claim.div_ceil(64)).find_map(|word| {
+            let open =
+                self.open_bins(class, word, from.max(word * 64), first_claim) & !self.forbidden_in(word);
+            (open != 0).then(|| word * 64 + open.trailing_zeros() as usize)
+        })
     }
 
     /// Tries the claims oldest first, among those [`Self::mark_open_claims`] leaves open.
