@@ -151,7 +151,7 @@ pub fn run(options: Options, out: &mut dyn io::Write) -> Result<ExitCode, Comman
             message: e.to_string(),
         })?;
     // Kept on failure, for the controller's log.
-    // let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(&dir);
     for (name, value) in lines {
         writeln!(out, "{name} {value}").map_err(CommandError::stdout)?;
     }
@@ -341,7 +341,7 @@ fn controller(
         .env("LISTEN_ADDRESS", "127.0.0.1")
         .env("METRICS_PORT", port.to_string())
         .env("HEALTH_PROBE_PORT", health.to_string())
-        .env("LOG_LEVEL", "info")
+        .env("LOG_LEVEL", "error")
         .stdout(Stdio::null())
         .stderr(log)
         .spawn()
