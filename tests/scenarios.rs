@@ -373,6 +373,25 @@ fn a_pod_pending_after_a_failed_create_gets_its_node_at_the_next_requeue() {
 }
 
 #[test]
+fn a_launch_plan_slower_to_create_than_a_pass_is_not_planned_twice() {
+    // Every request of the controller takes 3 s: the 200 claims of the first pass, created 16 at a
+    // time, take almost 40 s, while the pods stay pending and are looked at again every 10 s.
+    let manifests = pool("default", &family(&["c5"]), "") + NODE_CLASS + &deployment("web", 0, "1", APART);
+    let steps = "
+    - at: 0s
+      failKube: {failure: slow, delay: 3s, for: 4m}
+    - at: 10s
+      scale: {kind: Deployment, namespace: default, name: web, replicas: 200}";
+    let report = run(&scenario(&manifests, steps, "6m"));
+    assert_eq!(report.summary.pods_running_end, 200, "{:#?}", report.summary);
+    let created = entries(&report, "nodeclaim-created").count();
+    assert_eq!(
+        created, 200,
+        "one claim per pod: none for pods a plan still being created covers"
+    );
+}
+
+#[test]
 fn a_node_class_that_first_fails_to_resolve_recovers_and_nodes_launch() {
     let manifests = pool("default", &family(&["c5"]), "") + &deployment("web", 2, "1", "");
     let class = indent(&indent(&indent(NODE_CLASS)));

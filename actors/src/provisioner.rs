@@ -2,7 +2,9 @@
 //! model, and its outcome sent on: NodeClaims to create to their NodePool actors, and a
 //! `FailedScheduling` event, naming why, to every pod that fits nowhere.
 //!
-//! One simulation runs at a time; a batch that arrives meanwhile is folded into one more run.
+//! One simulation runs at a time; a batch that arrives meanwhile is folded into one more run. A
+//! run ends when its NodeClaims are created (or their creates failed), as Karpenter's provisioner
+//! waits for its creates: the next run then counts every claim this one asked for.
 //! NodePools are used when Ready and not being deleted; a NodePool whose instance types cannot be
 //! listed is skipped for this run and logged.
 
@@ -20,7 +22,7 @@ use crate::{
     effects::metrics::ControllerLabels,
     problem::{self, Problem},
     protocol::{LaunchPlan, ProvisionBatch},
-    settings::{ACTOR_REQUEST_TIMEOUT, SolverMode},
+    settings::SolverMode,
     shared::Shared,
     state::snapshot,
 };
@@ -162,12 +164,10 @@ async fn dispatch(
             );
             continue;
         };
-        if let Err(error) = actor
-            .launch
-            .send(LaunchPlan { claims })
-            .timeout(ACTOR_REQUEST_TIMEOUT)
-            .await
-        {
+        // No timeout: the next pass must count every claim of this plan, and one still being
+        // created is in no read model yet (a timed-out wait let a 10,000-claim plan be planned
+        // again). Each create is bounded by the client's own timeouts.
+        if let Err(error) = actor.launch.send(LaunchPlan { claims }).await {
             tracing::warn!(nodepool = name, %error, "the nodepool actor did not take its launch plan");
         }
     }
