@@ -91,6 +91,9 @@ struct Kubelets {
     timers: BTreeMap<(Instant, u64), Action>,
     sequence: u64,
     pod_ips: u32,
+    /// The (key, effect) startup taints of each launched NodeClaim, by its provider ID: a node's
+    /// agent finds its own in one lookup, not in a scan of every claim.
+    startup_taints: HashMap<String, Vec<(String, String)>>,
 }
 
 /// Runs the kubelets until aborted.
@@ -98,8 +101,12 @@ pub async fn run(store: Arc<Store>, settings: KubeletSettings) {
     let mut changes = store.subscribe();
     let mut nodes = Informer::new("", "nodes");
     let mut pods = Informer::new("", "pods");
+    let mut claims = Informer::new("karpenter.sh", "nodeclaims");
     let mut kubelets = Kubelets::default();
     loop {
+        for change in claims.changes(&store) {
+            kubelets.observe_claim(change.kind, &change.object);
+        }
         for change in nodes.changes(&store) {
             kubelets.observe_node(&store, change.kind, &change.object, settings);
         }
@@ -162,6 +169,30 @@ impl Kubelets {
                 self.schedule(settings.node_ready_after, Action::NodeReady(name));
             }
         }
+    }
+
+    fn observe_claim(&mut self, kind: EventKind, claim: &Value) {
+        let provider_id = text(claim, "/status/providerID");
+        if provider_id.is_empty() {
+            return;
+        }
+        let taints = startup_taints(claim);
+        if kind == EventKind::Deleted || taints.is_empty() {
+            self.startup_taints.remove(provider_id);
+        } else {
+            self.startup_taints.insert(provider_id.to_owned(), taints);
+        }
+    }
+
+    /// The startup taints of the NodeClaim that launched `node` (matched by provider ID).
+    fn startup_taints_of(&self, store: &Store, node: &str) -> Vec<(String, String)> {
+        let Ok(node) = store.get(&GroupResource::new("", "nodes"), &ObjectKey::new("", node)) else {
+            return Vec::new();
+        };
+        self.startup_taints
+            .get(text(&node, "/spec/providerID"))
+            .cloned()
+            .unwrap_or_default()
     }
 
     /// The taint manager (see the module docs).
@@ -312,7 +343,7 @@ impl Kubelets {
                 Box::new(|node: &mut Value| remove_taints(node, |t| t["key"] == NOT_READY_TAINT)),
             ),
             Action::RemoveStartupTaints(name) => {
-                let startup = startup_taint_keys(store, name);
+                let startup = self.startup_taints_of(store, name);
                 (
                     GroupResource::new("", "nodes"),
                     ObjectKey::new("", name),
@@ -395,31 +426,13 @@ fn start(pod: &mut Value, ip: &str, now: &str) -> bool {
     true
 }
 
-/// The (key, effect) startup taints of the NodeClaim that launched `node` (matched by providerID).
-fn startup_taint_keys(store: &Store, node: &str) -> Vec<(String, String)> {
-    let Ok(node) = store.get(&GroupResource::new("", "nodes"), &ObjectKey::new("", node)) else {
-        return Vec::new();
-    };
-    let Some(provider_id) = node.pointer("/spec/providerID").and_then(Value::as_str) else {
-        return Vec::new();
-    };
-    let claims = store.list(
-        &GroupResource::new("karpenter.sh", "nodeclaims"),
-        None,
-        None,
-        None,
-        |claim| claim.pointer("/status/providerID").and_then(Value::as_str) == Some(provider_id),
-    );
-    claims
-        .items
-        .iter()
-        .flat_map(|claim| {
-            claim
-                .pointer("/spec/startupTaints")
-                .and_then(Value::as_array)
-                .cloned()
-                .unwrap_or_default()
-        })
+/// The (key, effect) startup taints `claim` declares.
+fn startup_taints(claim: &Value) -> Vec<(String, String)> {
+    claim
+        .pointer("/spec/startupTaints")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
         .filter_map(|t| {
             Some((
                 t.get("key")?.as_str()?.to_owned(),

@@ -8,7 +8,7 @@ use k8s_openapi::api::{
 };
 use kube::{
     Api, ResourceExt,
-    api::{DeleteParams, EvictParams, ListParams, PostParams},
+    api::{DeleteParams, EvictParams, ListParams, Patch, PatchParams, PostParams},
 };
 use serde_json::json;
 use std::time::Duration;
@@ -801,6 +801,54 @@ async fn a_new_node_is_not_ready_until_its_kubelet_reports_ready() {
             .iter()
             .any(|c| c.type_ == "Ready" && c.status == "True");
         (ready && taints(&node).is_empty()).then_some(())
+    })
+    .await;
+}
+
+/// As a node agent does: once the Node is Ready, the startup taints its NodeClaim declares (found
+/// by provider ID) go, and taints the claim does not declare stay.
+#[tokio::test]
+async fn a_ready_node_loses_the_startup_taints_of_its_node_claim_and_keeps_others() {
+    let cluster = cluster();
+    cluster
+        .install_crds(joist_messages::apis::crds().into_iter().map(|(_, crd)| crd))
+        .expect("CRDs");
+    let client = cluster.client();
+    let claims = Api::<joist_messages::apis::NodeClaim>::all(client.clone());
+    let claim: joist_messages::apis::NodeClaim = serde_json::from_value(json!({
+        "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+        "metadata": {"name": "c1"},
+        "spec": {
+            "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+            "requirements": [],
+            "startupTaints": [{"key": "agent.example.com/booting", "effect": "NoSchedule"}],
+        },
+    }))
+    .expect("a NodeClaim");
+    claims
+        .create(&PostParams::default(), &claim)
+        .await
+        .expect("create the claim");
+    claims
+        .patch_status(
+            "c1",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"providerID": "aws:///us-west-2a/i-n1"}})),
+        )
+        .await
+        .expect("launch the claim");
+    let mut n1 = node("n1", "8", "us-west-2a");
+    n1["spec"]["taints"] = json!([
+        {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"},
+        {"key": "agent.example.com/booting", "effect": "NoSchedule"},
+        {"key": "team.example.com/reserved", "effect": "NoSchedule"},
+    ]);
+    let nodes = Api::<Node>::all(client);
+    create(&nodes, n1).await;
+    eventually("the startup taint removed", || async {
+        let node = nodes.get("n1").await.ok()?;
+        let taints: Vec<String> = node.spec?.taints?.into_iter().map(|t| t.key).collect();
+        (taints == ["team.example.com/reserved"]).then_some(())
     })
     .await;
 }
