@@ -1,24 +1,33 @@
 //! Creating the NodeClaims a pass planned for one NodePool, for the Provisioner's launch plans and a
 //! static pool's missing replicas alike: the claims that still fit the pool's limits
-//! ([`crate::decide::limits`]) are created [`CLAIM_CREATES_IN_FLIGHT`] at a time, and each refused
-//! one gets a `LimitsExceeded` event on the pool. A create that fails is logged; its pods stay
-//! pending and the next pass plans for them again.
+//! ([`crate::decide::limits`]) are built from the pool's template ([`claim_template`]) and created
+//! [`CLAIM_CREATES_IN_FLIGHT`] at a time, and each refused one gets a `LimitsExceeded` event on the
+//! pool. A create that fails is logged; its pods stay pending and the next pass plans for them
+//! again.
 
 use futures::{StreamExt, stream};
 use joist_messages::apis::NodeClaim;
 use kube::{Api, ResourceExt, api::PostParams};
 
-use crate::{decide::limits, effects::faults::Step, effects::kube_ops, shared::Shared};
+use crate::{
+    decide::{claim_template, limits},
+    effects::faults::Step,
+    effects::kube_ops,
+    protocol::LaunchPlan,
+    shared::Shared,
+};
 
 /// NodeClaim creates of one launch plan in flight at once.
 pub const CLAIM_CREATES_IN_FLIGHT: usize = 16;
 
-/// Creates the planned `claims` of the NodePool `name` that fit its limits (see the module docs).
-pub async fn create_claims(shared: &Shared, name: &str, claims: Vec<NodeClaim>) {
+/// Creates the claims of `plan` that fit its NodePool's limits (see the module docs).
+pub async fn create_claims(shared: &Shared, plan: LaunchPlan) {
+    let name = plan.pool.name_any();
+    let name = name.as_str();
     let Some(pool) = shared.read.node_pool(name) else {
         return;
     };
-    let admission = limits::admit(&pool, shared.read.pool_usage(name), claims);
+    let admission = limits::admit(&pool, shared.read.pool_usage(name), plan.claims);
     for exceeded in &admission.refused {
         let message = format!(
             "nodepool {name:?} would exceed its limits on {}",
@@ -30,6 +39,7 @@ pub async fn create_claims(shared: &Shared, name: &str, claims: Vec<NodeClaim>) 
     stream::iter(admission.accepted)
         .for_each_concurrent(CLAIM_CREATES_IN_FLIGHT, |claim| {
             let api = api.clone();
+            let claim = claim_template::node_claim(&plan.pool, &claim, &plan.instance_types);
             async move {
                 match api.create(&PostParams::default(), &claim).await {
                     Ok(created) => {

@@ -105,8 +105,7 @@ impl Handler<LaunchPlan> for NodePoolActor {
         )
         .entered();
         let shared = self.shared.clone();
-        let name = self.name.clone();
-        Box::pin(async move { claim_creation::create_claims(&shared, &name, msg.claims).await })
+        Box::pin(async move { claim_creation::create_claims(&shared, msg).await })
     }
 }
 

@@ -1,14 +1,15 @@
-//! The messages the actors exchange. Payloads are plain data from `joist-messages` and
-//! `joist-provider`; only the envelopes here know about actix.
+//! The messages the actors exchange. Payloads are plain data from `joist-messages`,
+//! `joist-scheduling` and `joist-provider`; only the envelopes here know about actix.
 
 use std::sync::Arc;
 
 use actix::Message;
 use joist_messages::{
-    apis::{EC2NodeClass, NodeClaim, NodePool},
+    apis::{EC2NodeClass, NodePool},
     model::instance_type::InstanceType,
 };
 use joist_provider::{CloudError, OfferingKey};
+use joist_scheduling::NewClaim;
 
 use crate::state::read_model::PodKey;
 
@@ -28,12 +29,18 @@ pub struct ProvisionBatch {
     pub pods: Vec<PodKey>,
 }
 
-/// NodeClaims to create for one NodePool (Provisioner → NodePool).
+/// NodeClaims to create for one NodePool (Provisioner → NodePool). Each claim becomes its NodeClaim
+/// only as it is created, so a plan of 10,000 claims never holds 10,000 lists of up to 600
+/// instance type names at once.
 #[derive(Debug, Message)]
 #[rtype(result = "()")]
 pub struct LaunchPlan {
-    /// The claims, named by `generateName`.
-    pub claims: Vec<NodeClaim>,
+    /// The NodePool as the plan saw it, whose template the NodeClaims are built from.
+    pub pool: Arc<NodePool>,
+    /// The claims the simulation opened for the pool (named by `generateName` when created).
+    pub claims: Vec<NewClaim>,
+    /// The instance types the claims' positions index.
+    pub instance_types: Arc<[Arc<InstanceType>]>,
 }
 
 /// Something an actor watches changed: look at the read model again.

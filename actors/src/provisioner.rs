@@ -11,13 +11,12 @@
 use std::{collections::BTreeMap, sync::Arc};
 
 use actix::prelude::*;
-use joist_messages::apis::NodePool;
+use joist_messages::{apis::NodePool, model::instance_type::InstanceType};
 use joist_scheduling::{Input, Solution, solve};
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 
 use crate::{
-    decide::claim_template,
     decide::fold::Fold,
     effects::metrics::ControllerLabels,
     problem::{self, Problem},
@@ -136,27 +135,25 @@ async fn provision(shared: Shared) {
         unschedulable = solution.unschedulable.len(),
         "scheduling simulation"
     );
-    dispatch(&shared, &input, (&pools, &paused), &pods, &solution).await;
+    dispatch(&shared, input, (&pools, &paused), &pods, solution).await;
 }
 
 /// Sends the claims to their NodePools and tells unschedulable pods why.
 async fn dispatch(
     shared: &Shared,
-    input: &Input,
+    input: Input,
     (pools, paused): (&[Arc<NodePool>], &[String]),
     pods: &[Arc<Pod>],
-    solution: &Solution,
+    solution: Solution,
 ) {
     let mut plans: BTreeMap<usize, Vec<_>> = BTreeMap::new();
-    for claim in &solution.claims {
-        let pool = &pools[claim.node_pool];
-        plans
-            .entry(claim.node_pool)
-            .or_default()
-            .push(claim_template::node_claim(pool, claim, &input.instance_types));
+    for claim in solution.claims {
+        plans.entry(claim.node_pool).or_default().push(claim);
     }
+    let instance_types: Arc<[Arc<InstanceType>]> = input.instance_types.into();
     for (position, claims) in plans {
-        let name = pools[position].name_any();
+        let pool = pools[position].clone();
+        let name = pool.name_any();
         let Some(actor) = shared.directory.node_pools.get(&name).map(|a| a.clone()) else {
             tracing::warn!(
                 nodepool = name,
@@ -164,10 +161,15 @@ async fn dispatch(
             );
             continue;
         };
+        let plan = LaunchPlan {
+            pool,
+            claims,
+            instance_types: instance_types.clone(),
+        };
         // No timeout: the next pass must count every claim of this plan, and one still being
         // created is in no read model yet (a timed-out wait let a 10,000-claim plan be planned
         // again). Each create is bounded by the client's own timeouts.
-        if let Err(error) = actor.launch.send(LaunchPlan { claims }).await {
+        if let Err(error) = actor.launch.send(plan).await {
             tracing::warn!(nodepool = name, %error, "the nodepool actor did not take its launch plan");
         }
     }

@@ -20,7 +20,7 @@
 //! Which NodeClaims go is decided in [`crate::decide::static_capacity`]. Creates and deletes that
 //! fail are logged; the actor looks again every [`STATIC_REQUEUE`].
 
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
 
 use joist_messages::apis::{NodeClaim, NodePool};
 use joist_scheduling::NewClaim;
@@ -28,11 +28,9 @@ use kube::{Api, ResourceExt};
 
 use crate::{
     claim_creation::create_claims,
-    decide::{
-        claim_template,
-        static_capacity::{Plan, plan},
-    },
+    decide::static_capacity::{Plan, plan},
     effects::kube_ops,
+    protocol::LaunchPlan,
     shared::Shared,
     state::snapshot,
 };
@@ -66,14 +64,18 @@ pub async fn reconcile(shared: &Shared, pool: &NodePool) {
                 requests: Default::default(),
                 pods: Vec::new(),
             };
-            let claim = claim_template::node_claim(pool, &template, &[]);
             tracing::info!(
                 nodepool = name,
                 count,
                 replicas,
                 "creating nodeclaims for a static nodepool"
             );
-            create_claims(shared, &name, vec![claim; count]).await;
+            let plan = LaunchPlan {
+                pool: Arc::new(pool.clone()),
+                claims: vec![template; count],
+                instance_types: Arc::new([]),
+            };
+            create_claims(shared, plan).await;
         }
         Plan::Delete(surplus) => {
             tracing::info!(

@@ -4,29 +4,30 @@
 //! are checked; `nodes` counts one per claim. Nothing here fails.
 
 use joist_messages::{
-    apis::{NodeClaim, NodePool},
+    apis::NodePool,
     model::{
         quantity::Quantity,
         resources::{Resources, names::NODES},
     },
 };
+use joist_scheduling::NewClaim;
 
 /// What [`admit`] decided.
 #[derive(Debug, Default)]
 pub struct Admission {
     /// The claims to create, in the plan's order.
-    pub accepted: Vec<NodeClaim>,
+    pub accepted: Vec<NewClaim>,
     /// For each claim refused, the limits it would have exceeded.
     pub refused: Vec<Vec<String>>,
 }
 
 /// The claims of `planned` that fit `pool`'s limits, the pool holding `used` now.
-pub fn admit(pool: &NodePool, mut used: Resources, planned: Vec<NodeClaim>) -> Admission {
+pub fn admit(pool: &NodePool, mut used: Resources, planned: Vec<NewClaim>) -> Admission {
     let limits = Resources::from(&pool.spec.limits);
     let mut admission = Admission::default();
     for claim in planned {
         let mut after = used.clone();
-        after.add(&Resources::from(&claim.spec.resources.requests));
+        after.add(&claim.requests);
         after.set(NODES, used.get(NODES).saturating_add(Quantity::from_units(1)));
         let exceeded: Vec<String> = pool
             .spec
@@ -62,40 +63,40 @@ mod tests {
         .unwrap_or_else(|e| panic!("{e}"))
     }
 
-    fn claim(name: &str, cpu: &str) -> NodeClaim {
-        serde_json::from_value(json!({
-            "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim", "metadata": {"name": name},
-            "spec": {"requirements": [], "resources": {"requests": {"cpu": cpu}},
-                     "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "d"}},
-        }))
-        .unwrap_or_else(|e| panic!("{e}"))
+    /// A claim for the pod at position `pod`, requesting `cpu`.
+    fn claim(pod: usize, cpu: &str) -> NewClaim {
+        NewClaim {
+            node_pool: 0,
+            requirements: Default::default(),
+            instance_types: Vec::new(),
+            price: 0.0,
+            requests: Resources::default().with("cpu", cpu.parse().unwrap_or_else(|e| panic!("{e:?}"))),
+            pods: vec![pod],
+        }
     }
 
-    fn names(admission: &Admission) -> Vec<String> {
-        admission
-            .accepted
-            .iter()
-            .map(|c| c.metadata.name.clone().unwrap_or_default())
-            .collect()
+    /// The pods of the claims admitted.
+    fn admitted(admission: &Admission) -> Vec<usize> {
+        admission.accepted.iter().flat_map(|c| c.pods.clone()).collect()
     }
 
     #[test]
     fn claims_are_admitted_in_order_while_they_fit_and_a_refused_one_does_not_block_the_rest() {
         let used = Resources::default().with("cpu", "6".parse().unwrap_or_else(|e| panic!("{e:?}")));
-        let planned = vec![claim("a", "2"), claim("b", "4"), claim("c", "2")];
+        let planned = vec![claim(0, "2"), claim(1, "4"), claim(2, "2")];
         let admission = admit(&pool(json!({"cpu": "10"})), used, planned);
-        assert_eq!(names(&admission), ["a", "c"]);
+        assert_eq!(admitted(&admission), [0, 2]);
         assert_eq!(admission.refused, [vec!["cpu".to_owned()]]);
     }
 
     #[test]
     fn a_node_limit_counts_one_per_claim_and_no_limits_admit_everything() {
-        let planned = || vec![claim("a", "1"), claim("b", "1")];
+        let planned = || vec![claim(0, "1"), claim(1, "1")];
         let admission = admit(&pool(json!({"nodes": "1"})), Resources::default(), planned());
-        assert_eq!(names(&admission), ["a"]);
+        assert_eq!(admitted(&admission), [0]);
         assert_eq!(admission.refused, [vec!["nodes".to_owned()]]);
         assert_eq!(
-            names(&admit(&pool(json!({})), Resources::default(), planned())).len(),
+            admitted(&admit(&pool(json!({})), Resources::default(), planned())).len(),
             2
         );
     }
