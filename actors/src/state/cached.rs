@@ -13,11 +13,9 @@ pub fn trim<K: Resource>(object: &mut K) {
     object.meta_mut().managed_fields = None;
 }
 
-/// A NodeClaim: once launched (`status.providerID` set), its requirements of more than one value
-/// are dropped. They are the price-ordered instance types (up to 600, most of a claim's size) and
-/// other choices the launch already made; after it, the claim's labels say what it became, and
-/// only one-value requirements still feed the scheduling view of a claim whose node is not yet
-/// registered.
+/// A NodeClaim: once launched (`status.providerID` set), its choices are dropped
+/// ([`drop_choices`]): the launch already made them, and after it the claim's labels say what it
+/// became.
 pub fn trim_claim(claim: &mut NodeClaim) {
     trim(claim);
     let launched = claim
@@ -26,8 +24,16 @@ pub fn trim_claim(claim: &mut NodeClaim) {
         .and_then(|s| s.provider_id.as_deref())
         .is_some_and(|id| !id.is_empty());
     if launched {
-        claim.spec.requirements.retain(|r| r.values.len() <= 1);
+        drop_choices(claim);
     }
+}
+
+/// Drops a NodeClaim's requirements of more than one value: the price-ordered instance types (up
+/// to 600, most of a claim's size) and the other choices its launch makes. Only one-value
+/// requirements feed the scheduling view of a claim whose node is not registered yet; the launch
+/// reads the claim the watch shows, never a copy trimmed here.
+pub fn drop_choices(claim: &mut NodeClaim) {
+    claim.spec.requirements.retain(|r| r.values.len() <= 1);
 }
 
 #[cfg(test)]

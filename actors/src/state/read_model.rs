@@ -39,7 +39,7 @@ use kube::{
     runtime::reflector::{self, ObjectRef, Store, store::Writer},
 };
 
-use super::created::Created;
+use super::{cached, created::Created};
 use joist_messages::pods::{finished, is_mirror, owned_by_daemon_set};
 use joist_provider::provider_id::instance_id;
 
@@ -221,7 +221,12 @@ impl ReadModel {
     }
 
     /// Records a NodeClaim Joist just created, so that it counts before its watch event arrives.
-    pub fn record_created(&self, claim: NodeClaim) {
+    /// Only what the counts and the scheduling view read is kept ([`cached::drop_choices`]): at
+    /// 10,000 claims created faster than the watch shows them, their lists of instance types were
+    /// the largest part of the controller's memory.
+    pub fn record_created(&self, mut claim: NodeClaim) {
+        cached::trim(&mut claim);
+        cached::drop_choices(&mut claim);
         let name = claim.name_any();
         if self.node_claim(&name).is_some() {
             return;
@@ -687,6 +692,29 @@ mod tests {
             "spec": {"requirements": [], "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "d"},
                      "resources": {"requests": {"cpu": "3"}}},
         }))
+    }
+
+    #[test]
+    fn a_claim_just_created_is_kept_without_its_instance_types_and_keeps_its_zone() {
+        let (read, _writers) = ReadModel::new();
+        let mut created = claim("pool-a");
+        created.spec.requirements = object(serde_json::json!([
+            {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["m5.large", "c5.large"]},
+            {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["us-west-2a"]},
+        ]));
+        read.record_created(created);
+        let kept = read.node_claims();
+        let keys: Vec<&str> = kept[0].spec.requirements.iter().map(|r| r.key.as_str()).collect();
+        assert_eq!(keys, ["topology.kubernetes.io/zone"]);
+        let in_flight = crate::state::snapshot::existing_nodes(&read);
+        assert_eq!(
+            in_flight[0]
+                .labels
+                .get("topology.kubernetes.io/zone")
+                .map(String::as_str),
+            Some("us-west-2a"),
+            "the scheduling view still places zonal pods on it"
+        );
     }
 
     #[tokio::test(start_paused = true)]
