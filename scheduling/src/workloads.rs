@@ -594,14 +594,16 @@ const BATCH_NODES: usize = 2_000;
 /// type's cheapest on-demand offering in a zone its claim allows, labelled as it would be), then
 /// a seeded `deleted` share of the pods removed. No pods are left to place. Batches keep the set-up
 /// linear in the nodes: one solve that opens every node tries each pod on every claim opened so
-/// far.
+/// far. Should a batch open no node that can be kept (none with an on-demand offering), the cluster
+/// stops growing there, with fewer nodes than asked for.
 pub fn fragmented_cluster(nodes: usize, deleted: f64) -> Input {
     let mut cluster = karpenter_diverse(0);
     let mut rng = Rng::new(60);
     let mut batch = 0;
     while cluster.nodes.len() < nodes.max(1) {
-        let wanted = (nodes.max(1) - cluster.nodes.len()).min(BATCH_NODES);
-        let (input, solution) = provisioned_batch(wanted, batch);
+        let before = cluster.nodes.len();
+        let wanted = (nodes.max(1) - before).min(BATCH_NODES);
+        let (input, solution) = provisioned_batch(&cluster, wanted, batch);
         for claim in solution.claims.iter().take(wanted) {
             let Some(&first) = claim.instance_types.first() else {
                 continue;
@@ -632,17 +634,25 @@ pub fn fragmented_cluster(nodes: usize, deleted: f64) -> Input {
                 kept,
             ));
         }
+        if cluster.nodes.len() == before {
+            break;
+        }
         batch += 1;
     }
     cluster
 }
 
 /// Karpenter's diverse workload (pods named for `batch`, drawn from its own seed) grown until its
-/// simulation opens at least `nodes` nodes; with that solution.
-fn provisioned_batch(nodes: usize, batch: u64) -> (Input, crate::Solution) {
+/// simulation opens at least `nodes` nodes; with that solution. The pools and instance types are
+/// `catalog`'s; its nodes are not simulated.
+fn provisioned_batch(catalog: &Input, nodes: usize, batch: u64) -> (Input, crate::Solution) {
     let mut pods = nodes.max(1) * 8;
     loop {
-        let mut input = karpenter_diverse(0);
+        let mut input = Input {
+            node_pools: catalog.node_pools.clone(),
+            instance_types: catalog.instance_types.clone(),
+            ..Input::default()
+        };
         input.pods = diverse_pods(pods, &mut Rng::new(42 + batch));
         for pod in &mut input.pods {
             pod.name = format!("b{batch}-{}", pod.name);

@@ -629,3 +629,27 @@ proptest! {
         prop_assert_eq!(solve(&input), solve(&input));
     }
 }
+
+#[test]
+fn the_fragmented_benchmark_cluster_has_the_nodes_asked_for_and_nothing_left_to_place() {
+    let cluster = joist_scheduling::workloads::fragmented_cluster(40, 0.6);
+    assert_eq!(cluster.nodes.len(), 40);
+    assert!(cluster.pods.is_empty());
+    assert!(
+        cluster.nodes.iter().any(|n| n.pods.is_empty()) && cluster.nodes.iter().any(|n| !n.pods.is_empty()),
+        "some nodes keep pods and some lost them all"
+    );
+    let again = joist_scheduling::workloads::fragmented_cluster(40, 0.6);
+    let names = |input: &Input| -> Vec<Vec<String>> {
+        input
+            .nodes
+            .iter()
+            .map(|n| n.pods.iter().map(|p| p.name.clone()).collect())
+            .collect()
+    };
+    assert_eq!(
+        names(&cluster),
+        names(&again),
+        "seeded: the same cluster every time"
+    );
+}

@@ -155,9 +155,10 @@ impl<'a> Simulator<'a> {
             }
         }
         s.bins.truncate(nodes);
+        // The decided bins per domain hold nodes and the claims opened since; the claims go.
         for per_domain in &mut s.decided {
-            for claims in per_domain {
-                bitset::truncate(claims, nodes);
+            for bins in per_domain {
+                bitset::truncate(bins, nodes);
             }
         }
         s.topology.restore(&self.counts);
