@@ -221,9 +221,9 @@ impl ReadModel {
     }
 
     /// Records a NodeClaim Joist just created, so that it counts before its watch event arrives.
-    /// Only what the counts and the scheduling view read is kept ([`cached::drop_choices`]): at
-    /// 10,000 claims created faster than the watch shows them, their lists of instance types were
-    /// the largest part of the controller's memory.
+    /// Only what the counts and the scheduling view read is kept ([`cached::drop_choices`]): with
+    /// 10,000 claims created faster than the watch showed them, the API's replies held here, each
+    /// with its list of instance types, were the largest single share of the controller's heap.
     pub fn record_created(&self, mut claim: NodeClaim) {
         cached::trim(&mut claim);
         cached::drop_choices(&mut claim);
