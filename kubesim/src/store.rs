@@ -32,6 +32,10 @@ pub const DEFAULT_TERMINATION_GRACE_SECONDS: i64 = 30;
 /// open watches have yet to read: see [`crate::history`]).
 pub const HISTORY_PER_RESOURCE: usize = 1_000;
 
+/// The names a create by `generateName` tries before it is refused as taken: kube-apiserver's
+/// first and seven retries (RetryGenerateName: on by default since 1.31, GA in 1.32).
+pub const GENERATE_NAME_ATTEMPTS: usize = 8;
+
 /// Namespaces that exist from the start, as in a new cluster.
 const INITIAL_NAMESPACES: [&str; 4] = ["default", "kube-system", "kube-public", "kube-node-lease"];
 
@@ -356,6 +360,9 @@ impl Store {
     }
 
     /// Creates an object. The namespace comes from the request (empty for cluster-scoped resources).
+    /// A name made from `generateName` that is taken is made again, up to
+    /// [`GENERATE_NAME_ATTEMPTS`] names in all, as kube-apiserver does since 1.31; then the create
+    /// is refused as `AlreadyExists`.
     pub fn create(
         &self,
         resource: &GroupResource,
@@ -389,26 +396,6 @@ impl Store {
                 rtype.kind
             )));
         };
-        let name = match metadata
-            .get("name")
-            .and_then(Value::as_str)
-            .filter(|n| !n.is_empty())
-        {
-            Some(name) => name.to_owned(),
-            None => match metadata.get("generateName").and_then(Value::as_str) {
-                Some(prefix) => {
-                    let suffix = state.next_suffix(self.uid_seed);
-                    format!("{prefix}{suffix}")
-                }
-                None => {
-                    return Err(ApiError::Invalid {
-                        kind: rtype.kind.clone(),
-                        name: String::new(),
-                        reason: "metadata.name: Required value: name or generateName is required".to_owned(),
-                    });
-                }
-            },
-        };
         let namespace = if rtype.namespaced {
             match metadata.get("namespace").and_then(Value::as_str) {
                 Some(given) if !given.is_empty() && !namespace.is_empty() && given != namespace => {
@@ -440,12 +427,40 @@ impl Store {
         } else {
             metadata.remove("namespace");
         }
-        let key = ObjectKey::new(&namespace, &name);
-        if state
-            .tables
-            .get(resource)
-            .is_some_and(|t| t.objects.contains_key(&key))
+        let taken = |state: &State, name: &str| {
+            state
+                .tables
+                .get(resource)
+                .is_some_and(|t| t.objects.contains_key(&ObjectKey::new(&namespace, name)))
+        };
+        let name = match metadata
+            .get("name")
+            .and_then(Value::as_str)
+            .filter(|n| !n.is_empty())
         {
+            Some(name) => name.to_owned(),
+            None => match metadata.get("generateName").and_then(Value::as_str) {
+                Some(prefix) => {
+                    let mut name = format!("{prefix}{}", state.next_suffix(self.uid_seed));
+                    for _ in 1..GENERATE_NAME_ATTEMPTS {
+                        if !taken(&state, &name) {
+                            break;
+                        }
+                        name = format!("{prefix}{}", state.next_suffix(self.uid_seed));
+                    }
+                    name
+                }
+                None => {
+                    return Err(ApiError::Invalid {
+                        kind: rtype.kind.clone(),
+                        name: String::new(),
+                        reason: "metadata.name: Required value: name or generateName is required".to_owned(),
+                    });
+                }
+            },
+        };
+        let key = ObjectKey::new(&namespace, &name);
+        if taken(&state, &name) {
             return Err(ApiError::AlreadyExists {
                 resource: resource.qualified(),
                 name,
