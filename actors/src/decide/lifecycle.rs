@@ -72,6 +72,10 @@ pub const LAUNCH_RETRY_MAX: Duration = Duration::from_secs(80);
 /// How soon a drain looks again while pods are leaving.
 pub const DRAIN_POLL: Duration = Duration::from_secs(1);
 
+/// How soon a terminated instance is looked up again (and terminated again) until the cloud
+/// reports it gone, as Karpenter requeues.
+pub const INSTANCE_TERMINATION_POLL: Duration = Duration::from_secs(5);
+
 /// How soon a terminating claim looks again while volumes are detaching from its node.
 pub const VOLUME_POLL: Duration = Duration::from_secs(1);
 
@@ -489,8 +493,9 @@ pub fn after_evictions(blocked: bool, memory: &mut Memory) -> Next {
     ))
 }
 
-/// The termination steps, in Karpenter's order: drain while the instance runs, terminate it,
-/// release the Node (finalizer, then delete), release the claim.
+/// The termination steps, in Karpenter's order: drain while the instance runs, terminate it until
+/// the cloud reports it gone (an instance shutting down still runs the node's pods and holds its
+/// volumes), then release the Node (finalizer, then delete) and the claim.
 fn terminate(facts: &Facts<'_>, memory: &mut Memory) -> Plan {
     let claim = facts.claim;
     if released(claim) {
@@ -521,7 +526,10 @@ fn terminate(facts: &Facts<'_>, memory: &mut Memory) -> Plan {
                 // Written alone: the writes after it carry the claim's version.
                 return Plan::act(vec![Action::ClaimConditions(missing)], Next::OnChange);
             }
-            actions.push(Action::TerminateInstance(provider_id));
+            return Plan::act(
+                vec![Action::TerminateInstance(provider_id)],
+                Next::After(INSTANCE_TERMINATION_POLL),
+            );
         }
         if facts.node.is_some() {
             actions.push(Action::ReleaseNode);
@@ -565,7 +573,7 @@ fn volumes_detached(facts: &Facts<'_>) -> Result<ConditionUpdate, Plan> {
 /// the minimum drain time since tainting over), or once the claim's `terminationGracePeriod`
 /// deadline has passed (what is left goes with the instance).
 ///
-/// Pods wait for the drain unless they are mirror pods, finished, or tolerate
+/// Pods wait for the drain unless they are mirror pods, finished, stuck terminating, or tolerate
 /// `karpenter.sh/disrupted:NoSchedule`. Only the first tier with a pod left is evicted: non-critical
 /// pods, then non-critical DaemonSet pods, then critical pods, then critical DaemonSet pods
 /// (critical: `system-cluster-critical` or `system-node-critical`). Pods with an active
@@ -599,7 +607,11 @@ fn drain(facts: &Facts<'_>, node: &Node, memory: &mut Memory) -> Option<Plan> {
         actions.push(Action::Taint);
     }
     let started = *memory.drain_started.get_or_insert(facts.now);
-    let waiting: Vec<&Arc<Pod>> = facts.pods.iter().filter(|p| waits_for_drain(p)).collect();
+    let waiting: Vec<&Arc<Pod>> = facts
+        .pods
+        .iter()
+        .filter(|p| waits_for_drain(p, facts.now_seconds))
+        .collect();
     let mut expiring = Vec::new();
     if let Some(deadline) = deadline {
         let left = deadline - facts.now_seconds;
@@ -677,9 +689,21 @@ fn grace_seconds(pod: &Pod) -> i64 {
         .unwrap_or(30)
 }
 
-/// Whether the node's drain waits for the pod (see [`drain`]).
-pub fn waits_for_drain(pod: &Pod) -> bool {
-    !is_mirror(pod) && !finished(pod) && !tolerates_disrupted(pod)
+/// Whether the node's drain waits for the pod at `now_seconds` (see [`drain`]).
+pub fn waits_for_drain(pod: &Pod, now_seconds: i64) -> bool {
+    !is_mirror(pod) && !finished(pod) && !stuck_terminating(pod, now_seconds) && !tolerates_disrupted(pod)
+}
+
+/// How long past its `deletionTimestamp` (its delete plus its grace period) a pod still holds a
+/// drain, as Karpenter's: a pod on a node whose kubelet is gone never finishes terminating.
+pub const STUCK_TERMINATING_AFTER: i64 = 60;
+
+/// Whether the pod is more than [`STUCK_TERMINATING_AFTER`] past its `deletionTimestamp`.
+fn stuck_terminating(pod: &Pod, now_seconds: i64) -> bool {
+    pod.metadata
+        .deletion_timestamp
+        .as_ref()
+        .is_some_and(|t| now_seconds > t.0.as_second() + STUCK_TERMINATING_AFTER)
 }
 
 fn tolerates_disrupted(pod: &Pod) -> bool {
@@ -1414,19 +1438,23 @@ mod tests {
         case.exists = Some(true);
         case.now = now + Duration::from_secs(3);
         assert_eq!(
+            case.decide(&mut memory),
+            Plan::act(
+                vec![Action::TerminateInstance("aws:///zone-a/i-1".into())],
+                Next::After(INSTANCE_TERMINATION_POLL)
+            ),
+            "the instance goes first; nothing is released while the cloud still reports it"
+        );
+        assert_eq!(
             case.decide(&mut memory).actions,
-            [
-                Action::TerminateInstance("aws:///zone-a/i-1".into()),
-                Action::ReleaseNode,
-                Action::ReleaseClaim
-            ],
-            "the instance goes first, then the node's finalizer, then the claim's"
+            [Action::TerminateInstance("aws:///zone-a/i-1".into())],
+            "an instance still shutting down is terminated again"
         );
         case.exists = Some(false);
         assert_eq!(
             case.decide(&mut memory).actions,
             [Action::ReleaseNode, Action::ReleaseClaim],
-            "an instance already gone is not drained or terminated again"
+            "once it is gone, the node's finalizer goes, then the claim's"
         );
     }
 
@@ -1500,6 +1528,42 @@ mod tests {
         case.pods = &pods;
         let plan = case.decide(&mut Memory::default());
         assert_eq!(plan, Plan::wait(Next::After(DRAIN_POLL)), "waits, evicts nothing");
+    }
+
+    #[test]
+    fn a_pod_stuck_terminating_holds_the_drain_only_for_a_minute() {
+        let claim = draining(registered(json!({})));
+        let node = tainted();
+        let now = Instant::now();
+        // The kubelet is gone: the pod's deletionTimestamp (its delete plus its grace) passes and
+        // the pod stays.
+        let terminating = |past_deadline: i64| [pod("web", json!({"deletionTimestamp": at(past_deadline)}))];
+        let memory = || Memory {
+            drain_started: Some(now - MINIMUM_DRAIN_TIME),
+            ..Memory::default()
+        };
+        let pods = terminating(STUCK_TERMINATING_AFTER);
+        let mut case = Case::new(&claim);
+        case.node = Some(&node);
+        case.exists = Some(true);
+        case.now = now;
+        case.pods = &pods;
+        assert_eq!(
+            case.decide(&mut memory()),
+            Plan::wait(Next::After(DRAIN_POLL)),
+            "a minute past its deadline, the pod may still be shutting down: the drain waits"
+        );
+        let pods = terminating(STUCK_TERMINATING_AFTER + 1);
+        case.pods = &pods;
+        assert_eq!(
+            case.decide(&mut memory()).actions,
+            [Action::ClaimConditions(vec![
+                ConditionUpdate::holds(ConditionType::Drained),
+                ConditionUpdate::holds(ConditionType::VolumesDetached),
+                ConditionUpdate::holds(ConditionType::InstanceTerminating)
+            ])],
+            "past that, the pod no longer holds the drain"
+        );
     }
 
     fn with_grace_period(mut claim: NodeClaim, seconds: u64, deleted_ago: i64) -> NodeClaim {

@@ -78,7 +78,7 @@ pub async fn step(shared: &Shared, name: &str, memory: &mut Memory) -> Result<Ne
         _ => None,
     };
     let volume_attachments = match (&claim.metadata.deletion_timestamp, &node) {
-        (Some(_), Some(node)) => blocking_volumes(read, &node.name_any(), &pods),
+        (Some(_), Some(node)) => blocking_volumes(read, &node.name_any(), &pods, shared.clock.now_seconds()),
         _ => Vec::new(),
     };
     let repair = match (&node, &claim.metadata.deletion_timestamp) {
@@ -118,14 +118,14 @@ pub async fn step(shared: &Shared, name: &str, memory: &mut Memory) -> Result<Ne
 
 /// The VolumeAttachments on `node` that hold its termination, as Karpenter counts them: all but
 /// those of volumes that pods staying on the node use (pods the drain does not wait for).
-fn blocking_volumes(read: &ReadModel, node: &str, pods: &[Arc<Pod>]) -> Vec<String> {
+fn blocking_volumes(read: &ReadModel, node: &str, pods: &[Arc<Pod>], now_seconds: i64) -> Vec<String> {
     let attachments = read.volume_attachments_on(node);
     if attachments.is_empty() {
         return Vec::new();
     }
     let staying: HashSet<String> = pods
         .iter()
-        .filter(|pod| !waits_for_drain(pod))
+        .filter(|pod| !waits_for_drain(pod, now_seconds))
         .flat_map(|pod| {
             let namespace = pod.namespace().unwrap_or_default();
             let claims = pod.spec.iter().flat_map(|s| s.volumes.iter().flatten());
