@@ -882,6 +882,32 @@ fn a_spot_interruption_is_replaced_before_the_instance_is_reclaimed() {
 }
 
 #[test]
+fn a_refused_nodeclaim_delete_leaves_the_interruption_message_for_redelivery() {
+    let spot = pool("spot", &family(&["c5"]), "").replace("values: [on-demand]", "values: [spot]");
+    let manifests = spot + NODE_CLASS + &deployment("web", 2, "1", "");
+    // The API server refuses every delete from just before the warning until 3m30s.
+    let steps = "[{at: 2m55s, failKube: {failure: conflict, for: 35s}},
+                  {at: 3m, interrupt: {nodeSelector: {karpenter.sh/capacity-type: spot}, count: 1}}]";
+    let report = run(&scenario(&manifests, steps, "8m"));
+    let warned = first_at(&report, "interruption-warning");
+    let drained = report
+        .timeline
+        .iter()
+        .find(|e| e.event == "nodeclaim-deleting" && e.at_seconds >= warned)
+        .map(|e| e.at_seconds)
+        .unwrap_or_else(|| panic!("the warned node was never drained: {:#?}", report.timeline));
+    assert!(
+        drained >= 210.0 && drained < warned + 120.0,
+        "drained at {drained}s: after the API server took deletes again (210s), from the message \
+         given again, and before the reclaim ({}s)",
+        warned + 120.0
+    );
+    let s = &report.summary;
+    assert_eq!(s.nodes_terminated.get("interrupted"), Some(&1), "{s:#?}");
+    assert_eq!((s.pods_running_end, s.pods_pending_end), (2, 0), "{s:#?}");
+}
+
+#[test]
 fn a_throttled_interruption_queue_is_retried_while_provisioning_goes_on() {
     let spot = pool("spot", &family(&["c5"]), "").replace("values: [on-demand]", "values: [spot]");
     let manifests = spot + NODE_CLASS + &deployment("web", 2, "1", "");

@@ -13,7 +13,8 @@
 //! - rebalance recommendation: records `SpotRebalanceRecommendation`, nothing more.
 //!
 //! Every message is deleted once handled: one for an unknown instance, one that asks for nothing,
-//! and one that is not understood (logged) alike. A queue that fails (a wrong name, throttling)
+//! and one that is not understood (logged) alike. One whose NodeClaim delete failed is not: the
+//! queue gives it again after its visibility timeout, as Karpenter leaves it. A queue that fails (a wrong name, throttling)
 //! is retried with backoff and logged; the other controllers never notice. It takes no messages
 //! (its polling drives it), so it has no mailbox to bound.
 
@@ -93,13 +94,17 @@ async fn poll(shared: Shared, queue: Arc<dyn InterruptionQueue>) {
     }
 }
 
-/// Handles one message, then deletes it.
+/// Handles one message, then deletes it unless acting on it failed.
 async fn handle(shared: &Shared, queue: &dyn InterruptionQueue, message: QueueMessage) {
     let metrics = &shared.metrics;
+    let mut acted = true;
     let message_type = match parse(&message.body) {
         Parsed::Interruption(interruption) => {
             for instance in &interruption.instance_ids {
-                act(shared, &interruption, instance).await;
+                if let Err(error) = act(shared, &interruption, instance).await {
+                    tracing::warn!(instance, %error, "deleting an interrupted nodeclaim failed; the message will come back");
+                    acted = false;
+                }
             }
             if let Ok(sent) = interruption.time.parse::<jiff::Timestamp>() {
                 let waited = shared.clock.now_system().duration_since(sent.into());
@@ -124,6 +129,9 @@ async fn handle(shared: &Shared, queue: &dyn InterruptionQueue, message: QueueMe
             message_type: message_type.to_owned(),
         })
         .inc();
+    if !acted {
+        return;
+    }
     match queue.delete(&message.receipt).await {
         Ok(()) => {
             metrics.interruption_deleted.inc();
@@ -159,8 +167,9 @@ fn event(kind: Kind) -> (&'static str, &'static str, bool) {
     }
 }
 
-/// Acts on one instance of an interruption (see the module docs).
-async fn act(shared: &Shared, interruption: &Interruption, instance: &str) {
+/// Acts on one instance of an interruption (see the module docs); fails when its NodeClaim could
+/// not be deleted.
+async fn act(shared: &Shared, interruption: &Interruption, instance: &str) -> Result<(), kube::Error> {
     let read = &shared.read;
     let Some(claim) = read
         .claim_for_instance(instance)
@@ -171,7 +180,7 @@ async fn act(shared: &Shared, interruption: &Interruption, instance: &str) {
             kind = interruption.kind.message_type(),
             "no NodeClaim for the instance"
         );
-        return;
+        return Ok(());
     };
     let (reason, message, warning) = event(interruption.kind);
     record(shared, &claim, reason, message, warning);
@@ -182,7 +191,7 @@ async fn act(shared: &Shared, interruption: &Interruption, instance: &str) {
         "interruption"
     );
     if !interruption.kind.drains() {
-        return;
+        return Ok(());
     }
     if interruption.kind == Kind::SpotInterrupted
         && let Some(offering) = offering(&claim)
@@ -192,7 +201,7 @@ async fn act(shared: &Shared, interruption: &Interruption, instance: &str) {
         });
     }
     if claim.metadata.deletion_timestamp.is_some() {
-        return;
+        return Ok(());
     }
     record(
         shared,
@@ -202,17 +211,12 @@ async fn act(shared: &Shared, interruption: &Interruption, instance: &str) {
         true,
     );
     let claims = kube_ops::cluster::<NodeClaim>(&shared.client);
-    match kube_ops::delete(&claims, &claim.name_any()).await {
-        Ok(_) => {
-            shared
-                .metrics
-                .disrupted(claim.as_ref(), interruption.kind.message_type());
-            shared.settings.faults.reach(Step::InterruptionActed).await;
-        }
-        Err(error) => {
-            tracing::warn!(nodeclaim = claim.name_any(), %error, "deleting an interrupted nodeclaim failed")
-        }
-    }
+    kube_ops::delete(&claims, &claim.name_any()).await?;
+    shared
+        .metrics
+        .disrupted(claim.as_ref(), interruption.kind.message_type());
+    shared.settings.faults.reach(Step::InterruptionActed).await;
+    Ok(())
 }
 
 fn record(shared: &Shared, claim: &NodeClaim, reason: &str, message: &str, warning: bool) {
