@@ -882,6 +882,27 @@ fn a_spot_interruption_is_replaced_before_the_instance_is_reclaimed() {
 }
 
 #[test]
+fn a_node_class_keeps_launching_while_its_resolution_is_throttled() {
+    let manifests = pool("default", &family(&["c5"]), "") + NODE_CLASS + &deployment("web", 2, "1", "");
+    // Every refresh of the class from 2m to 7m is throttled; the workload grows at 3m.
+    let steps = "[{at: 2m, failCloud: {operation: resolveNodeClass, for: 5m}},
+                  {at: 3m, scale: {kind: Deployment, namespace: default, name: web, replicas: 12}}]";
+    let report = run(&scenario(&manifests, steps, "6m"));
+    let launched = report
+        .timeline
+        .iter()
+        .find(|e| e.event == "nodeclaim-created" && e.at_seconds >= 180.0)
+        .map(|e| e.at_seconds)
+        .unwrap_or_else(|| panic!("nothing launched for the scale-up: {:#?}", report.timeline));
+    assert!(
+        launched < 200.0,
+        "launched at {launched}s: the class resolved before the throttling stays Ready"
+    );
+    let s = &report.summary;
+    assert_eq!((s.pods_running_end, s.pods_pending_end), (12, 0), "{s:#?}");
+}
+
+#[test]
 fn a_refused_nodeclaim_delete_leaves_the_interruption_message_for_redelivery() {
     let spot = pool("spot", &family(&["c5"]), "").replace("values: [on-demand]", "values: [spot]");
     let manifests = spot + NODE_CLASS + &deployment("web", 2, "1", "");

@@ -5,7 +5,9 @@
 //!   or subnet is picked up as Karpenter picks it up.
 //! - A resolution that fails sets `Ready=False` with the cloud's message (NodePools using the
 //!   class stop launching and say why), and is retried with backoff ([`retry_after`]) instead of
-//!   waiting for the class to be edited.
+//!   waiting for the class to be edited. A transient failure (a throttle, a timeout) is retried
+//!   the same way but keeps the class's last status, as Karpenter does: a class that resolved a
+//!   minute ago still launches while EC2 throttles.
 //! - A class its validation refuses (a rule the CRD cannot express, or a field Joist does not
 //!   honour yet) is not resolved: it gets `ValidationSucceeded=False` and `Ready=False` with the
 //!   problems, and a `ValidationFailed` warning, and is looked at again when it is edited.
@@ -22,6 +24,7 @@ use joist_messages::{
     conditions::{self, ConditionStatus, ConditionType, ConditionUpdate},
     labels::TERMINATION_FINALIZER,
 };
+use joist_provider::CloudError;
 use kube::ResourceExt;
 use serde_json::json;
 
@@ -155,6 +158,10 @@ async fn resolve(
                 set_condition(&mut status.conditions, &shared.clock, generation, &holds);
             }
             Outcome::Resolved
+        }
+        Err(error @ CloudError::Transient { .. }) => {
+            tracing::warn!(ec2nodeclass = class.name_any(), %error, "resolving the node class failed; its status stays");
+            Outcome::Failed
         }
         Err(error) => {
             let message = error.to_string();
