@@ -608,9 +608,13 @@ impl ReadModel {
     }
 }
 
-/// What `claim` counts against its NodePool: its capacity once launched, its requests until then
-/// (none without a NodePool label).
+/// What `claim` counts against its NodePool: its capacity once launched, its requests until then;
+/// nothing without a NodePool label, and nothing once it is being deleted (as Karpenter counts
+/// only nodes not marked for deletion, so a pool at its limits can replace what is leaving).
 fn counted(claim: &NodeClaim) -> Option<(String, Resources)> {
+    if claim.metadata.deletion_timestamp.is_some() {
+        return None;
+    }
     let pool = claim.labels().get(NODEPOOL)?.clone();
     let capacity = claim
         .status
@@ -757,7 +761,7 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_pools_usage_follows_its_claims_as_they_are_created_launched_and_deleted() {
+    async fn a_pools_usage_follows_its_claims_and_leaves_out_those_being_deleted() {
         let (read, _writers) = ReadModel::new();
         let amounts = |usage: Resources| -> Vec<(String, String)> {
             usage
@@ -786,6 +790,16 @@ mod tests {
         assert_eq!(
             amounts(read.pool_usage("pool")),
             pairs(&[("cpu", "7"), ("memory", "8589934592"), ("nodes", "2")])
+        );
+        // Being deleted: it no longer counts, though the watch still shows it.
+        let mut leaving = launched.clone();
+        leaving.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            jiff::Timestamp::UNIX_EPOCH,
+        ));
+        read.observe_claim(&leaving, false);
+        assert_eq!(
+            amounts(read.pool_usage("pool")),
+            pairs(&[("cpu", "3"), ("nodes", "1")])
         );
         read.observe_claim(&launched, true);
         assert_eq!(
