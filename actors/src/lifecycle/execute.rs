@@ -218,8 +218,9 @@ fn node<'a>(target: &Target<'a>) -> Result<&'a Node, StepError> {
     target.node.ok_or(StepError::NoNode)
 }
 
-/// Lists the claim's instance types and asks the cloud for an instance.
-/// Launches `claim`'s instance; `failed_before` says an earlier launch of this actor failed.
+/// Launches `claim`'s instance: its pool's instance types from the catalog, the claim as the API
+/// server holds it, then the cloud's create; `failed_before` says an earlier launch of this actor
+/// failed. A claim gone from the API server fails the step (404), and the next one finds it gone.
 async fn launch(
     shared: &Shared,
     claim: &NodeClaim,
@@ -249,6 +250,11 @@ async fn launch(
     // the cloud to launch by them rather than by its own prices.
     let crate::overlay::Overlaid { types, repriced, .. } =
         crate::overlay::for_pool(shared, &node_pool, types);
+    // The read model keeps no claim's choices (its instance types, zones, capacity types):
+    // the launch reads them from the API server.
+    let claim = &kube_ops::cluster::<NodeClaim>(&shared.client)
+        .get(&claim.name_any())
+        .await?;
     // A launch whose outcome is unknown (it failed: its reply may have been lost, or it timed
     // out; or the controllers that made it crashed) may have started an instance: adopt it
     // rather than start a second.

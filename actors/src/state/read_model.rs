@@ -220,13 +220,10 @@ impl ReadModel {
         self.node_claims.get(&ObjectRef::new(name))
     }
 
-    /// Records a NodeClaim Joist just created, so that it counts before its watch event arrives.
-    /// Only what the counts and the scheduling view read is kept ([`cached::drop_choices`]): with
-    /// 10,000 claims created faster than the watch showed them, the API's replies held here, each
-    /// with its list of instance types, were the largest single share of the controller's heap.
+    /// Records a NodeClaim Joist just created, so that it counts before its watch event arrives,
+    /// trimmed as the watched claims are ([`cached::trim_claim`]).
     pub fn record_created(&self, mut claim: NodeClaim) {
-        cached::trim(&mut claim);
-        cached::drop_choices(&mut claim);
+        cached::trim_claim(&mut claim);
         let name = claim.name_any();
         if self.node_claim(&name).is_some() {
             return;
