@@ -638,6 +638,31 @@ fn a_new_image_rolls_every_node_one_at_a_time_within_a_budget_of_one() {
 }
 
 #[test]
+fn a_node_pool_at_its_cpu_limit_still_rolls_a_new_image() {
+    // Three c5.large (2 CPUs each): the pool is at its limit once they run.
+    let at_limit = pool(
+        "default",
+        &family(&["c5"]),
+        &format!(
+            "{}\n  limits:\n    cpu: '6'",
+            disruption("WhenEmpty", "[{nodes: '1'}]")
+        ),
+    );
+    let manifests = at_limit + NODE_CLASS + &deployment("web", 3, "1", APART);
+    let steps = "[{at: 3m, releaseImage: {family: al2023}}]";
+    let report = run(&scenario(&manifests, steps, "15m"));
+    let s = &report.summary;
+    assert_eq!(s.final_nodes.len(), 3, "{s:#?}");
+    assert_eq!(
+        terminated(&report, "drifted"),
+        3,
+        "each drifted node gave its CPUs back for its replacement: {:#?}",
+        decisions(&report)
+    );
+    assert_eq!((s.pods_running_end, s.pods_pending_end), (3, 0), "{s:#?}");
+}
+
+#[test]
 fn a_requirement_change_replaces_every_old_node_with_a_conforming_one() {
     let manifests = one_at_a_time(&["c5"]) + NODE_CLASS + &deployment("web", 2, "1", APART);
     let m5 = indent(&indent(&indent(&one_at_a_time(&["m5"]))));

@@ -49,6 +49,7 @@ fn consolidation(c: &mut Criterion) {
                 price: 1.0,
                 capacity_type: CapacityType::OnDemand,
                 pods: base.nodes[node].pods.clone(),
+                held: None,
             })
             .collect();
         let order: Vec<usize> = (0..candidates.len()).collect();

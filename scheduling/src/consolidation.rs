@@ -25,6 +25,7 @@ use joist_messages::{
     model::{
         instance_type::{CapacityType, InstanceType, Offering},
         requirements::{Operator, Requirement, Requirements},
+        resources::Resources,
     },
 };
 
@@ -49,6 +50,19 @@ pub struct Candidate {
     pub capacity_type: CapacityType,
     /// The pods that must find another place.
     pub pods: Vec<PodInfo>,
+    /// What it holds of its NodePool's limits (`None` for a node of no NodePool).
+    pub held: Option<Held>,
+}
+
+/// What a node holds of its NodePool's limits: its capacity and one node. A simulation of the node
+/// leaving gives them back to the pool, as Karpenter counts only nodes not marked for deletion, so
+/// a pool at its limits can still replace a node (a drift, a cheaper type).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Held {
+    /// The NodePool's name.
+    pub pool: String,
+    /// The node's capacity.
+    pub capacity: Resources,
 }
 
 /// What consolidation may do.
@@ -245,15 +259,20 @@ impl<'a> Search<'a> {
 }
 
 impl Search<'_> {
-    /// Places the pods of the candidates at `which` on the cluster without them (the solution's
-    /// pods in the order of `which`); a pod that fits nowhere is a refusal.
+    /// Places the pods of the candidates at `which` on the cluster without them, their NodePools'
+    /// limits given back what they hold (the solution's pods in the order of `which`); a pod that
+    /// fits nowhere is a refusal.
     fn place(&mut self, which: &[usize]) -> Result<Solution, Refusal> {
         let pods: Vec<usize> = which
             .iter()
             .flat_map(|&c| self.first_pod[c]..self.first_pod[c] + self.candidates[c].pods.len())
             .collect();
         let nodes: Vec<usize> = which.iter().map(|&c| self.candidates[c].node).collect();
-        let solution = self.simulator.place(&pods, &nodes);
+        let held: Vec<&Held> = which
+            .iter()
+            .filter_map(|&c| self.candidates[c].held.as_ref())
+            .collect();
+        let solution = self.simulator.place(&pods, &nodes, &held);
         if let Some(unschedulable) = solution.unschedulable.first() {
             return Err(Refusal::PodDoesNotFit {
                 pod: self.simulator.pod(pods[unschedulable.pod]).name.clone(),

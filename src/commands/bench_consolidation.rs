@@ -134,6 +134,7 @@ fn ordered_candidates(input: &Input) -> Vec<Candidate> {
             price: price(input, node),
             capacity_type: CapacityType::OnDemand,
             pods: node.pods.clone(),
+            held: None,
         })
         .collect();
     candidates.sort_by(|a, b| {

@@ -23,7 +23,10 @@
 
 use std::{collections::BTreeMap, sync::Arc};
 
-use joist_messages::apis::nodepool::{ConsolidationPolicy, DisruptionReason};
+use joist_messages::{
+    apis::nodepool::{ConsolidationPolicy, DisruptionReason},
+    model::resources::Resources,
+};
 use joist_scheduling::{
     Input,
     consolidation::{self, Decision, Refusal, Search, Settings},
@@ -263,6 +266,15 @@ fn prepare(candidate: &Candidate, base: &Base<'_>) -> Option<consolidation::Cand
             .iter()
             .filter_map(|p| base.read.pod_info(p).ok().map(Arc::unwrap_or_clone))
             .collect(),
+        held: Some(consolidation::Held {
+            pool: candidate.pool.name_any(),
+            capacity: candidate
+                .claim
+                .status
+                .as_ref()
+                .map(|s| Resources::from(&s.capacity))
+                .unwrap_or_default(),
+        }),
     })
 }
 

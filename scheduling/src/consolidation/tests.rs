@@ -76,6 +76,7 @@ fn candidate(input: &Input, position: usize, cpu: i64, capacity_type: CapacityTy
         price: price(cpu),
         capacity_type,
         pods: input.nodes[position].pods.clone(),
+        held: None,
     }
 }
 
@@ -130,6 +131,38 @@ fn an_oversized_node_is_replaced_by_a_cheaper_one_that_fits() {
         .get(CAPACITY_TYPE)
         .map(|r| r.values().collect::<Vec<_>>());
     assert_eq!(pinned, Some(vec!["on-demand"]));
+}
+
+#[test]
+fn a_node_pool_at_its_limits_replaces_a_node_with_what_that_node_holds() {
+    let mut input = cluster(vec![
+        node("held", 16, vec![pod("a", "9", json!({}))]),
+        node("unheld", 16, vec![pod("b", "9", json!({}))]),
+    ]);
+    // The pool is at its CPU limit: no new node fits unless what leaves gives its CPUs back.
+    input.node_pools[0].remaining = Some(BTreeMap::from([(names::CPU.to_owned(), Quantity::from_units(0))]));
+    let mut held = candidate(&input, 0, 16, CapacityType::OnDemand);
+    held.held = Some(Held {
+        pool: "default".to_owned(),
+        capacity: Resources::new().with(names::CPU, Quantity::from_units(16)),
+    });
+    let unheld = candidate(&input, 1, 16, CapacityType::OnDemand);
+    let candidates = [held, unheld];
+    let mut search = Search::new(&input, &candidates, Settings::default());
+    let refused =
+        |decision: Result<Decision, Refusal>| matches!(decision, Err(Refusal::PodDoesNotFit { .. }));
+    assert!(
+        refused(search.consolidate(&[1])),
+        "nothing given back, nothing launched"
+    );
+    assert!(
+        matches!(search.consolidate(&[0]), Ok(Decision::Replace(_))),
+        "16 CPUs given back make room for a smaller node"
+    );
+    assert!(
+        refused(search.consolidate(&[1])),
+        "what one question gave back is taken again after it"
+    );
 }
 
 #[test]

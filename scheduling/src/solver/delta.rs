@@ -5,7 +5,8 @@
 //! counts, one bin per node) costs time proportional to the cluster, far more than placing a
 //! candidate's few pods. A [`Simulator`] sets up once over the cluster and every pod it may be
 //! asked to place, then answers each question by leaving the nodes out (their pods' topology
-//! counts taken away, their bins skipped), placing the pods, and undoing every change: the bins
+//! counts taken away, their bins skipped, what they held of their NodePools' limits given back),
+//! placing the pods, and undoing every change: the bins
 //! the placement touched are restored from a journal, opened claims dropped, and topology counts
 //! and NodePool limits put back from the state after set-up. A placement starts with the nodes
 //! that refuse a pod's class whatever is placed or left out (taints, labels, hostname
@@ -19,7 +20,9 @@
 //! existed only through it (its zone stays a domain with no pods).
 
 use super::Solver;
-use crate::{bitset, input::Input, pod::PodInfo, solution::Solution, topology::Counts};
+use crate::{
+    bitset, consolidation::Held, dims, input::Input, pod::PodInfo, solution::Solution, topology::Counts,
+};
 
 /// The solver set up once over a cluster (see the module docs).
 pub(crate) struct Simulator<'a> {
@@ -86,10 +89,22 @@ impl<'a> Simulator<'a> {
     }
 
     /// Places `pods` (positions in the pending pods) on the cluster without `excluded` (positions
-    /// in `Input::nodes`); the solution's pods are positions in `pods`, its nodes positions in
-    /// `Input::nodes`. The simulator is left as set up.
-    pub(crate) fn place(&mut self, pods: &[usize], excluded: &[usize]) -> Solution {
+    /// in `Input::nodes`), what those nodes `held` of their NodePools' limits given back; the
+    /// solution's pods are positions in `pods`, its nodes positions in `Input::nodes`. The
+    /// simulator is left as set up.
+    pub(crate) fn place(&mut self, pods: &[usize], excluded: &[usize], held: &[&Held]) -> Solution {
         let s = &mut self.solver;
+        for held in held {
+            let capacity = s.dims.vector(&held.capacity);
+            if let Some(pool) = s.pools.iter_mut().find(|p| p.name == held.pool) {
+                if let Some(remaining) = pool.remaining.as_mut() {
+                    dims::add(remaining, &capacity);
+                }
+                if let Some(nodes) = pool.remaining_nodes.as_mut() {
+                    *nodes = nodes.saturating_add(1);
+                }
+            }
+        }
         s.excluded.resize(s.bins.len().div_ceil(64), 0);
         for &node in excluded {
             let b = self.bin_of_node[node];
