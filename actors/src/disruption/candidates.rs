@@ -35,7 +35,7 @@ use kube::ResourceExt;
 
 use crate::{
     decide::{
-        lifecycle::{drainable, is_disrupted, transitioned_at},
+        lifecycle::{self, drainable, is_disrupted, transitioned_at},
         offered::Offered,
     },
     state::read_model::ReadModel,
@@ -300,7 +300,8 @@ fn disruption_cost(claim: &NodeClaim, pool: &NodePool, pods: &[Arc<Pod>], now_se
 }
 
 /// Karpenter's `Consolidatable`: initialized, and `consolidateAfter` passed since then and since a
-/// pod last arrived or left; never under `consolidateAfter: Never`.
+/// pod last arrived or left (as the watch saw it, or as the claim's `status.lastPodEventTime`
+/// recorded it before a restart); never under `consolidateAfter: Never`.
 fn consolidatable(
     read: &ReadModel,
     claim: &NodeClaim,
@@ -314,7 +315,55 @@ fn consolidatable(
     let initialized = transitioned_at(claim, ConditionType::Initialized).unwrap_or(0);
     let changed = read
         .last_pod_event(&node.name_any())
-        .unwrap_or(0)
-        .max(initialized);
+        .into_iter()
+        .chain(lifecycle::last_pod_event(claim))
+        .fold(initialized, i64::max);
     now_seconds - changed >= i64::try_from(after.as_std().as_secs()).unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{Value, json};
+
+    use super::*;
+
+    const NOW: i64 = 1_767_225_600;
+
+    fn object<K: serde::de::DeserializeOwned>(value: Value) -> K {
+        serde_json::from_value(value).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// An initialized claim (an hour ago) whose status records a pod event `ago` seconds ago.
+    fn claim(recorded_ago: Option<i64>) -> NodeClaim {
+        let mut status = json!({"conditions": [{"type": "Initialized", "status": "True", "reason": "Initialized",
+            "message": "", "lastTransitionTime": joist_messages::time::rfc3339(NOW - 3600)}]});
+        if let Some(ago) = recorded_ago {
+            status["lastPodEventTime"] = json!(joist_messages::time::rfc3339(NOW - ago));
+        }
+        object(json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim", "metadata": {"name": "c"},
+            "spec": {"requirements": [], "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "d"}},
+            "status": status,
+        }))
+    }
+
+    #[test]
+    fn consolidate_after_counts_from_the_pod_event_a_claim_recorded_before_a_restart() {
+        // A controller just started: its watch has seen no pod come or go.
+        let (read, _writers) = ReadModel::new();
+        let pool: NodePool = object(json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "p"},
+            "spec": {"disruption": {"consolidateAfter": "5m"}, "template": {"spec": {
+                "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "d"},
+                "requirements": [],
+            }}},
+        }));
+        let node: Node = object(json!({"metadata": {"name": "n"}}));
+        assert!(consolidatable(&read, &claim(None), &node, &pool, NOW));
+        assert!(
+            !consolidatable(&read, &claim(Some(60)), &node, &pool, NOW),
+            "a pod left a minute before the restart: four minutes to go"
+        );
+        assert!(consolidatable(&read, &claim(Some(300)), &node, &pool, NOW));
+    }
 }

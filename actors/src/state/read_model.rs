@@ -143,6 +143,8 @@ pub struct PodChange {
     pub newly_pending: bool,
     /// The node it is bound to.
     pub node: Option<String>,
+    /// It arrived on that node or left it (a pod event of the node's, as Karpenter counts them).
+    pub moved: bool,
     /// The pod, seen before it ran, is now Running: its start can be timed.
     pub started: bool,
 }
@@ -519,14 +521,27 @@ impl ReadModel {
     pub(crate) fn observe_pod(&self, pod: &Pod, deleted: bool, now_seconds: i64) -> PodChange {
         let key = (pod.namespace().unwrap_or_default(), pod.name_any());
         let node = pod.spec.as_ref().and_then(|s| s.node_name.clone());
+        let mut moved = false;
         if let Some(node) = &node {
             let known = self
                 .index
                 .pods_by_node
                 .get(node)
                 .is_some_and(|pods| pods.contains(&key));
-            if known == deleted {
-                self.index.last_pod_event.insert(node.clone(), now_seconds);
+            moved = known == deleted;
+            if moved {
+                // A pod first seen bound arrived when it was scheduled: after a restart, the list
+                // of every pod is not a burst of arrivals.
+                let at = if deleted {
+                    now_seconds
+                } else {
+                    scheduled_at(pod).map_or(now_seconds, |at| at.min(now_seconds))
+                };
+                self.index
+                    .last_pod_event
+                    .entry(node.clone())
+                    .and_modify(|last| *last = (*last).max(at))
+                    .or_insert(at);
             }
             file(&self.index.pods_by_node, node, key.clone(), !deleted);
         }
@@ -553,6 +568,7 @@ impl ReadModel {
         PodChange {
             newly_pending,
             node,
+            moved,
             started,
         }
     }
@@ -603,6 +619,19 @@ impl ReadModel {
             self.index.claim_by_instance.insert(instance, name);
         }
     }
+}
+
+/// When the pod was bound to its node (its `PodScheduled` condition turned True), in epoch seconds.
+fn scheduled_at(pod: &Pod) -> Option<i64> {
+    pod.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == "PodScheduled" && c.status == "True")?
+        .last_transition_time
+        .as_ref()
+        .map(|t| t.0.as_second())
 }
 
 /// What `claim` counts against its NodePool: its capacity once launched, its requests until then;
@@ -693,6 +722,30 @@ mod tests {
             "spec": {"requirements": [], "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "d"},
                      "resources": {"requests": {"cpu": "3"}}},
         }))
+    }
+
+    #[test]
+    fn a_pod_first_seen_bound_arrived_when_it_was_scheduled_and_one_leaving_leaves_now() {
+        let (read, _writers) = ReadModel::new();
+        let bound = |name: &str, scheduled: i64| -> Pod {
+            object(serde_json::json!({
+                "metadata": {"name": name, "namespace": "default"},
+                "spec": {"nodeName": "n", "containers": []},
+                "status": {"phase": "Running", "conditions": [{"type": "PodScheduled", "status": "True",
+                    "lastTransitionTime": joist_messages::time::rfc3339(scheduled)}]},
+            }))
+        };
+        // Listed after a restart: the pods came long ago, not at the list.
+        let change = read.observe_pod(&bound("a", 1_000), false, 5_000);
+        assert!(change.moved);
+        read.observe_pod(&bound("b", 2_000), false, 5_000);
+        assert_eq!(read.last_pod_event("n"), Some(2_000));
+        // Seen again: not an event.
+        assert!(!read.observe_pod(&bound("b", 2_000), false, 5_100).moved);
+        assert_eq!(read.last_pod_event("n"), Some(2_000));
+        // A pod leaving leaves now.
+        assert!(read.observe_pod(&bound("a", 1_000), true, 6_000).moved);
+        assert_eq!(read.last_pod_event("n"), Some(6_000));
     }
 
     #[test]
