@@ -587,6 +587,35 @@ fn a_failed_replacement_rolls_back_and_the_node_keeps_serving() {
     );
 }
 
+#[test]
+fn a_rolled_back_command_keeps_its_replacement_until_its_own_timeout() {
+    let manifests = c5_inflate("WhenEmptyOrUnderutilized", "[{nodes: '100%'}]", 40);
+    // Instances launched from the scale-down on register but never turn Ready.
+    let steps = "
+    - at: 3m
+      scale: {kind: Deployment, namespace: default, name: inflate, replicas: 4}
+    - at: 3m
+      bootFault: {never: ready, for: 1h}";
+    let report = run(&scenario(&manifests, steps, "25m"));
+    let rolled_back = first_at(&report, "disruption-rolled-back");
+    let replacement = entries(&report, "nodeclaim-created")
+        .find(|e| e.at_seconds > 180.0)
+        .map(|e| e.object.clone())
+        .unwrap_or_else(|| panic!("no replacement: {:#?}", report.timeline));
+    let deleted = entries(&report, "nodeclaim-deleting")
+        .find(|e| e.object == replacement)
+        .map(|e| e.at_seconds)
+        .unwrap_or_else(|| panic!("{replacement} was never deleted: {:#?}", report.timeline));
+    assert!(
+        deleted > rolled_back + 60.0,
+        "{replacement} deleted at {deleted}s, by the rollback at {rolled_back}s rather than at its \
+         initialization timeout"
+    );
+    let s = &report.summary;
+    assert_eq!(terminated(&report, "underutilized"), 0, "{s:#?}");
+    assert_eq!((s.pods_running_end, s.pods_pending_end), (4, 0), "{s:#?}");
+}
+
 /// Each `disruption-decided` entry of the timeline.
 fn decisions(report: &Report) -> Vec<&str> {
     entries(report, "disruption-decided")

@@ -9,8 +9,11 @@
 //!    through the Eviction API.
 //!
 //! A failure before step 3 (a write refused, the replacement deleted or not ready in time) rolls
-//! back: the taints and conditions are removed, unready replacements are deleted, and the
-//! candidates keep serving (`DisruptionRolledBack`). Writes of the Node's taints carry its
+//! back: the taints and conditions are removed and the candidates keep serving
+//! (`DisruptionRolledBack`). Replacements already created are kept, as Karpenter's queue keeps
+//! them: one that never turns Ready ends at its own initialization timeout, one that turns Ready
+//! late serves pending pods or is consolidated away; deleting it at the rollback only launched
+//! another at the next decision. Writes of the Node's taints carry its
 //! `resourceVersion` and are retried on a fresh read when another agent got there first.
 
 use std::time::Duration;
@@ -92,7 +95,7 @@ pub async fn run(shared: &Shared, planned: Planned) {
     .await;
     if let Err(failure) = outcome {
         tracing::warn!(%failure, candidates = ?command.claim_names(), "disruption failed; rolling back");
-        rollback(shared, &command.candidates, &created, &failure.to_string()).await;
+        rollback(shared, &command.candidates, &failure.to_string()).await;
         return;
     }
     for candidate in &command.candidates {
@@ -283,7 +286,7 @@ async fn wait_until_initialized(
 }
 
 /// Undoes a command that could not finish (see the module docs).
-async fn rollback(shared: &Shared, candidates: &[Candidate], replacements: &[String], why: &str) {
+async fn rollback(shared: &Shared, candidates: &[Candidate], why: &str) {
     for candidate in candidates {
         let untainted = set_taint(shared, &candidate.node_name(), false).await;
         let cleared = set_reason(shared, &candidate.claim.name_any(), None).await;
@@ -295,17 +298,6 @@ async fn rollback(shared: &Shared, candidates: &[Candidate], replacements: &[Str
             "DisruptionRolledBack",
             &format!("Disruption rolled back: {why}"),
         );
-    }
-    for name in replacements {
-        let claims = kube_ops::cluster::<NodeClaim>(&shared.client);
-        let initialized = shared.read.node_claim(name).is_some_and(|c| {
-            c.status
-                .as_ref()
-                .is_some_and(|s| is_true(&s.conditions, ConditionType::Initialized))
-        });
-        if !initialized && let Err(error) = kube_ops::delete(&claims, name).await {
-            tracing::warn!(nodeclaim = name, %error, "deleting an unready replacement failed");
-        }
     }
 }
 
