@@ -588,6 +588,40 @@ fn a_failed_replacement_rolls_back_and_the_node_keeps_serving() {
 }
 
 #[test]
+fn a_restart_does_not_start_consolidate_after_again() {
+    let manifests = pool(
+        "default",
+        &family(&["c5"]),
+        &disruption("WhenEmptyOrUnderutilized", "[{nodes: '100%'}]").replace("30s", "2m"),
+    ) + NODE_CLASS
+        + &deployment("inflate", 40, "1", "");
+    let steps = "[{at: 3m, scale: {kind: Deployment, namespace: default, name: inflate, replicas: 4}}]";
+    let world = scenario(&manifests, steps, "12m");
+    // The controllers crash as their first command taints its candidates, and start again.
+    let crashed = simulate::run_crashing(
+        &world,
+        world.seed,
+        joist_actors::effects::faults::FaultPoints::crash_at(
+            joist_actors::effects::faults::Step::DisruptionMarked,
+            1,
+        ),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let report = &crashed.report;
+    let restarted = first_at(report, "restart");
+    let decided = entries(report, "disruption-decided")
+        .map(|e| e.at_seconds)
+        .find(|&at| at > restarted)
+        .unwrap_or_else(|| panic!("nothing decided after the restart: {:#?}", report.timeline));
+    assert!(
+        decided - restarted < 60.0,
+        "decided {}s after the restart: the pods left at 3m, as the claims record, so \
+         consolidateAfter (2m) had passed",
+        decided - restarted
+    );
+}
+
+#[test]
 fn a_rolled_back_command_keeps_its_replacement_until_its_own_timeout() {
     let manifests = c5_inflate("WhenEmptyOrUnderutilized", "[{nodes: '100%'}]", 40);
     // Instances launched from the scale-down on register but never turn Ready.

@@ -423,9 +423,7 @@ impl StreamHandler<Change> for ClusterState {
                         pod: (pod.namespace().unwrap_or_default(), pod.name_any()),
                     });
                 }
-                // A pod that left may free its node's drain; one that came or went is a pod event
-                // the node's claim records.
-                if let (true, Some(node)) = (change.moved, change.node) {
+                if let (true, Some(node)) = (deleted, change.node) {
                     let claim = read
                         .node(&node)
                         .and_then(|n| n.spec.as_ref()?.provider_id.clone())

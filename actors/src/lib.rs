@@ -6,7 +6,8 @@
 //! [`lifecycle`]; the [`catalog::Catalog`] lists instance types and remembers offerings out of
 //! capacity; the [`garbage::GarbageCollector`] terminates instances no NodeClaim accounts for; the
 //! [`disruption::DisruptionPlanner`] removes empty nodes and consolidates underused ones; the
-//! [`interruption::InterruptionActor`] acts on the cloud's interruption warnings.
+//! [`interruption::InterruptionActor`] acts on the cloud's interruption warnings; the
+//! [`pod_events::PodEventRecorder`] records each NodeClaim's last pod event.
 //! Every node's life is one OpenTelemetry trace ([`node_trace`]); what happens is counted in
 //! Karpenter's Prometheus [`metrics`].
 //!
@@ -29,6 +30,7 @@ pub mod node_claim;
 pub mod node_class;
 pub mod node_pool;
 pub mod overlay;
+pub mod pod_events;
 pub mod problem;
 pub mod protocol;
 pub mod provisioner;
@@ -54,6 +56,7 @@ use crate::{
     effects::node_trace::NodeTracer,
     garbage::GarbageCollector,
     interruption::InterruptionActor,
+    pod_events::PodEventRecorder,
     provisioner::Provisioner,
     settings::Settings,
     shared::{CatalogHandle, Shared},
@@ -72,6 +75,8 @@ pub struct Controllers {
     pub provisioner: Addr<Provisioner>,
     /// The garbage collector.
     pub garbage_collector: Addr<GarbageCollector>,
+    /// The writer of NodeClaims' `status.lastPodEventTime`.
+    pub pod_events: Addr<PodEventRecorder>,
     /// The disruption planner.
     pub disruption_planner: Addr<DisruptionPlanner>,
     /// The interruption actor, when a queue is configured.
@@ -127,6 +132,7 @@ pub fn start(
     )
     .start();
     let garbage_collector = GarbageCollector::new(shared.clone()).start();
+    let pod_events = PodEventRecorder::new(shared.clone()).start();
     let disruption_planner = DisruptionPlanner::new(shared.clone()).start();
     let interruption = shared
         .settings
@@ -140,6 +146,7 @@ pub fn start(
         batcher,
         provisioner,
         garbage_collector,
+        pod_events,
         disruption_planner,
         interruption,
     }

@@ -150,6 +150,8 @@ impl Notes {
                     (None, Some((_, message))) if !deleting(object) => {
                         self.disruption_reasons
                             .remove(&text(object, "/status/providerID"));
+                        // The same command decided again is a new entry.
+                        self.last_decision = None;
                         self.entry(at, "disruption-rolled-back", name.clone(), message);
                     }
                     _ => {}

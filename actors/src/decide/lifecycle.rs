@@ -69,10 +69,6 @@ pub const LAUNCH_RETRY: Duration = Duration::from_secs(10);
 /// The longest wait between failed launches (the launch timeout still ends the claim at 5 minutes).
 pub const LAUNCH_RETRY_MAX: Duration = Duration::from_secs(80);
 
-/// A pod event this soon after the one the claim's status records is not written, as Karpenter
-/// de-duplicates them (seconds): a burst of pods costs one write.
-pub const POD_EVENT_DEDUPE: i64 = 10;
-
 /// How soon a drain looks again while pods are leaving.
 pub const DRAIN_POLL: Duration = Duration::from_secs(1);
 
@@ -130,8 +126,6 @@ pub struct Facts<'a> {
     pub volume_attachments: &'a [String],
     /// What node repair makes of the claim's Node ([`Repair::Healthy`] when the gate is off).
     pub repair: &'a Repair,
-    /// When a pod last arrived on or left the claim's Node, in epoch seconds, as the watch saw it.
-    pub last_pod_event: Option<i64>,
     /// The clock, in epoch seconds (for the claim's timestamps).
     pub now_seconds: i64,
     /// The monotonic time (for the memory's instants).
@@ -189,9 +183,6 @@ pub enum Action {
     Register,
     /// Label the Node initialized and mark the claim `Initialized` and `Ready`.
     Initialize,
-    /// Write the claim's `status.lastPodEventTime` (epoch seconds), so that `consolidateAfter`
-    /// counts from it after a restart.
-    RecordPodEvent(i64),
     /// Name the instance after its Node, then annotate the claim `karpenter.k8s.aws/tagged`.
     NameInstance {
         /// The instance.
@@ -438,11 +429,6 @@ fn live(facts: &Facts<'_>, memory: &mut Memory) -> Plan {
     }
     if !is_true(&status.conditions, ConditionType::Initialized) && initialized(claim, node) {
         actions.push(Action::Initialize);
-    }
-    if let Some(event) = facts.last_pod_event
-        && last_pod_event(claim).is_none_or(|recorded| event >= recorded + POD_EVENT_DEDUPE)
-    {
-        actions.push(Action::RecordPodEvent(event));
     }
     if claim.annotations().get(TAGGED).is_none_or(|v| v != "true")
         && let Some(provider_id) = status.provider_id
@@ -1011,7 +997,6 @@ mod tests {
         exists: Option<bool>,
         volumes: &'a [String],
         repair: Repair,
-        last_pod_event: Option<i64>,
         now: Instant,
     }
 
@@ -1025,7 +1010,6 @@ mod tests {
                 exists: None,
                 volumes: &[],
                 repair: Repair::Healthy,
-                last_pod_event: None,
                 now: Instant::now(),
             }
         }
@@ -1039,7 +1023,6 @@ mod tests {
                 instance_exists: self.exists,
                 volume_attachments: self.volumes,
                 repair: &self.repair,
-                last_pod_event: self.last_pod_event,
                 now_seconds: NOW,
                 now: self.now,
             };
@@ -1249,35 +1232,6 @@ mod tests {
         assert!(
             !case.decide(&mut Memory::default()).actions.contains(&named),
             "tagged already"
-        );
-    }
-
-    #[test]
-    fn a_pod_event_is_recorded_on_the_claim_unless_one_was_within_ten_seconds() {
-        let node = node(true, json!([]), json!({}));
-        let recorded = |ago: Option<i64>| {
-            let extra = ago.map_or(json!({}), |ago| json!({"lastPodEventTime": at(ago)}));
-            let mut claim = with_conditions(registered(extra), &[("Initialized", "True")]);
-            claim.metadata.annotations = Some([(TAGGED.to_owned(), "true".to_owned())].into());
-            claim
-        };
-        let decide = |claim: &NodeClaim, event: Option<i64>| {
-            let mut case = Case::new(claim);
-            case.node = Some(&node);
-            case.last_pod_event = event;
-            case.decide(&mut Memory::default()).actions
-        };
-        let never = recorded(None);
-        assert_eq!(decide(&never, Some(NOW)), [Action::RecordPodEvent(NOW)]);
-        assert_eq!(decide(&never, None), [], "no pod came or went");
-        let recent = recorded(Some(POD_EVENT_DEDUPE - 1));
-        assert_eq!(decide(&recent, Some(NOW)), [], "within the de-duplication window");
-        let older = recorded(Some(POD_EVENT_DEDUPE));
-        assert_eq!(decide(&older, Some(NOW)), [Action::RecordPodEvent(NOW)]);
-        assert_eq!(
-            decide(&older, Some(NOW - POD_EVENT_DEDUPE)),
-            [],
-            "the event the status holds"
         );
     }
 

@@ -156,10 +156,6 @@ async fn perform(
                 initialize(shared, target.claim, node(target)?).await?;
                 memory.finished = Some((Phase::Initialization, Instant::now()));
             }
-            Action::RecordPodEvent(at) => {
-                let body = json!({"status": {"lastPodEventTime": joist_messages::time::rfc3339(at)}});
-                write_claim_status(shared, target.claim, body).await?;
-            }
             Action::NameInstance {
                 provider_id,
                 node_name,

@@ -105,7 +105,6 @@ pub async fn step(shared: &Shared, name: &str, memory: &mut Memory) -> Result<Ne
         instance_exists,
         volume_attachments: &volume_attachments,
         repair: &repair,
-        last_pod_event: node.as_ref().and_then(|n| read.last_pod_event(&n.name_any())),
         now_seconds: shared.clock.now_seconds(),
         now: Instant::now(),
     };

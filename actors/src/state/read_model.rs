@@ -104,6 +104,9 @@ struct Index {
     unstarted: DashSet<PodKey>,
     /// When a pod last arrived on or left each node, in epoch seconds.
     last_pod_event: DashMap<String, i64>,
+    /// Pod events not yet written to their claims, by claim name
+    /// ([`crate::pod_events`]).
+    unrecorded_pod_events: DashMap<String, i64>,
     /// Watch events seen so far: unchanged means nothing in the cluster changed.
     changes: std::sync::atomic::AtomicU64,
     /// Claims created but not yet seen by the watch.
@@ -143,8 +146,6 @@ pub struct PodChange {
     pub newly_pending: bool,
     /// The node it is bound to.
     pub node: Option<String>,
-    /// It arrived on that node or left it (a pod event of the node's, as Karpenter counts them).
-    pub moved: bool,
     /// The pod, seen before it ran, is now Running: its start can be timed.
     pub started: bool,
 }
@@ -459,6 +460,29 @@ impl ReadModel {
         self.index.last_pod_event.get(node).map(|at| *at)
     }
 
+    /// Notes a pod event of the claim `claim` at `at` (epoch seconds) for the recorder to write.
+    pub fn note_pod_event(&self, claim: &str, at: i64) {
+        self.index
+            .unrecorded_pod_events
+            .entry(claim.to_owned())
+            .and_modify(|last| *last = (*last).max(at))
+            .or_insert(at);
+    }
+
+    /// Takes the pod events noted since the last call, one per claim (its latest).
+    pub fn take_pod_events(&self) -> Vec<(String, i64)> {
+        let claims: Vec<String> = self
+            .index
+            .unrecorded_pod_events
+            .iter()
+            .map(|e| e.key().clone())
+            .collect();
+        claims
+            .into_iter()
+            .filter_map(|claim| self.index.unrecorded_pod_events.remove(&claim))
+            .collect()
+    }
+
     /// Every Namespace, by name.
     pub fn namespaces(&self) -> Vec<Arc<Namespace>> {
         sorted(&self.namespaces)
@@ -521,15 +545,13 @@ impl ReadModel {
     pub(crate) fn observe_pod(&self, pod: &Pod, deleted: bool, now_seconds: i64) -> PodChange {
         let key = (pod.namespace().unwrap_or_default(), pod.name_any());
         let node = pod.spec.as_ref().and_then(|s| s.node_name.clone());
-        let mut moved = false;
         if let Some(node) = &node {
             let known = self
                 .index
                 .pods_by_node
                 .get(node)
                 .is_some_and(|pods| pods.contains(&key));
-            moved = known == deleted;
-            if moved {
+            if known == deleted {
                 // A pod first seen bound arrived when it was scheduled: after a restart, the list
                 // of every pod is not a burst of arrivals.
                 let at = if deleted {
@@ -542,6 +564,13 @@ impl ReadModel {
                     .entry(node.clone())
                     .and_modify(|last| *last = (*last).max(at))
                     .or_insert(at);
+                let claim = self
+                    .node(node)
+                    .and_then(|n| n.spec.as_ref()?.provider_id.clone())
+                    .and_then(|p| self.claim_for_provider(&p));
+                if let Some(claim) = claim {
+                    self.note_pod_event(&claim, at);
+                }
             }
             file(&self.index.pods_by_node, node, key.clone(), !deleted);
         }
@@ -568,7 +597,6 @@ impl ReadModel {
         PodChange {
             newly_pending,
             node,
-            moved,
             started,
         }
     }
@@ -725,6 +753,18 @@ mod tests {
     }
 
     #[test]
+    fn noted_pod_events_are_taken_once_each_claim_with_its_latest() {
+        let (read, _writers) = ReadModel::new();
+        read.note_pod_event("a", 200);
+        read.note_pod_event("a", 100);
+        read.note_pod_event("b", 50);
+        let mut taken = read.take_pod_events();
+        taken.sort();
+        assert_eq!(taken, [("a".to_owned(), 200), ("b".to_owned(), 50)]);
+        assert!(read.take_pod_events().is_empty());
+    }
+
+    #[test]
     fn a_pod_first_seen_bound_arrived_when_it_was_scheduled_and_one_leaving_leaves_now() {
         let (read, _writers) = ReadModel::new();
         let bound = |name: &str, scheduled: i64| -> Pod {
@@ -736,15 +776,14 @@ mod tests {
             }))
         };
         // Listed after a restart: the pods came long ago, not at the list.
-        let change = read.observe_pod(&bound("a", 1_000), false, 5_000);
-        assert!(change.moved);
+        read.observe_pod(&bound("a", 1_000), false, 5_000);
         read.observe_pod(&bound("b", 2_000), false, 5_000);
         assert_eq!(read.last_pod_event("n"), Some(2_000));
         // Seen again: not an event.
-        assert!(!read.observe_pod(&bound("b", 2_000), false, 5_100).moved);
+        read.observe_pod(&bound("b", 2_000), false, 5_100);
         assert_eq!(read.last_pod_event("n"), Some(2_000));
         // A pod leaving leaves now.
-        assert!(read.observe_pod(&bound("a", 1_000), true, 6_000).moved);
+        read.observe_pod(&bound("a", 1_000), true, 6_000);
         assert_eq!(read.last_pod_event("n"), Some(6_000));
     }
 
