@@ -560,16 +560,21 @@ fn nodes_kept_apart_by_anti_affinity_are_packed_once_the_constraint_goes() {
     assert!(s.cost_per_hour_end < 4.0 * 0.085, "{s:#?}");
 }
 
+/// `inflate` scaled from 40 one-CPU pods to 4 at 3m, with `fault` (a step's body) from then on, run
+/// until `until`.
+fn scale_down_with(fault: &str, until: &str) -> Report {
+    let manifests = c5_inflate("WhenEmptyOrUnderutilized", "[{nodes: '100%'}]", 40);
+    let steps = format!(
+        "[{{at: 3m, scale: {{kind: Deployment, namespace: default, name: inflate, replicas: 4}}}},
+          {{at: 3m, {fault}}}]"
+    );
+    run(&scenario(&manifests, &steps, until))
+}
+
 #[test]
 fn a_failed_replacement_rolls_back_and_the_node_keeps_serving() {
-    let manifests = c5_inflate("WhenEmptyOrUnderutilized", "[{nodes: '100%'}]", 40);
     // Every launch fails from the scale-down on: the replacement never comes.
-    let steps = "
-    - at: 3m
-      scale: {kind: Deployment, namespace: default, name: inflate, replicas: 4}
-    - at: 3m
-      failCloud: {operation: create, for: 1h}";
-    let report = run(&scenario(&manifests, steps, "12m"));
+    let report = scale_down_with("failCloud: {operation: create, for: 1h}", "12m");
     let s = &report.summary;
     assert!(
         report
@@ -623,14 +628,8 @@ fn a_restart_does_not_start_consolidate_after_again() {
 
 #[test]
 fn a_rolled_back_command_keeps_its_replacement_until_its_own_timeout() {
-    let manifests = c5_inflate("WhenEmptyOrUnderutilized", "[{nodes: '100%'}]", 40);
     // Instances launched from the scale-down on register but never turn Ready.
-    let steps = "
-    - at: 3m
-      scale: {kind: Deployment, namespace: default, name: inflate, replicas: 4}
-    - at: 3m
-      bootFault: {never: ready, for: 1h}";
-    let report = run(&scenario(&manifests, steps, "25m"));
+    let report = scale_down_with("bootFault: {never: ready, for: 1h}", "25m");
     let rolled_back = first_at(&report, "disruption-rolled-back");
     let replacement = entries(&report, "nodeclaim-created")
         .find(|e| e.at_seconds > 180.0)
@@ -911,10 +910,23 @@ spec:
     assert_eq!(report.summary.pods_running_end, 1, "{:#?}", report.summary);
 }
 
+/// A spot NodePool of c5 and the `web` Deployment of two one-CPU pods.
+fn spot_web() -> String {
+    let spot = pool("spot", &family(&["c5"]), "").replace("values: [on-demand]", "values: [spot]");
+    spot + NODE_CLASS + &deployment("web", 2, "1", "")
+}
+
+/// When the first NodeClaim to be deleted at or after `from` began its deletion.
+fn drained_after(report: &Report, from: f64) -> f64 {
+    entries(report, "nodeclaim-deleting")
+        .map(|e| e.at_seconds)
+        .find(|&at| at >= from)
+        .unwrap_or_else(|| panic!("no node was drained after {from}s: {:#?}", report.timeline))
+}
+
 #[test]
 fn a_spot_interruption_is_replaced_before_the_instance_is_reclaimed() {
-    let spot = pool("spot", &family(&["c5"]), "").replace("values: [on-demand]", "values: [spot]");
-    let manifests = spot + NODE_CLASS + &deployment("web", 2, "1", "");
+    let manifests = spot_web();
     let steps = "[{at: 3m, interrupt: {nodeSelector: {karpenter.sh/capacity-type: spot}, count: 1}}]";
     let report = run(&scenario(&manifests, steps, "8m"));
     let s = &report.summary;
@@ -992,19 +1004,13 @@ fn a_node_class_keeps_launching_while_its_resolution_is_throttled() {
 
 #[test]
 fn a_refused_nodeclaim_delete_leaves_the_interruption_message_for_redelivery() {
-    let spot = pool("spot", &family(&["c5"]), "").replace("values: [on-demand]", "values: [spot]");
-    let manifests = spot + NODE_CLASS + &deployment("web", 2, "1", "");
+    let manifests = spot_web();
     // The API server refuses every delete from just before the warning until 3m30s.
     let steps = "[{at: 2m55s, failKube: {failure: conflict, for: 35s}},
                   {at: 3m, interrupt: {nodeSelector: {karpenter.sh/capacity-type: spot}, count: 1}}]";
     let report = run(&scenario(&manifests, steps, "8m"));
     let warned = first_at(&report, "interruption-warning");
-    let drained = report
-        .timeline
-        .iter()
-        .find(|e| e.event == "nodeclaim-deleting" && e.at_seconds >= warned)
-        .map(|e| e.at_seconds)
-        .unwrap_or_else(|| panic!("the warned node was never drained: {:#?}", report.timeline));
+    let drained = drained_after(&report, warned);
     assert!(
         drained >= 210.0 && drained < warned + 120.0,
         "drained at {drained}s: after the API server took deletes again (210s), from the message \
@@ -1018,8 +1024,7 @@ fn a_refused_nodeclaim_delete_leaves_the_interruption_message_for_redelivery() {
 
 #[test]
 fn a_throttled_interruption_queue_is_retried_while_provisioning_goes_on() {
-    let spot = pool("spot", &family(&["c5"]), "").replace("values: [on-demand]", "values: [spot]");
-    let manifests = spot + NODE_CLASS + &deployment("web", 2, "1", "");
+    let manifests = spot_web();
     let steps = "[{at: 2m, failCloud: {operation: receiveMessages, for: 60s}},
                   {at: 2m10s, interrupt: {nodeSelector: {karpenter.sh/capacity-type: spot}, count: 1}},
                   {at: 2m20s, scale: {kind: Deployment, namespace: default, name: web, replicas: 12}}]";
@@ -1035,12 +1040,7 @@ fn a_throttled_interruption_queue_is_retried_while_provisioning_goes_on() {
     assert!(during >= 1, "{:#?}", report.timeline);
     // The warning is read once the queue answers again (backoff at most doubling past the minute),
     // and the warned node is still drained before its reclaim.
-    let drained = report
-        .timeline
-        .iter()
-        .find(|e| e.event == "nodeclaim-deleting" && e.at_seconds >= warned)
-        .map(|e| e.at_seconds)
-        .unwrap_or_else(|| panic!("the warned node was never drained: {:#?}", report.timeline));
+    let drained = drained_after(&report, warned);
     assert!(
         (180.0..=180.0 + 32.0).contains(&drained),
         "drained at {drained}s; the queue failed from 120s to 180s"
