@@ -14,9 +14,9 @@
 //!
 //! Every message is deleted once handled: one for an unknown instance, one that asks for nothing,
 //! and one that is not understood (logged) alike. One whose NodeClaim delete failed is not: the
-//! queue gives it again after its visibility timeout, as Karpenter leaves it. A queue that fails (a wrong name, throttling)
-//! is retried with backoff and logged; the other controllers never notice. It takes no messages
-//! (its polling drives it), so it has no mailbox to bound.
+//! queue gives it again after its visibility timeout, as Karpenter leaves it. A queue that fails
+//! (a wrong name, throttling) is retried with backoff and logged; the other controllers never
+//! notice. It takes no messages (its polling drives it), so it has no mailbox to bound.
 
 use std::{sync::Arc, time::Duration};
 
