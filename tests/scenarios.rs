@@ -593,6 +593,37 @@ fn a_failed_replacement_rolls_back_and_the_node_keeps_serving() {
 }
 
 #[test]
+fn a_pod_consolidation_cannot_simulate_holds_its_node() {
+    // Node affinity by field: the scheduler places it anywhere, Joist cannot simulate it.
+    let by_field = "      affinity:
+        nodeAffinity:
+          requiredDuringSchedulingIgnoredDuringExecution:
+            nodeSelectorTerms:
+              - matchFields: [{key: metadata.name, operator: NotIn, values: [nowhere]}]";
+    let manifests = c5_inflate("WhenEmptyOrUnderutilized", "[{nodes: '100%'}]", 20)
+        + &deployment("pinned", 1, "50m", by_field);
+    // Two nodes (a second scale-up a minute later), then nearly nothing left to run.
+    let steps = "[{at: 1m, scale: {kind: Deployment, namespace: default, name: inflate, replicas: 40}},
+                  {at: 4m, scale: {kind: Deployment, namespace: default, name: inflate, replicas: 2}}]";
+    let report = run(&scenario(&manifests, steps, "12m"));
+    let evicted: Vec<&str> = entries(&report, "pod-terminating")
+        .map(|e| e.object.as_str())
+        .filter(|pod| pod.contains("pinned"))
+        .collect();
+    assert!(
+        evicted.is_empty(),
+        "consolidation evicted {evicted:?}, judging its node without it"
+    );
+    assert!(
+        terminated(&report, "underutilized") + terminated(&report, "empty") > 0,
+        "the other nodes were consolidated: {:#?}",
+        decisions(&report)
+    );
+    let s = &report.summary;
+    assert_eq!((s.pods_running_end, s.pods_pending_end), (3, 0), "{s:#?}");
+}
+
+#[test]
 fn a_restart_does_not_start_consolidate_after_again() {
     let manifests = pool(
         "default",

@@ -126,7 +126,7 @@ pub fn collect(read: &ReadModel, types: &PoolTypes<'_>, now_seconds: i64) -> Col
                 .stale_conditions
                 .push((claim.clone(), candidate.consolidatable));
         }
-        if let Some(reason) = node_blocker(&candidate) {
+        if let Some(reason) = node_blocker(&candidate).or_else(|| unsimulated_pod(read, &candidate)) {
             collected.blocked.push(Blocked {
                 node: candidate.node,
                 reason,
@@ -219,6 +219,16 @@ fn node_blocker(candidate: &Candidate) -> Option<String> {
         .get(DO_NOT_DISRUPT)
         .is_some_and(|v| v == "true")
         .then(|| format!("node has the {DO_NOT_DISRUPT} annotation"))
+}
+
+/// Why a pod of the candidate cannot be simulated elsewhere (node affinity `matchFields`, a
+/// malformed term), if one cannot: its node stays, rather than being judged without the pod.
+fn unsimulated_pod(read: &ReadModel, candidate: &Candidate) -> Option<String> {
+    candidate
+        .pods
+        .iter()
+        .find_map(|pod| read.pod_info(pod).err())
+        .map(|error| format!("{error}, so it cannot be simulated elsewhere"))
 }
 
 /// Which of the candidate's pods cannot be evicted now, if one cannot.

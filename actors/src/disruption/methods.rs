@@ -255,7 +255,8 @@ fn within_budgets<'a>(candidates: &[&'a Candidate], allowed: impl Fn(&str) -> u3
         .collect()
 }
 
-/// A candidate in the search's terms, or `None` when its node is not in the base.
+/// A candidate in the search's terms, or `None` when its node is not in the base or one of its
+/// pods cannot be simulated (such a node is blocked before it gets here).
 fn prepare(candidate: &Candidate, base: &Base<'_>) -> Option<consolidation::Candidate> {
     Some(consolidation::Candidate {
         node: *base.positions.get(&candidate.node_name())?,
@@ -264,8 +265,9 @@ fn prepare(candidate: &Candidate, base: &Base<'_>) -> Option<consolidation::Cand
         pods: candidate
             .pods
             .iter()
-            .filter_map(|p| base.read.pod_info(p).ok().map(Arc::unwrap_or_clone))
-            .collect(),
+            .map(|p| base.read.pod_info(p).map(Arc::unwrap_or_clone))
+            .collect::<Result<_, _>>()
+            .ok()?,
         held: Some(consolidation::Held {
             pool: candidate.pool.name_any(),
             capacity: candidate
