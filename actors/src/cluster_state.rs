@@ -423,14 +423,10 @@ impl StreamHandler<Change> for ClusterState {
                         pod: (pod.namespace().unwrap_or_default(), pod.name_any()),
                     });
                 }
-                if let (true, Some(node)) = (deleted, change.node) {
-                    let claim = read
-                        .node(&node)
-                        .and_then(|n| n.spec.as_ref()?.provider_id.clone())
-                        .and_then(|p| read.claim_for_provider(&p));
-                    if let Some(claim) = claim {
-                        self.poke_claim(&claim);
-                    }
+                if let (true, Some(node)) = (deleted, change.node)
+                    && let Some(claim) = read.claim_for_node(&node)
+                {
+                    self.poke_claim(&claim);
                 }
             }
             Change::Node(node, deleted) => {

@@ -23,10 +23,7 @@
 
 use std::{collections::BTreeMap, sync::Arc};
 
-use joist_messages::{
-    apis::nodepool::{ConsolidationPolicy, DisruptionReason},
-    model::resources::Resources,
-};
+use joist_messages::apis::nodepool::{ConsolidationPolicy, DisruptionReason};
 use joist_scheduling::{
     Input,
     consolidation::{self, Decision, Refusal, Search, Settings},
@@ -268,15 +265,10 @@ fn prepare(candidate: &Candidate, base: &Base<'_>) -> Option<consolidation::Cand
             .map(|p| base.read.pod_info(p).map(Arc::unwrap_or_clone))
             .collect::<Result<_, _>>()
             .ok()?,
-        held: Some(consolidation::Held {
-            pool: candidate.pool.name_any(),
-            capacity: candidate
-                .claim
-                .status
-                .as_ref()
-                .map(|s| Resources::from(&s.capacity))
-                .unwrap_or_default(),
-        }),
+        held: base
+            .read
+            .claim_usage(&candidate.claim.name_any())
+            .map(|(pool, capacity)| consolidation::Held { pool, capacity }),
     })
 }
 

@@ -326,6 +326,18 @@ impl ReadModel {
         self.index.claim_by_provider.get(provider_id).map(|n| n.clone())
     }
 
+    /// The NodeClaim of the Node named `node`, through the Node's provider ID.
+    pub fn claim_for_node(&self, node: &str) -> Option<String> {
+        let provider_id = self.node(node)?.spec.as_ref()?.provider_id.clone()?;
+        self.claim_for_provider(&provider_id)
+    }
+
+    /// What the claim `name` counts against its NodePool: the pool and its capacity (its requests
+    /// until launched); `None` for a claim of no pool or one being deleted.
+    pub fn claim_usage(&self, name: &str) -> Option<(String, Resources)> {
+        self.index.claim_usage.get(name).map(|usage| usage.clone())
+    }
+
     /// The NodeClaim whose instance has the cloud's `instance_id` (the provider ID's last part).
     pub fn claim_for_instance(&self, instance_id: &str) -> Option<String> {
         self.index.claim_by_instance.get(instance_id).map(|n| n.clone())
@@ -462,11 +474,7 @@ impl ReadModel {
 
     /// Notes a pod event of the claim `claim` at `at` (epoch seconds) for the recorder to write.
     pub fn note_pod_event(&self, claim: &str, at: i64) {
-        self.index
-            .unrecorded_pod_events
-            .entry(claim.to_owned())
-            .and_modify(|last| *last = (*last).max(at))
-            .or_insert(at);
+        keep_latest(&self.index.unrecorded_pod_events, claim, at);
     }
 
     /// Takes the pod events noted since the last call, one per claim (its latest).
@@ -559,16 +567,8 @@ impl ReadModel {
                 } else {
                     scheduled_at(pod).map_or(now_seconds, |at| at.min(now_seconds))
                 };
-                self.index
-                    .last_pod_event
-                    .entry(node.clone())
-                    .and_modify(|last| *last = (*last).max(at))
-                    .or_insert(at);
-                let claim = self
-                    .node(node)
-                    .and_then(|n| n.spec.as_ref()?.provider_id.clone())
-                    .and_then(|p| self.claim_for_provider(&p));
-                if let Some(claim) = claim {
+                keep_latest(&self.index.last_pod_event, node, at);
+                if let Some(claim) = self.claim_for_node(node) {
                     self.note_pod_event(&claim, at);
                 }
             }
@@ -647,6 +647,14 @@ impl ReadModel {
             self.index.claim_by_instance.insert(instance, name);
         }
     }
+}
+
+/// Files `at` under `key`, unless a later time is filed there already.
+fn keep_latest(times: &DashMap<String, i64>, key: &str, at: i64) {
+    times
+        .entry(key.to_owned())
+        .and_modify(|last| *last = (*last).max(at))
+        .or_insert(at);
 }
 
 /// When the pod was bound to its node (its `PodScheduled` condition turned True), in epoch seconds.
