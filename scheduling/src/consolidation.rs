@@ -201,12 +201,19 @@ impl<'a> Search<'a> {
     /// it costs (drift): the remaining nodes, then as many new nodes as they need. `Delete` when
     /// no new node is needed.
     pub fn relocate(&mut self, which: &[usize]) -> Result<Decision, Refusal> {
+        self.relocation(which).map(|(decision, _)| decision)
+    }
+
+    /// [`Search::relocate`], with the simulation's solution (its pods the candidates' pods in the
+    /// order of `which`): where on the remaining nodes the pods were counted.
+    pub fn relocation(&mut self, which: &[usize]) -> Result<(Decision, Solution), Refusal> {
         let solution = self.place(which)?;
-        Ok(if solution.claims.is_empty() {
+        let decision = if solution.claims.is_empty() {
             Decision::Delete
         } else {
-            Decision::Relaunch(solution.claims)
-        })
+            Decision::Relaunch(solution.claims.clone())
+        };
+        Ok((decision, solution))
     }
 
     /// Decides whether the candidates at positions `which` can go (see the module docs).

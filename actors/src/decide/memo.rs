@@ -1,7 +1,8 @@
 //! Karpenter's consolidation memo: a pass that found nothing to do is not repeated while nothing
 //! it depends on has changed, except every [`MEMO_LIFETIME`]. What it depends on is the
 //! [`Fingerprint`]: how many watch events the read model had seen when the pass began to read it
-//! (counted later, an event that lands mid-pass would be taken for seen), which candidates are
+//! (counted later, an event that lands mid-pass would be taken for seen), which disruption
+//! commands are in flight (what they hold is closed to the pass), which candidates are
 //! consolidatable (that flips with time alone, as `consolidateAfter` passes), and what each
 //! NodePool's budgets allow (cron windows open and close with time alone).
 //!
@@ -20,6 +21,8 @@ pub const MEMO_LIFETIME: Duration = Duration::from_secs(5 * 60);
 pub struct Fingerprint {
     /// The read model's change count.
     pub changes: u64,
+    /// The generation of the disruption commands in flight (one started or ended changes it).
+    pub in_flight: u64,
     /// Each candidate's NodeClaim name and whether it is consolidatable.
     pub candidates: Vec<(String, bool)>,
     /// Each NodePool's allowed disruptions for `Empty`, `Underutilized` and `Drifted`.
@@ -58,6 +61,7 @@ mod tests {
     fn fingerprint(changes: u64, consolidatable: bool) -> Fingerprint {
         Fingerprint {
             changes,
+            in_flight: 0,
             candidates: vec![("a".into(), consolidatable)],
             allowances: vec![("default".into(), 1, 1, 1)],
         }

@@ -5,9 +5,11 @@
 //!    one command.
 //! 2. **Drift** (reason `Drifted`): drifted candidates, consolidatable or not, whatever the
 //!    consolidation policy; those with no pod to move first, as many as budgets allow, in one
-//!    command; otherwise one candidate per command, the first whose pods fit on the other nodes
-//!    and as many new nodes as they need, at any price (the new nodes are launched and
-//!    initialized before the drifted one is drained). A drifted candidate blocked only by its
+//!    command; otherwise one command per candidate whose pods fit on the other nodes and as many
+//!    new nodes as they need, at any price (the new nodes are launched and initialized before the
+//!    drifted one is drained), as many commands as budgets allow in one pass (Karpenter decides one
+//!    a pass). Each command's candidate, and the nodes its pods were counted onto, are closed to
+//!    the ones after it, so no two count on the same room. A drifted candidate blocked only by its
 //!    pods takes part when its NodeClaim has a `terminationGracePeriod`.
 //! 3. **Multi-node consolidation** (reason `Underutilized`): the largest prefix of the candidates
 //!    (by savings ratio, within budgets) that can be deleted or replaced by one cheaper node,
@@ -17,7 +19,7 @@
 //!
 //! Only NodePools with `consolidationPolicy: WhenEmptyOrUnderutilized` (or `Balanced`, which Joist
 //! treats alike) take part in 3 and 4, and no pod is moved onto a node still inside its
-//! `consolidateAfter` window. Each decision is pure over the pass's candidates, budgets
+//! `consolidateAfter` window, nor by any method onto a node a command in flight holds. Each decision is pure over the pass's candidates, budgets
 //! and base problem; refusals are kept so the planner can tell users why a node stays
 //! (`Unconsolidatable`).
 
@@ -80,6 +82,8 @@ pub struct Command {
     pub candidates: Vec<Candidate>,
     /// Delete them, or replace them by new nodes.
     pub decision: Decision,
+    /// The Nodes their pods were counted onto, besides the new ones.
+    pub onto: Vec<String>,
 }
 
 impl Command {
@@ -108,24 +112,27 @@ pub struct Base<'a> {
     /// Positions of the nodes inside their `consolidateAfter` window: consolidation moves no pod
     /// onto them.
     pub settling: Vec<usize>,
+    /// Positions of the nodes commands in flight hold: no method moves a pod onto them.
+    pub held: Vec<usize>,
     /// What consolidation may do.
     pub settings: Settings,
 }
 
-/// The first method that finds something to do (see the module docs); with it, why candidates
-/// single-node consolidation looked at could not go.
+/// The commands of the first method that finds something to do (see the module docs); with
+/// them, why candidates single-node consolidation looked at could not go.
 pub fn plan(
     candidates: &[Candidate],
     eventual: &[Candidate],
     base: &Base<'_>,
     allowed: impl Fn(&str, DisruptionReason) -> u32,
-) -> (Option<Command>, Vec<(Candidate, Refusal)>) {
+) -> (Vec<Command>, Vec<(Candidate, Refusal)>) {
     if let Some(command) = emptiness(candidates, &allowed) {
-        return (Some(command), Vec::new());
+        return (vec![command], Vec::new());
     }
     let drifted: Vec<&Candidate> = candidates.iter().chain(eventual).filter(|c| c.drifted).collect();
-    if let Some(command) = drift(&drifted, base, &allowed) {
-        return (Some(command), Vec::new());
+    let commands = drift(&drifted, base, &allowed);
+    if !commands.is_empty() {
+        return (commands, Vec::new());
     }
     let consolidatable: Vec<&Candidate> = candidates
         .iter()
@@ -143,20 +150,22 @@ pub fn plan(
     });
     // Multi-node consolidation only when every candidate within budgets is in the base.
     let order: Option<Vec<usize>> = within.iter().map(|c| position(c)).collect();
-    if let Some(command) = order.and_then(|order| multi_node(&within, &order, &mut search)) {
-        return (Some(command), Vec::new());
+    if let Some(command) = order.and_then(|order| multi_node(&within, &order, base, &mut search)) {
+        return (vec![command], Vec::new());
     }
     // One node at a time: each candidate needs room for itself alone in its pool's budget.
     let each = consolidatable
         .into_iter()
         .filter(|c| allowed(&c.pool.name_any(), DisruptionReason::Underutilized) > 0)
         .filter_map(|c| Some((c, position(c)?)));
-    first_of(
+    let (command, refusals) = first_of(
         Method::SingleNode,
         DisruptionReason::Underutilized,
+        base,
         &mut search,
         each,
-    )
+    );
+    (command.into_iter().collect(), refusals)
 }
 
 fn underutilized_policy(candidate: &Candidate) -> bool {
@@ -172,30 +181,64 @@ fn emptiness(candidates: &[Candidate], allowed: &impl Fn(&str, DisruptionReason)
     delete_empty(Method::Emptiness, DisruptionReason::Empty, &empty, allowed)
 }
 
-/// Drifted candidates: the empty ones budgets allow at once, else the first that can be relocated.
+/// Drifted candidates: the empty ones budgets allow, in one command; else one command for each
+/// that can be relocated, as many as budgets allow.
 fn drift(
     drifted: &[&Candidate],
     base: &Base<'_>,
     allowed: &impl Fn(&str, DisruptionReason) -> u32,
-) -> Option<Command> {
+) -> Vec<Command> {
     let empty: Vec<&Candidate> = drifted.iter().copied().filter(|c| c.pods.is_empty()).collect();
     if let Some(command) = delete_empty(Method::Drift, DisruptionReason::Drifted, &empty, allowed) {
-        return Some(command);
+        return vec![command];
     }
-    let each: Vec<&Candidate> = drifted
+    let (known, prepared): (Vec<&Candidate>, Vec<consolidation::Candidate>) = drifted
         .iter()
-        .copied()
-        .filter(|c| allowed(&c.pool.name_any(), DisruptionReason::Drifted) > 0)
-        .collect();
-    let (command, refusals) = first_alone(Method::Drift, DisruptionReason::Drifted, &each, base);
-    for (candidate, refusal) in &refusals {
-        tracing::info!(
-            nodeclaim = candidate.claim.name_any(),
-            %refusal,
-            "drifted node cannot be replaced yet"
-        );
+        .filter_map(|c| Some((*c, prepare(c, base)?)))
+        .unzip();
+    let mut search = search(Method::Drift, base, &prepared);
+    let mut left: BTreeMap<String, u32> = BTreeMap::new();
+    let mut commands = Vec::new();
+    for (position, candidate) in known.into_iter().enumerate() {
+        let pool = candidate.pool.name_any();
+        let room = left
+            .entry(pool.clone())
+            .or_insert_with(|| allowed(&pool, DisruptionReason::Drifted));
+        if *room == 0 {
+            continue;
+        }
+        match answer(Method::Drift, &mut search, &[position]) {
+            Ok((decision, onto)) => {
+                *room -= 1;
+                // The pods this command counted on stay where they are until it is done: the
+                // candidates after it move nothing onto its node or the room it took.
+                let mut closed = onto.clone();
+                closed.push(prepared[position].node);
+                search.close(&closed);
+                commands.push(Command {
+                    method: Method::Drift,
+                    reason: DisruptionReason::Drifted,
+                    candidates: vec![candidate.clone()],
+                    decision,
+                    onto: node_names(base, &onto),
+                });
+            }
+            Err(refusal) => tracing::info!(
+                nodeclaim = candidate.claim.name_any(),
+                %refusal,
+                "drifted node cannot be replaced yet"
+            ),
+        }
     }
-    command
+    commands
+}
+
+/// The names of the nodes at `positions` in the base.
+fn node_names(base: &Base<'_>, positions: &[usize]) -> Vec<String> {
+    positions
+        .iter()
+        .map(|&p| base.input.nodes[p].name.clone())
+        .collect()
 }
 
 /// One command of `method` deleting the candidates of `empty` (they have no pod to move) that
@@ -212,13 +255,16 @@ fn delete_empty(
         reason,
         candidates: chosen.into_iter().cloned().collect(),
         decision: Decision::Delete,
+        onto: Vec::new(),
     })
 }
 
-/// A search over `prepared` for `method`: consolidation moves no pod onto a node still settling;
-/// drift, which must go whatever it costs, may.
+/// A search over `prepared` for `method`: no pod moves onto a node a command in flight holds;
+/// consolidation moves none onto a node still settling either, while drift, which must go whatever
+/// it costs, may.
 fn search<'a>(method: Method, base: &'a Base<'_>, prepared: &'a [consolidation::Candidate]) -> Search<'a> {
     let mut search = Search::new(base.input, prepared, base.settings);
+    search.close(&base.held);
     if method != Method::Drift {
         search.close(&base.settling);
     }
@@ -226,12 +272,21 @@ fn search<'a>(method: Method, base: &'a Base<'_>, prepared: &'a [consolidation::
 }
 
 /// What `method` makes of removing the candidates at `which`: drift relocates their pods onto as
-/// many new nodes as they need, consolidation only onto fewer, cheaper ones.
-fn answer(method: Method, search: &mut Search<'_>, which: &[usize]) -> Result<Decision, Refusal> {
-    match method {
-        Method::Drift => search.relocate(which),
-        _ => search.consolidate(which),
-    }
+/// many new nodes as they need, consolidation only onto fewer, cheaper ones. With the decision,
+/// the positions of the remaining nodes the pods were counted onto.
+fn answer(
+    method: Method,
+    search: &mut Search<'_>,
+    which: &[usize],
+) -> Result<(Decision, Vec<usize>), Refusal> {
+    let (decision, solution) = match method {
+        Method::Drift => search.relocation(which)?,
+        _ => search.simulate(which)?,
+    };
+    let mut onto: Vec<usize> = solution.placements.iter().map(|p| p.node).collect();
+    onto.sort_unstable();
+    onto.dedup();
+    Ok((decision, onto))
 }
 
 /// The candidates, in order, that their pools' budgets leave room for.
@@ -278,7 +333,11 @@ fn prepare_all(candidates: &[&Candidate], base: &Base<'_>) -> Option<Vec<consoli
 }
 
 /// Simulates removing `candidates` from the base, as `method` would.
-fn simulate(method: Method, candidates: &[&Candidate], base: &Base<'_>) -> Option<Result<Decision, Refusal>> {
+fn simulate(
+    method: Method,
+    candidates: &[&Candidate],
+    base: &Base<'_>,
+) -> Option<Result<(Decision, Vec<usize>), Refusal>> {
     let prepared = prepare_all(candidates, base)?;
     let all: Vec<usize> = (0..prepared.len()).collect();
     Some(answer(method, &mut search(method, base, &prepared), &all))
@@ -286,35 +345,28 @@ fn simulate(method: Method, candidates: &[&Candidate], base: &Base<'_>) -> Optio
 
 /// The largest prefix of at least two candidates that consolidates (binary search over all);
 /// `order` holds their positions in the search.
-fn multi_node(candidates: &[&Candidate], order: &[usize], search: &mut Search<'_>) -> Option<Command> {
+fn multi_node(
+    candidates: &[&Candidate],
+    order: &[usize],
+    base: &Base<'_>,
+    search: &mut Search<'_>,
+) -> Option<Command> {
     let best = search.largest_prefix(order);
     tracing::info!(
         searched = candidates.len(),
         found = best.as_ref().map_or(0, |(count, _)| *count),
         "multi-node consolidation"
     );
-    best.map(|(count, decision)| Command {
+    let (count, _) = best?;
+    // Asked once more for where the pods went, which the binary search does not keep.
+    let (decision, onto) = answer(Method::MultiNode, search, &order[..count]).ok()?;
+    Some(Command {
         method: Method::MultiNode,
         reason: DisruptionReason::Underutilized,
         candidates: candidates[..count].iter().map(|c| (*c).clone()).collect(),
         decision,
+        onto: node_names(base, &onto),
     })
-}
-
-/// The first candidate that `method` can remove alone, as a command for `reason`; the refusals of
-/// those before it. One search is set up for all of them.
-fn first_alone(
-    method: Method,
-    reason: DisruptionReason,
-    candidates: &[&Candidate],
-    base: &Base<'_>,
-) -> (Option<Command>, Vec<(Candidate, Refusal)>) {
-    let (known, prepared): (Vec<&Candidate>, Vec<consolidation::Candidate>) = candidates
-        .iter()
-        .filter_map(|c| Some((*c, prepare(c, base)?)))
-        .unzip();
-    let mut search = search(method, base, &prepared);
-    first_of(method, reason, &mut search, known.into_iter().zip(0..))
 }
 
 /// Of `candidates` (each with its position in `search`), the first that `method` can remove
@@ -322,18 +374,20 @@ fn first_alone(
 fn first_of<'c>(
     method: Method,
     reason: DisruptionReason,
+    base: &Base<'_>,
     search: &mut Search<'_>,
     candidates: impl IntoIterator<Item = (&'c Candidate, usize)>,
 ) -> (Option<Command>, Vec<(Candidate, Refusal)>) {
     let mut refusals = Vec::new();
     for (candidate, position) in candidates {
         match answer(method, search, &[position]) {
-            Ok(decision) => {
+            Ok((decision, onto)) => {
                 let command = Command {
                     method,
                     reason,
                     candidates: vec![candidate.clone()],
                     decision,
+                    onto: node_names(base, &onto),
                 };
                 return (Some(command), refusals);
             }
@@ -372,11 +426,11 @@ pub fn revalidate(
         return None;
     }
     let was_empty = previous.candidates.iter().all(|c| c.pods.is_empty());
-    let decision = match previous.method {
+    let (decision, onto) = match previous.method {
         Method::Emptiness | Method::Drift if was_empty => current
             .iter()
             .all(|c| c.pods.is_empty())
-            .then_some(Decision::Delete)?,
+            .then_some((Decision::Delete, Vec::new()))?,
         method => simulate(method, &current, base)?.ok()?,
     };
     let same_kind = previous.method == Method::Drift
@@ -389,5 +443,6 @@ pub fn revalidate(
         reason: previous.reason,
         candidates: current.into_iter().cloned().collect(),
         decision,
+        onto: node_names(base, &onto),
     })
 }

@@ -9,22 +9,27 @@
 //! 3. tries the methods in Karpenter's order ([`methods`]), unless nothing they depend on changed
 //!    since a pass that found nothing ([`memo`]); a node that cannot go is told why
 //!    (`Unconsolidatable`), a blocked one too (`DisruptionBlocked`);
-//! 4. waits [`VALIDATION_DELAY`] and decides again over fresh state: the same candidates must
-//!    still be candidates, within budgets, with the same outcome, or nothing happens;
-//! 5. runs the command ([`orchestrate`]): taint, launch and wait for the replacements, delete; a
-//!    failure rolls everything back.
+//! 4. for emptiness and consolidation (not drift, as Karpenter), waits [`VALIDATION_DELAY`] and
+//!    decides again over fresh state: the same candidates must still be candidates, within
+//!    budgets, with the same outcome, or nothing happens;
+//! 5. starts each command ([`orchestrate`]: taint, launch and wait for the replacements, delete; a
+//!    failure rolls it back) and goes on at once: commands run side by side, each holding its
+//!    candidates and the room it counted on ([`in_flight`]) until it is done, and the budgets,
+//!    which count what is in flight, bound how many.
 //!
-//! One command runs at a time; passes that come meanwhile fold into one more. The first pass
-//! removes `karpenter.sh/disrupted` taints a crash left on nodes whose NodeClaims are not being
-//! deleted. Failures of a pass are logged; the next pass starts from the cluster again.
+//! One pass runs at a time; passes asked for meanwhile fold into one more, and a pass that started
+//! commands, or a command that ended, asks for another. The first pass removes
+//! `karpenter.sh/disrupted` taints a crash left on nodes whose NodeClaims are not being deleted.
+//! Failures of a pass are logged; the next pass starts from the cluster again.
 
 pub mod candidates;
 pub mod drift;
+pub mod in_flight;
 pub mod methods;
 pub mod orchestrate;
 
 use std::{
-    collections::{BTreeMap, HashMap},
+    collections::{BTreeMap, BTreeSet, HashMap},
     sync::{Arc, Mutex, MutexGuard},
     time::Duration,
 };
@@ -40,7 +45,8 @@ use kube::ResourceExt;
 
 use self::{
     candidates::{Collected, PoolTypes},
-    methods::{Base, Command},
+    in_flight::{Held, Holding, InFlight},
+    methods::{Base, Command, Method},
 };
 use crate::{
     decide::budgets,
@@ -53,7 +59,7 @@ use crate::{
     effects::metrics::{ConsolidationTypeLabels, PoolReasonLabels, ReasonLabels},
     problem::{self, Problem},
     shared::Shared,
-    state::snapshot,
+    state::{read_model::ReadModel, snapshot},
 };
 
 /// How often the planner looks for something to do (Karpenter's idle requeue).
@@ -77,6 +83,7 @@ pub struct DisruptionPlanner {
     cleaned: bool,
     memo: SharedMemo,
     checks: drift::SharedChecks,
+    in_flight: InFlight,
 }
 
 /// The memo, shared with the pass that runs (one at a time).
@@ -95,6 +102,7 @@ impl DisruptionPlanner {
             cleaned: false,
             memo: SharedMemo::default(),
             checks: drift::SharedChecks::default(),
+            in_flight: InFlight::default(),
         }
     }
 
@@ -109,14 +117,35 @@ impl DisruptionPlanner {
         let clean = !std::mem::replace(&mut self.cleaned, true);
         let memo = self.memo.clone();
         let checks = self.checks.clone();
+        let in_flight = self.in_flight.clone();
+        ctx.spawn(pass(shared, clean, memo, checks, in_flight).into_actor(self).map(
+            |started, planner, ctx| {
+                if !started.is_empty() {
+                    // Budgets may allow more: look again at once.
+                    planner.fold.start();
+                }
+                for planned in started {
+                    planner.start(planned, ctx);
+                }
+                if planner.fold.finish() {
+                    planner.run(ctx);
+                }
+            },
+        ));
+    }
+
+    /// Starts carrying out `planned` beside the commands in flight; its end asks for a pass.
+    fn start(&mut self, planned: Planned, ctx: &mut Context<Self>) {
+        let ticket = self.in_flight.start(Held {
+            candidates: planned.command.claim_names(),
+            onto: planned.command.onto.clone(),
+            replacements: Vec::new(),
+        });
+        let shared = self.shared.clone();
         ctx.spawn(
-            pass(shared, clean, memo, checks)
+            async move { orchestrate::run(&shared, planned, &ticket).await }
                 .into_actor(self)
-                .map(|(), planner, ctx| {
-                    if planner.fold.finish() {
-                        planner.run(ctx);
-                    }
-                }),
+                .map(|(), planner, ctx| planner.kick(ctx)),
         );
     }
 }
@@ -147,19 +176,47 @@ pub struct Planned {
     pub replacements: Vec<NodeClaim>,
 }
 
-/// One pass (see the module docs).
-async fn pass(shared: Shared, clean: bool, memo: SharedMemo, checks: drift::SharedChecks) {
+/// One pass (see the module docs): the commands to start.
+async fn pass(
+    shared: Shared,
+    clean: bool,
+    memo: SharedMemo,
+    checks: drift::SharedChecks,
+    in_flight: InFlight,
+) -> Vec<Planned> {
     shared.read.synced().await;
     if clean {
         orchestrate::remove_stale_taints(&shared).await;
     }
     let started = tokio::time::Instant::now();
-    let decided = decide(&shared, None, &memo, Some(&checks)).await;
+    let decided = decide(&shared, None, &memo, Some(&checks), &in_flight).await;
     let seconds = started.elapsed().as_secs_f64();
     shared.metrics.reconciled("disruption", "success", seconds);
-    let Some(planned) = decided else {
-        return;
-    };
+    let (now, to_validate): (Vec<Planned>, Vec<Planned>) = decided
+        .into_iter()
+        .partition(|planned| planned.command.method == Method::Drift);
+    for planned in &now {
+        tracing::info!(
+            method = planned.command.method.name(),
+            candidates = ?planned.command.claim_names(),
+            "disruption decided"
+        );
+    }
+    let mut started = now;
+    for planned in to_validate {
+        started.extend(validate(&shared, planned, &memo, &in_flight).await);
+    }
+    started
+}
+
+/// Waits [`VALIDATION_DELAY`] and decides `planned` again: the command as it stands then, or
+/// `None` when it no longer holds.
+async fn validate(
+    shared: &Shared,
+    planned: Planned,
+    memo: &SharedMemo,
+    in_flight: &InFlight,
+) -> Option<Planned> {
     let command = &planned.command;
     tracing::info!(
         method = command.method.name(),
@@ -169,8 +226,11 @@ async fn pass(shared: Shared, clean: bool, memo: SharedMemo, checks: drift::Shar
         VALIDATION_DELAY.as_secs()
     );
     tokio::time::sleep(VALIDATION_DELAY).await;
-    match decide(&shared, Some(&planned.command), &memo, None).await {
-        Some(validated) => orchestrate::run(&shared, validated).await,
+    match decide(shared, Some(&planned.command), memo, None, in_flight)
+        .await
+        .pop()
+    {
+        Some(validated) => Some(validated),
         None => {
             tracing::info!(
                 candidates = ?planned.command.claim_names(),
@@ -183,24 +243,28 @@ async fn pass(shared: Shared, clean: bool, memo: SharedMemo, checks: drift::Shar
                     consolidation_type: planned.command.method.consolidation_type().to_owned(),
                 })
                 .inc();
+            None
         }
     }
 }
 
-/// Decides what to do now; with `previous`, only whether that command still holds (same
-/// candidates, within budgets, same kind of outcome), and with what replacements. With `checks`,
-/// marks drift first.
+/// Decides what to do now, beside the commands `in_flight`; with `previous`, only whether that
+/// command still holds (same candidates, within budgets, same kind of outcome), and with what
+/// replacements. With `checks`, marks drift first.
 async fn decide(
     shared: &Shared,
     previous: Option<&Command>,
     memo: &SharedMemo,
     checks: Option<&drift::SharedChecks>,
-) -> Option<Planned> {
+    in_flight: &InFlight,
+) -> Vec<Planned> {
     let read = &shared.read;
     // Counted before anything is read: a watch event that lands while the pass reads (the echo of
     // its own drift marks, pods deleted meanwhile) must make the next pass look again, not be taken
-    // for part of what this one saw.
+    // for part of what this one saw. So is what is in flight.
     let changes = read.changes();
+    let generation = in_flight.generation();
+    let holding = in_flight.holding();
     let now = shared.clock.now_seconds();
     let initialized = |c: &NodeClaim| {
         c.status
@@ -209,7 +273,7 @@ async fn decide(
     };
     if !read.node_claims().iter().any(|c| initialized(c)) {
         // Nothing could be a candidate: spare the catalog and the simulation.
-        return None;
+        return Vec::new();
     }
     // The nodes and their pods come after the candidates, once there is something to simulate.
     let Problem { mut input, pools, .. } = problem::cluster(shared, Vec::new()).await;
@@ -249,12 +313,21 @@ async fn decide(
         collected
     };
     let Collected {
-        candidates,
-        eventual,
+        mut candidates,
+        mut eventual,
         settling,
         ..
     } = collected;
-    let counts = budget_counts(shared);
+    let held_nodes = held_nodes(read, &holding);
+    let free = |c: &candidates::Candidate| {
+        let claim = c.claim.name_any();
+        !holding.candidates.contains(&claim)
+            && !holding.replacements.contains(&claim)
+            && !held_nodes.contains(&c.node_name())
+    };
+    candidates.retain(free);
+    eventual.retain(free);
+    let counts = budget_counts(shared, &holding);
     let allowed = |pool: &str, reason: DisruptionReason| {
         let Some(pool) = pools.iter().find(|p| p.name_any() == pool) else {
             return 0;
@@ -264,6 +337,7 @@ async fn decide(
     };
     let fingerprint = Fingerprint {
         changes,
+        in_flight: generation,
         candidates: candidates
             .iter()
             .map(|c| (c.claim.name_any(), c.consolidatable))
@@ -282,12 +356,12 @@ async fn decide(
     if previous.is_none() {
         count_pass(shared, &candidates, &eventual, &fingerprint.allowances);
         if lock(memo).still_idle(&fingerprint) {
-            return None;
+            return Vec::new();
         }
         if candidates.is_empty() && eventual.is_empty() {
             // Nothing to simulate: a cluster still filling up spends no pass on its pods.
             lock(memo).idle(fingerprint);
-            return None;
+            return Vec::new();
         }
     }
     input.nodes = snapshot::existing_nodes(read);
@@ -302,6 +376,10 @@ async fn decide(
         .iter()
         .filter_map(|n| positions.get(n).copied())
         .collect();
+    let held = held_nodes
+        .iter()
+        .filter_map(|n| positions.get(n).copied())
+        .collect();
     let settings = Settings {
         spot_to_spot: shared.settings.spot_to_spot_consolidation,
     };
@@ -310,13 +388,14 @@ async fn decide(
         input: &input,
         positions,
         settling,
+        held,
         settings,
     };
-    let command = match previous {
+    let commands = match previous {
         None => {
             let started = tokio::time::Instant::now();
-            let (command, refusals) = methods::plan(&candidates, &eventual, &base, allowed);
-            let reason = command.as_ref().map_or(UNDERUTILIZED, |c| reason_label(c.reason));
+            let (commands, refusals) = methods::plan(&candidates, &eventual, &base, allowed);
+            let reason = commands.first().map_or(UNDERUTILIZED, |c| reason_label(c.reason));
             shared
                 .metrics
                 .disruption_evaluation_duration
@@ -329,35 +408,51 @@ async fn decide(
                     .events
                     .normal(candidate.claim.as_ref(), "Unconsolidatable", &refusal.to_string());
             }
-            match command {
-                Some(command) => {
-                    lock(memo).forget();
-                    command
-                }
-                None => {
-                    lock(memo).idle(fingerprint);
-                    return None;
-                }
+            if commands.is_empty() {
+                lock(memo).idle(fingerprint);
+            } else {
+                lock(memo).forget();
             }
+            commands
         }
-        Some(previous) => methods::revalidate(previous, &candidates, &eventual, &base, allowed)?,
+        Some(previous) => methods::revalidate(previous, &candidates, &eventual, &base, allowed)
+            .into_iter()
+            .collect(),
     };
-    let new_claims = match &command.decision {
-        Decision::Delete => Vec::new(),
-        Decision::Replace(replacement) => vec![&replacement.claim],
-        Decision::Relaunch(claims) => claims.iter().collect(),
-    };
-    let replacements = new_claims
+    commands
         .into_iter()
-        .map(|claim| {
-            let pool = pools.get(claim.node_pool)?;
-            Some(claim_template::node_claim(pool, claim, &input.instance_types))
+        .filter_map(|command| {
+            let new_claims = match &command.decision {
+                Decision::Delete => Vec::new(),
+                Decision::Replace(replacement) => vec![&replacement.claim],
+                Decision::Relaunch(claims) => claims.iter().collect(),
+            };
+            let replacements = new_claims
+                .into_iter()
+                .map(|claim| {
+                    let pool = pools.get(claim.node_pool)?;
+                    Some(claim_template::node_claim(pool, claim, &input.instance_types))
+                })
+                .collect::<Option<Vec<_>>>()?;
+            Some(Planned {
+                command,
+                replacements,
+            })
         })
-        .collect::<Option<Vec<_>>>()?;
-    Some(Planned {
-        command,
-        replacements,
-    })
+        .collect()
+}
+
+/// The Nodes the commands in flight hold: their candidates', those they counted pods onto, and
+/// their replacements' (once registered).
+fn held_nodes(read: &ReadModel, holding: &Holding) -> BTreeSet<String> {
+    let node_of = |claim: &String| read.node_claim(claim)?.status.as_ref()?.node_name.clone();
+    holding
+        .candidates
+        .iter()
+        .chain(&holding.replacements)
+        .filter_map(node_of)
+        .chain(holding.onto.iter().cloned())
+        .collect()
 }
 
 const EMPTY: &str = "empty";
@@ -407,8 +502,8 @@ fn count_pass(
 }
 
 /// Per NodePool: its initialized nodes not being deleted, and those already being disrupted
-/// (deleting, tainted `karpenter.sh/disrupted`) or NotReady.
-fn budget_counts(shared: &Shared) -> BTreeMap<String, (u32, u32)> {
+/// (deleting, tainted `karpenter.sh/disrupted`, candidates of a command in flight) or NotReady.
+fn budget_counts(shared: &Shared, holding: &Holding) -> BTreeMap<String, (u32, u32)> {
     let read = &shared.read;
     let claims = read.node_claims();
     let mut counts: HashMap<&str, (u32, u32)> = HashMap::new();
@@ -428,7 +523,8 @@ fn budget_counts(shared: &Shared) -> BTreeMap<String, (u32, u32)> {
             .as_deref()
             .and_then(|p| read.node_for_provider(p));
         let deleting = claim.metadata.deletion_timestamp.is_some();
-        let disrupted = node.as_ref().is_some_and(|n| is_disrupted(n) || !node_ready(n));
+        let disrupted = holding.candidates.contains(&claim.name_any())
+            || node.as_ref().is_some_and(|n| is_disrupted(n) || !node_ready(n));
         let entry = counts.entry(pool).or_default();
         if !deleting {
             entry.0 += 1;

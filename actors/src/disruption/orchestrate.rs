@@ -6,7 +6,9 @@
 //!    wait until every one is Initialized (`DisruptionWaitingReadiness`), at most
 //!    [`REPLACEMENT_TIMEOUT`];
 //! 3. delete the candidates' NodeClaims (`DisruptionTerminating`): termination drains them
-//!    through the Eviction API.
+//!    through the Eviction API;
+//! 4. hold what the command counted on (its [`Ticket`]) until the candidates' NodeClaims are gone,
+//!    their pods moved, at most [`DRAIN_HOLD`]: the budgets count them as deleting meanwhile.
 //!
 //! A failure before step 3 (a write refused, the replacement deleted or not ready in time) rolls
 //! back: the taints and conditions are removed and the candidates keep serving
@@ -28,7 +30,7 @@ use k8s_openapi::api::core::v1::{Node, Taint};
 use kube::{Api, ResourceExt, api::PostParams};
 use serde_json::json;
 
-use super::{Planned, candidates::Candidate, reason_label};
+use super::{Planned, candidates::Candidate, in_flight::Ticket, reason_label};
 use crate::{
     decide::lifecycle::{disrupted_taint, is_disrupted, node_taints},
     effects::faults::Step,
@@ -40,8 +42,12 @@ use crate::{
 /// How long a replacement may take to become Initialized before the command is rolled back.
 pub const REPLACEMENT_TIMEOUT: Duration = Duration::from_secs(10 * 60);
 
-/// How often a replacement's readiness is looked at.
+/// How often a replacement's readiness, or a deleted candidate's end, is looked at.
 const READINESS_POLL: Duration = Duration::from_secs(1);
+
+/// How long a command holds the room it counted on after deleting its candidates, waiting for
+/// them to be gone.
+pub const DRAIN_HOLD: Duration = Duration::from_secs(10 * 60);
 
 /// Attempts at an optimistic write before giving up on it.
 const WRITE_ATTEMPTS: usize = 3;
@@ -59,8 +65,8 @@ enum Failure {
     ReplacementTimeout(String, u64),
 }
 
-/// Runs `planned` (see the module docs).
-pub async fn run(shared: &Shared, planned: Planned) {
+/// Runs `planned` (see the module docs), holding `ticket` until it is done.
+pub async fn run(shared: &Shared, planned: Planned, ticket: &Ticket) {
     let Planned {
         command,
         replacements,
@@ -81,6 +87,7 @@ pub async fn run(shared: &Shared, planned: Planned) {
         faults.reach(Step::DisruptionMarked).await;
         for replacement in &replacements {
             let name = launch(shared, replacement, &command.candidates, &label).await?;
+            ticket.launched(name.clone());
             let pool = replacement.labels().get(NODEPOOL).cloned().unwrap_or_default();
             shared.metrics.created(&pool, reason_label(command.reason));
             created.push(name);
@@ -111,6 +118,19 @@ pub async fn run(shared: &Shared, planned: Planned) {
     }
     count_decision(shared, &command, how);
     tracing::info!(method = command.method.name(), candidates = ?command.claim_names(), "disruption done");
+    wait_until_gone(shared, &command.candidates).await;
+}
+
+/// Waits until the candidates' NodeClaims are gone, at most [`DRAIN_HOLD`].
+async fn wait_until_gone(shared: &Shared, candidates: &[Candidate]) {
+    let started = tokio::time::Instant::now();
+    while started.elapsed() < DRAIN_HOLD
+        && candidates
+            .iter()
+            .any(|c| shared.read.node_claim(&c.claim.name_any()).is_some())
+    {
+        tokio::time::sleep(READINESS_POLL).await;
+    }
 }
 
 /// Counts a command carried out, and each NodeClaim it disrupted.
