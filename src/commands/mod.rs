@@ -7,6 +7,7 @@ pub mod bench;
 pub mod bench_chaos;
 pub mod bench_consolidation;
 mod bench_controller;
+mod bench_drift;
 mod bench_e2e;
 mod bench_kubesim;
 mod chaos_cases;
@@ -142,6 +143,14 @@ pub enum BenchTarget {
     Consolidation {
         /// Nodes in the cluster before consolidation.
         #[arg(long, default_value_t = 1_000)]
+        nodes: usize,
+    },
+    /// An AMI roll-out over N nodes (one pod each, the NodePool's default 10 % budget) on virtual
+    /// time: roll-out time, decisions per hour, the most nodes disrupting at once against the
+    /// budget, wall time and peak memory.
+    Drift {
+        /// Nodes in the cluster before the new image is released.
+        #[arg(long, default_value_t = 500)]
         nodes: usize,
     },
     /// The quickstart workload at scale through the whole system (kubesim, the simulated cloud and
@@ -318,6 +327,9 @@ pub fn run(cli: Cli, out: &mut dyn io::Write) -> Result<ExitCode, CommandError> 
         Command::Bench {
             target: BenchTarget::Consolidation { nodes },
         } => bench_consolidation::run(nodes, out),
+        Command::Bench {
+            target: BenchTarget::Drift { nodes },
+        } => bench_drift::run(nodes, out),
         Command::Bench {
             target: BenchTarget::E2e { pods, nodes, pools },
         } => bench_e2e::run(workload(pods, nodes), pools, out),
