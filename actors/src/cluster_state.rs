@@ -127,6 +127,17 @@ impl ClusterState {
         }
     }
 
+    /// A NodeClaim began being deleted: its node's pods are provisioned for now, with the
+    /// pending ones, so their replacement is on its way before the drain evicts them.
+    fn place_leaving_pods(&mut self, claim: &NodeClaim) {
+        let node = claim.status.as_ref().and_then(|s| s.node_name.as_deref());
+        if let Some(pod) = node.and_then(|node| self.shared.read.pods_on(node).into_iter().next()) {
+            self.notify(PodPending {
+                pod: (pod.namespace().unwrap_or_default(), pod.name_any()),
+            });
+        }
+    }
+
     fn notify(&mut self, pending: PodPending) {
         if self.batcher.try_send(pending).is_err() {
             self.shared.metrics.found_full("batcher");
@@ -445,7 +456,10 @@ impl StreamHandler<Change> for ClusterState {
             Change::NodeClaim(claim, deleted) => {
                 let name = claim.name_any();
                 let _span = tracing::debug_span!("cluster_state.nodeclaim", nodeclaim = name).entered();
-                read.observe_claim(&claim, deleted);
+                let began_leaving = read.observe_claim(&claim, deleted);
+                if began_leaving {
+                    self.place_leaving_pods(&claim);
+                }
                 if !deleted {
                     self.node_claim_actor(&name);
                 }

@@ -2,6 +2,12 @@
 //! model, and its outcome sent on: NodeClaims to create to their NodePool actors, and a
 //! `FailedScheduling` event, naming why, to every pod that fits nowhere.
 //!
+//! The pods simulated are the pending ones and, after them, the pods of nodes whose NodeClaims are
+//! being deleted (Karpenter's `pending + deletingNodePods`): an expiring or interrupted node's pods
+//! get one right-sized replacement at once, before its drain evicts them, and once it is counted
+//! (in flight or registered) the next pass places them there rather than launching again. Only
+//! pending pods are told why they fit nowhere.
+//!
 //! One simulation runs at a time; a batch that arrives meanwhile is folded into one more run. A
 //! run ends when its NodeClaims are created (or their creates failed), as Karpenter's provisioner
 //! waits for its creates: the next run then counts every claim this one asked for.
@@ -88,14 +94,18 @@ async fn provision(shared: Shared) {
         paused,
     } = problem::cluster(&shared, snapshot::existing_nodes(read)).await;
     let snapshot::Pending {
-        pods: pending,
+        pods: mut pending,
         ignored,
     } = snapshot::pending(&read.pending_pods());
     for (pod, why) in &ignored {
         let message = format!("Failed to schedule pod, ignoring it: {why}");
         failed_scheduling(&shared, pod, &message);
     }
+    let waiting = pending.len();
+    let leaving = read.leaving_pods();
+    pending.extend(snapshot::pending(&leaving.pods).pods);
     if pending.is_empty() {
+        read.provisioned_for(&leaving.claims);
         return;
     }
     let pods: Vec<Arc<Pod>> = pending.iter().map(|(pod, _)| pod.clone()).collect();
@@ -129,21 +139,24 @@ async fn provision(shared: Shared) {
         .observe(seconds);
     shared.metrics.reconciled("provisioner", "success", seconds);
     tracing::info!(
-        pods = input.pods.len(),
+        pods = waiting,
+        leaving = input.pods.len() - waiting,
         placed = solution.placements.len(),
         new_nodes = solution.claims.len(),
         unschedulable = solution.unschedulable.len(),
         "scheduling simulation"
     );
-    dispatch(&shared, input, (&pools, &paused), &pods, solution).await;
+    dispatch(&shared, input, (&pools, &paused), &pods[..waiting], solution).await;
+    read.provisioned_for(&leaving.claims);
 }
 
-/// Sends the claims to their NodePools and tells unschedulable pods why.
+/// Sends the claims to their NodePools and tells unschedulable pending pods (the first of the
+/// simulation's pods, `pending`) why.
 async fn dispatch(
     shared: &Shared,
     input: Input,
     (pools, paused): (&[Arc<NodePool>], &[String]),
-    pods: &[Arc<Pod>],
+    pending: &[Arc<Pod>],
     solution: Solution,
 ) {
     let mut plans: BTreeMap<usize, Vec<_>> = BTreeMap::new();
@@ -175,7 +188,9 @@ async fn dispatch(
     }
     let paused: String = paused.iter().map(|why| format!("; {why}")).collect();
     for unschedulable in &solution.unschedulable {
-        let pod = &pods[unschedulable.pod];
+        let Some(pod) = pending.get(unschedulable.pod) else {
+            continue;
+        };
         let message = format!("Failed to schedule pod, {unschedulable}{paused}");
         failed_scheduling(shared, pod, &message);
     }

@@ -29,7 +29,8 @@ use tokio::time::Instant;
 use super::{
     repair::{BLOCKED_RETRY, Repair},
     timing::{
-        INITIALIZATION_TIMEOUT, LAUNCH_TIMEOUT, MINIMUM_DRAIN_TIME, REGISTRATION_TIMEOUT, doubling_backoff,
+        INITIALIZATION_TIMEOUT, LAUNCH_TIMEOUT, MINIMUM_DRAIN_TIME, PROVISIONING_WAIT, REGISTRATION_TIMEOUT,
+        doubling_backoff,
     },
 };
 
@@ -116,6 +117,8 @@ pub struct Facts<'a> {
     pub node: Option<&'a Node>,
     /// The pods bound to that Node, once the claim is being deleted (only a drain reads them).
     pub pods: &'a [Arc<Pod>],
+    /// Whether the claim is being deleted and no provisioning pass has counted those pods yet.
+    pub awaiting_provisioning: bool,
     /// Whether the claim's NodePool and node class are in the read model.
     pub pool_and_class_known: bool,
     /// Whether the claim's instance still exists: asked of the cloud only while the claim is being
@@ -578,6 +581,10 @@ fn volumes_detached(facts: &Facts<'_>) -> Result<ConditionUpdate, Plan> {
 /// the minimum drain time since tainting over), or once the claim's `terminationGracePeriod`
 /// deadline has passed (what is left goes with the instance).
 ///
+/// Evictions wait, at most [`PROVISIONING_WAIT`] from the taint, until a provisioning pass has
+/// counted the node's pods: their replacement is then on its way, one right-sized node rather than
+/// one per evicted pod.
+///
 /// Pods wait for the drain unless they are mirror pods, finished, stuck terminating, or tolerate
 /// `karpenter.sh/disrupted:NoSchedule`. Only the first tier with a pod left is evicted: non-critical
 /// pods, then non-critical DaemonSet pods, then critical pods, then critical DaemonSet pods
@@ -632,7 +639,12 @@ fn drain(facts: &Facts<'_>, node: &Node, memory: &mut Memory) -> Option<Plan> {
             });
         }
     }
+    let provisioning =
+        facts.awaiting_provisioning && facts.now.saturating_duration_since(started) < PROVISIONING_WAIT;
     if let Some(first) = waiting.iter().map(|p| tier(p)).min() {
+        if provisioning {
+            return Some(Plan::act(actions, Next::After(DRAIN_POLL)));
+        }
         let evict: Vec<PodRef> = waiting
             .iter()
             .filter(|p| {
@@ -993,6 +1005,7 @@ mod tests {
         claim: &'a NodeClaim,
         node: Option<&'a Node>,
         pods: &'a [Arc<Pod>],
+        awaiting_provisioning: bool,
         known: bool,
         exists: Option<bool>,
         volumes: &'a [String],
@@ -1006,6 +1019,7 @@ mod tests {
                 claim,
                 node: None,
                 pods: &[],
+                awaiting_provisioning: false,
                 known: true,
                 exists: None,
                 volumes: &[],
@@ -1019,6 +1033,7 @@ mod tests {
                 claim: self.claim,
                 node: self.node,
                 pods: self.pods,
+                awaiting_provisioning: self.awaiting_provisioning,
                 pool_and_class_known: self.known,
                 instance_exists: self.exists,
                 volume_attachments: self.volumes,
@@ -1568,6 +1583,38 @@ mod tests {
                 ConditionUpdate::holds(ConditionType::InstanceTerminating)
             ])],
             "past that, the pod no longer holds the drain"
+        );
+    }
+
+    #[test]
+    fn a_drain_evicts_once_provisioning_counted_its_pods_or_after_half_a_minute() {
+        let claim = draining(registered(json!({})));
+        let node = tainted();
+        let now = Instant::now();
+        let pods = [pod("web", json!({}))];
+        let mut case = Case::new(&claim);
+        case.node = Some(&node);
+        case.exists = Some(true);
+        case.now = now;
+        case.pods = &pods;
+        case.awaiting_provisioning = true;
+        let evicts = |plan: Plan| plan.actions.iter().any(|a| matches!(a, Action::Evict(_)));
+        let tainted_ago = |ago: Duration| Memory {
+            drain_started: Some(now - ago),
+            ..Memory::default()
+        };
+        assert!(
+            !evicts(case.decide(&mut tainted_ago(Duration::from_secs(10)))),
+            "the pods' replacement is not counted yet: no eviction"
+        );
+        assert!(
+            evicts(case.decide(&mut tainted_ago(PROVISIONING_WAIT))),
+            "a provisioner that never counts them holds the drain no longer"
+        );
+        case.awaiting_provisioning = false;
+        assert!(
+            evicts(case.decide(&mut tainted_ago(Duration::ZERO))),
+            "counted: the drain goes on"
         );
     }
 

@@ -16,6 +16,9 @@ pub const UNAVAILABLE_OFFERING_TTL: Duration = Duration::from_secs(3 * 60);
 pub const INSTANCE_TYPES_TTL: Duration = Duration::from_secs(5 * 60);
 /// Draining waits at least this long after tainting, for pods bound before the taint was seen.
 pub const MINIMUM_DRAIN_TIME: Duration = Duration::from_secs(5);
+/// The longest a drain holds its evictions until a provisioning pass has counted the node's pods
+/// (Joist's own: Karpenter evicts at once and provisions alongside).
+pub const PROVISIONING_WAIT: Duration = Duration::from_secs(30);
 /// An instance with no NodeClaim is terminated once it is older than this.
 pub const ORPHAN_GRACE: Duration = Duration::from_secs(30);
 /// A retry wait that doubles with each failure in a row: `first` after the first, up to `max`.

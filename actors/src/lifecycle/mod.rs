@@ -101,6 +101,7 @@ pub async fn step(shared: &Shared, name: &str, memory: &mut Memory) -> Result<Ne
         claim: &claim,
         node: node.as_deref(),
         pods: &pods,
+        awaiting_provisioning: read.awaiting_provisioning(&claim.name_any()),
         pool_and_class_known: pool_known && class_known,
         instance_exists,
         volume_attachments: &volume_attachments,

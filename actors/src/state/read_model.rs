@@ -95,6 +95,9 @@ struct Index {
     claim_by_provider: DashMap<String, String>,
     claim_by_instance: DashMap<String, String>,
     claims_by_pool: DashMap<String, BTreeSet<String>>,
+    /// NodeClaims being deleted (their nodes' pods are about to need a place), and whether a
+    /// provisioning pass has counted those pods yet.
+    leaving: DashMap<String, bool>,
     pods_by_node: DashMap<String, BTreeSet<PodKey>>,
     /// VolumeAttachment names by the node they attach to.
     attachments_by_node: DashMap<String, BTreeSet<String>>,
@@ -120,6 +123,16 @@ struct Index {
     /// Each NodePool's usage: the sum of its claims' entries in `claim_usage`, and their number
     /// as `nodes`, kept as claims change rather than summed when asked.
     pool_usage: DashMap<String, Resources>,
+}
+
+/// The NodeClaims being deleted and their nodes' pods that must find another place
+/// ([`ReadModel::leaving_pods`]).
+#[derive(Debug, Default)]
+pub struct Leaving {
+    /// The NodeClaims, by name.
+    pub claims: Vec<String>,
+    /// Their nodes' pods, by namespace and name.
+    pub pods: Vec<Arc<Pod>>,
 }
 
 /// See the module docs. Cheap to clone.
@@ -409,6 +422,44 @@ impl ReadModel {
         keys.iter().filter_map(|key| self.pod(key)).collect()
     }
 
+    /// The pods that must find another place because their node's NodeClaim is being deleted
+    /// (expiring, interrupted, disrupted, deleted by hand), as Karpenter's provisioner adds them
+    /// to the pending ones: neither DaemonSet, mirror, finished nor already terminating pods. By
+    /// namespace and name.
+    pub fn leaving_pods(&self) -> Leaving {
+        let mut claims: Vec<String> = self.index.leaving.iter().map(|c| c.key().clone()).collect();
+        claims.sort();
+        let mut pods: Vec<Arc<Pod>> = claims
+            .iter()
+            .filter_map(|claim| self.node_claim(claim)?.status.as_ref()?.node_name.clone())
+            .flat_map(|node| self.pods_on(&node))
+            .filter(|pod| {
+                pod.metadata.deletion_timestamp.is_none()
+                    && !owned_by_daemon_set(pod)
+                    && !is_mirror(pod)
+                    && !finished(pod)
+            })
+            .collect();
+        pods.sort_by(|a, b| (a.namespace(), a.name_any()).cmp(&(b.namespace(), b.name_any())));
+        Leaving { claims, pods }
+    }
+
+    /// A provisioning pass placed the pods of `leaving`'s NodeClaims (or found they fit nowhere):
+    /// their drains need not wait for it any longer.
+    pub fn provisioned_for(&self, leaving: &[String]) {
+        for claim in leaving {
+            if let Some(mut counted) = self.index.leaving.get_mut(claim) {
+                *counted = true;
+            }
+        }
+    }
+
+    /// Whether the claim is being deleted and no provisioning pass has counted its node's pods
+    /// yet.
+    pub fn awaiting_provisioning(&self, claim: &str) -> bool {
+        self.index.leaving.get(claim).is_some_and(|counted| !*counted)
+    }
+
     /// Every pod (unsorted: for metrics, which do not care about order).
     pub fn pods(&self) -> Vec<Arc<Pod>> {
         self.pods.state()
@@ -628,15 +679,27 @@ impl ReadModel {
     }
 
     /// Updates the NodeClaim indexes after a watch event.
-    pub(crate) fn observe_claim(&self, claim: &NodeClaim, deleted: bool) {
+    /// Files a NodeClaim's change; whether it just began being deleted.
+    pub(crate) fn observe_claim(&self, claim: &NodeClaim, deleted: bool) -> bool {
         let name = claim.name_any();
         self.index.created.seen(&name);
+        let began_leaving = if deleted || claim.metadata.deletion_timestamp.is_none() {
+            self.index.leaving.remove(&name);
+            false
+        } else {
+            let mut began = false;
+            self.index.leaving.entry(name.clone()).or_insert_with(|| {
+                began = true;
+                false
+            });
+            began
+        };
         if let Some(pool) = claim.labels().get(NODEPOOL) {
             file(&self.index.claims_by_pool, pool, name.clone(), !deleted);
         }
         self.account(&name, if deleted { None } else { counted(claim) });
         let Some(provider_id) = claim.status.as_ref().and_then(|s| s.provider_id.clone()) else {
-            return;
+            return began_leaving;
         };
         let instance = instance_id(&provider_id).to_owned();
         if deleted {
@@ -646,6 +709,7 @@ impl ReadModel {
             self.index.claim_by_provider.insert(provider_id, name.clone());
             self.index.claim_by_instance.insert(instance, name);
         }
+        began_leaving
     }
 }
 

@@ -20,22 +20,30 @@ use kube::ResourceExt;
 
 use crate::{decide::lifecycle::is_disrupted, state::read_model::ReadModel};
 
-/// The nodes the simulation may place pods on: registered Nodes that are not being deleted,
-/// cordoned or drained, then NodeClaims still launching or booting.
+/// The nodes the simulation may place pods on: registered Nodes that are not being deleted (nor
+/// their NodeClaims), cordoned or drained, then NodeClaims still launching or booting.
 pub fn existing_nodes(read: &ReadModel) -> Vec<ExistingNode> {
     let claims = read.node_claims();
     let mut nodes: Vec<ExistingNode> = read
         .nodes()
         .iter()
         .filter(|n| usable(n))
-        .map(|node| {
+        .filter_map(|node| {
             let claim = node
                 .spec
                 .as_ref()
                 .and_then(|s| s.provider_id.as_deref())
                 .and_then(|p| read.claim_for_provider(p))
                 .and_then(|name| read.node_claim(&name));
-            existing_node(read, node, claim.as_deref())
+            // A node whose NodeClaim is being deleted takes no pod, and its own pods are the
+            // provisioner's to place (its drain taint may not be there yet).
+            if claim
+                .as_ref()
+                .is_some_and(|c| c.metadata.deletion_timestamp.is_some())
+            {
+                return None;
+            }
+            Some(existing_node(read, node, claim.as_deref()))
         })
         .collect();
     nodes.extend(
