@@ -29,8 +29,8 @@ use crate::simulate::{self, Report, Scenario};
 /// When the new image is released (virtual seconds), once every node is up.
 const RELEASE_AT: f64 = 600.0;
 
-/// How long after the release the run goes on: the roll-out's target is one hour.
-const ROLL_OUT_LIMIT: f64 = 2.0 * 3600.0;
+/// How long after the release the run goes on: the roll-out's target, one hour.
+const ROLL_OUT_LIMIT: f64 = 3600.0;
 
 /// The NodePool's budget, in percent of its nodes (Karpenter's default).
 const BUDGET_PERCENT: usize = 10;
@@ -169,7 +169,7 @@ mod tests {
         let text = scenario(3);
         let parsed = Scenario::parse(&text).expect("the scenario parses");
         assert!(text.contains("releaseImage: {family: al2023}"), "{text}");
-        assert!(text.ends_with("until: 7800s\n"), "{text}");
+        assert!(text.ends_with("until: 4200s\n"), "{text}");
         assert_eq!(parsed.steps.len(), 2, "the scale-up, then the release");
     }
 

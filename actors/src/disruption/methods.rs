@@ -397,47 +397,39 @@ fn first_of<'c>(
     (None, refusals)
 }
 
-/// Whether `previous` still holds over this pass's `candidates` (and `eventual` ones, for
-/// drift): every one of its candidates is still a candidate (consolidatable, or still drifted for
-/// drift, and still empty when it was), within budgets, and the simulation gives the same kind of
-/// outcome (drift: any way to relocate the pods). The command as it stands now, or `None`.
+/// Whether `previous`, an emptiness or consolidation command (drift is not validated), still
+/// holds over this pass's `candidates`: every one of its candidates is still a consolidatable
+/// candidate (and still empty for emptiness), within budgets, and the simulation gives the same
+/// kind of outcome. The command as it stands now, or `None`.
 pub fn revalidate(
     previous: &Command,
     candidates: &[Candidate],
-    eventual: &[Candidate],
     base: &Base<'_>,
     allowed: impl Fn(&str, DisruptionReason) -> u32,
 ) -> Option<Command> {
-    let still = |c: &Candidate| match previous.method {
-        Method::Drift => c.drifted,
-        _ => c.consolidatable,
-    };
     let current: Vec<&Candidate> = previous
         .candidates
         .iter()
         .map(|old| {
             candidates
                 .iter()
-                .chain(eventual)
-                .find(|c| c.claim.name_any() == old.claim.name_any() && still(c))
+                .find(|c| c.claim.name_any() == old.claim.name_any() && c.consolidatable)
         })
         .collect::<Option<_>>()?;
     if within_budgets(&current, |pool| allowed(pool, previous.reason)).len() != current.len() {
         return None;
     }
-    let was_empty = previous.candidates.iter().all(|c| c.pods.is_empty());
     let (decision, onto) = match previous.method {
-        Method::Emptiness | Method::Drift if was_empty => current
+        Method::Emptiness => current
             .iter()
             .all(|c| c.pods.is_empty())
             .then_some((Decision::Delete, Vec::new()))?,
         method => simulate(method, &current, base)?.ok()?,
     };
-    let same_kind = previous.method == Method::Drift
-        || matches!(
-            (&previous.decision, &decision),
-            (Decision::Delete, Decision::Delete) | (Decision::Replace(_), Decision::Replace(_))
-        );
+    let same_kind = matches!(
+        (&previous.decision, &decision),
+        (Decision::Delete, Decision::Delete) | (Decision::Replace(_), Decision::Replace(_))
+    );
     same_kind.then(|| Command {
         method: previous.method,
         reason: previous.reason,

@@ -18,7 +18,7 @@
 //!    which count what is in flight, bound how many.
 //!
 //! One pass runs at a time; passes asked for meanwhile fold into one more, and a pass that started
-//! commands, or a command that ended, asks for another. The first pass removes
+//! commands asks for another at once (the budgets may allow more). The first pass removes
 //! `karpenter.sh/disrupted` taints a crash left on nodes whose NodeClaims are not being deleted.
 //! Failures of a pass are logged; the next pass starts from the cluster again.
 
@@ -134,7 +134,9 @@ impl DisruptionPlanner {
         ));
     }
 
-    /// Starts carrying out `planned` beside the commands in flight; its end asks for a pass.
+    /// Starts carrying out `planned` beside the commands in flight. Its end asks for no pass of
+    /// its own: the next periodic one sees the budget it freed, where a pass per end would cost a
+    /// look at the whole cluster per disrupted node.
     fn start(&mut self, planned: Planned, ctx: &mut Context<Self>) {
         let ticket = self.in_flight.start(Held {
             candidates: planned.command.claim_names(),
@@ -142,11 +144,7 @@ impl DisruptionPlanner {
             replacements: Vec::new(),
         });
         let shared = self.shared.clone();
-        ctx.spawn(
-            async move { orchestrate::run(&shared, planned, &ticket).await }
-                .into_actor(self)
-                .map(|(), planner, ctx| planner.kick(ctx)),
-        );
+        ctx.spawn(async move { orchestrate::run(&shared, planned, &ticket).await }.into_actor(self));
     }
 }
 
@@ -415,7 +413,7 @@ async fn decide(
             }
             commands
         }
-        Some(previous) => methods::revalidate(previous, &candidates, &eventual, &base, allowed)
+        Some(previous) => methods::revalidate(previous, &candidates, &base, allowed)
             .into_iter()
             .collect(),
     };
