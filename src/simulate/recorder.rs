@@ -5,7 +5,7 @@
 //! and ran. The summary's pending times and provisioning latency come from here.
 
 use std::{
-    collections::BTreeMap,
+    collections::{BTreeMap, BTreeSet},
     sync::{Arc, Mutex, MutexGuard},
 };
 
@@ -48,8 +48,10 @@ struct Notes {
     max_pending_to_claim: Option<f64>,
     /// Disruption reasons by provider ID, while the claims carry them.
     disruption_reasons: BTreeMap<String, String>,
-    /// The last disruption decision put on the timeline (each candidate carries it).
-    last_decision: Option<String>,
+    /// The disruption decisions on the timeline and not rolled back, by message: each of a
+    /// command's candidates carries its message, and the command is one entry however its
+    /// candidates' changes interleave with other commands'.
+    decided: BTreeSet<String>,
 }
 
 /// The resources the recorder follows.
@@ -142,16 +144,15 @@ impl Notes {
                             text(object, "/status/providerID").to_owned(),
                             reason.to_lowercase(),
                         );
-                        if self.last_decision.as_deref() != Some(message.as_str()) {
-                            self.entry(at, "disruption-decided", name.clone(), message.clone());
-                            self.last_decision = Some(message);
+                        if self.decided.insert(message.clone()) {
+                            self.entry(at, "disruption-decided", name.clone(), message);
                         }
                     }
                     (None, Some((_, message))) if !deleting(object) => {
                         self.disruption_reasons
                             .remove(&text(object, "/status/providerID"));
                         // The same command decided again is a new entry.
-                        self.last_decision = None;
+                        self.decided.remove(&message);
                         self.entry(at, "disruption-rolled-back", name.clone(), message);
                     }
                     _ => {}
