@@ -730,6 +730,77 @@ fn a_new_image_rolls_every_node_one_at_a_time_within_a_budget_of_one() {
     );
 }
 
+/// The most NodeClaims at once between a `disruption-decided` entry naming them and their
+/// deletion (or the command's rollback).
+fn most_disrupting_at_once(report: &Report) -> usize {
+    let mut disrupting = std::collections::BTreeSet::new();
+    let mut most = 0;
+    for e in &report.timeline {
+        match e.event.as_str() {
+            "disruption-decided" => {
+                disrupting.insert(e.object.as_str());
+            }
+            "disruption-rolled-back" | "nodeclaim-deleted" => {
+                disrupting.remove(e.object.as_str());
+            }
+            _ => {}
+        }
+        most = most.max(disrupting.len());
+    }
+    most
+}
+
+#[test]
+fn ten_drift_commands_run_side_by_side_under_a_budget_of_ten() {
+    let ten_at_once = pool(
+        "default",
+        &family(&["c5"]),
+        &disruption("WhenEmpty", "[{nodes: '10'}]"),
+    );
+    let manifests = ten_at_once + NODE_CLASS + &deployment("web", 12, "1", APART);
+    let steps = "[{at: 3m, releaseImage: {family: al2023}}]";
+    let report = run(&scenario(&manifests, steps, "15m"));
+    let s = &report.summary;
+    assert_eq!(terminated(&report, "drifted"), 12, "{s:#?}");
+    assert_eq!((s.pods_running_end, s.pods_pending_end), (12, 0), "{s:#?}");
+    let decided = decisions(&report);
+    assert_eq!(
+        decided.len(),
+        12,
+        "one command per drifted node, each on the timeline: {decided:#?}"
+    );
+    assert_eq!(
+        most_disrupting_at_once(&report),
+        10,
+        "ten commands in flight at once, never more: {decided:#?}"
+    );
+}
+
+#[test]
+fn an_expiring_nodes_pods_get_one_replacement_before_the_first_eviction() {
+    let manifests = c5_pool_with("      expireAfter: 5m") + NODE_CLASS + &deployment("web", 3, "1", "");
+    let report = run(&scenario(&manifests, "[]", "9m"));
+    let s = &report.summary;
+    let deleting = first_at(&report, "nodeclaim-deleting");
+    let evicted = first_at(&report, "pod-terminating");
+    let replacements: Vec<f64> = entries(&report, "nodeclaim-created")
+        .map(|e| e.at_seconds)
+        .filter(|&at| at >= deleting)
+        .collect();
+    assert_eq!(
+        replacements.len(),
+        1,
+        "one replacement for the three pods, not one per eviction: {:#?}",
+        report.timeline
+    );
+    assert!(
+        replacements[0] < evicted,
+        "the replacement ({}) was created before the first eviction ({evicted})",
+        replacements[0]
+    );
+    assert_eq!((s.pods_running_end, s.pods_pending_end), (3, 0), "{s:#?}");
+}
+
 #[test]
 fn a_node_pool_at_its_cpu_limit_still_rolls_a_new_image() {
     // Three c5.large (2 CPUs each): the pool is at its limit once they run.
