@@ -440,7 +440,7 @@ impl ReadModel {
                     && !finished(pod)
             })
             .collect();
-        pods.sort_by(|a, b| (a.namespace(), a.name_any()).cmp(&(b.namespace(), b.name_any())));
+        pods.sort_by_key(|pod| (pod.namespace(), pod.name_any()));
         Leaving { claims, pods }
     }
 
