@@ -27,7 +27,6 @@ use crate::{
     effects::metrics::ControllerLabels,
     problem::{self, Problem},
     protocol::{LaunchPlan, ProvisionBatch},
-    settings::SolverMode,
     shared::Shared,
     state::snapshot,
 };
@@ -111,23 +110,12 @@ async fn provision(shared: Shared) {
     let pods: Vec<Arc<Pod>> = pending.iter().map(|(pod, _)| pod.clone()).collect();
     input.pods = pending.into_iter().map(|(_, info)| info).collect();
     let started = tokio::time::Instant::now();
-    let (input, solution) = match shared.settings.solver {
-        SolverMode::Inline => {
-            let solution = solve(&input);
-            (input, solution)
-        }
-        SolverMode::Pool => match tokio::task::spawn_blocking(move || {
-            let solution = solve(&input);
-            (input, solution)
-        })
-        .await
-        {
-            Ok(done) => done,
-            Err(error) => {
-                tracing::error!(%error, "the scheduling simulation panicked");
-                return;
-            }
-        },
+    let solved = shared.settings.solver.run(move || {
+        let solution = solve(&input);
+        (input, solution)
+    });
+    let Some((input, solution)) = solved.await else {
+        return;
     };
     let seconds = started.elapsed().as_secs_f64();
     shared

@@ -16,6 +16,22 @@ pub enum SolverMode {
     Pool,
 }
 
+impl SolverMode {
+    /// Runs `work` where this mode says; `None` when it panicked on the pool (logged).
+    pub async fn run<T: Send + 'static>(self, work: impl FnOnce() -> T + Send + 'static) -> Option<T> {
+        match self {
+            SolverMode::Inline => Some(work()),
+            SolverMode::Pool => match tokio::task::spawn_blocking(work).await {
+                Ok(done) => Some(done),
+                Err(error) => {
+                    tracing::error!(%error, "a simulation panicked");
+                    None
+                }
+            },
+        }
+    }
+}
+
 /// How the controllers behave.
 #[derive(Debug, Clone)]
 pub struct Settings {

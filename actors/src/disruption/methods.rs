@@ -98,9 +98,6 @@ impl Command {
     }
 }
 
-/// Disruptions each NodePool still allows for a reason, by NodePool name.
-pub type Allowance = BTreeMap<String, u32>;
-
 /// The base problem of a pass, and where each candidate's node stands in it.
 pub struct Base<'a> {
     /// The cluster as watched (each pod's scheduling view is kept there).

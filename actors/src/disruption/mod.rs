@@ -36,7 +36,7 @@ use std::{
 
 use actix::prelude::*;
 use joist_messages::{
-    apis::{NodeClaim, nodepool::DisruptionReason},
+    apis::{NodeClaim, NodePool, nodepool::DisruptionReason},
     conditions::{ConditionStatus, ConditionType, ConditionUpdate, is_true},
     labels::NODEPOOL,
 };
@@ -325,14 +325,12 @@ async fn decide(
     };
     candidates.retain(free);
     eventual.retain(free);
-    let counts = budget_counts(shared, &holding);
-    let allowed = |pool: &str, reason: DisruptionReason| {
-        let Some(pool) = pools.iter().find(|p| p.name_any() == pool) else {
-            return 0;
-        };
-        let (nodes, disrupting) = counts.get(pool.name_any().as_str()).copied().unwrap_or((0, 0));
-        budgets::allowed(pool, reason, nodes, disrupting, now)
+    let budgets = Budgets {
+        pools: pools.clone(),
+        counts: budget_counts(shared, &holding),
+        now,
     };
+    let allowed = |pool: &str, reason: DisruptionReason| budgets.allowed(pool, reason);
     let fingerprint = Fingerprint {
         changes,
         in_flight: generation,
@@ -381,42 +379,55 @@ async fn decide(
     let settings = Settings {
         spot_to_spot: shared.settings.spot_to_spot_consolidation,
     };
-    let base = Base {
-        read,
-        input: &input,
-        positions,
-        settling,
-        held,
-        settings,
+    // The search runs off the actors' thread (where the settings put the provisioner's solve):
+    // at 10,000 nodes it takes seconds, during which nothing else would run.
+    let started = tokio::time::Instant::now();
+    let previous = previous.cloned();
+    let read = read.clone();
+    let simulated = shared.settings.solver.run(move || {
+        let base = Base {
+            read: &read,
+            input: &input,
+            positions,
+            settling,
+            held,
+            settings,
+        };
+        let allowed = |pool: &str, reason: DisruptionReason| budgets.allowed(pool, reason);
+        let outcome = match &previous {
+            None => methods::plan(&candidates, &eventual, &base, allowed),
+            Some(previous) => (
+                methods::revalidate(previous, &candidates, &base, allowed)
+                    .into_iter()
+                    .collect(),
+                Vec::new(),
+            ),
+        };
+        (outcome, previous.is_none(), input)
+    });
+    let Some(((commands, refusals), planned, input)) = simulated.await else {
+        return Vec::new();
     };
-    let commands = match previous {
-        None => {
-            let started = tokio::time::Instant::now();
-            let (commands, refusals) = methods::plan(&candidates, &eventual, &base, allowed);
-            let reason = commands.first().map_or(UNDERUTILIZED, |c| reason_label(c.reason));
+    if planned {
+        let reason = commands.first().map_or(UNDERUTILIZED, |c| reason_label(c.reason));
+        shared
+            .metrics
+            .disruption_evaluation_duration
+            .get_or_create(&ReasonLabels {
+                reason: reason.to_owned(),
+            })
+            .observe(started.elapsed().as_secs_f64());
+        for (candidate, refusal) in &refusals {
             shared
-                .metrics
-                .disruption_evaluation_duration
-                .get_or_create(&ReasonLabels {
-                    reason: reason.to_owned(),
-                })
-                .observe(started.elapsed().as_secs_f64());
-            for (candidate, refusal) in &refusals {
-                shared
-                    .events
-                    .normal(candidate.claim.as_ref(), "Unconsolidatable", &refusal.to_string());
-            }
-            if commands.is_empty() {
-                lock(memo).idle(fingerprint);
-            } else {
-                lock(memo).forget();
-            }
-            commands
+                .events
+                .normal(candidate.claim.as_ref(), "Unconsolidatable", &refusal.to_string());
         }
-        Some(previous) => methods::revalidate(previous, &candidates, &base, allowed)
-            .into_iter()
-            .collect(),
-    };
+        if commands.is_empty() {
+            lock(memo).idle(fingerprint);
+        } else {
+            lock(memo).forget();
+        }
+    }
     commands
         .into_iter()
         .filter_map(|command| {
@@ -438,6 +449,25 @@ async fn decide(
             })
         })
         .collect()
+}
+
+/// What each NodePool's budgets allow now, less what is already disrupting.
+struct Budgets {
+    pools: Vec<Arc<NodePool>>,
+    /// Per NodePool: its nodes, and those disrupting ([`budget_counts`]).
+    counts: BTreeMap<String, (u32, u32)>,
+    now: i64,
+}
+
+impl Budgets {
+    /// Disruptions `pool` allows for `reason` (none for a NodePool not in this pass).
+    fn allowed(&self, pool: &str, reason: DisruptionReason) -> u32 {
+        let Some(found) = self.pools.iter().find(|p| p.name_any() == pool) else {
+            return 0;
+        };
+        let (nodes, disrupting) = self.counts.get(pool).copied().unwrap_or((0, 0));
+        budgets::allowed(found, reason, nodes, disrupting, self.now)
+    }
 }
 
 /// The Nodes the commands in flight hold: their candidates', those they counted pods onto, and
