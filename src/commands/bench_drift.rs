@@ -24,7 +24,7 @@ use super::{
     bench::peak_memory_mib,
     bench_e2e::{self, Workload},
 };
-use crate::simulate::{self, Report, Scenario};
+use crate::simulate::Report;
 
 /// When the new image is released (virtual seconds), once every node is up.
 const RELEASE_AT: f64 = 600.0;
@@ -37,17 +37,7 @@ const BUDGET_PERCENT: usize = 10;
 
 /// Runs the benchmark and prints its figures.
 pub fn run(nodes: usize, out: &mut dyn io::Write) -> Result<ExitCode, CommandError> {
-    let failed = |message: String| CommandError::Simulate {
-        path: "bench drift".into(),
-        message,
-    };
-    let scenario = Scenario::parse(&scenario(nodes)).map_err(|e| failed(e.to_string()))?;
-    #[allow(clippy::disallowed_types)] // Benchmarks measure wall time on purpose.
-    let start = std::time::Instant::now();
-    let mut simulated = simulate::run(&scenario, scenario.seed, Default::default(), &mut |_| {})
-        .map_err(|e| failed(e.to_string()))?;
-    simulated.leave_world();
-    let wall = start.elapsed().as_secs_f64();
+    let (simulated, wall) = bench_e2e::timed("bench drift", &scenario(nodes))?;
     let figures = Figures::of(&simulated.report);
     let roll_out = match figures.roll_out {
         Some(seconds) => format!("{seconds:.0} s"),
@@ -163,6 +153,7 @@ impl Figures {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::simulate::Scenario;
 
     #[test]
     fn the_scenario_releases_an_image_once_the_nodes_are_up() {

@@ -19,7 +19,7 @@
 use std::{fmt::Write as _, io, process::ExitCode};
 
 use super::{CommandError, bench::peak_memory_mib};
-use crate::simulate::{self, Scenario};
+use crate::simulate::{self, Scenario, Simulated};
 
 /// Virtual seconds of the run, and when the Deployments are scaled up.
 const UNTIL: &str = "5m";
@@ -45,18 +45,7 @@ impl Workload {
 
 /// Runs the benchmark and prints its figures.
 pub fn run(workload: Workload, pools: usize, out: &mut dyn io::Write) -> Result<ExitCode, CommandError> {
-    let failed = |message: String| CommandError::Simulate {
-        path: "bench e2e".into(),
-        message,
-    };
-    let scenario = Scenario::parse(&scenario(workload, pools)).map_err(|e| failed(e.to_string()))?;
-    #[allow(clippy::disallowed_types)] // Benchmarks measure wall time on purpose.
-    let start = std::time::Instant::now();
-    let mut simulated = simulate::run(&scenario, scenario.seed, Default::default(), &mut |_| {})
-        .map_err(|e| failed(e.to_string()))?;
-    // The command ends here: the run's figures do not include freeing the world.
-    simulated.leave_world();
-    let wall = start.elapsed().as_secs_f64();
+    let (simulated, wall) = timed("bench e2e", &scenario(workload, pools))?;
     let summary = &simulated.report.summary;
     let running = summary.pods_running_end;
     let kubesim = simulated.kubesim_busy.as_secs_f64() / wall.max(1e-9);
@@ -84,6 +73,23 @@ pub fn run(workload: Workload, pools: usize, out: &mut dyn io::Write) -> Result<
         writeln!(out, "{name} {value}").map_err(CommandError::stdout)?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Runs the scenario `text` on virtual time for the benchmark `command`: what came of it, and the
+/// wall seconds it took (freeing the simulated world not included: the command ends there). A
+/// scenario that does not parse or run is the command's error.
+pub(super) fn timed(command: &str, text: &str) -> Result<(Simulated, f64), CommandError> {
+    let failed = |message: String| CommandError::Simulate {
+        path: command.into(),
+        message,
+    };
+    let scenario = Scenario::parse(text).map_err(|e| failed(e.to_string()))?;
+    #[allow(clippy::disallowed_types)] // Benchmarks measure wall time on purpose.
+    let start = std::time::Instant::now();
+    let mut simulated = simulate::run(&scenario, scenario.seed, Default::default(), &mut |_| {})
+        .map_err(|e| failed(e.to_string()))?;
+    simulated.leave_world();
+    Ok((simulated, start.elapsed().as_secs_f64()))
 }
 
 /// The scenario: see the module docs.
