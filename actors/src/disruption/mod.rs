@@ -382,6 +382,7 @@ async fn decide(
     // The search runs off the actors' thread (where the settings put the provisioner's solve):
     // at 10,000 nodes it takes seconds, during which nothing else would run.
     let started = tokio::time::Instant::now();
+    let planning = previous.is_none();
     let previous = previous.cloned();
     let read = read.clone();
     let simulated = shared.settings.solver.run(move || {
@@ -403,12 +404,12 @@ async fn decide(
                 Vec::new(),
             ),
         };
-        (outcome, previous.is_none(), input)
+        (outcome, input)
     });
-    let Some(((commands, refusals), planned, input)) = simulated.await else {
+    let Some(((commands, refusals), input)) = simulated.await else {
         return Vec::new();
     };
-    if planned {
+    if planning {
         let reason = commands.first().map_or(UNDERUTILIZED, |c| reason_label(c.reason));
         shared
             .metrics
