@@ -137,8 +137,9 @@ pub struct HttpServer {
 }
 
 impl HttpServer {
-    /// Serves on `127.0.0.1:port` (0: any free port).
-    pub async fn bind(server: Arc<ApiServer>, port: u16) -> io::Result<Self> {
+    /// Serves on `127.0.0.1:port` (0: any free port), every request through `faults` when given:
+    /// several servers over one [`ApiServer`] give their clients different networks.
+    pub async fn bind(server: Arc<ApiServer>, port: u16, faults: Option<ApiFaults>) -> io::Result<Self> {
         let listener = TcpListener::bind(("127.0.0.1", port)).await?;
         let address = listener.local_addr()?;
         let accept_loop = tokio::spawn(async move {
@@ -151,12 +152,15 @@ impl HttpServer {
                     }
                 };
                 let server = server.clone();
+                let faults = faults.clone();
                 tokio::spawn(async move {
-                    let service =
-                        hyper::service::service_fn(move |request: Request<hyper::body::Incoming>| {
+                    let service = hyper::service::service_fn(
+                        move |request: Request<hyper::body::Incoming>| {
                             let server = server.clone();
-                            async move { Ok::<_, Infallible>(answer(&server, None, request).await) }
-                        });
+                            let faults = faults.clone();
+                            async move { Ok::<_, Infallible>(answer(&server, faults.as_ref(), request).await) }
+                        },
+                    );
                     if let Err(error) = hyper::server::conn::http1::Builder::new()
                         .serve_connection(TokioIo::new(stream), service)
                         .await

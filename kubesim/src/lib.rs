@@ -141,7 +141,17 @@ impl Cluster {
 
     /// Serves the cluster over HTTP on `127.0.0.1:port` (0: any free port).
     pub async fn serve_http(&self, port: u16) -> io::Result<HttpServer> {
-        HttpServer::bind(Arc::new(self.server.audited(self.audit.clone())), port).await
+        self.serve_http_through(port, None).await
+    }
+
+    /// Serves the cluster over HTTP as [`Cluster::serve_http`], every request through `faults`
+    /// when given: the network of the clients that use this address.
+    pub async fn serve_http_through(
+        &self,
+        port: u16,
+        faults: Option<api::ApiFaults>,
+    ) -> io::Result<HttpServer> {
+        HttpServer::bind(Arc::new(self.server.audited(self.audit.clone())), port, faults).await
     }
 }
 

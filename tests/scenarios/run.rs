@@ -10,7 +10,11 @@ use std::{
     time::Duration,
 };
 
-use joist_kubesim::{Cluster, ClusterSettings, http::HttpServer};
+use joist_kubesim::{
+    Cluster, ClusterSettings,
+    api::{ApiFailure, ApiFaults},
+    http::HttpServer,
+};
 use joist_messages::apis::NodeClaim;
 use joist_provider::CloudError;
 use joist_provider_aws::{clients::AwsClients, instances};
@@ -148,6 +152,8 @@ struct World {
     dir: PathBuf,
     kubeconfig: PathBuf,
     server: HttpServer,
+    /// The network between `server` and its clients (none by default).
+    network: ApiFaults,
     cluster: Cluster,
 }
 
@@ -184,7 +190,11 @@ impl World {
         cluster
             .install_crds(joist_messages::apis::crds().into_iter().map(|(_, crd)| crd))
             .unwrap_or_else(|e| panic!("{e}"));
-        let server = cluster.serve_http(0).await.unwrap_or_else(|e| panic!("{e}"));
+        let network = ApiFaults::default();
+        let server = cluster
+            .serve_http_through(0, Some(network.clone()))
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
         // One directory per world: tests run in parallel in this process.
         static WORLDS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
         let world = WORLDS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
@@ -249,6 +259,7 @@ spec:
             dir,
             kubeconfig,
             server,
+            network,
             cluster,
         }
     }
@@ -258,6 +269,18 @@ spec:
     fn replica(&self, name: &str, env: &[(&str, &str)]) -> Joist {
         let env = harness_environment(&self.server.url(), env);
         spawn(&self.dir, &self.kubeconfig, name, &env)
+    }
+
+    /// Another replica as [`World::replica`], reaching the cluster at an address of its own, out of
+    /// reach of the faults of the world's `network`; the address stops when the server is dropped.
+    async fn replica_elsewhere(&self, name: &str, env: &[(&str, &str)]) -> (Joist, HttpServer) {
+        let server = self.cluster.serve_http(0).await.unwrap_or_else(|e| panic!("{e}"));
+        let kubeconfig = self.dir.join(format!("{name}.kubeconfig"));
+        server
+            .write_kubeconfig(&kubeconfig)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let env = harness_environment(&server.url(), env);
+        (spawn(&self.dir, &kubeconfig, name, &env), server)
     }
 
     /// Every request `joist run` made of the cluster so far is one the Helm chart's Roles grant.
@@ -948,6 +971,59 @@ async fn two_replicas_elect_one_leader_that_a_standby_replaces_when_killed_or_st
     assert!(b.log().contains("released the lease"), "{}", b.log());
     let _ = c.child.kill();
     world.assert_the_chart_grants_every_request();
+}
+
+/// The renew deadline of `joist run`'s leader election (controller-runtime's).
+const RENEW_DEADLINE: Duration = Duration::from_secs(10);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_whose_api_server_is_black_holed_stops_before_a_standby_takes_over() {
+    let mut world = World::start("m5.large", &[("POD_NAME", "joist-a")]).await;
+    let client = world.client.clone();
+    eventually(&world.joist, "joist-a leading", || async {
+        (leader(&client, "kube-system").await.as_deref() == Some("joist-a")).then_some(())
+    })
+    .await;
+    let (mut b, _b_address) = world
+        .replica_elsewhere("joist-b", &[("POD_NAME", "joist-b")])
+        .await;
+    eventually(&b, "joist-b standing by", || async {
+        b.log().contains("standing by").then_some(())
+    })
+    .await;
+
+    // From now nothing joist-a sends arrives and nothing comes back: its renew hangs. It must
+    // stop acting within the renew deadline of its last renew, before joist-b may take the Lease
+    // over (15 s after that renew), and not when the hung request ends (here, after a minute).
+    world.network.fail(ApiFailure::BlackHole, Duration::from_secs(60));
+    let cut = tokio::time::Instant::now();
+    let (mut a_stopped, mut b_leads) = (None, None);
+    while (a_stopped.is_none() || b_leads.is_none()) && cut.elapsed() < Duration::from_secs(45) {
+        if a_stopped.is_none() && world.joist.child.try_wait().ok().flatten().is_some() {
+            a_stopped = Some(cut.elapsed());
+        }
+        if b_leads.is_none() && leader(&client, "kube-system").await.as_deref() == Some("joist-b") {
+            b_leads = Some(cut.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    println!("after the black hole opened: joist-a stopped at {a_stopped:?}, joist-b led at {b_leads:?}");
+    let a_log = world.joist.log();
+    let a_stopped = a_stopped
+        .unwrap_or_else(|| panic!("joist-a never stopped behind the black hole; it logged:\n{a_log}"));
+    let b_leads = b_leads.unwrap_or_else(|| panic!("joist-b never took over; it logged:\n{}", b.log()));
+    assert!(
+        a_stopped <= RENEW_DEADLINE + Duration::from_secs(2),
+        "joist-a stopped {a_stopped:?} after the black hole opened"
+    );
+    assert!(
+        a_stopped < b_leads,
+        "two leaders: joist-b led {b_leads:?} and joist-a stopped {a_stopped:?} after the black hole opened"
+    );
+    assert!(a_log.contains("could not renew the lease in time"), "{a_log}");
+    let exit = world.joist.child.wait().unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(exit.code(), Some(2), "{a_log}");
+    let _ = b.child.kill();
 }
 
 #[test]

@@ -40,6 +40,7 @@ use kube::{
 };
 
 use super::{cached, created::Created};
+use crate::decide::lifecycle::drainable;
 use joist_messages::pods::{finished, is_mirror, owned_by_daemon_set};
 use joist_provider::provider_id::instance_id;
 
@@ -433,12 +434,7 @@ impl ReadModel {
             .iter()
             .filter_map(|claim| self.node_claim(claim)?.status.as_ref()?.node_name.clone())
             .flat_map(|node| self.pods_on(&node))
-            .filter(|pod| {
-                pod.metadata.deletion_timestamp.is_none()
-                    && !owned_by_daemon_set(pod)
-                    && !is_mirror(pod)
-                    && !finished(pod)
-            })
+            .filter(|pod| drainable(pod) && pod.metadata.deletion_timestamp.is_none())
             .collect();
         pods.sort_by_key(|pod| (pod.namespace(), pod.name_any()));
         Leaving { claims, pods }

@@ -1,7 +1,8 @@
 //! Faults of the API server as one client sees it, for tests and `joist simulate` scenarios that
 //! check a controller survives them: writes refused with `409 Conflict`, writes applied whose reply
-//! is lost (`504 Timeout`), every request slowed down, watch streams that end, and watches that may
-//! not resume (`410 Gone`, as after an etcd compaction) so the client must list again.
+//! is lost (`504 Timeout`), every request slowed down, watch streams that end, watches that may
+//! not resume (`410 Gone`, as after an etcd compaction) so the client must list again, and a
+//! network black hole in which nothing the client sends arrives.
 //!
 //! An [`ApiFaults`] is given to one in-process client ([`crate::InProcess::with_faults`]); other
 //! clients, kubesim's own components and the store are untouched, so the fault is what that client
@@ -46,20 +47,25 @@ pub enum ApiFailure {
     /// a watch of a collection the client has not listed since gets `410 Gone`, and the client
     /// must list again.
     Gone,
+    /// A network black hole: open watch streams end, and a request made while the fault lasts is
+    /// neither served nor answered until the fault ends, when it fails with `504 Timeout` (as a
+    /// proxy reports a peer that never answered). Nothing the client sends is applied.
+    BlackHole,
 }
 
 impl ApiFailure {
     /// The names scenarios use, with the failure (`slow` takes its delay separately).
-    pub const NAMES: [(&'static str, Self); 5] = [
+    pub const NAMES: [(&'static str, Self); 6] = [
         ("conflict", Self::Conflict),
         ("loseReply", Self::LoseReply),
         ("slow", Self::Slow(Duration::ZERO)),
         ("dropWatches", Self::DropWatches),
         ("gone", Self::Gone),
+        ("blackHole", Self::BlackHole),
     ];
 
     fn ends_watches(self) -> bool {
-        matches!(self, Self::DropWatches | Self::Gone)
+        matches!(self, Self::DropWatches | Self::Gone | Self::BlackHole)
     }
 }
 
@@ -76,6 +82,8 @@ pub struct FaultCounts {
     pub watch_drops: usize,
     /// Watches refused with 410, each a relist.
     pub gone: usize,
+    /// Requests lost in a black hole.
+    pub black_holed: usize,
 }
 
 #[derive(Debug, Default)]
@@ -152,8 +160,26 @@ impl ApiFaults {
         state.active.iter().map(|(failure, _)| *failure).collect()
     }
 
+    /// When the black hole in force now ends, if there is one.
+    fn black_hole_ends(&self) -> Option<Instant> {
+        let now = Instant::now();
+        self.lock()
+            .active
+            .iter()
+            .filter(|(failure, end)| *failure == ApiFailure::BlackHole && *end > now)
+            .map(|(_, end)| *end)
+            .max()
+    }
+
     /// Answers `request` through `server` as the faults in force make it.
     pub(crate) async fn answer(&self, server: &ApiServer, request: ApiRequest) -> Response<ApiBody> {
+        if let Some(end) = self.black_hole_ends() {
+            self.lock().counts.black_holed += 1;
+            tokio::time::sleep_until(end).await;
+            let lost =
+                ApiError::Timeout("the request was lost in a network black hole (kubesim fault)".to_owned());
+            return json_response(lost.code(), &lost.status());
+        }
         let faults = self.now();
         let delay = faults
             .iter()

@@ -7,7 +7,8 @@
 //! as client-go does). Every write is an update carrying the `resourceVersion` it was decided on,
 //! so of two candidates racing for an expired Lease one wins and the other sees a conflict. The
 //! leader renews every retry period; if it cannot renew for the renew deadline it has lost the
-//! Lease and [`Elector::hold`] returns, and `joist run` stops rather than risk two leaders. On
+//! Lease and [`Elector::hold`] returns, even while a renewing request still hangs, and `joist run`
+//! stops at once rather than risk two leaders. On
 //! SIGTERM the leader releases the Lease (no holder, a one-second duration), so a standby takes over
 //! at once instead of after the lease duration.
 
@@ -63,7 +64,15 @@ impl Elector {
     pub async fn acquire(&mut self) {
         let mut announced = None;
         loop {
-            match self.try_acquire_or_renew().await {
+            // A look that hangs is abandoned, so a standby keeps looking.
+            let Ok(look) = tokio::time::timeout(RENEW_DEADLINE, self.try_acquire_or_renew()).await else {
+                tracing::warn!(
+                    lease = self.name,
+                    "the API server did not answer in time; retrying"
+                );
+                continue;
+            };
+            match look {
                 Ok(Look::Leading) => {
                     tracing::info!(lease = self.name, identity = self.identity, "became the leader");
                     return;
@@ -81,13 +90,18 @@ impl Elector {
     }
 
     /// Renews the Lease until it cannot for [`RENEW_DEADLINE`]; returns when leadership is lost.
+    /// The deadline bounds the renewing request too: a leader whose API server stopped answering
+    /// gives up when the deadline passes, not when the request ends, which on a black-holed
+    /// network may be never, so it has stopped before a standby may take the Lease over
+    /// ([`LEASE_DURATION`] after its last renew).
     pub async fn hold(&mut self) {
         let mut renewed = Instant::now();
         loop {
             tokio::time::sleep(RETRY_PERIOD).await;
-            match self.try_acquire_or_renew().await {
-                Ok(Look::Leading) => renewed = Instant::now(),
-                Ok(Look::Following(holder)) => {
+            let deadline = renewed + RENEW_DEADLINE;
+            match tokio::time::timeout_at(deadline, self.try_acquire_or_renew()).await {
+                Ok(Ok(Look::Leading)) => renewed = Instant::now(),
+                Ok(Ok(Look::Following(holder))) => {
                     tracing::error!(
                         lease = self.name,
                         leader = holder,
@@ -95,9 +109,10 @@ impl Elector {
                     );
                     return;
                 }
-                Err(error) => tracing::warn!(lease = self.name, %error, "renewing the lease failed"),
+                Ok(Err(error)) => tracing::warn!(lease = self.name, %error, "renewing the lease failed"),
+                Err(_) => {}
             }
-            if renewed.elapsed() > RENEW_DEADLINE {
+            if Instant::now() >= deadline {
                 tracing::error!(
                     lease = self.name,
                     "could not renew the lease in time: leadership lost"

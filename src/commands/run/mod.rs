@@ -7,12 +7,14 @@
 //! SIGTERM. Logs go to standard error as JSON lines at `LOG_LEVEL`; node traces are exported when
 //! `OTEL_EXPORTER_OTLP_ENDPOINT` is set; Prometheus metrics and health probes are served on
 //! Karpenter's ports ([`super::endpoints`]). Replicas elect a leader on a Lease ([`leader`]): only the
-//! leader runs the controllers, and one that loses the Lease stops.
+//! leader runs the controllers, and one that loses the Lease (or cannot renew it within the renew
+//! deadline, even while a request hangs) exits at once.
 //!
 //! Failures at start (a missing or invalid setting, no Kubernetes configuration, an API server that
 //! does not answer, no AWS region) stop the command with a message naming what to fix. Later
 //! failures are the controllers' to log and retry.
 
+mod deadline;
 mod leader;
 mod settings;
 
@@ -50,12 +52,19 @@ pub fn run() -> Result<ExitCode, CommandError> {
     let runtime = super::runtime()?;
     let system = actix::System::with_tokio_rt(move || runtime);
     let outcome = system.block_on(serve(settings, &telemetry));
+    if let Err(lost @ CommandError::LeadershipLost { .. }) = &outcome {
+        // At once: the runtime's worker threads would go on running the controllers while it shuts
+        // down (and a solve on its blocking pool would hold that up), and a standby may act from now.
+        eprintln!("joist: {lost}");
+        std::process::exit(2);
+    }
     telemetry.shutdown();
     outcome.map(|()| ExitCode::SUCCESS)
 }
 
 /// A client from `KUBECONFIG` when it is set (a bad file is named, with what is wrong with it, on
-/// one line), else from `~/.kube/config` or the in-cluster service account.
+/// one line), else from `~/.kube/config` or the in-cluster service account; every request it makes
+/// has a deadline ([`deadline`]).
 async fn kube_client() -> Result<kube::Client, String> {
     /// Errors about YAML carry a snippet of the file on the lines after the first.
     fn first_line(error: &dyn std::fmt::Display) -> String {
@@ -74,7 +83,11 @@ async fn kube_client() -> Result<kube::Client, String> {
             .await
             .map_err(|e| format!("KUBECONFIG={path} is not a usable kubeconfig: {}", first_line(&e)))?
     };
-    kube::Client::try_from(config).map_err(|e| format!("cannot make a Kubernetes client: {}", first_line(&e)))
+    let builder = kube::client::ClientBuilder::try_from(config)
+        .map_err(|e| format!("cannot make a Kubernetes client: {}", first_line(&e)))?;
+    Ok(builder
+        .with_layer(&deadline::DeadlineLayer::new(deadline::CALL_DEADLINE))
+        .build())
 }
 
 async fn serve(settings: RunSettings, telemetry: &Telemetry) -> Result<(), CommandError> {
