@@ -321,6 +321,11 @@ spec:
     }
 }
 
+/// What EC2 (moto) reports for the instance behind `provider_id`.
+async fn described(clients: &AwsClients, provider_id: &str) -> Result<joist_provider::Instance, CloudError> {
+    instances::get(&instances::lookups(clients.clone()), provider_id).await
+}
+
 /// The first NodeClaim that has launched an instance.
 async fn launched_claim(joist: &Joist, claims: &Api<NodeClaim>) -> NodeClaim {
     eventually(joist, "a launched NodeClaim", || async {
@@ -382,7 +387,7 @@ async fn joist_run_launches_a_moto_instance_for_a_pending_pod_and_initializes_it
     let claim_name = launched.metadata.name.clone().unwrap_or_default();
     let status = launched.status.clone().unwrap_or_default();
     let provider_id = status.provider_id.clone().unwrap_or_default();
-    let instance = instances::get(&clients, &provider_id)
+    let instance = described(&clients, &provider_id)
         .await
         .unwrap_or_else(|e| panic!("moto has no instance {provider_id}: {e}"));
     assert_eq!(instance.instance_type, "m5.large", "the cheapest type that fits");
@@ -411,7 +416,7 @@ async fn joist_run_launches_a_moto_instance_for_a_pending_pod_and_initializes_it
     );
     // Karpenter's tagging: the instance is named after its Node, and the claim says so.
     eventually(&joist, "the instance named after its node", || async {
-        let instance = instances::get(&clients, &provider_id).await.ok()?;
+        let instance = described(&clients, &provider_id).await.ok()?;
         let claim = claims.get(&claim_name).await.ok()?;
         let tagged = claim.metadata.annotations?.get("karpenter.k8s.aws/tagged")? == "true";
         (tagged && instance.tags.get("Name").map(String::as_str) == Some(node_name)).then_some(())
@@ -464,7 +469,7 @@ async fn joist_run_launches_a_moto_instance_for_a_pending_pod_and_initializes_it
         "{exit:?} within 10 s of SIGTERM; joist run logged:\n{}",
         joist.log()
     );
-    let still_there = instances::get(&clients, &provider_id).await;
+    let still_there = described(&clients, &provider_id).await;
     assert!(
         !matches!(still_there, Err(CloudError::NodeClaimNotFound { .. })),
         "stopping the controller leaves the node's instance running"
@@ -521,7 +526,7 @@ async fn joist_run_removes_a_node_once_its_pods_are_gone() {
         claims.get_opt(&claim_name).await.ok()?.is_none().then_some(())
     })
     .await;
-    let instance = instances::get(&world.clients, &provider_id).await;
+    let instance = described(&world.clients, &provider_id).await;
     assert!(
         matches!(instance, Err(CloudError::NodeClaimNotFound { .. })),
         "the instance is terminated: {instance:?}"
@@ -608,7 +613,7 @@ async fn joist_run_reads_the_interruption_queue_and_drains_the_warned_node() {
         claims.get_opt(&claim_name).await.ok()?.is_none().then_some(())
     })
     .await;
-    let terminated = instances::get(&world.clients, &provider_id).await;
+    let terminated = described(&world.clients, &provider_id).await;
     assert!(
         matches!(terminated, Err(CloudError::NodeClaimNotFound { .. })),
         "{terminated:?}"

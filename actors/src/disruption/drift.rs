@@ -3,7 +3,8 @@
 //! cluster alone are decided in [`crate::decide::drift`]; when none holds, the cloud is asked
 //! whether the instance still matches what the class resolves to (`AMIDrift`, `SubnetDrift`,
 //! `SecurityGroupDrift`), at most every [`CLOUD_CHECK_INTERVAL`] per claim, and at once when the
-//! claim's class changed. The condition is removed once nothing drifts.
+//! claim's class changed; the checks due run side by side, up to [`CLOUD_CHECKS_AT_ONCE`]. The
+//! condition is removed once nothing drifts.
 //!
 //! Failures: a cloud check that fails keeps the condition as it was and is tried again on the next
 //! pass; a write that loses a race is left to the next pass.
@@ -14,8 +15,9 @@ use std::{
     time::Duration,
 };
 
+use futures::StreamExt;
 use joist_messages::{
-    apis::NodeClaim,
+    apis::{EC2NodeClass, NodeClaim},
     conditions::{ConditionStatus, ConditionType, ConditionUpdate, is_true},
     labels::NODEPOOL,
 };
@@ -55,12 +57,28 @@ fn lock(checks: &SharedChecks) -> MutexGuard<'_, CloudChecks> {
     checks.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// Sets every launched claim's `Drifted` condition to what holds now (see the module docs).
+/// How many cloud drift checks are in flight at once: one coalesced DescribeInstances call's worth
+/// on AWS.
+pub const CLOUD_CHECKS_AT_ONCE: usize = 500;
+
+/// A claim whose instance the cloud is asked about.
+struct Ask {
+    claim: Arc<NodeClaim>,
+    class: Arc<EC2NodeClass>,
+    version: String,
+    /// The reason the claim shows now.
+    shown: Option<String>,
+}
+
+/// Sets every launched claim's `Drifted` condition to what holds now (see the module docs). The
+/// cloud checks due run side by side, so a class change that makes every claim's check due costs
+/// a few coalesced calls, not one call after another per claim.
 pub async fn mark(shared: &Shared, types: &PoolTypes<'_>, checks: &SharedChecks) {
     let read = &shared.read;
     let now = shared.clock.now_seconds();
     let claims = read.node_claims();
     let mut wanted: HashMap<(String, String), Wanted> = HashMap::new();
+    let mut asks = Vec::new();
     for claim in claims.iter().filter(|c| launched(c)) {
         let Some(pool) = claim.labels().get(NODEPOOL).and_then(|p| read.node_pool(p)) else {
             continue;
@@ -78,49 +96,69 @@ pub async fn mark(shared: &Shared, types: &PoolTypes<'_>, checks: &SharedChecks)
             continue;
         }
         let shown = shown(claim);
-        // The cloud's last answer, which stands until it is asked again.
-        let cloud_said = shown.clone().filter(|r| !STATIC_REASONS.contains(&r.as_str()));
-        let reason = match static_drift(claim, wanted, types) {
-            Some(reason) => Some(reason.to_owned()),
-            None => {
-                let name = claim.name_any();
-                let version = class
-                    .as_ref()
-                    .and_then(|c| c.resource_version())
-                    .unwrap_or_default();
-                // Only a Ready class says what its instances should be; until then, the last answer.
-                let resolved = class
-                    .as_deref()
-                    .filter(|c| c.is_ready())
-                    .and_then(|c| c.status.as_ref());
-                if let Some(status) = resolved
-                    && lock(checks).due(&name, &version, now)
-                {
-                    match shared.cloud.is_drifted(claim, status).await {
-                        Ok(drift) => {
-                            lock(checks).checked.insert(name, (now, version));
-                            drift.map(|d| d.reason)
-                        }
-                        Err(error) => {
-                            tracing::debug!(nodeclaim = name, %error, "drift check failed; next pass");
-                            cloud_said
-                        }
-                    }
-                } else {
-                    cloud_said
-                }
-            }
-        };
-        if reason == shown {
+        if let Some(reason) = static_drift(claim, wanted, types) {
+            settle(shared, claim, shown.as_ref(), Some(reason.to_owned())).await;
             continue;
         }
-        if let Some(reason) = &reason {
-            tracing::info!(nodeclaim = claim.name_any(), reason, "nodeclaim drifted");
+        let version = class
+            .as_ref()
+            .and_then(|c| c.resource_version())
+            .unwrap_or_default();
+        // Only a Ready class says what its instances should be; until then, the last answer.
+        match class.filter(|c| c.is_ready() && c.status.is_some()) {
+            Some(class) if lock(checks).due(&claim.name_any(), &version, now) => asks.push(Ask {
+                claim: claim.clone(),
+                class,
+                version,
+                shown,
+            }),
+            _ => settle(shared, claim, shown.as_ref(), cloud_said(shown.as_ref())).await,
         }
-        write(shared, claim, Write::Condition(reason)).await;
+    }
+    let answers: Vec<_> = futures::stream::iter(asks)
+        .map(|ask| async move {
+            let status = ask.class.status.as_ref();
+            let answer = match status {
+                Some(status) => shared.cloud.is_drifted(&ask.claim, status).await,
+                None => Ok(None),
+            };
+            (ask, answer)
+        })
+        .buffer_unordered(CLOUD_CHECKS_AT_ONCE)
+        .collect()
+        .await;
+    for (ask, answer) in answers {
+        let name = ask.claim.name_any();
+        let reason = match answer {
+            Ok(drift) => {
+                lock(checks).checked.insert(name, (now, ask.version));
+                drift.map(|d| d.reason)
+            }
+            Err(error) => {
+                tracing::debug!(nodeclaim = name, %error, "drift check failed; next pass");
+                cloud_said(ask.shown.as_ref())
+            }
+        };
+        settle(shared, &ask.claim, ask.shown.as_ref(), reason).await;
     }
     let alive: HashSet<String> = claims.iter().map(|c| c.name_any()).collect();
     lock(checks).checked.retain(|name, _| alive.contains(name));
+}
+
+/// The cloud's last answer, shown on the claim, which stands until the cloud is asked again.
+fn cloud_said(shown: Option<&String>) -> Option<String> {
+    shown.filter(|r| !STATIC_REASONS.contains(&r.as_str())).cloned()
+}
+
+/// Writes the claim's `Drifted` condition when `reason` is not what it shows.
+async fn settle(shared: &Shared, claim: &Arc<NodeClaim>, shown: Option<&String>, reason: Option<String>) {
+    if reason.as_ref() == shown {
+        return;
+    }
+    if let Some(reason) = &reason {
+        tracing::info!(nodeclaim = claim.name_any(), reason, "nodeclaim drifted");
+    }
+    write(shared, claim, Write::Condition(reason)).await;
 }
 
 /// Whether the claim has an instance to judge and is not being deleted.

@@ -1,6 +1,7 @@
 //! Request coalescing: identical requests that arrive close together become one API call.
 //!
-//! EC2 CreateFleet and TerminateInstances requests are batched the way Karpenter's batcher does it:
+//! EC2 CreateFleet, TerminateInstances and DescribeInstances (by id) requests are batched the way
+//! Karpenter's batcher does it:
 //! requests with equal keys join one open *window*, and when the window closes a single executor
 //! call handles all its items, each caller getting back the result for its own item. Different keys
 //! never share a window.
@@ -47,6 +48,12 @@ impl Window {
     };
     /// TerminateInstances' window: 100 ms idle, 1 s max, 500 items.
     pub const TERMINATE: Window = Window {
+        idle: Duration::from_millis(100),
+        max: Duration::from_secs(1),
+        max_items: 500,
+    };
+    /// DescribeInstances' window (lookups by id): 100 ms idle, 1 s max, 500 items.
+    pub const DESCRIBE: Window = Window {
         idle: Duration::from_millis(100),
         max: Duration::from_secs(1),
         max_items: 500,

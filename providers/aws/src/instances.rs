@@ -1,18 +1,64 @@
-//! Joist's instances as EC2 reports them: read by id or listed by the cluster's tags, converted to
-//! the provider-neutral [`Instance`], and terminated. Instances are found by the tags Karpenter
+//! Joist's instances as EC2 reports them: read by id (lookups arriving together go out as one
+//! DescribeInstances, [`Lookups`]) or listed by the cluster's tags, converted to the
+//! provider-neutral [`Instance`], and terminated. Instances are found by the tags Karpenter
 //! writes (`karpenter.sh/nodepool` and `kubernetes.io/cluster/<name>: owned`), so instances
 //! Karpenter launched are adopted and the other way round.
 //!
 //! Failures: an API error is returned with its operation; an instance id EC2 does not know (or
 //! one already terminated) is `NodeClaimNotFound`, as the lifecycle expects.
 
-use std::collections::BTreeMap;
+use std::{collections::BTreeMap, sync::Arc};
 
 use aws_sdk_ec2::types::{Filter, InstanceStateName};
+use futures::FutureExt;
 use joist_messages::{labels::tags, model::instance_type::CapacityType};
 use joist_provider::{CloudError, Instance, InstanceState, launch::cluster_tag};
 
-use crate::{clients::AwsClients, error::AwsError};
+use crate::{
+    clients::AwsClients,
+    coalesce::{Coalescer, Window},
+    error::AwsError,
+};
+
+/// What EC2 reports for one instance id.
+type Described = Vec<aws_sdk_ec2::types::Instance>;
+
+/// Instance lookups by id, coalesced ([`crate::coalesce`]): a drift check of many claims, or the
+/// termination polls of many deleting claims, make one DescribeInstances call, not one each.
+pub type Lookups = Coalescer<(), String, Result<Described, CloudError>>;
+
+/// The lookups through `clients`.
+pub fn lookups(clients: AwsClients) -> Lookups {
+    Coalescer::new(
+        Window::DESCRIBE,
+        Arc::new(move |(), ids: Vec<String>| {
+            let clients = clients.clone();
+            async move {
+                for_each_id(
+                    &ids,
+                    |ids| describe_ec2(&clients, Vec::new(), ids),
+                    |described: &Described, id| {
+                        described
+                            .iter()
+                            .filter(|i| i.instance_id() == Some(id))
+                            .cloned()
+                            .collect()
+                    },
+                )
+                .await
+            }
+            .boxed()
+        }),
+    )
+}
+
+/// The error a caller gets whose coalesced `operation` was dropped before it answered (the
+/// runtime shutting down).
+pub fn abandoned(operation: &str) -> CloudError {
+    CloudError::Transient {
+        message: format!("the {operation} call was abandoned before it answered"),
+    }
+}
 
 /// The provider ID Kubernetes uses for an instance: `aws:///us-west-2a/i-0123…`.
 pub fn provider_id(zone: &str, instance_id: &str) -> String {
@@ -46,8 +92,8 @@ pub async fn list(clients: &AwsClients, cluster: &str) -> Result<Vec<Instance>, 
 }
 
 /// The instance behind `provider_id`.
-pub async fn get(clients: &AwsClients, provider_id: &str) -> Result<Instance, CloudError> {
-    by_provider_id(clients, provider_id)
+pub async fn get(lookups: &Lookups, provider_id: &str) -> Result<Instance, CloudError> {
+    by_provider_id(lookups, provider_id)
         .await?
         .iter()
         .filter_map(instance)
@@ -57,14 +103,16 @@ pub async fn get(clients: &AwsClients, provider_id: &str) -> Result<Instance, Cl
 
 /// What EC2 reports for the instance behind `provider_id`: `NodeClaimNotFound` when the provider
 /// ID is not AWS's or EC2 does not know the id.
-async fn by_provider_id(
-    clients: &AwsClients,
-    provider_id: &str,
-) -> Result<Vec<aws_sdk_ec2::types::Instance>, CloudError> {
+async fn by_provider_id(lookups: &Lookups, provider_id: &str) -> Result<Described, CloudError> {
     let id = instance_id(provider_id).ok_or_else(|| not_found(provider_id))?;
-    describe_ec2(clients, Vec::new(), vec![id.to_owned()])
+    lookups
+        .submit((), id.to_owned())
         .await
-        .map_err(|error| answer(error, provider_id))
+        .unwrap_or_else(|| Err(abandoned("DescribeInstances")))
+        .map_err(|error| match error {
+            CloudError::NodeClaimNotFound { .. } => not_found(provider_id),
+            other => other,
+        })
 }
 
 fn not_found(provider_id: &str) -> CloudError {
@@ -74,31 +122,46 @@ fn not_found(provider_id: &str) -> CloudError {
 }
 
 /// Terminates the instances `ids` in one call and answers for each, in order: `Ok` once EC2
-/// is terminating it, `NodeClaimNotFound` when EC2 does not know it. One unknown id fails EC2's
-/// whole call, so then each id is tried on its own.
+/// is terminating it, `NodeClaimNotFound` when EC2 does not know it.
 pub async fn terminate_all(clients: &AwsClients, ids: &[String]) -> Vec<Result<(), CloudError>> {
-    match terminate(clients, ids).await {
-        Ok(()) => ids.iter().map(|_| Ok(())).collect(),
+    for_each_id(ids, |ids| terminate(clients, ids), |(), _| ()).await
+}
+
+/// Makes `call` for all `ids` at once and gives each id its part of the answer (`part`), in order.
+/// One unknown id fails EC2's whole call, so then `call` is made for each id on its own, and an id
+/// EC2 does not know gets `NodeClaimNotFound`.
+async fn for_each_id<A, T, F, Fut>(
+    ids: &[String],
+    call: F,
+    part: impl Fn(&A, &str) -> T,
+) -> Vec<Result<T, CloudError>>
+where
+    F: Fn(Vec<String>) -> Fut,
+    Fut: Future<Output = Result<A, AwsError>>,
+{
+    match call(ids.to_vec()).await {
+        Ok(answer) => ids.iter().map(|id| Ok(part(&answer, id))).collect(),
         Err(error) if is_not_found(&error) && ids.len() > 1 => {
             let mut results = Vec::with_capacity(ids.len());
             for id in ids {
+                let alone = call(vec![id.clone()]).await;
                 results.push(
-                    terminate(clients, std::slice::from_ref(id))
-                        .await
-                        .map_err(|e| answer(e, id)),
+                    alone
+                        .map(|answer| part(&answer, id))
+                        .map_err(|e| error_for(e, id)),
                 );
             }
             results
         }
-        Err(error) => ids.iter().map(|id| Err(answer(error.clone(), id))).collect(),
+        Err(error) => ids.iter().map(|id| Err(error_for(error.clone(), id))).collect(),
     }
 }
 
-async fn terminate(clients: &AwsClients, ids: &[String]) -> Result<(), AwsError> {
+async fn terminate(clients: &AwsClients, ids: Vec<String>) -> Result<(), AwsError> {
     clients
         .ec2
         .terminate_instances()
-        .set_instance_ids(Some(ids.to_vec()))
+        .set_instance_ids(Some(ids))
         .send()
         .await
         .map(|_| ())
@@ -110,7 +173,7 @@ fn is_not_found(error: &AwsError) -> bool {
 }
 
 /// The error a caller asking about instance `id` gets for `error`.
-fn answer(error: AwsError, id: &str) -> CloudError {
+fn error_for(error: AwsError, id: &str) -> CloudError {
     if is_not_found(&error) {
         not_found(id)
     } else {
@@ -147,8 +210,8 @@ pub struct Placement {
 }
 
 /// The placement of the instance behind `provider_id`.
-pub async fn placement(clients: &AwsClients, provider_id: &str) -> Result<Placement, CloudError> {
-    let described = by_provider_id(clients, provider_id).await?;
+pub async fn placement(lookups: &Lookups, provider_id: &str) -> Result<Placement, CloudError> {
+    let described = by_provider_id(lookups, provider_id).await?;
     let instance = described.first().ok_or_else(|| not_found(provider_id))?;
     Ok(Placement {
         image_id: instance.image_id().unwrap_or_default().to_owned(),

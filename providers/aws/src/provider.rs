@@ -9,10 +9,11 @@
 //!   image and pod capacity (the user data carries `maxPods`), the subnet with the most free
 //!   addresses per zone, and sends one CreateFleet, coalesced with identical requests
 //!   ([`crate::coalesce`]). The instance is then tagged with its NodeClaim's name.
-//! - `delete`: TerminateInstances, coalesced; `get` and `list`: DescribeInstances by id or by the
-//!   cluster's tags ([`crate::instances`]).
+//! - `delete`: TerminateInstances, coalesced; `get` and `list`: DescribeInstances by id (coalesced)
+//!   or by the cluster's tags ([`crate::instances`]).
 //! - `resolve_node_class`: [`crate::node_class::resolve`] for the cluster's Kubernetes version.
-//! - `is_drifted`: the instance's image, subnet and security groups against the class's status.
+//! - `is_drifted`: the instance's image, subnet and security groups (a coalesced DescribeInstances)
+//!   against the class's status.
 //!
 //! Failures map to [`CloudError`]: throttling and faults are `Transient`; capacity errors are
 //! `InsufficientCapacity` with the offerings for the unavailable-offering cache; a user data that
@@ -109,6 +110,7 @@ struct Inner {
     templates: LaunchTemplates,
     fleets: Coalescer<FleetRequest, (), FleetResult>,
     terminations: Coalescer<(), String, Result<(), CloudError>>,
+    lookups: instances::Lookups,
     /// When the next CreateTags call for a Node name may go out.
     next_create_tags: Mutex<Instant>,
 }
@@ -143,6 +145,7 @@ impl AwsCloud {
                 async move { instances::terminate_all(&clients, &ids).await }.boxed()
             }),
         );
+        let lookups = instances::lookups(clients.clone());
         let source = SdkPriceSource::new(clients.clone(), settings.isolated_vpc);
         let inner = Arc::new(Inner {
             clients,
@@ -152,6 +155,7 @@ impl AwsCloud {
             templates: LaunchTemplates::default(),
             fleets,
             terminations,
+            lookups,
             next_create_tags: Mutex::new(Instant::now()),
         });
         let weak = Arc::downgrade(&inner);
@@ -379,11 +383,7 @@ impl AwsCloud {
             .fleets
             .submit(request.clone(), ())
             .await
-            .unwrap_or_else(|| {
-                Err(CloudError::Transient {
-                    message: "the CreateFleet call was abandoned before it answered".to_owned(),
-                })
-            })
+            .unwrap_or_else(|| Err(instances::abandoned("CreateFleet")))
             .inspect_err(|error| {
                 if let CloudError::Create { reason, .. } = error
                     && reason.starts_with("InvalidLaunchTemplateName")
@@ -497,11 +497,7 @@ impl CloudProvider for AwsCloud {
                 .terminations
                 .submit((), id.to_owned())
                 .await
-                .unwrap_or_else(|| {
-                    Err(CloudError::Transient {
-                        message: "the TerminateInstances call was abandoned before it answered".to_owned(),
-                    })
-                })
+                .unwrap_or_else(|| Err(instances::abandoned("TerminateInstances")))
                 .map_err(|error| match error {
                     CloudError::NodeClaimNotFound { .. } => CloudError::NodeClaimNotFound {
                         provider_id: provider_id.to_owned(),
@@ -513,7 +509,7 @@ impl CloudProvider for AwsCloud {
 
     fn get<'a>(&'a self, provider_id: &'a str) -> CloudFuture<'a, Instance> {
         Box::pin(async move {
-            let instance = instances::get(&self.inner.clients, provider_id).await?;
+            let instance = instances::get(&self.inner.lookups, provider_id).await?;
             Ok(self.priced(instance))
         })
     }
@@ -596,7 +592,7 @@ impl CloudProvider for AwsCloud {
             let Some(provider_id) = claim.status.as_ref().and_then(|s| s.provider_id.as_deref()) else {
                 return Ok(None);
             };
-            let placement = instances::placement(&self.inner.clients, provider_id).await?;
+            let placement = instances::placement(&self.inner.lookups, provider_id).await?;
             Ok(drift(&placement, status))
         })
     }

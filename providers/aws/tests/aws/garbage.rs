@@ -112,7 +112,7 @@ async fn an_instance_no_nodeclaim_accounts_for_is_terminated() {
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     assert!(gone, "the orphan {orphan} was not terminated within 15 s");
-    let kept = instances::get(&clients, &foreign).await;
+    let kept = instances::get(&instances::lookups(clients.clone()), &foreign).await;
     assert!(
         kept.is_ok(),
         "another cluster's instance is not Joist's to collect: {kept:?}"

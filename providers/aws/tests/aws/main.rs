@@ -1,11 +1,13 @@
 //! The AWS provider against moto, a real AWS API emulator (see [`moto`]): the instance-type
 //! catalog read from the wire, EC2NodeClass resolution from tags, ids, names and AMI aliases,
-//! instances listed and terminated, launches through CreateFleet ([`launch`]) and orphaned instances
-//! collected ([`garbage`]).
+//! instances listed, looked up ([`lookups`]) and terminated, launches through CreateFleet
+//! ([`launch`]) and orphaned instances collected ([`garbage`]).
 //! One test binary, so the SDK is linked once.
 
+mod fake_ec2;
 mod garbage;
 mod launch;
+mod lookups;
 mod moto;
 mod paging;
 
@@ -349,7 +351,8 @@ async fn instances_are_listed_by_the_cluster_tags_read_and_terminated() {
         Some("default")
     );
 
-    let got = instances::get(&clients, &instance.provider_id)
+    let lookups = instances::lookups(clients.clone());
+    let got = instances::get(&lookups, &instance.provider_id)
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     assert_ne!(got.state, InstanceState::Terminated);
@@ -361,7 +364,7 @@ async fn instances_are_listed_by_the_cluster_tags_read_and_terminated() {
         matches!(results[..], [Ok(()), Err(CloudError::NodeClaimNotFound { .. })]),
         "one unknown id does not stop the other's termination: {results:?}"
     );
-    let gone = instances::get(&clients, &instance.provider_id).await;
+    let gone = instances::get(&lookups, &instance.provider_id).await;
     assert!(
         matches!(gone, Err(CloudError::NodeClaimNotFound { .. })),
         "{gone:?}"

@@ -1,0 +1,109 @@
+//! Instance lookups by id are coalesced: lookups made together go out as one DescribeInstances
+//! call (counted at a fake EC2 endpoint, [`super::fake_ec2`]), and one id EC2 does not know fails
+//! only its own lookup.
+
+use joist_provider::CloudError;
+use joist_provider_aws::instances;
+
+use super::fake_ec2;
+
+/// The instance ids a DescribeInstances request asks for.
+fn asked(body: &str) -> Vec<String> {
+    body.split('&')
+        .filter_map(|pair| pair.split_once('='))
+        .filter(|(key, _)| key.starts_with("InstanceId."))
+        .map(|(_, id)| id.to_owned())
+        .collect()
+}
+
+/// Describes every asked id as a running m5.large, unless one of them is `i-unknown`: then EC2's
+/// error for the whole call.
+fn answer(body: &str) -> (u16, String) {
+    let ids = asked(body);
+    if ids.iter().any(|id| id == "i-unknown") {
+        return (
+            400,
+            "<Response><Errors><Error><Code>InvalidInstanceID.NotFound</Code>\
+             <Message>The instance ID 'i-unknown' does not exist</Message></Error></Errors>\
+             <RequestID>r</RequestID></Response>"
+                .to_owned(),
+        );
+    }
+    let items: String = ids
+        .iter()
+        .map(|id| {
+            format!(
+                "<item><reservationId>r-{id}</reservationId><instancesSet><item><instanceId>{id}</instanceId>\
+                 <imageId>ami-1</imageId><instanceState><code>16</code><name>running</name></instanceState>\
+                 <instanceType>m5.large</instanceType><placement><availabilityZone>us-west-2a</availabilityZone>\
+                 </placement></item></instancesSet></item>"
+            )
+        })
+        .collect();
+    (
+        200,
+        format!(
+            "<DescribeInstancesResponse xmlns=\"http://ec2.amazonaws.com/doc/2016-11-15/\">\
+             <requestId>r</requestId><reservationSet>{items}</reservationSet></DescribeInstancesResponse>"
+        ),
+    )
+}
+
+fn provider_id(id: &str) -> String {
+    instances::provider_id("us-west-2a", id)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lookups_made_together_are_one_describe_instances_call() {
+    let (clients, seen) = fake_ec2::serve(answer).await;
+    let lookups = instances::lookups(clients);
+    let ids: Vec<String> = (0..40).map(|n| format!("i-{n:017x}")).collect();
+    let found = futures::future::join_all(
+        ids.iter()
+            .map(|id| provider_id(id))
+            .map(|p| {
+                let lookups = &lookups;
+                async move { instances::get(lookups, &p).await.map(|i| i.provider_id) }
+            })
+            .collect::<Vec<_>>(),
+    )
+    .await;
+    let expected: Vec<Result<String, CloudError>> = ids.iter().map(|id| Ok(provider_id(id))).collect();
+    assert_eq!(found, expected, "each lookup gets its own instance");
+    let requests = fake_ec2::seen(&seen);
+    assert_eq!(requests.len(), 1, "{requests:#?}");
+    let mut asked = asked(&requests[0]);
+    asked.sort();
+    assert_eq!(asked, ids);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_id_fails_only_its_own_lookup() {
+    let (clients, seen) = fake_ec2::serve(answer).await;
+    let lookups = instances::lookups(clients);
+    let ids = ["i-0000000000000000a", "i-unknown", "i-0000000000000000b"];
+    let found = futures::future::join_all(
+        ids.iter()
+            .map(|id| provider_id(id))
+            .map(|p| {
+                let lookups = &lookups;
+                async move { instances::get(lookups, &p).await.map(|i| i.provider_id) }
+            })
+            .collect::<Vec<_>>(),
+    )
+    .await;
+    assert!(
+        matches!(
+            &found[..],
+            [Ok(a), Err(CloudError::NodeClaimNotFound { provider_id }), Ok(b)]
+                if *a == self::provider_id(ids[0]) && *provider_id == self::provider_id("i-unknown")
+                    && *b == self::provider_id(ids[2])
+        ),
+        "{found:?}"
+    );
+    assert_eq!(
+        fake_ec2::seen(&seen).len(),
+        4,
+        "the call for all, then one for each id"
+    );
+}
