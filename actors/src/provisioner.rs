@@ -6,7 +6,9 @@
 //! being deleted (Karpenter's `pending + deletingNodePods`): an expiring or interrupted node's pods
 //! get one right-sized replacement at once, before its drain evicts them, and once it is counted
 //! (in flight or registered) the next pass places them there rather than launching again. Only
-//! pending pods are told why they fit nowhere.
+//! pending pods are told why they fit nowhere. The nodes a simulation put pods on are nominated
+//! for them ([`crate::decide::timing::nomination_window`]): disruption leaves them alone until
+//! the pods get there.
 //!
 //! One simulation runs at a time; a batch that arrives meanwhile is folded into one more run. A
 //! run ends when its NodeClaims are created (or their creates failed), as Karpenter's provisioner
@@ -14,7 +16,10 @@
 //! NodePools are used when Ready and not being deleted; a NodePool whose instance types cannot be
 //! listed is skipped for this run and logged.
 
-use std::{collections::BTreeMap, sync::Arc};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    sync::Arc,
+};
 
 use actix::prelude::*;
 use joist_messages::{apis::NodePool, model::instance_type::InstanceType};
@@ -23,7 +28,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 
 use crate::{
-    decide::fold::Fold,
+    decide::{fold::Fold, timing::nomination_window},
     effects::metrics::ControllerLabels,
     problem::{self, Problem},
     protocol::{LaunchPlan, ProvisionBatch},
@@ -134,8 +139,26 @@ async fn provision(shared: Shared) {
         unschedulable = solution.unschedulable.len(),
         "scheduling simulation"
     );
+    nominate(&shared, &input, &solution);
     dispatch(&shared, input, (&pools, &paused), &pods[..waiting], solution).await;
     read.provisioned_for(&leaving.claims);
+}
+
+/// Nominates the existing and in-flight nodes the simulation put pods on: until the pods get
+/// there, disruption must not take the room away.
+fn nominate(shared: &Shared, input: &Input, solution: &Solution) {
+    let nodes: BTreeSet<&str> = solution
+        .placements
+        .iter()
+        .filter_map(|placement| input.nodes.get(placement.node))
+        .map(|node| node.name.as_str())
+        .collect();
+    let now = shared.clock.now_seconds();
+    let window = nomination_window(shared.settings.batch_max).as_secs();
+    let until = now.saturating_add(i64::try_from(window).unwrap_or(i64::MAX));
+    shared
+        .read
+        .nominate(nodes.into_iter().map(str::to_owned), now, until);
 }
 
 /// Sends the claims to their NodePools and tells unschedulable pending pods (the first of the

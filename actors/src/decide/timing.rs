@@ -1,6 +1,7 @@
 //! Karpenter's fixed durations: how long a NodeClaim may take to launch, register and
 //! initialize, how long an offering out of capacity is skipped, how long a drain waits at least,
-//! and the doubling backoff every retry in the controllers uses.
+//! how long a node counted on for pods is nominated, and the doubling backoff every retry in the
+//! controllers uses.
 
 use std::time::Duration;
 
@@ -21,6 +22,13 @@ pub const MINIMUM_DRAIN_TIME: Duration = Duration::from_secs(5);
 pub const PROVISIONING_WAIT: Duration = Duration::from_secs(30);
 /// An instance with no NodeClaim is terminated once it is older than this.
 pub const ORPHAN_GRACE: Duration = Duration::from_secs(30);
+
+/// How long a node a provisioning pass counted on for pods is no disruption candidate
+/// (Karpenter's nomination window): two batches of at most `batch_max`, and at least 10 s. The
+/// pods get there within it, or the next pass counts on the node again.
+pub fn nomination_window(batch_max: Duration) -> Duration {
+    batch_max.saturating_mul(2).max(Duration::from_secs(10))
+}
 /// A retry wait that doubles with each failure in a row: `first` after the first, up to `max`.
 pub fn doubling_backoff(first: Duration, failures: u32, max: Duration) -> Duration {
     first

@@ -3,7 +3,8 @@
 //! disrupted, and whose NodePool (a dynamic one: static pools keep their own size) and instance
 //! type (with a price) are known.
 //!
-//! Graceful methods also skip a node annotated `karpenter.sh/do-not-disrupt: "true"`, or running
+//! Graceful methods also skip a node annotated `karpenter.sh/do-not-disrupt: "true"`, a node a
+//! provisioning pass nominated for pending pods (for the nomination window), or one running
 //! a pod whose `karpenter.sh/do-not-disrupt` is active (`"true"`, or a duration not yet elapsed
 //! since the pod started) or whose PodDisruptionBudget allows no eviction now (or that more than
 //! one budget covers, which the Eviction API refuses): such a node is [`Blocked`], with why.
@@ -126,7 +127,9 @@ pub fn collect(read: &ReadModel, types: &PoolTypes<'_>, now_seconds: i64) -> Col
                 .stale_conditions
                 .push((claim.clone(), candidate.consolidatable));
         }
-        if let Some(reason) = node_blocker(&candidate).or_else(|| unsimulated_pod(read, &candidate)) {
+        if let Some(reason) =
+            node_blocker(read, &candidate, now_seconds).or_else(|| unsimulated_pod(read, &candidate))
+        {
             collected.blocked.push(Blocked {
                 node: candidate.node,
                 reason,
@@ -211,14 +214,20 @@ fn candidate(
     })
 }
 
-/// Why every graceful method must leave the candidate's node alone, if it must.
-fn node_blocker(candidate: &Candidate) -> Option<String> {
-    candidate
+/// Why every graceful method must leave the candidate's node alone, if it must: its
+/// do-not-disrupt annotation, or a provisioning pass that counted on it for pods not yet there.
+fn node_blocker(read: &ReadModel, candidate: &Candidate, now_seconds: i64) -> Option<String> {
+    if candidate
         .node
         .annotations()
         .get(DO_NOT_DISRUPT)
         .is_some_and(|v| v == "true")
-        .then(|| format!("node has the {DO_NOT_DISRUPT} annotation"))
+    {
+        return Some(format!("node has the {DO_NOT_DISRUPT} annotation"));
+    }
+    let nominated = read.nominated(&candidate.node_name(), now_seconds)
+        || read.nominated(&candidate.claim.name_any(), now_seconds);
+    nominated.then(|| "node is nominated for a pending pod".to_owned())
 }
 
 /// Why a pod of the candidate cannot be simulated elsewhere (node affinity `matchFields`, a
@@ -375,5 +384,44 @@ mod tests {
             "a pod left a minute before the restart: four minutes to go"
         );
         assert!(consolidatable(&read, &claim(Some(300)), &node, &pool, NOW));
+    }
+
+    #[test]
+    fn a_node_counted_on_for_pending_pods_is_no_candidate_for_the_nomination_window() {
+        let (read, _writers) = ReadModel::new();
+        let pool: NodePool = object(json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "p"},
+            "spec": {"template": {"spec": {
+                "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "d"},
+                "requirements": [],
+            }}},
+        }));
+        let candidate = Candidate {
+            claim: Arc::new(claim(None)),
+            node: Arc::new(object(json!({"metadata": {"name": "n"}}))),
+            pool: Arc::new(pool),
+            price: 0.1,
+            capacity_type: CapacityType::OnDemand,
+            pods: Vec::new(),
+            disruption_cost: 0.0,
+            consolidatable: true,
+            drifted: false,
+        };
+        assert_eq!(node_blocker(&read, &candidate, NOW), None);
+        let window = crate::decide::timing::nomination_window(std::time::Duration::from_secs(10));
+        assert_eq!(window.as_secs(), 20, "Karpenter's: two batches of 10 s");
+        read.nominate(["n".to_owned()], NOW, NOW + 20);
+        assert_eq!(
+            node_blocker(&read, &candidate, NOW + 19).as_deref(),
+            Some("node is nominated for a pending pod")
+        );
+        assert_eq!(
+            node_blocker(&read, &candidate, NOW + 20),
+            None,
+            "the window passed"
+        );
+        // Nominated while it was in flight, by its NodeClaim's name.
+        read.nominate(["c".to_owned()], NOW + 20, NOW + 40);
+        assert!(node_blocker(&read, &candidate, NOW + 30).is_some());
     }
 }

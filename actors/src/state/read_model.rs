@@ -99,6 +99,9 @@ struct Index {
     /// NodeClaims being deleted (their nodes' pods are about to need a place), and whether a
     /// provisioning pass has counted those pods yet.
     leaving: DashMap<String, bool>,
+    /// Nodes a provisioning pass counted on for pods (by Node name, or NodeClaim name while in
+    /// flight), and until when they are nominated, in epoch seconds.
+    nominated: DashMap<String, i64>,
     pods_by_node: DashMap<String, BTreeSet<PodKey>>,
     /// VolumeAttachment names by the node they attach to.
     attachments_by_node: DashMap<String, BTreeSet<String>>,
@@ -438,6 +441,21 @@ impl ReadModel {
             .collect();
         pods.sort_by_key(|pod| (pod.namespace(), pod.name_any()));
         Leaving { claims, pods }
+    }
+
+    /// A provisioning pass counted on `nodes` (Node names, or NodeClaim names while in flight) for
+    /// pods: they are nominated until `until` (epoch seconds, later than `now`), and no disruption
+    /// candidates meanwhile, as Karpenter's nominated nodes. Nominations past are forgotten.
+    pub fn nominate(&self, nodes: impl IntoIterator<Item = String>, now: i64, until: i64) {
+        self.index.nominated.retain(|_, end| *end > now);
+        for node in nodes {
+            self.index.nominated.insert(node, until);
+        }
+    }
+
+    /// Whether the node (by Node or NodeClaim name) is nominated for pods at `now`.
+    pub fn nominated(&self, node: &str, now: i64) -> bool {
+        self.index.nominated.get(node).is_some_and(|end| *end > now)
     }
 
     /// A provisioning pass placed the pods of `leaving`'s NodeClaims (or found they fit nowhere):
