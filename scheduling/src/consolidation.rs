@@ -222,11 +222,31 @@ impl<'a> Search<'a> {
     }
 
     /// The largest prefix of `order` (positions of candidates, at least two) whose candidates can
-    /// go together, found by binary search as Karpenter's multi-node consolidation does, over all
-    /// of them: how many, and how.
+    /// go together, over all of them: how many, and how. As Karpenter's multi-node consolidation,
+    /// it takes a prefix that can go to mean every shorter one can; it finds the size by doubling
+    /// from two until a prefix cannot go, then by binary search between the last two sizes. So
+    /// its questions grow with the answer, not with the candidates: when only a few nodes can go,
+    /// no question moves the pods of half the cluster.
     pub fn largest_prefix(&mut self, order: &[usize]) -> Option<(usize, Decision)> {
-        let (mut low, mut high) = (2, order.len());
         let mut best = None;
+        let mut size = 2;
+        let mut high = order.len();
+        while size <= high {
+            match self.consolidate(&order[..size]) {
+                Ok(decision) => {
+                    best = Some((size, decision));
+                    if size == high {
+                        return best;
+                    }
+                    size = (size * 2).min(high);
+                }
+                Err(_) => {
+                    high = size - 1;
+                    break;
+                }
+            }
+        }
+        let mut low = best.as_ref().map_or(size, |(found, _)| found + 1);
         while low <= high {
             let middle = (low + high) / 2;
             match self.consolidate(&order[..middle]) {

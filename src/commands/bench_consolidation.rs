@@ -30,7 +30,7 @@ use super::{CommandError, bench::peak_memory_mib};
 
 /// The largest cluster consolidated to a fixed point: every command sets a search up over the
 /// cluster again, so the stage grows with the square of the nodes (181 commands at 1,000 nodes).
-const FIXED_POINT_UP_TO: usize = 2_000;
+const FIXED_POINT_UP_TO: usize = 10_000;
 
 /// Share of the pods deleted to fragment the cluster.
 const DELETED_SHARE: f64 = 0.6;
