@@ -166,14 +166,14 @@ impl PoolPlan {
         let daemons: Vec<&PodInfo> = daemonsets
             .iter()
             .filter(|d| {
-                let c = &d.constraints;
+                let c = d.constraints();
                 daemon_tolerates(&c.tolerations, &pool.taints)
                     && c.node_requirements[0].overlaps(&requirements)
             })
             .collect();
         let mut daemon_ports: Vec<HostPort> = daemons
             .iter()
-            .flat_map(|d| d.constraints.host_ports.iter().copied())
+            .flat_map(|d| d.constraints().host_ports.iter().copied())
             .collect();
         daemon_ports.sort_unstable();
 
@@ -185,7 +185,7 @@ impl PoolPlan {
             let start = alloc.len();
             dims.extend_vector(&it.allocatable(), &mut alloc);
             for daemon in &daemons {
-                if daemon.constraints.node_requirements[0].overlaps(&it.requirements) {
+                if daemon.constraints().node_requirements[0].overlaps(&it.requirements) {
                     dims::sub(&mut alloc[start..], &dims.vector(&daemon.requests));
                 }
             }

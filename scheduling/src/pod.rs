@@ -12,7 +12,11 @@
 //! Failure modes: [`PodError`] names the pod and what Joist cannot simulate (for example
 //! `matchFields`, which Karpenter also rejects) or a malformed quantity or requirement.
 
-use std::collections::BTreeMap;
+use std::{
+    collections::{BTreeMap, HashMap},
+    hash::{Hash, Hasher},
+    sync::{Arc, LazyLock, Mutex, PoisonError, Weak},
+};
 
 use crate::{
     taints::Toleration,
@@ -115,11 +119,106 @@ pub struct PodInfo {
     pub requests: Resources,
     /// Creation time in seconds since the epoch (0 when unknown), for queue order.
     pub created_unix: i64,
-    /// Where the pod may go.
-    pub constraints: Constraints,
+    /// Where the pod may go: shared, so copies of the pod (each pass's candidates, a simulation's
+    /// moves) do not copy its labels and terms.
+    constraints: Arc<Constraints>,
+    /// A hash of `constraints`, taken once: every simulation sorts its pods into scheduling
+    /// classes by it, and hashing the labels and terms each time, then comparing them with the
+    /// class's, was most of a consolidation pass over a large cluster. Pods of one kind share
+    /// their constraints ([`Kinds`]), so the comparison is mostly of two pointers.
+    kind_hash: u64,
+}
+
+/// A pod's [`Constraints`] as a key: hashed by the hash its pod took once, equal when the
+/// constraints are.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Kind<'a> {
+    /// The constraints.
+    pub constraints: &'a Constraints,
+    hash: u64,
+}
+
+impl Hash for Kind<'_> {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        state.write_u64(self.hash);
+    }
+}
+
+impl PartialEq for Kind<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.hash == other.hash
+            && (std::ptr::eq(self.constraints, other.constraints) || self.constraints == other.constraints)
+    }
+}
+
+impl Eq for Kind<'_> {}
+
+/// The hash [`Kind`] keys by.
+fn kind_hash(constraints: &Constraints) -> u64 {
+    let mut hasher = std::hash::DefaultHasher::new();
+    constraints.hash(&mut hasher);
+    hasher.finish()
+}
+
+/// How many new kinds go by between two sweeps of the kinds no pod holds any more.
+const SWEEP_EVERY: usize = 4_096;
+
+/// The constraints of the pods alive in this process, one copy per kind (the replicas of a
+/// workload), so telling two pods' kinds apart is mostly comparing two pointers. A cache only:
+/// sharing is invisible, since constraints are never changed in place while shared.
+#[derive(Default)]
+struct Kinds {
+    by_hash: HashMap<u64, Weak<Constraints>>,
+    added: usize,
+}
+
+impl Kinds {
+    /// The live copy of `constraints`, or a new one.
+    fn share(&mut self, constraints: Constraints, hash: u64) -> Arc<Constraints> {
+        if let Some(live) = self.by_hash.get(&hash).and_then(Weak::upgrade)
+            && *live == constraints
+        {
+            return live;
+        }
+        let new = Arc::new(constraints);
+        self.by_hash.insert(hash, Arc::downgrade(&new));
+        self.added += 1;
+        if self.added.is_multiple_of(SWEEP_EVERY) {
+            self.by_hash.retain(|_, kind| kind.strong_count() > 0);
+        }
+        new
+    }
+}
+
+/// `constraints`, shared with the pods of the same kind alive in this process.
+fn shared(constraints: Constraints, hash: u64) -> Arc<Constraints> {
+    static KINDS: LazyLock<Mutex<Kinds>> = LazyLock::new(Mutex::default);
+    KINDS
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .share(constraints, hash)
 }
 
 impl PodInfo {
+    /// Where the pod may go.
+    pub fn constraints(&self) -> &Constraints {
+        &self.constraints
+    }
+
+    /// The pod's constraints as a key of scheduling classes.
+    pub(crate) fn kind(&self) -> Kind<'_> {
+        Kind {
+            constraints: &self.constraints,
+            hash: self.kind_hash,
+        }
+    }
+
+    /// Changes where the pod may go (generated workloads and tests shape pods this way).
+    pub fn change_constraints(&mut self, change: impl FnOnce(&mut Constraints)) {
+        change(Arc::make_mut(&mut self.constraints));
+        self.kind_hash = kind_hash(&self.constraints);
+    }
+
     /// Prepares `pod` (see the module docs).
     pub fn from_pod(pod: &Pod) -> Result<Self, PodError> {
         let namespace = pod
@@ -256,6 +355,7 @@ impl PodInfo {
             tolerations,
             host_ports,
         };
+        let hash = kind_hash(&constraints);
         Ok(PodInfo {
             uid: pod.metadata.uid.clone().unwrap_or_else(|| key.clone()),
             name,
@@ -265,7 +365,8 @@ impl PodInfo {
                 .creation_timestamp
                 .as_ref()
                 .map_or(0, |t| t.0.as_second()),
-            constraints,
+            kind_hash: hash,
+            constraints: shared(constraints, hash),
         })
     }
 }
@@ -385,6 +486,26 @@ mod tests {
     }
 
     #[test]
+    fn pods_of_one_kind_share_their_constraints_until_one_is_changed() {
+        let info = |port: i32| {
+            PodInfo::from_pod(&pod(serde_json::json!({
+                "containers": [{"name": "a", "ports": [{"containerPort": 80, "hostPort": port}]}],
+            })))
+            .unwrap_or_else(|e| panic!("{e}"))
+        };
+        let (first, second, other) = (info(7001), info(7001), info(7002));
+        assert!(Arc::ptr_eq(&first.constraints, &second.constraints));
+        assert_eq!(first.kind(), second.kind());
+        assert!(!Arc::ptr_eq(&first.constraints, &other.constraints));
+        assert_ne!(first.kind(), other.kind());
+        let mut changed = second.clone();
+        changed.change_constraints(|c| c.host_ports.clear());
+        assert!(changed.constraints().host_ports.is_empty());
+        assert_eq!(first.constraints().host_ports.len(), 1, "the shared copy is untouched");
+        assert_ne!(changed.kind(), first.kind());
+    }
+
+    #[test]
     fn requests_sum_containers_add_overhead_and_one_pod_slot() {
         let info = PodInfo::from_pod(&pod(serde_json::json!({
             "containers": [
@@ -439,8 +560,8 @@ mod tests {
             }},
         })))
         .unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(info.constraints.node_requirements.len(), 2);
-        for alternative in &info.constraints.node_requirements {
+        assert_eq!(info.constraints().node_requirements.len(), 2);
+        for alternative in &info.constraints().node_requirements {
             assert!(
                 alternative
                     .get("kubernetes.io/arch")
@@ -448,7 +569,7 @@ mod tests {
             );
         }
         assert_eq!(
-            info.constraints.preferred_node_requirements[0].0, 50,
+            info.constraints().preferred_node_requirements[0].0, 50,
             "heaviest preference first"
         );
     }
@@ -458,9 +579,9 @@ mod tests {
         let info = PodInfo::from_pod(&pod(serde_json::json!({"containers": [{"name": "app",
             "ports": [{"containerPort": 80, "hostPort": 8080}, {"containerPort": 53, "hostPort": 53, "protocol": "UDP"}, {"containerPort": 9000}]}]})))
         .unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(info.constraints.node_requirements, vec![Requirements::new()]);
+        assert_eq!(info.constraints().node_requirements, vec![Requirements::new()]);
         assert_eq!(
-            info.constraints.host_ports,
+            info.constraints().host_ports,
             vec![
                 HostPort {
                     port: 53,

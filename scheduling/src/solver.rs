@@ -48,7 +48,7 @@ use crate::{
     classes::{self, Class},
     dims::{self, Dims},
     input::{Input, MinValuesPolicy},
-    pod::{Constraints, HostPort, PodInfo},
+    pod::{Constraints, HostPort, Kind, PodInfo},
     reserve::Reserves,
     solution::{NewClaim, Placement, Reason, Solution, Unschedulable},
     taints::{PREFER_NO_SCHEDULE, first_untolerated},
@@ -248,24 +248,37 @@ impl<'a> Solver<'a> {
                 c.clone()
             }
         };
-        let mut distinct: HashMap<Constraints, usize> = HashMap::new();
-        let mut pod_constraints = Vec::with_capacity(pending.len());
+        // Pods are told apart by reference, and only one pod of each kind is copied (with its
+        // preferences dropped when they are ignored, which may make two kinds one).
+        let mut distinct: HashMap<Kind<'_>, usize> = HashMap::new();
+        let mut kinds: Vec<&Constraints> = Vec::new();
+        let mut pod_kind = Vec::with_capacity(pending.len());
         for pod in pending {
-            let c = base(&pod.constraints);
-            let next = distinct.len();
-            pod_constraints.push(*distinct.entry(c).or_insert(next));
+            let kind = *distinct.entry(pod.kind()).or_insert_with(|| {
+                kinds.push(pod.constraints());
+                kinds.len() - 1
+            });
+            pod_kind.push(kind);
         }
-        let mut unique: Vec<Option<Constraints>> = vec![None; distinct.len()];
-        for (c, i) in distinct {
-            unique[i] = Some(c);
-        }
-        let unique: Vec<Constraints> = unique.into_iter().flatten().collect();
+        let mut unique: Vec<Constraints> = Vec::with_capacity(kinds.len());
+        let mut unique_index: HashMap<Constraints, usize> = HashMap::new();
+        let kind_class: Vec<usize> = kinds
+            .into_iter()
+            .map(|kind| {
+                let c = base(kind);
+                *unique_index.entry(c).or_insert_with_key(|c| {
+                    unique.push(c.clone());
+                    unique.len() - 1
+                })
+            })
+            .collect();
+        let pod_constraints: Vec<usize> = pod_kind.into_iter().map(|kind| kind_class[kind]).collect();
         let topology = Topology::new(
             unique.iter(),
             input
                 .nodes
                 .iter()
-                .flat_map(|n| n.pods.iter().map(|p| &p.constraints)),
+                .flat_map(|n| n.pods.iter().map(PodInfo::constraints)),
             &pools,
             &input.instance_types,
             &input.nodes,
@@ -359,7 +372,7 @@ impl<'a> Solver<'a> {
                 .cmp(&nodes[a].initialized)
                 .then_with(|| nodes[a].name.cmp(&nodes[b].name))
         });
-        let mut counted: HashMap<&Constraints, Vec<usize>> = HashMap::new();
+        let mut counted: HashMap<Kind<'_>, Vec<usize>> = HashMap::new();
         let mut records = self.records.take();
         for i in order {
             let mut recorded = Vec::new();
@@ -381,10 +394,10 @@ impl<'a> Solver<'a> {
             };
             for pod in &node.pods {
                 dims::add(&mut bin.used, &self.dims.vector(&pod.requests));
-                bin.ports.extend(pod.constraints.host_ports.iter().copied());
+                bin.ports.extend(pod.constraints().host_ports.iter().copied());
                 let groups = counted
-                    .entry(&pod.constraints)
-                    .or_insert_with(|| self.topology.counted_in(&pod.constraints));
+                    .entry(pod.kind())
+                    .or_insert_with(|| self.topology.counted_in(pod.constraints()));
                 for &g in groups.iter() {
                     let key = self.topology.groups[g].key;
                     if self.topology.keys[key].hostname {

@@ -331,7 +331,7 @@ fn hostname_anti_affinity_gives_each_pod_its_own_node() {
             .iter()
             .filter(|&&p| {
                 input.pods[p]
-                    .constraints
+                    .constraints()
                     .labels
                     .get("app")
                     .is_some_and(|a| a == "db")
@@ -366,7 +366,9 @@ fn open_claims_keep_room_for_pending_one_per_node_pods() {
         .collect();
     for i in 0..2 {
         let mut db = sized(&format!("db{i}"), "1", "1Gi", anti.clone());
-        db.constraints.labels.insert("app".to_string(), "db".to_string());
+        db.change_constraints(|c| {
+            c.labels.insert("app".to_string(), "db".to_string());
+        });
         pods.push(db);
     }
     let input = problem(4, pods);
@@ -553,7 +555,7 @@ fn random_problem() -> impl Strategy<Value = Input> {
 }
 
 fn labelled(input: &Input, pod: usize, key: &str) -> Option<String> {
-    input.pods[pod].constraints.labels.get(key).cloned()
+    input.pods[pod].constraints().labels.get(key).cloned()
 }
 
 proptest! {
@@ -588,7 +590,7 @@ proptest! {
                 if let (Some(app), Some(zone)) = (labelled(&input, p, "spread"), &zone) {
                     *zone_counts.entry((app, zone.clone())).or_insert(0) += 1;
                 }
-                if input.pods[p].constraints.node_requirements[0].get(CAPACITY_TYPE).is_some() {
+                if input.pods[p].constraints().node_requirements[0].get(CAPACITY_TYPE).is_some() {
                     prop_assert!(claim.requirements.get(CAPACITY_TYPE).is_some_and(|r| !r.has("on-demand")));
                 }
             }
