@@ -501,7 +501,11 @@ mod tests {
         let mut changed = second.clone();
         changed.change_constraints(|c| c.host_ports.clear());
         assert!(changed.constraints().host_ports.is_empty());
-        assert_eq!(first.constraints().host_ports.len(), 1, "the shared copy is untouched");
+        assert_eq!(
+            first.constraints().host_ports.len(),
+            1,
+            "the shared copy is untouched"
+        );
         assert_ne!(changed.kind(), first.kind());
     }
 
@@ -569,7 +573,8 @@ mod tests {
             );
         }
         assert_eq!(
-            info.constraints().preferred_node_requirements[0].0, 50,
+            info.constraints().preferred_node_requirements[0].0,
+            50,
             "heaviest preference first"
         );
     }

@@ -568,13 +568,15 @@ pub fn many_node_pools(pods: usize) -> Input {
         // Four in five pods belong to a team and tolerate its taint; the rest use the default pool.
         if i % 5 != 0 {
             let team = i % 19;
-            pod.change_constraints(|c| c.tolerations = vec![crate::taints::Toleration::from(&Toleration {
-                key: Some("team".to_string()),
-                operator: Some("Equal".to_string()),
-                value: Some(format!("t{team}")),
-                effect: Some("NoSchedule".to_string()),
-                toleration_seconds: None,
-            })]);
+            pod.change_constraints(|c| {
+                c.tolerations = vec![crate::taints::Toleration::from(&Toleration {
+                    key: Some("team".to_string()),
+                    operator: Some("Equal".to_string()),
+                    value: Some(format!("t{team}")),
+                    effect: Some("NoSchedule".to_string()),
+                    toleration_seconds: None,
+                })]
+            });
         }
     }
     Input {

@@ -8,8 +8,9 @@
 //! - `single-node scan`: every node is evaluated as a single-node candidate;
 //! - `multi-node search`: the binary search over all candidates, in the planner's order;
 //! - consolidation to a fixed point: multi-node, else the first single-node candidate that can go,
-//!   applied and repeated until nothing can go, giving `cost after` and `nodes after`; only up to
-//!   [`FIXED_POINT_UP_TO`] nodes, as each command sets the search up again over the cluster.
+//!   applied and repeated until nothing can go, giving `cost after` and `nodes after`, as passes of
+//!   the planner would; only up to [`FIXED_POINT_UP_TO`] nodes, as each command sets the search up
+//!   again over the cluster.
 //!
 //! Building the cluster is not timed. Each line is `name value`; peak memory is the process's
 //! high-water mark (`VmHWM`).
@@ -29,7 +30,8 @@ use joist_scheduling::{
 use super::{CommandError, bench::peak_memory_mib};
 
 /// The largest cluster consolidated to a fixed point: every command sets a search up over the
-/// cluster again, so the stage grows with the square of the nodes (181 commands at 1,000 nodes).
+/// cluster again, so the stage grows with the square of the nodes (526 commands at 2,000 nodes,
+/// some 2,400 at 10,000).
 const FIXED_POINT_UP_TO: usize = 10_000;
 
 /// Share of the pods deleted to fragment the cluster.
