@@ -4,7 +4,8 @@
 //!    and set its NodeClaim's `DisruptionReason` condition;
 //! 2. when the command replaces, create the replacement NodeClaims (`DisruptionLaunching`) and
 //!    wait until every one is Initialized (`DisruptionWaitingReadiness`), at most
-//!    [`REPLACEMENT_TIMEOUT`];
+//!    [`REPLACEMENT_TIMEOUT`]; meanwhile the provisioner puts no other pending pod on them
+//!    ([`ReadModel::reserve`]), so the candidates' pods find the room they were counted into;
 //! 3. delete the candidates' NodeClaims (`DisruptionTerminating`): termination drains them
 //!    through the Eviction API;
 //! 4. hold what the command counted on (its [`Ticket`]) until the candidates' NodeClaims are gone,
@@ -37,6 +38,7 @@ use crate::{
     effects::kube_ops,
     effects::metrics::DecisionLabels,
     shared::Shared,
+    state::read_model::ReadModel,
 };
 
 /// How long a replacement may take to become Initialized before the command is rolled back.
@@ -79,6 +81,10 @@ pub async fn run(shared: &Shared, planned: Planned, ticket: &Ticket) {
     let label = format!("{reason}/{how}");
     let detail = describe(&command);
     let mut created = Vec::new();
+    let mut reserved = Reserved {
+        read: &shared.read,
+        claims: Vec::new(),
+    };
     let outcome = async {
         for candidate in &command.candidates {
             mark(shared, candidate, &reason, &detail).await?;
@@ -88,6 +94,7 @@ pub async fn run(shared: &Shared, planned: Planned, ticket: &Ticket) {
         for replacement in &replacements {
             let name = launch(shared, replacement, &command.candidates, &label).await?;
             ticket.launched(name.clone());
+            reserved.keep(&name);
             let pool = replacement.labels().get(NODEPOOL).cloned().unwrap_or_default();
             shared.metrics.created(&pool, reason_label(command.reason));
             created.push(name);
@@ -116,9 +123,34 @@ pub async fn run(shared: &Shared, planned: Planned, ticket: &Ticket) {
             tracing::warn!(nodeclaim = candidate.claim.name_any(), %error, "deleting a disrupted nodeclaim failed");
         }
     }
+    // The candidates' pods are now the provisioner's to place, onto the replacements first.
+    drop(reserved);
     count_decision(shared, &command, how);
     tracing::info!(method = command.method.name(), candidates = ?command.claim_names(), "disruption done");
     wait_until_gone(shared, &command.candidates).await;
+}
+
+/// The replacements a command launched, kept from the provisioner ([`ReadModel::reserve`]) until
+/// it is dropped: once the candidates are deleted, at a rollback, or when the command ends any
+/// other way.
+struct Reserved<'a> {
+    read: &'a ReadModel,
+    claims: Vec<String>,
+}
+
+impl Reserved<'_> {
+    fn keep(&mut self, claim: &str) {
+        self.read.reserve(claim);
+        self.claims.push(claim.to_owned());
+    }
+}
+
+impl Drop for Reserved<'_> {
+    fn drop(&mut self) {
+        for claim in &self.claims {
+            self.read.release(claim);
+        }
+    }
 }
 
 /// Waits until the candidates' NodeClaims are gone, at most [`DRAIN_HOLD`].

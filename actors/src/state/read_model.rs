@@ -102,6 +102,9 @@ struct Index {
     /// Nodes a provisioning pass counted on for pods (by Node name, or NodeClaim name while in
     /// flight), and until when they are nominated, in epoch seconds.
     nominated: DashMap<String, i64>,
+    /// NodeClaims a disruption command launched for its candidates' pods, while the candidates
+    /// are still to be deleted.
+    reserved: DashSet<String>,
     pods_by_node: DashMap<String, BTreeSet<PodKey>>,
     /// VolumeAttachment names by the node they attach to.
     attachments_by_node: DashMap<String, BTreeSet<String>>,
@@ -451,6 +454,23 @@ impl ReadModel {
         for node in nodes {
             self.index.nominated.insert(node, until);
         }
+    }
+
+    /// Keeps the NodeClaim, launched by a disruption command for its candidates' pods, from the
+    /// provisioner until [`ReadModel::release`]: no other pending pod fills it first.
+    pub fn reserve(&self, claim: &str) {
+        self.index.reserved.insert(claim.to_owned());
+    }
+
+    /// Gives the NodeClaim back to the provisioner (its candidates are deleted, so their pods are
+    /// simulated with the pending ones, or the command rolled back).
+    pub fn release(&self, claim: &str) {
+        self.index.reserved.remove(claim);
+    }
+
+    /// Whether the NodeClaim is kept for a disruption command's pods.
+    pub fn reserved(&self, claim: &str) -> bool {
+        self.index.reserved.contains(claim)
     }
 
     /// Whether the node (by Node or NodeClaim name) is nominated for pods at `now`.
@@ -894,6 +914,19 @@ mod tests {
             Some("us-west-2a"),
             "the scheduling view still places zonal pods on it"
         );
+    }
+
+    #[test]
+    fn a_disruptions_replacement_takes_no_pending_pod_until_its_candidates_are_deleted() {
+        let (read, _writers) = ReadModel::new();
+        read.record_created(claim("replacement"));
+        read.reserve("replacement");
+        assert!(
+            crate::state::snapshot::existing_nodes(&read).is_empty(),
+            "kept for the candidates' pods"
+        );
+        read.release("replacement");
+        assert_eq!(crate::state::snapshot::existing_nodes(&read).len(), 1);
     }
 
     #[tokio::test(start_paused = true)]

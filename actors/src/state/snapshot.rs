@@ -36,10 +36,11 @@ pub fn existing_nodes(read: &ReadModel) -> Vec<ExistingNode> {
                 .and_then(|p| read.claim_for_provider(p))
                 .and_then(|name| read.node_claim(&name));
             // A node whose NodeClaim is being deleted takes no pod, and its own pods are the
-            // provisioner's to place (its drain taint may not be there yet).
+            // provisioner's to place (its drain taint may not be there yet); nor does a
+            // disruption's replacement before its candidates' pods are simulated.
             if claim
                 .as_ref()
-                .is_some_and(|c| c.metadata.deletion_timestamp.is_some())
+                .is_some_and(|c| c.metadata.deletion_timestamp.is_some() || read.reserved(&c.name_any()))
             {
                 return None;
             }
@@ -49,7 +50,11 @@ pub fn existing_nodes(read: &ReadModel) -> Vec<ExistingNode> {
     nodes.extend(
         claims
             .iter()
-            .filter(|c| c.metadata.deletion_timestamp.is_none() && !registered(read, c))
+            .filter(|c| {
+                c.metadata.deletion_timestamp.is_none()
+                    && !registered(read, c)
+                    && !read.reserved(&c.name_any())
+            })
             .map(|c| in_flight(c)),
     );
     nodes
