@@ -53,21 +53,24 @@ fn provider_id(id: &str) -> String {
     instances::provider_id("us-west-2a", id)
 }
 
+/// Looks the instances `ids` up at once, each on its own: the provider ID each lookup found.
+async fn look_up_together(
+    lookups: &instances::Lookups,
+    ids: &[impl AsRef<str>],
+) -> Vec<Result<String, CloudError>> {
+    futures::future::join_all(ids.iter().map(|id| async move {
+        let instance = instances::get(lookups, &provider_id(id.as_ref())).await;
+        instance.map(|i| i.provider_id)
+    }))
+    .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lookups_made_together_are_one_describe_instances_call() {
     let (clients, seen) = fake_ec2::serve(answer).await;
     let lookups = instances::lookups(clients);
     let ids: Vec<String> = (0..40).map(|n| format!("i-{n:017x}")).collect();
-    let found = futures::future::join_all(
-        ids.iter()
-            .map(|id| provider_id(id))
-            .map(|p| {
-                let lookups = &lookups;
-                async move { instances::get(lookups, &p).await.map(|i| i.provider_id) }
-            })
-            .collect::<Vec<_>>(),
-    )
-    .await;
+    let found = look_up_together(&lookups, &ids).await;
     let expected: Vec<Result<String, CloudError>> = ids.iter().map(|id| Ok(provider_id(id))).collect();
     assert_eq!(found, expected, "each lookup gets its own instance");
     let requests = fake_ec2::seen(&seen);
@@ -82,16 +85,7 @@ async fn an_unknown_id_fails_only_its_own_lookup() {
     let (clients, seen) = fake_ec2::serve(answer).await;
     let lookups = instances::lookups(clients);
     let ids = ["i-0000000000000000a", "i-unknown", "i-0000000000000000b"];
-    let found = futures::future::join_all(
-        ids.iter()
-            .map(|id| provider_id(id))
-            .map(|p| {
-                let lookups = &lookups;
-                async move { instances::get(lookups, &p).await.map(|i| i.provider_id) }
-            })
-            .collect::<Vec<_>>(),
-    )
-    .await;
+    let found = look_up_together(&lookups, &ids).await;
     assert!(
         matches!(
             &found[..],
