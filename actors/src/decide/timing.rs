@@ -29,6 +29,7 @@ pub const ORPHAN_GRACE: Duration = Duration::from_secs(30);
 pub fn nomination_window(batch_max: Duration) -> Duration {
     batch_max.saturating_mul(2).max(Duration::from_secs(10))
 }
+
 /// A retry wait that doubles with each failure in a row: `first` after the first, up to `max`.
 pub fn doubling_backoff(first: Duration, failures: u32, max: Duration) -> Duration {
     first
