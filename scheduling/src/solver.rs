@@ -248,8 +248,9 @@ impl<'a> Solver<'a> {
                 c.clone()
             }
         };
-        // Pods are told apart by reference, and only one pod of each kind is copied (with its
-        // preferences dropped when they are ignored, which may make two kinds one).
+        // Pods are told apart by their kind (the hash each took once, then a pointer or a full
+        // comparison), and only one pod of each kind is copied (with its preferences dropped when
+        // they are ignored, which may make two kinds one).
         let mut distinct: HashMap<Kind<'_>, usize> = HashMap::new();
         let mut kinds: Vec<&Constraints> = Vec::new();
         let mut pod_kind = Vec::with_capacity(pending.len());
