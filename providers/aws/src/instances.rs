@@ -7,7 +7,10 @@
 //! Failures: an API error is returned with its operation; an instance id EC2 does not know (or
 //! one already terminated) is `NodeClaimNotFound`, as the lifecycle expects.
 
-use std::{collections::BTreeMap, sync::Arc};
+use std::{
+    collections::{BTreeMap, HashMap},
+    sync::Arc,
+};
 
 use aws_sdk_ec2::types::{Filter, InstanceStateName};
 use futures::FutureExt;
@@ -34,17 +37,19 @@ pub fn lookups(clients: AwsClients) -> Lookups {
         Arc::new(move |(), ids: Vec<String>| {
             let clients = clients.clone();
             async move {
-                for_each_id(
-                    &ids,
-                    |ids| describe_ec2(&clients, Vec::new(), ids),
-                    |described: &Described, id| {
-                        described
-                            .iter()
-                            .filter(|i| i.instance_id() == Some(id))
-                            .cloned()
-                            .collect()
-                    },
-                )
+                // Each call's instances by id, so every caller finds its own without a scan.
+                let by_id = |ids| async {
+                    let described = describe_ec2(&clients, Vec::new(), ids).await?;
+                    let mut by_id: HashMap<String, Described> = HashMap::new();
+                    for instance in described {
+                        let id = instance.instance_id().unwrap_or_default().to_owned();
+                        by_id.entry(id).or_default().push(instance);
+                    }
+                    Ok(by_id)
+                };
+                for_each_id(&ids, by_id, |by_id: &HashMap<String, Described>, id| {
+                    by_id.get(id).cloned().unwrap_or_default()
+                })
                 .await
             }
             .boxed()
@@ -104,11 +109,21 @@ pub async fn get(lookups: &Lookups, provider_id: &str) -> Result<Instance, Cloud
 /// What EC2 reports for the instance behind `provider_id`: `NodeClaimNotFound` when the provider
 /// ID is not AWS's or EC2 does not know the id.
 async fn by_provider_id(lookups: &Lookups, provider_id: &str) -> Result<Described, CloudError> {
+    by_instance(lookups, "DescribeInstances", provider_id).await
+}
+
+/// The answer a coalesced `operation` by instance id gives for the instance behind `provider_id`:
+/// `NodeClaimNotFound`, naming the provider ID, when it is not AWS's or EC2 does not know the id.
+pub async fn by_instance<T: Send + 'static>(
+    coalescer: &Coalescer<(), String, Result<T, CloudError>>,
+    operation: &str,
+    provider_id: &str,
+) -> Result<T, CloudError> {
     let id = instance_id(provider_id).ok_or_else(|| not_found(provider_id))?;
-    lookups
+    coalescer
         .submit((), id.to_owned())
         .await
-        .unwrap_or_else(|| Err(abandoned("DescribeInstances")))
+        .unwrap_or_else(|| Err(abandoned(operation)))
         .map_err(|error| match error {
             CloudError::NodeClaimNotFound { .. } => not_found(provider_id),
             other => other,

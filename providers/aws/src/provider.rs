@@ -489,22 +489,11 @@ impl CloudProvider for AwsCloud {
     }
 
     fn delete<'a>(&'a self, provider_id: &'a str) -> CloudFuture<'a, ()> {
-        Box::pin(async move {
-            let id = instances::instance_id(provider_id).ok_or_else(|| CloudError::NodeClaimNotFound {
-                provider_id: provider_id.to_owned(),
-            })?;
-            self.inner
-                .terminations
-                .submit((), id.to_owned())
-                .await
-                .unwrap_or_else(|| Err(instances::abandoned("TerminateInstances")))
-                .map_err(|error| match error {
-                    CloudError::NodeClaimNotFound { .. } => CloudError::NodeClaimNotFound {
-                        provider_id: provider_id.to_owned(),
-                    },
-                    other => other,
-                })
-        })
+        Box::pin(instances::by_instance(
+            &self.inner.terminations,
+            "TerminateInstances",
+            provider_id,
+        ))
     }
 
     fn get<'a>(&'a self, provider_id: &'a str) -> CloudFuture<'a, Instance> {
