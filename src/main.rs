@@ -5,31 +5,42 @@ use std::process::ExitCode;
 use clap::Parser;
 use joist::commands::{Cli, run};
 
-/// mimalloc rather than glibc's malloc: glibc keeps freed memory in one arena per thread, so
-/// `joist run` held nearly three times its live heap at 10,000 pods (docs/performance.md).
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+/// The global allocator and its options.
+#[cfg(not(feature = "system-allocator"))]
+mod allocator {
+    /// mimalloc rather than glibc's malloc: glibc keeps freed memory in one arena per thread, so
+    /// `joist run` held nearly three times its live heap at 10,000 pods (docs/performance.md).
+    #[global_allocator]
+    static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// mimalloc's `mi_option_purge_delay` (its place in `mi_option_e`, mimalloc.h, the same in its v2
-/// and v3; the Rust binding names no constant for it).
-const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
+    /// mimalloc's `mi_option_purge_delay` (its place in `mi_option_e`, mimalloc.h, the same in its v2
+    /// and v3; the Rust binding names no constant for it).
+    const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 
-/// How long freed memory stays with the process before it goes back to the system. mimalloc's
-/// default, one second, gave back and faulted in again the same pages all through a busy run:
-/// `joist bench e2e --nodes 4000` spent a quarter of its wall time in page faults, with the
-/// same peak (docs/performance.md). Ten seconds still returns what a spike took.
-const PURGE_DELAY_MS: std::ffi::c_long = 10_000;
+    /// How long freed memory stays with the process before it goes back to the system. mimalloc's
+    /// default, one second, gave back and faulted in again the same pages all through a busy run:
+    /// `joist bench e2e --nodes 4000` spent a quarter of its wall time in page faults, with the
+    /// same peak (docs/performance.md). Ten seconds still returns what a spike took.
+    const PURGE_DELAY_MS: std::ffi::c_long = 10_000;
 
-/// Sets the allocator's options before anything else runs.
-#[allow(unsafe_code)]
-fn tune_allocator() {
-    // SAFETY: `mi_option_set` only stores the value of a known option; mimalloc reads its
-    // options with atomics, so setting one while other threads allocate is allowed.
-    unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, PURGE_DELAY_MS) };
+    /// Sets the allocator's options before anything else runs.
+    #[allow(unsafe_code)]
+    pub fn tune() {
+        // SAFETY: `mi_option_set` only stores the value of a known option; mimalloc reads its
+        // options with atomics, so setting one while other threads allocate is allowed.
+        unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, PURGE_DELAY_MS) };
+    }
+}
+
+/// glibc's malloc, for heap profilers that follow it (the `system-allocator` feature): nothing to
+/// set.
+#[cfg(feature = "system-allocator")]
+mod allocator {
+    pub fn tune() {}
 }
 
 fn main() -> ExitCode {
-    tune_allocator();
+    allocator::tune();
     let cli = Cli::parse();
     match run(cli, &mut std::io::stdout().lock()) {
         Ok(code) => code,
