@@ -86,11 +86,7 @@ where
     }
 
     fn call(&mut self, request: Request<RequestBody>) -> Self::Future {
-        let watch = request.uri().query().is_some_and(|query| {
-            query
-                .split('&')
-                .any(|pair| pair == "watch=true" || pair == "watch=1")
-        });
+        let watch = is_watch(&request);
         let what = format!("{} {}", request.method(), request.uri().path());
         let limit = self.limit;
         let call = self.inner.call(request);
@@ -105,6 +101,15 @@ where
             }
         })
     }
+}
+
+/// Whether `request` opens a watch (`?watch=true`), whose response stays open while it runs.
+pub fn is_watch<B>(request: &Request<B>) -> bool {
+    request.uri().query().is_some_and(|query| {
+        query
+            .split('&')
+            .any(|pair| pair == "watch=true" || pair == "watch=1")
+    })
 }
 
 /// A response body that fails when it pauses for longer than its deadline between two parts.
@@ -165,62 +170,10 @@ where
 
 #[cfg(test)]
 mod tests {
-    use std::convert::Infallible;
-
     use http_body_util::{BodyExt, Full};
 
     use super::*;
-
-    /// An API server that answers every request after `delay` with the body `body` makes.
-    struct Answering<B> {
-        delay: Duration,
-        body: fn() -> B,
-    }
-
-    impl<B: Send + 'static> Service<Request<()>> for Answering<B> {
-        type Response = Response<B>;
-        type Error = Infallible;
-        type Future = Pin<Box<dyn Future<Output = Result<Response<B>, Infallible>> + Send>>;
-
-        fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-            Poll::Ready(Ok(()))
-        }
-
-        fn call(&mut self, _: Request<()>) -> Self::Future {
-            let (delay, body) = (self.delay, (self.body)());
-            Box::pin(async move {
-                tokio::time::sleep(delay).await;
-                Ok(Response::new(body))
-            })
-        }
-    }
-
-    /// A body that sends its first part and then nothing more.
-    #[derive(Default)]
-    struct Stalling {
-        sent: bool,
-    }
-
-    impl Body for Stalling {
-        type Data = Bytes;
-        type Error = Infallible;
-
-        fn poll_frame(
-            self: Pin<&mut Self>,
-            _: &mut Context<'_>,
-        ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
-            let this = self.get_mut();
-            if this.sent {
-                return Poll::Pending;
-            }
-            this.sent = true;
-            Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(b"{\"items\":[")))))
-        }
-    }
-
-    fn get(uri: &str) -> Request<()> {
-        Request::get(uri).body(()).unwrap_or_else(|e| panic!("{e}"))
-    }
+    use crate::commands::run::test_service::{Answering, Stalling, get};
 
     #[tokio::test(start_paused = true)]
     async fn a_request_the_api_server_never_answers_fails_at_the_deadline() {

@@ -15,8 +15,11 @@
 //! failures are the controllers' to log and retry.
 
 mod deadline;
+mod in_flight;
 mod leader;
 mod settings;
+#[cfg(test)]
+mod test_service;
 
 use std::{net::SocketAddr, process::ExitCode, sync::Arc};
 
@@ -64,7 +67,7 @@ pub fn run() -> Result<ExitCode, CommandError> {
 
 /// A client from `KUBECONFIG` when it is set (a bad file is named, with what is wrong with it, on
 /// one line), else from `~/.kube/config` or the in-cluster service account; every request it makes
-/// has a deadline ([`deadline`]).
+/// has a deadline ([`deadline`]) and waits for a slot when too many are in flight ([`in_flight`]).
 async fn kube_client() -> Result<kube::Client, String> {
     /// Errors about YAML carry a snippet of the file on the lines after the first.
     fn first_line(error: &dyn std::fmt::Display) -> String {
@@ -87,6 +90,7 @@ async fn kube_client() -> Result<kube::Client, String> {
         .map_err(|e| format!("cannot make a Kubernetes client: {}", first_line(&e)))?;
     Ok(builder
         .with_layer(&deadline::DeadlineLayer::new(deadline::CALL_DEADLINE))
+        .with_layer(&in_flight::InFlightLayer::new(in_flight::IN_FLIGHT_LIMIT))
         .build())
 }
 
