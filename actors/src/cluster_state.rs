@@ -335,7 +335,7 @@ impl Actor for ClusterState {
             reflect(
                 Api::<Node>::all(client.clone()),
                 writers.nodes,
-                cached::trim,
+                cached::trim_node,
                 Change::Node,
                 |listed| Change::Relisted(Listed::Nodes, listed),
             ),
@@ -392,7 +392,7 @@ impl Actor for ClusterState {
             reflect(
                 Api::<Pod>::all(client.clone()),
                 writers.pods,
-                cached::trim,
+                cached::trim_pod,
                 Change::Pod,
                 |listed| Change::Relisted(Listed::Pods, listed),
             ),

@@ -5,6 +5,7 @@
 //! ever written back).
 
 use joist_messages::apis::NodeClaim;
+use k8s_openapi::api::core::v1::{Container, Node, NodeStatus, Pod, PodStatus};
 use kube::Resource;
 
 /// Any object: managedFields are the API server's bookkeeping, which no controller reads (as
@@ -19,6 +20,57 @@ pub fn trim<K: Resource>(object: &mut K) {
 pub fn trim_claim(claim: &mut NodeClaim) {
     trim(claim);
     drop_choices(claim);
+}
+
+/// A pod: what scheduling, draining and the metrics read of it. Of each container, its name,
+/// resources, ports and restart policy (a sidecar's); of its volumes, those that claim a volume (a
+/// drain waits for their attachments); no ephemeral containers (they request nothing); of its
+/// status, the phase, conditions, nomination and start. The rest (images, commands, environments,
+/// probes, mounts, the service account's projected volume, the containers' statuses, the
+/// addresses) made up most of a pod's size, and the pods most of the controller's heap at 10,000
+/// nodes (docs/performance.md).
+pub fn trim_pod(pod: &mut Pod) {
+    trim(pod);
+    if let Some(spec) = pod.spec.as_mut() {
+        let init = spec.init_containers.iter_mut().flatten();
+        for container in spec.containers.iter_mut().chain(init) {
+            *container = Container {
+                name: std::mem::take(&mut container.name),
+                resources: container.resources.take(),
+                ports: container.ports.take(),
+                restart_policy: container.restart_policy.take(),
+                ..Container::default()
+            };
+        }
+        spec.ephemeral_containers = None;
+        if let Some(volumes) = spec.volumes.as_mut() {
+            volumes.retain(|v| v.persistent_volume_claim.is_some() || v.ephemeral.is_some());
+        }
+    }
+    if let Some(status) = pod.status.as_mut() {
+        *status = PodStatus {
+            phase: status.phase.take(),
+            conditions: status.conditions.take(),
+            nominated_node_name: status.nominated_node_name.take(),
+            start_time: status.start_time.take(),
+            ..PodStatus::default()
+        };
+    }
+}
+
+/// A node: of its status, only its capacity, allocatable and conditions. The images a kubelet
+/// reports (up to 50, each with its names), its addresses and its system's description are read by
+/// no controller.
+pub fn trim_node(node: &mut Node) {
+    trim(node);
+    if let Some(status) = node.status.as_mut() {
+        *status = NodeStatus {
+            capacity: status.capacity.take(),
+            allocatable: status.allocatable.take(),
+            conditions: status.conditions.take(),
+            ..NodeStatus::default()
+        };
+    }
 }
 
 /// Drops a NodeClaim's requirements of more than one value: the price-ordered instance types (up
@@ -51,6 +103,96 @@ mod tests {
             "status": provider_id.map(|id| json!({"providerID": id})),
         }))
         .expect("a valid NodeClaim")
+    }
+
+    #[test]
+    fn a_pod_keeps_what_scheduling_draining_and_metrics_read() {
+        let mut pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "p", "namespace": "ns", "annotations": {"karpenter.sh/do-not-disrupt": "true"}},
+            "spec": {
+                "containers": [{
+                    "name": "app", "image": "registry.example/app:1", "command": ["/app"],
+                    "env": [{"name": "MODE", "value": "serve"}],
+                    "readinessProbe": {"httpGet": {"path": "/ready", "port": 8080}},
+                    "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+                    "resources": {"requests": {"cpu": "1"}},
+                    "ports": [{"containerPort": 8080, "hostPort": 8080}]
+                }],
+                "initContainers": [{"name": "proxy", "image": "proxy:2", "restartPolicy": "Always",
+                                    "resources": {"requests": {"memory": "64Mi"}}}],
+                "volumes": [
+                    {"name": "data", "persistentVolumeClaim": {"claimName": "data-p"}},
+                    {"name": "scratch", "ephemeral": {"volumeClaimTemplate": {"spec": {}}}},
+                    {"name": "kube-api-access", "projected": {"sources": [{"serviceAccountToken": {"path": "token"}}]}}
+                ],
+                "tolerations": [{"key": "gpu", "operator": "Exists"}],
+                "terminationGracePeriodSeconds": 60
+            },
+            "status": {
+                "phase": "Running", "podIP": "10.0.0.7", "nominatedNodeName": "n",
+                "startTime": "2026-11-27T00:00:00Z",
+                "conditions": [{"type": "Ready", "status": "True"}],
+                "containerStatuses": [{"name": "app", "image": "app:1", "imageID": "", "ready": true, "restartCount": 0}]
+            }
+        }))
+        .expect("a valid Pod");
+        trim_pod(&mut pod);
+        let kept = serde_json::to_value(&pod).expect("a pod serializes");
+        assert_eq!(
+            kept,
+            json!({
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "p", "namespace": "ns", "annotations": {"karpenter.sh/do-not-disrupt": "true"}},
+                "spec": {
+                    "containers": [{"name": "app", "resources": {"requests": {"cpu": "1"}},
+                                    "ports": [{"containerPort": 8080, "hostPort": 8080}]}],
+                    "initContainers": [{"name": "proxy", "restartPolicy": "Always",
+                                        "resources": {"requests": {"memory": "64Mi"}}}],
+                    "volumes": [
+                        {"name": "data", "persistentVolumeClaim": {"claimName": "data-p"}},
+                        {"name": "scratch", "ephemeral": {"volumeClaimTemplate": {"spec": {}}}}
+                    ],
+                    "tolerations": [{"key": "gpu", "operator": "Exists"}],
+                    "terminationGracePeriodSeconds": 60
+                },
+                "status": {
+                    "phase": "Running", "nominatedNodeName": "n", "startTime": "2026-11-27T00:00:00Z",
+                    "conditions": [{"type": "Ready", "status": "True"}]
+                }
+            })
+        );
+    }
+
+    #[test]
+    fn a_node_keeps_its_capacity_allocatable_and_conditions() {
+        let mut node: Node = serde_json::from_value(json!({
+            "metadata": {"name": "n", "labels": {"karpenter.sh/nodepool": "default"}},
+            "spec": {"providerID": "aws:///us-west-2a/i-0123", "taints": [{"key": "k", "effect": "NoSchedule"}]},
+            "status": {
+                "capacity": {"cpu": "2"}, "allocatable": {"cpu": "1930m"},
+                "conditions": [{"type": "Ready", "status": "True"}],
+                "addresses": [{"type": "InternalIP", "address": "10.0.0.7"}],
+                "images": [{"names": ["registry.example/app:1"], "sizeBytes": 1000}],
+                "nodeInfo": {"architecture": "amd64", "bootID": "", "containerRuntimeVersion": "containerd://2.0",
+                             "kernelVersion": "6.1", "kubeProxyVersion": "", "kubeletVersion": "v1.35.0",
+                             "machineID": "", "operatingSystem": "linux", "osImage": "Amazon Linux 2023",
+                             "systemUUID": ""}
+            }
+        }))
+        .expect("a valid Node");
+        trim_node(&mut node);
+        assert_eq!(
+            serde_json::to_value(&node).expect("a node serializes"),
+            json!({
+                "apiVersion": "v1", "kind": "Node",
+                "metadata": {"name": "n", "labels": {"karpenter.sh/nodepool": "default"}},
+                "spec": {"providerID": "aws:///us-west-2a/i-0123", "taints": [{"key": "k", "effect": "NoSchedule"}]},
+                "status": {
+                    "capacity": {"cpu": "2"}, "allocatable": {"cpu": "1930m"},
+                    "conditions": [{"type": "Ready", "status": "True"}]
+                }
+            })
+        );
     }
 
     fn keys(claim: &NodeClaim) -> Vec<&str> {
