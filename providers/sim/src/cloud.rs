@@ -109,6 +109,7 @@ pub enum CloudEvent {
 pub(crate) struct Tracked {
     pub record: InstanceRecord,
     pub labels: BTreeMap<String, String>,
+    /// The task that registers its Node, until it is done; ending the instance aborts it.
     pub boot: Option<JoinHandle<()>>,
 }
 
@@ -228,6 +229,13 @@ impl Books {
         };
         self.record(&mut state, event);
         Some(node)
+    }
+
+    /// Forgets the boot of an instance that is done booting (see [`Tracked::boot`]).
+    pub(crate) fn booted(&self, instance_id: &str) {
+        if let Some(tracked) = self.lock().instances.get_mut(instance_id) {
+            tracked.boot = None;
+        }
     }
 
     /// Takes a running instance launched elsewhere (another replica, before a restart) into the
