@@ -84,7 +84,7 @@ impl Collector for ClusterStateCollector {
             nodes.len(),
         )?;
         let rows: Vec<NodeRow<'_>> = nodes.iter().map(|node| NodeRow::of(read, node)).collect();
-        let node_families: [(&str, &str, for<'r> fn(&'r NodeRow<'_>) -> &'r Resources); 3] = [
+        let node_families: [(&str, &str, NodeAmounts); 3] = [
             (
                 "karpenter_nodes_allocatable",
                 "Node allocatable, by resource",
@@ -170,16 +170,22 @@ fn family<S: EncodeLabelSet, V: Into<f64>>(
     Ok(())
 }
 
+/// A series' labels and its `resource_type`.
+type WithResource<L> = (L, [(&'static str, String); 1]);
+
 /// One series per resource in `amounts`: `labels` plus `resource_type`.
 fn by_resource<'a, L: EncodeLabelSet + Clone + 'a>(
     labels: L,
     amounts: &'a Resources,
-) -> impl Iterator<Item = ((L, [(&'static str, String); 1]), f64)> + 'a {
+) -> impl Iterator<Item = (WithResource<L>, f64)> + 'a {
     amounts.iter().map(move |(name, amount)| {
         let resource = [("resource_type", resource_type(name))];
         ((labels.clone(), resource), amount.millis() as f64 / 1000.0)
     })
 }
+
+/// Which of a node's amounts a family reports.
+type NodeAmounts = for<'r> fn(&'r NodeRow<'_>) -> &'r Resources;
 
 /// What a scrape says of one node: its labels, read from the node in place, and its amounts.
 struct NodeRow<'a> {
