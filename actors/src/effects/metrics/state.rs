@@ -4,8 +4,8 @@
 //! node metrics are), every pod's state, and each NodePool's usage and limits.
 //!
 //! A scrape costs one pass over nodes, pods and NodePools, and writes each series as it is made;
-//! nothing is kept between scrapes, so a deleted object's series disappears at once. A pod whose requests do not parse counts as
-//! requesting nothing.
+//! nothing is kept between scrapes, so a deleted object's series disappears at once. A pod whose
+//! requests do not parse counts as requesting nothing.
 
 use std::{fmt, sync::LazyLock};
 
