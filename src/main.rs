@@ -23,9 +23,15 @@ mod allocator {
     /// same peak (docs/performance.md). Ten seconds still returns what a spike took.
     const PURGE_DELAY_MS: std::ffi::c_long = 10_000;
 
-    /// Sets the allocator's options before anything else runs.
+    /// The variable mimalloc reads the purge delay from: when it is set, its value stands.
+    const PURGE_DELAY_VARIABLE: &str = "MIMALLOC_PURGE_DELAY";
+
+    /// Sets the allocator's options before anything else runs, unless the environment sets them.
     #[allow(unsafe_code)]
     pub fn tune() {
+        if std::env::var_os(PURGE_DELAY_VARIABLE).is_some() {
+            return;
+        }
         // SAFETY: `mi_option_set` only stores the value of a known option; mimalloc reads its
         // options with atomics, so setting one while other threads allocate is allowed.
         unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, PURGE_DELAY_MS) };
