@@ -18,7 +18,7 @@
 //! question grows with the pods it moves, not with the cluster. Failures are values
 //! ([`Refusal`]), written for people, as Karpenter's `Unconsolidatable` events are.
 
-use std::fmt;
+use std::{fmt, sync::Arc};
 
 use joist_messages::{
     labels::{CAPACITY_TYPE, ZONE},
@@ -49,7 +49,7 @@ pub struct Candidate {
     /// Its capacity type.
     pub capacity_type: CapacityType,
     /// The pods that must find another place.
-    pub pods: Vec<PodInfo>,
+    pub pods: Vec<Arc<PodInfo>>,
     /// What it holds of its NodePool's limits (`None` for a node of no NodePool).
     pub held: Option<Held>,
 }
@@ -179,7 +179,7 @@ impl<'a> Search<'a> {
         let mut pending = Vec::new();
         for candidate in candidates {
             first_pod.push(pending.len());
-            pending.extend(candidate.pods.iter());
+            pending.extend(candidate.pods.iter().map(|pod| &**pod));
         }
         Search {
             candidates,
@@ -336,7 +336,7 @@ pub fn carry_out(
     solution: &Solution,
     name: &str,
 ) {
-    let mut pods: Vec<Option<PodInfo>> = which
+    let mut pods: Vec<Option<Arc<PodInfo>>> = which
         .iter()
         .flat_map(|&c| candidates[c].pods.iter().cloned().map(Some))
         .collect();

@@ -55,8 +55,9 @@ pub struct ExistingNode {
     pub taints: Vec<Taint>,
     /// Its allocatable resources.
     pub allocatable: Resources,
-    /// The pods bound to it, daemonset pods included.
-    pub pods: Vec<PodInfo>,
+    /// The pods bound to it, daemonset pods included: shared with the cluster's cached views, so
+    /// a pass over every node copies no pod.
+    pub pods: Vec<Arc<PodInfo>>,
     /// False while the node is still starting; initialized nodes are tried first.
     pub initialized: bool,
 }
@@ -70,7 +71,7 @@ impl ExistingNode {
         requirements: &Requirements,
         it: &InstanceType,
         offering: &Offering,
-        pods: Vec<PodInfo>,
+        pods: Vec<Arc<PodInfo>>,
     ) -> Self {
         let mut labels: BTreeMap<String, String> = it
             .requirements

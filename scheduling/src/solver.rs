@@ -279,7 +279,7 @@ impl<'a> Solver<'a> {
             input
                 .nodes
                 .iter()
-                .flat_map(|n| n.pods.iter().map(PodInfo::constraints)),
+                .flat_map(|n| n.pods.iter().map(|pod| pod.constraints())),
             &pools,
             &input.instance_types,
             &input.nodes,

@@ -526,7 +526,7 @@ pub fn existing_cluster(nodes: usize, pending: usize) -> Input {
             name,
             taints: Vec::new(),
             allocatable: shape.allocatable(),
-            pods: chunk.to_vec(),
+            pods: chunk.iter().cloned().map(Arc::new).collect(),
             initialized: true,
         });
     }
@@ -625,7 +625,7 @@ pub fn fragmented_cluster(nodes: usize, deleted: f64) -> Input {
                 .pods
                 .iter()
                 .filter(|_| (rng.below(1_000) as f64) >= deleted * 1_000.0)
-                .map(|&p| input.pods[p].clone())
+                .map(|&p| Arc::new(input.pods[p].clone()))
                 .collect();
             let name = format!("node-{}", cluster.nodes.len());
             cluster.nodes.push(ExistingNode::launched(

@@ -1,6 +1,6 @@
 //! The solver, one constraint at a time, then properties over random problems.
 
-use std::collections::BTreeMap;
+use std::{collections::BTreeMap, sync::Arc};
 
 use joist_messages::{
     labels::{CAPACITY_TYPE, HOSTNAME, INSTANCE_TYPE, ZONE},
@@ -99,7 +99,7 @@ fn node(name: &str, cpu: i64, labels: &[(&str, &str)], pods: Vec<PodInfo>) -> Ex
             .with(names::CPU, Quantity::from_units(cpu))
             .with(names::MEMORY, Quantity::from_units(cpu * (4 << 30)))
             .with(names::PODS, Quantity::from_units(110)),
-        pods,
+        pods: pods.into_iter().map(Arc::new).collect(),
         initialized: true,
     }
 }

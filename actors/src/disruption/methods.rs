@@ -23,7 +23,7 @@
 //! and base problem; refusals are kept so the planner can tell users why a node stays
 //! (`Unconsolidatable`).
 
-use std::{collections::BTreeMap, sync::Arc};
+use std::collections::BTreeMap;
 
 use joist_messages::apis::nodepool::{ConsolidationPolicy, DisruptionReason};
 use joist_scheduling::{
@@ -314,7 +314,7 @@ fn prepare(candidate: &Candidate, base: &Base<'_>) -> Option<consolidation::Cand
         pods: candidate
             .pods
             .iter()
-            .map(|p| base.read.pod_info(p).map(Arc::unwrap_or_clone))
+            .map(|p| base.read.pod_info(p))
             .collect::<Result<_, _>>()
             .ok()?,
         held: base

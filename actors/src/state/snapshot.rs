@@ -96,7 +96,7 @@ fn existing_node(read: &ReadModel, node: &Node, claim: Option<&NodeClaim>) -> Ex
         .pods_on(&node.name_any())
         .iter()
         .filter(|p| !finished(p))
-        .filter_map(|p| read.pod_info(p).ok().map(Arc::unwrap_or_clone))
+        .filter_map(|p| read.pod_info(p).ok())
         .collect();
     ExistingNode {
         name: node.name_any(),

@@ -1,4 +1,4 @@
-use std::collections::BTreeMap;
+use std::{collections::BTreeMap, sync::Arc};
 
 use joist_messages::model::{
     quantity::Quantity,
@@ -35,7 +35,7 @@ fn node(name: &str, cpu: i64, pods: Vec<PodInfo>) -> ExistingNode {
             .with(names::CPU, Quantity::from_units(cpu))
             .with(names::MEMORY, Quantity::from_units(cpu * (2 << 30)))
             .with(names::PODS, Quantity::from_units(110)),
-        pods,
+        pods: pods.into_iter().map(Arc::new).collect(),
         initialized: true,
     }
 }
@@ -495,7 +495,7 @@ proptest! {
             let kept: Vec<usize> = (0..input.nodes.len()).filter(|n| !which.contains(n)).collect();
             let reduced = Input {
                 nodes: kept.iter().map(|&n| input.nodes[n].clone()).collect(),
-                pods: which.iter().flat_map(|&c| candidates[c].pods.iter().cloned()).collect(),
+                pods: which.iter().flat_map(|&c| candidates[c].pods.iter().map(|p| PodInfo::clone(p))).collect(),
                 ..input.clone()
             };
             let mut expected = crate::solve(&reduced);
