@@ -26,7 +26,7 @@ mod allocator {
     /// The variable mimalloc reads the purge delay from: when it is set, its value stands.
     const PURGE_DELAY_VARIABLE: &str = "MIMALLOC_PURGE_DELAY";
 
-    /// Sets the allocator's options before anything else runs, unless the environment sets them.
+    /// Sets the allocator's purge delay before anything else runs, unless the environment sets it.
     #[allow(unsafe_code)]
     pub fn tune() {
         if std::env::var_os(PURGE_DELAY_VARIABLE).is_some() {
