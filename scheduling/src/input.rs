@@ -49,8 +49,8 @@ pub struct NodePoolInput {
 pub struct ExistingNode {
     /// The node's name.
     pub name: String,
-    /// Its labels: shared with the cluster's cached views, so a pass over every node copies none.
-    pub labels: Arc<BTreeMap<String, String>>,
+    /// Its labels.
+    pub labels: BTreeMap<String, String>,
     /// Its taints.
     pub taints: Vec<Taint>,
     /// Its allocatable resources.
@@ -88,7 +88,7 @@ impl ExistingNode {
         labels.insert(INSTANCE_TYPE.to_owned(), it.name.clone());
         ExistingNode {
             name: name.to_owned(),
-            labels: Arc::new(labels),
+            labels,
             taints: Vec::new(),
             allocatable: it.allocatable(),
             pods,

@@ -515,14 +515,14 @@ pub fn existing_cluster(nodes: usize, pending: usize) -> Input {
         let zone = AWS_ZONES[n % AWS_ZONES.len()];
         let name = format!("ip-10-0-{}-{}.ec2.internal", n / 250, n % 250);
         existing.push(ExistingNode {
-            labels: Arc::new(BTreeMap::from([
+            labels: BTreeMap::from([
                 (ZONE.to_string(), zone.to_string()),
                 (HOSTNAME.to_string(), name.clone()),
                 (INSTANCE_TYPE.to_string(), shape.name.clone()),
                 (ARCH.to_string(), "amd64".to_string()),
                 (CAPACITY_TYPE.to_string(), "on-demand".to_string()),
                 (NODEPOOL.to_string(), "default".to_string()),
-            ])),
+            ]),
             name,
             taints: Vec::new(),
             allocatable: shape.allocatable(),

@@ -90,12 +90,10 @@ fn zone_of(solution: &Solution, claim: usize) -> Option<String> {
 fn node(name: &str, cpu: i64, labels: &[(&str, &str)], pods: Vec<PodInfo>) -> ExistingNode {
     ExistingNode {
         name: name.to_string(),
-        labels: Arc::new(
-            labels
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-        ),
+        labels: labels
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
         taints: Vec::new(),
         allocatable: Resources::new()
             .with(names::CPU, Quantity::from_units(cpu))

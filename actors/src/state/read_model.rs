@@ -14,7 +14,7 @@
 //! yields the same snapshot, which keeps simulations deterministic.
 
 use std::{
-    collections::{BTreeMap, BTreeSet, HashSet},
+    collections::{BTreeSet, HashSet},
     sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard},
 };
 
@@ -124,10 +124,6 @@ struct Index {
     /// Each pod's scheduling view, with the version of the pod it was made from: passes over
     /// every bound pod reuse it until the pod changes, when the watch's event drops it.
     pod_infos: DashMap<PodKey, (Arc<Pod>, Arc<PodInfo>)>,
-    /// Each Node's labels as the simulations share them, with the version of the Node they were
-    /// taken from: every pass over the nodes reuses them until the Node changes, when the watch's
-    /// event drops them.
-    node_labels: DashMap<String, (Arc<Node>, Arc<BTreeMap<String, String>>)>,
     /// What each NodeClaim counts against its NodePool, by claim name: the pool, and the claim's
     /// capacity (its requests until it launched).
     claim_usage: DashMap<String, (String, Resources)>,
@@ -386,21 +382,6 @@ impl ReadModel {
         Ok(info)
     }
 
-    /// `node`'s labels as the simulations see them, taken once per version of the Node.
-    pub fn node_labels(&self, node: &Arc<Node>) -> Arc<BTreeMap<String, String>> {
-        let name = node.name_any();
-        if let Some(known) = self.index.node_labels.get(&name)
-            && Arc::ptr_eq(&known.0, node)
-        {
-            return known.1.clone();
-        }
-        let labels = Arc::new(node.labels().clone());
-        self.index
-            .node_labels
-            .insert(name, (node.clone(), labels.clone()));
-        labels
-    }
-
     /// The NodeClaims of one NodePool, by name, those just created included.
     pub fn node_claims_of(&self, pool: &str) -> Vec<Arc<NodeClaim>> {
         let names = members(&self.index.claims_by_pool, pool);
@@ -616,7 +597,6 @@ impl ReadModel {
                 Vec::new()
             }
             Listed::Nodes => {
-                index.node_labels.retain(|node, _| cluster_scoped(node));
                 index.node_by_provider.retain(|_, node| cluster_scoped(node));
                 index.pods_by_node.retain(|node, _| cluster_scoped(node));
                 Vec::new()
@@ -708,7 +688,6 @@ impl ReadModel {
 
     /// Updates the node index after a watch event; returns the NodeClaim that owns the node.
     pub(crate) fn observe_node(&self, node: &Node, deleted: bool) -> Option<String> {
-        self.index.node_labels.remove(&node.name_any());
         let provider_id = node.spec.as_ref()?.provider_id.clone()?;
         if deleted {
             self.index.node_by_provider.remove(&provider_id);
@@ -1071,34 +1050,6 @@ mod tests {
         assert!(
             read.index.pod_infos.is_empty(),
             "a deleted pod's view goes with it"
-        );
-    }
-
-    #[test]
-    fn a_nodes_labels_are_taken_once_per_version_and_dropped_when_the_node_changes() {
-        let (read, _writers) = ReadModel::new();
-        let node = |zone: &str| -> Arc<Node> {
-            Arc::new(object(serde_json::json!({
-                "metadata": {"name": "n", "labels": {"topology.kubernetes.io/zone": zone}},
-                "spec": {"providerID": "aws:///us-west-2a/i-1"},
-            })))
-        };
-        let first = node("us-west-2a");
-        let taken = read.node_labels(&first);
-        assert!(
-            Arc::ptr_eq(&taken, &read.node_labels(&first)),
-            "the same version is shared, not copied"
-        );
-        let moved = node("us-west-2b");
-        read.observe_node(&moved, false);
-        assert!(
-            read.index.node_labels.is_empty(),
-            "a changed node's labels go, and with them the version they came from"
-        );
-        let retaken = read.node_labels(&moved);
-        assert_eq!(
-            retaken.get("topology.kubernetes.io/zone").map(String::as_str),
-            Some("us-west-2b")
         );
     }
 

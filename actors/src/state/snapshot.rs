@@ -75,8 +75,8 @@ fn registered(read: &ReadModel, claim: &NodeClaim) -> bool {
         .is_some_and(|p| read.node_for_provider(p).is_some())
 }
 
-fn existing_node(read: &ReadModel, node: &Arc<Node>, claim: Option<&NodeClaim>) -> ExistingNode {
-    let labels = read.node_labels(node);
+fn existing_node(read: &ReadModel, node: &Node, claim: Option<&NodeClaim>) -> ExistingNode {
+    let labels = node.labels().clone();
     let initialized = claim.is_none() || labels.get(INITIALIZED).is_some_and(|v| v == "true");
     // While a claimed node starts, its startup and boot taints are on their way out: schedule
     // against the taints it will keep, as Karpenter does.
@@ -130,7 +130,7 @@ fn in_flight(claim: &NodeClaim) -> ExistingNode {
         .unwrap_or_else(|| Resources::from(&claim.spec.resources.requests));
     ExistingNode {
         name: claim.name_any(),
-        labels: Arc::new(labels),
+        labels,
         taints: claim.spec.taints.clone(),
         allocatable,
         pods: Vec::new(),
@@ -310,7 +310,7 @@ mod tests {
         let claim = claim_template::node_claim(&pool, &new, &types);
         let node = registered_labels(&claim, &types[0]);
         let flight = in_flight(&claim);
-        for (key, value) in flight.labels.iter() {
+        for (key, value) in &flight.labels {
             assert_eq!(
                 node.get(key),
                 Some(value),

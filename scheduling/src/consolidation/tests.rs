@@ -26,10 +26,10 @@ fn pod(name: &str, cpu: &str, spec: Value) -> PodInfo {
 fn node(name: &str, cpu: i64, pods: Vec<PodInfo>) -> ExistingNode {
     ExistingNode {
         name: name.to_owned(),
-        labels: Arc::new(BTreeMap::from([
+        labels: BTreeMap::from([
             (joist_messages::labels::HOSTNAME.to_owned(), name.to_owned()),
             (joist_messages::labels::ZONE.to_owned(), "test-zone-1".to_owned()),
-        ])),
+        ]),
         taints: Vec::new(),
         allocatable: Resources::new()
             .with(names::CPU, Quantity::from_units(cpu))
@@ -247,7 +247,8 @@ fn one_search_judges_each_candidate_by_its_own_absence() {
         ]}}})
     };
     let in_zone = |mut node: ExistingNode, zone: &str| {
-        Arc::make_mut(&mut node.labels).insert(joist_messages::labels::ZONE.to_owned(), zone.to_owned());
+        node.labels
+            .insert(joist_messages::labels::ZONE.to_owned(), zone.to_owned());
         node
     };
     let zonal = apart(joist_messages::labels::ZONE);
@@ -474,7 +475,7 @@ proptest! {
                     .map(|(i, (tenths, kind))| shaped_pod(&format!("n{n}-p{i}"), *tenths, *kind))
                     .collect();
                 let mut node = node(&format!("n{n}"), *cpu, pods);
-                Arc::make_mut(&mut node.labels).insert(joist_messages::labels::ZONE.to_owned(), zones[*zone].to_owned());
+                node.labels.insert(joist_messages::labels::ZONE.to_owned(), zones[*zone].to_owned());
                 node
             })
             .collect();
