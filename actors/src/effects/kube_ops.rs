@@ -45,8 +45,8 @@ where
 
 /// An answer read to its end and dropped: the writes here only need to know they held, and
 /// building the object they return cost more than the write (a NodeClaim's answer carries its up
-/// to 600 instance types: at 10,000 nodes, deserializing them was a tenth of the controller's CPU
-/// and a share of its peak memory).
+/// to 600 instance types: at 10,000 nodes, deserializing them was a tenth of the controller's
+/// CPU).
 struct Unread;
 
 impl<'de> Deserialize<'de> for Unread {
