@@ -857,7 +857,7 @@ async fn nodepool_actors_sharded_over_arbiters_do_their_work() {
 }
 
 #[actix::test]
-async fn events_are_written_once_per_two_minutes_without_holding_up_the_caller() {
+async fn events_are_written_once_per_two_minutes_then_counted_on_the_first_event() {
     tokio::time::pause();
     let world = world(Settings::default());
     let events = joist_actors::effects::events::Events::start(
@@ -873,40 +873,62 @@ async fn events_are_written_once_per_two_minutes_without_holding_up_the_caller()
             .unwrap_or_else(|e| panic!("{e}"))
         })
         .collect();
+    let message = "Failed to schedule pod, no nodepool fits";
     // Two passes over 5,000 unschedulable pods: recording returns at once, and the second pass
     // repeats the first's messages, so it writes nothing.
     for _ in 0..2 {
         for pod in &pods {
-            events.warn(
-                pod,
-                "FailedScheduling",
-                "Failed to schedule pod, no nodepool fits",
-            );
+            events.warn(pod, "FailedScheduling", message);
         }
     }
     tokio::time::sleep(Duration::from_secs(5)).await;
-    let count = || {
-        world
-            .cluster
-            .store()
-            .list(&GroupResource::new("", "events"), None, None, None, |e| {
+    let store = world.cluster.store();
+    let events_resource = GroupResource::new("", "events");
+    let failed = || {
+        store
+            .list(&events_resource, None, None, None, |e| {
                 e["reason"] == "FailedScheduling"
             })
             .items
-            .len()
     };
-    assert_eq!(count(), 5_000, "one event per pod, not one per pass");
+    assert_eq!(failed().len(), 5_000, "one event per pod, not one per pass");
+    let first_of = |pod: &str| {
+        failed()
+            .into_iter()
+            .find(|e| e["involvedObject"]["name"] == pod)
+            .unwrap_or_else(|| panic!("no event about {pod}"))
+    };
+    let first = first_of("pod-0");
     tokio::time::sleep(joist_actors::effects::events::DEDUPE_WINDOW).await;
-    events.warn(
-        &pods[0],
-        "FailedScheduling",
-        "Failed to schedule pod, no nodepool fits",
-    );
+    events.warn(&pods[0], "FailedScheduling", message);
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(
-        count(),
-        5_001,
-        "after two minutes the same event is written again"
+        failed().len(),
+        5_000,
+        "after two minutes the same event is counted, not written anew"
+    );
+    let counted = first_of("pod-0");
+    assert_eq!(counted["metadata"]["name"], first["metadata"]["name"]);
+    assert_eq!(counted["count"], 2);
+    assert_eq!(counted["firstTimestamp"], first["firstTimestamp"]);
+    assert_ne!(counted["lastTimestamp"], first["lastTimestamp"]);
+    // The Event is gone (its TTL passed, or someone deleted it): the next count is a new Event.
+    let name = first["metadata"]["name"].as_str().unwrap_or_default().to_owned();
+    store
+        .delete(
+            &events_resource,
+            &joist_kubesim::store::ObjectKey::new("default", &name),
+            &joist_kubesim::store::DeleteOptions::default(),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+    tokio::time::sleep(joist_actors::effects::events::DEDUPE_WINDOW).await;
+    events.warn(&pods[0], "FailedScheduling", message);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let recreated = first_of("pod-0");
+    assert_eq!(recreated["metadata"]["name"], first["metadata"]["name"]);
+    assert_eq!(
+        recreated["count"], 3,
+        "the count carries over to the recreated Event"
     );
 }
 

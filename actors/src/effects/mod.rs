@@ -1,8 +1,9 @@
 //! The effects layer: how the controllers act on the world and report it. Kubernetes writes
-//! ([`kube_ops`], [`events`]), the cloud under deadlines and fault points ([`cloud_calls`],
+//! ([`kube_ops`], [`events`] through client-go's [`correlator`]), the cloud under deadlines and fault points ([`cloud_calls`],
 //! [`faults`]), traces ([`node_trace`]) and Prometheus [`metrics`]. Each write returns its error to the caller, which decides whether to retry.
 
 pub mod cloud_calls;
+pub mod correlator;
 pub mod events;
 pub mod faults;
 pub mod kube_ops;
