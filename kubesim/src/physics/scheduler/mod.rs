@@ -90,6 +90,8 @@ struct Scheduler {
     term_domains: TermDomains,
     /// Nodes pods were bound to before the scheduler saw the node.
     unseen_nodes: HashSet<String>,
+    /// The scheduler's Events, in series.
+    events: events::Recorder,
 }
 
 /// Runs the scheduler until aborted.
@@ -354,7 +356,7 @@ impl Scheduler {
                     Err(error) => tracing::debug!(%error, pod = %key.name, "kubesim scheduler: bind failed"),
                 },
                 Err(message) => {
-                    mark_unschedulable(store, &key, &pod, &message);
+                    mark_unschedulable(store, &mut self.events, &key, &pod, &message);
                     self.failed(key, &needs, now);
                 }
             }
@@ -531,14 +533,20 @@ fn unschedulable_message(nodes: usize, reasons: &BTreeMap<String, usize>) -> Str
 }
 
 /// Sets `PodScheduled=False/Unschedulable` and records `FailedScheduling` when the message changed.
-fn mark_unschedulable(store: &Store, key: &ObjectKey, pod: &Value, message: &str) {
+fn mark_unschedulable(
+    store: &Store,
+    events: &mut events::Recorder,
+    key: &ObjectKey,
+    pod: &Value,
+    message: &str,
+) {
     let now = store.clock().now_rfc3339();
     let mut next = pod.clone();
     if !conditions::set(&mut next, "PodScheduled", "False", "Unschedulable", message, &now) {
         return;
     }
     match store.update(&GroupResource::new("", "pods"), key, Part::Status, next, false) {
-        Ok(updated) => events::record(
+        Ok(updated) => events.record(
             store,
             &updated,
             "Warning",
