@@ -26,6 +26,19 @@ pub const SERIES_FINISH: Duration = Duration::from_secs(360);
 /// The least number of open series before a prune is worth its scan.
 const PRUNE_FLOOR: usize = 1024;
 
+/// What an Event says, and who says it.
+#[derive(Debug, Clone, Copy)]
+pub struct Report<'a> {
+    /// `Normal` or `Warning`.
+    pub kind: &'a str,
+    /// The reason (`FailedScheduling`).
+    pub reason: &'a str,
+    /// The message.
+    pub message: &'a str,
+    /// The component reporting (`default-scheduler`).
+    pub component: &'a str,
+}
+
 /// One component's recorder: the series it has open (see the module docs).
 #[derive(Debug, Default)]
 pub struct Recorder {
@@ -45,15 +58,7 @@ struct Series {
 impl Recorder {
     /// Records an Event about `object` (in its namespace, or `default` for cluster-scoped objects),
     /// or counts it on the open series it belongs to.
-    pub fn record(
-        &mut self,
-        store: &Store,
-        object: &Value,
-        kind: &str,
-        reason: &str,
-        message: &str,
-        component: &str,
-    ) {
+    pub fn record(&mut self, store: &Store, object: &Value, report: Report<'_>) {
         let now = Instant::now();
         self.prune(now);
         let metadata = &object["metadata"];
@@ -61,7 +66,11 @@ impl Recorder {
             .as_str()
             .or_else(|| metadata["name"].as_str())
             .unwrap_or_default();
-        let key = (identity.to_owned(), reason.to_owned(), component.to_owned());
+        let key = (
+            identity.to_owned(),
+            report.reason.to_owned(),
+            report.component.to_owned(),
+        );
         if let Some(series) = self
             .open
             .get_mut(&key)
@@ -73,7 +82,7 @@ impl Recorder {
                 return;
             }
         }
-        if let Some(event) = create(store, object, kind, reason, message, component) {
+        if let Some(event) = create(store, object, report) {
             let series = Series {
                 event,
                 count: 1,
@@ -107,14 +116,13 @@ fn count(store: &Store, event: &ObjectKey, count: u64) -> bool {
 }
 
 /// Creates a new Event; its key, unless the store refused it.
-fn create(
-    store: &Store,
-    object: &Value,
-    kind: &str,
-    reason: &str,
-    message: &str,
-    component: &str,
-) -> Option<ObjectKey> {
+fn create(store: &Store, object: &Value, report: Report<'_>) -> Option<ObjectKey> {
+    let Report {
+        kind,
+        reason,
+        message,
+        component,
+    } = report;
     let metadata = &object["metadata"];
     let name = metadata["name"].as_str().unwrap_or_default();
     let namespace = metadata["namespace"]
@@ -173,14 +181,13 @@ mod tests {
                          "metadata": {"name": "p", "namespace": "default", "uid": "u-1"}});
         let mut recorder = Recorder::default();
         let record = |recorder: &mut Recorder, message: &str| {
-            recorder.record(
-                &store,
-                &pod,
-                "Warning",
-                "FailedScheduling",
+            let report = Report {
+                kind: "Warning",
+                reason: "FailedScheduling",
                 message,
-                "default-scheduler",
-            )
+                component: "default-scheduler",
+            };
+            recorder.record(&store, &pod, report)
         };
         record(&mut recorder, "0/1 nodes are available");
         tokio::time::advance(Duration::from_secs(60)).await;

@@ -549,10 +549,12 @@ fn mark_unschedulable(
         Ok(updated) => events.record(
             store,
             &updated,
-            "Warning",
-            "FailedScheduling",
-            message,
-            "default-scheduler",
+            events::Report {
+                kind: "Warning",
+                reason: "FailedScheduling",
+                message,
+                component: "default-scheduler",
+            },
         ),
         Err(error) => {
             tracing::debug!(%error, pod = %key.name, "kubesim scheduler: cannot mark the pod unschedulable")
