@@ -1,9 +1,9 @@
 //! Kubernetes Events with Karpenter's reasons, recorded the way a busy controller must: the same
 //! event (object, reason, message) is written at most once per [`DEDUPE_WINDOW`], as Karpenter's
-//! recorder does; what passes goes through client-go's correlator ([`correlator`](super::correlator)), as Karpenter's
-//! events do, so a repeat patches the count of the Event first written and similar events are
-//! combined; and writes leave the caller at once for a background writer that keeps at most
-//! [`EVENT_WRITES_IN_FLIGHT`] requests in flight. A pass that tells 5,000 pods why they cannot be
+//! recorder does; what passes goes through client-go's correlator
+//! ([`correlator`](super::correlator)), as Karpenter's events do, so a repeat patches the count of
+//! the Event first written and similar events are combined; and writes leave the caller at once
+//! for a background writer that keeps at most [`EVENT_WRITES_IN_FLIGHT`] requests in flight. A pass that tells 5,000 pods why they cannot be
 //! placed costs it no API round trips, and the same 5,000 messages on the next pass cost nothing.
 //!
 //! Failures: an event that cannot be written is logged and dropped, and so is one that finds the
