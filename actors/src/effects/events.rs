@@ -80,8 +80,9 @@ impl Events {
             events.for_each_concurrent(EVENT_WRITES_IN_FLIGHT, move |outgoing| {
                 let client = client.clone();
                 async move {
+                    let reason = outgoing.event.reason.clone().unwrap_or_default();
                     if let Err(error) = write(client, outgoing).await {
-                        tracing::warn!(%error, "recording an event failed");
+                        tracing::warn!(reason, %error, "recording an event failed");
                     }
                 }
             }),
