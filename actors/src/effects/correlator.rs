@@ -108,6 +108,13 @@ struct Bucket {
     at: Instant,
 }
 
+impl Bucket {
+    /// The tokens the bucket holds `now`, refilled since it was last taken from (unbounded).
+    fn tokens_at(&self, now: Instant) -> f64 {
+        self.tokens + now.saturating_duration_since(self.at).as_secs_f64() / SPAM_REFILL.as_secs_f64()
+    }
+}
+
 /// The least number of entries before a prune is worth its scan.
 const PRUNE_FLOOR: usize = 1024;
 
@@ -197,8 +204,7 @@ impl Correlator {
             tokens: SPAM_BURST,
             at: now,
         });
-        let refilled = now.saturating_duration_since(bucket.at).as_secs_f64() / SPAM_REFILL.as_secs_f64();
-        bucket.tokens = (bucket.tokens + refilled).min(SPAM_BURST);
+        bucket.tokens = bucket.tokens_at(now).min(SPAM_BURST);
         bucket.at = now;
         if bucket.tokens < 1.0 {
             return false;
@@ -218,8 +224,7 @@ impl Correlator {
         let age = |at: Instant| now.saturating_duration_since(at);
         self.logged.retain(|_, l| age(l.last_seen) < FORGET_AFTER);
         self.similar.retain(|_, s| age(s.last_seen) <= AGGREGATE_INTERVAL);
-        self.buckets
-            .retain(|_, b| b.tokens + age(b.at).as_secs_f64() / SPAM_REFILL.as_secs_f64() < SPAM_BURST);
+        self.buckets.retain(|_, b| b.tokens_at(now) < SPAM_BURST);
         self.prune_at = 2 * (self.logged.len() + self.similar.len() + self.buckets.len());
     }
 }
