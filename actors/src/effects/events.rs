@@ -67,7 +67,8 @@ struct Recent {
     correlator: Correlator,
 }
 
-/// What makes two events the same: the object (its UID, or name), the reason and the message.
+/// What makes two events the same: the object (kind, namespace, name, UID), the reason and the
+/// message.
 type EventKey = (String, String, String);
 
 impl Events {
@@ -107,13 +108,8 @@ impl Events {
 
     fn record<K: Resource<DynamicType = ()>>(&self, object: &K, warning: bool, reason: &str, message: &str) {
         let reference: ObjectReference = object.object_ref(&());
-        let identity = reference
-            .uid
-            .clone()
-            .or_else(|| reference.name.clone())
-            .unwrap_or_default();
         let kind = if warning { "Warning" } else { "Normal" };
-        let Some(correlated) = self.correlate(&reference, identity, kind, reason, message) else {
+        let Some(correlated) = self.correlate(&reference, kind, reason, message) else {
             return;
         };
         tracing::debug!(
@@ -136,16 +132,10 @@ impl Events {
     fn correlate(
         &self,
         reference: &ObjectReference,
-        identity: String,
         kind: &str,
         reason: &str,
         message: &str,
     ) -> Option<Correlated> {
-        let now = Instant::now();
-        let mut recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
-        if !recent.first_in_window(now, identity, reason, message) {
-            return None;
-        }
         let object = format!(
             "{}\u{0}{}\u{0}{}\u{0}{}",
             reference.kind.as_deref().unwrap_or_default(),
@@ -153,6 +143,11 @@ impl Events {
             reference.name.as_deref().unwrap_or_default(),
             reference.uid.as_deref().unwrap_or_default(),
         );
+        let now = Instant::now();
+        let mut recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
+        if !recent.first_in_window(now, &object, reason, message) {
+            return None;
+        }
         let occurrence = Occurrence {
             object: &object,
             kind,
@@ -171,13 +166,13 @@ impl Events {
 
 impl Recent {
     /// Whether this event was not written within the window (and notes that it is now).
-    fn first_in_window(&mut self, now: Instant, identity: String, reason: &str, message: &str) -> bool {
+    fn first_in_window(&mut self, now: Instant, object: &str, reason: &str, message: &str) -> bool {
         if self.written.len() >= self.prune_at.max(EVENT_QUEUE) {
             self.written
                 .retain(|_, at| now.saturating_duration_since(*at) < DEDUPE_WINDOW);
             self.prune_at = 2 * self.written.len();
         }
-        let key = (identity, reason.to_owned(), message.to_owned());
+        let key = (object.to_owned(), reason.to_owned(), message.to_owned());
         match self.written.get(&key) {
             Some(at) if now.saturating_duration_since(*at) < DEDUPE_WINDOW => false,
             _ => {
