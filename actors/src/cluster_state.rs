@@ -22,13 +22,14 @@ use std::{
 
 use actix::prelude::*;
 use futures::{StreamExt, stream::BoxStream};
+use joist_messages::cached_pod::CachedPod;
 use joist_messages::{
     apis::{EC2NodeClass, NodeClaim, NodeOverlay, NodePool},
     labels::NODEPOOL,
 };
 use k8s_openapi::api::{
     apps::v1::DaemonSet,
-    core::v1::{Namespace, Node, PersistentVolumeClaim, Pod},
+    core::v1::{Namespace, Node, PersistentVolumeClaim},
     policy::v1::PodDisruptionBudget,
     storage::v1::VolumeAttachment,
 };
@@ -67,7 +68,7 @@ pub const PENDING_REQUEUE: Duration = Duration::from_secs(10);
 #[derive(Debug)]
 pub enum Change {
     /// A pod.
-    Pod(Arc<Pod>, bool),
+    Pod(Arc<CachedPod>, bool),
     /// A node.
     Node(Arc<Node>, bool),
     /// A NodeClaim.
@@ -390,9 +391,9 @@ impl Actor for ClusterState {
                 |listed| Change::Relisted(Listed::VolumeAttachments, listed),
             ),
             reflect(
-                Api::<Pod>::all(client.clone()),
+                Api::<CachedPod>::all(client.clone()),
                 writers.pods,
-                cached::trim_pod,
+                CachedPod::trim,
                 Change::Pod,
                 |listed| Change::Relisted(Listed::Pods, listed),
             ),

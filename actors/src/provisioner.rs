@@ -22,9 +22,9 @@ use std::{
 };
 
 use actix::prelude::*;
+use joist_messages::cached_pod::CachedPod;
 use joist_messages::{apis::NodePool, model::instance_type::InstanceType};
 use joist_scheduling::{Input, Solution, solve};
-use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 
 use crate::{
@@ -84,7 +84,7 @@ impl Handler<ProvisionBatch> for Provisioner {
 }
 
 /// Tells a pod, with a `FailedScheduling` event, why Joist cannot place it.
-fn failed_scheduling(shared: &Shared, pod: &Pod, message: &str) {
+fn failed_scheduling(shared: &Shared, pod: &CachedPod, message: &str) {
     shared.events.warn(pod, "FailedScheduling", message);
 }
 
@@ -112,7 +112,7 @@ async fn provision(shared: Shared) {
         read.provisioned_for(&leaving.claims);
         return;
     }
-    let pods: Vec<Arc<Pod>> = pending.iter().map(|(pod, _)| pod.clone()).collect();
+    let pods: Vec<Arc<CachedPod>> = pending.iter().map(|(pod, _)| pod.clone()).collect();
     input.pods = pending.into_iter().map(|(_, info)| info).collect();
     let started = tokio::time::Instant::now();
     let solved = shared.settings.solver.run(move || {
@@ -167,7 +167,7 @@ async fn dispatch(
     shared: &Shared,
     input: Input,
     (pools, paused): (&[Arc<NodePool>], &[String]),
-    pending: &[Arc<Pod>],
+    pending: &[Arc<CachedPod>],
     solution: Solution,
 ) {
     let mut plans: BTreeMap<usize, Vec<_>> = BTreeMap::new();

@@ -2,17 +2,18 @@
 //! mirror, finished, protected from disruption. One answer each, for the provisioner, the drain, the disruption planner and
 //! the metrics alike.
 
-use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 
-use crate::{apis::duration::Duration as KarpenterDuration, labels::annotations::DO_NOT_DISRUPT};
+use crate::{
+    apis::duration::Duration as KarpenterDuration, cached_pod::CachedPod, labels::annotations::DO_NOT_DISRUPT,
+};
 
 /// The annotation the kubelet puts on the mirror pods of static pods.
 pub const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
 
 /// Whether a DaemonSet owns the pod, as Karpenter's `IsOwnedByDaemonSet` decides it: an owner
 /// reference of kind `DaemonSet` in `apps/v1`, controller or not.
-pub fn owned_by_daemon_set(pod: &Pod) -> bool {
+pub fn owned_by_daemon_set(pod: &CachedPod) -> bool {
     pod.metadata
         .owner_references
         .iter()
@@ -21,7 +22,7 @@ pub fn owned_by_daemon_set(pod: &Pod) -> bool {
 }
 
 /// Whether the pod is a static pod's mirror, which the kubelet creates and the API cannot evict.
-pub fn is_mirror(pod: &Pod) -> bool {
+pub fn is_mirror(pod: &CachedPod) -> bool {
     pod.metadata
         .annotations
         .as_ref()
@@ -29,7 +30,7 @@ pub fn is_mirror(pod: &Pod) -> bool {
 }
 
 /// Whether the pod has finished (`Succeeded` or `Failed`) and holds no resources.
-pub fn finished(pod: &Pod) -> bool {
+pub fn finished(pod: &CachedPod) -> bool {
     pod.status
         .as_ref()
         .and_then(|status| status.phase.as_deref())
@@ -38,7 +39,7 @@ pub fn finished(pod: &Pod) -> bool {
 
 /// Whether a pod's `karpenter.sh/do-not-disrupt` protects it now: `"true"`, or a duration that
 /// has not passed since the pod started (an invalid value protects nothing, as in Karpenter).
-pub fn do_not_disrupt(pod: &Pod, now_seconds: i64) -> bool {
+pub fn do_not_disrupt(pod: &CachedPod, now_seconds: i64) -> bool {
     let Some(value) = pod.annotations().get(DO_NOT_DISRUPT) else {
         return false;
     };
@@ -62,7 +63,7 @@ mod tests {
 
     use super::*;
 
-    fn pod(metadata: serde_json::Value, phase: &str) -> Pod {
+    fn pod(metadata: serde_json::Value, phase: &str) -> CachedPod {
         serde_json::from_value(json!({"metadata": metadata, "status": {"phase": phase}}))
             .unwrap_or_else(|e| panic!("{e}"))
     }
@@ -96,7 +97,7 @@ mod tests {
     #[test]
     fn do_not_disrupt_protects_for_true_or_until_its_duration_has_passed_since_start() {
         let annotated = |value: &str| {
-            serde_json::from_value::<Pod>(json!({
+            serde_json::from_value::<CachedPod>(json!({
                 "metadata": {"annotations": {DO_NOT_DISRUPT: value}},
                 "status": {"phase": "Running", "startTime": "1970-01-01T00:16:40Z"},
             }))

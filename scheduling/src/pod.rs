@@ -22,14 +22,16 @@ use crate::{
     taints::Toleration,
     terms::{AffinityTerm, SpreadConstraint, TermError, affinity_term, spread_constraint, weighted_terms},
 };
-use joist_messages::model::{
-    quantity::Quantity,
-    requirements::{Operator, Requirement, Requirements},
-    resources::{Resources, names},
+use joist_messages::{
+    cached_pod::{CachedContainer, CachedPod, CachedPodSpec},
+    model::{
+        quantity::Quantity,
+        requirements::{Operator, Requirement, Requirements},
+        resources::{Resources, names},
+    },
 };
 use k8s_openapi::{
-    api::core::v1::{Container, NodeSelectorTerm, Pod, PodSpec},
-    apimachinery::pkg::api::resource::Quantity as KubeQuantity,
+    api::core::v1::NodeSelectorTerm, apimachinery::pkg::api::resource::Quantity as KubeQuantity,
 };
 
 /// Why a pod cannot be simulated.
@@ -220,7 +222,7 @@ impl PodInfo {
     }
 
     /// Prepares `pod` (see the module docs).
-    pub fn from_pod(pod: &Pod) -> Result<Self, PodError> {
+    pub fn from_pod(pod: &CachedPod) -> Result<Self, PodError> {
         let namespace = pod
             .metadata
             .namespace
@@ -232,7 +234,7 @@ impl PodInfo {
         let spec = match &pod.spec {
             Some(spec) => spec,
             None => {
-                no_spec = PodSpec::default();
+                no_spec = CachedPodSpec::default();
                 &no_spec
             }
         };
@@ -371,12 +373,12 @@ impl PodInfo {
     }
 }
 
-fn all_containers(spec: &k8s_openapi::api::core::v1::PodSpec) -> impl Iterator<Item = &Container> {
+fn all_containers(spec: &CachedPodSpec) -> impl Iterator<Item = &CachedContainer> {
     spec.init_containers.iter().flatten().chain(&spec.containers)
 }
 
 /// One container's requests, a missing request defaulting to the limit.
-fn container_requests(pod: &str, field: &str, container: &Container) -> Result<Resources, PodError> {
+fn container_requests(pod: &str, field: &str, container: &CachedContainer) -> Result<Resources, PodError> {
     let resources = container.resources.as_ref();
     let mut out = Resources::new();
     let requests = resources.and_then(|r| r.requests.as_ref());
@@ -401,10 +403,7 @@ fn parse_quantity(pod: &str, field: &str, amount: &KubeQuantity) -> Result<Quant
 }
 
 /// The pod's effective requests, as kube-scheduler computes them (see the module docs).
-pub fn effective_requests(
-    pod: &str,
-    spec: &k8s_openapi::api::core::v1::PodSpec,
-) -> Result<Resources, PodError> {
+pub fn effective_requests(pod: &str, spec: &CachedPodSpec) -> Result<Resources, PodError> {
     let mut total = Resources::new();
     for (i, c) in spec.containers.iter().enumerate() {
         total.add(&container_requests(pod, &format!("spec.containers[{i}]"), c)?);
@@ -473,7 +472,7 @@ fn core_operator(text: &str) -> Option<Operator> {
 mod tests {
     use super::*;
 
-    fn pod(spec: serde_json::Value) -> Pod {
+    fn pod(spec: serde_json::Value) -> CachedPod {
         serde_json::from_value(serde_json::json!({
             "metadata": {"name": "p", "namespace": "ns", "uid": "u1"},
             "spec": spec,

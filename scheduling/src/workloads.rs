@@ -17,6 +17,7 @@
 use std::{collections::BTreeMap, sync::Arc};
 
 use joist_messages::{
+    cached_pod::CachedPod,
     labels::{ARCH, CAPACITY_TYPE, HOSTNAME, INSTANCE_TYPE, NODEPOOL, OS, ZONE, aws},
     model::{
         capacity::{self, DEFAULT_ROOT_VOLUME_BYTES, DEFAULT_VM_MEMORY_OVERHEAD_PERMILLE, GIB, MIB, bytes},
@@ -173,10 +174,10 @@ fn pod(
         }),
         ..Container::default()
     }];
-    let mut pod = Pod {
+    let mut pod = CachedPod::from(Pod {
         spec: Some(spec),
         ..Pod::default()
-    };
+    });
     pod.metadata.name = Some(name.clone());
     pod.metadata.namespace = Some("default".to_string());
     pod.metadata.uid = Some(name);

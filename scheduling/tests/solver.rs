@@ -2,6 +2,7 @@
 
 use std::{collections::BTreeMap, sync::Arc};
 
+use joist_messages::cached_pod::CachedPod;
 use joist_messages::{
     labels::{CAPACITY_TYPE, HOSTNAME, INSTANCE_TYPE, ZONE},
     model::{
@@ -14,7 +15,7 @@ use joist_scheduling::{
     ExistingNode, Input, NodePoolInput, Reason, Solution, pod::PodInfo, solve,
     workloads::karpenter_instance_types,
 };
-use k8s_openapi::api::core::v1::{Pod, Taint};
+use k8s_openapi::api::core::v1::Taint;
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
@@ -27,7 +28,7 @@ fn pod_with_labels(name: &str, labels: Value, mut spec: Value) -> PodInfo {
         spec["containers"] =
             json!([{"name": "app", "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}]);
     }
-    let pod: Pod = serde_json::from_value(json!({
+    let pod: CachedPod = serde_json::from_value(json!({
         "metadata": {"name": name, "namespace": "default", "uid": name, "labels": labels},
         "spec": spec,
     }))

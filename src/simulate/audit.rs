@@ -13,9 +13,12 @@ use std::{
 
 use joist_actors::{effects::faults::Step, state::read_model::ReadModel};
 use joist_kubesim::{Store, resources::GroupResource};
-use joist_messages::labels::{tags, taints};
+use joist_messages::{
+    cached_pod::CachedPod,
+    labels::{tags, taints},
+};
 use joist_provider_sim::SimCloud;
-use k8s_openapi::{api::core::v1::Pod, apimachinery::pkg::apis::meta::v1::ObjectMeta};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
 use serde_json::Value;
 
@@ -175,7 +178,7 @@ fn stale_view(store: &Store, view: &ReadModel) -> Vec<String> {
         let deleted = held.keys().filter(|key| !cluster.contains_key(*key));
         stale.extend(deleted.map(|key| format!("{kind} {key}: deleted, still seen")));
     }
-    let mut bound: BTreeMap<&str, Vec<&Pod>> = BTreeMap::new();
+    let mut bound: BTreeMap<&str, Vec<&CachedPod>> = BTreeMap::new();
     for pod in &pods {
         if let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
             bound.entry(node).or_default().push(pod);

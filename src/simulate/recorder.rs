@@ -15,6 +15,7 @@ use joist_kubesim::{
     store::{EventKind, WatchCursor},
 };
 use joist_messages::{
+    cached_pod::CachedPod,
     conditions::ConditionType,
     labels::{CAPACITY_TYPE, INSTANCE_TYPE, NODEPOOL, ZONE},
 };
@@ -22,7 +23,6 @@ use serde_json::Value;
 use tokio::{task::JoinHandle, time::Instant};
 
 use joist_actors::{decide::lifecycle::tier, effects::kube_ops::COMPONENT};
-use k8s_openapi::api::core::v1::Pod;
 
 use super::report::{Entry, Recorded, label, round, text};
 
@@ -246,7 +246,7 @@ impl Notes {
                 .as_i64()
                 .unwrap_or(0);
             // The drain tier it left in (when the node was being drained).
-            let tier = serde_json::from_value::<Pod>(object.clone())
+            let tier = serde_json::from_value::<CachedPod>(object.clone())
                 .map(|pod| tier(&pod).name())
                 .unwrap_or("unknown");
             let detail = format!(

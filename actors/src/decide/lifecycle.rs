@@ -6,6 +6,7 @@
 
 use std::{sync::Arc, time::Duration};
 
+use joist_messages::cached_pod::CachedPod;
 use joist_messages::{
     apis::NodeClaim,
     conditions::{self, ClaimDeletion, ConditionStatus, ConditionType, ConditionUpdate, has_status, is_true},
@@ -19,10 +20,7 @@ use joist_messages::{
 };
 use joist_provider::{CloudError, Launch, OfferingKey};
 use joist_scheduling::taints::Toleration;
-use k8s_openapi::{
-    api::core::v1::{Node, Pod},
-    apimachinery::pkg::apis::meta::v1::Condition,
-};
+use k8s_openapi::{api::core::v1::Node, apimachinery::pkg::apis::meta::v1::Condition};
 use kube::ResourceExt;
 use tokio::time::Instant;
 
@@ -116,7 +114,7 @@ pub struct Facts<'a> {
     /// The Node registered with the claim's provider ID, if any.
     pub node: Option<&'a Node>,
     /// The pods bound to that Node, once the claim is being deleted (only a drain reads them).
-    pub pods: &'a [Arc<Pod>],
+    pub pods: &'a [Arc<CachedPod>],
     /// Whether the claim is being deleted and no provisioning pass has counted those pods yet.
     pub awaiting_provisioning: bool,
     /// Whether the claim's NodePool and node class are in the read model.
@@ -619,7 +617,7 @@ fn drain(facts: &Facts<'_>, node: &Node, memory: &mut Memory) -> Option<Plan> {
         actions.push(Action::Taint);
     }
     let started = *memory.drain_started.get_or_insert(facts.now);
-    let waiting: Vec<&Arc<Pod>> = facts
+    let waiting: Vec<&Arc<CachedPod>> = facts
         .pods
         .iter()
         .filter(|p| waits_for_drain(p, facts.now_seconds))
@@ -699,7 +697,7 @@ pub fn termination_deadline(claim: &NodeClaim) -> Option<i64> {
 }
 
 /// A pod's own `terminationGracePeriodSeconds` (30 when unset, as in Kubernetes).
-fn grace_seconds(pod: &Pod) -> i64 {
+fn grace_seconds(pod: &CachedPod) -> i64 {
     pod.spec
         .as_ref()
         .and_then(|s| s.termination_grace_period_seconds)
@@ -707,7 +705,7 @@ fn grace_seconds(pod: &Pod) -> i64 {
 }
 
 /// Whether the node's drain waits for the pod at `now_seconds` (see [`drain`]).
-pub fn waits_for_drain(pod: &Pod, now_seconds: i64) -> bool {
+pub fn waits_for_drain(pod: &CachedPod, now_seconds: i64) -> bool {
     !is_mirror(pod) && !finished(pod) && !stuck_terminating(pod, now_seconds) && !tolerates_disrupted(pod)
 }
 
@@ -716,14 +714,14 @@ pub fn waits_for_drain(pod: &Pod, now_seconds: i64) -> bool {
 pub const STUCK_TERMINATING_AFTER: i64 = 60;
 
 /// Whether the pod is more than [`STUCK_TERMINATING_AFTER`] past its `deletionTimestamp`.
-fn stuck_terminating(pod: &Pod, now_seconds: i64) -> bool {
+fn stuck_terminating(pod: &CachedPod, now_seconds: i64) -> bool {
     pod.metadata
         .deletion_timestamp
         .as_ref()
         .is_some_and(|t| now_seconds > t.0.as_second() + STUCK_TERMINATING_AFTER)
 }
 
-fn tolerates_disrupted(pod: &Pod) -> bool {
+fn tolerates_disrupted(pod: &CachedPod) -> bool {
     let taint = disrupted_taint();
     pod.spec
         .iter()
@@ -757,7 +755,7 @@ impl DrainTier {
 }
 
 /// The pod's drain tier.
-pub fn tier(pod: &Pod) -> DrainTier {
+pub fn tier(pod: &CachedPod) -> DrainTier {
     let critical = pod
         .spec
         .as_ref()
@@ -789,7 +787,7 @@ pub fn disrupted_taint() -> k8s_openapi::api::core::v1::Taint {
     }
 }
 
-fn pod_ref(pod: &Pod) -> PodRef {
+fn pod_ref(pod: &CachedPod) -> PodRef {
     PodRef {
         namespace: pod.namespace().unwrap_or_default(),
         name: pod.name_any(),
@@ -799,7 +797,7 @@ fn pod_ref(pod: &Pod) -> PodRef {
 
 /// Pods a drain waits for: everything but DaemonSet pods, mirror pods (the kubelet owns them;
 /// the API cannot evict them) and pods that already finished.
-pub fn drainable(pod: &Pod) -> bool {
+pub fn drainable(pod: &CachedPod) -> bool {
     !owned_by_daemon_set(pod) && !is_mirror(pod) && !finished(pod)
 }
 
@@ -884,7 +882,7 @@ pub fn created_at(claim: &NodeClaim) -> i64 {
 
 #[cfg(test)]
 mod tests {
-    use joist_messages::labels::taints::DISRUPTED;
+    use joist_messages::{cached_pod::CachedPodSpec, labels::taints::DISRUPTED};
     use joist_provider::{Instance, InstanceState};
     use serde_json::{Value, json};
 
@@ -987,7 +985,7 @@ mod tests {
         .unwrap_or_else(|e| panic!("{e}"))
     }
 
-    fn pod(name: &str, extra_metadata: Value) -> Arc<Pod> {
+    fn pod(name: &str, extra_metadata: Value) -> Arc<CachedPod> {
         let mut metadata = json!({"name": name, "namespace": "default", "uid": format!("{name}-uid")});
         if let (Some(m), Some(extra)) = (metadata.as_object_mut(), extra_metadata.as_object()) {
             m.extend(extra.clone());
@@ -1004,7 +1002,7 @@ mod tests {
     struct Case<'a> {
         claim: &'a NodeClaim,
         node: Option<&'a Node>,
-        pods: &'a [Arc<Pod>],
+        pods: &'a [Arc<CachedPod>],
         awaiting_provisioning: bool,
         known: bool,
         exists: Option<bool>,
@@ -1492,27 +1490,25 @@ mod tests {
         json!([{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "d", "uid": "d"}])
     }
 
-    fn with_spec(pod: Arc<Pod>, spec: Value) -> Arc<Pod> {
-        let mut value = serde_json::to_value(pod.as_ref()).unwrap_or_default();
-        if let (Some(s), Some(extra)) = (value["spec"].as_object_mut(), spec.as_object()) {
-            s.extend(extra.clone());
-        }
-        Arc::new(serde_json::from_value(value).unwrap_or_else(|e| panic!("{e}")))
+    fn with_spec(pod: Arc<CachedPod>, change: impl FnOnce(&mut CachedPodSpec)) -> Arc<CachedPod> {
+        let mut pod = Arc::unwrap_or_clone(pod);
+        change(pod.spec.get_or_insert_default());
+        Arc::new(pod)
     }
 
     #[test]
     fn a_drain_goes_tier_by_tier_and_critical_daemons_leave_last() {
         let claim = draining(registered(json!({})));
         let node = tainted();
-        let critical = json!({"priorityClassName": "system-node-critical"});
+        let critical =
+            |spec: &mut CachedPodSpec| spec.priority_class_name = Some("system-node-critical".into());
         let web = pod("web", json!({}));
         let agent = pod("agent", json!({"ownerReferences": daemon()}));
-        let dns = with_spec(pod("dns", json!({})), critical.clone());
+        let dns = with_spec(pod("dns", json!({})), critical);
         let cni = with_spec(pod("cni", json!({"ownerReferences": daemon()})), critical);
-        let tolerant = with_spec(
-            pod("logs", json!({"ownerReferences": daemon()})),
-            json!({"tolerations": [{"operator": "Exists"}]}),
-        );
+        let tolerant = with_spec(pod("logs", json!({"ownerReferences": daemon()})), |spec| {
+            spec.tolerations = serde_json::from_value(json!([{"operator": "Exists"}])).ok()
+        });
         let mut all = vec![cni.clone(), dns.clone(), agent.clone(), web, tolerant];
         let mut order = Vec::new();
         while !all.is_empty() {

@@ -8,12 +8,12 @@
 
 use std::sync::Arc;
 
+use joist_messages::cached_pod::CachedPod;
 use joist_messages::{
     apis::{NodeClaim, NodePool},
     conditions::{ConditionType, is_true},
     pods::{do_not_disrupt, owned_by_daemon_set},
 };
-use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 
 use super::drift;
@@ -39,7 +39,7 @@ pub enum Plan {
 pub fn plan(
     replicas: i64,
     claims: &[Arc<NodeClaim>],
-    pods_on: impl Fn(&str) -> Vec<Arc<Pod>>,
+    pods_on: impl Fn(&str) -> Vec<Arc<CachedPod>>,
     now_seconds: i64,
 ) -> Plan {
     let active: Vec<&Arc<NodeClaim>> = claims
@@ -128,7 +128,7 @@ mod tests {
         Arc::new(claim)
     }
 
-    fn pod(annotations: serde_json::Value, owner: &str) -> Arc<Pod> {
+    fn pod(annotations: serde_json::Value, owner: &str) -> Arc<CachedPod> {
         let owners = if owner.is_empty() {
             json!([])
         } else {
@@ -220,7 +220,7 @@ mod tests {
             claim("unlaunched", None),
             claim("light", Some("n-light")),
         ];
-        let pods: BTreeMap<&str, Vec<Arc<Pod>>> = BTreeMap::from([
+        let pods: BTreeMap<&str, Vec<Arc<CachedPod>>> = BTreeMap::from([
             (
                 "n-busy",
                 vec![pod(json!({}), "ReplicaSet"), pod(json!({}), "ReplicaSet")],

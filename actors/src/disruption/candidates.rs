@@ -20,6 +20,7 @@
 
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
+use joist_messages::cached_pod::CachedPod;
 use joist_messages::{
     apis::{NodeClaim, NodePool},
     conditions::{ConditionType, is_true},
@@ -28,10 +29,7 @@ use joist_messages::{
     pods::do_not_disrupt,
 };
 use joist_scheduling::terms::{label_selector, selects};
-use k8s_openapi::api::{
-    core::v1::{Node, Pod},
-    policy::v1::PodDisruptionBudget,
-};
+use k8s_openapi::api::{core::v1::Node, policy::v1::PodDisruptionBudget};
 use kube::ResourceExt;
 
 use crate::{
@@ -56,7 +54,7 @@ pub struct Candidate {
     /// Its capacity type.
     pub capacity_type: CapacityType,
     /// The pods that must find another place.
-    pub pods: Vec<Arc<Pod>>,
+    pub pods: Vec<Arc<CachedPod>>,
     /// Karpenter's disruption cost: the pods' eviction costs, scaled by the lifetime left.
     pub disruption_cost: f64,
     /// Whether `consolidateAfter` has passed since the node last changed.
@@ -194,7 +192,7 @@ fn candidate(
         (None, true) => 0.0,
         (None, false) => return None,
     };
-    let pods: Vec<Arc<Pod>> = read
+    let pods: Vec<Arc<CachedPod>> = read
         .pods_on(&node.name_any())
         .into_iter()
         .filter(|p| drainable(p) && p.metadata.deletion_timestamp.is_none())
@@ -270,7 +268,7 @@ fn pod_blocker(
     None
 }
 
-fn covers(budget: &PodDisruptionBudget, pod: &Pod) -> bool {
+fn covers(budget: &PodDisruptionBudget, pod: &CachedPod) -> bool {
     if budget.namespace() != pod.namespace() {
         return false;
     }
@@ -282,7 +280,7 @@ fn covers(budget: &PodDisruptionBudget, pod: &Pod) -> bool {
 }
 
 /// Karpenter's per-pod eviction cost: `1 + deletion-cost/2^27 + priority/2^25`, within ±10.
-pub fn eviction_cost(pod: &Pod) -> f64 {
+pub fn eviction_cost(pod: &CachedPod) -> f64 {
     let deletion_cost = pod
         .annotations()
         .get("controller.kubernetes.io/pod-deletion-cost")
@@ -294,7 +292,7 @@ pub fn eviction_cost(pod: &Pod) -> f64 {
 
 /// The candidate's disruption cost: its pods' eviction costs, times the fraction of its lifetime
 /// left before `expireAfter` (the whole of it when it never expires).
-fn disruption_cost(claim: &NodeClaim, pool: &NodePool, pods: &[Arc<Pod>], now_seconds: i64) -> f64 {
+fn disruption_cost(claim: &NodeClaim, pool: &NodePool, pods: &[Arc<CachedPod>], now_seconds: i64) -> f64 {
     let cost: f64 = pods.iter().map(|p| eviction_cost(p)).sum();
     let lifetime = pool
         .spec

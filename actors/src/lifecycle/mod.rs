@@ -32,9 +32,9 @@ pub mod execute;
 
 use std::{collections::HashSet, sync::Arc};
 
+use joist_messages::cached_pod::CachedPod;
 use joist_messages::labels::NODEPOOL;
 use joist_provider::CloudError;
-use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use tokio::time::Instant;
 
@@ -119,7 +119,7 @@ pub async fn step(shared: &Shared, name: &str, memory: &mut Memory) -> Result<Ne
 
 /// The VolumeAttachments on `node` that hold its termination, as Karpenter counts them: all but
 /// those of volumes that pods staying on the node use (pods the drain does not wait for).
-fn blocking_volumes(read: &ReadModel, node: &str, pods: &[Arc<Pod>], now_seconds: i64) -> Vec<String> {
+fn blocking_volumes(read: &ReadModel, node: &str, pods: &[Arc<CachedPod>], now_seconds: i64) -> Vec<String> {
     let attachments = read.volume_attachments_on(node);
     if attachments.is_empty() {
         return Vec::new();

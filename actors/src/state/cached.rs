@@ -1,11 +1,12 @@
 //! What the read model keeps of each reflected object: what some controller reads, not every field
-//! the API server holds. Trimming happens as a watch event arrives, before the reflector stores
+//! the API server holds (pods are read into a projection of their own,
+//! [`CachedPod`](joist_messages::cached_pod::CachedPod), trimmed by its `trim`). Trimming happens as a watch event arrives, before the reflector stores
 //! it, so no full copy is ever kept. It cannot fail; a field no controller reads is simply absent
 //! from the cache (writes are merge patches of the fields they change, so nothing trimmed here is
 //! ever written back).
 
 use joist_messages::apis::NodeClaim;
-use k8s_openapi::api::core::v1::{Container, Node, NodeStatus, Pod, PodStatus};
+use k8s_openapi::api::core::v1::{Node, NodeStatus};
 use kube::Resource;
 
 /// Any object: managedFields are the API server's bookkeeping, which no controller reads (as
@@ -20,42 +21,6 @@ pub fn trim<K: Resource>(object: &mut K) {
 pub fn trim_claim(claim: &mut NodeClaim) {
     trim(claim);
     drop_choices(claim);
-}
-
-/// A pod: what scheduling, draining and the metrics read of it. Of each container, its name,
-/// resources, ports and restart policy (a sidecar's); of its volumes, those that claim a volume (a
-/// drain waits for their attachments); no ephemeral containers (they request nothing); of its
-/// status, the phase, conditions, nomination and start. The rest (images, commands, environments,
-/// probes, mounts, the service account's projected volume, the containers' statuses, the
-/// addresses) was about a quarter of a cached pod at 10,000 nodes; most of what is left is the
-/// room k8s-openapi's types keep inline for every optional field (docs/performance.md).
-pub fn trim_pod(pod: &mut Pod) {
-    trim(pod);
-    if let Some(spec) = pod.spec.as_mut() {
-        let init = spec.init_containers.iter_mut().flatten();
-        for container in spec.containers.iter_mut().chain(init) {
-            *container = Container {
-                name: std::mem::take(&mut container.name),
-                resources: container.resources.take(),
-                ports: container.ports.take(),
-                restart_policy: container.restart_policy.take(),
-                ..Container::default()
-            };
-        }
-        spec.ephemeral_containers = None;
-        if let Some(volumes) = spec.volumes.as_mut() {
-            volumes.retain(|v| v.persistent_volume_claim.is_some() || v.ephemeral.is_some());
-        }
-    }
-    if let Some(status) = pod.status.as_mut() {
-        *status = PodStatus {
-            phase: status.phase.take(),
-            conditions: status.conditions.take(),
-            nominated_node_name: status.nominated_node_name.take(),
-            start_time: status.start_time.take(),
-            ..PodStatus::default()
-        };
-    }
 }
 
 /// A node: of its status, only its capacity, allocatable and conditions. The images a kubelet
@@ -103,64 +68,6 @@ mod tests {
             "status": provider_id.map(|id| json!({"providerID": id})),
         }))
         .expect("a valid NodeClaim")
-    }
-
-    #[test]
-    fn a_pod_keeps_what_scheduling_draining_and_metrics_read() {
-        let mut pod: Pod = serde_json::from_value(json!({
-            "metadata": {"name": "p", "namespace": "ns", "annotations": {"karpenter.sh/do-not-disrupt": "true"}},
-            "spec": {
-                "containers": [{
-                    "name": "app", "image": "registry.example/app:1", "command": ["/app"],
-                    "env": [{"name": "MODE", "value": "serve"}],
-                    "readinessProbe": {"httpGet": {"path": "/ready", "port": 8080}},
-                    "volumeMounts": [{"name": "data", "mountPath": "/data"}],
-                    "resources": {"requests": {"cpu": "1"}},
-                    "ports": [{"containerPort": 8080, "hostPort": 8080}]
-                }],
-                "initContainers": [{"name": "proxy", "image": "proxy:2", "restartPolicy": "Always",
-                                    "resources": {"requests": {"memory": "64Mi"}}}],
-                "volumes": [
-                    {"name": "data", "persistentVolumeClaim": {"claimName": "data-p"}},
-                    {"name": "scratch", "ephemeral": {"volumeClaimTemplate": {"spec": {}}}},
-                    {"name": "kube-api-access", "projected": {"sources": [{"serviceAccountToken": {"path": "token"}}]}}
-                ],
-                "tolerations": [{"key": "gpu", "operator": "Exists"}],
-                "terminationGracePeriodSeconds": 60
-            },
-            "status": {
-                "phase": "Running", "podIP": "10.0.0.7", "nominatedNodeName": "n",
-                "startTime": "2026-11-27T00:00:00Z",
-                "conditions": [{"type": "Ready", "status": "True"}],
-                "containerStatuses": [{"name": "app", "image": "app:1", "imageID": "", "ready": true, "restartCount": 0}]
-            }
-        }))
-        .expect("a valid Pod");
-        trim_pod(&mut pod);
-        let kept = serde_json::to_value(&pod).expect("a pod serializes");
-        assert_eq!(
-            kept,
-            json!({
-                "apiVersion": "v1", "kind": "Pod",
-                "metadata": {"name": "p", "namespace": "ns", "annotations": {"karpenter.sh/do-not-disrupt": "true"}},
-                "spec": {
-                    "containers": [{"name": "app", "resources": {"requests": {"cpu": "1"}},
-                                    "ports": [{"containerPort": 8080, "hostPort": 8080}]}],
-                    "initContainers": [{"name": "proxy", "restartPolicy": "Always",
-                                        "resources": {"requests": {"memory": "64Mi"}}}],
-                    "volumes": [
-                        {"name": "data", "persistentVolumeClaim": {"claimName": "data-p"}},
-                        {"name": "scratch", "ephemeral": {"volumeClaimTemplate": {"spec": {}}}}
-                    ],
-                    "tolerations": [{"key": "gpu", "operator": "Exists"}],
-                    "terminationGracePeriodSeconds": 60
-                },
-                "status": {
-                    "phase": "Running", "nominatedNodeName": "n", "startTime": "2026-11-27T00:00:00Z",
-                    "conditions": [{"type": "Ready", "status": "True"}]
-                }
-            })
-        );
     }
 
     #[test]

@@ -19,6 +19,7 @@ use std::{
 };
 
 use dashmap::{DashMap, DashSet};
+use joist_messages::cached_pod::CachedPod;
 use joist_messages::{
     apis::{EC2NodeClass, NodeClaim, NodeOverlay, NodePool},
     labels::NODEPOOL,
@@ -30,7 +31,7 @@ use joist_messages::{
 use joist_scheduling::pod::{PodError, PodInfo};
 use k8s_openapi::api::{
     apps::v1::DaemonSet,
-    core::v1::{Namespace, Node, PersistentVolumeClaim, Pod},
+    core::v1::{Namespace, Node, PersistentVolumeClaim},
     policy::v1::PodDisruptionBudget,
     storage::v1::VolumeAttachment,
 };
@@ -62,7 +63,7 @@ pub enum Listed {
 
 /// The writing halves of the stores, consumed by the reflectors ClusterState runs.
 pub struct Writers {
-    pub(crate) pods: Writer<Pod>,
+    pub(crate) pods: Writer<CachedPod>,
     pub(crate) nodes: Writer<Node>,
     pub(crate) node_claims: Writer<NodeClaim>,
     pub(crate) node_pools: Writer<NodePool>,
@@ -123,7 +124,7 @@ struct Index {
     created: Created,
     /// Each pod's scheduling view, with the version of the pod it was made from: passes over
     /// every bound pod reuse it until the pod changes, when the watch's event drops it.
-    pod_infos: DashMap<PodKey, (Arc<Pod>, Arc<PodInfo>)>,
+    pod_infos: DashMap<PodKey, (Arc<CachedPod>, Arc<PodInfo>)>,
     /// What each NodeClaim counts against its NodePool, by claim name: the pool, and the claim's
     /// capacity (its requests until it launched).
     claim_usage: DashMap<String, (String, Resources)>,
@@ -139,13 +140,13 @@ pub struct Leaving {
     /// The NodeClaims, by name.
     pub claims: Vec<String>,
     /// Their nodes' pods, by namespace and name.
-    pub pods: Vec<Arc<Pod>>,
+    pub pods: Vec<Arc<CachedPod>>,
 }
 
 /// See the module docs. Cheap to clone.
 #[derive(Clone)]
 pub struct ReadModel {
-    pods: Store<Pod>,
+    pods: Store<CachedPod>,
     nodes: Store<Node>,
     node_claims: Store<NodeClaim>,
     node_pools: Store<NodePool>,
@@ -331,7 +332,7 @@ impl ReadModel {
     }
 
     /// A pod by namespace and name.
-    pub fn pod(&self, (namespace, name): &PodKey) -> Option<Arc<Pod>> {
+    pub fn pod(&self, (namespace, name): &PodKey) -> Option<Arc<CachedPod>> {
         self.pods.get(&ObjectRef::new(name).within(namespace))
     }
 
@@ -364,13 +365,13 @@ impl ReadModel {
     }
 
     /// The pods bound to a node, by namespace and name.
-    pub fn pods_on(&self, node: &str) -> Vec<Arc<Pod>> {
+    pub fn pods_on(&self, node: &str) -> Vec<Arc<CachedPod>> {
         let keys = members(&self.index.pods_by_node, node);
         keys.iter().filter_map(|key| self.pod(key)).collect()
     }
 
     /// `pod` as the scheduling simulation sees it, made once per version of the pod.
-    pub fn pod_info(&self, pod: &Arc<Pod>) -> Result<Arc<PodInfo>, PodError> {
+    pub fn pod_info(&self, pod: &Arc<CachedPod>) -> Result<Arc<PodInfo>, PodError> {
         let key = (pod.namespace().unwrap_or_default(), pod.name_any());
         if let Some(known) = self.index.pod_infos.get(&key)
             && Arc::ptr_eq(&known.0, pod)
@@ -424,7 +425,7 @@ impl ReadModel {
     }
 
     /// Pods the scheduler could not place and Joist should provision for, by namespace and name.
-    pub fn pending_pods(&self) -> Vec<Arc<Pod>> {
+    pub fn pending_pods(&self) -> Vec<Arc<CachedPod>> {
         let keys: Vec<PodKey> = self.index.pending.read().iter().cloned().collect();
         keys.iter().filter_map(|key| self.pod(key)).collect()
     }
@@ -436,7 +437,7 @@ impl ReadModel {
     pub fn leaving_pods(&self) -> Leaving {
         let mut claims: Vec<String> = self.index.leaving.iter().map(|c| c.key().clone()).collect();
         claims.sort();
-        let mut pods: Vec<Arc<Pod>> = claims
+        let mut pods: Vec<Arc<CachedPod>> = claims
             .iter()
             .filter_map(|claim| self.node_claim(claim)?.status.as_ref()?.node_name.clone())
             .flat_map(|node| self.pods_on(&node))
@@ -495,7 +496,7 @@ impl ReadModel {
     }
 
     /// Every pod (unsorted: for metrics, which do not care about order).
-    pub fn pods(&self) -> Vec<Arc<Pod>> {
+    pub fn pods(&self) -> Vec<Arc<CachedPod>> {
         self.pods.state()
     }
 
@@ -635,7 +636,7 @@ impl ReadModel {
     }
 
     /// Updates the pod indexes after a watch event.
-    pub(crate) fn observe_pod(&self, pod: &Pod, deleted: bool, now_seconds: i64) -> PodChange {
+    pub(crate) fn observe_pod(&self, pod: &CachedPod, deleted: bool, now_seconds: i64) -> PodChange {
         let key = (pod.namespace().unwrap_or_default(), pod.name_any());
         let node = pod.spec.as_ref().and_then(|s| s.node_name.clone());
         if let Some(node) = &node {
@@ -756,7 +757,7 @@ fn keep_latest(times: &DashMap<String, i64>, key: &str, at: i64) {
 }
 
 /// When the pod was bound to its node (its `PodScheduled` condition turned True), in epoch seconds.
-fn scheduled_at(pod: &Pod) -> Option<i64> {
+fn scheduled_at(pod: &CachedPod) -> Option<i64> {
     pod.status
         .as_ref()?
         .conditions
@@ -818,7 +819,7 @@ where
 /// Karpenter's `IsProvisionable`: not bound, not finished, not being deleted, marked
 /// `PodScheduled=False/Unschedulable` by the scheduler, not nominated to a node by a preemption
 /// (the scheduler has a place for it), not a DaemonSet's and not a static pod's mirror.
-pub fn is_provisionable(pod: &Pod) -> bool {
+pub fn is_provisionable(pod: &CachedPod) -> bool {
     let bound = pod.spec.as_ref().is_some_and(|s| s.node_name.is_some());
     let status = pod.status.as_ref();
     let unschedulable = status
@@ -873,7 +874,7 @@ mod tests {
     #[test]
     fn a_pod_first_seen_bound_arrived_when_it_was_scheduled_and_one_leaving_leaves_now() {
         let (read, _writers) = ReadModel::new();
-        let bound = |name: &str, scheduled: i64| -> Pod {
+        let bound = |name: &str, scheduled: i64| -> CachedPod {
             object(serde_json::json!({
                 "metadata": {"name": name, "namespace": "default"},
                 "spec": {"nodeName": "n", "containers": []},
@@ -1022,13 +1023,13 @@ mod tests {
     #[test]
     fn a_pods_scheduling_view_is_made_once_per_version_and_forgotten_when_the_pod_changes() {
         let (read, _writers) = ReadModel::new();
-        let pod = |cpu: &str| -> Arc<Pod> {
+        let pod = |cpu: &str| -> Arc<CachedPod> {
             Arc::new(object(serde_json::json!({
                 "metadata": {"name": "web", "namespace": "default"},
                 "spec": {"containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": cpu}}}]},
             })))
         };
-        let view = |pod: &Arc<Pod>| read.pod_info(pod).unwrap_or_else(|e| panic!("{e}"));
+        let view = |pod: &Arc<CachedPod>| read.pod_info(pod).unwrap_or_else(|e| panic!("{e}"));
         let first = pod("1");
         let made = view(&first);
         assert!(
@@ -1056,7 +1057,7 @@ mod tests {
     #[test]
     fn a_pods_start_is_reported_once_and_only_for_pods_seen_before_they_ran() {
         let (read, _writers) = ReadModel::new();
-        let pod = |name: &str, phase: &str| -> Pod {
+        let pod = |name: &str, phase: &str| -> CachedPod {
             object(serde_json::json!({
                 "metadata": {"name": name, "namespace": "default"},
                 "status": {"phase": phase},
@@ -1083,11 +1084,11 @@ mod tests {
     #[test]
     fn a_relist_drops_what_was_deleted_while_the_watch_was_away() {
         let (read, _writers) = ReadModel::new();
-        let pending: Pod = object(serde_json::json!({
+        let pending: CachedPod = object(serde_json::json!({
             "metadata": {"name": "waiting", "namespace": "default"},
             "status": {"conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]},
         }));
-        let bound: Pod = object(serde_json::json!({
+        let bound: CachedPod = object(serde_json::json!({
             "metadata": {"name": "bound", "namespace": "default"}, "spec": {"nodeName": "n", "containers": []},
         }));
         let node: Node =

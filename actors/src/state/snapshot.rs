@@ -7,6 +7,7 @@
 
 use std::{collections::BTreeMap, sync::Arc};
 
+use joist_messages::cached_pod::{CachedPod, CachedPodSpec};
 use joist_messages::{
     apis::{NodeClaim, NodePool},
     labels::INITIALIZED,
@@ -15,7 +16,7 @@ use joist_messages::{
     pods::finished,
 };
 use joist_scheduling::{ExistingNode, NodePoolInput, pod::PodInfo};
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 
 use crate::{decide::lifecycle::is_disrupted, state::read_model::ReadModel};
@@ -177,12 +178,12 @@ pub fn pool_input(
 }
 
 /// A DaemonSet's pod template as the pod it would run on every node.
-pub fn daemon_pod(template: &k8s_openapi::api::core::v1::PodTemplateSpec, namespace: &str) -> Pod {
+pub fn daemon_pod(template: &k8s_openapi::api::core::v1::PodTemplateSpec, namespace: &str) -> CachedPod {
     let mut metadata = template.metadata.clone().unwrap_or_default();
     metadata.namespace = Some(namespace.to_owned());
-    Pod {
+    CachedPod {
         metadata,
-        spec: template.spec.clone(),
+        spec: template.spec.clone().map(CachedPodSpec::from),
         status: None,
     }
 }
@@ -199,13 +200,13 @@ pub fn namespace_labels(read: &ReadModel) -> BTreeMap<String, BTreeMap<String, S
 #[derive(Default)]
 pub struct Pending {
     /// Pods with their simulation form.
-    pub pods: Vec<(Arc<Pod>, PodInfo)>,
+    pub pods: Vec<(Arc<CachedPod>, PodInfo)>,
     /// Pods left out, with why.
-    pub ignored: Vec<(Arc<Pod>, String)>,
+    pub ignored: Vec<(Arc<CachedPod>, String)>,
 }
 
 /// Prepares pending pods for the simulation.
-pub fn pending(pods: &[Arc<Pod>]) -> Pending {
+pub fn pending(pods: &[Arc<CachedPod>]) -> Pending {
     let mut pending = Pending::default();
     for pod in pods {
         match PodInfo::from_pod(pod) {

@@ -1,11 +1,11 @@
 use std::{collections::BTreeMap, sync::Arc};
 
+use joist_messages::cached_pod::CachedPod;
 use joist_messages::model::{
     quantity::Quantity,
     requirements::Requirements,
     resources::{Resources, names},
 };
-use k8s_openapi::api::core::v1::Pod;
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
@@ -15,7 +15,7 @@ use crate::{input::NodePoolInput, workloads::karpenter_instance_types};
 fn pod(name: &str, cpu: &str, spec: Value) -> PodInfo {
     let mut spec = spec;
     spec["containers"] = json!([{"name": "app", "resources": {"requests": {"cpu": cpu, "memory": "256Mi"}}}]);
-    let pod: Pod = serde_json::from_value(json!({
+    let pod: CachedPod = serde_json::from_value(json!({
         "metadata": {"name": name, "namespace": "default", "uid": name, "labels": {"app": "web"}},
         "spec": spec,
     }))

@@ -9,6 +9,7 @@
 
 use std::{fmt, sync::LazyLock};
 
+use joist_messages::cached_pod::CachedPod;
 use joist_messages::{
     labels::{self, ARCH, CAPACITY_TYPE, INSTANCE_TYPE, NODEPOOL, ZONE},
     model::resources::Resources,
@@ -16,7 +17,7 @@ use joist_messages::{
     pods::{finished, owned_by_daemon_set},
 };
 use joist_scheduling::pod::effective_requests;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 use prometheus_client::{
     collector::Collector,
@@ -260,7 +261,7 @@ fn requests_on(read: &ReadModel, node: &str) -> (Resources, Resources) {
 }
 
 /// Karpenter's pod-state labels; node labels come from the node the pod is bound to.
-fn pod_labels(read: &ReadModel, pod: &Pod) -> Labels {
+fn pod_labels(read: &ReadModel, pod: &CachedPod) -> Labels {
     let node_name = pod
         .spec
         .as_ref()

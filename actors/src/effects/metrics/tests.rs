@@ -1,4 +1,5 @@
-use k8s_openapi::api::core::v1::{Node, Pod};
+use joist_messages::cached_pod::CachedPod;
+use k8s_openapi::api::core::v1::Node;
 use kube::runtime::watcher::Event;
 use serde_json::json;
 
@@ -17,7 +18,7 @@ fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
         .and_then(|line| line.rsplit(' ').next()?.parse().ok())
 }
 
-fn pod(name: &str, node: &str, cpu: &str, daemon: bool) -> Pod {
+fn pod(name: &str, node: &str, cpu: &str, daemon: bool) -> CachedPod {
     let owner = if daemon {
         json!([{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "agent", "uid": "d", "controller": true}])
     } else {
