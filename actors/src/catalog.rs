@@ -5,10 +5,15 @@
 //! (its generation) or its node class (whose resolved status the types depend on) changes: the
 //! pool's own status writes, which come with every claim, keep the list. A failed listing is
 //! returned to the caller and not cached.
+//!
+//! One copy of each instance type serves every NodePool that lists it alike ([`Shared`]): pools of
+//! one node class list the same types, and an instance type with its requirements is some 12 KB,
+//! so 64 pools of 1,268 types each held a gigabyte of identical copies. A pool's list is its view
+//! into that one catalog, a pointer per type.
 
 use std::{
     collections::{BTreeMap, HashMap},
-    sync::Arc,
+    sync::{Arc, Weak},
 };
 
 use actix::prelude::*;
@@ -32,10 +37,38 @@ struct Listed {
     types: Arc<Vec<Arc<InstanceType>>>,
 }
 
+/// The instance types some pool's list holds, by name, each once however many pools list it.
+/// Weak: a type no list holds any more is dropped with the last list, and its entry with the
+/// next listing of that name.
+#[derive(Default)]
+struct Shared {
+    by_name: HashMap<String, Vec<Weak<InstanceType>>>,
+}
+
+impl Shared {
+    /// `listed` as shared copies: a type equal to one already held is that one.
+    fn share(&mut self, listed: Vec<InstanceType>) -> Vec<Arc<InstanceType>> {
+        listed
+            .into_iter()
+            .map(|it| {
+                let held = self.by_name.entry(it.name.clone()).or_default();
+                held.retain(|copy| copy.strong_count() > 0);
+                if let Some(same) = held.iter().filter_map(Weak::upgrade).find(|copy| **copy == it) {
+                    return same;
+                }
+                let it = Arc::new(it);
+                held.push(Arc::downgrade(&it));
+                it
+            })
+            .collect()
+    }
+}
+
 /// See the module docs.
 pub struct Catalog {
     cloud: Arc<dyn CloudProvider>,
     listed: HashMap<String, Listed>,
+    shared: Shared,
     unavailable: BTreeMap<OfferingKey, Instant>,
 }
 
@@ -45,6 +78,7 @@ impl Catalog {
         Self {
             cloud,
             listed: HashMap::new(),
+            shared: Shared::default(),
             unavailable: BTreeMap::new(),
         }
     }
@@ -100,7 +134,7 @@ impl Handler<GetInstanceTypes> for Catalog {
         let cloud = self.cloud.clone();
         let list = async move { cloud.instance_types(&msg.node_pool, &msg.node_class).await };
         Box::pin(list.into_actor(self).map(move |listed, catalog, _ctx| {
-            let types: Arc<Vec<Arc<InstanceType>>> = Arc::new(listed?.into_iter().map(Arc::new).collect());
+            let types = Arc::new(catalog.shared.share(listed?));
             catalog.listed.insert(
                 pool_name,
                 Listed {
@@ -123,5 +157,57 @@ impl Handler<MarkUnavailable> for Catalog {
             tracing::info!(%offering, "offering marked unavailable");
             self.unavailable.insert(offering, until);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use joist_messages::model::{
+        instance_type::{CapacityType, Offering, Overhead},
+        requirements::Requirements,
+        resources::Resources,
+    };
+
+    use super::*;
+
+    fn instance_type(name: &str, price: f64) -> InstanceType {
+        InstanceType {
+            name: name.into(),
+            requirements: Requirements::new(),
+            offerings: vec![Offering {
+                zone: "zone-a".into(),
+                capacity_type: CapacityType::OnDemand,
+                price,
+                available: true,
+                reservation_id: None,
+            }],
+            capacity: Resources::new(),
+            overhead: Overhead::default(),
+        }
+    }
+
+    #[test]
+    fn pools_listing_the_same_types_share_one_copy_of_each() {
+        let mut shared = Shared::default();
+        let listing = || vec![instance_type("m5.large", 0.096), instance_type("c5.large", 0.085)];
+        let first = shared.share(listing());
+        let second = shared.share(listing());
+        assert!(first.iter().zip(&second).all(|(a, b)| Arc::ptr_eq(a, b)));
+
+        let repriced = shared.share(vec![instance_type("m5.large", 0.1)]);
+        assert!(
+            !Arc::ptr_eq(&repriced[0], &first[0]),
+            "a type that differs is its own copy"
+        );
+        assert_eq!(repriced[0].offerings[0].price, 0.1);
+
+        drop((first, second, repriced));
+        let again = shared.share(vec![instance_type("m5.large", 0.096)]);
+        assert_eq!(again[0].offerings[0].price, 0.096);
+        assert_eq!(
+            shared.by_name["m5.large"].len(),
+            1,
+            "copies no list holds are forgotten"
+        );
     }
 }
