@@ -500,42 +500,77 @@ fn service_pods(count: usize, prefix: &str, rng: &mut Rng) -> Vec<PodInfo> {
 /// Pods already running on each existing node of [`existing_cluster`] (about 5.4 of 7.9 cpu).
 const PODS_PER_NODE: usize = 8;
 
+/// The shape of every running node of the benchmark clusters.
+fn running_shape(instance_types: &[Arc<InstanceType>]) -> Arc<InstanceType> {
+    instance_types
+        .iter()
+        .find(|t| t.name == "m6i.2xlarge")
+        .cloned()
+        .unwrap_or_else(|| unreachable!("the catalog has m6i.2xlarge"))
+}
+
+/// The `n`th running node of the `default` NodePool, of type `shape`, holding `pods`.
+fn running_node(n: usize, shape: &InstanceType, pods: Vec<Arc<PodInfo>>) -> ExistingNode {
+    let zone = AWS_ZONES[n % AWS_ZONES.len()];
+    let name = format!("ip-10-0-{}-{}.ec2.internal", n / 250, n % 250);
+    ExistingNode {
+        labels: BTreeMap::from([
+            (ZONE.to_string(), zone.to_string()),
+            (HOSTNAME.to_string(), name.clone()),
+            (INSTANCE_TYPE.to_string(), shape.name.clone()),
+            (ARCH.to_string(), "amd64".to_string()),
+            (CAPACITY_TYPE.to_string(), "on-demand".to_string()),
+            (NODEPOOL.to_string(), "default".to_string()),
+        ]),
+        name,
+        taints: Vec::new(),
+        allocatable: shape.allocatable(),
+        pods,
+        initialized: true,
+    }
+}
+
+/// `nodes` running nodes, each filled with service pods until the next would not fit: no room
+/// left but crumbs, as in a cluster that grew to its pods.
+fn full_nodes(instance_types: &[Arc<InstanceType>], nodes: usize, rng: &mut Rng) -> Vec<ExistingNode> {
+    let shape = running_shape(instance_types);
+    let room = shape.allocatable();
+    let mut pending = service_pods(nodes * PODS_PER_NODE * 2, "running", rng)
+        .into_iter()
+        .map(Arc::new)
+        .peekable();
+    (0..nodes)
+        .map(|n| {
+            let mut used = Resources::new();
+            let mut pods = Vec::new();
+            while let Some(pod) = pending.next_if(|pod| {
+                let mut after = used.clone();
+                after.add(&pod.requests);
+                after.fits(&room)
+            }) {
+                used.add(&pod.requests);
+                pods.push(pod);
+            }
+            running_node(n, &shape, pods)
+        })
+        .collect()
+}
+
 /// `nodes` running m6i.2xlarge nodes already holding pods, plus `pending` new pods, over the AWS-shaped
 /// catalog with one NodePool.
 pub fn existing_cluster(nodes: usize, pending: usize) -> Input {
     let instance_types = aws_catalog();
     let mut rng = Rng::new(7);
-    let shape = instance_types
-        .iter()
-        .find(|t| t.name == "m6i.2xlarge")
-        .cloned()
-        .unwrap_or_else(|| unreachable!("the catalog has m6i.2xlarge"));
+    let shape = running_shape(&instance_types);
     let running = service_pods(nodes * PODS_PER_NODE, "running", &mut rng);
-    let mut existing = Vec::with_capacity(nodes);
-    for (n, chunk) in running.chunks(PODS_PER_NODE).enumerate() {
-        let zone = AWS_ZONES[n % AWS_ZONES.len()];
-        let name = format!("ip-10-0-{}-{}.ec2.internal", n / 250, n % 250);
-        existing.push(ExistingNode {
-            labels: BTreeMap::from([
-                (ZONE.to_string(), zone.to_string()),
-                (HOSTNAME.to_string(), name.clone()),
-                (INSTANCE_TYPE.to_string(), shape.name.clone()),
-                (ARCH.to_string(), "amd64".to_string()),
-                (CAPACITY_TYPE.to_string(), "on-demand".to_string()),
-                (NODEPOOL.to_string(), "default".to_string()),
-            ]),
-            name,
-            taints: Vec::new(),
-            allocatable: shape.allocatable(),
-            pods: chunk.iter().cloned().map(Arc::new).collect(),
-            initialized: true,
-        });
-    }
+    let nodes = running.chunks(PODS_PER_NODE).enumerate();
     Input {
         node_pools: vec![node_pool("default", 0, instance_types.len())],
-        instance_types,
-        nodes: existing,
+        nodes: nodes
+            .map(|(n, pods)| running_node(n, &shape, pods.iter().cloned().map(Arc::new).collect()))
+            .collect(),
         pods: service_pods(pending, "pending", &mut rng),
+        instance_types,
         ..Input::default()
     }
 }
@@ -585,6 +620,17 @@ pub fn many_node_pools(pods: usize) -> Input {
         instance_types,
         pods: pending,
         ..Input::default()
+    }
+}
+
+/// The starvation check of kubernetes-sigs/karpenter #3152 (small pods left pending for hours
+/// behind a solve that gave up early): [`many_node_pools`]' 20 NodePools and `pending` pods of
+/// mixed sizes, with `nodes` full running nodes of the default pool beside them.
+pub fn crowded_node_pools(nodes: usize, pending: usize) -> Input {
+    let input = many_node_pools(pending);
+    Input {
+        nodes: full_nodes(&input.instance_types, nodes, &mut Rng::new(7)),
+        ..input
     }
 }
 

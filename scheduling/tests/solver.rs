@@ -656,3 +656,23 @@ fn the_fragmented_benchmark_cluster_has_the_nodes_asked_for_and_nothing_left_to_
         "seeded: the same cluster every time"
     );
 }
+
+#[test]
+fn with_many_pools_and_a_crowded_cluster_every_pending_pod_is_placed_or_given_a_reason() {
+    let input = joist_scheduling::workloads::crowded_node_pools(20, 300);
+    let solution = solve(&input);
+    let on_claims: usize = solution.claims.iter().map(|c| c.pods.len()).sum();
+    let accounted = solution.placements.len() + on_claims + solution.unschedulable.len();
+    assert_eq!(accounted, input.pods.len());
+    assert!(
+        !solution.placements.is_empty(),
+        "room on the running nodes is used"
+    );
+    assert!(
+        solution
+            .claims
+            .iter()
+            .any(|c| c.node_pool != input.node_pools.len() - 1),
+        "team pods go to their teams' pools"
+    );
+}

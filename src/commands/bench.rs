@@ -24,6 +24,9 @@ pub enum Scenario {
     Existing,
     /// 20 weighted NodePools, 19 of them tainted, on the AWS-shaped catalog.
     NodePools,
+    /// The 20 NodePools beside 1,000 running nodes: every pending pod must be placed or given a
+    /// reason in one solve (no pod starves behind the others).
+    Crowded,
 }
 
 /// Builds the problem for `scenario` with `pods` pending pods.
@@ -32,6 +35,7 @@ pub fn problem(scenario: Scenario, pods: usize) -> Input {
         Scenario::Diverse => workloads::karpenter_diverse(pods),
         Scenario::Existing => workloads::existing_cluster(1000, pods),
         Scenario::NodePools => workloads::many_node_pools(pods),
+        Scenario::Crowded => workloads::crowded_node_pools(1000, pods),
     }
 }
 
@@ -126,6 +130,8 @@ fn report(
         solution.placements.len()
     )?;
     writeln!(out, "unschedulable     {}", solution.unschedulable.len())?;
+    let accounted = solution.placements.len() + on_claims + solution.unschedulable.len();
+    writeln!(out, "not considered    {}", pods.saturating_sub(accounted))?;
     writeln!(out, "new nodes         {}", solution.claims.len())?;
     writeln!(out, "time              {:.3} s", seconds)?;
     writeln!(out, "pods/s            {:.0}", pods as f64 / seconds.max(1e-9))?;
