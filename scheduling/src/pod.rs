@@ -381,8 +381,8 @@ fn all_containers(spec: &CachedPodSpec) -> impl Iterator<Item = &CachedContainer
 fn container_requests(pod: &str, field: &str, container: &CachedContainer) -> Result<Resources, PodError> {
     let resources = container.resources.as_ref();
     let mut out = Resources::new();
-    let requests = resources.and_then(|r| r.requests.as_ref());
-    let limits = resources.and_then(|r| r.limits.as_ref());
+    let requests = resources.and_then(|r| r.requests.as_deref());
+    let limits = resources.and_then(|r| r.limits.as_deref());
     for (source, map) in [("limits", limits), ("requests", requests)] {
         for (name, amount) in map.into_iter().flatten() {
             let parsed = parse_quantity(pod, &format!("{field}.resources.{source}[{name}]"), amount)?;
