@@ -87,20 +87,23 @@ pub struct CachedContainer {
     pub restart_policy: Option<String>,
 }
 
+/// Resource amounts by name, in name order.
+pub type Amounts = Box<[(String, Quantity)]>;
+
 /// A container's requests and limits, as lists: a map of two entries costs a whole B-tree node
 /// (half a kilobyte), a list only its entries.
 #[derive(Clone, Debug, Default, Deserialize)]
 pub struct CachedResources {
     /// Amounts requested, by resource name.
     #[serde(default, deserialize_with = "amounts")]
-    pub requests: Option<Box<[(String, Quantity)]>>,
+    pub requests: Option<Amounts>,
     /// Amounts the container may not exceed, by resource name.
     #[serde(default, deserialize_with = "amounts")]
-    pub limits: Option<Box<[(String, Quantity)]>>,
+    pub limits: Option<Amounts>,
 }
 
 /// A map of resource amounts, read into a list in the map's (name) order.
-fn amounts<'de, D: Deserializer<'de>>(map: D) -> Result<Option<Box<[(String, Quantity)]>>, D::Error> {
+fn amounts<'de, D: Deserializer<'de>>(map: D) -> Result<Option<Amounts>, D::Error> {
     let map = Option::<BTreeMap<String, Quantity>>::deserialize(map)?;
     Ok(map.map(|map| map.into_iter().collect()))
 }
