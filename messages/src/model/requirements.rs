@@ -14,10 +14,7 @@
 //! [`RequirementError`] (for example `Gt` with two values); incompatibilities are reported as
 //! [`Incompatibility`], naming the key and both sides.
 
-use std::{
-    collections::{BTreeMap, BTreeSet},
-    fmt,
-};
+use std::{collections::BTreeMap, fmt};
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -82,12 +79,68 @@ pub enum RequirementError {
 /// Closed integer ranges with at most this many members are kept as explicit sets.
 const SMALL_RANGE: i128 = 64;
 
+/// A requirement's explicit values: sorted, each once. A list, not a `BTreeSet`: most requirements
+/// hold one value, and a B-tree allocates a node of eleven (some 280 bytes) for it; an instance
+/// type carries twenty-odd requirements, and a catalog over a thousand types.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+struct Values(Vec<String>);
+
+impl Values {
+    fn iter(&self) -> std::slice::Iter<'_, String> {
+        self.0.iter()
+    }
+
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    fn first(&self) -> Option<&String> {
+        self.0.first()
+    }
+
+    fn position(&self, value: &str) -> Result<usize, usize> {
+        self.0.binary_search_by(|v| v.as_str().cmp(value))
+    }
+
+    fn contains(&self, value: &str) -> bool {
+        self.position(value).is_ok()
+    }
+
+    /// Removes `value`; whether it was there.
+    fn remove(&mut self, value: &str) -> bool {
+        self.position(value).map(|at| self.0.remove(at)).is_ok()
+    }
+
+    fn retain(&mut self, keep: impl FnMut(&String) -> bool) {
+        self.0.retain(keep);
+    }
+
+    /// The values in either.
+    fn union(&self, other: &Values) -> Values {
+        self.iter().chain(other.iter()).cloned().collect()
+    }
+}
+
+impl FromIterator<String> for Values {
+    fn from_iter<I: IntoIterator<Item = String>>(values: I) -> Self {
+        let mut values: Vec<String> = values.into_iter().collect();
+        values.sort_unstable();
+        values.dedup();
+        values.shrink_to_fit();
+        Values(values)
+    }
+}
+
 /// The allowed values of one label key (see the module docs for the canonical form).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Requirement {
     key: String,
     complement: bool,
-    values: BTreeSet<String>,
+    values: Values,
     greater_than: Option<i64>,
     less_than: Option<i64>,
     min_values: Option<u32>,
@@ -101,11 +154,11 @@ impl Requirement {
         S: Into<String>,
     {
         let key = normalize_label_key(key).to_string();
-        let values: BTreeSet<String> = values.into_iter().map(Into::into).collect();
+        let values: Values = values.into_iter().map(Into::into).collect();
         let mut req = Requirement {
             key,
             complement: false,
-            values: BTreeSet::new(),
+            values: Values::default(),
             greater_than: None,
             less_than: None,
             min_values: None,
@@ -125,7 +178,7 @@ impl Requirement {
                         return Err(RequirementError::NotOneInteger {
                             key: req.key,
                             operator,
-                            values: values.into_iter().collect(),
+                            values: values.0,
                         });
                     }
                 };
@@ -269,7 +322,7 @@ impl Requirement {
         if let (Some(gt), Some(lt)) = (self.greater_than, self.less_than) {
             let members = i128::from(lt) - i128::from(gt) - 1 - self.values.len() as i128;
             if members <= SMALL_RANGE {
-                let allowed: BTreeSet<String> = (gt.saturating_add(1)..lt.max(gt.saturating_add(1)))
+                let allowed: Values = (gt.saturating_add(1)..lt.max(gt.saturating_add(1)))
                     .map(|n| n.to_string())
                     .filter(|v| !self.values.contains(v))
                     .collect();
@@ -299,7 +352,7 @@ impl Requirement {
             (true, true) => Requirement {
                 key: self.key.clone(),
                 complement: true,
-                values: self.values.union(&other.values).cloned().collect(),
+                values: self.values.union(&other.values),
                 greater_than: max_opt(self.greater_than, other.greater_than),
                 less_than: min_opt(self.less_than, other.less_than),
                 min_values,
