@@ -22,9 +22,9 @@ use std::{
 
 use actix::prelude::*;
 use futures::{StreamExt, stream::BoxStream};
-use joist_messages::cached_pod::CachedPod;
 use joist_messages::{
     apis::{EC2NodeClass, NodeClaim, NodeOverlay, NodePool},
+    cached_pod::CachedPod,
     labels::NODEPOOL,
 };
 use k8s_openapi::api::{

@@ -22,8 +22,7 @@ use std::{
 };
 
 use actix::prelude::*;
-use joist_messages::cached_pod::CachedPod;
-use joist_messages::{apis::NodePool, model::instance_type::InstanceType};
+use joist_messages::{apis::NodePool, cached_pod::CachedPod, model::instance_type::InstanceType};
 use joist_scheduling::{Input, Solution, solve};
 use kube::ResourceExt;
 

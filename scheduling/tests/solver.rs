@@ -2,8 +2,8 @@
 
 use std::{collections::BTreeMap, sync::Arc};
 
-use joist_messages::cached_pod::CachedPod;
 use joist_messages::{
+    cached_pod::CachedPod,
     labels::{CAPACITY_TYPE, HOSTNAME, INSTANCE_TYPE, ZONE},
     model::{
         quantity::Quantity,

@@ -6,9 +6,9 @@
 
 use std::{sync::Arc, time::Duration};
 
-use joist_messages::cached_pod::CachedPod;
 use joist_messages::{
     apis::NodeClaim,
+    cached_pod::CachedPod,
     conditions::{self, ClaimDeletion, ConditionStatus, ConditionType, ConditionUpdate, has_status, is_true},
     labels::{
         TERMINATION_FINALIZER,

@@ -8,9 +8,9 @@
 
 use std::sync::Arc;
 
-use joist_messages::cached_pod::CachedPod;
 use joist_messages::{
     apis::{NodeClaim, NodePool},
+    cached_pod::CachedPod,
     conditions::{ConditionType, is_true},
     pods::{do_not_disrupt, owned_by_daemon_set},
 };

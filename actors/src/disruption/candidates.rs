@@ -20,9 +20,9 @@
 
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
-use joist_messages::cached_pod::CachedPod;
 use joist_messages::{
     apis::{NodeClaim, NodePool},
+    cached_pod::CachedPod,
     conditions::{ConditionType, is_true},
     labels::{CAPACITY_TYPE, INSTANCE_TYPE, NODEPOOL, ZONE, annotations::DO_NOT_DISRUPT},
     model::instance_type::CapacityType,

@@ -32,8 +32,7 @@ pub mod execute;
 
 use std::{collections::HashSet, sync::Arc};
 
-use joist_messages::cached_pod::CachedPod;
-use joist_messages::labels::NODEPOOL;
+use joist_messages::{cached_pod::CachedPod, labels::NODEPOOL};
 use joist_provider::CloudError;
 use kube::ResourceExt;
 use tokio::time::Instant;

@@ -19,9 +19,9 @@ use std::{
 };
 
 use dashmap::{DashMap, DashSet};
-use joist_messages::cached_pod::CachedPod;
 use joist_messages::{
     apis::{EC2NodeClass, NodeClaim, NodeOverlay, NodePool},
+    cached_pod::CachedPod,
     labels::NODEPOOL,
     model::{
         quantity::Quantity,

@@ -7,9 +7,9 @@
 
 use std::{collections::BTreeMap, sync::Arc};
 
-use joist_messages::cached_pod::{CachedPod, CachedPodSpec};
 use joist_messages::{
     apis::{NodeClaim, NodePool},
+    cached_pod::{CachedPod, CachedPodSpec},
     labels::INITIALIZED,
     model::{requirements::Requirements, resources::Resources},
     nodes::{is_ephemeral, node_allocatable},

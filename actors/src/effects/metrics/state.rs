@@ -9,8 +9,8 @@
 
 use std::{fmt, sync::LazyLock};
 
-use joist_messages::cached_pod::CachedPod;
 use joist_messages::{
+    cached_pod::CachedPod,
     labels::{self, ARCH, CAPACITY_TYPE, INSTANCE_TYPE, NODEPOOL, ZONE},
     model::resources::Resources,
     nodes::node_allocatable,
