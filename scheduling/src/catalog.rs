@@ -10,7 +10,7 @@
 use std::{collections::HashMap, sync::Arc};
 
 use joist_messages::{
-    labels::{CAPACITY_TYPE, NODEPOOL, ZONE},
+    labels::{CAPACITY_TYPE, ZONE},
     model::{
         instance_type::{CapacityType, InstanceType, Offering},
         requirements::{Operator, Requirement, Requirements},
@@ -137,15 +137,7 @@ impl PoolPlan {
         daemonsets: &[PodInfo],
         dims: &Dims,
     ) -> Self {
-        let mut requirements = pool.requirements.clone();
-        for (key, value) in &pool.labels {
-            if let Ok(req) = Requirement::new(key, Operator::In, [value.as_str()]) {
-                requirements.add(req);
-            }
-        }
-        if let Ok(req) = Requirement::new(NODEPOOL, Operator::In, [pool.name.as_str()]) {
-            requirements.add(req);
-        }
+        let requirements = pool.node_requirements();
         let mut priced: Vec<(f64, usize)> = pool
             .instance_types
             .iter()

@@ -11,11 +11,11 @@
 use std::{collections::BTreeMap, sync::Arc};
 
 use joist_messages::{
-    labels::{CAPACITY_TYPE, HOSTNAME, INSTANCE_TYPE, ZONE},
+    labels::{CAPACITY_TYPE, HOSTNAME, INSTANCE_TYPE, NODEPOOL, ZONE},
     model::{
         instance_type::{InstanceType, Offering},
         quantity::Quantity,
-        requirements::Requirements,
+        requirements::{Operator, Requirement, Requirements},
         resources::Resources,
     },
 };
@@ -42,6 +42,33 @@ pub struct NodePoolInput {
     pub remaining: Option<BTreeMap<String, Quantity>>,
     /// Positions in [`Input::instance_types`] of the types its node class offers.
     pub instance_types: Vec<usize>,
+}
+
+impl NodePoolInput {
+    /// What every node of the pool satisfies: the template's requirements, its labels, and the
+    /// pool's own `karpenter.sh/nodepool` label.
+    pub fn node_requirements(&self) -> Requirements {
+        let mut requirements = self.requirements.clone();
+        for (key, value) in &self.labels {
+            if let Ok(req) = Requirement::new(key, Operator::In, [value.as_str()]) {
+                requirements.add(req);
+            }
+        }
+        if let Ok(req) = Requirement::new(NODEPOOL, Operator::In, [self.name.as_str()]) {
+            requirements.add(req);
+        }
+        requirements
+    }
+}
+
+/// Positions of `pools` in the order the solver tries them: heaviest first, then by name.
+pub fn pool_order(pools: &[NodePoolInput]) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..pools.len()).collect();
+    order.sort_by(|&a, &b| {
+        let (pa, pb) = (&pools[a], &pools[b]);
+        pb.weight.cmp(&pa.weight).then_with(|| pa.name.cmp(&pb.name))
+    });
+    order
 }
 
 /// A node that exists (or is launching) and can take pods.

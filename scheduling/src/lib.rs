@@ -13,6 +13,7 @@ mod classes;
 pub mod consolidation;
 mod dims;
 pub mod input;
+pub mod ownership;
 pub mod pod;
 mod reserve;
 pub mod solution;

@@ -220,12 +220,7 @@ impl<'a> Solver<'a> {
                 }
             }
         }
-        let mut order: Vec<usize> = (0..input.node_pools.len()).collect();
-        order.sort_by(|&a, &b| {
-            let (pa, pb) = (&input.node_pools[a], &input.node_pools[b]);
-            pb.weight.cmp(&pa.weight).then_with(|| pa.name.cmp(&pb.name))
-        });
-        let mut pools: Vec<PoolPlan> = order
+        let mut pools: Vec<PoolPlan> = crate::input::pool_order(&input.node_pools)
             .into_iter()
             .map(|i| {
                 PoolPlan::new(
