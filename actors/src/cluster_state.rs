@@ -37,11 +37,12 @@ use kube::{
     Api, Resource, ResourceExt,
     runtime::{
         WatchStreamExt,
-        reflector::{self, ObjectRef, store::Writer},
+        reflector::{ObjectRef, store::Writer},
         watcher::{self, Event},
     },
 };
 use serde::de::DeserializeOwned;
+use tokio::sync::watch;
 
 use crate::{
     batcher::Batcher,
@@ -55,6 +56,9 @@ use crate::{
         read_model::{Listed, PodKey, Writers},
     },
 };
+
+/// How often a replica whose NodePools are split between replicas looks at the shards it holds.
+const FOLLOW_SHARDS: Duration = Duration::from_secs(1);
 
 /// How often a trigger the Batcher could not take is retried.
 const RETRY_TRIGGER: Duration = Duration::from_secs(1);
@@ -102,6 +106,8 @@ pub struct ClusterState {
     class_failures: HashMap<String, u32>,
     /// The retry waiting for each failing node class: one at most, however many resolutions fail.
     class_retries: HashMap<String, SpawnHandle>,
+    /// Which NodeClaims are reflected, when NodePools are split between replicas.
+    claim_scope: Option<watch::Sender<ClaimScope>>,
 }
 
 impl ClusterState {
@@ -117,6 +123,7 @@ impl ClusterState {
             missed_trigger: false,
             class_failures: HashMap::new(),
             class_retries: HashMap::new(),
+            claim_scope: None,
         }
     }
 
@@ -226,6 +233,42 @@ impl ClusterState {
         }
     }
 
+    /// When NodePools are split between replicas: follows the shards this replica holds and the
+    /// NodePools that exist — the NodeClaims reflected (their watch restarts when the selector
+    /// changes), an actor for each NodePool of a held shard, and a look at pending pods when the
+    /// replica came to act for more.
+    fn follow_shards(&mut self) {
+        let (Some(shards), Some(scope)) = (self.shared.settings.replica_shards.clone(), &self.claim_scope)
+        else {
+            return;
+        };
+        let read = self.shared.read.clone();
+        if !read.node_pools_listed() {
+            return;
+        }
+        let wanted = shards
+            .claims_selector(&read)
+            .map_or(ClaimScope::Nothing, ClaimScope::Selected);
+        let widened = scope.send_if_modified(|current| {
+            let changed = *current != wanted;
+            *current = wanted;
+            changed
+        });
+        let mut started = false;
+        for pool in read.node_pools() {
+            let name = pool.name_any();
+            if shards.holds_pool(&name) && !self.shared.directory.node_pools.contains_key(&name) {
+                let actor = self.node_pool_actor(&name);
+                self.shared.poke(&actor.reconcile, "nodepool");
+                started = true;
+            }
+        }
+        if widened || started {
+            tracing::info!(shards = ?shards.held(), "acting for the nodepools of these shards");
+            self.trigger();
+        }
+    }
+
     fn poke_pools(&self) {
         for actor in self.shared.directory.node_pools.iter() {
             self.shared.poke(&actor.reconcile, "nodepool");
@@ -252,15 +295,8 @@ impl ClusterState {
     }
 }
 
-/// A reflector over every object of `K`, as a stream of [`Change`]s, each object `trim`med
-/// before it is stored ([`cached`]). A (re)list ends with
-/// `relisted(every object it listed)`, so indexes can drop objects deleted while the watch was
-/// away (after a `410 Gone`, the reflector's store is replaced; the indexes must follow).
-///
-/// The store takes a list's objects only at its end, so their changes wait until then too: an
-/// actor told of a listed object before the store has it would find nothing (a NodePool's actor
-/// would stop, and the pool would never be marked Ready). Only the listed keys wait; the changes
-/// then carry the store's own copies, so a relist of 100,000 pods holds no second copy of them.
+/// A reflector over every object of `K`, as a stream of [`Change`]s ([`changes`]), each object
+/// `trim`med before it is stored ([`cached`]).
 fn reflect<K>(
     api: Api<K>,
     writer: Writer<K>,
@@ -274,9 +310,92 @@ where
 {
     let events = watcher::watcher(api, watcher::Config::default())
         .default_backoff()
-        .modify(trim);
+        .modify(trim)
+        .boxed();
+    changes(events, writer, change, relisted)
+}
+
+/// Which NodeClaims a replica whose NodePools are split between replicas reflects.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum ClaimScope {
+    /// Not known until the NodePools are listed: nothing is listed, and the store is not ready.
+    Unknown,
+    /// The replica holds no NodePool: an empty store.
+    Nothing,
+    /// The claims this label selector selects.
+    Selected(String),
+}
+
+/// [`reflect`] over the NodeClaims `scopes` select: each new scope restarts the watch, whose list
+/// then replaces the store (and the indexes follow, as after any relist).
+fn reflect_scoped(
+    api: Api<NodeClaim>,
+    writer: Writer<NodeClaim>,
+    mut scopes: watch::Receiver<ClaimScope>,
+) -> BoxStream<'static, Change> {
+    let open = move |scope: ClaimScope| -> BoxStream<'static, watcher::Result<Event<NodeClaim>>> {
+        match scope {
+            ClaimScope::Unknown => futures::stream::pending().boxed(),
+            ClaimScope::Nothing => futures::stream::iter([Ok(Event::Init), Ok(Event::InitDone)])
+                .chain(futures::stream::pending())
+                .boxed(),
+            ClaimScope::Selected(labels) => {
+                watcher::watcher(api.clone(), watcher::Config::default().labels(&labels))
+                    .default_backoff()
+                    .modify(cached::trim_claim)
+                    .boxed()
+            }
+        }
+    };
+    let first = open(scopes.borrow_and_update().clone());
+    let events = futures::stream::unfold(
+        (scopes, first, open),
+        |(mut scopes, mut events, open)| async move {
+            loop {
+                tokio::select! {
+                    changed = scopes.changed() => {
+                        if changed.is_err() {
+                            // The ClusterState is gone: the stream ends with it.
+                            return None;
+                        }
+                        events = open(scopes.borrow_and_update().clone());
+                    }
+                    event = events.next() => return event.map(|event| (event, (scopes, events, open))),
+                }
+            }
+        },
+    )
+    .boxed();
+    changes(events, writer, Change::NodeClaim, |listed| {
+        Change::Relisted(Listed::NodeClaims, listed)
+    })
+}
+
+/// A watch's `events` applied to `writer`'s store and turned into [`Change`]s. A (re)list ends
+/// with `relisted(every object it listed)`, so indexes can drop objects deleted while the watch
+/// was away (after a `410 Gone`, the reflector's store is replaced; the indexes must follow).
+///
+/// The store takes a list's objects only at its end, so their changes wait until then too: an
+/// actor told of a listed object before the store has it would find nothing (a NodePool's actor
+/// would stop, and the pool would never be marked Ready). Only the listed keys wait; the changes
+/// then carry the store's own copies, so a relist of 100,000 pods holds no second copy of them.
+fn changes<K>(
+    events: BoxStream<'static, watcher::Result<Event<K>>>,
+    mut writer: Writer<K>,
+    change: fn(Arc<K>, bool) -> Change,
+    relisted: fn(HashSet<PodKey>) -> Change,
+) -> BoxStream<'static, Change>
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
+{
     let store = writer.as_reader();
-    reflector::reflector(writer, events)
+    events
+        .inspect(move |event| {
+            if let Ok(event) = event {
+                writer.apply_watcher_event(event);
+            }
+        })
         .scan(None::<Vec<ObjectRef<K>>>, move |listing, event| {
             let next = match event {
                 Ok(Event::Apply(object)) => vec![change(Arc::new(object), false)],
@@ -325,14 +444,23 @@ impl Actor for ClusterState {
             return;
         };
         let client = &self.shared.client;
-        let streams = vec![
+        let claims = Api::<NodeClaim>::all(client.clone());
+        let claims = if self.shared.settings.replica_shards.is_some() {
+            let (scope, scopes) = watch::channel(ClaimScope::Unknown);
+            self.claim_scope = Some(scope);
+            ctx.run_interval(FOLLOW_SHARDS, |state, _ctx| state.follow_shards());
+            reflect_scoped(claims, writers.node_claims, scopes)
+        } else {
             reflect(
-                Api::<NodeClaim>::all(client.clone()),
+                claims,
                 writers.node_claims,
                 cached::trim_claim,
                 Change::NodeClaim,
                 |listed| Change::Relisted(Listed::NodeClaims, listed),
-            ),
+            )
+        };
+        let streams = vec![
+            claims,
             reflect(
                 Api::<Node>::all(client.clone()),
                 writers.nodes,
@@ -485,6 +613,14 @@ impl StreamHandler<Change> for ClusterState {
                 if deleted {
                     if let Some(actor) = self.shared.directory.node_pools.get(&name) {
                         self.shared.poke(&actor.reconcile, "nodepool");
+                    }
+                } else if self.shared.settings.replica_shards.is_some() {
+                    // Its actor starts, and its claims are watched, if this replica holds it.
+                    self.follow_shards();
+                    let actor = self.shared.directory.node_pools.get(&name).map(|a| a.clone());
+                    if let Some(actor) = actor {
+                        self.shared.poke(&actor.reconcile, "nodepool");
+                        self.trigger();
                     }
                 } else {
                     let actor = self.node_pool_actor(&name);

@@ -3,7 +3,8 @@
 //!
 //! It long-polls the queue ([`InterruptionQueue::receive`]: up to 10 messages, 20 s wait),
 //! handles up to [`MESSAGES_IN_FLIGHT`] at once, maps each instance id to its NodeClaim through the
-//! read model's index, and:
+//! read model's index (when NodePools are split between replicas, only the holder of shard 0 reads
+//! the queue, and finds another shard's claim through the API), and:
 //!
 //! - spot interruption, capacity-reservation interruption, stopping or terminating instance, AWS
 //!   Health scheduled change: records Karpenter's event (`SpotInterrupted`, `InstanceStopping` …)
@@ -34,12 +35,15 @@ use joist_provider::{
 use kube::ResourceExt;
 
 use crate::{
-    decide::timing::doubling_backoff, effects::faults::Step, effects::kube_ops,
-    effects::metrics::MessageLabels, protocol::MarkUnavailable, shared::Shared,
+    decide::timing::doubling_backoff, effects::cluster_claims::every_claim, effects::faults::Step,
+    effects::kube_ops, effects::metrics::MessageLabels, protocol::MarkUnavailable, shared::Shared,
 };
 
 /// Queue messages handled at once.
 pub const MESSAGES_IN_FLIGHT: usize = 10;
+
+/// How often a replica that does not hold shard 0 looks whether it has come to hold it.
+const STANDBY_LOOK: Duration = Duration::from_secs(1);
 
 /// The longest wait between two attempts at a failing queue.
 pub const MAX_QUEUE_BACKOFF: Duration = Duration::from_secs(60);
@@ -75,6 +79,11 @@ async fn poll(shared: Shared, queue: Arc<dyn InterruptionQueue>) {
     shared.read.synced().await;
     let mut failures = 0;
     loop {
+        if !shared.settings.acts_cluster_wide() {
+            // Another replica holds shard 0 and reads the queue.
+            tokio::time::sleep(STANDBY_LOOK).await;
+            continue;
+        }
         match queue.receive().await {
             Ok(messages) => {
                 failures = 0;
@@ -170,11 +179,7 @@ fn event(kind: Kind) -> (&'static str, &'static str, bool) {
 /// Acts on one instance of an interruption (see the module docs); fails when its NodeClaim could
 /// not be deleted.
 async fn act(shared: &Shared, interruption: &Interruption, instance: &str) -> Result<(), kube::Error> {
-    let read = &shared.read;
-    let Some(claim) = read
-        .claim_for_instance(instance)
-        .and_then(|name| read.node_claim(&name))
-    else {
+    let Some(claim) = claim_of(shared, instance).await? else {
         tracing::debug!(
             instance,
             kind = interruption.kind.message_type(),
@@ -217,6 +222,27 @@ async fn act(shared: &Shared, interruption: &Interruption, instance: &str) -> Re
         .disrupted(claim.as_ref(), interruption.kind.message_type());
     shared.settings.faults.reach(Step::InterruptionActed).await;
     Ok(())
+}
+
+/// The NodeClaim of `instance`: from the read model, or, when NodePools are split between replicas
+/// and the claim is another shard's, from the API.
+async fn claim_of(shared: &Shared, instance: &str) -> Result<Option<Arc<NodeClaim>>, kube::Error> {
+    let read = &shared.read;
+    if let Some(claim) = read
+        .claim_for_instance(instance)
+        .and_then(|name| read.node_claim(&name))
+    {
+        return Ok(Some(claim));
+    }
+    if shared.settings.replica_shards.is_none() {
+        return Ok(None);
+    }
+    let claims = every_claim(&shared.client).await?;
+    let Some(summary) = claims.iter().find(|claim| claim.is_instance(instance)) else {
+        return Ok(None);
+    };
+    let api = kube_ops::cluster::<NodeClaim>(&shared.client);
+    Ok(api.get_opt(&summary.name).await?.map(Arc::new))
 }
 
 fn record(shared: &Shared, claim: &NodeClaim, reason: &str, message: &str, warning: bool) {

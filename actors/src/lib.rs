@@ -34,6 +34,7 @@ pub mod pod_events;
 pub mod problem;
 pub mod protocol;
 pub mod provisioner;
+pub mod replica_shards;
 pub mod settings;
 pub mod shared;
 pub mod static_capacity;

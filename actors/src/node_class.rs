@@ -30,7 +30,10 @@ use serde_json::json;
 
 use crate::{
     decide::timing::doubling_backoff,
-    effects::kube_ops::{self, set_condition},
+    effects::{
+        cluster_claims::every_claim,
+        kube_ops::{self, set_condition},
+    },
     shared::Shared,
 };
 
@@ -185,12 +188,23 @@ async fn release(shared: &Shared, class: &EC2NodeClass) {
         return;
     }
     let name = class.name_any();
-    let users = shared
-        .read
-        .node_claims()
-        .iter()
-        .filter(|c| c.spec.node_class_ref.name == name)
-        .count();
+    let users = match &shared.settings.replica_shards {
+        None => shared
+            .read
+            .node_claims()
+            .iter()
+            .filter(|c| c.spec.node_class_ref.name == name)
+            .count(),
+        // Another replica's claims may use the class too: the holder of shard 0 asks the API.
+        Some(_) if !shared.settings.acts_cluster_wide() => return,
+        Some(_) => match every_claim(&shared.client).await {
+            Ok(claims) => claims.iter().filter(|c| c.node_class == name).count(),
+            Err(error) => {
+                tracing::warn!(ec2nodeclass = name, %error, "listing every nodeclaim failed; the class is kept");
+                return;
+            }
+        },
+    };
     if users > 0 {
         let message = format!("waiting on {users} NodeClaim(s) using the class to terminate");
         shared

@@ -43,6 +43,10 @@ pub async fn cluster(shared: &Shared, nodes: Vec<ExistingNode>) -> Problem {
     let mut paused = Vec::new();
     let mut conflicted = BTreeSet::new();
     for pool in read.node_pools() {
+        // Another replica's shard: its pods are that replica's too.
+        if !shared.settings.acts_for_pool(&pool.name_any()) {
+            continue;
+        }
         let ready = pool
             .status
             .as_ref()

@@ -14,7 +14,9 @@
 //! run ends when its NodeClaims are created (or their creates failed), as Karpenter's provisioner
 //! waits for its creates: the next run then counts every claim this one asked for.
 //! NodePools are used when Ready and not being deleted; a NodePool whose instance types cannot be
-//! listed is skipped for this run and logged.
+//! listed is skipped for this run and logged. When NodePools are split between replicas
+//! ([`crate::replica_shards`]), a replica simulates only its own NodePools and the pending pods
+//! that belong to them.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -100,9 +102,14 @@ async fn provision(shared: Shared) {
         pods: mut pending,
         ignored,
     } = snapshot::pending(&read.pending_pods());
-    for (pod, why) in &ignored {
-        let message = format!("Failed to schedule pod, ignoring it: {why}");
-        failed_scheduling(&shared, pod, &message);
+    if let Some(shards) = &shared.settings.replica_shards {
+        pending = shards.owned_pending(read, pending);
+    }
+    if shared.settings.acts_cluster_wide() {
+        for (pod, why) in &ignored {
+            let message = format!("Failed to schedule pod, ignoring it: {why}");
+            failed_scheduling(&shared, pod, &message);
+        }
     }
     let waiting = pending.len();
     let leaving = read.leaving_pods();

@@ -5,7 +5,7 @@ use std::{sync::Arc, time::Duration};
 
 use joist_provider::interruption::InterruptionQueue;
 
-use crate::effects::faults::FaultPoints;
+use crate::{effects::faults::FaultPoints, replica_shards::ReplicaShards};
 
 /// Where the scheduling simulation runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,6 +59,27 @@ pub struct Settings {
     pub interruption_queue: Option<Arc<dyn InterruptionQueue>>,
     /// Where the controllers crash: nowhere but in the fault-injection suite.
     pub faults: FaultPoints,
+    /// The shards this replica holds when NodePools are split between replicas (`REPLICA_SHARDS`);
+    /// none: it acts for every NodePool.
+    pub replica_shards: Option<ReplicaShards>,
+}
+
+impl Settings {
+    /// Whether the controllers act for the NodePool `pool`: always, unless NodePools are split
+    /// between replicas and its shard is another's.
+    pub fn acts_for_pool(&self, pool: &str) -> bool {
+        self.replica_shards
+            .as_ref()
+            .is_none_or(|shards| shards.holds_pool(pool))
+    }
+
+    /// Whether the controllers run the cluster-wide jobs: always, unless NodePools are split
+    /// between replicas and shard 0 is another's.
+    pub fn acts_cluster_wide(&self) -> bool {
+        self.replica_shards
+            .as_ref()
+            .is_none_or(ReplicaShards::holds_first)
+    }
 }
 
 impl Default for Settings {
@@ -75,6 +96,7 @@ impl Default for Settings {
             node_overlay: false,
             interruption_queue: None,
             faults: FaultPoints::none(),
+            replica_shards: None,
         }
     }
 }

@@ -4,6 +4,7 @@
 //! Each write returns its error to the caller, which decides whether to retry.
 
 pub mod cloud_calls;
+pub mod cluster_claims;
 pub mod correlator;
 pub mod events;
 pub mod faults;

@@ -239,6 +239,12 @@ impl ReadModel {
         futures::FutureExt::now_or_never(self.synced()).is_some()
     }
 
+    /// Whether the NodePools have been listed (the NodeClaims a replica whose NodePools are split
+    /// between replicas reflects depend on them).
+    pub fn node_pools_listed(&self) -> bool {
+        futures::FutureExt::now_or_never(self.node_pools.wait_until_ready()).is_some()
+    }
+
     /// A NodeClaim by name (the watched store only: a claim's actor acts on what the API shows).
     pub fn node_claim(&self, name: &str) -> Option<Arc<NodeClaim>> {
         self.node_claims.get(&ObjectRef::new(name))
