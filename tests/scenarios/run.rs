@@ -29,7 +29,7 @@ mod moto;
 
 use super::{
     chart,
-    joist_process::{Joist, eventually, http_get},
+    joist_process::{Joist, eventually, http_get, within},
     sample, tools,
 };
 
@@ -1042,4 +1042,206 @@ fn joist_run_without_a_cluster_name_stops_at_once_naming_the_variable() {
     assert_eq!(output.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("CLUSTER_NAME is not set"), "{stderr}");
+}
+
+/// The holder of each of `count` shard Leases (`joist-leader-election-shard-K`) in kube-system.
+async fn shard_holders(client: &kube::Client, count: u32) -> Vec<Option<String>> {
+    let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-system");
+    let mut holders = Vec::new();
+    for shard in 0..count {
+        let lease = leases
+            .get_opt(&format!("joist-leader-election-shard-{shard}"))
+            .await
+            .ok()
+            .flatten();
+        holders.push(
+            lease
+                .and_then(|l| l.spec?.holder_identity)
+                .filter(|h| !h.is_empty()),
+        );
+    }
+    holders
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_replicas_split_the_nodepools_and_take_over_the_shards_of_one_killed() {
+    use joist_actors::replica_shards::shard_of;
+    const SHARDS: u32 = 3;
+    let replica = |name: &'static str| [("POD_NAME", name), ("REPLICA_SHARDS", "3")];
+    let world = World::start("m5.large", &replica("joist-a")).await;
+    let mut others = [
+        world.replica("joist-b", &replica("joist-b")),
+        world.replica("joist-c", &replica("joist-c")),
+    ];
+    let client = world.client.clone();
+    // Two NodePools per shard, each selected by its pods' `team` label.
+    let mut teams: Vec<String> = Vec::new();
+    for shard in 0..SHARDS {
+        let names = (0..).map(|i| format!("team-{i}"));
+        teams.extend(names.filter(|n| shard_of(n, SHARDS) == shard).take(2));
+    }
+    let pools: Api<joist_messages::apis::NodePool> = Api::all(client.clone());
+    for team in &teams {
+        let pool = yaml(&format!(
+            "apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {{name: {team}}}
+spec:
+  template:
+    metadata: {{labels: {{team: {team}}}}}
+    spec:
+      nodeClassRef: {{group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}}
+      requirements:
+      - {{key: karpenter.sh/capacity-type, operator: In, values: [on-demand]}}
+      - {{key: node.kubernetes.io/instance-type, operator: In, values: [m5.large]}}
+"
+        ));
+        pools
+            .create(&PostParams::default(), &pool)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+    // The three replicas started together: each holds one shard.
+    let holders = eventually(&world.joist, "every shard held, one each", || async {
+        let holders: Vec<String> = shard_holders(&client, SHARDS)
+            .await
+            .into_iter()
+            .collect::<Option<_>>()?;
+        let distinct: std::collections::BTreeSet<&String> = holders.iter().collect();
+        (distinct.len() == 3).then_some(holders)
+    })
+    .await;
+
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let create_pod = |name: String, team: &str| {
+        let pod: Pod = yaml(&format!(
+            "apiVersion: v1
+kind: Pod
+metadata: {{name: {name}}}
+spec:
+  nodeSelector: {{team: {team}}}
+  containers:
+  - name: web
+    image: nginx
+    resources: {{requests: {{cpu: '1', memory: 1Gi}}}}
+"
+        ));
+        let pods = pods.clone();
+        async move {
+            pods.create(&PostParams::default(), &pod)
+                .await
+                .unwrap_or_else(|e| panic!("{e}"))
+        }
+    };
+    for team in &teams {
+        create_pod(format!("web-{team}"), team).await;
+    }
+    // A pod every pool admits belongs to the first of the heaviest by name, `default`: only the
+    // holder of that pool's shard launches for it.
+    pods.create(
+        &PostParams::default(),
+        &yaml(
+            "apiVersion: v1
+kind: Pod
+metadata: {name: anywhere}
+spec:
+  containers:
+  - name: web
+    image: nginx
+    resources: {requests: {cpu: '1', memory: 1Gi}}
+",
+        ),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+    let claims: Api<NodeClaim> = Api::all(client.clone());
+    let pool_of = |claim: &NodeClaim| {
+        claim
+            .metadata
+            .labels
+            .as_ref()?
+            .get("karpenter.sh/nodepool")
+            .cloned()
+    };
+    let launched = |claims: Vec<NodeClaim>| -> Vec<(String, String)> {
+        claims
+            .iter()
+            .filter_map(|c| Some((pool_of(c)?, c.status.as_ref()?.provider_id.clone()?)))
+            .collect()
+    };
+    eventually(
+        &world.joist,
+        "a launched NodeClaim for every team's pod",
+        || async {
+            let list = launched(claims.list(&Default::default()).await.ok()?.items);
+            (list.len() > teams.len()).then_some(())
+        },
+    )
+    .await;
+    // Every pool got its node from one replica alone: one claim each, on instances of their own.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let all = claims
+        .list(&Default::default())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+        .items;
+    let mut per_pool: std::collections::BTreeMap<String, usize> = std::collections::BTreeMap::new();
+    for claim in &all {
+        *per_pool.entry(pool_of(claim).unwrap_or_default()).or_default() += 1;
+    }
+    let expected: std::collections::BTreeMap<String, usize> = teams
+        .iter()
+        .chain([&"default".to_owned()])
+        .map(|pool| (pool.clone(), 1))
+        .collect();
+    assert_eq!(per_pool, expected, "{}", world.joist.log());
+    let instances: std::collections::BTreeSet<String> = launched(all).into_iter().map(|(_, id)| id).collect();
+    assert_eq!(instances.len(), teams.len() + 1, "one instance per claim");
+
+    // kill -9 the replica holding the shard of `teams[0]`: another takes the shard over within
+    // 20 s and launches for that shard's pools.
+    let shard = shard_of(&teams[0], SHARDS) as usize;
+    let victim = holders[shard].clone();
+    let killed = tokio::time::Instant::now();
+    let survivor = match victim.as_str() {
+        "joist-a" => {
+            let mut joist = world.joist;
+            joist.child.kill().unwrap_or_else(|e| panic!("{e}"));
+            let _ = joist.child.wait();
+            others
+                .into_iter()
+                .next()
+                .unwrap_or_else(|| panic!("two replicas"))
+        }
+        name => {
+            let position = if name == "joist-b" { 0 } else { 1 };
+            others[position].child.kill().unwrap_or_else(|e| panic!("{e}"));
+            let _ = others[position].child.wait();
+            world.joist
+        }
+    };
+    let taken_by = within(
+        Duration::from_secs(20),
+        &survivor,
+        "the killed replica's shard taken over",
+        || async {
+            let holder = shard_holders(&client, SHARDS).await[shard].clone()?;
+            (holder != victim).then_some(holder)
+        },
+    )
+    .await;
+    println!(
+        "{taken_by} took shard {shard} over {:?} after kill -9",
+        killed.elapsed()
+    );
+    create_pod("web-after".to_owned(), &teams[0]).await;
+    eventually(
+        &survivor,
+        "a second launched NodeClaim for the taken-over pool",
+        || async {
+            let list = launched(claims.list(&Default::default()).await.ok()?.items);
+            (list.iter().filter(|(pool, _)| *pool == teams[0]).count() == 2).then_some(())
+        },
+    )
+    .await;
 }

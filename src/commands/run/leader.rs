@@ -42,14 +42,21 @@ pub struct Elector {
 }
 
 /// What one look at the Lease found.
-enum Look {
+pub enum Look {
     /// This candidate holds it.
     Leading,
     /// Another holder's Lease is still live.
     Following(String),
+    /// No one holds it (or its holder's time ran out), and this candidate did not take it.
+    Free,
 }
 
 impl Elector {
+    /// The Lease's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
     /// A candidate named `identity` for the Lease `name` that `api` reaches.
     pub fn new(api: Api<Lease>, name: String, identity: String) -> Self {
         Self {
@@ -77,6 +84,7 @@ impl Elector {
                     tracing::info!(lease = self.name, identity = self.identity, "became the leader");
                     return;
                 }
+                Ok(Look::Free) => {}
                 Ok(Look::Following(holder)) => {
                     if announced.as_ref() != Some(&holder) {
                         tracing::info!(lease = self.name, leader = holder, "standing by");
@@ -101,6 +109,7 @@ impl Elector {
             let deadline = renewed + RENEW_DEADLINE;
             match tokio::time::timeout_at(deadline, self.try_acquire_or_renew()).await {
                 Ok(Ok(Look::Leading)) => renewed = Instant::now(),
+                Ok(Ok(Look::Free)) => {}
                 Ok(Ok(Look::Following(holder))) => {
                     tracing::error!(
                         lease = self.name,
@@ -142,8 +151,20 @@ impl Elector {
 
     /// One look: create, renew or take over the Lease when this candidate may.
     async fn try_acquire_or_renew(&mut self) -> Result<Look, kube::Error> {
+        let lease = self.api.get_opt(&self.name).await?;
+        self.decide(lease, true).await
+    }
+
+    /// Decides on the Lease as just read (`None`: it does not exist): renews it when this
+    /// candidate holds it, takes it when it is free or its holder's time ran out and `may_take`,
+    /// and otherwise says who holds it. Every look, taking or not, counts towards seeing a holder's
+    /// time run out.
+    pub async fn decide(&mut self, lease: Option<Lease>, may_take: bool) -> Result<Look, kube::Error> {
         let now = Timestamp::now();
-        let Some(mut lease) = self.api.get_opt(&self.name).await? else {
+        let Some(mut lease) = lease else {
+            if !may_take {
+                return Ok(Look::Free);
+            }
             let lease = Lease {
                 metadata: ObjectMeta {
                     name: Some(self.name.clone()),
@@ -176,6 +197,9 @@ impl Elector {
             .is_some_and(|(_, since)| since.elapsed() >= duration);
         if !mine && !holder.is_empty() && !expired {
             return Ok(Look::Following(holder));
+        }
+        if !mine && !may_take {
+            return Ok(Look::Free);
         }
         let (acquired, transitions) = if mine {
             (

@@ -8,7 +8,9 @@
 //! `OTEL_EXPORTER_OTLP_ENDPOINT` is set; Prometheus metrics and health probes are served on
 //! Karpenter's ports ([`super::endpoints`]). Replicas elect a leader on a Lease ([`leader`]): only the
 //! leader runs the controllers, and one that loses the Lease (or cannot renew it within the renew
-//! deadline, even while a request hangs) exits at once.
+//! deadline, even while a request hangs) exits at once. With `REPLICA_SHARDS` the NodePools are
+//! split between replicas instead, a Lease per shard ([`shard_leases`]), and a replica that loses
+//! a shard exits the same way.
 //!
 //! Failures at start (a missing or invalid setting, no Kubernetes configuration, an API server that
 //! does not answer, no AWS region) stop the command with a message naming what to fix. Later
@@ -18,6 +20,7 @@ mod deadline;
 mod in_flight;
 mod leader;
 mod settings;
+mod shard_leases;
 #[cfg(test)]
 mod test_service;
 
@@ -143,7 +146,15 @@ async fn serve(settings: RunSettings, telemetry: &Telemetry) -> Result<(), Comma
     endpoints::serve_health(address(settings.health_probe_port), leading.clone())
         .await
         .map_err(start)?;
-    let mut elector = (!settings.disable_leader_election).then(|| elector(&settings, &client));
+    let sharded = settings.replica_shards > 0;
+    let mut elector = (!settings.disable_leader_election && !sharded).then(|| elector(&settings, &client));
+    let (mut shard_leases, replica_shards) = if sharded {
+        let (leases, held) = shard_leases(&settings, &client);
+        let shards = joist_actors::replica_shards::ReplicaShards::new(settings.replica_shards, held);
+        (Some(leases), Some(shards))
+    } else {
+        (None, None)
+    };
     // One listener for the whole run: a signal that arrives while the controllers start is kept.
     let stop = stopped().map_err(|source| CommandError::Runtime { source })?;
     tokio::pin!(stop);
@@ -169,6 +180,7 @@ async fn serve(settings: RunSettings, telemetry: &Telemetry) -> Result<(), Comma
             static_capacity: settings.feature_gates.static_capacity,
             node_overlay: settings.feature_gates.node_overlay,
             interruption_queue,
+            replica_shards,
             ..Settings::default()
         },
         Clock::system(),
@@ -178,20 +190,25 @@ async fn serve(settings: RunSettings, telemetry: &Telemetry) -> Result<(), Comma
     // Set once, here: the endpoints only read it.
     let _ = leading.set((shared.metrics.clone(), shared.read.clone()));
     let lost = async {
-        match &mut elector {
-            Some(elector) => elector.hold().await,
-            None => std::future::pending().await,
+        match (&mut elector, &mut shard_leases) {
+            (Some(elector), _) => {
+                elector.hold().await;
+                settings.leader_election_name.clone()
+            }
+            (None, Some(leases)) => leases.hold().await,
+            (None, None) => std::future::pending().await,
         }
     };
     tokio::select! {
-        () = lost => {
-            return Err(CommandError::LeadershipLost { lease: settings.leader_election_name.clone() });
-        }
+        lease = lost => return Err(CommandError::LeadershipLost { lease }),
         () = &mut stop => {}
     }
     tracing::info!("stopping");
     if let Some(elector) = &mut elector {
         elector.release().await;
+    }
+    if let Some(leases) = &mut shard_leases {
+        leases.release().await;
     }
     Ok(())
 }
@@ -276,9 +293,9 @@ fn capacity(settings: &RunSettings) -> CapacitySettings {
     }
 }
 
-/// This replica's candidate for the Lease `settings` name, in its namespace (the client's when
-/// unset), under its pod name (the host name and process id when unset).
-fn elector(settings: &RunSettings, client: &kube::Client) -> leader::Elector {
+/// The namespace of the Leases (the client's when unset) and this replica's identity in them (its
+/// pod name; the host name and process id when unset).
+fn lease_holder(settings: &RunSettings, client: &kube::Client) -> (String, String) {
     let namespace = settings
         .leader_election_namespace
         .clone()
@@ -287,6 +304,35 @@ fn elector(settings: &RunSettings, client: &kube::Client) -> leader::Elector {
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
         format!("{}_{}", host.trim(), std::process::id())
     });
+    (namespace, identity)
+}
+
+/// This replica's candidacy for the `REPLICA_SHARDS` shards' Leases ([`shard_leases`]).
+fn shard_leases(
+    settings: &RunSettings,
+    client: &kube::Client,
+) -> (
+    shard_leases::ShardLeases,
+    tokio::sync::watch::Receiver<std::collections::BTreeSet<u32>>,
+) {
+    let (namespace, identity) = lease_holder(settings, client);
+    tracing::info!(
+        shards = settings.replica_shards,
+        namespace,
+        identity,
+        "splitting the nodepools between replicas"
+    );
+    shard_leases::ShardLeases::new(
+        kube::Api::namespaced(client.clone(), &namespace),
+        &settings.leader_election_name,
+        settings.replica_shards,
+        &identity,
+    )
+}
+
+/// This replica's candidate for the Lease `settings` name ([`lease_holder`]).
+fn elector(settings: &RunSettings, client: &kube::Client) -> leader::Elector {
+    let (namespace, identity) = lease_holder(settings, client);
     tracing::info!(
         lease = settings.leader_election_name,
         namespace,

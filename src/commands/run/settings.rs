@@ -15,7 +15,9 @@
 //! `LEADER_ELECTION_NAME` (joist-leader-election), `LEADER_ELECTION_NAMESPACE` (`SYSTEM_NAMESPACE`,
 //! else the client's namespace) and `POD_NAME` (this replica's identity; the host name and process
 //! id when unset). Joist's own scale and test settings: `NODEPOOL_SHARDS` (0: the NodePool actors
-//! share the controllers' thread; N: spread over N threads of their own, at most 64) and
+//! share the controllers' thread; N: spread over N threads of their own, at most 64),
+//! `REPLICA_SHARDS` (0: one leader runs everything; N: the NodePools are split into N shards, each
+//! held by one replica on a Lease of its own, at most 64; needs leader election) and
 //! `CLOUD_PROVIDER` (`aws`, the default; `simulated`: the simulated cloud of `joist simulate` in
 //! `AWS_REGION`, us-west-2 when unset, whose instances register as Nodes through the API server,
 //! for kubesim's `joist sim serve --no-controllers`; or `kwok`: the same cloud on a real cluster
@@ -44,6 +46,9 @@ const DURATION_EXPECTED: &str = "a Go duration such as 1s, 500ms or 1m30s";
 
 /// The most NodePool shards `NODEPOOL_SHARDS` may ask for.
 const MAX_SHARDS: usize = 64;
+/// The most shards `REPLICA_SHARDS` may split the NodePools into (a Lease each, renewed every
+/// second by its holder).
+const MAX_REPLICA_SHARDS: u32 = 64;
 
 /// Where the controllers launch instances (`CLOUD_PROVIDER`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -142,6 +147,9 @@ pub struct RunSettings {
     /// Threads the NodePool actors are spread over; 0 keeps them on the controllers' own
     /// (`NODEPOOL_SHARDS`).
     pub node_pool_shards: usize,
+    /// Shards the NodePools are split into between replicas, each held on a Lease of its own; 0
+    /// keeps one leader for everything (`REPLICA_SHARDS`).
+    pub replica_shards: u32,
     /// Where instances are launched (`CLOUD_PROVIDER`).
     pub cloud: CloudKind,
 }
@@ -282,6 +290,13 @@ impl RunSettings {
                     |text| text.parse().ok().filter(|shards| *shards <= MAX_SHARDS),
                 )?
                 .unwrap_or(0),
+            replica_shards: env
+                .parse(
+                    "REPLICA_SHARDS",
+                    &format!("a number of shards from 0 (off) to {MAX_REPLICA_SHARDS}"),
+                    |text| text.parse().ok().filter(|shards| *shards <= MAX_REPLICA_SHARDS),
+                )?
+                .unwrap_or(0),
             cloud: env
                 .parse("CLOUD_PROVIDER", "aws, simulated or kwok", |text| {
                     let region = || env.get("AWS_REGION").unwrap_or_else(|| "us-west-2".to_owned());
@@ -297,6 +312,13 @@ impl RunSettings {
                 })?
                 .unwrap_or(CloudKind::Aws),
         };
+        if settings.replica_shards > 0 && settings.disable_leader_election {
+            return Err(SettingsError::Invalid {
+                variable: "REPLICA_SHARDS",
+                value: settings.replica_shards.to_string(),
+                expected: "0 while DISABLE_LEADER_ELECTION=true: each shard is held on a Lease".to_owned(),
+            });
+        }
         if settings.batch_idle > settings.batch_max {
             return Err(SettingsError::Invalid {
                 variable: "BATCH_IDLE_DURATION",
@@ -546,6 +568,7 @@ mod tests {
             leader_election_namespace: None,
             pod_name: None,
             node_pool_shards: 0,
+            replica_shards: 0,
             cloud: CloudKind::Aws,
         };
         assert_eq!(settings, expected);
@@ -662,10 +685,26 @@ mod tests {
         assert_invalid("CLUSTER_CIDR", "banana");
         assert_invalid("NODEPOOL_SHARDS", "65");
         assert_invalid("NODEPOOL_SHARDS", "two");
+        assert_invalid("REPLICA_SHARDS", "65");
+        assert_invalid("REPLICA_SHARDS", "-1");
         assert_invalid("CLOUD_PROVIDER", "gcp");
         assert_eq!(
             error(with(&[("LOG_LEVEL", "verbose")])).to_string(),
             r#"LOG_LEVEL="verbose" is invalid: debug, info or error"#
+        );
+    }
+
+    #[test]
+    fn replica_shards_need_leader_election() {
+        let shards = with(&[("REPLICA_SHARDS", "3")]).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(shards.replica_shards, 3);
+        let without = error(with(&[
+            ("REPLICA_SHARDS", "3"),
+            ("DISABLE_LEADER_ELECTION", "true"),
+        ]));
+        assert_eq!(
+            without.to_string(),
+            r#"REPLICA_SHARDS="3" is invalid: 0 while DISABLE_LEADER_ELECTION=true: each shard is held on a Lease"#
         );
     }
 
