@@ -80,6 +80,7 @@ fn controllers_on_kubesim(
             capacity: joist_messages::model::shape::CapacitySettings::default(),
             epoch_seconds: EPOCH,
             seed: 1,
+            network: 0,
         },
         client.clone(),
     )

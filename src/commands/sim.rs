@@ -112,6 +112,7 @@ async fn start_joist(cluster: &Cluster, options: &ServeOptions) -> Result<Socket
             capacity: CapacitySettings::default(),
             epoch_seconds: clock.now_seconds(),
             seed: 1,
+            network: 0,
         },
         client.clone(),
     )

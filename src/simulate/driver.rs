@@ -153,6 +153,7 @@ async fn simulate(
             capacity: CapacitySettings::default(),
             epoch_seconds: EPOCH,
             seed,
+            network: 0,
         },
         client.clone(),
     )

@@ -38,6 +38,9 @@ pub struct SimSettings {
     pub epoch_seconds: i64,
     /// Seed of instance ids.
     pub seed: u64,
+    /// The second octet of the private addresses the Node names are drawn from (`ip-10-N-…`), so
+    /// that the clouds of several controllers on one cluster do not name two nodes alike.
+    pub network: u8,
 }
 
 /// Why an instance ended.

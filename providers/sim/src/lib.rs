@@ -359,7 +359,7 @@ impl SimCloud {
                 tags: self.tags(node_class, claim),
             };
             let name = match self.inner.kubelet {
-                Kubelet::Kubesim => node_name(ordinal, &settings.region),
+                Kubelet::Kubesim => node_name(ordinal, &settings.region, settings.network),
                 Kubelet::Kwok => kwok::node_name(&instance_id, &settings.region),
             };
             let mut taints = claim.spec.taints.clone();

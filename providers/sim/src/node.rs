@@ -13,10 +13,11 @@ use k8s_openapi::{
 /// The taint every node boots with until Joist registers it.
 pub const UNREGISTERED_TAINT: &str = "karpenter.sh/unregistered";
 
-/// The Node name of the `ordinal`-th instance, in EC2's private DNS form.
-pub fn node_name(ordinal: u64, region: &str) -> String {
+/// The Node name of the `ordinal`-th instance in the network `10.network.0.0/16`, in EC2's private
+/// DNS form.
+pub fn node_name(ordinal: u64, region: &str, network: u8) -> String {
     format!(
-        "ip-10-0-{}-{}.{region}.compute.internal",
+        "ip-10-{network}-{}-{}.{region}.compute.internal",
         ordinal / 250,
         ordinal % 250 + 4
     )

@@ -252,6 +252,13 @@ fn sim_settings(settings: &RunSettings, region: &str) -> SimSettings {
         region,
         "starting on the simulated cloud"
     );
+    // Instance ids and node names differ between replicas and restarts (the names only mostly:
+    // 254 networks).
+    let seed = u64::from(std::process::id())
+        ^ Clock::system()
+            .now_system()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |since| since.as_nanos() as u64);
     SimSettings {
         region: region.to_owned(),
         zones: Vec::new(),
@@ -259,12 +266,8 @@ fn sim_settings(settings: &RunSettings, region: &str) -> SimSettings {
         cluster_name: settings.cluster_name.clone(),
         capacity: capacity(settings),
         epoch_seconds: Clock::system().now_seconds(),
-        // Instance ids (and the node names drawn from them) differ between replicas and restarts.
-        seed: u64::from(std::process::id())
-            ^ Clock::system()
-                .now_system()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |since| since.as_nanos() as u64),
+        seed,
+        network: u8::try_from(1 + seed % 254).unwrap_or(1),
     }
 }
 
