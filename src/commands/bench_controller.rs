@@ -1,7 +1,9 @@
-//! `joist bench controller --pods N | --nodes N [--pools P] [--shards S]`: the controller alone, the way it runs
-//! in production. Two processes of this binary on real time: kubesim serving the Kubernetes API over
-//! HTTP (`joist sim serve --no-controllers`) and `joist run` against it with `CLOUD_PROVIDER=simulated`
-//! and `NODEPOOL_SHARDS=S`. The benchmark applies `joist bench e2e`'s NodePools and Deployments
+//! `joist bench controller --pods N | --nodes N [--pools P] [--shards S] [--replicas R]`: the
+//! controller alone, the way it runs in production. Processes of this binary on real time: kubesim
+//! serving the Kubernetes API over HTTP (`joist sim serve --no-controllers`) and `joist run` against
+//! it with `CLOUD_PROVIDER=simulated` and `NODEPOOL_SHARDS=S` — one, or R replicas with
+//! `REPLICA_SHARDS=R` splitting the NodePools between them (each its own simulated cloud), whose
+//! memory and CPU time are reported replica by replica. The benchmark applies `joist bench e2e`'s NodePools and Deployments
 //! through the API, waits for the pools to be Ready, scales the Deployments to `N` one-CPU pods in
 //! all, and waits for every pod to be ready.
 //!
@@ -58,6 +60,9 @@ pub struct Options {
     pub pools: usize,
     /// `NODEPOOL_SHARDS` for the controller.
     pub shards: usize,
+    /// Replicas of the controller; more than one splits the NodePools between them
+    /// (`REPLICA_SHARDS` set to this).
+    pub replicas: u32,
 }
 
 /// Why the benchmark stopped.
@@ -159,21 +164,19 @@ pub fn run(options: Options, out: &mut dyn io::Write) -> Result<ExitCode, Comman
 }
 
 /// The figures of one run, as `(name, value)` lines.
-async fn measure(
-    options: Options,
-    joist: &Path,
-    dir: &Path,
-) -> Result<Vec<(&'static str, String)>, BenchError> {
+async fn measure(options: Options, joist: &Path, dir: &Path) -> Result<Vec<(String, String)>, BenchError> {
     std::fs::create_dir_all(dir).map_err(|source| BenchError::Spawn {
         what: "the benchmark's temporary directory",
         source,
     })?;
     let kubeconfig = dir.join("kubeconfig");
-    let log = dir.join("joist-run.log");
     let (kubesim, url) = serve(joist, &kubeconfig)?;
-    let (mut controller, metrics_port) = controller(joist, &kubeconfig, &url, &log, options.shards)?;
+    let mut controllers = (0..options.replicas.max(1))
+        .map(|replica| controller(joist, &kubeconfig, &url, dir, replica, options))
+        .collect::<Result<Vec<_>, _>>()?;
     let client = client(&kubeconfig).await?;
     let pools = options.pools.max(1);
+    let log = dir.join(log_name(0));
     let stopped = |what: String| BenchError::Controller {
         what,
         log: log.clone(),
@@ -183,7 +186,7 @@ async fn measure(
     let node_pools: Api<NodePool> = Api::all(client.clone());
     let ready_by = tokio::time::Instant::now() + READY_WITHIN;
     while ready_pools(&node_pools).await? < pools {
-        if controller.ended() || tokio::time::Instant::now() > ready_by {
+        if any_ended(&mut controllers) || tokio::time::Instant::now() > ready_by {
             return Err(stopped(format!(
                 "the controller did not make {pools} NodePools Ready within {}s",
                 READY_WITHIN.as_secs()
@@ -193,7 +196,7 @@ async fn measure(
     }
 
     let (_, kubesim_cpu_before) = kubesim.usage();
-    let (_, controller_cpu_before) = controller.usage();
+    let cpu_before: Vec<Option<f64>> = controllers.iter().map(|(c, _)| c.usage().1).collect();
     #[allow(clippy::disallowed_types)] // Benchmarks measure wall time on purpose.
     let start = std::time::Instant::now();
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), "default");
@@ -230,7 +233,7 @@ async fn measure(
         if ready >= pods {
             break ready;
         }
-        if controller.ended() || start.elapsed() > deadline {
+        if any_ended(&mut controllers) || start.elapsed() > deadline {
             return Err(stopped(format!(
                 "{ready} of {pods} pods were ready after {}s",
                 start.elapsed().as_secs()
@@ -240,17 +243,24 @@ async fn measure(
     };
     let wall = start.elapsed().as_secs_f64();
     let (kubesim_peak, kubesim_cpu) = kubesim.usage();
-    let (controller_peak, controller_cpu) = controller.usage();
+    let usage: Vec<(Option<u64>, Option<f64>)> = controllers.iter().map(|(c, _)| c.usage()).collect();
     let nodes = Api::<Node>::all(client.clone())
         .list_metadata(&ListParams::default())
         .await
         .map_err(failed_to("listing Nodes"))?
         .items
         .len();
-    let scheduling = scheduling_mean(metrics_port).await.map_or_else(
-        || "unknown".to_owned(),
-        |(mean, batches)| format!("{:.1} ms over {batches} batches", mean * 1000.0),
-    );
+    let mut means = Vec::new();
+    for (_, port) in &controllers {
+        means.extend(scheduling_mean(*port).await);
+    }
+    let batches: u64 = means.iter().map(|(_, batches)| batches).sum();
+    let scheduling = if means.is_empty() || batches == 0 {
+        "unknown".to_owned()
+    } else {
+        let mean = means.iter().map(|(mean, n)| mean * *n as f64).sum::<f64>() / batches as f64;
+        format!("{:.1} ms over {batches} batches", mean * 1000.0)
+    };
     let seconds =
         |at: Option<Duration>| at.map_or_else(|| "never".to_owned(), |d| format!("{:.2} s", d.as_secs_f64()));
     let mib = |peak: Option<u64>| peak.map_or_else(|| "unknown".to_owned(), |m| format!("{m} MiB"));
@@ -258,19 +268,44 @@ async fn measure(
         (Some(after), Some(before)) => format!("{:.1} s", after - before),
         _ => "unknown".to_owned(),
     };
-    Ok(vec![
-        ("pods", ready.to_string()),
-        ("nodes", nodes.to_string()),
-        ("wall", format!("{wall:.1} s")),
-        ("pods/s", format!("{:.0}", ready as f64 / wall.max(1e-9))),
-        ("pods created", seconds(created_at)),
-        ("first nodeclaim", seconds(first_claim_at)),
-        ("scheduling", scheduling),
-        ("controller peak memory", mib(controller_peak)),
-        ("controller cpu", cpu(controller_cpu, controller_cpu_before)),
-        ("kubesim peak memory", mib(kubesim_peak)),
-        ("kubesim cpu", cpu(kubesim_cpu, kubesim_cpu_before)),
-    ])
+    let mut lines = vec![
+        ("pods".to_owned(), ready.to_string()),
+        ("nodes".to_owned(), nodes.to_string()),
+        ("wall".to_owned(), format!("{wall:.1} s")),
+        (
+            "pods/s".to_owned(),
+            format!("{:.0}", ready as f64 / wall.max(1e-9)),
+        ),
+        ("pods created".to_owned(), seconds(created_at)),
+        ("first nodeclaim".to_owned(), seconds(first_claim_at)),
+        ("scheduling".to_owned(), scheduling),
+    ];
+    if let [(peak, cpu_after)] = usage[..] {
+        lines.push(("controller peak memory".to_owned(), mib(peak)));
+        lines.push(("controller cpu".to_owned(), cpu(cpu_after, cpu_before[0])));
+    } else {
+        for (replica, ((peak, cpu_after), before)) in usage.into_iter().zip(cpu_before).enumerate() {
+            lines.push((format!("replica {replica} peak memory"), mib(peak)));
+            lines.push((format!("replica {replica} cpu"), cpu(cpu_after, before)));
+        }
+    }
+    lines.push(("kubesim peak memory".to_owned(), mib(kubesim_peak)));
+    lines.push(("kubesim cpu".to_owned(), cpu(kubesim_cpu, kubesim_cpu_before)));
+    Ok(lines)
+}
+
+/// Whether a controller replica has ended.
+fn any_ended(controllers: &mut [(Process, u16)]) -> bool {
+    controllers.iter_mut().any(|(controller, _)| controller.ended())
+}
+
+/// The log of the controller replica `replica`.
+fn log_name(replica: u32) -> String {
+    if replica == 0 {
+        "joist-run.log".to_owned()
+    } else {
+        format!("joist-run-{replica}.log")
+    }
 }
 
 /// A failed request's error, saying what it was for.
@@ -313,31 +348,41 @@ fn serve(joist: &Path, kubeconfig: &Path) -> Result<(Process, String), BenchErro
     Ok((process, url.to_owned()))
 }
 
-/// Starts `joist run` on the simulated cloud against the API server at `url`, logging to `log`;
-/// the process and the port of its metrics.
+/// Starts replica `replica` of `joist run` on the simulated cloud against the API server at
+/// `url`, logging to its file in `dir` ([`log_name`]); the process and the port of its metrics.
+/// One replica runs alone (no leader election); several split the NodePools between them.
 fn controller(
     joist: &Path,
     kubeconfig: &Path,
     url: &str,
-    log: &Path,
-    shards: usize,
+    dir: &Path,
+    replica: u32,
+    options: Options,
 ) -> Result<(Process, u16), BenchError> {
     let spawn = |source| BenchError::Spawn {
         what: "joist run",
         source,
     };
-    let log = std::fs::File::create(log).map_err(spawn)?;
+    let log = std::fs::File::create(dir.join(log_name(replica))).map_err(spawn)?;
     let port = free_port().map_err(spawn)?;
     let health = free_port().map_err(spawn)?;
-    let child = Command::new(joist)
+    let mut command = Command::new(joist);
+    if options.replicas > 1 {
+        command
+            .env("REPLICA_SHARDS", options.replicas.to_string())
+            .env("POD_NAME", format!("bench-{replica}"))
+            .env("LEADER_ELECTION_NAMESPACE", "default");
+    } else {
+        command.env("DISABLE_LEADER_ELECTION", "true");
+    }
+    let child = command
         .arg("run")
         .env("KUBECONFIG", kubeconfig)
         .env("CLUSTER_NAME", "bench")
         .env("CLUSTER_ENDPOINT", url)
         .env("CLOUD_PROVIDER", "simulated")
         .env("AWS_REGION", "us-west-2")
-        .env("NODEPOOL_SHARDS", shards.to_string())
-        .env("DISABLE_LEADER_ELECTION", "true")
+        .env("NODEPOOL_SHARDS", options.shards.to_string())
         .env("LISTEN_ADDRESS", "127.0.0.1")
         .env("METRICS_PORT", port.to_string())
         .env("HEALTH_PROBE_PORT", health.to_string())

@@ -184,6 +184,10 @@ pub enum BenchTarget {
         /// Threads the controller spreads its NodePool actors over (`NODEPOOL_SHARDS`).
         #[arg(long, default_value_t = 0)]
         shards: usize,
+        /// Replicas of the controller, splitting the NodePools into as many shards
+        /// (`REPLICA_SHARDS`); each replica's memory and CPU time is reported.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
+        replicas: u32,
     },
     /// The crash suite: Joist's controllers crashed at every fault point of a scenario's life and
     /// started again from the cluster and the cloud alone; prints leaks, duplicate launches and
@@ -343,12 +347,14 @@ pub fn run(cli: Cli, out: &mut dyn io::Write) -> Result<ExitCode, CommandError> 
                     nodes,
                     pools,
                     shards,
+                    replicas,
                 },
         } => bench_controller::run(
             bench_controller::Options {
                 workload: workload(pods, nodes),
                 pools,
                 shards,
+                replicas,
             },
             out,
         ),
