@@ -34,7 +34,6 @@ pub mod pod_events;
 pub mod problem;
 pub mod protocol;
 pub mod provisioner;
-pub mod replica_shards;
 pub mod settings;
 pub mod shared;
 pub mod static_capacity;
@@ -109,7 +108,7 @@ pub fn start(
         unavailable: catalog.recipient(),
     };
     let shards: Vec<ArbiterHandle> = (0..settings.shards).map(|_| Arbiter::new().handle()).collect();
-    let metrics = Metrics::new(read.clone());
+    let metrics = Metrics::for_shards(read.clone(), settings.replica_shards.clone());
     let shared = Shared {
         events: Events::start(client.clone(), clock, metrics.clone()),
         client,

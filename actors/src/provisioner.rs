@@ -15,7 +15,7 @@
 //! waits for its creates: the next run then counts every claim this one asked for.
 //! NodePools are used when Ready and not being deleted; a NodePool whose instance types cannot be
 //! listed is skipped for this run and logged. When NodePools are split between replicas
-//! ([`crate::replica_shards`]), a replica simulates only its own NodePools and the pending pods
+//! ([`crate::state::replica_shards`]), a replica simulates only its own NodePools and the pending pods
 //! that belong to them.
 
 use std::{

@@ -5,7 +5,7 @@ use std::{sync::Arc, time::Duration};
 
 use joist_provider::interruption::InterruptionQueue;
 
-use crate::{effects::faults::FaultPoints, replica_shards::ReplicaShards};
+use crate::{effects::faults::FaultPoints, state::replica_shards::ReplicaShards};
 
 /// Where the scheduling simulation runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

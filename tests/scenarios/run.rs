@@ -1065,7 +1065,7 @@ async fn shard_holders(client: &kube::Client, count: u32) -> Vec<Option<String>>
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_replicas_split_the_nodepools_and_take_over_the_shards_of_one_killed() {
-    use joist_actors::replica_shards::shard_of;
+    use joist_actors::state::replica_shards::shard_of;
     const SHARDS: u32 = 3;
     let replica = |name: &'static str| [("POD_NAME", name), ("REPLICA_SHARDS", "3")];
     let world = World::start("m5.large", &replica("joist-a")).await;

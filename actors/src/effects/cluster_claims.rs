@@ -1,6 +1,6 @@
 //! Every NodeClaim of the cluster as a name, a node class and a provider ID, read from the API page
 //! by page: what a replica that reflects only its own shards' NodeClaims
-//! ([`crate::replica_shards`]) needs for the jobs that span every shard — the garbage collector,
+//! ([`crate::state::replica_shards`]) needs for the jobs that span every shard — the garbage collector,
 //! the interruption queue, a node class's finalizer. Only those three fields are decoded, so a
 //! cluster of 10,000 claims is a list of 10,000 short records, not of 10,000 claims with their
 //! instance types.

@@ -150,7 +150,7 @@ async fn serve(settings: RunSettings, telemetry: &Telemetry) -> Result<(), Comma
     let mut elector = (!settings.disable_leader_election && !sharded).then(|| elector(&settings, &client));
     let (mut shard_leases, replica_shards) = if sharded {
         let (leases, held) = shard_leases(&settings, &client);
-        let shards = joist_actors::replica_shards::ReplicaShards::new(settings.replica_shards, held);
+        let shards = joist_actors::state::replica_shards::ReplicaShards::new(settings.replica_shards, held);
         (Some(leases), Some(shards))
     } else {
         (None, None)

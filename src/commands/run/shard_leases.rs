@@ -22,7 +22,7 @@ use std::{
     time::Duration,
 };
 
-use joist_actors::replica_shards::shard_of;
+use joist_actors::state::replica_shards::shard_of;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use kube::{Api, ResourceExt, api::ListParams};
 use tokio::{sync::watch, time::Instant};

@@ -29,7 +29,7 @@ use prometheus_client::{
 };
 
 pub use self::summary::Summary;
-use crate::state::read_model::ReadModel;
+use crate::state::{read_model::ReadModel, replica_shards::ReplicaShards};
 
 /// Karpenter's `DurationBuckets`: controller-runtime's thresholds, plus longer ones for
 /// controllers without a timeout.
@@ -221,6 +221,12 @@ pub struct Metrics {
 impl Metrics {
     /// A fresh registry with every metric at zero, and the cluster-state gauges read from `read`.
     pub fn new(read: ReadModel) -> Self {
+        Self::for_shards(read, None)
+    }
+
+    /// [`Metrics::new`], the cluster-state gauges covering what the replica holding `shards` acts
+    /// for (everything when none; see [`state`]).
+    pub fn for_shards(read: ReadModel, shards: Option<ReplicaShards>) -> Self {
         let duration = || Histogram::new(DURATION_BUCKETS);
         let metrics = Self {
             registry: Arc::default(),
@@ -266,7 +272,7 @@ impl Metrics {
         }
         let mut registry = Registry::default();
         metrics.register(&mut registry);
-        registry.register_collector(Box::new(state::ClusterStateCollector::new(read)));
+        registry.register_collector(Box::new(state::ClusterStateCollector::new(read, shards)));
         registry.register_collector(Box::new(metrics.pods_startup.clone()));
         registry.register_collector(Box::new(metrics.nodes_termination.clone()));
         Self {

@@ -3,6 +3,10 @@
 //! its pods' and daemons' requests (labelled with the node's well-known labels, as Karpenter's
 //! node metrics are), every pod's state, and each NodePool's usage and limits.
 //!
+//! When NodePools are split between replicas ([`ReplicaShards`]), a replica exports the NodePool
+//! series of its own shards' NodePools only, and the node and pod series only on the holder of
+//! shard 0, so that the replicas' series add up to the cluster's without counting anything twice.
+//!
 //! A scrape costs one pass over nodes, pods and NodePools, and writes each series as it is made;
 //! nothing is kept between scrapes, so a deleted object's series disappears at once. A pod whose
 //! requests do not parse counts as requesting nothing.
@@ -25,7 +29,7 @@ use prometheus_client::{
     metrics::MetricType,
 };
 
-use crate::state::read_model::ReadModel;
+use crate::state::{read_model::ReadModel, replica_shards::ReplicaShards};
 
 /// A series' labels, built per scrape.
 type Labels = Vec<(&'static str, String)>;
@@ -42,12 +46,13 @@ static WELL_KNOWN_NAMES: LazyLock<Vec<(&'static str, String)>> = LazyLock::new(|
 /// See the module docs.
 pub struct ClusterStateCollector {
     read: ReadModel,
+    shards: Option<ReplicaShards>,
 }
 
 impl ClusterStateCollector {
-    /// Reads `read` at each scrape.
-    pub fn new(read: ReadModel) -> Self {
-        Self { read }
+    /// Reads `read` at each scrape, for the NodePools of `shards` (all when none).
+    pub fn new(read: ReadModel, shards: Option<ReplicaShards>) -> Self {
+        Self { read, shards }
     }
 }
 
@@ -70,7 +75,8 @@ impl Collector for ClusterStateCollector {
             std::iter::once((build, 1u8)),
         )?;
         let read = &self.read;
-        let nodes = read.nodes();
+        let cluster_wide = self.shards.as_ref().is_none_or(ReplicaShards::holds_first);
+        let nodes = if cluster_wide { read.nodes() } else { Vec::new() };
         let synced = u8::from(read.is_synced());
         single(
             &mut encoder,
@@ -108,7 +114,7 @@ impl Collector for ClusterStateCollector {
                 .flat_map(|row| by_resource(row.labels.as_slice(), amounts(row)));
             family(&mut encoder, name, help, series)?;
         }
-        let pods = read.pods();
+        let pods = if cluster_wide { read.pods() } else { Vec::new() };
         family(
             &mut encoder,
             "karpenter_pods_state",
@@ -118,6 +124,11 @@ impl Collector for ClusterStateCollector {
         let pools: Vec<(String, Resources, Resources)> = read
             .node_pools()
             .iter()
+            .filter(|pool| {
+                self.shards
+                    .as_ref()
+                    .is_none_or(|s| s.holds_pool(&pool.name_any()))
+            })
             .map(|pool| {
                 let name = pool.name_any();
                 let usage = read.pool_usage(&name);

@@ -156,6 +156,40 @@ fn nodepool_usage_and_limits_are_per_resource() {
 }
 
 #[test]
+fn a_replica_exports_its_own_nodepools_and_only_the_holder_of_shard_0_the_nodes_and_pods() {
+    use std::collections::BTreeSet;
+
+    use crate::state::replica_shards::{ReplicaShards, shard_of};
+    let (read, _writers) = cluster();
+    let cpu = [("nodepool", "default"), ("resource_type", "cpu")];
+    let node = [("node_name", "ip-10-0-1-5"), ("resource_type", "cpu")];
+    let pool_shard = shard_of("default", 3);
+    let other = (pool_shard + 1) % 3;
+    let scrape = |held: BTreeSet<u32>| {
+        let (_sender, receiver) = tokio::sync::watch::channel(held);
+        Metrics::for_shards(read.clone(), Some(ReplicaShards::new(3, receiver))).encode()
+    };
+    let owner = scrape(BTreeSet::from([pool_shard]));
+    assert_eq!(sample(&owner, "karpenter_nodepools_limit", &cpu), Some(100.0));
+    let stranger = scrape(BTreeSet::from([other]));
+    assert_eq!(sample(&stranger, "karpenter_nodepools_limit", &cpu), None);
+    let (with_first, without_first) = if pool_shard == 0 {
+        (owner, stranger)
+    } else {
+        (scrape(BTreeSet::from([0])), scrape(BTreeSet::from([pool_shard])))
+    };
+    assert_eq!(
+        sample(&with_first, "karpenter_nodes_allocatable", &node),
+        Some(1.93)
+    );
+    assert_eq!(sample(&without_first, "karpenter_nodes_allocatable", &node), None);
+    assert_eq!(
+        sample(&without_first, "karpenter_pods_state", &[("name", "web-a")]),
+        None
+    );
+}
+
+#[test]
 fn recorded_events_are_counted_under_karpenters_names() {
     let (read, _writers) = ReadModel::new();
     let metrics = Metrics::new(read);
