@@ -389,6 +389,16 @@ impl ReadModel {
         Ok(info)
     }
 
+    /// The NodePools that have NodeClaims here, those just created included.
+    pub fn pools_with_claims(&self) -> Vec<String> {
+        self.index
+            .claims_by_pool
+            .iter()
+            .filter(|entry| !entry.value().is_empty())
+            .map(|entry| entry.key().clone())
+            .collect()
+    }
+
     /// The NodeClaims of one NodePool, by name, those just created included.
     pub fn node_claims_of(&self, pool: &str) -> Vec<Arc<NodeClaim>> {
         let names = members(&self.index.claims_by_pool, pool);

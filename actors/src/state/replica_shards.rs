@@ -56,16 +56,30 @@ impl ReplicaShards {
     }
 
     /// The label selector of the NodeClaims of the NodePools this replica holds, of those `read`
-    /// knows; `None` when it holds none.
+    /// knows: the NodePools that exist, and those named by a Node or a claim already reflected,
+    /// so that a deleted NodePool's claims stay in view until they are gone. `None` when it holds
+    /// none.
     pub fn claims_selector(&self, read: &ReadModel) -> Option<String> {
-        let mut pools: Vec<String> = read
+        let existing = read
             .node_pools()
             .iter()
             .map(|pool| pool.name_any())
+            .collect::<Vec<_>>();
+        let of_nodes = read
+            .nodes()
+            .iter()
+            .filter_map(|node| node.labels().get(NODEPOOL).cloned())
+            .collect::<Vec<_>>();
+        let pools: BTreeSet<String> = existing
+            .into_iter()
+            .chain(of_nodes)
+            .chain(read.pools_with_claims())
             .filter(|name| self.holds_pool(name))
             .collect();
-        pools.sort_unstable();
-        (!pools.is_empty()).then(|| format!("{NODEPOOL} in ({})", pools.join(",")))
+        (!pools.is_empty()).then(|| {
+            let names: Vec<String> = pools.into_iter().collect();
+            format!("{NODEPOOL} in ({})", names.join(","))
+        })
     }
 
     /// Of `pending`, the pods this replica provisions for: those whose NodePool it holds, and, on
@@ -123,6 +137,36 @@ mod tests {
         }
         assert!(counts.iter().all(|&n| n > 70), "{counts:?}");
         assert_eq!(shard_of("anything", 1), 0);
+    }
+
+    #[test]
+    fn the_claims_watched_are_those_of_held_pools_existing_or_named_by_a_node() {
+        use kube::runtime::watcher::Event;
+        let (read, mut writers) = ReadModel::new();
+        let pool: joist_messages::apis::NodePool = serde_json::from_value(serde_json::json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodePool",
+            "metadata": {"name": "team-a"},
+            "spec": {"template": {"spec": {"requirements": [],
+                "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}}}},
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        writers.node_pools.apply_watcher_event(&Event::Apply(pool));
+        // A node of a NodePool deleted since: its claim must stay in view until it is gone.
+        let node: k8s_openapi::api::core::v1::Node = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "ip-10-0-0-9", "labels": {NODEPOOL: "gone"}},
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        writers.nodes.apply_watcher_event(&Event::Apply(node));
+        let (held, receiver) = watch::channel(BTreeSet::new());
+        let shards = ReplicaShards::new(64, receiver);
+        assert_eq!(shards.claims_selector(&read), None);
+        held.send_replace(BTreeSet::from([shard_of("team-a", 64), shard_of("gone", 64)]));
+        let mut names = ["gone", "team-a"];
+        names.sort_unstable();
+        assert_eq!(
+            shards.claims_selector(&read),
+            Some(format!("{NODEPOOL} in ({})", names.join(",")))
+        );
     }
 
     #[test]
