@@ -2,7 +2,10 @@
 //! pokes other actors need: a newly provisionable pod to the Batcher, a Node or NodeClaim change
 //! to that NodeClaim's actor, a NodePool or node class change to the NodePool actors. It starts an
 //! actor for every NodePool and NodeClaim it sees (so NodeClaims that existed before a restart are
-//! adopted), sharding NodePool actors over the arbiters it is given.
+//! adopted), sharding NodePool actors over the arbiters it is given. When NodePools are split
+//! between replicas ([`crate::state::replica_shards`]) it reflects only the NodeClaims of the
+//! NodePools this replica holds, restarting that watch when they change, and starts actors for
+//! those NodePools alone.
 //!
 //! Pod notifications use `try_send`: when the Batcher's mailbox is full the trigger is remembered
 //! and sent again on the next tick, never lost and never blocking the watch. Pending pods are
@@ -249,7 +252,7 @@ impl ClusterState {
         let wanted = shards
             .claims_selector(&read)
             .map_or(ClaimScope::Nothing, ClaimScope::Selected);
-        let widened = scope.send_if_modified(|current| {
+        let rescoped = scope.send_if_modified(|current| {
             let changed = *current != wanted;
             *current = wanted;
             changed
@@ -263,7 +266,7 @@ impl ClusterState {
                 started = true;
             }
         }
-        if widened || started {
+        if rescoped || started {
             tracing::info!(shards = ?shards.held(), "acting for the nodepools of these shards");
             self.trigger();
         }
