@@ -298,19 +298,39 @@ impl ClusterState {
     }
 }
 
+/// A kind the reflectors keep: a Kubernetes object that can be decoded, copied, logged and sent
+/// between threads.
+trait Reflected:
+    Resource<DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync>
+    + Clone
+    + DeserializeOwned
+    + std::fmt::Debug
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<K> Reflected for K where
+    K: Resource<DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static
+{
+}
+
 /// A reflector over every object of `K`, as a stream of [`Change`]s ([`changes`]), each object
 /// `trim`med before it is stored ([`cached`]).
-fn reflect<K>(
+fn reflect<K: Reflected>(
     api: Api<K>,
     writer: Writer<K>,
     trim: fn(&mut K),
     change: fn(Arc<K>, bool) -> Change,
     relisted: fn(HashSet<PodKey>) -> Change,
-) -> BoxStream<'static, Change>
-where
-    K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
-    K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
-{
+) -> BoxStream<'static, Change> {
     let events = watcher::watcher(api, watcher::Config::default())
         .default_backoff()
         .modify(trim)
@@ -382,16 +402,12 @@ fn reflect_scoped(
 /// actor told of a listed object before the store has it would find nothing (a NodePool's actor
 /// would stop, and the pool would never be marked Ready). Only the listed keys wait; the changes
 /// then carry the store's own copies, so a relist of 100,000 pods holds no second copy of them.
-fn changes<K>(
+fn changes<K: Reflected>(
     events: BoxStream<'static, watcher::Result<Event<K>>>,
     mut writer: Writer<K>,
     change: fn(Arc<K>, bool) -> Change,
     relisted: fn(HashSet<PodKey>) -> Change,
-) -> BoxStream<'static, Change>
-where
-    K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
-    K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
-{
+) -> BoxStream<'static, Change> {
     let store = writer.as_reader();
     events
         .inspect(move |event| {
