@@ -95,6 +95,11 @@ struct World {
 impl World {
     /// A control plane named `name` with the charts, `pool` applied and the `inflate` Deployment.
     async fn start(name: &str, pool: &str) -> Self {
+        Self::start_with(name, pool, &[]).await
+    }
+
+    /// [`World::start`] with the `joist` chart's `values` (`key=value`) set besides.
+    async fn start_with(name: &str, pool: &str, values: &[&str]) -> Self {
         let cluster = ControlPlane::start(name);
         let kubeconfig = cluster.kubeconfig.to_string_lossy().into_owned();
         let endpoint = format!("settings.clusterEndpoint={}", cluster.server);
@@ -107,7 +112,7 @@ impl World {
         helm(&["install", "joist-crd", "deploy/charts/joist-crd"]);
         // No replica in the cluster (its nodes are fake): the test runs the controller as the
         // chart's ServiceAccount. The KWOK cloud creates Nodes, which kubelets do in production.
-        helm(&[
+        let mut install = vec![
             "install",
             "joist",
             "deploy/charts/joist",
@@ -120,7 +125,11 @@ impl World {
             "replicas=0",
             "--set-json",
             r#"additionalClusterRoleRules=[{"apiGroups":[""],"resources":["nodes"],"verbs":["create"]}]"#,
-        ]);
+        ];
+        for value in values {
+            install.extend(["--set", value]);
+        }
+        helm(&install);
         let token = cluster.kubectl_ok(&[
             "create",
             "token",
@@ -164,6 +173,11 @@ impl World {
 
     /// A `joist run` replica named `name` with the KWOK cloud, as the chart's ServiceAccount.
     fn replica(&self, name: &str) -> Joist {
+        self.replica_with(name, &[])
+    }
+
+    /// [`World::replica`] with `extra` settings.
+    fn replica_with(&self, name: &str, extra: &[(&str, &str)]) -> Joist {
         let kubeconfig = self.service_account.to_string_lossy();
         let types = root().join("tests/fixtures/kwok/instance_types.json");
         let types = types.to_string_lossy();
@@ -180,6 +194,7 @@ impl World {
             ("HEALTH_PROBE_PORT", "0"),
             ("FEATURE_GATES", "NodeRepair=true"),
         ];
+        let env = env.into_iter().chain(extra.iter().copied());
         Joist::spawn(self.cluster.dir().join(format!("{name}.log")), env)
     }
 
@@ -195,9 +210,14 @@ impl World {
 
     /// The `inflate` pods once there are `count`, every one Running on a node.
     async fn running(&self, count: usize) -> Option<Vec<Pod>> {
+        self.running_labelled("app=inflate", count).await
+    }
+
+    /// The pods `selector` selects once there are `count`, every one Running on a node.
+    async fn running_labelled(&self, selector: &str, count: usize) -> Option<Vec<Pod>> {
         let pods: Api<Pod> = Api::namespaced(self.admin.clone(), "default");
         let pods = pods
-            .list(&ListParams::default().labels("app=inflate"))
+            .list(&ListParams::default().labels(selector))
             .await
             .ok()?
             .items;
@@ -562,4 +582,142 @@ async fn a_standby_replica_takes_over_a_killed_leader_without_launching_twice() 
     let service_account = client_from(&world.service_account).await;
     let claims: Api<NodeClaim> = Api::all(service_account);
     assert!(claims.list(&ListParams::default()).await.is_ok());
+}
+
+/// The holder of each of the `count` shard Leases.
+async fn shard_holders(client: &kube::Client, count: u32) -> Vec<Option<String>> {
+    let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-system");
+    let mut holders = Vec::new();
+    for shard in 0..count {
+        let lease = leases
+            .get_opt(&format!("joist-leader-election-shard-{shard}"))
+            .await
+            .ok()
+            .flatten();
+        holders.push(
+            lease
+                .and_then(|l| l.spec?.holder_identity)
+                .filter(|h| !h.is_empty()),
+        );
+    }
+    holders
+}
+
+/// A NodePool `team` of the default class whose nodes carry the label `team: {team}`.
+fn team_pool(team: &str) -> String {
+    format!(
+        r#"apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {{name: {team}}}
+spec:
+  template:
+    metadata: {{labels: {{team: {team}}}}}
+    spec:
+      requirements:
+        - {{key: kubernetes.io/arch, operator: In, values: [amd64]}}
+        - {{key: karpenter.sh/capacity-type, operator: In, values: [on-demand]}}
+        - {{key: karpenter.kwok.sh/instance-family, operator: In, values: [c, s]}}
+      nodeClassRef: {{group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}}
+"#
+    )
+}
+
+/// A one-CPU pod `name` labelled `app: teams` that only a node of `team` takes.
+fn team_pod(name: &str, team: &str) -> String {
+    format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata: {{name: {name}, namespace: default, labels: {{app: teams}}}}
+spec:
+  terminationGracePeriodSeconds: 0
+  nodeSelector: {{team: {team}}}
+  containers:
+    - name: pause
+      image: registry.k8s.io/pause:3.10
+      resources: {{requests: {{cpu: "1"}}}}
+"#
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_replicas_split_the_nodepools_and_take_over_the_shard_of_one_killed() {
+    use joist_actors::state::replica_shards::shard_of;
+    const SHARDS: u32 = 3;
+    let _one = ONE_AT_A_TIME.lock().await;
+    let world = World::start_with("shards", &pool("", ""), &["settings.replicaShards=3"]).await;
+    // A NodePool in each shard, besides `default`.
+    let teams: Vec<String> = (0..SHARDS)
+        .filter_map(|shard| {
+            (0..)
+                .map(|i| format!("team-{i}"))
+                .find(|t| shard_of(t, SHARDS) == shard)
+        })
+        .collect();
+    world.apply(
+        &teams
+            .iter()
+            .map(|t| team_pool(t))
+            .collect::<Vec<_>>()
+            .join("---\n"),
+    );
+    let sharded = [("REPLICA_SHARDS", "3")];
+    let mut replicas: Vec<(String, Joist)> = ["joist-a", "joist-b", "joist-c"]
+        .into_iter()
+        .map(|name| (name.to_owned(), world.replica_with(name, &sharded)))
+        .collect();
+    let holders = within(STEP, &replicas[0].1, "every shard held, one each", || async {
+        let holders: Vec<String> = shard_holders(&world.admin, SHARDS)
+            .await
+            .into_iter()
+            .collect::<Option<_>>()?;
+        let distinct: BTreeSet<&String> = holders.iter().collect();
+        (distinct.len() == 3).then_some(holders)
+    })
+    .await;
+
+    // The inflate pods (every pool admits them: they belong to `default`) and one pod per team.
+    world.scale(3);
+    let pods: Vec<String> = teams.iter().map(|t| team_pod(&format!("web-{t}"), t)).collect();
+    world.apply(&pods.join("---\n"));
+    within(STEP, &replicas[0].1, "three inflate pods Running", || {
+        world.running(3)
+    })
+    .await;
+    within(STEP, &replicas[0].1, "a pod of every team Running", || {
+        world.running_labelled("app=teams", teams.len())
+    })
+    .await;
+    world.assert_one_instance_per_claim().await;
+
+    // kill -9 the holder of the first team's shard: another replica takes the shard over within
+    // 20 s and launches for that team.
+    let shard = shard_of(&teams[0], SHARDS) as usize;
+    let victim = replicas
+        .iter()
+        .position(|(name, _)| *name == holders[shard])
+        .unwrap_or_else(|| panic!("{holders:?}"));
+    let (victim, killed) = replicas.remove(victim);
+    killed.signal("-KILL");
+    let at = tokio::time::Instant::now();
+    let survivor = &replicas[0].1;
+    let taken_by = within(
+        Duration::from_secs(20),
+        survivor,
+        "the killed replica's shard taken over",
+        || async {
+            let holder = shard_holders(&world.admin, SHARDS).await[shard].clone()?;
+            (holder != victim).then_some(holder)
+        },
+    )
+    .await;
+    println!(
+        "{taken_by} took shard {shard} over {:?} after kill -9",
+        at.elapsed()
+    );
+    world.apply(&team_pod("web-after", &teams[0]));
+    within(STEP, survivor, "the taken-over team's new pod Running", || {
+        world.running_labelled("app=teams", teams.len() + 1)
+    })
+    .await;
+    world.assert_one_instance_per_claim().await;
 }
