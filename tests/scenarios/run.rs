@@ -1245,3 +1245,45 @@ spec:
     )
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_whose_shard_another_took_stops_at_once() {
+    let mut world = World::start("m5.large", &[("POD_NAME", "joist-a"), ("REPLICA_SHARDS", "1")]).await;
+    let client = world.client.clone();
+    eventually(&world.joist, "joist-a holding the shard", || async {
+        (shard_holders(&client, 1).await[0].as_deref() == Some("joist-a")).then_some(())
+    })
+    .await;
+    // Another holder in the Lease, as a replica that wrongly took it over would write it.
+    let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-system");
+    let name = "joist-leader-election-shard-0";
+    let mut lease = leases.get(name).await.unwrap_or_else(|e| panic!("{e}"));
+    if let Some(spec) = lease.spec.as_mut() {
+        spec.holder_identity = Some("intruder".to_owned());
+    }
+    leases
+        .replace(name, &PostParams::default(), &lease)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let changed = tokio::time::Instant::now();
+    let exit = loop {
+        if let Some(exit) = world.joist.child.try_wait().unwrap_or_else(|e| panic!("{e}")) {
+            break exit;
+        }
+        assert!(
+            changed.elapsed() < Duration::from_secs(10),
+            "joist-a still runs 10 s after another holder took its shard:\n{}",
+            world.joist.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let log = world.joist.log();
+    assert_eq!(exit.code(), Some(2), "{log}");
+    assert!(log.contains("another replica took the shard"), "{log}");
+    assert_eq!(
+        shard_holders(&client, 1).await[0].as_deref(),
+        Some("intruder"),
+        "a replica that lost its shard does not write it back"
+    );
+    let _ = world.joist.child.kill();
+}
