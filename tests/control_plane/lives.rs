@@ -17,7 +17,7 @@ use kube::api::{Api, ListParams};
 use crate::{
     chart::run_helm,
     control_plane::{ControlPlane, client_from},
-    joist_process::{Joist, within},
+    joist_process::{Joist, shard_holders, within},
     tools::root,
 };
 
@@ -28,8 +28,18 @@ static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(())
 /// and the drains, on a loaded machine.
 const STEP: Duration = Duration::from_secs(180);
 
+/// A NodePool template's spec: amd64 on-demand nodes of the KWOK types' `c` and `s` families, of
+/// the `default` EC2NodeClass.
+const TEMPLATE_SPEC: &str = "      requirements:
+        - {key: kubernetes.io/arch, operator: In, values: [amd64]}
+        - {key: karpenter.sh/capacity-type, operator: In, values: [on-demand]}
+        - {key: karpenter.kwok.sh/instance-family, operator: In, values: [c, s]}
+      nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}
+";
+
 /// The NodePool and its EC2NodeClass, with the pool's `disruption` and `template` extras.
 fn pool(disruption: &str, template: &str) -> String {
+    let template_spec = TEMPLATE_SPEC;
     format!(
         r#"apiVersion: karpenter.k8s.aws/v1
 kind: EC2NodeClass
@@ -46,12 +56,7 @@ metadata: {{name: default}}
 spec:
   template:
     spec:
-      requirements:
-        - {{key: kubernetes.io/arch, operator: In, values: [amd64]}}
-        - {{key: karpenter.sh/capacity-type, operator: In, values: [on-demand]}}
-        - {{key: karpenter.kwok.sh/instance-family, operator: In, values: [c, s]}}
-      nodeClassRef: {{group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}}
-{template}
+{template_spec}{template}
   disruption:
     consolidationPolicy: WhenEmptyOrUnderutilized
     consolidateAfter: 0s
@@ -584,27 +589,9 @@ async fn a_standby_replica_takes_over_a_killed_leader_without_launching_twice() 
     assert!(claims.list(&ListParams::default()).await.is_ok());
 }
 
-/// The holder of each of the `count` shard Leases.
-async fn shard_holders(client: &kube::Client, count: u32) -> Vec<Option<String>> {
-    let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-system");
-    let mut holders = Vec::new();
-    for shard in 0..count {
-        let lease = leases
-            .get_opt(&format!("joist-leader-election-shard-{shard}"))
-            .await
-            .ok()
-            .flatten();
-        holders.push(
-            lease
-                .and_then(|l| l.spec?.holder_identity)
-                .filter(|h| !h.is_empty()),
-        );
-    }
-    holders
-}
-
 /// A NodePool `team` of the default class whose nodes carry the label `team: {team}`.
 fn team_pool(team: &str) -> String {
+    let template_spec = TEMPLATE_SPEC;
     format!(
         r#"apiVersion: karpenter.sh/v1
 kind: NodePool
@@ -613,12 +600,7 @@ spec:
   template:
     metadata: {{labels: {{team: {team}}}}}
     spec:
-      requirements:
-        - {{key: kubernetes.io/arch, operator: In, values: [amd64]}}
-        - {{key: karpenter.sh/capacity-type, operator: In, values: [on-demand]}}
-        - {{key: karpenter.kwok.sh/instance-family, operator: In, values: [c, s]}}
-      nodeClassRef: {{group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}}
-"#
+{template_spec}"#
     )
 }
 

@@ -29,7 +29,7 @@ mod moto;
 
 use super::{
     chart,
-    joist_process::{Joist, eventually, http_get, within},
+    joist_process::{Joist, eventually, http_get, shard_holders, within},
     sample, tools,
 };
 
@@ -1042,25 +1042,6 @@ fn joist_run_without_a_cluster_name_stops_at_once_naming_the_variable() {
     assert_eq!(output.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("CLUSTER_NAME is not set"), "{stderr}");
-}
-
-/// The holder of each of `count` shard Leases (`joist-leader-election-shard-K`) in kube-system.
-async fn shard_holders(client: &kube::Client, count: u32) -> Vec<Option<String>> {
-    let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-system");
-    let mut holders = Vec::new();
-    for shard in 0..count {
-        let lease = leases
-            .get_opt(&format!("joist-leader-election-shard-{shard}"))
-            .await
-            .ok()
-            .flatten();
-        holders.push(
-            lease
-                .and_then(|l| l.spec?.holder_identity)
-                .filter(|h| !h.is_empty()),
-        );
-    }
-    holders
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

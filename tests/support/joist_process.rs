@@ -1,5 +1,6 @@
 //! `joist run` as a child process of a test: started with exactly the environment the test gives
-//! (and `PATH`), its JSON log in a file, killed when dropped; and the polling the tests wait with.
+//! (and `PATH`), its JSON log in a file, killed when dropped; the polling the tests wait with; and
+//! who holds the Leases replicas elect on.
 
 use std::{
     path::PathBuf,
@@ -123,4 +124,25 @@ where
         "{what} did not happen within {limit:?}; joist run logged:\n{}",
         joist.log()
     )
+}
+
+/// The holder of each of the `count` shard Leases of `joist run` replicas with `REPLICA_SHARDS` in
+/// kube-system (`joist-leader-election-shard-K`), `None` for a shard no one holds.
+pub async fn shard_holders(client: &kube::Client, count: u32) -> Vec<Option<String>> {
+    let leases: kube::Api<k8s_openapi::api::coordination::v1::Lease> =
+        kube::Api::namespaced(client.clone(), "kube-system");
+    let mut holders = Vec::new();
+    for shard in 0..count {
+        let lease = leases
+            .get_opt(&format!("joist-leader-election-shard-{shard}"))
+            .await
+            .ok()
+            .flatten();
+        holders.push(
+            lease
+                .and_then(|l| l.spec?.holder_identity)
+                .filter(|h| !h.is_empty()),
+        );
+    }
+    holders
 }
