@@ -4,6 +4,7 @@
 //! as a page.
 
 pub mod audit;
+pub mod chart;
 pub mod driver;
 pub mod html;
 mod node_condition;
