@@ -67,7 +67,7 @@ pub struct Options {
 
 /// Why the benchmark stopped.
 #[derive(Debug, thiserror::Error)]
-pub enum BenchError {
+pub(super) enum BenchError {
     /// A process could not be started.
     #[error("cannot start {what}: {source}")]
     Spawn {
@@ -103,6 +103,14 @@ pub enum BenchError {
         /// Why.
         message: String,
     },
+    /// A peer script could not be run, or failed.
+    #[error("{script}: {message}")]
+    Script {
+        /// The script (or the file it gave).
+        script: PathBuf,
+        /// What went wrong.
+        message: String,
+    },
     /// The controller did not get somewhere in time, or ended.
     #[error("{what}; the controller's log is {log}")]
     Controller {
@@ -114,12 +122,12 @@ pub enum BenchError {
 }
 
 /// A child process, killed when dropped.
-struct Process {
-    child: Child,
+pub(super) struct Process {
+    pub(super) child: Child,
 }
 
 impl Process {
-    fn pid(&self) -> String {
+    pub(super) fn pid(&self) -> String {
         self.child.id().to_string()
     }
 
@@ -130,7 +138,7 @@ impl Process {
     }
 
     /// Whether it has ended.
-    fn ended(&mut self) -> bool {
+    pub(super) fn ended(&mut self) -> bool {
         !matches!(self.child.try_wait(), Ok(None))
     }
 }
@@ -309,7 +317,7 @@ fn log_name(replica: u32) -> String {
 }
 
 /// A failed request's error, saying what it was for.
-fn failed_to(what: impl Into<String>) -> impl FnOnce(kube::Error) -> BenchError {
+pub(super) fn failed_to(what: impl Into<String>) -> impl FnOnce(kube::Error) -> BenchError {
     let what = what.into();
     move |source| BenchError::Api { what, source }
 }
@@ -395,14 +403,14 @@ fn controller(
 }
 
 /// A port free on 127.0.0.1 a moment ago.
-fn free_port() -> io::Result<u16> {
+pub(super) fn free_port() -> io::Result<u16> {
     Ok(std::net::TcpListener::bind(("127.0.0.1", 0))?
         .local_addr()?
         .port())
 }
 
 /// A client of the API server `kubeconfig` names.
-async fn client(kubeconfig: &Path) -> Result<kube::Client, BenchError> {
+pub(super) async fn client(kubeconfig: &Path) -> Result<kube::Client, BenchError> {
     let failed = |message: String| BenchError::Kubeconfig {
         path: kubeconfig.to_owned(),
         message,
@@ -426,7 +434,7 @@ fn manifests(workload: Workload, pools: usize) -> String {
 }
 
 /// Applies every document of `text` with server-side apply, finding each kind in discovery.
-async fn apply(client: &kube::Client, text: &str) -> Result<(), BenchError> {
+pub(super) async fn apply(client: &kube::Client, text: &str) -> Result<(), BenchError> {
     let manifest = |message: String| BenchError::Manifest { message };
     let documents: Vec<Value> = serde_saphyr::from_multiple(text).map_err(|e| manifest(e.to_string()))?;
     for document in documents.into_iter().filter(|d| !d.is_null()) {

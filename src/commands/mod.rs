@@ -10,6 +10,7 @@ mod bench_controller;
 mod bench_drift;
 mod bench_e2e;
 mod bench_kubesim;
+mod bench_versus;
 mod chaos_cases;
 mod crds;
 mod endpoints;
@@ -189,6 +190,23 @@ pub enum BenchTarget {
         #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
         replicas: u32,
     },
+    /// Joist and Karpenter v1.14.1's KWOK controller side by side: Karpenter's performance suite
+    /// run by each on a fresh local control plane with KWOK, the same NodePool and instance types;
+    /// per phase seconds, nodes and cost, each controller's peak memory, CPU and evictions, and
+    /// `ratio WORKLOAD time T memory M cpu C cost K` (Joist's over Karpenter's). Needs Go (the
+    /// peers are built on first use) and a checkout of Joist (its scripts/).
+    VersusKarpenter {
+        /// One workload (basic, do-not-disrupt, drift, hostname-spreading, interference, wide);
+        /// all when not given.
+        #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(bench_versus::WORKLOADS))]
+        workload: Option<String>,
+        /// Times the suite's replica counts (0 < F <= 1), for a machine that cannot hold them.
+        #[arg(long, default_value_t = 1.0)]
+        scale: f64,
+        /// Write a page with both timelines per workload.
+        #[arg(long)]
+        html: Option<PathBuf>,
+    },
     /// The crash suite: Joist's controllers crashed at every fault point of a scenario's life and
     /// started again from the cluster and the cloud alone; prints leaks, duplicate launches and
     /// stranded pods per crash, and `steps N crashes N leaks N duplicates N stranded N`.
@@ -355,6 +373,21 @@ pub fn run(cli: Cli, out: &mut dyn io::Write) -> Result<ExitCode, CommandError> 
                 pools,
                 shards,
                 replicas,
+            },
+            out,
+        ),
+        Command::Bench {
+            target:
+                BenchTarget::VersusKarpenter {
+                    workload,
+                    scale,
+                    html,
+                },
+        } => bench_versus::run(
+            &bench_versus::Options {
+                workload,
+                scale,
+                html,
             },
             out,
         ),

@@ -1,0 +1,396 @@
+//! `joist bench versus-karpenter [--workload NAME] [--scale F] [--html FILE]`: Joist and Karpenter
+//! run side by side on the same workloads, the same control plane and the same instance types.
+//!
+//! For each workload of Karpenter's performance suite ([`workloads`]): a fresh local control
+//! plane, Karpenter v1.14.1's KWOK controller on it, the workload; then a fresh control plane,
+//! `joist run` with the KWOK cloud, the same workload ([`peers`]). Both controllers read the one
+//! catalog, Karpenter's KWOK `instance_types.json`, and get the suite's NodePool (each its own node
+//! class). Each step applies its Deployments with server-side apply and waits ([`observe`] looks
+//! once a second): a scale-out until every pod is Running; a scale-down until every pod is Running
+//! and no node has been disrupted for three minutes (the suite's quiet period), the phase ending
+//! when the last disruption did; a drift (the suite's: 30 s after the scale-out, an annotation
+//! added to the NodePool's template) until every node that existed before is gone and every pod
+//! Running. A phase that does not end within 20 minutes stops the benchmark with the
+//! controller's log, which is then kept.
+//!
+//! Printed, per workload and controller: each phase's seconds, nodes and cost per hour at its end;
+//! the controller's peak resident memory and CPU seconds over the workload (`/proc`), and pods
+//! ever evicted through the Eviction API. Then, per workload,
+//! `ratio WORKLOAD time T memory M cpu C cost K`: Joist's figure divided by Karpenter's, where time
+//! is the sum of the phases less their floor (the NodePool's 30 s `consolidateAfter` in each
+//! consolidation phase, which neither controller may cut), and cost the cost per hour at the end.
+//! `--html FILE` writes a page with both timelines (nodes and pending pods) on one chart per
+//! workload.
+
+mod observe;
+mod page;
+mod peers;
+mod workloads;
+
+use std::{
+    io,
+    path::{Path, PathBuf},
+    process::ExitCode,
+    sync::Arc,
+    time::Duration,
+};
+
+use kube::{
+    Api,
+    api::{DynamicObject, Patch, PatchParams},
+    core::{ApiResource, GroupVersionKind},
+};
+use serde_json::json;
+
+use self::{
+    observe::{Observer, Prices, Sample},
+    peers::{Contender, ControlPlane},
+    workloads::{Phase, Step, Workload},
+};
+use super::{
+    CommandError,
+    bench::{cpu_seconds_of, peak_memory_mib_of},
+    bench_controller::{BenchError, apply, client, failed_to},
+};
+
+pub use workloads::NAMES as WORKLOADS;
+
+/// How long a phase may take.
+const PHASE_DEADLINE: Duration = Duration::from_secs(20 * 60);
+/// How long no node may be disrupted before a consolidation counts as done (the suite's).
+const QUIET: f64 = 180.0;
+/// The suite's wait between the scale-out and the drift.
+const BEFORE_DRIFT: Duration = Duration::from_secs(30);
+/// The NodePool's `consolidateAfter`, the floor of every consolidation phase.
+const CONSOLIDATE_AFTER: f64 = 30.0;
+/// How long the controller has to make the NodePool Ready.
+const READY_WITHIN: Duration = Duration::from_secs(120);
+/// How often the cluster is looked at.
+const TICK: Duration = Duration::from_secs(1);
+
+/// What was asked for.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// One workload, else all.
+    pub workload: Option<String>,
+    /// Times the suite's replica counts.
+    pub scale: f64,
+    /// Where to write the HTML page.
+    pub html: Option<PathBuf>,
+}
+
+/// One phase's result.
+#[derive(Debug, Clone)]
+pub struct PhaseResult {
+    /// Which phase.
+    pub phase: Phase,
+    /// Seconds from the step to its end.
+    pub seconds: f64,
+    /// Nodes at its end.
+    pub nodes: usize,
+    /// Cost per hour at its end.
+    pub cost: f64,
+}
+
+/// One controller's run of one workload.
+#[derive(Debug, Clone)]
+pub struct Run {
+    /// Who ran it.
+    pub contender: Contender,
+    /// Each step's result.
+    pub phases: Vec<PhaseResult>,
+    /// Peak resident memory, MiB.
+    pub memory: Option<u64>,
+    /// CPU seconds over the workload.
+    pub cpu: Option<f64>,
+    /// Pods evicted through the Eviction API.
+    pub evicted: usize,
+    /// The timeline.
+    pub samples: Vec<Sample>,
+}
+
+impl Run {
+    /// The phases' seconds less their floors.
+    fn time_above_floor(&self) -> f64 {
+        self.phases
+            .iter()
+            .map(|p| match p.phase {
+                Phase::ScaleDown => (p.seconds - CONSOLIDATE_AFTER).max(0.0),
+                Phase::ScaleOut | Phase::Drift => p.seconds,
+            })
+            .sum()
+    }
+
+    /// Cost per hour at the end.
+    fn cost(&self) -> f64 {
+        self.phases.last().map_or(0.0, |p| p.cost)
+    }
+}
+
+/// Runs the benchmark and prints its figures.
+pub fn run(options: &Options, out: &mut dyn io::Write) -> Result<ExitCode, CommandError> {
+    let start = |e: BenchError| CommandError::Start {
+        message: e.to_string(),
+    };
+    if !(options.scale > 0.0 && options.scale <= 1.0) {
+        return Err(CommandError::Start {
+            message: format!("--scale {}: must be above 0 and at most 1", options.scale),
+        });
+    }
+    let chosen: Vec<Workload> = workloads::all(options.scale)
+        .into_iter()
+        .filter(|w| options.workload.as_deref().is_none_or(|name| name == w.name))
+        .collect();
+    if chosen.is_empty() {
+        return Err(CommandError::Start {
+            message: format!(
+                "--workload {}: no such workload (one of {})",
+                options.workload.as_deref().unwrap_or_default(),
+                WORKLOADS.join(", ")
+            ),
+        });
+    }
+    let joist = std::env::current_exe().map_err(|source| CommandError::Read {
+        path: "this executable (/proc/self/exe)".into(),
+        source,
+    })?;
+    let scripts = peers::scripts().map_err(start)?;
+    let catalog = peers::karpenter_catalog(&scripts).map_err(start)?;
+    let prices = Arc::new(Prices::read(&catalog).map_err(start)?);
+    let runtime = super::runtime()?;
+    let dir = std::env::temp_dir().join(format!("joist-bench-versus-{}", std::process::id()));
+    let mut results = Vec::new();
+    for workload in &chosen {
+        let mut runs = Vec::new();
+        for contender in [Contender::Karpenter, Contender::Joist] {
+            let setup = Setup {
+                scripts: &scripts,
+                catalog: &catalog,
+                joist: &joist,
+                dir: &dir.join(format!("{}-{}", workload.name, contender.name())),
+                prices: prices.clone(),
+            };
+            let run = runtime
+                .block_on(one(workload, contender, &setup))
+                .map_err(start)?;
+            print_run(workload.name, &run, out).map_err(CommandError::stdout)?;
+            runs.push(run);
+        }
+        print_ratio(workload.name, &runs[0], &runs[1], out).map_err(CommandError::stdout)?;
+        results.push((workload.name, runs));
+    }
+    // Kept on failure, for the logs.
+    let _ = std::fs::remove_dir_all(&dir);
+    if let Some(path) = &options.html {
+        std::fs::write(path, page::render(&results)).map_err(|source| CommandError::Write {
+            path: path.clone(),
+            source,
+        })?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// What every run shares.
+struct Setup<'a> {
+    scripts: &'a Path,
+    catalog: &'a Path,
+    joist: &'a Path,
+    dir: &'a Path,
+    prices: Arc<Prices>,
+}
+
+/// `contender` runs `workload` on a fresh control plane.
+async fn one(workload: &Workload, contender: Contender, setup: &Setup<'_>) -> Result<Run, BenchError> {
+    let cluster = ControlPlane::up(setup.scripts, &setup.dir.join("cluster"))?;
+    let log = setup.dir.join(format!("{}.log", contender.name()));
+    let mut controller = peers::start(
+        contender,
+        setup.scripts,
+        &cluster,
+        setup.catalog,
+        setup.joist,
+        &log,
+    )
+    .await?;
+    let client = client(&cluster.kubeconfig).await?;
+    let stopped = |what: String| BenchError::Controller {
+        what,
+        log: log.clone(),
+    };
+    apply(&client, &peers::node_pool(contender)).await?;
+    let node_pools = node_pools(&client);
+    let ready_by = tokio::time::Instant::now() + READY_WITHIN;
+    while !pool_ready(&node_pools).await? {
+        if controller.ended() || tokio::time::Instant::now() > ready_by {
+            return Err(stopped(format!(
+                "{} did not make the NodePool Ready within {}s",
+                contender.name(),
+                READY_WITHIN.as_secs()
+            )));
+        }
+        tokio::time::sleep(TICK).await;
+    }
+    let pid = controller.pid();
+    let cpu_before = cpu_seconds_of(&pid);
+    let mut observer = Observer::new(&client, setup.prices.clone());
+    let began = tokio::time::Instant::now();
+    let mut phases = Vec::new();
+    for step in &workload.steps {
+        if step.phase == Phase::Drift {
+            let until = began.elapsed() + BEFORE_DRIFT;
+            while began.elapsed() < until {
+                observer.sample(began.elapsed().as_secs_f64()).await?;
+                tokio::time::sleep(TICK).await;
+            }
+        }
+        let started = began.elapsed().as_secs_f64();
+        observer.sample(started).await?;
+        let manifests: Vec<String> = step.apps.iter().map(|app| app.manifest().to_string()).collect();
+        apply(&client, &manifests.join("\n---\n")).await?;
+        if step.phase == Phase::Drift {
+            let now = jiff::Timestamp::now().as_second();
+            let trigger = json!({"spec": {"template": {"metadata": {"annotations": {
+                "test-drift-trigger": format!("drift-{now}")}}}}});
+            node_pools
+                .patch("default", &PatchParams::default(), &Patch::Merge(&trigger))
+                .await
+                .map_err(failed_to("annotating the NodePool's template to drift it"))?;
+        }
+        let ended = wait(step, &mut observer, &began, started, &mut controller)
+            .await?
+            .ok_or_else(|| {
+                stopped(format!(
+                    "{} did not finish step {} ({}) within {}s",
+                    contender.name(),
+                    phases.len() + 1,
+                    step.phase.name(),
+                    PHASE_DEADLINE.as_secs()
+                ))
+            })?;
+        let last = observer.samples.last().cloned().unwrap_or_default();
+        phases.push(PhaseResult {
+            phase: step.phase,
+            seconds: ended - started,
+            nodes: last.nodes,
+            cost: last.cost,
+        });
+    }
+    let cpu = cpu_seconds_of(&pid)
+        .zip(cpu_before)
+        .map(|(after, before)| after - before);
+    Ok(Run {
+        contender,
+        phases,
+        memory: peak_memory_mib_of(&pid),
+        cpu,
+        evicted: observer.evicted(),
+        samples: std::mem::take(&mut observer.samples),
+    })
+}
+
+/// Waits for `step` to end; when it ended, in seconds since `began`, or `None` past the deadline
+/// or when the controller ended.
+async fn wait(
+    step: &Step,
+    observer: &mut Observer,
+    began: &tokio::time::Instant,
+    started: f64,
+    controller: &mut super::bench_controller::Process,
+) -> Result<Option<f64>, BenchError> {
+    let before = observer
+        .samples
+        .last()
+        .map(|s| s.names.clone())
+        .unwrap_or_default();
+    let pods = step.pods as usize;
+    // For a scale-down: when the pods were all Running, and when a node was last seen disrupted.
+    let (mut settled, mut last_disruption) = (None::<f64>, started);
+    loop {
+        let at = began.elapsed().as_secs_f64();
+        if at - started > PHASE_DEADLINE.as_secs_f64() || controller.ended() {
+            return Ok(None);
+        }
+        let sample = observer.sample(at).await?;
+        let running = sample.running == pods;
+        match step.phase {
+            Phase::ScaleOut if running => return Ok(Some(at)),
+            Phase::ScaleDown => {
+                if sample.disrupting > 0 {
+                    last_disruption = at;
+                }
+                if running && settled.is_none() {
+                    settled = Some(at);
+                }
+                if let Some(settled) = settled
+                    && at - settled.max(last_disruption) >= QUIET
+                {
+                    return Ok(Some(settled.max(last_disruption)));
+                }
+            }
+            Phase::Drift if running && sample.disrupting == 0 && sample.names.is_disjoint(&before) => {
+                return Ok(Some(at));
+            }
+            _ => {}
+        }
+        tokio::time::sleep(TICK).await;
+    }
+}
+
+/// The NodePools, as dynamic objects (the same for either controller's CRDs).
+fn node_pools(client: &kube::Client) -> Api<DynamicObject> {
+    let gvk = GroupVersionKind::gvk("karpenter.sh", "v1", "NodePool");
+    Api::all_with(client.clone(), &ApiResource::from_gvk(&gvk))
+}
+
+/// Whether the NodePool `default` is Ready.
+async fn pool_ready(node_pools: &Api<DynamicObject>) -> Result<bool, BenchError> {
+    let pool = node_pools
+        .get_opt("default")
+        .await
+        .map_err(failed_to("reading the NodePool default"))?;
+    Ok(pool.is_some_and(|pool| {
+        pool.data["status"]["conditions"]
+            .as_array()
+            .is_some_and(|c| c.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"))
+    }))
+}
+
+/// A figure that may be unknown (no `/proc`).
+fn known<T: std::fmt::Display>(value: Option<T>, unit: &str) -> String {
+    value.map_or_else(|| "unknown".to_owned(), |v| format!("{v}{unit}"))
+}
+
+/// One controller's lines for one workload.
+fn print_run(workload: &str, run: &Run, out: &mut dyn io::Write) -> io::Result<()> {
+    let who = format!("{workload} {}", run.contender.name());
+    for (i, phase) in run.phases.iter().enumerate() {
+        let step = format!("{who} step {} {}", i + 1, phase.phase.name());
+        writeln!(out, "{step} seconds {:.1}", phase.seconds)?;
+        writeln!(out, "{step} nodes {}", phase.nodes)?;
+        writeln!(out, "{step} cost {:.4} $/h", phase.cost)?;
+    }
+    writeln!(out, "{who} peak memory {}", known(run.memory, " MiB"))?;
+    writeln!(
+        out,
+        "{who} cpu {}",
+        known(run.cpu.map(|c| format!("{c:.1}")), " s")
+    )?;
+    writeln!(out, "{who} evicted {}", run.evicted)
+}
+
+/// `ratio WORKLOAD time T memory M cpu C cost K`: Joist's figures over Karpenter's.
+fn print_ratio(workload: &str, karpenter: &Run, joist: &Run, out: &mut dyn io::Write) -> io::Result<()> {
+    let ratio = |ours: Option<f64>, theirs: Option<f64>| match (ours, theirs) {
+        (Some(ours), Some(theirs)) if theirs > 0.0 => format!("{:.2}", ours / theirs),
+        _ => "unknown".to_owned(),
+    };
+    let memory = |run: &Run| run.memory.map(|m| m as f64);
+    writeln!(
+        out,
+        "ratio {workload} time {} memory {} cpu {} cost {}",
+        ratio(Some(joist.time_above_floor()), Some(karpenter.time_above_floor())),
+        ratio(memory(joist), memory(karpenter)),
+        ratio(joist.cpu, karpenter.cpu),
+        ratio(Some(joist.cost()), Some(karpenter.cost())),
+    )
+}
