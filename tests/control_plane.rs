@@ -4,7 +4,8 @@
 //! judged by the real API server against `joist validate` ([`crds`]); both Helm charts install with
 //! the real helm and `joist run`, with the KWOK cloud and the chart's own ServiceAccount token under
 //! the real RBAC authorizer, takes nodes through their lives ([`lives`]); and kubesim answers the
-//! same kubectl sessions as the real API server ([`differential`]).
+//! same kubectl sessions as the real API server ([`differential`]); and Karpenter's own KWOK
+//! controller runs a workload beside Joist ([`versus`]).
 
 #[path = "support/chart.rs"]
 #[allow(dead_code)]
@@ -27,3 +28,5 @@ mod lives;
 mod mutants;
 #[path = "support/tools.rs"]
 mod tools;
+#[path = "control_plane/versus.rs"]
+mod versus;

@@ -203,6 +203,9 @@ pub enum BenchTarget {
         /// Times the suite's replica counts (0 < F <= 1), for a machine that cannot hold them.
         #[arg(long, default_value_t = 1.0)]
         scale: f64,
+        /// Seconds without a node disrupted that end a consolidation phase (the suite's: 180).
+        #[arg(long, default_value_t = bench_versus::SUITE_QUIET_SECONDS)]
+        quiet: u64,
         /// Write a page with both timelines per workload.
         #[arg(long)]
         html: Option<PathBuf>,
@@ -381,12 +384,14 @@ pub fn run(cli: Cli, out: &mut dyn io::Write) -> Result<ExitCode, CommandError> 
                 BenchTarget::VersusKarpenter {
                     workload,
                     scale,
+                    quiet,
                     html,
                 },
         } => bench_versus::run(
             &bench_versus::Options {
                 workload,
                 scale,
+                quiet,
                 html,
             },
             out,

@@ -1,17 +1,19 @@
-//! `joist bench versus-karpenter [--workload NAME] [--scale F] [--html FILE]`: Joist and Karpenter
+//! `joist bench versus-karpenter [--workload NAME] [--scale F] [--quiet S] [--html FILE]`: Joist and Karpenter
 //! run side by side on the same workloads, the same control plane and the same instance types.
 //!
 //! For each workload of Karpenter's performance suite ([`workloads`]): a fresh local control
 //! plane, Karpenter v1.14.1's KWOK controller on it, the workload; then a fresh control plane,
 //! `joist run` with the KWOK cloud, the same workload ([`peers`]). Both controllers read the one
 //! catalog, Karpenter's KWOK `instance_types.json`, and get the suite's NodePool (each its own node
-//! class). Each step applies its Deployments with server-side apply and waits ([`observe`] looks
+//! class); with either, an instance's Node appears 5 s after its launch (Joist's KWOK cloud's boot,
+//! and the KWOKNodeClass's `nodeRegistrationDelay`). Each step applies its Deployments with server-side apply and waits ([`observe`] looks
 //! once a second): a scale-out until every pod is Running; a scale-down until every pod is Running
-//! and no node has been disrupted for three minutes (the suite's quiet period), the phase ending
+//! and no node has been disrupted for three minutes (the suite's quiet period; `--quiet SECONDS`
+//! for shorter runs), the phase ending
 //! when the last disruption did; a drift (the suite's: 30 s after the scale-out, an annotation
 //! added to the NodePool's template) until every node that existed before is gone and every pod
-//! Running. A phase that does not end within 20 minutes stops the benchmark with the
-//! controller's log, which is then kept.
+//! Running. A phase that does not end within 50 minutes (the suite's longest bound) stops the
+//! benchmark with the controller's log, which is then kept.
 //!
 //! Printed, per workload and controller: each phase's seconds, nodes and cost per hour at its end;
 //! the controller's peak resident memory and CPU seconds over the workload (`/proc`), and pods
@@ -55,10 +57,10 @@ use super::{
 
 pub use workloads::NAMES as WORKLOADS;
 
-/// How long a phase may take.
-const PHASE_DEADLINE: Duration = Duration::from_secs(20 * 60);
-/// How long no node may be disrupted before a consolidation counts as done (the suite's).
-const QUIET: f64 = 180.0;
+/// How long a phase may take: the suite's longest bound (its drift's total under 50 minutes).
+const PHASE_DEADLINE: Duration = Duration::from_secs(50 * 60);
+/// How long no node may be disrupted before a consolidation counts as done: the suite's.
+pub const SUITE_QUIET_SECONDS: u64 = 180;
 /// The suite's wait between the scale-out and the drift.
 const BEFORE_DRIFT: Duration = Duration::from_secs(30);
 /// The NodePool's `consolidateAfter`, the floor of every consolidation phase.
@@ -75,6 +77,8 @@ pub struct Options {
     pub workload: Option<String>,
     /// Times the suite's replica counts.
     pub scale: f64,
+    /// Seconds without a disruption that end a consolidation phase.
+    pub quiet: u64,
     /// Where to write the HTML page.
     pub html: Option<PathBuf>,
 }
@@ -169,6 +173,7 @@ pub fn run(options: &Options, out: &mut dyn io::Write) -> Result<ExitCode, Comma
                 joist: &joist,
                 dir: &dir.join(format!("{}-{}", workload.name, contender.name())),
                 prices: prices.clone(),
+                quiet: options.quiet as f64,
             };
             let run = runtime
                 .block_on(one(workload, contender, &setup))
@@ -197,6 +202,7 @@ struct Setup<'a> {
     joist: &'a Path,
     dir: &'a Path,
     prices: Arc<Prices>,
+    quiet: f64,
 }
 
 /// `contender` runs `workload` on a fresh control plane.
@@ -256,17 +262,23 @@ async fn one(workload: &Workload, contender: Contender, setup: &Setup<'_>) -> Re
                 .await
                 .map_err(failed_to("annotating the NodePool's template to drift it"))?;
         }
-        let ended = wait(step, &mut observer, &began, started, &mut controller)
-            .await?
-            .ok_or_else(|| {
-                stopped(format!(
-                    "{} did not finish step {} ({}) within {}s",
-                    contender.name(),
-                    phases.len() + 1,
-                    step.phase.name(),
-                    PHASE_DEADLINE.as_secs()
-                ))
-            })?;
+        let ended = wait(
+            step,
+            &mut observer,
+            (&began, started),
+            setup.quiet,
+            &mut controller,
+        )
+        .await?
+        .ok_or_else(|| {
+            stopped(format!(
+                "{} did not finish step {} ({}) within {}s",
+                contender.name(),
+                phases.len() + 1,
+                step.phase.name(),
+                PHASE_DEADLINE.as_secs()
+            ))
+        })?;
         let last = observer.samples.last().cloned().unwrap_or_default();
         phases.push(PhaseResult {
             phase: step.phase,
@@ -288,13 +300,14 @@ async fn one(workload: &Workload, contender: Contender, setup: &Setup<'_>) -> Re
     })
 }
 
-/// Waits for `step` to end; when it ended, in seconds since `began`, or `None` past the deadline
-/// or when the controller ended.
+/// Waits for `step`, started `started` seconds after `began`, to end (a consolidation after
+/// `quiet` seconds without a disruption); when it ended, in seconds since `began`, or `None` past
+/// the deadline or when the controller ended.
 async fn wait(
     step: &Step,
     observer: &mut Observer,
-    began: &tokio::time::Instant,
-    started: f64,
+    (began, started): (&tokio::time::Instant, f64),
+    quiet: f64,
     controller: &mut super::bench_controller::Process,
 ) -> Result<Option<f64>, BenchError> {
     let before = observer
@@ -322,7 +335,7 @@ async fn wait(
                     settled = Some(at);
                 }
                 if let Some(settled) = settled
-                    && at - settled.max(last_disruption) >= QUIET
+                    && at - settled.max(last_disruption) >= quiet
                 {
                     return Ok(Some(settled.max(last_disruption)));
                 }

@@ -37,7 +37,15 @@ pub fn render(results: &[(&str, Vec<Run>)]) -> String {
             .iter()
             .map(|run| {
                 let name = run.contender.name();
-                (format!("{name} nodes"), format!("{name} pending pods"))
+                let style = if run.contender == super::Contender::Karpenter {
+                    " (dashed)"
+                } else {
+                    ""
+                };
+                (
+                    format!("{name} nodes{style}"),
+                    format!("{name} pending pods{style}"),
+                )
             })
             .collect();
         let mut lines = Vec::new();

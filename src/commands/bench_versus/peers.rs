@@ -6,6 +6,7 @@
 //! benchmark with its name and what it printed.
 
 use std::{
+    ffi::OsStr,
     path::{Path, PathBuf},
     process::{Command, Stdio},
     time::Duration,
@@ -50,7 +51,7 @@ pub fn scripts() -> Result<PathBuf, BenchError> {
 
 /// Runs `script` with `args` (and `env`), returning what it printed on stdout; its stderr is
 /// passed through, so a build's progress shows.
-fn script(scripts: &Path, name: &str, args: &[&str], env: &[(&str, &Path)]) -> Result<String, BenchError> {
+fn script(scripts: &Path, name: &str, args: &[&str], env: &[(&str, &OsStr)]) -> Result<String, BenchError> {
     let path = scripts.join(name);
     let mut command = Command::new(&path);
     command.args(args).stderr(Stdio::inherit());
@@ -202,11 +203,17 @@ pub async fn start(
     let err = out.try_clone().map_err(spawn)?;
     let mut command = match contender {
         Contender::Karpenter => {
+            // Joist's KWOK cloud boots an instance in BOOT_SECONDS; Karpenter's KWOK provider is
+            // given the same delay before a launch's Node appears.
+            let delay = format!("{}s", super::super::sim::BOOT_SECONDS);
             script(
                 scripts,
                 "karpenter-kwok",
                 &["prepare"],
-                &[("KUBECONFIG", &cluster.kubeconfig)],
+                &[
+                    ("KUBECONFIG", cluster.kubeconfig.as_os_str()),
+                    ("NODE_REGISTRATION_DELAY", delay.as_ref()),
+                ],
             )?;
             let mut command = Command::new(scripts.join("karpenter-kwok"));
             command.arg("run").env("LOG_LEVEL", "error");
