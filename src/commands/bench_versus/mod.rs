@@ -310,11 +310,7 @@ async fn wait(
     quiet: f64,
     controller: &mut super::bench_controller::Process,
 ) -> Result<Option<f64>, BenchError> {
-    let before = observer
-        .samples
-        .last()
-        .map(|s| s.names.clone())
-        .unwrap_or_default();
+    let before = observer.names.clone();
     let pods = step.pods as usize;
     // For a scale-down: when the pods were all Running, and when a node was last seen disrupted.
     let (mut settled, mut last_disruption) = (None::<f64>, started);
@@ -340,7 +336,7 @@ async fn wait(
                     return Ok(Some(settled.max(last_disruption)));
                 }
             }
-            Phase::Drift if running && sample.disrupting == 0 && sample.names.is_disjoint(&before) => {
+            Phase::Drift if running && sample.disrupting == 0 && observer.names.is_disjoint(&before) => {
                 return Ok(Some(at));
             }
             _ => {}

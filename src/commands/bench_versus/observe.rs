@@ -39,8 +39,6 @@ pub struct Sample {
     pub pending: usize,
     /// Cost per hour of the nodes, in dollars.
     pub cost: f64,
-    /// The nodes' names.
-    pub names: BTreeSet<String>,
 }
 
 /// On-demand and spot prices per instance type and zone, from the KWOK catalog.
@@ -88,6 +86,8 @@ pub struct Observer {
     watch: tokio::task::JoinHandle<()>,
     /// Every sample taken, in order.
     pub samples: Vec<Sample>,
+    /// The controller's nodes at the last sample, by name (kept once, not in every sample).
+    pub names: BTreeSet<String>,
 }
 
 impl Observer {
@@ -117,6 +117,7 @@ impl Observer {
             evicted,
             watch,
             samples: Vec::new(),
+            names: BTreeSet::new(),
         }
     }
 
@@ -149,6 +150,7 @@ impl Observer {
             at,
             ..Sample::default()
         };
+        self.names.clear();
         for pod in &pods.items {
             let phase = pod
                 .status
@@ -172,9 +174,7 @@ impl Observer {
             if tainted || node.metadata.deletion_timestamp.is_some() {
                 sample.disrupting += 1;
             }
-            sample
-                .names
-                .insert(node.metadata.name.clone().unwrap_or_default());
+            self.names.insert(node.metadata.name.clone().unwrap_or_default());
         }
         self.samples.push(sample);
         Ok(self.samples.last().expect("just pushed"))
