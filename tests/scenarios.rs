@@ -573,6 +573,33 @@ fn scale_down_with(fault: &str, until: &str) -> Report {
 }
 
 #[test]
+fn nodes_that_can_each_go_alone_are_consolidated_in_one_pass() {
+    // Four `web` pods kept apart, each beside a three-CPU `batch` pod (kept apart too) until
+    // `batch` is deleted: then each node is too big for its one pod, and no two can merge.
+    let batch_apart = APART.replace("app: web", "app: batch");
+    let manifests = pool(
+        "default",
+        &family(&["c5"]),
+        &disruption("WhenEmptyOrUnderutilized", "[{nodes: '100%'}]"),
+    ) + NODE_CLASS
+        + &deployment("web", 4, "500m", APART)
+        + &deployment("batch", 4, "3", &batch_apart);
+    let steps = "[{at: 3m, delete: {kind: Deployment, namespace: default, name: batch}}]";
+    let report = run(&scenario(&manifests, steps, "10m"));
+    let decided: Vec<&Entry> = entries(&report, "disruption-decided")
+        .filter(|e| e.at_seconds > 180.0)
+        .collect();
+    assert_eq!(terminated(&report, "underutilized"), 4, "{decided:#?}");
+    // One validation wait for all four, not one after another.
+    assert!(
+        decided.iter().all(|e| e.at_seconds == decided[0].at_seconds),
+        "{decided:#?}"
+    );
+    let s = &report.summary;
+    assert_eq!((s.pods_running_end, s.pods_pending_end), (4, 0), "{s:#?}");
+}
+
+#[test]
 fn a_failed_replacement_rolls_back_and_the_node_keeps_serving() {
     // Every launch fails from the scale-down on: the replacement never comes.
     let report = scale_down_with("failCloud: {operation: create, for: 1h}", "12m");

@@ -14,8 +14,12 @@
 //! 3. **Multi-node consolidation** (reason `Underutilized`): the largest prefix of the candidates
 //!    (by savings ratio, within budgets) that can be deleted or replaced by one cheaper node,
 //!    found by binary search over **all** candidates (Karpenter stops at 100).
-//! 4. **Single-node consolidation**: the first candidate that can be deleted or replaced by a
-//!    cheaper node.
+//! 4. **Single-node consolidation**, beside it in the same pass: every other candidate that can
+//!    be deleted or replaced by a cheaper node, each its own command, as many as budgets allow
+//!    (Karpenter decides one command a pass, multi-node or single-node, and so waits its 15 s
+//!    validation once per node). As with drift, each command's node and the nodes it counted on
+//!    are closed to the ones after it; in a pool with limits, only one command a pass launches a
+//!    replacement, as each was judged against the limits alone.
 //!
 //! Only NodePools with `consolidationPolicy: WhenEmptyOrUnderutilized` (or `Balanced`, which Joist
 //! treats alike) take part in 3 and 4, and no pod is moved onto a node still inside its
@@ -23,7 +27,7 @@
 //! and base problem; refusals are kept so the planner can tell users why a node stays
 //! (`Unconsolidatable`).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use joist_messages::apis::nodepool::{ConsolidationPolicy, DisruptionReason};
 use joist_scheduling::{
@@ -147,22 +151,42 @@ pub fn plan(
     });
     // Multi-node consolidation only when every candidate within budgets is in the base.
     let order: Option<Vec<usize>> = within.iter().map(|c| position(c)).collect();
+    let mut room = Room::new(|pool| allowed(pool, DisruptionReason::Underutilized));
+    let mut commands = Vec::new();
     if let Some(command) = order.and_then(|order| multi_node(&within, &order, base, &mut search)) {
-        return (vec![command], Vec::new());
+        for candidate in &command.candidates {
+            room.take(candidate);
+        }
+        commands.push(command);
     }
-    // One node at a time: each candidate needs room for itself alone in its pool's budget.
+    // Then one node at a time beside it, each with room for itself alone in its pool's budget.
+    let taken: BTreeSet<String> = commands.iter().flat_map(Command::claim_names).collect();
     let each = consolidatable
         .into_iter()
-        .filter(|c| allowed(&c.pool.name_any(), DisruptionReason::Underutilized) > 0)
+        .filter(|c| !taken.contains(&c.claim.name_any()))
         .filter_map(|c| Some((c, position(c)?)));
-    let (command, refusals) = first_of(
-        Method::SingleNode,
-        DisruptionReason::Underutilized,
+    let (mut singles, refusals) = each_alone(
+        (Method::SingleNode, DisruptionReason::Underutilized),
         base,
         &mut search,
         each,
+        &mut room,
     );
-    (command.into_iter().collect(), refusals)
+    // Each replacement was judged against its pool's limits alone: in a pool with limits, one a
+    // pass.
+    let mut replacing: BTreeSet<String> = commands.iter().filter_map(limited_replacement).collect();
+    singles.retain(|c| limited_replacement(c).is_none_or(|pool| replacing.insert(pool)));
+    // After a multi-node command, the search had its nodes closed: a refusal may be only that.
+    let refusals = if commands.is_empty() { refusals } else { Vec::new() };
+    commands.extend(singles);
+    (commands, refusals)
+}
+
+/// The pool of `command`'s replacement, when it launches one in a pool with limits.
+fn limited_replacement(command: &Command) -> Option<String> {
+    let pool = &command.candidates.first()?.pool;
+    (matches!(command.decision, Decision::Replace(_)) && !pool.spec.limits.is_empty())
+        .then(|| pool.name_any())
 }
 
 fn underutilized_policy(candidate: &Candidate) -> bool {
@@ -194,38 +218,21 @@ fn drift(
         .filter_map(|c| Some((*c, prepare(c, base)?)))
         .unzip();
     let mut search = search(Method::Drift, base, &prepared);
-    let mut left: BTreeMap<String, u32> = BTreeMap::new();
-    let mut commands = Vec::new();
-    for (position, candidate) in known.into_iter().enumerate() {
-        let pool = candidate.pool.name_any();
-        let room = left
-            .entry(pool.clone())
-            .or_insert_with(|| allowed(&pool, DisruptionReason::Drifted));
-        if *room == 0 {
-            continue;
-        }
-        match answer(Method::Drift, &mut search, &[position]) {
-            Ok((decision, onto)) => {
-                *room -= 1;
-                // The pods this command counted on stay where they are until it is done: the
-                // candidates after it move nothing onto its node or the room it took.
-                let mut closed = onto.clone();
-                closed.push(prepared[position].node);
-                search.close(&closed);
-                commands.push(Command {
-                    method: Method::Drift,
-                    reason: DisruptionReason::Drifted,
-                    candidates: vec![candidate.clone()],
-                    decision,
-                    onto: node_names(base, &onto),
-                });
-            }
-            Err(refusal) => tracing::info!(
-                nodeclaim = candidate.claim.name_any(),
-                %refusal,
-                "drifted node cannot be replaced yet"
-            ),
-        }
+    let mut room = Room::new(|pool| allowed(pool, DisruptionReason::Drifted));
+    let each = known.into_iter().enumerate().map(|(position, c)| (c, position));
+    let (commands, refusals) = each_alone(
+        (Method::Drift, DisruptionReason::Drifted),
+        base,
+        &mut search,
+        each,
+        &mut room,
+    );
+    for (candidate, refusal) in refusals {
+        tracing::info!(
+            nodeclaim = candidate.claim.name_any(),
+            %refusal,
+            "drifted node cannot be replaced yet"
+        );
     }
     commands
 }
@@ -288,20 +295,42 @@ fn answer(
 
 /// The candidates, in order, that their pools' budgets leave room for.
 fn within_budgets<'a>(candidates: &[&'a Candidate], allowed: impl Fn(&str) -> u32) -> Vec<&'a Candidate> {
-    let mut left: BTreeMap<String, u32> = BTreeMap::new();
-    candidates
-        .iter()
-        .copied()
-        .filter(|c| {
-            let pool = c.pool.name_any();
-            let room = left.entry(pool.clone()).or_insert_with(|| allowed(&pool));
-            let fits = *room > 0;
-            if fits {
-                *room -= 1;
-            }
-            fits
-        })
-        .collect()
+    let mut room = Room::new(allowed);
+    candidates.iter().copied().filter(|c| room.take(c)).collect()
+}
+
+/// What each NodePool's budget leaves for the commands of one pass, counted down as they take it.
+struct Room<F> {
+    left: BTreeMap<String, u32>,
+    allowed: F,
+}
+
+impl<F: Fn(&str) -> u32> Room<F> {
+    /// Room as `allowed` gives it per pool.
+    fn new(allowed: F) -> Self {
+        Self {
+            left: BTreeMap::new(),
+            allowed,
+        }
+    }
+
+    /// What is left in `candidate`'s pool.
+    fn left(&mut self, candidate: &Candidate) -> &mut u32 {
+        let allowed = &self.allowed;
+        self.left
+            .entry(candidate.pool.name_any())
+            .or_insert_with_key(|pool| allowed(pool))
+    }
+
+    /// Whether `candidate`'s pool has room for it; if so, it is taken.
+    fn take(&mut self, candidate: &Candidate) -> bool {
+        let left = self.left(candidate);
+        let fits = *left > 0;
+        if fits {
+            *left -= 1;
+        }
+        fits
+    }
 }
 
 /// A candidate in the search's terms, or `None` when its node is not in the base or one of its
@@ -357,6 +386,14 @@ fn multi_node(
     let (count, _) = best?;
     // Asked once more for where the pods went, which the binary search does not keep.
     let (decision, onto) = answer(Method::MultiNode, search, &order[..count]).ok()?;
+    // Closed to the single-node commands beside it, as they are to one another.
+    let mut closed = onto.clone();
+    closed.extend(
+        candidates[..count]
+            .iter()
+            .filter_map(|c| base.positions.get(&c.node_name())),
+    );
+    search.close(&closed);
     Some(Command {
         method: Method::MultiNode,
         reason: DisruptionReason::Underutilized,
@@ -366,32 +403,47 @@ fn multi_node(
     })
 }
 
-/// Of `candidates` (each with its position in `search`), the first that `method` can remove
-/// alone, as a command for `reason`; the refusals of those before it.
-fn first_of<'c>(
-    method: Method,
-    reason: DisruptionReason,
+/// Of `candidates` (each with its position in `search`), every one that `method` can remove
+/// alone and `room` leaves room for, each as its own command for `reason`. The pods a command
+/// counted on stay where they are until it is done: its node and the nodes it counted on are
+/// closed to the candidates after it, so no two count on the same room. With the commands, the
+/// refusals of the candidates looked at before the first (after it, a refusal may only mean that
+/// an earlier command took the room).
+fn each_alone<'c, F: Fn(&str) -> u32>(
+    (method, reason): (Method, DisruptionReason),
     base: &Base<'_>,
     search: &mut Search<'_>,
     candidates: impl IntoIterator<Item = (&'c Candidate, usize)>,
-) -> (Option<Command>, Vec<(Candidate, Refusal)>) {
+    room: &mut Room<F>,
+) -> (Vec<Command>, Vec<(Candidate, Refusal)>) {
+    let mut commands = Vec::new();
     let mut refusals = Vec::new();
     for (candidate, position) in candidates {
+        if *room.left(candidate) == 0 {
+            continue;
+        }
         match answer(method, search, &[position]) {
             Ok((decision, onto)) => {
-                let command = Command {
+                *room.left(candidate) -= 1;
+                let mut closed = onto.clone();
+                closed.extend(base.positions.get(&candidate.node_name()));
+                search.close(&closed);
+                commands.push(Command {
                     method,
                     reason,
                     candidates: vec![candidate.clone()],
                     decision,
                     onto: node_names(base, &onto),
-                };
-                return (Some(command), refusals);
+                });
             }
-            Err(refusal) => refusals.push((candidate.clone(), refusal)),
+            Err(refusal) => {
+                if commands.is_empty() {
+                    refusals.push((candidate.clone(), refusal));
+                }
+            }
         }
     }
-    (None, refusals)
+    (commands, refusals)
 }
 
 /// Whether `previous`, an emptiness or consolidation command (drift is not validated), still

@@ -9,9 +9,10 @@
 //! 3. tries the methods in Karpenter's order ([`methods`]), unless nothing they depend on changed
 //!    since a pass that found nothing ([`memo`]); a node that cannot go is told why
 //!    (`Unconsolidatable`), a blocked one too (`DisruptionBlocked`);
-//! 4. for emptiness and consolidation (not drift, as Karpenter), waits [`VALIDATION_DELAY`] and
-//!    decides again over fresh state: the same candidates must still be candidates, within
-//!    budgets, with the same outcome, or nothing happens;
+//! 4. for emptiness and consolidation (not drift, as Karpenter), waits [`VALIDATION_DELAY`] (once
+//!    for all the pass's commands) and decides each again over fresh state, the ones validated
+//!    before it already in flight: the same candidates must still be candidates, within budgets,
+//!    with the same outcome, or nothing happens;
 //! 5. starts each command ([`orchestrate`]: taint, launch and wait for the replacements, delete; a
 //!    failure rolls it back) and goes on at once: commands run side by side, each holding its
 //!    candidates and the room it counted on ([`in_flight`]) until it is done, and the budgets,
@@ -45,7 +46,7 @@ use kube::ResourceExt;
 
 use self::{
     candidates::{Collected, PoolTypes},
-    in_flight::{Held, Holding, InFlight},
+    in_flight::{Held, Holding, InFlight, Ticket},
     methods::{Base, Command, Method},
 };
 use crate::{
@@ -124,8 +125,8 @@ impl DisruptionPlanner {
                     // Budgets may allow more: look again at once.
                     planner.fold.start();
                 }
-                for planned in started {
-                    planner.start(planned, ctx);
+                for (planned, ticket) in started {
+                    planner.start(planned, ticket, ctx);
                 }
                 if planner.fold.finish() {
                     planner.run(ctx);
@@ -134,15 +135,10 @@ impl DisruptionPlanner {
         ));
     }
 
-    /// Starts carrying out `planned` beside the commands in flight. Its end asks for no pass of
-    /// its own: the next periodic one sees the budget it freed, where a pass per end would cost a
-    /// look at the whole cluster per disrupted node.
-    fn start(&mut self, planned: Planned, ctx: &mut Context<Self>) {
-        let ticket = self.in_flight.start(Held {
-            candidates: planned.command.claim_names(),
-            onto: planned.command.onto.clone(),
-            replacements: Vec::new(),
-        });
+    /// Carries out `planned`, in flight under `ticket`, beside the commands in flight. Its end
+    /// asks for no pass of its own: the next periodic one sees the budget it freed, where a pass
+    /// per end would cost a look at the whole cluster per disrupted node.
+    fn start(&mut self, planned: Planned, ticket: Ticket, ctx: &mut Context<Self>) {
         let shared = self.shared.clone();
         ctx.spawn(async move { orchestrate::run(&shared, planned, &ticket).await }.into_actor(self));
     }
@@ -174,14 +170,14 @@ pub struct Planned {
     pub replacements: Vec<NodeClaim>,
 }
 
-/// One pass (see the module docs): the commands to start.
+/// One pass (see the module docs): the commands to start, each already in flight.
 async fn pass(
     shared: Shared,
     clean: bool,
     memo: SharedMemo,
     checks: drift::SharedChecks,
     in_flight: InFlight,
-) -> Vec<Planned> {
+) -> Vec<(Planned, Ticket)> {
     shared.read.synced().await;
     if clean {
         orchestrate::remove_stale_taints(&shared).await;
@@ -193,52 +189,70 @@ async fn pass(
     let (now, to_validate): (Vec<Planned>, Vec<Planned>) = decided
         .into_iter()
         .partition(|planned| planned.command.method == Method::Drift);
-    for planned in &now {
+    let mut started = Vec::new();
+    for planned in now {
         tracing::info!(
             method = planned.command.method.name(),
             candidates = ?planned.command.claim_names(),
             "disruption decided"
         );
+        let ticket = hold(&in_flight, &planned.command);
+        started.push((planned, ticket));
     }
-    let mut started = now;
+    if to_validate.is_empty() {
+        return started;
+    }
+    for planned in &to_validate {
+        let command = &planned.command;
+        tracing::info!(
+            method = command.method.name(),
+            candidates = ?command.claim_names(),
+            savings_per_hour = command.savings(),
+            "disruption decided; validating in {}s",
+            VALIDATION_DELAY.as_secs()
+        );
+    }
+    // One wait for the pass's commands, then each decided again in turn, the ones validated
+    // before it already in flight: no two count on the same room.
+    tokio::time::sleep(VALIDATION_DELAY).await;
     for planned in to_validate {
-        started.extend(validate(&shared, planned, &memo, &in_flight).await);
+        if let Some(validated) = validate(&shared, &planned.command, &memo, &in_flight).await {
+            let ticket = hold(&in_flight, &validated.command);
+            started.push((validated, ticket));
+        }
     }
     started
 }
 
-/// Waits [`VALIDATION_DELAY`] and decides `planned` again: the command as it stands then, or
-/// `None` when it no longer holds.
+/// Puts `command` in flight: what it holds stays out of later decisions until the ticket drops.
+fn hold(in_flight: &InFlight, command: &Command) -> Ticket {
+    in_flight.start(Held {
+        candidates: command.claim_names(),
+        onto: command.onto.clone(),
+        replacements: Vec::new(),
+    })
+}
+
+/// Decides `previous` again, after [`VALIDATION_DELAY`]: the command as it stands now, or `None`
+/// when it no longer holds.
 async fn validate(
     shared: &Shared,
-    planned: Planned,
+    previous: &Command,
     memo: &SharedMemo,
     in_flight: &InFlight,
 ) -> Option<Planned> {
-    let command = &planned.command;
-    tracing::info!(
-        method = command.method.name(),
-        candidates = ?command.claim_names(),
-        savings_per_hour = command.savings(),
-        "disruption decided; validating in {}s",
-        VALIDATION_DELAY.as_secs()
-    );
-    tokio::time::sleep(VALIDATION_DELAY).await;
-    match decide(shared, Some(&planned.command), memo, None, in_flight)
-        .await
-        .pop()
-    {
+    match decide(shared, Some(previous), memo, None, in_flight).await.pop() {
         Some(validated) => Some(validated),
         None => {
             tracing::info!(
-                candidates = ?planned.command.claim_names(),
+                candidates = ?previous.claim_names(),
                 "disruption abandoned: the cluster changed and the decision no longer holds"
             );
             shared
                 .metrics
                 .disruption_failed_validations
                 .get_or_create(&ConsolidationTypeLabels {
-                    consolidation_type: planned.command.method.consolidation_type().to_owned(),
+                    consolidation_type: previous.method.consolidation_type().to_owned(),
                 })
                 .inc();
             None
