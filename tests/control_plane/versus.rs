@@ -1,6 +1,7 @@
 //! Joist beside Karpenter: `joist bench versus-karpenter` runs the suite's basic workload, at a
-//! fiftieth of its pods and with a 20 s quiet period, with Karpenter v1.14.1's KWOK controller
-//! (built by `scripts/karpenter-kwok`) on one fresh control plane and `joist run` on another.
+//! tenth of its pods (100, then 70) and with a 20 s quiet period, with Karpenter v1.14.1's KWOK
+//! controller (built by `scripts/karpenter-kwok`) on one fresh control plane, `joist run` on
+//! another, and the same pods on Karpenter's nodes created up front on a third (the floor).
 
 use std::process::Command;
 
@@ -25,7 +26,7 @@ fn karpenter_and_joist_run_the_same_workload_on_the_real_control_plane_and_both_
             "--workload",
             "basic",
             "--scale",
-            "0.02",
+            "0.1",
         ])
         .args(["--quiet", "20", "--html"])
         .arg(&html)
@@ -51,6 +52,11 @@ fn karpenter_and_joist_run_the_same_workload_on_the_real_control_plane_and_both_
             "{controller}:\n{printed}"
         );
         assert!(figure(&printed, &format!("basic {controller} peak memory")) > 0.0);
+        // No controller runs the pods faster than nodes that were there before them.
+        assert!(
+            figure(&printed, "basic floor step 1 scale-out seconds") < step(1, "scale-out", "seconds"),
+            "{controller}:\n{printed}"
+        );
     }
     let ratio = printed
         .lines()

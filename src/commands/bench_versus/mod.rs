@@ -18,12 +18,16 @@
 //! Printed, per workload and controller: each phase's seconds, nodes and cost per hour at its end;
 //! the controller's peak resident memory and CPU seconds over the workload (`/proc`), and pods
 //! ever evicted through the Eviction API. Then, per workload,
+//! each scale-out's floor, the seconds the control plane itself takes to run its pods on nodes
+//! created up front ([`floor`]: copies of Karpenter's nodes at its largest scale-out), and
 //! `ratio WORKLOAD time T memory M cpu C cost K`: Joist's figure divided by Karpenter's, where time
-//! is the sum of the phases less their floor (the NodePool's 30 s `consolidateAfter` in each
-//! consolidation phase, which neither controller may cut), and cost the cost per hour at the end.
+//! is the sum of the phases less their floor (that measured one for a scale-out; the NodePool's
+//! 30 s `consolidateAfter` for a consolidation, which neither controller may cut), and cost the
+//! cost per hour at the end.
 //! `--html FILE` writes a page with both timelines (nodes and pending pods) on one chart per
 //! workload.
 
+mod floor;
 mod observe;
 mod page;
 mod peers;
@@ -37,6 +41,7 @@ use std::{
     time::Duration,
 };
 
+use k8s_openapi::api::core::v1::Node;
 use kube::{
     Api,
     api::{DynamicObject, Patch, PatchParams},
@@ -111,17 +116,17 @@ pub struct Run {
     pub evicted: usize,
     /// The timeline.
     pub samples: Vec<Sample>,
+    /// Its nodes at the end of its largest scale-out.
+    pub peak_nodes: Vec<Node>,
 }
 
 impl Run {
-    /// The phases' seconds less their floors.
-    fn time_above_floor(&self) -> f64 {
+    /// The phases' seconds less their `floors`.
+    fn time_above_floor(&self, floors: &[f64]) -> f64 {
         self.phases
             .iter()
-            .map(|p| match p.phase {
-                Phase::ScaleDown => (p.seconds - CONSOLIDATE_AFTER).max(0.0),
-                Phase::ScaleOut | Phase::Drift => p.seconds,
-            })
+            .zip(floors)
+            .map(|(phase, floor)| (phase.seconds - floor).max(0.0))
             .sum()
     }
 
@@ -163,25 +168,32 @@ pub fn run(options: &Options, out: &mut dyn io::Write) -> Result<ExitCode, Comma
     let prices = Arc::new(Prices::read(&catalog).map_err(start)?);
     let runtime = super::runtime()?;
     let dir = std::env::temp_dir().join(format!("joist-bench-versus-{}", std::process::id()));
+    // Each run's own directory, named after the workload and who runs it.
+    let setup = |workload: &str, who: &str| Setup {
+        scripts: &scripts,
+        catalog: &catalog,
+        joist: &joist,
+        dir: dir.join(format!("{workload}-{who}")),
+        prices: prices.clone(),
+        quiet: options.quiet as f64,
+    };
     let mut results = Vec::new();
     for workload in &chosen {
         let mut runs = Vec::new();
         for contender in [Contender::Karpenter, Contender::Joist] {
-            let setup = Setup {
-                scripts: &scripts,
-                catalog: &catalog,
-                joist: &joist,
-                dir: &dir.join(format!("{}-{}", workload.name, contender.name())),
-                prices: prices.clone(),
-                quiet: options.quiet as f64,
-            };
             let run = runtime
-                .block_on(one(workload, contender, &setup))
+                .block_on(one(workload, contender, &setup(workload.name, contender.name())))
                 .map_err(start)?;
             print_run(workload.name, &run, out).map_err(CommandError::stdout)?;
             runs.push(run);
         }
-        print_ratio(workload.name, &runs[0], &runs[1], out).map_err(CommandError::stdout)?;
+        // Karpenter's nodes, the reference, made up front.
+        let nodes = floor::up_front(&runs[0].peak_nodes);
+        let floors = runtime
+            .block_on(floor::measure(workload, &nodes, &setup(workload.name, "floor")))
+            .map_err(start)?;
+        print_floors(workload, &floors, out).map_err(CommandError::stdout)?;
+        print_ratio(workload.name, &runs[0], &runs[1], &floors, out).map_err(CommandError::stdout)?;
         results.push((workload.name, runs));
     }
     // Kept on failure, for the logs.
@@ -200,7 +212,7 @@ struct Setup<'a> {
     scripts: &'a Path,
     catalog: &'a Path,
     joist: &'a Path,
-    dir: &'a Path,
+    dir: PathBuf,
     prices: Arc<Prices>,
     quiet: f64,
 }
@@ -241,6 +253,7 @@ async fn one(workload: &Workload, contender: Contender, setup: &Setup<'_>) -> Re
     let mut observer = Observer::new(&client, setup.prices.clone());
     let began = tokio::time::Instant::now();
     let mut phases = Vec::new();
+    let mut peak_nodes = Vec::new();
     for step in &workload.steps {
         if step.phase == Phase::Drift {
             let until = began.elapsed() + BEFORE_DRIFT;
@@ -262,13 +275,9 @@ async fn one(workload: &Workload, contender: Contender, setup: &Setup<'_>) -> Re
                 .await
                 .map_err(failed_to("annotating the NodePool's template to drift it"))?;
         }
-        let ended = wait(
-            step,
-            &mut observer,
-            (&began, started),
-            setup.quiet,
-            &mut controller,
-        )
+        let ended = wait(step, &mut observer, (&began, started), setup.quiet, &mut || {
+            controller.ended()
+        })
         .await?
         .ok_or_else(|| {
             stopped(format!(
@@ -279,6 +288,12 @@ async fn one(workload: &Workload, contender: Contender, setup: &Setup<'_>) -> Re
                 PHASE_DEADLINE.as_secs()
             ))
         })?;
+        if step.phase == Phase::ScaleOut {
+            let nodes = observer.nodes().await?;
+            if nodes.len() > peak_nodes.len() {
+                peak_nodes = nodes;
+            }
+        }
         let last = observer.samples.last().cloned().unwrap_or_default();
         phases.push(PhaseResult {
             phase: step.phase,
@@ -297,18 +312,19 @@ async fn one(workload: &Workload, contender: Contender, setup: &Setup<'_>) -> Re
         cpu,
         evicted: observer.evicted(),
         samples: std::mem::take(&mut observer.samples),
+        peak_nodes,
     })
 }
 
 /// Waits for `step`, started `started` seconds after `began`, to end (a consolidation after
 /// `quiet` seconds without a disruption); when it ended, in seconds since `began`, or `None` past
-/// the deadline or when the controller ended.
+/// the deadline or once `ended` (the controller's process) says so.
 async fn wait(
     step: &Step,
     observer: &mut Observer,
     (began, started): (&tokio::time::Instant, f64),
     quiet: f64,
-    controller: &mut super::bench_controller::Process,
+    ended: &mut dyn FnMut() -> bool,
 ) -> Result<Option<f64>, BenchError> {
     let before = observer.names.clone();
     let pods = step.pods as usize;
@@ -316,7 +332,7 @@ async fn wait(
     let (mut settled, mut last_disruption) = (None::<f64>, started);
     loop {
         let at = began.elapsed().as_secs_f64();
-        if at - started > PHASE_DEADLINE.as_secs_f64() || controller.ended() {
+        if at - started > PHASE_DEADLINE.as_secs_f64() || ended() {
             return Ok(None);
         }
         let sample = observer.sample(at).await?;
@@ -387,8 +403,31 @@ fn print_run(workload: &str, run: &Run, out: &mut dyn io::Write) -> io::Result<(
     writeln!(out, "{who} evicted {}", run.evicted)
 }
 
-/// `ratio WORKLOAD time T memory M cpu C cost K`: Joist's figures over Karpenter's.
-fn print_ratio(workload: &str, karpenter: &Run, joist: &Run, out: &mut dyn io::Write) -> io::Result<()> {
+/// The floor of each step of `workload` that has one measured: its scale-outs.
+fn print_floors(workload: &Workload, floors: &[f64], out: &mut dyn io::Write) -> io::Result<()> {
+    for (i, (step, floor)) in workload.steps.iter().zip(floors).enumerate() {
+        if step.phase == Phase::ScaleOut {
+            let phase = step.phase.name();
+            writeln!(
+                out,
+                "{} floor step {} {phase} seconds {floor:.1}",
+                workload.name,
+                i + 1
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// `ratio WORKLOAD time T memory M cpu C cost K`: Joist's figures over Karpenter's, times less
+/// each step's floor.
+fn print_ratio(
+    workload: &str,
+    karpenter: &Run,
+    joist: &Run,
+    floors: &[f64],
+    out: &mut dyn io::Write,
+) -> io::Result<()> {
     let ratio = |ours: Option<f64>, theirs: Option<f64>| match (ours, theirs) {
         (Some(ours), Some(theirs)) if theirs > 0.0 => format!("{:.2}", ours / theirs),
         _ => "unknown".to_owned(),
@@ -397,7 +436,10 @@ fn print_ratio(workload: &str, karpenter: &Run, joist: &Run, out: &mut dyn io::W
     writeln!(
         out,
         "ratio {workload} time {} memory {} cpu {} cost {}",
-        ratio(Some(joist.time_above_floor()), Some(karpenter.time_above_floor())),
+        ratio(
+            Some(joist.time_above_floor(floors)),
+            Some(karpenter.time_above_floor(floors))
+        ),
         ratio(memory(joist), memory(karpenter)),
         ratio(joist.cpu, karpenter.cpu),
         ratio(Some(joist.cost()), Some(karpenter.cost())),

@@ -129,6 +129,16 @@ impl Observer {
             .len()
     }
 
+    /// The controller's nodes now.
+    pub async fn nodes(&self) -> Result<Vec<Node>, BenchError> {
+        let nodes = self
+            .nodes
+            .list(&ListParams::default().labels(labels::NODEPOOL))
+            .await
+            .map_err(failed_to("listing the controller's nodes"))?;
+        Ok(nodes.items)
+    }
+
     /// Looks at the cluster now, `at` seconds into the workload, and keeps the sample.
     pub async fn sample(&mut self, at: f64) -> Result<&Sample, BenchError> {
         let cached = ListParams::default().match_any();
