@@ -1,9 +1,10 @@
 //! The floor the control plane itself sets under a workload: what no node autoscaler can cut.
 //!
 //! The same Deployments, applied the same way, on a fresh control plane whose nodes were created
-//! up front: copies of the nodes a controller had at the end of its largest scale-out (name,
-//! labels, capacity and allocatable, and KWOK's annotation so KWOK plays their kubelet), made
-//! Ready before the first step. A scale-out's floor is the seconds until every pod is Running
+//! up front: two copies of each node a controller had at the end of its largest scale-out (labels,
+//! capacity and allocatable, and KWOK's annotation so KWOK plays their kubelet), made Ready before
+//! the first step. Two, because the scheduler spreads pods where a node autoscaler packs them: on
+//! the controller's nodes alone, some of its large pods found no node with room left. A scale-out's floor is the seconds until every pod is Running
 //! there: the Deployment controller creating the pods, the scheduler binding them, KWOK starting
 //! them. A consolidation's floor is the NodePool's `consolidateAfter`; a drift has none. Nodes that
 //! KWOK has not made Ready within two minutes stop the benchmark with the count.
@@ -31,28 +32,39 @@ const READY_WITHIN: Duration = Duration::from_secs(120);
 /// The taint the node lifecycle controller keeps on a node until it is Ready.
 const NOT_READY: &str = "node.kubernetes.io/not-ready";
 
-/// Copies of `nodes` to create up front: their names, labels and resources, managed by KWOK.
+/// How many copies of each node are created up front.
+const COPIES: usize = 2;
+
+/// The label that names a node's host.
+const HOSTNAME: &str = "kubernetes.io/hostname";
+
+/// Copies of `nodes` to create up front, [`COPIES`] of each: their labels and resources, under
+/// names of their own, managed by KWOK.
 pub fn up_front(nodes: &[Node]) -> Vec<Node> {
     let (key, value) = joist_provider_sim::kwok::KWOK_NODE;
+    let copy = |node: &Node, n: usize| {
+        let name = format!("{}-{n}", node.metadata.name.as_deref().unwrap_or("node"));
+        let mut labels = node.metadata.labels.clone().unwrap_or_default();
+        labels.insert(HOSTNAME.to_owned(), name.clone());
+        let status = node.status.clone().unwrap_or_default();
+        Node {
+            metadata: ObjectMeta {
+                name: Some(name),
+                labels: Some(labels),
+                annotations: Some([(key.to_owned(), value.to_owned())].into()),
+                ..ObjectMeta::default()
+            },
+            spec: None,
+            status: Some(NodeStatus {
+                capacity: status.capacity,
+                allocatable: status.allocatable,
+                ..NodeStatus::default()
+            }),
+        }
+    };
     nodes
         .iter()
-        .map(|node| {
-            let status = node.status.clone().unwrap_or_default();
-            Node {
-                metadata: ObjectMeta {
-                    name: node.metadata.name.clone(),
-                    labels: node.metadata.labels.clone(),
-                    annotations: Some([(key.to_owned(), value.to_owned())].into()),
-                    ..ObjectMeta::default()
-                },
-                spec: None,
-                status: Some(NodeStatus {
-                    capacity: status.capacity,
-                    allocatable: status.allocatable,
-                    ..NodeStatus::default()
-                }),
-            }
-        })
+        .flat_map(|node| (1..=COPIES).map(move |n| copy(node, n)))
         .collect()
 }
 
@@ -141,27 +153,34 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_node_created_up_front_keeps_name_labels_and_resources_and_is_kwoks() {
+    fn a_node_is_created_up_front_twice_with_its_labels_and_resources_and_is_kwoks() {
         let node: Node = serde_json::from_value(serde_json::json!({
-            "metadata": {"name": "kwok-a", "labels": {"kubernetes.io/hostname": "kwok-a"},
+            "metadata": {"name": "kwok-a", "labels": {"kubernetes.io/hostname": "kwok-a", "zone": "z"},
                          "annotations": {"karpenter.sh/nodepool-hash": "1"}, "uid": "u"},
             "spec": {"providerID": "kwok://kwok-a", "taints": [{"key": "karpenter.sh/disrupted", "effect": "NoSchedule"}]},
             "status": {"capacity": {"cpu": "4"}, "allocatable": {"cpu": "3900m"},
                        "conditions": [{"type": "Ready", "status": "True"}]}
         }))
         .expect("a node");
-        let copy = &up_front(&[node])[0];
-        assert_eq!(copy.metadata.name.as_deref(), Some("kwok-a"));
-        let labels = copy.metadata.labels.clone().unwrap_or_default();
-        assert_eq!(labels["kubernetes.io/hostname"], "kwok-a");
-        assert_eq!(
-            copy.metadata.annotations,
-            Some([("kwok.x-k8s.io/node".to_owned(), "fake".to_owned())].into())
-        );
-        assert!(copy.metadata.uid.is_none() && copy.spec.is_none());
-        let status = copy.status.clone().unwrap_or_default();
-        assert_eq!(status.allocatable.unwrap_or_default()["cpu"].0, "3900m");
-        assert!(status.conditions.is_none(), "KWOK writes the conditions");
-        assert!(!is_ready(copy));
+        let copies = up_front(&[node]);
+        let names: Vec<_> = copies
+            .iter()
+            .map(|c| c.metadata.name.clone().unwrap_or_default())
+            .collect();
+        assert_eq!(names, ["kwok-a-1", "kwok-a-2"]);
+        for (copy, name) in copies.iter().zip(&names) {
+            let labels = copy.metadata.labels.clone().unwrap_or_default();
+            assert_eq!(labels["kubernetes.io/hostname"], *name, "its own host");
+            assert_eq!(labels["zone"], "z");
+            assert_eq!(
+                copy.metadata.annotations,
+                Some([("kwok.x-k8s.io/node".to_owned(), "fake".to_owned())].into())
+            );
+            assert!(copy.metadata.uid.is_none() && copy.spec.is_none());
+            let status = copy.status.clone().unwrap_or_default();
+            assert_eq!(status.allocatable.unwrap_or_default()["cpu"].0, "3900m");
+            assert!(status.conditions.is_none(), "KWOK writes the conditions");
+            assert!(!is_ready(copy));
+        }
     }
 }

@@ -19,7 +19,8 @@
 //! the controller's peak resident memory and CPU seconds over the workload (`/proc`), and pods
 //! ever evicted through the Eviction API. Then, per workload,
 //! each scale-out's floor, the seconds the control plane itself takes to run its pods on nodes
-//! created up front ([`floor`]: copies of Karpenter's nodes at its largest scale-out), and
+//! created up front ([`floor`]: two copies of each of Karpenter's nodes at its largest scale-out),
+//! and
 //! `ratio WORKLOAD time T memory M cpu C cost K`: Joist's figure divided by Karpenter's, where time
 //! is the sum of the phases less their floor (that measured one for a scale-out; the NodePool's
 //! 30 s `consolidateAfter` for a consolidation, which neither controller may cut), and cost the
