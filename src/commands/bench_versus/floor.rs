@@ -21,7 +21,7 @@ use super::{
     CONSOLIDATE_AFTER, Setup, TICK,
     observe::Observer,
     peers::ControlPlane,
-    wait,
+    poll, wait,
     workloads::{Phase, Workload},
 };
 use crate::commands::bench_controller::{BenchError, apply, client, failed_to};
@@ -39,11 +39,13 @@ const COPIES: usize = 2;
 const HOSTNAME: &str = "kubernetes.io/hostname";
 
 /// Copies of `nodes` to create up front, [`COPIES`] of each: their labels and resources, under
-/// names of their own, managed by KWOK.
+/// short names of their own (`floor-7-2`, the second copy of the seventh node; a name is also the
+/// hostname label's value, at most 63 bytes, and Karpenter's KWOK nodes have names of 62), managed
+/// by KWOK.
 pub fn up_front(nodes: &[Node]) -> Vec<Node> {
     let (key, value) = joist_provider_sim::kwok::KWOK_NODE;
-    let copy = |node: &Node, n: usize| {
-        let name = format!("{}-{n}", node.metadata.name.as_deref().unwrap_or("node"));
+    let copy = |(index, node): (usize, &Node), n: usize| {
+        let name = format!("floor-{}-{n}", index + 1);
         let mut labels = node.metadata.labels.clone().unwrap_or_default();
         labels.insert(HOSTNAME.to_owned(), name.clone());
         let status = node.status.clone().unwrap_or_default();
@@ -64,6 +66,7 @@ pub fn up_front(nodes: &[Node]) -> Vec<Node> {
     };
     nodes
         .iter()
+        .enumerate()
         .flat_map(|node| (1..=COPIES).map(move |n| copy(node, n)))
         .collect()
 }
@@ -110,27 +113,26 @@ pub async fn measure(workload: &Workload, nodes: &[Node], setup: &Setup<'_>) -> 
 
 /// Waits until `count` nodes are Ready and untainted.
 async fn ready(api: &Api<Node>, count: usize) -> Result<(), BenchError> {
-    let by = tokio::time::Instant::now() + READY_WITHIN;
-    loop {
+    let mut ready = 0;
+    let all = poll(READY_WITHIN, TICK, async || {
         let nodes = api
             .list(&ListParams::default())
             .await
             .map_err(failed_to("listing the nodes created up front"))?;
-        let ready = nodes.items.iter().filter(|node| is_ready(node)).count();
-        if ready >= count {
-            return Ok(());
-        }
-        if tokio::time::Instant::now() > by {
-            return Err(BenchError::Script {
-                script: "kwok".into(),
-                message: format!(
-                    "{ready} of {count} nodes created up front Ready within {}s",
-                    READY_WITHIN.as_secs()
-                ),
-            });
-        }
-        tokio::time::sleep(TICK).await;
+        ready = nodes.items.iter().filter(|node| is_ready(node)).count();
+        Ok(ready >= count)
+    })
+    .await?;
+    if all {
+        return Ok(());
     }
+    Err(BenchError::Script {
+        script: "kwok".into(),
+        message: format!(
+            "{ready} of {count} nodes created up front Ready within {}s",
+            READY_WITHIN.as_secs()
+        ),
+    })
 }
 
 /// Whether `node` is Ready and free of the not-ready taint.
@@ -154,10 +156,12 @@ mod tests {
 
     #[test]
     fn a_node_is_created_up_front_twice_with_its_labels_and_resources_and_is_kwoks() {
+        // A name as long as Karpenter's KWOK nodes get: with a suffix, no hostname label.
+        let long = "kwok-default-mm9d2-gargoylesnapdragon-62-lsr99piuxk-1332384752";
         let node: Node = serde_json::from_value(serde_json::json!({
-            "metadata": {"name": "kwok-a", "labels": {"kubernetes.io/hostname": "kwok-a", "zone": "z"},
+            "metadata": {"name": long, "labels": {"kubernetes.io/hostname": long, "zone": "z"},
                          "annotations": {"karpenter.sh/nodepool-hash": "1"}, "uid": "u"},
-            "spec": {"providerID": "kwok://kwok-a", "taints": [{"key": "karpenter.sh/disrupted", "effect": "NoSchedule"}]},
+            "spec": {"providerID": "kwok://n", "taints": [{"key": "karpenter.sh/disrupted", "effect": "NoSchedule"}]},
             "status": {"capacity": {"cpu": "4"}, "allocatable": {"cpu": "3900m"},
                        "conditions": [{"type": "Ready", "status": "True"}]}
         }))
@@ -167,7 +171,7 @@ mod tests {
             .iter()
             .map(|c| c.metadata.name.clone().unwrap_or_default())
             .collect();
-        assert_eq!(names, ["kwok-a-1", "kwok-a-2"]);
+        assert_eq!(names, ["floor-1-1", "floor-1-2"]);
         for (copy, name) in copies.iter().zip(&names) {
             let labels = copy.metadata.labels.clone().unwrap_or_default();
             assert_eq!(labels["kubernetes.io/hostname"], *name, "its own host");

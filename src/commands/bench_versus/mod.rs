@@ -238,16 +238,16 @@ async fn one(workload: &Workload, contender: Contender, setup: &Setup<'_>) -> Re
     };
     apply(&client, &peers::node_pool(contender)).await?;
     let node_pools = node_pools(&client);
-    let ready_by = tokio::time::Instant::now() + READY_WITHIN;
-    while !pool_ready(&node_pools).await? {
-        if controller.ended() || tokio::time::Instant::now() > ready_by {
-            return Err(stopped(format!(
-                "{} did not make the NodePool Ready within {}s",
-                contender.name(),
-                READY_WITHIN.as_secs()
-            )));
-        }
-        tokio::time::sleep(TICK).await;
+    let ready = poll(READY_WITHIN, TICK, async || {
+        Ok(pool_ready(&node_pools).await? || controller.ended())
+    })
+    .await?;
+    if !ready || controller.ended() {
+        return Err(stopped(format!(
+            "{} did not make the NodePool Ready within {}s",
+            contender.name(),
+            READY_WITHIN.as_secs()
+        )));
     }
     let pid = controller.pid();
     let cpu_before = cpu_seconds_of(&pid);
@@ -289,11 +289,8 @@ async fn one(workload: &Workload, contender: Contender, setup: &Setup<'_>) -> Re
                 PHASE_DEADLINE.as_secs()
             ))
         })?;
-        if step.phase == Phase::ScaleOut {
-            let nodes = observer.nodes().await?;
-            if nodes.len() > peak_nodes.len() {
-                peak_nodes = nodes;
-            }
+        if step.phase == Phase::ScaleOut && observer.nodes_now.len() > peak_nodes.len() {
+            peak_nodes = observer.nodes_now.clone();
         }
         let last = observer.samples.last().cloned().unwrap_or_default();
         phases.push(PhaseResult {
@@ -379,6 +376,25 @@ async fn pool_ready(node_pools: &Api<DynamicObject>) -> Result<bool, BenchError>
             .as_array()
             .is_some_and(|c| c.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"))
     }))
+}
+
+/// Asks `check` every `tick` until it says yes (`true`) or `within` has passed (`false`); an
+/// error of `check` ends the wait with it.
+async fn poll(
+    within: Duration,
+    tick: Duration,
+    mut check: impl AsyncFnMut() -> Result<bool, BenchError>,
+) -> Result<bool, BenchError> {
+    let by = tokio::time::Instant::now() + within;
+    loop {
+        if check().await? {
+            return Ok(true);
+        }
+        if tokio::time::Instant::now() > by {
+            return Ok(false);
+        }
+        tokio::time::sleep(tick).await;
+    }
 }
 
 /// A figure that may be unknown (no `/proc`).

@@ -88,6 +88,8 @@ pub struct Observer {
     pub samples: Vec<Sample>,
     /// The controller's nodes at the last sample, by name (kept once, not in every sample).
     pub names: BTreeSet<String>,
+    /// The controller's nodes at the last sample.
+    pub nodes_now: Vec<Node>,
 }
 
 impl Observer {
@@ -118,6 +120,7 @@ impl Observer {
             watch,
             samples: Vec::new(),
             names: BTreeSet::new(),
+            nodes_now: Vec::new(),
         }
     }
 
@@ -127,16 +130,6 @@ impl Observer {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .len()
-    }
-
-    /// The controller's nodes now.
-    pub async fn nodes(&self) -> Result<Vec<Node>, BenchError> {
-        let nodes = self
-            .nodes
-            .list(&ListParams::default().labels(labels::NODEPOOL))
-            .await
-            .map_err(failed_to("listing the controller's nodes"))?;
-        Ok(nodes.items)
     }
 
     /// Looks at the cluster now, `at` seconds into the workload, and keeps the sample.
@@ -186,6 +179,7 @@ impl Observer {
             }
             self.names.insert(node.metadata.name.clone().unwrap_or_default());
         }
+        self.nodes_now = nodes.items;
         self.samples.push(sample);
         Ok(self.samples.last().expect("just pushed"))
     }

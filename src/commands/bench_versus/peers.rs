@@ -15,7 +15,10 @@ use std::{
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::{Api, api::PostParams};
 
-use super::super::bench_controller::{BenchError, Process, client, failed_to, free_port};
+use super::{
+    super::bench_controller::{BenchError, Process, client, failed_to, free_port},
+    poll,
+};
 
 /// The two controllers compared.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -260,11 +263,11 @@ async fn joist_crds(cluster: &ControlPlane) -> Result<(), BenchError> {
             .map_err(failed_to(format!("creating CRD {name}")))?;
         names.push(name);
     }
-    let by = tokio::time::Instant::now() + ESTABLISHED_WITHIN;
-    for name in names {
-        loop {
+    let mut waiting = names.as_slice();
+    let established = poll(ESTABLISHED_WITHIN, Duration::from_millis(200), async || {
+        while let Some((name, rest)) = waiting.split_first() {
             let crd = crds
-                .get(&name)
+                .get(name)
                 .await
                 .map_err(failed_to(format!("reading CRD {name}")))?;
             let established = crd
@@ -273,20 +276,22 @@ async fn joist_crds(cluster: &ControlPlane) -> Result<(), BenchError> {
                 .unwrap_or_default()
                 .iter()
                 .any(|c| c.type_ == "Established" && c.status == "True");
-            if established {
-                break;
+            if !established {
+                return Ok(false);
             }
-            if tokio::time::Instant::now() > by {
-                return Err(BenchError::Script {
-                    script: "deploy/crds".into(),
-                    message: format!(
-                        "CRD {name} not Established within {}s",
-                        ESTABLISHED_WITHIN.as_secs()
-                    ),
-                });
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
+            waiting = rest;
         }
+        Ok(true)
+    })
+    .await?;
+    match waiting.first() {
+        Some(name) if !established => Err(BenchError::Script {
+            script: "deploy/crds".into(),
+            message: format!(
+                "CRD {name} not Established within {}s",
+                ESTABLISHED_WITHIN.as_secs()
+            ),
+        }),
+        _ => Ok(()),
     }
-    Ok(())
 }
