@@ -572,25 +572,57 @@ fn scale_down_with(fault: &str, until: &str) -> Report {
     run(&scenario(&manifests, &steps, until))
 }
 
-#[test]
-fn nodes_that_can_each_go_alone_are_consolidated_in_one_pass() {
-    // Four `web` pods kept apart, each beside a three-CPU `batch` pod (kept apart too) until
-    // `batch` is deleted: then each node is too big for its one pod, and no two can merge.
+/// Four `web` pods kept apart, each beside a three-CPU `batch` pod (kept apart too) until
+/// `batch` is deleted at 3m: then each node is too big for its one pod, and no two can merge.
+fn web_beside_batch() -> String {
     let batch_apart = APART.replace("app: web", "app: batch");
-    let manifests = pool(
+    pool(
         "default",
         &family(&["c5"]),
         &disruption("WhenEmptyOrUnderutilized", "[{nodes: '100%'}]"),
     ) + NODE_CLASS
         + &deployment("web", 4, "500m", APART)
-        + &deployment("batch", 4, "3", &batch_apart);
-    let steps = "[{at: 3m, delete: {kind: Deployment, namespace: default, name: batch}}]";
-    let report = run(&scenario(&manifests, steps, "10m"));
-    let decided: Vec<&Entry> = entries(&report, "disruption-decided")
+        + &deployment("batch", 4, "3", &batch_apart)
+}
+
+/// The disruption decisions after 3m.
+fn decided_after_three_minutes(report: &Report) -> Vec<&Entry> {
+    entries(report, "disruption-decided")
         .filter(|e| e.at_seconds > 180.0)
-        .collect();
+        .collect()
+}
+
+#[test]
+fn nodes_that_can_each_go_alone_are_consolidated_in_one_pass() {
+    let steps = "[{at: 3m, delete: {kind: Deployment, namespace: default, name: batch}}]";
+    let report = run(&scenario(&web_beside_batch(), steps, "10m"));
+    let decided = decided_after_three_minutes(&report);
     assert_eq!(terminated(&report, "underutilized"), 4, "{decided:#?}");
     // One validation wait for all four, not one after another.
+    assert!(
+        decided.iter().all(|e| e.at_seconds == decided[0].at_seconds),
+        "{decided:#?}"
+    );
+    let s = &report.summary;
+    assert_eq!((s.pods_running_end, s.pods_pending_end), (4, 0), "{s:#?}");
+}
+
+#[test]
+fn empty_nodes_go_in_the_same_pass_as_consolidation() {
+    // Beside `web_beside_batch`, two `solo` pods on nodes of their own (apart from every pod
+    // here), deleted with `batch`: those nodes are empty, the others underutilized.
+    let solo_apart = APART.replace(
+        "matchLabels: {app: web}",
+        "matchExpressions: [{key: app, operator: In, values: [web, batch, solo]}]",
+    );
+    let manifests = web_beside_batch() + &deployment("solo", 2, "1", &solo_apart);
+    let steps = "[{at: 3m, delete: {kind: Deployment, namespace: default, name: batch}},
+                  {at: 3m, delete: {kind: Deployment, namespace: default, name: solo}}]";
+    let report = run(&scenario(&manifests, steps, "10m"));
+    let decided = decided_after_three_minutes(&report);
+    assert!(terminated(&report, "empty") >= 1, "{decided:#?}");
+    assert!(terminated(&report, "underutilized") >= 1, "{decided:#?}");
+    // Emptiness does not take a validation wait of its own before consolidation.
     assert!(
         decided.iter().all(|e| e.at_seconds == decided[0].at_seconds),
         "{decided:#?}"

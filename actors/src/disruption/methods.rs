@@ -1,8 +1,11 @@
-//! Karpenter's graceful disruption methods, tried in its order, first success wins:
+//! Karpenter's graceful disruption methods, tried in its order, first success wins, except that
+//! consolidation (3 and 4) is also decided beside an emptiness command:
 //!
 //! 1. **Emptiness** (reason `Empty`): every consolidatable candidate with no pod to move, of a
 //!    NodePool whose `consolidateAfter` is not `Never`, as many as each pool's budget allows, in
-//!    one command.
+//!    one command. Consolidation beside it takes none of its nodes, moves no pod onto them, and
+//!    has its pools' budgets less the nodes it empties (Karpenter decides emptiness alone, and
+//!    so waits a second 15 s validation before the first consolidation after a scale-down).
 //! 2. **Drift** (reason `Drifted`): drifted candidates, consolidatable or not, whatever the
 //!    consolidation policy; those with no pod to move first, as many as budgets allow, in one
 //!    command; otherwise one command per candidate whose pods fit on the other nodes and as many
@@ -127,17 +130,37 @@ pub fn plan(
     base: &Base<'_>,
     allowed: impl Fn(&str, DisruptionReason) -> u32,
 ) -> (Vec<Command>, Vec<(Candidate, Refusal)>) {
-    if let Some(command) = emptiness(candidates, &allowed) {
-        return (vec![command], Vec::new());
+    let empty = emptiness(candidates, &allowed);
+    if empty.is_none() {
+        let drifted: Vec<&Candidate> = candidates.iter().chain(eventual).filter(|c| c.drifted).collect();
+        let commands = drift(&drifted, base, &allowed);
+        if !commands.is_empty() {
+            return (commands, Vec::new());
+        }
     }
-    let drifted: Vec<&Candidate> = candidates.iter().chain(eventual).filter(|c| c.drifted).collect();
-    let commands = drift(&drifted, base, &allowed);
-    if !commands.is_empty() {
-        return (commands, Vec::new());
-    }
+    let (consolidations, refusals) = consolidation(candidates, base, &allowed, empty.as_ref());
+    let mut commands: Vec<Command> = empty.into_iter().collect();
+    // After an emptiness command, the search had its nodes closed: a refusal may be only that.
+    let refusals = if commands.is_empty() { refusals } else { Vec::new() };
+    commands.extend(consolidations);
+    (commands, refusals)
+}
+
+/// Multi-node and single-node consolidation of `candidates`, beside `emptied` (this pass's
+/// emptiness command, whose nodes they neither take nor count on, and whose nodes count against
+/// their pools' budgets); with why candidates single-node consolidation looked at could not go.
+fn consolidation(
+    candidates: &[Candidate],
+    base: &Base<'_>,
+    allowed: &impl Fn(&str, DisruptionReason) -> u32,
+    emptied: Option<&Command>,
+) -> (Vec<Command>, Vec<(Candidate, Refusal)>) {
+    let emptied = emptied.map_or(&[][..], |command| &command.candidates[..]);
+    let emptied_names: BTreeSet<String> = emptied.iter().map(|c| c.claim.name_any()).collect();
     let consolidatable: Vec<&Candidate> = candidates
         .iter()
         .filter(|c| c.consolidatable && underutilized_policy(c))
+        .filter(|c| !emptied_names.contains(&c.claim.name_any()))
         .collect();
     // One search for both consolidation methods: its set-up costs the cluster, a question only
     // what it moves.
@@ -146,12 +169,21 @@ pub fn plan(
     let slot: BTreeMap<usize, usize> = prepared.iter().enumerate().map(|(i, p)| (p.node, i)).collect();
     let position = |c: &Candidate| slot.get(base.positions.get(&c.node_name())?).copied();
     let mut search = search(Method::MultiNode, base, &prepared);
-    let within = within_budgets(&consolidatable, |pool| {
+    let leaving: Vec<usize> = emptied
+        .iter()
+        .filter_map(|c| base.positions.get(&c.node_name()).copied())
+        .collect();
+    search.close(&leaving);
+    // Each pool's room for underutilized nodes, less the nodes this pass empties in it.
+    let room_left = |pool: &str| {
+        let emptied_here = emptied.iter().filter(|c| c.pool.name_any() == pool).count();
         allowed(pool, DisruptionReason::Underutilized)
-    });
+            .saturating_sub(u32::try_from(emptied_here).unwrap_or(u32::MAX))
+    };
+    let within = within_budgets(&consolidatable, room_left);
     // Multi-node consolidation only when every candidate within budgets is in the base.
     let order: Option<Vec<usize>> = within.iter().map(|c| position(c)).collect();
-    let mut room = Room::new(|pool| allowed(pool, DisruptionReason::Underutilized));
+    let mut room = Room::new(room_left);
     let mut commands = Vec::new();
     if let Some(command) = order.and_then(|order| multi_node(&within, &order, base, &mut search)) {
         for candidate in &command.candidates {
