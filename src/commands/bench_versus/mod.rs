@@ -324,7 +324,7 @@ async fn wait(
     quiet: f64,
     ended: &mut dyn FnMut() -> bool,
 ) -> Result<Option<f64>, BenchError> {
-    let before = observer.names.clone();
+    let before = observer.names();
     let pods = step.pods as usize;
     // For a scale-down: when the pods were all Running, and when a node was last seen disrupted.
     let (mut settled, mut last_disruption) = (None::<f64>, started);
@@ -350,7 +350,7 @@ async fn wait(
                     return Ok(Some(settled.max(last_disruption)));
                 }
             }
-            Phase::Drift if running && sample.disrupting == 0 && observer.names.is_disjoint(&before) => {
+            Phase::Drift if running && sample.disrupting == 0 && observer.names().is_disjoint(&before) => {
                 return Ok(Some(at));
             }
             _ => {}

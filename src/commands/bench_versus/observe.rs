@@ -86,9 +86,7 @@ pub struct Observer {
     watch: tokio::task::JoinHandle<()>,
     /// Every sample taken, in order.
     pub samples: Vec<Sample>,
-    /// The controller's nodes at the last sample, by name (kept once, not in every sample).
-    pub names: BTreeSet<String>,
-    /// The controller's nodes at the last sample.
+    /// The controller's nodes at the last sample (kept once, not in every sample).
     pub nodes_now: Vec<Node>,
 }
 
@@ -119,9 +117,16 @@ impl Observer {
             evicted,
             watch,
             samples: Vec::new(),
-            names: BTreeSet::new(),
             nodes_now: Vec::new(),
         }
+    }
+
+    /// The names of the controller's nodes at the last sample.
+    pub fn names(&self) -> BTreeSet<String> {
+        self.nodes_now
+            .iter()
+            .map(|node| node.metadata.name.clone().unwrap_or_default())
+            .collect()
     }
 
     /// Pods evicted through the Eviction API so far.
@@ -153,7 +158,6 @@ impl Observer {
             at,
             ..Sample::default()
         };
-        self.names.clear();
         for pod in &pods.items {
             let phase = pod
                 .status
@@ -177,7 +181,6 @@ impl Observer {
             if tainted || node.metadata.deletion_timestamp.is_some() {
                 sample.disrupting += 1;
             }
-            self.names.insert(node.metadata.name.clone().unwrap_or_default());
         }
         self.nodes_now = nodes.items;
         self.samples.push(sample);
