@@ -16,6 +16,7 @@
 use std::{
     collections::{BTreeSet, HashSet},
     sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard},
+    time::Duration,
 };
 
 use dashmap::{DashMap, DashSet};
@@ -143,6 +144,17 @@ pub struct Leaving {
     pub pods: Vec<Arc<CachedPod>>,
 }
 
+/// How often [`ReadModel::synced`] looks whether the stores have their initial lists.
+pub const SYNC_LOOK: Duration = Duration::from_millis(20);
+
+/// Whether `store` has its initial list, asked without waiting (and so without leaving a waker).
+fn listed<K: Resource + Clone>(store: &Store<K>) -> bool
+where
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    futures::FutureExt::now_or_never(store.wait_until_ready()).is_some()
+}
+
 /// See the module docs. Cheap to clone.
 #[derive(Clone)]
 pub struct ReadModel {
@@ -215,34 +227,35 @@ impl ReadModel {
         (model, writers)
     }
 
-    /// Waits until every store has its initial list (Karpenter's cluster-state sync gate).
+    /// Waits until every store has its initial list (Karpenter's cluster-state sync gate), looking
+    /// every [`SYNC_LOOK`]: a store's own readiness future keeps one waker, so of the tasks
+    /// waiting on it side by side (and the probes that ask it without waiting) only the last to
+    /// ask would be woken, and an actor that waited on it could wait for ever.
     pub async fn synced(&self) {
-        // A store's readiness only fails when its writer is dropped, and then the process is
-        // shutting down: nothing to wait for.
-        let _ = futures::join!(
-            self.pods.wait_until_ready(),
-            self.nodes.wait_until_ready(),
-            self.node_claims.wait_until_ready(),
-            self.node_pools.wait_until_ready(),
-            self.node_classes.wait_until_ready(),
-            self.overlays.wait_until_ready(),
-            self.daemon_sets.wait_until_ready(),
-            self.budgets.wait_until_ready(),
-            self.namespaces.wait_until_ready(),
-            self.volume_claims.wait_until_ready(),
-            self.volume_attachments.wait_until_ready(),
-        );
+        while !self.is_synced() {
+            tokio::time::sleep(SYNC_LOOK).await;
+        }
     }
 
     /// Whether every store has its initial list, without waiting.
     pub fn is_synced(&self) -> bool {
-        futures::FutureExt::now_or_never(self.synced()).is_some()
+        listed(&self.pods)
+            && listed(&self.nodes)
+            && listed(&self.node_claims)
+            && listed(&self.node_pools)
+            && listed(&self.node_classes)
+            && listed(&self.overlays)
+            && listed(&self.daemon_sets)
+            && listed(&self.budgets)
+            && listed(&self.namespaces)
+            && listed(&self.volume_claims)
+            && listed(&self.volume_attachments)
     }
 
     /// Whether the NodePools have been listed (the NodeClaims a replica whose NodePools are split
     /// between replicas reflects depend on them).
     pub fn node_pools_listed(&self) -> bool {
-        futures::FutureExt::now_or_never(self.node_pools.wait_until_ready()).is_some()
+        listed(&self.node_pools)
     }
 
     /// A NodeClaim by name (the watched store only: a claim's actor acts on what the API shows).
@@ -873,6 +886,47 @@ mod tests {
             "spec": {"requirements": [], "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "d"},
                      "resources": {"requests": {"cpu": "3"}}},
         }))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn tasks_waiting_side_by_side_for_the_initial_lists_are_all_let_through() {
+        use kube::runtime::watcher::Event;
+        let (read, mut writers) = ReadModel::new();
+        let waiting: Vec<_> = (0..3)
+            .map(|_| {
+                let read = read.clone();
+                tokio::spawn(async move { read.synced().await })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        // A readiness probe asks meanwhile, without waiting.
+        assert!(!read.is_synced());
+        macro_rules! list_nothing {
+            ($($store:ident),*) => {$(
+                writers.$store.apply_watcher_event(&Event::Init);
+                writers.$store.apply_watcher_event(&Event::InitDone);
+            )*};
+        }
+        list_nothing!(
+            pods,
+            nodes,
+            node_claims,
+            node_pools,
+            node_classes,
+            overlays,
+            daemon_sets,
+            budgets,
+            namespaces,
+            volume_claims,
+            volume_attachments
+        );
+        for task in waiting {
+            tokio::time::timeout(Duration::from_secs(1), task)
+                .await
+                .unwrap_or_else(|_| panic!("a task waiting for the sync was never let through"))
+                .unwrap_or_else(|e| panic!("{e}"));
+        }
+        assert!(read.is_synced() && read.node_pools_listed());
     }
 
     #[test]
