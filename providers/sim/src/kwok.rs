@@ -9,7 +9,12 @@
 //! read back from the cluster ([`listed`]): a replica that takes over from another, or a
 //! controller restarted, finds the instances launched before as EC2 would report them. An instance
 //! still booting when its launcher died is lost with it, as if it never launched. Names are drawn
-//! from the instance id, so replicas never pick the same one. A node annotated
+//! from a fresh instance id, so replicas never pick the same one.
+//!
+//! Instances are named as Karpenter's KWOK provider names them, `kwok://NODE` ([`PROVIDER_PREFIX`]),
+//! and the Nodes that provider launched are read back too, from their labels
+//! ([`launched_elsewhere`]): Karpenter adopts the NodeClaims Joist launched on KWOK, and Joist
+//! those Karpenter launched, as on EC2, where both read one instance's tags. A node annotated
 //! [`INTERRUPT_ANNOTATION`] gets EC2's two-minute spot interruption warning on the cloud's queue
 //! ([`crate::KwokQueue`]) and is reclaimed when it runs out.
 //!
@@ -25,7 +30,7 @@
 use std::collections::BTreeMap;
 
 use joist_messages::{
-    labels::{ARCH, CAPACITY_TYPE, INSTANCE_TYPE, OS, ZONE},
+    labels::{ARCH, CAPACITY_TYPE, INSTANCE_TYPE, NODEPOOL, OS, ZONE},
     model::{
         instance_type::{CapacityType, InstanceType, Offering, Overhead, offered_zones_and_capacity_types},
         quantity::Quantity,
@@ -41,6 +46,13 @@ use thiserror::Error;
 
 /// The annotation (and label) KWOK manages fake nodes by, with its value.
 pub const KWOK_NODE: (&str, &str) = ("kwok.x-k8s.io/node", "fake");
+
+/// How the provider ID of a KWOK instance begins, Karpenter's KWOK provider's: the rest is the
+/// Node's name.
+pub const PROVIDER_PREFIX: &str = "kwok://";
+
+/// The label Karpenter's KWOK provider writes an instance's hourly price in (for eks-node-viewer).
+pub const PRICE_LABEL: &str = "eks-node-viewer/instance-price";
 
 /// The annotation a KWOK node carries its instance in, as JSON.
 pub const INSTANCE_ANNOTATION: &str = "kwok.joist.dev/instance";
@@ -298,8 +310,9 @@ pub struct Listed {
     pub interrupt: bool,
 }
 
-/// The instances whose KWOK nodes are in the cluster (nodes of other controllers, which carry no
-/// instance, are passed over).
+/// The instances whose KWOK nodes are in the cluster: Joist's, from their instance annotation,
+/// and those of Karpenter's KWOK provider, from their Node ([`launched_elsewhere`]); Nodes that are
+/// neither are passed over.
 pub async fn listed(client: &kube::Client) -> Result<Vec<Listed>, CloudError> {
     let (key, value) = KWOK_NODE;
     let nodes: Api<Node> = Api::all(client.clone());
@@ -314,13 +327,15 @@ pub async fn listed(client: &kube::Client) -> Result<Vec<Listed>, CloudError> {
         .into_iter()
         .filter_map(|node| {
             let annotations = node.metadata.annotations.as_ref()?;
-            let text = annotations.get(INSTANCE_ANNOTATION)?;
             let interrupt = annotations.contains_key(INTERRUPT_ANNOTATION);
-            let instance = serde_json::from_str(text)
-                .map_err(|e| {
-                    tracing::warn!(node = node.metadata.name, error = %e, "a KWOK node's instance annotation is unreadable");
-                })
-                .ok()?;
+            let instance = match annotations.get(INSTANCE_ANNOTATION) {
+                Some(text) => serde_json::from_str(text)
+                    .map_err(|e| {
+                        tracing::warn!(node = node.metadata.name, error = %e, "a KWOK node's instance annotation is unreadable");
+                    })
+                    .ok()?,
+                None => launched_elsewhere(&node)?,
+            };
             Some(Listed {
                 instance,
                 node_name: node.metadata.name.unwrap_or_default(),
@@ -329,6 +344,54 @@ pub async fn listed(client: &kube::Client) -> Result<Vec<Listed>, CloudError> {
             })
         })
         .collect())
+}
+
+/// The instance behind a Node that Karpenter's KWOK provider launched: its provider ID
+/// (`kwok://NODE`) and the labels of its offering, the price Karpenter writes for eks-node-viewer
+/// ([`PRICE_LABEL`]; 0 when it is missing, for the cloud to look up), and no image (none is
+/// recorded; Karpenter's KWOK provider reports no image drift). `None`, with a warning, for a
+/// Node without a `kwok://` provider ID or without the labels.
+pub fn launched_elsewhere(node: &Node) -> Option<Instance> {
+    let name = node.metadata.name.as_deref().unwrap_or_default();
+    let provider_id = node.spec.as_ref()?.provider_id.as_deref()?;
+    if !provider_id.starts_with(PROVIDER_PREFIX) {
+        return None;
+    }
+    let labels = node.metadata.labels.as_ref();
+    let label = |key: &str| labels.and_then(|l| l.get(key)).map(String::as_str);
+    let offering = (
+        label(INSTANCE_TYPE),
+        label(ZONE),
+        label(CAPACITY_TYPE).and_then(CapacityType::from_label),
+    );
+    let (Some(instance_type), Some(zone), Some(capacity_type)) = offering else {
+        tracing::warn!(
+            node = name,
+            "a KWOK node launched elsewhere lacks its instance-type, zone or capacity-type label; not adopted"
+        );
+        return None;
+    };
+    let tags = label(NODEPOOL)
+        .map(|pool| (NODEPOOL.to_owned(), pool.to_owned()))
+        .into_iter()
+        .collect();
+    Some(Instance {
+        provider_id: provider_id.to_owned(),
+        instance_type: instance_type.to_owned(),
+        zone: zone.to_owned(),
+        capacity_type,
+        image_id: String::new(),
+        price: label(PRICE_LABEL)
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_default(),
+        state: joist_provider::InstanceState::Running,
+        launched_at: node
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .map_or(0, |t| t.0.as_second()),
+        tags,
+    })
 }
 
 /// A node name in EC2's private DNS form, drawn from the low bits of `instance_id`.
@@ -405,6 +468,54 @@ mod tests {
         assert_eq!(label(ec2, "karpenter.kwok.sh/instance-family"), ["m5"]);
         assert_eq!(label(ec2, OS), ["linux", "windows"]);
         assert_eq!(label(ec2, ARCH), ["arm64"]);
+    }
+
+    /// A Node as Karpenter's KWOK provider creates it, with `labels` and `provider_id`.
+    fn karpenters_node(labels: serde_json::Value, provider_id: &str) -> Node {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "kwok-default-x7k2p-1", "creationTimestamp": "2026-11-28T07:00:00Z",
+                         "annotations": {"kwok.x-k8s.io/node": "fake"}, "labels": labels},
+            "spec": {"providerID": provider_id},
+        }))
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn a_node_karpenters_kwok_provider_launched_reads_as_its_instance() {
+        let labels = serde_json::json!({
+            "node.kubernetes.io/instance-type": "c-4x-amd64-linux",
+            "topology.kubernetes.io/zone": "test-zone-b",
+            "karpenter.sh/capacity-type": "spot",
+            "karpenter.sh/nodepool": "default",
+            "eks-node-viewer/instance-price": "0.136000",
+        });
+        let node = karpenters_node(labels.clone(), "kwok://kwok-default-x7k2p-1");
+        let Some(instance) = launched_elsewhere(&node) else {
+            panic!("not read")
+        };
+        assert_eq!(instance.provider_id, "kwok://kwok-default-x7k2p-1");
+        assert_eq!(
+            (
+                instance.instance_type.as_str(),
+                instance.zone.as_str(),
+                instance.capacity_type
+            ),
+            ("c-4x-amd64-linux", "test-zone-b", CapacityType::Spot)
+        );
+        assert!((instance.price - 0.136).abs() < 1e-9, "{}", instance.price);
+        assert_eq!(instance.launched_at, 1_795_849_200);
+        assert_eq!(instance.tags.get(NODEPOOL).map(String::as_str), Some("default"));
+        assert_eq!(instance.image_id, "", "no image recorded");
+
+        let elsewhere = karpenters_node(labels.clone(), "aws:///us-west-2a/i-0abc");
+        assert!(launched_elsewhere(&elsewhere).is_none(), "not a KWOK instance");
+        let mut unlabelled = labels;
+        unlabelled["karpenter.sh/capacity-type"] = serde_json::json!("lease");
+        let unlabelled = karpenters_node(unlabelled, "kwok://kwok-default-x7k2p-1");
+        assert!(
+            launched_elsewhere(&unlabelled).is_none(),
+            "no capacity type it knows"
+        );
     }
 
     #[test]

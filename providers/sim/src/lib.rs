@@ -332,7 +332,24 @@ impl SimCloud {
                 unavailable.push(key);
                 continue;
             }
-            let (instance_id, ordinal) = books.next_instance_id(&mut state);
+            let (ec2_id, ordinal) = books.next_instance_id(&mut state);
+            // On KWOK an instance is its Node, as in Karpenter's KWOK provider: the provider ID
+            // `kwok://NODE`, so either controller finds the instances the other launched.
+            let (instance_id, name, provider_id) = match self.inner.kubelet {
+                Kubelet::Kubesim => {
+                    let provider_id = format!("aws:///{}/{ec2_id}", key.zone);
+                    let name = node_name(ordinal, &settings.region, settings.network);
+                    (ec2_id, name, provider_id)
+                }
+                Kubelet::Kwok => {
+                    let name = kwok::node_name(&ec2_id, &settings.region);
+                    (
+                        name.clone(),
+                        name.clone(),
+                        format!("{}{name}", kwok::PROVIDER_PREFIX),
+                    )
+                }
+            };
             let it = candidate.instance_type;
             let mut labels = launch::node_labels(
                 it,
@@ -343,7 +360,7 @@ impl SimCloud {
             );
             labels.extend(claim.labels().iter().map(|(k, v)| (k.clone(), v.clone())));
             let instance = Instance {
-                provider_id: format!("aws:///{}/{instance_id}", key.zone),
+                provider_id,
                 instance_type: it.name.clone(),
                 zone: key.zone.clone(),
                 capacity_type: key.capacity_type,
@@ -357,10 +374,6 @@ impl SimCloud {
                 state: InstanceState::Pending,
                 launched_at: settings.epoch_seconds + books.elapsed() as i64,
                 tags: self.tags(node_class, claim),
-            };
-            let name = match self.inner.kubelet {
-                Kubelet::Kubesim => node_name(ordinal, &settings.region, settings.network),
-                Kubelet::Kwok => kwok::node_name(&instance_id, &settings.region),
             };
             let mut taints = claim.spec.taints.clone();
             taints.extend(claim.spec.startup_taints.iter().cloned());
@@ -500,13 +513,29 @@ impl SimCloud {
     /// this controller before it restarted), read back from their Nodes; elsewhere nothing.
     async fn adopt(&self) -> Result<(), CloudError> {
         if self.inner.kubelet == Kubelet::Kwok {
-            for listed in kwok::listed(&self.inner.client).await? {
+            for mut listed in kwok::listed(&self.inner.client).await? {
+                if listed.instance.price <= 0.0 {
+                    listed.instance.price = self.price(&listed.instance).unwrap_or_default();
+                }
                 self.inner
                     .books
                     .adopt(listed.instance, listed.node_name, listed.labels);
             }
         }
         Ok(())
+    }
+
+    /// The hourly price of the offering `instance` was bought from, if the cloud sells it.
+    fn price(&self, instance: &Instance) -> Option<f64> {
+        let (_, it) = self
+            .inner
+            .types
+            .iter()
+            .find(|(_, it)| it.name == instance.instance_type)?;
+        it.offerings
+            .iter()
+            .find(|o| o.zone == instance.zone && o.capacity_type == instance.capacity_type)
+            .map(|o| o.price)
     }
 
     /// `look` in the books; on a miss, again after [`Self::adopt`].
@@ -814,6 +843,11 @@ impl CloudProvider for SimCloud {
                 return Ok(None);
             };
             let instance = self.get(provider_id).await?;
+            if instance.image_id.is_empty() {
+                // Launched by Karpenter's KWOK provider, which records no image and reports no
+                // drift of its own.
+                return Ok(None);
+            }
             // Simulated instances carry no security groups; their subnet is their zone's.
             let in_zone = |subnet: &ResolvedSubnet| subnet.zone == instance.zone;
             Ok(joist_provider::node_class::drift(
