@@ -5,7 +5,8 @@
 //! the real helm and `joist run`, with the KWOK cloud and the chart's own ServiceAccount token under
 //! the real RBAC authorizer, takes nodes through their lives ([`lives`]); and kubesim answers the
 //! same kubectl sessions as the real API server ([`differential`]); and Karpenter's own KWOK
-//! controller runs a workload beside Joist ([`versus`]).
+//! controller runs a workload beside Joist ([`versus`]) and hands its cluster to Joist and takes it
+//! back ([`swap`]).
 
 #[path = "support/chart.rs"]
 #[allow(dead_code)]
@@ -26,6 +27,8 @@ mod lives;
 #[path = "support/mutants.rs"]
 #[allow(dead_code)]
 mod mutants;
+#[path = "control_plane/swap.rs"]
+mod swap;
 #[path = "support/tools.rs"]
 mod tools;
 #[path = "control_plane/versus.rs"]

@@ -17,7 +17,7 @@ use kube::api::{Api, ListParams};
 use crate::{
     chart::run_helm,
     control_plane::{ControlPlane, client_from},
-    joist_process::{Joist, shard_holders, within},
+    joist_process::{Controller, shard_holders, within},
     tools::root,
 };
 
@@ -177,12 +177,12 @@ impl World {
     }
 
     /// A `joist run` replica named `name` with the KWOK cloud, as the chart's ServiceAccount.
-    fn replica(&self, name: &str) -> Joist {
+    fn replica(&self, name: &str) -> Controller {
         self.replica_with(name, &[])
     }
 
     /// [`World::replica`] with `extra` settings.
-    fn replica_with(&self, name: &str, extra: &[(&str, &str)]) -> Joist {
+    fn replica_with(&self, name: &str, extra: &[(&str, &str)]) -> Controller {
         let kubeconfig = self.service_account.to_string_lossy();
         let types = root().join("tests/fixtures/kwok/instance_types.json");
         let types = types.to_string_lossy();
@@ -200,7 +200,7 @@ impl World {
             ("FEATURE_GATES", "NodeRepair=true"),
         ];
         let env = env.into_iter().chain(extra.iter().copied());
-        Joist::spawn(self.cluster.dir().join(format!("{name}.log")), env)
+        Controller::joist(self.cluster.dir().join(format!("{name}.log")), env)
     }
 
     fn scale(&self, replicas: u32) {
@@ -240,7 +240,7 @@ impl World {
         name: &str,
         pool: &str,
         replicas: u32,
-    ) -> (tokio::sync::MutexGuard<'static, ()>, Self, Joist, Vec<Pod>) {
+    ) -> (tokio::sync::MutexGuard<'static, ()>, Self, Controller, Vec<Pod>) {
         let one = ONE_AT_A_TIME.lock().await;
         let world = Self::start(name, pool).await;
         let joist = world.replica("joist-a");
@@ -643,7 +643,7 @@ async fn three_replicas_split_the_nodepools_and_take_over_the_shard_of_one_kille
             .join("---\n"),
     );
     let sharded = [("REPLICA_SHARDS", "3")];
-    let mut replicas: Vec<(String, Joist)> = ["joist-a", "joist-b", "joist-c"]
+    let mut replicas: Vec<(String, Controller)> = ["joist-a", "joist-b", "joist-c"]
         .into_iter()
         .map(|name| (name.to_owned(), world.replica_with(name, &sharded)))
         .collect();

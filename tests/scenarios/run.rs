@@ -29,7 +29,7 @@ mod moto;
 
 use super::{
     chart,
-    joist_process::{Joist, eventually, http_get, shard_holders, within},
+    joist_process::{Controller, eventually, http_get, shard_holders, within},
     sample, tools,
 };
 
@@ -82,7 +82,12 @@ fn assert_granted(cluster: &Cluster) {
 
 /// Starts `joist run` with exactly `env` and the platform's: the kubeconfig (for the pod's service
 /// account), moto's endpoint and test credentials (for IRSA), `PATH`. Its log goes to `dir/name.log`.
-fn spawn(dir: &std::path::Path, kubeconfig: &std::path::Path, name: &str, env: &[(String, String)]) -> Joist {
+fn spawn(
+    dir: &std::path::Path,
+    kubeconfig: &std::path::Path,
+    name: &str,
+    env: &[(String, String)],
+) -> Controller {
     let kubeconfig = kubeconfig.to_string_lossy();
     let platform = [
         ("KUBECONFIG", kubeconfig.as_ref()),
@@ -95,7 +100,7 @@ fn spawn(dir: &std::path::Path, kubeconfig: &std::path::Path, name: &str, env: &
     let env = platform
         .into_iter()
         .chain(env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
-    Joist::spawn(dir.join(format!("{name}.log")), env)
+    Controller::joist(dir.join(format!("{name}.log")), env)
 }
 
 /// The environment the chart's Deployment gives the controller container, rendered for this
@@ -148,7 +153,7 @@ fn condition(claim: &NodeClaim, type_: &str) -> bool {
 struct World {
     clients: AwsClients,
     client: kube::Client,
-    joist: Joist,
+    joist: Controller,
     dir: PathBuf,
     kubeconfig: PathBuf,
     server: HttpServer,
@@ -266,14 +271,14 @@ spec:
 
     /// Another `joist run` replica against the same cluster, named `name`, with `env` added to the
     /// harness's settings.
-    fn replica(&self, name: &str, env: &[(&str, &str)]) -> Joist {
+    fn replica(&self, name: &str, env: &[(&str, &str)]) -> Controller {
         let env = harness_environment(&self.server.url(), env);
         spawn(&self.dir, &self.kubeconfig, name, &env)
     }
 
     /// Another replica as [`World::replica`], reaching the cluster at an address of its own, out of
     /// reach of the faults of the world's `network`; the address stops when the server is dropped.
-    async fn replica_elsewhere(&self, name: &str, env: &[(&str, &str)]) -> (Joist, HttpServer) {
+    async fn replica_elsewhere(&self, name: &str, env: &[(&str, &str)]) -> (Controller, HttpServer) {
         let server = self.cluster.serve_http(0).await.unwrap_or_else(|e| panic!("{e}"));
         let kubeconfig = self.dir.join(format!("{name}.kubeconfig"));
         server
@@ -327,7 +332,7 @@ async fn described(clients: &AwsClients, provider_id: &str) -> Result<joist_prov
 }
 
 /// The first NodeClaim that has launched an instance.
-async fn launched_claim(joist: &Joist, claims: &Api<NodeClaim>) -> NodeClaim {
+async fn launched_claim(joist: &Controller, claims: &Api<NodeClaim>) -> NodeClaim {
     eventually(joist, "a launched NodeClaim", || async {
         let list = claims.list(&Default::default()).await.ok()?;
         list.items
@@ -362,7 +367,7 @@ status:
 }
 
 /// The claim, once it is Registered and Initialized.
-async fn initialized_claim(joist: &Joist, claims: &Api<NodeClaim>, name: &str) -> NodeClaim {
+async fn initialized_claim(joist: &Controller, claims: &Api<NodeClaim>, name: &str) -> NodeClaim {
     eventually(joist, "Registered and Initialized", || async {
         let claim = claims.get(name).await.ok()?;
         (condition(&claim, "Registered") && condition(&claim, "Initialized")).then_some(claim)

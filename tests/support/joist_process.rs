@@ -1,5 +1,5 @@
-//! `joist run` as a child process of a test: started with exactly the environment the test gives
-//! (and `PATH`), its JSON log in a file, killed when dropped; the polling the tests wait with; and
+//! `joist run` (or a peer controller) as a child process of a test: started with exactly the
+//! environment the test gives (and `PATH`), its JSON log in a file, killed when dropped; the polling the tests wait with; and
 //! who holds the Leases replicas elect on.
 
 use std::{
@@ -8,25 +8,35 @@ use std::{
     time::Duration,
 };
 
-/// The `joist run` process, killed if a test fails before stopping it.
-pub struct Joist {
+/// A controller under test: `joist run`, or a peer such as Karpenter's KWOK controller; its log
+/// in a file, and killed if a test fails before stopping it.
+pub struct Controller {
     /// The process.
     pub child: Child,
     log: PathBuf,
 }
 
-impl Joist {
+impl Controller {
     /// Starts `joist run` with `env` and `PATH` only; its log goes to `log`.
-    pub fn spawn<'a>(log: PathBuf, env: impl IntoIterator<Item = (&'a str, &'a str)>) -> Self {
-        let child = Command::new(env!("CARGO_BIN_EXE_joist"))
+    pub fn joist<'a>(log: PathBuf, env: impl IntoIterator<Item = (&'a str, &'a str)>) -> Self {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_joist"));
+        command
             .arg("run")
             .env_clear()
             .env("PATH", std::env::var("PATH").unwrap_or_default())
-            .envs(env)
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap_or_else(|e| panic!("{}: {e}", log.display())))
+            .envs(env);
+        Self::start(command, log)
+    }
+
+    /// Starts `command` (in the test's environment and whatever it adds), its output to `log`.
+    pub fn start(mut command: Command, log: PathBuf) -> Self {
+        let file = std::fs::File::create(&log).unwrap_or_else(|e| panic!("{}: {e}", log.display()));
+        let child = command
+            .stdin(Stdio::null())
+            .stdout(file.try_clone().unwrap_or_else(|e| panic!("{e}")))
+            .stderr(file)
             .spawn()
-            .unwrap_or_else(|e| panic!("cannot start joist run: {e}"));
+            .unwrap_or_else(|e| panic!("cannot start {command:?}: {e}"));
         Self { child, log }
     }
 
@@ -65,7 +75,7 @@ impl Joist {
     }
 }
 
-impl Drop for Joist {
+impl Drop for Controller {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
@@ -99,16 +109,16 @@ pub async fn http_get(address: &str, path: &str, accept: Option<&str>) -> (u16, 
 }
 
 /// Polls `check` every 200 ms for up to a minute; panics with `what` and the controller's log.
-pub async fn eventually<T, F, Fut>(joist: &Joist, what: &str, check: F) -> T
+pub async fn eventually<T, F, Fut>(controller: &Controller, what: &str, check: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
 {
-    within(Duration::from_secs(60), joist, what, check).await
+    within(Duration::from_secs(60), controller, what, check).await
 }
 
 /// Polls `check` every 200 ms for up to `limit`; panics with `what` and the controller's log.
-pub async fn within<T, F, Fut>(limit: Duration, joist: &Joist, what: &str, mut check: F) -> T
+pub async fn within<T, F, Fut>(limit: Duration, controller: &Controller, what: &str, mut check: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
@@ -121,8 +131,8 @@ where
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     panic!(
-        "{what} did not happen within {limit:?}; joist run logged:\n{}",
-        joist.log()
+        "{what} did not happen within {limit:?}; the controller logged:\n{}",
+        controller.log()
     )
 }
 
