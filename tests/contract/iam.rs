@@ -12,8 +12,9 @@ use std::{
 use serde_json::Value;
 
 /// The SDK crates the AWS provider calls, and the IAM service prefix of each.
-const SERVICES: [(&str, &str); 5] = [
+const SERVICES: [(&str, &str); 6] = [
     ("aws-sdk-ec2", "ec2"),
+    ("aws-sdk-eks", "eks"),
     ("aws-sdk-iam", "iam"),
     ("aws-sdk-ssm", "ssm"),
     ("aws-sdk-pricing", "pricing"),

@@ -1050,6 +1050,61 @@ fn joist_run_without_a_cluster_name_stops_at_once_naming_the_variable() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn joist_run_without_an_endpoint_looks_the_cluster_up_as_karpenter_does() {
+    moto::clients()
+        .await
+        .eks
+        .create_cluster()
+        .name("looked-up-e2e")
+        .role_arn("arn:aws:iam::123456789012:role/eks-cluster")
+        .resources_vpc_config(aws_sdk_eks::types::VpcConfigRequest::builder().build())
+        .kubernetes_network_config(
+            aws_sdk_eks::types::KubernetesNetworkConfigRequest::builder()
+                .service_ipv4_cidr("10.96.0.0/12")
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("{e:?}"));
+    // Only the cluster's name, as Karpenter's install gives it.
+    let unset = [("CLUSTER_ENDPOINT", ""), ("CLUSTER_CIDR", "")];
+    let world = World::start(
+        "m5.large",
+        &[&unset[..], &[("CLUSTER_NAME", "looked-up-e2e")]].concat(),
+    )
+    .await;
+    let found = eventually(&world.joist, "the cluster looked up", || async {
+        world.joist.log().lines().find_map(|line| {
+            let entry: serde_json::Value = serde_json::from_str(line).ok()?;
+            let fields = &entry["fields"];
+            (fields["message"] == "looked the cluster up with eks:DescribeCluster").then(|| fields.clone())
+        })
+    })
+    .await;
+    assert!(
+        found["endpoint"]
+            .as_str()
+            .is_some_and(|e| e.starts_with("https://")),
+        "{found}"
+    );
+    assert_eq!(found["service_cidr"], "10.96.0.0/12");
+
+    // A cluster EKS does not know, and no endpoint: the start stops, saying why.
+    let mut world = World::start(
+        "m5.large",
+        &[&unset[..], &[("CLUSTER_NAME", "not-in-eks")]].concat(),
+    )
+    .await;
+    let exit = world.joist.child.wait().unwrap_or_else(|e| panic!("{e}"));
+    assert!(!exit.success());
+    let log = world.joist.log();
+    assert!(
+        log.contains("CLUSTER_ENDPOINT is not set and eks:DescribeCluster of") && log.contains("not-in-eks"),
+        "{log}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_replicas_split_the_nodepools_and_take_over_the_shards_of_one_killed() {
     use joist_actors::state::replica_shards::shard_of;
     const SHARDS: u32 = 3;

@@ -1,4 +1,4 @@
-//! The AWS SDK clients Joist uses (EC2, SSM, IAM, SQS, and the Price List API at the endpoint region that
+//! The AWS SDK clients Joist uses (EC2, SSM, IAM, SQS, EKS, and the Price List API at the endpoint region that
 //! serves this one), built from one `SdkConfig`: the default credential chain
 //! (environment, profile, web identity for IRSA, container credentials for EKS Pod Identity,
 //! IMDS), the region, `AWS_ENDPOINT_URL` when set (aws-config reads it), and rustls with ring for
@@ -55,6 +55,8 @@ pub struct AwsClients {
     pub sqs: aws_sdk_sqs::Client,
     /// IAM (instance profiles for a node class's role).
     pub iam: aws_sdk_iam::Client,
+    /// EKS (the cluster's endpoint, CA and service CIDR, when the settings leave them out).
+    pub eks: aws_sdk_eks::Client,
     /// The Price List API, at the endpoint region serving this region.
     pub pricing: aws_sdk_pricing::Client,
     /// The region, `us-west-2`.
@@ -91,11 +93,15 @@ impl AwsClients {
         let iam = aws_sdk_iam::config::Builder::from(config)
             .timeout_config(bounded(AWS_CALL_TIMEOUT))
             .build();
+        let eks = aws_sdk_eks::config::Builder::from(config)
+            .timeout_config(bounded(AWS_CALL_TIMEOUT))
+            .build();
         Ok(Self {
             ec2: aws_sdk_ec2::Client::from_conf(ec2),
             ssm: aws_sdk_ssm::Client::from_conf(ssm),
             sqs: aws_sdk_sqs::Client::from_conf(sqs),
             iam: aws_sdk_iam::Client::from_conf(iam),
+            eks: aws_sdk_eks::Client::from_conf(eks),
             pricing: aws_sdk_pricing::Client::from_conf(pricing),
             region,
         })

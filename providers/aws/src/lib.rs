@@ -1,6 +1,7 @@
 //! Joist's AWS cloud provider (`joist-provider-aws`): what runs on EKS.
 //!
 //! - [`clients`]: the SDK clients, from the default credential chain;
+//! - [`cluster`]: the cluster's endpoint, CA and service CIDR from `eks:DescribeCluster`;
 //! - [`node_class`]: EC2NodeClass resolution (subnets, security groups, AMIs, instance profile,
 //!   created for a role by [`instance_profile`]);
 //! - [`ami`]: AMI aliases to the SSM parameters AWS publishes;
@@ -24,6 +25,7 @@
 pub mod ami;
 pub mod catalog;
 pub mod clients;
+pub mod cluster;
 pub mod coalesce;
 pub mod error;
 pub mod fleet;

@@ -32,7 +32,12 @@ use joist_messages::{
     time::Clock,
 };
 use joist_provider::{CloudProvider, interruption::InterruptionQueue};
-use joist_provider_aws::{AwsCloud, AwsSettings, clients::AwsClients, sqs::SqsQueue};
+use joist_provider_aws::{
+    AwsCloud, AwsSettings,
+    clients::AwsClients,
+    cluster::{self, ClusterFacts},
+    sqs::SqsQueue,
+};
 use joist_provider_sim::{CatalogError, KwokQueue, SimCloud, SimSettings};
 
 use self::settings::{CloudKind, RunSettings};
@@ -228,13 +233,14 @@ async fn aws_cloud(settings: &RunSettings, kubernetes_version: String) -> Result
         tracing::info!(queue = name, "reading the interruption queue");
         Arc::new(SqsQueue::new(clients.sqs.clone(), name)) as Arc<dyn InterruptionQueue>
     });
+    let cluster = cluster_facts(settings, &clients).await?;
     let cloud = AwsCloud::new(
         clients,
         AwsSettings {
             cluster_name: settings.cluster_name.clone(),
-            cluster_endpoint: settings.cluster_endpoint.clone(),
-            cluster_ca_bundle: settings.cluster_ca_bundle.clone(),
-            cluster_cidr: settings.cluster_cidr.clone(),
+            cluster_endpoint: cluster.endpoint,
+            cluster_ca_bundle: cluster.ca_bundle,
+            cluster_cidr: cluster.service_cidr,
             kubernetes_version,
             capacity: capacity(settings),
             isolated_vpc: settings.isolated_vpc,
@@ -242,6 +248,53 @@ async fn aws_cloud(settings: &RunSettings, kubernetes_version: String) -> Result
     )
     .map_err(|e| start(e.to_string()))?;
     Ok((Arc::new(cloud), interruption_queue))
+}
+
+/// The cluster's endpoint, CA bundle and service CIDR: the settings', with what they leave out
+/// looked up with `eks:DescribeCluster`, as Karpenter looks them up. An endpoint neither set nor
+/// found stops the start; a CA bundle or CIDR that cannot be looked up is warned of, and nodes
+/// are launched without it, as before the lookup.
+async fn cluster_facts(settings: &RunSettings, clients: &AwsClients) -> Result<ClusterFacts, CommandError> {
+    let given = |endpoint: String| ClusterFacts {
+        endpoint,
+        ca_bundle: settings.cluster_ca_bundle.clone(),
+        service_cidr: settings.cluster_cidr.clone(),
+    };
+    if let (Some(endpoint), Some(_), Some(_)) = (
+        &settings.cluster_endpoint,
+        &settings.cluster_ca_bundle,
+        &settings.cluster_cidr,
+    ) {
+        return Ok(given(endpoint.clone()));
+    }
+    match (
+        cluster::describe(&clients.eks, &settings.cluster_name).await,
+        &settings.cluster_endpoint,
+    ) {
+        (Ok(found), _) => {
+            let facts = ClusterFacts {
+                endpoint: settings.cluster_endpoint.clone().unwrap_or(found.endpoint),
+                ca_bundle: settings.cluster_ca_bundle.clone().or(found.ca_bundle),
+                service_cidr: settings.cluster_cidr.clone().or(found.service_cidr),
+            };
+            tracing::info!(
+                endpoint = facts.endpoint,
+                service_cidr = facts.service_cidr,
+                "looked the cluster up with eks:DescribeCluster"
+            );
+            Ok(facts)
+        }
+        (Err(error), Some(endpoint)) => {
+            tracing::warn!(%error, "eks:DescribeCluster failed; nodes get only the CA bundle and CIDR the settings give");
+            Ok(given(endpoint.clone()))
+        }
+        (Err(error), None) => Err(CommandError::Start {
+            message: format!(
+                "CLUSTER_ENDPOINT is not set and eks:DescribeCluster of {:?} failed: {error}",
+                settings.cluster_name
+            ),
+        }),
+    }
 }
 
 /// The simulated cloud in `region` that `joist run` starts on (`CLOUD_PROVIDER=simulated` or

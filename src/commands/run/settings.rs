@@ -1,10 +1,9 @@
 //! The production settings of `joist run`, read from environment variables named as Karpenter
 //! names them.
 //!
-//! Required: `CLUSTER_NAME` and `CLUSTER_ENDPOINT` (Karpenter looks the endpoint up with
-//! `eks:DescribeCluster` when it is unset; Joist does not yet). Optional: `CLUSTER_CA_BUNDLE`
-//! (base64), `CLUSTER_CIDR` (Joist's own: the service CIDR AL2023 nodes need, which Karpenter reads
-//! with `eks:DescribeCluster`), `INTERRUPTION_QUEUE`, `VM_MEMORY_OVERHEAD_PERCENT` (default
+//! Required: `CLUSTER_NAME`. Optional: `CLUSTER_ENDPOINT`, `CLUSTER_CA_BUNDLE` (base64) and
+//! `CLUSTER_CIDR` (Joist's own: the service CIDR AL2023 nodes need), each looked up on AWS with
+//! `eks:DescribeCluster` when unset, as Karpenter looks them up; `INTERRUPTION_QUEUE`, `VM_MEMORY_OVERHEAD_PERCENT` (default
 //! 0.075), `RESERVED_ENIS` (0), `ISOLATED_VPC` (false), `BATCH_IDLE_DURATION` (1s),
 //! `BATCH_MAX_DURATION` (10s, Go duration syntax), `FEATURE_GATES` (Karpenter's
 //! `Name=true,Name=false` form; Joist acts on `SpotToSpotConsolidation`, `NodeRepair`,
@@ -33,9 +32,6 @@ use std::{net::IpAddr, time::Duration};
 
 /// What to set `CLUSTER_NAME` to.
 const NAME_HINT: &str = "set it to the name of the EKS cluster";
-/// What `CLUSTER_ENDPOINT` being unset means for Joist.
-const ENDPOINT_HINT: &str =
-    "Joist does not look it up with eks:DescribeCluster yet; set it to the API server URL";
 /// What `FEATURE_GATES` looks like.
 const FEATURE_GATES_EXPECTED: &str = "comma-separated Name=true or Name=false pairs of Karpenter's gates \
      (SpotToSpotConsolidation, NodeRepair, ReservedCapacity, NodeOverlay, StaticCapacity, CapacityBuffer)";
@@ -108,8 +104,8 @@ impl LogLevel {
 pub struct RunSettings {
     /// The EKS cluster's name (`CLUSTER_NAME`).
     pub cluster_name: String,
-    /// The API server URL nodes join (`CLUSTER_ENDPOINT`).
-    pub cluster_endpoint: String,
+    /// The API server URL nodes join (`CLUSTER_ENDPOINT`); on AWS, looked up when unset.
+    pub cluster_endpoint: Option<String>,
     /// The cluster's certificate authority, base64 (`CLUSTER_CA_BUNDLE`).
     pub cluster_ca_bundle: Option<String>,
     /// The cluster's service CIDR, which AL2023 nodes need (`CLUSTER_CIDR`).
@@ -211,16 +207,11 @@ impl RunSettings {
             variable: "CLUSTER_NAME",
             hint: NAME_HINT,
         })?;
-        let cluster_endpoint = env
-            .parse(
-                "CLUSTER_ENDPOINT",
-                "a URL starting with https:// or http://",
-                |text| is_http_url(text).then(|| text.to_owned()),
-            )?
-            .ok_or(SettingsError::Missing {
-                variable: "CLUSTER_ENDPOINT",
-                hint: ENDPOINT_HINT,
-            })?;
+        let cluster_endpoint = env.parse(
+            "CLUSTER_ENDPOINT",
+            "a URL starting with https:// or http://",
+            |text| is_http_url(text).then(|| text.to_owned()),
+        )?;
         let base64_expected =
             "base64 (A-Z, a-z, 0-9, + and /, = padding, a multiple of 4 long, no whitespace)";
         let cidr_expected = "an IPv4 or IPv6 CIDR such as 10.100.0.0/16 or fd00::/108";
@@ -549,7 +540,7 @@ mod tests {
         let settings = read(MINIMAL).unwrap_or_else(|e| panic!("{e}"));
         let expected = RunSettings {
             cluster_name: "prod".to_owned(),
-            cluster_endpoint: ENDPOINT.to_owned(),
+            cluster_endpoint: Some(ENDPOINT.to_owned()),
             cluster_ca_bundle: None,
             cluster_cidr: None,
             interruption_queue: None,
@@ -661,12 +652,9 @@ mod tests {
     }
 
     #[test]
-    fn missing_cluster_endpoint_explains_there_is_no_lookup() {
-        assert_eq!(
-            error(read(&MINIMAL[..1])).to_string(),
-            "CLUSTER_ENDPOINT is not set: Joist does not look it up with eks:DescribeCluster yet; \
-             set it to the API server URL"
-        );
+    fn the_cluster_name_alone_is_enough_as_in_karpenters_install() {
+        let settings = read(&MINIMAL[..1]).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(settings.cluster_endpoint, None, "looked up on AWS");
     }
 
     #[test]

@@ -1,9 +1,11 @@
 //! The AWS provider against moto, a real AWS API emulator (see [`moto`]): the instance-type
 //! catalog read from the wire, EC2NodeClass resolution from tags, ids, names and AMI aliases,
 //! instances listed, looked up ([`lookups`]) and terminated, launches through CreateFleet
-//! ([`launch`]) and orphaned instances collected ([`garbage`]).
+//! ([`launch`]), orphaned instances collected ([`garbage`]) and the cluster looked up with
+//! `eks:DescribeCluster` ([`cluster`]).
 //! One test binary, so the SDK is linked once.
 
+mod cluster;
 mod fake_ec2;
 mod garbage;
 mod launch;
