@@ -17,14 +17,19 @@ use serde_json::Value;
 
 use super::{
     assert_kept,
-    chart::{REQUIRED, defaults, grants, object, render, run_helm},
+    chart::{REQUIRED, defaults, grants, object, render, render_release, run_helm},
 };
 
 const KARPENTER_VALUES: &str = "tests/fixtures/helm/karpenter-values.yaml";
 
 /// The Deployment's environment, by name (fieldRef values as `fieldRef:<path>`).
 fn environment(objects: &[Value]) -> Vec<(String, String)> {
-    let deployment = object(objects, "Deployment", "joist");
+    environment_of(objects, "joist")
+}
+
+/// [`environment`] of the Deployment named `name`.
+fn environment_of(objects: &[Value], name: &str) -> Vec<(String, String)> {
+    let deployment = object(objects, "Deployment", name);
     deployment["spec"]["template"]["spec"]["containers"][0]["env"]
         .as_array()
         .unwrap_or_else(|| panic!("no env: {deployment}"))
@@ -121,6 +126,38 @@ fn a_karpenter_values_file_installs_unchanged_and_becomes_joists_settings() {
     );
 }
 
+#[test]
+fn karpenters_install_command_installs_joist_under_the_names_karpenters_role_trusts() {
+    // Karpenter's getting-started install: the release `karpenter`, the cluster's name and its
+    // interruption queue, nothing else.
+    let objects = render_release(
+        "karpenter",
+        &[
+            "--set",
+            "settings.clusterName=demo",
+            "--set",
+            "settings.interruptionQueue=demo",
+        ],
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let environment = environment_of(&objects, "karpenter");
+    assert_eq!(env(&environment, "CLUSTER_NAME"), Some("demo"));
+    assert_eq!(env(&environment, "INTERRUPTION_QUEUE"), Some("demo"));
+    assert_eq!(
+        env(&environment, "CLUSTER_ENDPOINT"),
+        None,
+        "looked up with eks:DescribeCluster"
+    );
+    // The IAM role of Karpenter's install trusts system:serviceaccount:kube-system:karpenter.
+    let account = object(&objects, "ServiceAccount", "karpenter");
+    assert_eq!(account["metadata"]["namespace"], "kube-system");
+    let pod = &object(&objects, "Deployment", "karpenter")["spec"]["template"]["spec"];
+    assert_eq!(pod["serviceAccountName"], "karpenter");
+    // Under its own name the chart keeps its own.
+    let joist = render_release("platform", &REQUIRED).unwrap_or_else(|e| panic!("{e}"));
+    object(&joist, "ServiceAccount", "platform-joist");
+}
+
 /// Decodes `object` as `K` and checks that nothing it says was lost: an unknown field or a value of
 /// the wrong type fails, naming its path.
 fn check<K: serde::de::DeserializeOwned + serde::Serialize>(object: &Value, path: &str) {
@@ -181,7 +218,6 @@ fn every_rendered_object_is_a_valid_kubernetes_1_35_object() {
 fn values_joist_cannot_honour_fail_the_install_naming_them() {
     let refused = [
         ("settings.clusterName=", "settings.clusterName"),
-        ("settings.clusterEndpoint=", "settings.clusterEndpoint"),
         ("settings.preferencePolicy=Ignore", "settings.preferencePolicy"),
         ("settings.minValuesPolicy=BestEffort", "settings.minValuesPolicy"),
         ("settings.enableZonalShift=true", "settings.enableZonalShift"),

@@ -35,9 +35,14 @@ pub fn run_helm(args: &[&str]) -> (bool, String, String) {
 /// `helm template joist deploy/charts/joist --namespace kube-system` with `args` (values): the
 /// rendered objects, or helm's error.
 pub fn render(args: &[&str]) -> Result<Vec<Value>, String> {
+    render_release("joist", args)
+}
+
+/// [`render`] as the release `release`.
+pub fn render_release(release: &str, args: &[&str]) -> Result<Vec<Value>, String> {
     let mut all = vec![
         "template",
-        "joist",
+        release,
         "deploy/charts/joist",
         "--namespace",
         "kube-system",

@@ -3,13 +3,15 @@
 {{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
-{{/* Every object's name: fullnameOverride, else the release name when it holds the chart's name, else <release>-<chart>. */}}
+{{/* Every object's name: fullnameOverride, else the release name when it holds the chart's name
+or Karpenter's (a release named karpenter keeps the ServiceAccount karpenter, which the IAM role
+Karpenter's users have trusts), else <release>-<chart>. */}}
 {{- define "joist.fullname" -}}
 {{- if .Values.fullnameOverride }}
 {{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
 {{- else }}
 {{- $name := default .Chart.Name .Values.nameOverride }}
-{{- if contains $name .Release.Name }}
+{{- if or (contains $name .Release.Name) (contains "karpenter" .Release.Name) }}
 {{- .Release.Name | trunc 63 | trimSuffix "-" }}
 {{- else }}
 {{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
@@ -78,9 +80,6 @@ NodeRepair={{ $gates.nodeRepair }},ReservedCapacity={{ $gates.reservedCapacity }
 {{- $s := .Values.settings }}
 {{- if not $s.clusterName }}
 {{- fail "settings.clusterName is required: the name of the EKS cluster Joist manages nodes for" }}
-{{- end }}
-{{- if not $s.clusterEndpoint }}
-{{- fail "settings.clusterEndpoint is required: Joist does not look the API server URL up with eks:DescribeCluster" }}
 {{- end }}
 {{- if ne (toString $s.preferencePolicy) "Respect" }}
 {{- fail (printf "settings.preferencePolicy=%v is not supported: Joist always respects preferences (Respect)" $s.preferencePolicy) }}
