@@ -28,7 +28,7 @@ const CLUSTER: &str = "fleet";
 const EFA_CLUSTER: &str = "fleet-efa";
 const ENDPOINT: &str = "https://fleet.example.eks.amazonaws.com";
 
-fn claim(name: &str) -> NodeClaim {
+pub(super) fn claim(name: &str) -> NodeClaim {
     let requirement = |key: &str, values: &[&str]| NodeSelectorRequirementWithMinValues {
         key: key.to_owned(),
         operator: Operator::In,
@@ -63,15 +63,15 @@ fn claim(name: &str) -> NodeClaim {
 /// What a launch test starts from: moto, Joist's AWS provider, the class `default` as the
 /// NodeClass controller leaves it (resolved and Ready), and the instance types it
 /// offers the NodePool `default`.
-struct Fleet {
-    clients: joist_provider_aws::clients::AwsClients,
-    cloud: AwsCloud,
-    class: EC2NodeClass,
-    types: Vec<Arc<InstanceType>>,
+pub(super) struct Fleet {
+    pub clients: joist_provider_aws::clients::AwsClients,
+    pub cloud: AwsCloud,
+    pub class: EC2NodeClass,
+    pub types: Vec<Arc<InstanceType>>,
 }
 
 /// The class spec of the launch tests (the network tagged for `CLUSTER`); `extra` adds fields.
-fn spec(extra: &str) -> String {
+pub(super) fn spec(extra: &str) -> String {
     format!(
         "  instanceProfile: KarpenterNodeInstanceProfile
   amiSelectorTerms: [{{alias: al2023@latest}}]
@@ -83,7 +83,7 @@ fn spec(extra: &str) -> String {
 
 /// The launch world of a cluster named `cluster`: each test has its own, so each finds its own
 /// launch templates in the moto they share; they share the discovery-tagged network.
-async fn fleet(cluster: &str, spec: &str) -> Fleet {
+pub(super) async fn fleet(cluster: &str, spec: &str) -> Fleet {
     let clients = moto::clients().await;
     tag_network(&clients, CLUSTER, &["us-west-2d"]).await;
     let cloud = AwsCloud::new(

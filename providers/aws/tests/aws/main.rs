@@ -1,8 +1,9 @@
 //! The AWS provider against moto, a real AWS API emulator (see [`moto`]): the instance-type
 //! catalog read from the wire, EC2NodeClass resolution from tags, ids, names and AMI aliases,
 //! instances listed, looked up ([`lookups`]) and terminated, launches through CreateFleet
-//! ([`launch`]), orphaned instances collected ([`garbage`]) and the cluster looked up with
-//! `eks:DescribeCluster` ([`cluster`]).
+//! ([`launch`]), orphaned instances collected ([`garbage`]), the cluster looked up with
+//! `eks:DescribeCluster` ([`cluster`]), and each of Karpenter and Joist finding the instances the
+//! other launched ([`swap`]).
 //! One test binary, so the SDK is linked once.
 
 mod cluster;
@@ -12,6 +13,7 @@ mod launch;
 mod lookups;
 mod moto;
 mod paging;
+mod swap;
 
 use aws_sdk_ec2::types::Tag;
 use joist_messages::{
