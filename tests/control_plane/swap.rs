@@ -1,6 +1,6 @@
 //! The swap from Karpenter to Joist and back, on the real control plane. Karpenter v1.14.1's KWOK
-//! controller (`scripts/karpenter-kwok`) provisions two NodePools' workload, one pod of it
-//! `karpenter.sh/do-not-disrupt` and another Deployment under a PodDisruptionBudget; Karpenter is
+//! controller (`scripts/karpenter-kwok`) provisions three NodePools' workload (165 pods), one pod
+//! of it `karpenter.sh/do-not-disrupt` and another Deployment under a PodDisruptionBudget; Karpenter is
 //! stopped, as `helm uninstall` with the CRDs kept stops it, and `joist run` with the KWOK cloud
 //! takes over. Through the hand-off every NodeClaim, Node and pod stays as it was (nothing launched,
 //! deleted or evicted by the swap itself); then Joist replaces a node of Karpenter's that gets a
@@ -36,6 +36,11 @@ const STEP: Duration = Duration::from_secs(240);
 /// every NodeClaim and Node, and several disruption passes (every 10 s, each command validated
 /// for 15 s before it acts).
 const HAND_OFF: Duration = Duration::from_secs(45);
+
+/// The replicas of the workload's Deployments `web`, `batch` and `misc` at the start.
+const WEB: u32 = 80;
+const BATCH: u32 = 24;
+const MISC: u32 = 60;
 
 /// The EC2NodeClass Joist's KWOK cloud reads for the NodePools' class `default`.
 const NODE_CLASS: &str = "apiVersion: karpenter.k8s.aws/v1
@@ -96,13 +101,14 @@ spec:
     )
 }
 
-/// The workload: `web` and the do-not-disrupt `keep` on NodePool `web`, `batch` under a budget of
-/// one unavailable pod on NodePool `batch`.
+/// The workload, 165 pods: `web` and the do-not-disrupt `keep` on NodePool `web`, `batch` under a
+/// budget of one unavailable pod on NodePool `batch`, and `misc` on NodePool `misc`.
 fn workload() -> String {
     [
-        deployment("web", "web", 24, ""),
+        deployment("web", "web", WEB, ""),
         deployment("keep", "web", 1, r#"karpenter.sh/do-not-disrupt: "true""#),
-        deployment("batch", "batch", 24, ""),
+        deployment("batch", "batch", BATCH, ""),
+        deployment("misc", "misc", MISC, ""),
         "apiVersion: policy/v1
 kind: PodDisruptionBudget
 metadata: {name: batch, namespace: default}
@@ -149,6 +155,7 @@ impl Cluster {
             NODE_CLASS.to_owned(),
             pool("web", "WhenEmpty", ""),
             pool("batch", "WhenEmpty", ""),
+            pool("misc", "WhenEmpty", ""),
             workload(),
         ]);
         cluster
@@ -326,10 +333,10 @@ async fn karpenters_cluster_is_taken_over_by_joist_and_handed_back_with_nothing_
 
     // Karpenter provisions the workload.
     let karpenter = cluster.karpenter(1);
-    for (app, count) in [("web", 24), ("keep", 1), ("batch", 24)] {
+    for (app, count) in [("web", WEB), ("keep", 1), ("batch", BATCH), ("misc", MISC)] {
         let what = format!("Karpenter's nodes running {count} {app} pods");
         within(STEP, &karpenter, &what, || async {
-            cluster.running(app, count).await.then_some(())
+            cluster.running(app, count as usize).await.then_some(())
         })
         .await;
     }
@@ -380,7 +387,7 @@ async fn karpenters_cluster_is_taken_over_by_joist_and_handed_back_with_nothing_
                 .await
                 .iter()
                 .any(|c| c.name_any() == interrupted.name_any());
-            (gone && cluster.running("batch", 24).await && cluster.settled().await).then_some(())
+            (gone && cluster.running("batch", BATCH as usize).await && cluster.settled().await).then_some(())
         },
     )
     .await;
@@ -414,7 +421,8 @@ async fn karpenters_cluster_is_taken_over_by_joist_and_handed_back_with_nothing_
                 && claims.iter().all(|c| {
                     !drifted.contains(&c.name_any()) && c.labels().get("rev").map(String::as_str) == Some("2")
                 });
-            (replaced && cluster.running("batch", 24).await && cluster.settled().await).then_some(())
+            (replaced && cluster.running("batch", BATCH as usize).await && cluster.settled().await)
+                .then_some(())
         },
     )
     .await;
