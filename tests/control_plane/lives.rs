@@ -16,9 +16,8 @@ use kube::api::{Api, ListParams};
 
 use crate::{
     chart::run_helm,
-    control_plane::{ControlPlane, client_from},
+    control_plane::{ControlPlane, KWOK_NODE_CLASS, client_from},
     joist_process::{Controller, shard_holders, within},
-    tools::root,
 };
 
 /// One test at a time.
@@ -41,15 +40,7 @@ const TEMPLATE_SPEC: &str = "      requirements:
 fn pool(disruption: &str, template: &str) -> String {
     let template_spec = TEMPLATE_SPEC;
     format!(
-        r#"apiVersion: karpenter.k8s.aws/v1
-kind: EC2NodeClass
-metadata: {{name: default}}
-spec:
-  role: KarpenterNodeRole-kwok
-  amiSelectorTerms: [{{alias: al2023@latest}}]
-  subnetSelectorTerms: [{{tags: {{karpenter.sh/discovery: kwok}}}}]
-  securityGroupSelectorTerms: [{{tags: {{karpenter.sh/discovery: kwok}}}}]
----
+        r#"{KWOK_NODE_CLASS}---
 apiVersion: karpenter.sh/v1
 kind: NodePool
 metadata: {{name: default}}
@@ -183,24 +174,8 @@ impl World {
 
     /// [`World::replica`] with `extra` settings.
     fn replica_with(&self, name: &str, extra: &[(&str, &str)]) -> Controller {
-        let kubeconfig = self.service_account.to_string_lossy();
-        let types = root().join("tests/fixtures/kwok/instance_types.json");
-        let types = types.to_string_lossy();
-        let env = [
-            ("KUBECONFIG", kubeconfig.as_ref()),
-            ("CLUSTER_NAME", "kwok"),
-            ("CLUSTER_ENDPOINT", self.cluster.server.as_str()),
-            ("CLOUD_PROVIDER", "kwok"),
-            ("INSTANCE_TYPES_FILE_PATH", types.as_ref()),
-            ("SYSTEM_NAMESPACE", "kube-system"),
-            ("POD_NAME", name),
-            ("LISTEN_ADDRESS", "127.0.0.1"),
-            ("METRICS_PORT", "0"),
-            ("HEALTH_PROBE_PORT", "0"),
-            ("FEATURE_GATES", "NodeRepair=true"),
-        ];
-        let env = env.into_iter().chain(extra.iter().copied());
-        Controller::joist(self.cluster.dir().join(format!("{name}.log")), env)
+        let settings = [&[("FEATURE_GATES", "NodeRepair=true")], extra].concat();
+        self.cluster.joist(&self.service_account, name, &settings)
     }
 
     fn scale(&self, replicas: u32) {

@@ -13,7 +13,7 @@
 //! class's images and subnets from the EC2NodeClass of the same name, created beside it with
 //! Joist's EC2NodeClass CRD (on EKS both controllers read the one EC2NodeClass).
 
-use std::{collections::BTreeMap, path::PathBuf, process::Command, time::Duration};
+use std::{collections::BTreeMap, process::Command, time::Duration};
 
 use joist_messages::apis::NodeClaim;
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -23,7 +23,7 @@ use kube::{
 };
 
 use crate::{
-    control_plane::ControlPlane,
+    control_plane::{ControlPlane, KWOK_NODE_CLASS, kwok_types},
     joist_process::{Controller, within},
     tools::{root, succeeded},
 };
@@ -41,17 +41,6 @@ const HAND_OFF: Duration = Duration::from_secs(45);
 const WEB: u32 = 80;
 const BATCH: u32 = 24;
 const MISC: u32 = 60;
-
-/// The EC2NodeClass Joist's KWOK cloud reads for the NodePools' class `default`.
-const NODE_CLASS: &str = "apiVersion: karpenter.k8s.aws/v1
-kind: EC2NodeClass
-metadata: {name: default}
-spec:
-  role: KarpenterNodeRole-kwok
-  amiSelectorTerms: [{alias: al2023@latest}]
-  subnetSelectorTerms: [{tags: {karpenter.sh/discovery: kwok}}]
-  securityGroupSelectorTerms: [{tags: {karpenter.sh/discovery: kwok}}]
-";
 
 /// The NodePool `name`: on-demand amd64 nodes of 2 or 4 CPUs labelled `tier: NAME` (and
 /// `extra_labels`), consolidated by `policy`, Karpenter's KWOK node class.
@@ -152,7 +141,7 @@ impl Cluster {
         let admin = plane.client().await;
         let cluster = Self { plane, admin };
         cluster.apply(&[
-            NODE_CLASS.to_owned(),
+            KWOK_NODE_CLASS.to_owned(),
             pool("web", "WhenEmpty", ""),
             pool("batch", "WhenEmpty", ""),
             pool("misc", "WhenEmpty", ""),
@@ -174,47 +163,18 @@ impl Cluster {
             .kubectl_ok(&["scale", "deployment", deployment, &replicas]);
     }
 
-    /// The catalog both controllers sell from.
-    fn types() -> PathBuf {
-        root().join("tests/fixtures/kwok/instance_types.json")
-    }
-
     /// Karpenter's KWOK controller, logging to `karpenter-N.log`.
     fn karpenter(&self, n: u32) -> Controller {
         let mut command = Command::new(root().join("scripts/karpenter-kwok"));
         command
             .arg("run")
             .env("KUBECONFIG", &self.plane.kubeconfig)
-            .env("INSTANCE_TYPES_FILE_PATH", Self::types());
+            .env("INSTANCE_TYPES_FILE_PATH", kwok_types());
         Controller::start(command, self.plane.dir().join(format!("karpenter-{n}.log")))
     }
 
-    /// `joist run` with the KWOK cloud.
-    fn joist(&self) -> Controller {
-        let kubeconfig = self.plane.kubeconfig.to_string_lossy();
-        let types = Self::types();
-        let types = types.to_string_lossy();
-        let env = [
-            ("KUBECONFIG", kubeconfig.as_ref()),
-            ("CLUSTER_NAME", "kwok"),
-            ("CLUSTER_ENDPOINT", self.plane.server.as_str()),
-            ("CLOUD_PROVIDER", "kwok"),
-            ("INSTANCE_TYPES_FILE_PATH", types.as_ref()),
-            ("SYSTEM_NAMESPACE", "kube-system"),
-            ("POD_NAME", "joist-swap"),
-            ("LISTEN_ADDRESS", "127.0.0.1"),
-            ("METRICS_PORT", "0"),
-            ("HEALTH_PROBE_PORT", "0"),
-        ];
-        Controller::joist(self.plane.dir().join("joist.log"), env)
-    }
-
     async fn claims(&self) -> Vec<NodeClaim> {
-        let api: Api<NodeClaim> = Api::all(self.admin.clone());
-        api.list(&ListParams::default())
-            .await
-            .map(|l| l.items)
-            .unwrap_or_default()
+        listed(Api::all(self.admin.clone())).await
     }
 
     /// NodePool `pool`'s NodeClaims.
@@ -227,19 +187,11 @@ impl Cluster {
     }
 
     async fn nodes(&self) -> Vec<Node> {
-        let api: Api<Node> = Api::all(self.admin.clone());
-        api.list(&ListParams::default())
-            .await
-            .map(|l| l.items)
-            .unwrap_or_default()
+        listed(Api::all(self.admin.clone())).await
     }
 
     async fn pods(&self) -> Vec<Pod> {
-        let api: Api<Pod> = Api::namespaced(self.admin.clone(), "default");
-        api.list(&ListParams::default())
-            .await
-            .map(|l| l.items)
-            .unwrap_or_default()
+        listed(Api::namespaced(self.admin.clone(), "default")).await
     }
 
     /// Whether the `app` pods are `count`, every one Running on a node.
@@ -320,6 +272,17 @@ impl Cluster {
     }
 }
 
+/// Every object `api` lists (none while the API server does not answer).
+async fn listed<K>(api: Api<K>) -> Vec<K>
+where
+    K: Clone + std::fmt::Debug + serde::de::DeserializeOwned,
+{
+    api.list(&ListParams::default())
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default()
+}
+
 /// Stops `controller` as a Deployment's rollout or `helm uninstall` stops it: SIGTERM, then waits.
 fn stop(mut controller: Controller) {
     controller.signal("-TERM");
@@ -357,7 +320,7 @@ async fn karpenters_cluster_is_taken_over_by_joist_and_handed_back_with_nothing_
     assert_eq!(kept.len(), 1, "{karpenters:#?}");
 
     // Joist takes over: nothing relaunched, deleted or evicted.
-    let joist = cluster.joist();
+    let joist = cluster.plane.joist(&cluster.plane.kubeconfig, "joist", &[]);
     cluster
         .unchanged_through_hand_off(&karpenters, &joist, "joist")
         .await;

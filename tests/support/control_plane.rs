@@ -10,7 +10,10 @@ use std::{
     sync::OnceLock,
 };
 
-use super::tools::{self, root, succeeded};
+use super::{
+    joist_process::Controller,
+    tools::{self, root, succeeded},
+};
 
 /// A running control plane.
 pub struct ControlPlane {
@@ -110,6 +113,47 @@ impl Drop for ControlPlane {
         if !std::thread::panicking() {
             let _ = std::fs::remove_dir_all(&self.dir);
         }
+    }
+}
+
+/// The EC2NodeClass `default` Joist's KWOK cloud resolves (its images and subnets are the
+/// simulated cloud's; the selectors are only checked for form).
+pub const KWOK_NODE_CLASS: &str = "apiVersion: karpenter.k8s.aws/v1
+kind: EC2NodeClass
+metadata: {name: default}
+spec:
+  role: KarpenterNodeRole-kwok
+  amiSelectorTerms: [{alias: al2023@latest}]
+  subnetSelectorTerms: [{tags: {karpenter.sh/discovery: kwok}}]
+  securityGroupSelectorTerms: [{tags: {karpenter.sh/discovery: kwok}}]
+";
+
+/// The project's KWOK catalog, in the format of Karpenter's KWOK provider: both controllers sell it.
+pub fn kwok_types() -> PathBuf {
+    root().join("tests/fixtures/kwok/instance_types.json")
+}
+
+impl ControlPlane {
+    /// `joist run` named `name` with the KWOK cloud selling [`kwok_types`], as the user of
+    /// `kubeconfig`, with `extra` settings besides; its log is `NAME.log` in this plane's directory.
+    pub fn joist(&self, kubeconfig: &Path, name: &str, extra: &[(&str, &str)]) -> Controller {
+        let kubeconfig = kubeconfig.to_string_lossy();
+        let types = kwok_types();
+        let types = types.to_string_lossy();
+        let env = [
+            ("KUBECONFIG", kubeconfig.as_ref()),
+            ("CLUSTER_NAME", "kwok"),
+            ("CLUSTER_ENDPOINT", self.server.as_str()),
+            ("CLOUD_PROVIDER", "kwok"),
+            ("INSTANCE_TYPES_FILE_PATH", types.as_ref()),
+            ("SYSTEM_NAMESPACE", "kube-system"),
+            ("POD_NAME", name),
+            ("LISTEN_ADDRESS", "127.0.0.1"),
+            ("METRICS_PORT", "0"),
+            ("HEALTH_PROBE_PORT", "0"),
+        ];
+        let env = env.into_iter().chain(extra.iter().copied());
+        Controller::joist(self.dir.join(format!("{name}.log")), env)
     }
 }
 
