@@ -543,6 +543,136 @@ async fn joist_run_removes_a_node_once_its_pods_are_gone() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn joist_run_adopts_an_instance_karpenter_launched_and_removes_it_once_empty() {
+    use aws_sdk_ec2::types::{InstanceType, ResourceType, Tag, TagSpecification};
+    let world = World::start("m5.large", &[]).await;
+    let classes: Api<joist_messages::apis::EC2NodeClass> = Api::all(world.client.clone());
+    let (image, subnet) = eventually(&world.joist, "the class resolved", || async {
+        let status = classes.get("default").await.ok()?.status?;
+        Some((status.amis.first()?.id.clone(), status.subnets.first()?.clone()))
+    })
+    .await;
+    // An instance, its NodeClaim and its Node as Karpenter leaves them.
+    let claim_name = "default-k8r7p";
+    let tags = [
+        (format!("kubernetes.io/cluster/{CLUSTER}"), "owned"),
+        ("eks:eks-cluster-name".to_owned(), CLUSTER),
+        ("karpenter.sh/nodepool".to_owned(), "default"),
+        ("karpenter.k8s.aws/ec2nodeclass".to_owned(), "default"),
+        ("karpenter.sh/nodeclaim".to_owned(), claim_name),
+    ];
+    let run = world
+        .clients
+        .ec2
+        .run_instances()
+        .image_id(&image)
+        .instance_type(InstanceType::M5Large)
+        .subnet_id(&subnet.id)
+        .min_count(1)
+        .max_count(1)
+        .tag_specifications(
+            TagSpecification::builder()
+                .resource_type(ResourceType::Instance)
+                .set_tags(Some(
+                    tags.iter()
+                        .map(|(k, v)| Tag::builder().key(k).value(*v).build())
+                        .collect(),
+                ))
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let id = run.instances()[0].instance_id().unwrap_or_default();
+    let provider_id = instances::provider_id(&subnet.zone, id);
+    let node_name = "ip-10-0-0-40.us-west-2.compute.internal";
+    let labels = format!(
+        "{{karpenter.sh/nodepool: default, karpenter.sh/capacity-type: on-demand, \
+         node.kubernetes.io/instance-type: m5.large, topology.kubernetes.io/zone: {}}}",
+        subnet.zone
+    );
+    let claims: Api<NodeClaim> = Api::all(world.client.clone());
+    let claim: NodeClaim = yaml(&format!(
+        "apiVersion: karpenter.sh/v1
+kind: NodeClaim
+metadata:
+  name: {claim_name}
+  labels: {labels}
+  annotations: {{karpenter.sh/nodepool-hash: '4012513481623584108', karpenter.sh/nodepool-hash-version: v3}}
+  finalizers: [karpenter.sh/termination]
+spec:
+  nodeClassRef: {{group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}}
+  requirements: [{{key: node.kubernetes.io/instance-type, operator: In, values: [m5.large]}}]
+"
+    ));
+    claims
+        .create(&PostParams::default(), &claim)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let now = "2026-11-28T00:00:00Z";
+    let conditions: Vec<serde_json::Value> = ["Launched", "Registered", "Initialized", "Ready"]
+        .iter()
+        .map(|c| serde_json::json!({"type": c, "status": "True", "reason": c, "message": "", "lastTransitionTime": now}))
+        .collect();
+    let status = serde_json::json!({"status": {
+        "providerID": provider_id, "nodeName": node_name, "imageID": image,
+        "capacity": {"cpu": "2", "memory": "7910Mi", "pods": "29"},
+        "allocatable": {"cpu": "1930m", "memory": "7220Mi", "pods": "29"},
+        "conditions": conditions,
+    }});
+    claims
+        .patch_status(
+            claim_name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&status),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let nodes: Api<Node> = Api::all(world.client.clone());
+    let node: Node = yaml(&format!(
+        "apiVersion: v1
+kind: Node
+metadata:
+  name: {node_name}
+  labels: {labels}
+spec: {{providerID: {provider_id}}}
+status:
+  capacity: {{cpu: '2', memory: 7910Mi, pods: '29'}}
+  allocatable: {{cpu: 1930m, memory: 7220Mi, pods: '29'}}
+  conditions: [{{type: Ready, status: 'True'}}]
+"
+    ));
+    nodes
+        .create(&PostParams::default(), &node)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+
+    // Joist takes the claim over (its hash re-stamped with Joist's version, not read as drift),
+    // and, the node being empty, removes it through its own cloud: the instance is terminated.
+    eventually(&world.joist, "Karpenter's claim re-stamped", || async {
+        let claim = claims.get_opt(claim_name).await.ok()??;
+        (claim
+            .metadata
+            .annotations?
+            .get("karpenter.sh/nodepool-hash-version")?
+            == "joist-v1")
+            .then_some(())
+    })
+    .await;
+    eventually(&world.joist, "the empty node's NodeClaim removed", || async {
+        claims.get_opt(claim_name).await.ok()?.is_none().then_some(())
+    })
+    .await;
+    let instance = described(&world.clients, &provider_id).await;
+    assert!(
+        matches!(instance, Err(CloudError::NodeClaimNotFound { .. })),
+        "Karpenter's instance is terminated by Joist: {instance:?}"
+    );
+    let log = world.joist.log();
+    assert!(!log.contains("created nodeclaim"), "nothing launched: {log}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn joist_run_reads_the_interruption_queue_and_drains_the_warned_node() {
     let queue = "e2e-interruptions";
     let sqs = moto::clients().await.sqs;
