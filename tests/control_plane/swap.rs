@@ -1,5 +1,5 @@
 //! The swap from Karpenter to Joist and back, on the real control plane. Karpenter v1.14.1's KWOK
-//! controller (`scripts/karpenter-kwok`) provisions three NodePools' workload (165 pods), one pod
+//! controller (`scripts/karpenter-kwok`) provisions three NodePools' workload (205 pods), one pod
 //! of it `karpenter.sh/do-not-disrupt` and another Deployment under a PodDisruptionBudget; Karpenter is
 //! stopped, as `helm uninstall` with the CRDs kept stops it, and `joist run` with the KWOK cloud
 //! takes over. Through the hand-off every NodeClaim, Node and pod stays as it was (nothing launched,
@@ -40,7 +40,7 @@ const HAND_OFF: Duration = Duration::from_secs(45);
 /// The replicas of the workload's Deployments `web`, `batch` and `misc` at the start.
 const WEB: u32 = 80;
 const BATCH: u32 = 24;
-const MISC: u32 = 60;
+const MISC: u32 = 100;
 
 /// The NodePool `name`: on-demand amd64 nodes of 2 or 4 CPUs labelled `tier: NAME` (and
 /// `extra_labels`), consolidated by `policy`, Karpenter's KWOK node class.
@@ -90,7 +90,7 @@ spec:
     )
 }
 
-/// The workload, 165 pods: `web` and the do-not-disrupt `keep` on NodePool `web`, `batch` under a
+/// The workload, 205 pods: `web` and the do-not-disrupt `keep` on NodePool `web`, `batch` under a
 /// budget of one unavailable pod on NodePool `batch`, and `misc` on NodePool `misc`.
 fn workload() -> String {
     [
