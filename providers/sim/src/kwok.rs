@@ -349,8 +349,8 @@ pub async fn listed(client: &kube::Client) -> Result<Vec<Listed>, CloudError> {
 /// The instance behind a Node that Karpenter's KWOK provider launched: its provider ID
 /// (`kwok://NODE`) and the labels of its offering, the price Karpenter writes for eks-node-viewer
 /// ([`PRICE_LABEL`]; 0 when it is missing, for the cloud to look up), and no image (none is
-/// recorded; Karpenter's KWOK provider reports no image drift). `None`, with a warning, for a
-/// Node without a `kwok://` provider ID or without the labels.
+/// recorded; Karpenter's KWOK provider reports no image drift). `None` for a Node with another
+/// provider ID, and, with a warning, for one without those labels.
 pub fn launched_elsewhere(node: &Node) -> Option<Instance> {
     let name = node.metadata.name.as_deref().unwrap_or_default();
     let provider_id = node.spec.as_ref()?.provider_id.as_deref()?;
