@@ -99,3 +99,44 @@ pub async fn clients() -> AwsClients {
         .await;
     AwsClients::from_config(&config).unwrap_or_else(|e| panic!("{e}"))
 }
+
+/// Launches an m5.large from `image` into `subnet`, tagged as Karpenter v1.14.1 tags the instance
+/// of its NodeClaim `claim` (NodePool and EC2NodeClass `default`) in `cluster`; its instance id.
+pub async fn run_as_karpenter(
+    clients: &AwsClients,
+    cluster: &str,
+    image: &str,
+    subnet: &str,
+    claim: &str,
+) -> String {
+    use aws_sdk_ec2::types::{InstanceType, ResourceType, Tag, TagSpecification};
+    let tags = [
+        (format!("kubernetes.io/cluster/{cluster}"), "owned"),
+        ("eks:eks-cluster-name".to_owned(), cluster),
+        ("karpenter.sh/nodepool".to_owned(), "default"),
+        ("karpenter.k8s.aws/ec2nodeclass".to_owned(), "default"),
+        ("karpenter.sh/nodeclaim".to_owned(), claim),
+    ];
+    let run = clients
+        .ec2
+        .run_instances()
+        .image_id(image)
+        .instance_type(InstanceType::M5Large)
+        .subnet_id(subnet)
+        .min_count(1)
+        .max_count(1)
+        .tag_specifications(
+            TagSpecification::builder()
+                .resource_type(ResourceType::Instance)
+                .set_tags(Some(
+                    tags.iter()
+                        .map(|(k, v)| Tag::builder().key(k).value(*v).build())
+                        .collect(),
+                ))
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    run.instances()[0].instance_id().unwrap_or_default().to_owned()
+}
