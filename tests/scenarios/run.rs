@@ -544,6 +544,7 @@ async fn joist_run_removes_a_node_once_its_pods_are_gone() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn joist_run_adopts_an_instance_karpenter_launched_and_removes_it_once_empty() {
+    use aws_sdk_ec2::types::{InstanceType, ResourceType, Tag, TagSpecification};
     let world = World::start("m5.large", &[]).await;
     let classes: Api<joist_messages::apis::EC2NodeClass> = Api::all(world.client.clone());
     let (image, subnet) = eventually(&world.joist, "the class resolved", || async {
@@ -553,8 +554,37 @@ async fn joist_run_adopts_an_instance_karpenter_launched_and_removes_it_once_emp
     .await;
     // An instance, its NodeClaim and its Node as Karpenter leaves them.
     let claim_name = "default-k8r7p";
-    let id = moto::run_as_karpenter(&world.clients, CLUSTER, &image, &subnet.id, claim_name).await;
-    let provider_id = instances::provider_id(&subnet.zone, &id);
+    let tags = [
+        (format!("kubernetes.io/cluster/{CLUSTER}"), "owned"),
+        ("eks:eks-cluster-name".to_owned(), CLUSTER),
+        ("karpenter.sh/nodepool".to_owned(), "default"),
+        ("karpenter.k8s.aws/ec2nodeclass".to_owned(), "default"),
+        ("karpenter.sh/nodeclaim".to_owned(), claim_name),
+    ];
+    let run = world
+        .clients
+        .ec2
+        .run_instances()
+        .image_id(&image)
+        .instance_type(InstanceType::M5Large)
+        .subnet_id(&subnet.id)
+        .min_count(1)
+        .max_count(1)
+        .tag_specifications(
+            TagSpecification::builder()
+                .resource_type(ResourceType::Instance)
+                .set_tags(Some(
+                    tags.iter()
+                        .map(|(k, v)| Tag::builder().key(k).value(*v).build())
+                        .collect(),
+                ))
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let id = run.instances()[0].instance_id().unwrap_or_default();
+    let provider_id = instances::provider_id(&subnet.zone, id);
     let node_name = "ip-10-0-0-40.us-west-2.compute.internal";
     let labels = format!(
         "{{karpenter.sh/nodepool: default, karpenter.sh/capacity-type: on-demand, \

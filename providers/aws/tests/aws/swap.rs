@@ -5,14 +5,11 @@
 //! the cluster's name; pending, running, stopping or stopped) and deletes the NodeClaims whose
 //! instance it does not list; Joist lists by `karpenter.sh/nodepool` and the cluster's `owned` tag.
 
-use aws_sdk_ec2::types::Filter;
+use aws_sdk_ec2::types::{Filter, InstanceType as Ec2Type, ResourceType, Tag, TagSpecification};
 use joist_provider::CloudProvider;
 use joist_provider_aws::instances;
 
-use super::{
-    launch::{Fleet, claim, fleet, spec},
-    moto,
-};
+use super::launch::{Fleet, claim, fleet, spec};
 
 /// The instances Karpenter v1.14.1 lists as its own in `cluster`, by its filters.
 async fn karpenters_list(clients: &joist_provider_aws::clients::AwsClients, cluster: &str) -> Vec<String> {
@@ -91,14 +88,40 @@ async fn joist_lists_reads_and_terminates_the_instances_karpenter_launched() {
         ..
     } = fleet(cluster, &spec("")).await;
     let status = class.status.as_ref().unwrap_or_else(|| panic!("resolved"));
-    let id = moto::run_as_karpenter(
-        &clients,
-        cluster,
-        &status.amis[0].id,
-        &status.subnets[0].id,
-        "default-k8r7p",
-    )
-    .await;
+    // An instance as Karpenter launches and then tags it.
+    let tags = [
+        (format!("kubernetes.io/cluster/{cluster}"), "owned".to_owned()),
+        ("eks:eks-cluster-name".to_owned(), cluster.to_owned()),
+        ("karpenter.sh/nodepool".to_owned(), "default".to_owned()),
+        ("karpenter.k8s.aws/ec2nodeclass".to_owned(), "default".to_owned()),
+        ("karpenter.sh/nodeclaim".to_owned(), "default-k8r7p".to_owned()),
+        (
+            "Name".to_owned(),
+            "ip-192-168-7-7.us-west-2.compute.internal".to_owned(),
+        ),
+    ];
+    let run = clients
+        .ec2
+        .run_instances()
+        .image_id(&status.amis[0].id)
+        .instance_type(Ec2Type::M5Large)
+        .subnet_id(&status.subnets[0].id)
+        .min_count(1)
+        .max_count(1)
+        .tag_specifications(
+            TagSpecification::builder()
+                .resource_type(ResourceType::Instance)
+                .set_tags(Some(
+                    tags.iter()
+                        .map(|(k, v)| Tag::builder().key(k).value(v).build())
+                        .collect(),
+                ))
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let id = run.instances()[0].instance_id().unwrap_or_default().to_owned();
     assert_eq!(
         karpenters_list(&clients, cluster).await,
         std::slice::from_ref(&id),
