@@ -817,6 +817,69 @@ async fn leaked_instances_are_terminated_and_claimed_ones_kept() {
 }
 
 #[actix::test]
+async fn a_registered_claim_whose_instance_is_gone_is_deleted_unless_its_node_is_ready() {
+    tokio::time::pause();
+    let world = world(Settings::default());
+    world.node_class().await;
+    // No budget for voluntary disruption: only the garbage collector removes an empty node here.
+    create(&kube_ops::cluster::<NodePool>(&world.client), serde_json::json!({
+        "apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "default"},
+        "spec": {
+            "template": {"spec": {"requirements": [], "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}}},
+            "disruption": {"budgets": [{"nodes": "0"}]}
+        }
+    }))
+    .await;
+    let nodes = GroupResource::new("", "nodes");
+    for name in ["gone", "alive"] {
+        create(&world.claims(), serde_json::json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+            "metadata": {"name": name, "labels": {"karpenter.sh/nodepool": "default"}, "finalizers": ["karpenter.sh/termination"]},
+            "spec": {"requirements": [], "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}}
+        }))
+        .await;
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let node = serde_json::json!({
+            "apiVersion": "v1", "kind": "Node", "metadata": {"name": format!("{name}-node")},
+            "spec": {"providerID": format!("fake:///{name}")},
+            "status": {"allocatable": {"cpu": "2", "pods": "29"}, "conditions": [{"type": "Ready", "status": "True"}]},
+        });
+        world
+            .cluster
+            .store()
+            .create(&nodes, "", node, false)
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    for name in ["gone", "alive"] {
+        let claim = world.claims().get(name).await.unwrap_or_else(|e| panic!("{e}"));
+        let conditions = claim.status.map(|s| s.conditions).unwrap_or_default();
+        assert!(
+            is_true(&conditions, ConditionType::Registered),
+            "{name} registered: {conditions:?}"
+        );
+    }
+    // Both instances are terminated behind Joist's back; one kubelet stops posting Ready.
+    locked(&world.cloud.instances).clear();
+    let key = joist_kubesim::store::ObjectKey::new("", "gone-node");
+    world
+        .cluster
+        .store()
+        .modify(&nodes, &key, joist_kubesim::store::Part::Status, false, |node| {
+            let mut node = node.clone();
+            node["status"]["conditions"] = serde_json::json!([{"type": "Ready", "status": "Unknown"}]);
+            Ok(node)
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+    tokio::time::sleep(Duration::from_secs(150)).await;
+    assert_eq!(
+        world.claim_names().await,
+        ["alive"],
+        "the claim without an instance or a Ready node is deleted; a Ready node's claim is kept"
+    );
+}
+
+#[actix::test]
 async fn nodepool_actors_sharded_over_arbiters_do_their_work() {
     let world = world(Settings {
         shards: 2,
