@@ -6,7 +6,11 @@
 //!   `terminationGracePeriod`, `nodeClassRef`; see [`joist_messages::apis::hash`]);
 //! - `RequirementsDrifted`: its labels no longer meet the NodePool's requirements;
 //! - `NodeClassDrift`: its `karpenter.k8s.aws/ec2nodeclass-hash` differs from the class's now;
-//! - `InstanceTypeNotFound`: the NodePool can no longer launch its instance type.
+//! - `InstanceTypeNotFound`: its instance type, or every offering of it in its zone and capacity
+//!   type, is gone from the NodePool's catalog ([`instance_type_gone`]). As in Karpenter, this is
+//!   first asked [`INSTANCE_TYPE_CHECK_AFTER`] after the claim's creation, and a check that found
+//!   the type stands for [`INSTANCE_TYPE_CHECK_INTERVAL`]: the catalog is the cloud's, not the
+//!   user's, so drift from it may lag.
 //!
 //! A hash stamped with another version (an older Joist, or Karpenter) is re-stamped with the
 //! current one ([`restamp`]) instead of drifting the node. What a NodePool and its class ask for
@@ -14,7 +18,7 @@
 //! DisruptionPlanner's drift pass (`crate::disruption::drift`). Nothing here fails: a requirement
 //! that cannot be read drifts nothing (the NodePool is reported invalid instead).
 
-use std::collections::BTreeMap;
+use std::{collections::BTreeMap, time::Duration};
 
 use joist_messages::{
     apis::{
@@ -23,11 +27,11 @@ use joist_messages::{
     },
     conditions::{self, ConditionStatus, ConditionType},
     labels::{
-        INSTANCE_TYPE,
+        CAPACITY_TYPE, INSTANCE_TYPE, ZONE,
         annotations::{EC2NODECLASS_HASH, EC2NODECLASS_HASH_VERSION, NODEPOOL_HASH, NODEPOOL_HASH_VERSION},
         is_well_known,
     },
-    model::requirements::Requirements,
+    model::{instance_type::CapacityType, requirements::Requirements},
 };
 use kube::ResourceExt;
 
@@ -38,8 +42,11 @@ pub const STATIC_REASONS: [&str; 4] = [
     "NodePoolDrifted",
     "RequirementsDrifted",
     "NodeClassDrift",
-    "InstanceTypeNotFound",
+    INSTANCE_TYPE_NOT_FOUND,
 ];
+
+/// Karpenter's reason for a claim whose instance type is gone ([`instance_type_gone`]).
+pub const INSTANCE_TYPE_NOT_FOUND: &str = "InstanceTypeNotFound";
 
 /// The hash annotations to write on `claim` because they were stamped with another version.
 pub fn restamp(claim: &NodeClaim, wanted: &Wanted) -> BTreeMap<String, String> {
@@ -87,8 +94,8 @@ impl Wanted {
 }
 
 /// Why `claim` drifted from what its pool and class ask for, judged from the cluster alone (see
-/// the module docs); `types` are the instance types its NodePool can launch now, when known.
-pub fn static_drift(claim: &NodeClaim, wanted: &Wanted, types: Option<&Offered<'_>>) -> Option<&'static str> {
+/// the module docs), the instance type aside ([`instance_type_gone`]).
+pub fn static_drift(claim: &NodeClaim, wanted: &Wanted) -> Option<&'static str> {
     let annotations = claim.annotations();
     let current = |key: &str, version_key: &str, version: &str| {
         annotations
@@ -97,7 +104,7 @@ pub fn static_drift(claim: &NodeClaim, wanted: &Wanted, types: Option<&Offered<'
             .then(|| annotations.get(key))
             .flatten()
     };
-    let [pool_drifted, requirements_drifted, class_drifted, type_gone] = STATIC_REASONS;
+    let [pool_drifted, requirements_drifted, class_drifted, _] = STATIC_REASONS;
     if current(NODEPOOL_HASH, NODEPOOL_HASH_VERSION, hash::NODEPOOL_HASH_VERSION)
         .is_some_and(|h| *h != wanted.pool_hash)
     {
@@ -118,14 +125,48 @@ pub fn static_drift(claim: &NodeClaim, wanted: &Wanted, types: Option<&Offered<'
     {
         return Some(class_drifted);
     }
-    let instance_type = claim.labels().get(INSTANCE_TYPE);
-    if let (Some(types), Some(name)) = (types, instance_type)
-        && !types.is_empty()
-        && types.get(name).is_none()
-    {
-        return Some(type_gone);
-    }
     None
+}
+
+/// How long after a claim's creation its instance type is first looked for in the catalog.
+pub const INSTANCE_TYPE_CHECK_AFTER: Duration = Duration::from_secs(60 * 60);
+
+/// How long a look that found a claim's instance type stands before the next.
+pub const INSTANCE_TYPE_CHECK_INTERVAL: Duration = Duration::from_secs(30 * 60);
+
+/// Whether the claim's instance type is gone from `types`, the NodePool's catalog, as Karpenter
+/// judges it: the claim has no instance-type label, its type is not listed, or no offering of it
+/// (available or not) is in the claim's zone and capacity type; a `reserved` claim may also be on
+/// an on-demand offering, since a reservation can demote it. An empty catalog (not known yet) says
+/// nothing.
+pub fn instance_type_gone(claim: &NodeClaim, types: &Offered<'_>) -> bool {
+    if types.is_empty() {
+        return false;
+    }
+    let labels = claim.labels();
+    let Some(instance_type) = labels.get(INSTANCE_TYPE).and_then(|name| types.get(name)) else {
+        return true;
+    };
+    let zone = labels.get(ZONE);
+    let capacity = labels.get(CAPACITY_TYPE).map(String::as_str);
+    let capacity_allows = |offered: CapacityType| match capacity {
+        None => true,
+        Some(label) if label == CapacityType::Reserved.label() => {
+            matches!(offered, CapacityType::Reserved | CapacityType::OnDemand)
+        }
+        Some(label) => label == offered.label(),
+    };
+    !(instance_type.offerings.iter())
+        .any(|o| zone.is_none_or(|z| *z == o.zone) && capacity_allows(o.capacity_type))
+}
+
+/// Whether the claim's instance type is to be looked for now, `now_seconds` being the time and
+/// `found_at` when a look last found it.
+pub fn instance_type_check_due(claim: &NodeClaim, now_seconds: i64, found_at: Option<i64>) -> bool {
+    let seconds = |d: Duration| i64::try_from(d.as_secs()).unwrap_or(i64::MAX);
+    let created = (claim.metadata.creation_timestamp.as_ref()).map_or(now_seconds, |t| t.0.as_second());
+    now_seconds - created > seconds(INSTANCE_TYPE_CHECK_AFTER)
+        && found_at.is_none_or(|at| now_seconds - at >= seconds(INSTANCE_TYPE_CHECK_INTERVAL))
 }
 
 /// Whether the claim's labels meet `requirements` (well-known labels the claim lacks are not held
@@ -148,6 +189,8 @@ pub fn shown(claim: &NodeClaim) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use joist_messages::model::instance_type::InstanceType;
     use serde_json::{Value, json};
 
@@ -183,15 +226,15 @@ mod tests {
     fn a_template_change_drifts_the_pool_hash_and_a_requirement_change_the_requirements() {
         let old = pool(json!({"team": "a"}), &["spot", "on-demand"]);
         let claim = stamped(&old);
-        assert_eq!(static_drift(&claim, &Wanted::of(&old, None), None), None);
+        assert_eq!(static_drift(&claim, &Wanted::of(&old, None)), None);
         let relabelled = pool(json!({"team": "b"}), &["spot", "on-demand"]);
         assert_eq!(
-            static_drift(&claim, &Wanted::of(&relabelled, None), None),
+            static_drift(&claim, &Wanted::of(&relabelled, None)),
             Some("NodePoolDrifted")
         );
         let on_demand_only = pool(json!({"team": "a"}), &["on-demand"]);
         assert_eq!(
-            static_drift(&claim, &Wanted::of(&on_demand_only, None), None),
+            static_drift(&claim, &Wanted::of(&on_demand_only, None)),
             Some("RequirementsDrifted")
         );
     }
@@ -200,36 +243,103 @@ mod tests {
     fn a_hash_of_another_version_is_restamped_not_drifted() {
         let pool = pool(json!({"team": "b"}), &["spot"]);
         let karpenters = claim(json!({NODEPOOL_HASH: "123", NODEPOOL_HASH_VERSION: "v3"}));
-        assert_eq!(static_drift(&karpenters, &Wanted::of(&pool, None), None), None);
+        assert_eq!(static_drift(&karpenters, &Wanted::of(&pool, None)), None);
         let wanted = Wanted::of(&pool, None);
         let stamps = restamp(&karpenters, &wanted);
         assert_eq!(stamps.get(NODEPOOL_HASH), Some(&nodepool_hash(&pool)));
         assert!(restamp(&stamped(&pool), &wanted).is_empty());
     }
 
-    #[test]
-    fn an_instance_type_the_pool_no_longer_offers_drifts() {
-        let pool = pool(json!({"team": "a"}), &["spot"]);
-        let claim = stamped(&pool);
-        let other = InstanceType {
-            name: "c5.large".into(),
+    fn m5_large(offerings: &[(&str, CapacityType)]) -> InstanceType {
+        InstanceType {
+            name: "m5.large".into(),
             requirements: Requirements::new(),
-            offerings: Vec::new(),
+            offerings: (offerings.iter())
+                .map(
+                    |(zone, capacity_type)| joist_messages::model::instance_type::Offering {
+                        zone: (*zone).into(),
+                        capacity_type: *capacity_type,
+                        price: 0.1,
+                        available: false,
+                        reservation_id: None,
+                    },
+                )
+                .collect(),
             capacity: Default::default(),
             overhead: Default::default(),
+        }
+    }
+
+    fn in_zone(mut claim: NodeClaim, capacity_type: &str) -> NodeClaim {
+        let labels = claim.labels_mut();
+        labels.insert(ZONE.into(), "us-west-2a".into());
+        labels.insert(CAPACITY_TYPE.into(), capacity_type.into());
+        claim
+    }
+
+    #[test]
+    fn an_instance_type_or_offering_gone_from_the_catalog_drifts_and_an_unavailable_one_does_not() {
+        let pool = pool(json!({"team": "a"}), &["spot"]);
+        let claim = in_zone(stamped(&pool), "spot");
+        let offered = |types: Vec<InstanceType>| types.into_iter().map(Arc::new).collect::<Vec<_>>();
+        let other = InstanceType {
+            name: "c5.large".into(),
+            ..m5_large(&[("us-west-2a", CapacityType::Spot)])
         };
-        assert_eq!(
-            static_drift(
-                &claim,
-                &Wanted::of(&pool, None),
-                Some(&Offered::new(&[other.into()]))
-            ),
-            Some("InstanceTypeNotFound")
+        let catalog = offered(vec![other]);
+        assert!(
+            instance_type_gone(&claim, &Offered::new(&catalog)),
+            "the type is gone"
         );
-        assert_eq!(
-            static_drift(&claim, &Wanted::of(&pool, None), Some(&Offered::default())),
-            None,
+        let catalog = offered(vec![m5_large(&[
+            ("us-west-2b", CapacityType::Spot),
+            ("us-west-2a", CapacityType::OnDemand),
+        ])]);
+        assert!(
+            instance_type_gone(&claim, &Offered::new(&catalog)),
+            "no spot offering in its zone"
+        );
+        let catalog = offered(vec![m5_large(&[("us-west-2a", CapacityType::Spot)])]);
+        assert!(
+            !instance_type_gone(&claim, &Offered::new(&catalog)),
+            "offered, though unavailable now"
+        );
+        assert!(
+            !instance_type_gone(&claim, &Offered::default()),
             "an empty catalog says nothing"
+        );
+        let mut unlabelled = claim.clone();
+        unlabelled.labels_mut().remove(INSTANCE_TYPE);
+        assert!(
+            instance_type_gone(&unlabelled, &Offered::new(&catalog)),
+            "no instance-type label"
+        );
+        let reserved = in_zone(stamped(&pool), "reserved");
+        let catalog = offered(vec![m5_large(&[("us-west-2a", CapacityType::OnDemand)])]);
+        assert!(
+            !instance_type_gone(&reserved, &Offered::new(&catalog)),
+            "a reserved claim may be demoted to on-demand"
+        );
+    }
+
+    #[test]
+    fn the_instance_type_is_first_looked_for_an_hour_after_creation_then_every_half_hour_once_found() {
+        let mut claim = claim(json!({}));
+        claim.metadata.creation_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            jiff::Timestamp::from_second(0).unwrap_or_else(|e| panic!("{e}")),
+        ));
+        assert!(
+            !instance_type_check_due(&claim, 3_600, None),
+            "not within the first hour"
+        );
+        assert!(instance_type_check_due(&claim, 3_601, None));
+        assert!(
+            !instance_type_check_due(&claim, 5_000, Some(4_000)),
+            "a look that found it stands"
+        );
+        assert!(
+            instance_type_check_due(&claim, 5_800, Some(4_000)),
+            "for half an hour"
         );
     }
 }

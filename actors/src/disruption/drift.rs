@@ -26,7 +26,13 @@ use serde_json::json;
 
 use super::candidates::PoolTypes;
 use crate::{
-    decide::drift::{STATIC_REASONS, Wanted, restamp, shown, static_drift},
+    decide::{
+        drift::{
+            INSTANCE_TYPE_NOT_FOUND, STATIC_REASONS, Wanted, instance_type_check_due, instance_type_gone,
+            restamp, shown, static_drift,
+        },
+        offered::Offered,
+    },
     effects::kube_ops,
     shared::Shared,
 };
@@ -35,10 +41,12 @@ use crate::{
 /// not change.
 pub const CLOUD_CHECK_INTERVAL: Duration = Duration::from_secs(5 * 60);
 
-/// When each claim's instance was last compared by the cloud, and the version of its class then.
+/// When each claim's instance was last compared by the cloud, and the version of its class then;
+/// when a look last found each claim's instance type in its NodePool's catalog.
 #[derive(Debug, Default)]
 pub struct CloudChecks {
     checked: HashMap<String, (i64, String)>,
+    type_found: HashMap<String, i64>,
 }
 
 impl CloudChecks {
@@ -96,8 +104,20 @@ pub async fn mark(shared: &Shared, types: &PoolTypes<'_>, checks: &SharedChecks)
             continue;
         }
         let shown = shown(claim);
-        if let Some(reason) = static_drift(claim, wanted, types) {
+        if let Some(reason) = static_drift(claim, wanted) {
             settle(shared, claim, shown.as_ref(), Some(reason.to_owned())).await;
+            continue;
+        }
+        if let Some(types) = types
+            && type_gone(&mut lock(checks), claim, types, now)
+        {
+            settle(
+                shared,
+                claim,
+                shown.as_ref(),
+                Some(INSTANCE_TYPE_NOT_FOUND.to_owned()),
+            )
+            .await;
             continue;
         }
         let version = class
@@ -142,7 +162,23 @@ pub async fn mark(shared: &Shared, types: &PoolTypes<'_>, checks: &SharedChecks)
         settle(shared, &ask.claim, ask.shown.as_ref(), reason).await;
     }
     let alive: HashSet<String> = claims.iter().map(|c| c.name_any()).collect();
-    lock(checks).checked.retain(|name, _| alive.contains(name));
+    let mut checks = lock(checks);
+    checks.checked.retain(|name, _| alive.contains(name));
+    checks.type_found.retain(|name, _| alive.contains(name));
+}
+
+/// Whether the claim's instance type is gone from `types`, looked for only when due (see
+/// [`crate::decide::drift::instance_type_check_due`]); a look that finds it is remembered.
+fn type_gone(checks: &mut CloudChecks, claim: &NodeClaim, types: &Offered<'_>, now: i64) -> bool {
+    let name = claim.name_any();
+    if !instance_type_check_due(claim, now, checks.type_found.get(&name).copied()) {
+        return false;
+    }
+    let gone = instance_type_gone(claim, types);
+    if !gone && !types.is_empty() {
+        checks.type_found.insert(name, now);
+    }
+    gone
 }
 
 /// The cloud's last answer, shown on the claim, which stands until the cloud is asked again.
