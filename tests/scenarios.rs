@@ -467,6 +467,35 @@ fn scaling_forty_replicas_down_to_four_ends_on_a_node_sized_for_four() {
 }
 
 #[test]
+fn consolidation_moves_no_pod_onto_a_node_inside_its_consolidate_after() {
+    // Karpenter #3006: a node whose pods changed less than consolidateAfter ago is no destination.
+    // `a` runs alone on a c5.large; at 6m `b` gets a c5.xlarge with room for `a`'s pod, which may
+    // move there only once that node has been still for five minutes.
+    let disruption = "  disruption:\n    consolidationPolicy: WhenEmptyOrUnderutilized\n    \
+                      consolidateAfter: 5m\n    budgets: [{nodes: '100%'}]";
+    let manifests = pool("default", &family(&["c5"]), disruption)
+        + NODE_CLASS
+        + &deployment("a", 1, "1", "")
+        + &deployment("b", 0, "1", "");
+    let steps = "[{at: 6m, scale: {kind: Deployment, namespace: default, name: b, replicas: 2}}]";
+    let settling = run(&scenario(&manifests, steps, "11m"));
+    assert_eq!(settling.summary.final_nodes.len(), 2, "{:#?}", settling.summary);
+    assert_eq!(
+        terminated(&settling, "underutilized"),
+        0,
+        "{:#?}",
+        settling.summary
+    );
+    let settled = run(&scenario(&manifests, steps, "16m"));
+    assert_eq!(settled.summary.final_nodes.len(), 1, "{:#?}", settled.summary);
+    assert!(
+        terminated(&settled, "underutilized") >= 1,
+        "{:#?}",
+        settled.summary
+    );
+}
+
+#[test]
 fn when_empty_keeps_an_underused_node_and_removes_an_empty_one() {
     let manifests = c5_inflate("WhenEmpty", "[{nodes: '100%'}]", 20);
     let steps = "

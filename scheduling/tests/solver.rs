@@ -132,6 +132,28 @@ fn a_pod_gets_the_cheapest_type_with_room_for_it_and_the_daemonsets() {
 }
 
 #[test]
+fn a_daemonset_adds_its_overhead_only_to_the_instance_types_it_would_run_on() {
+    // Karpenter #2975: a daemonset pinned to larger types costs nothing on the smallest.
+    let mut input = problem(8, vec![sized("web", "1500m", "1Gi", json!({}))]);
+    let pinned =
+        |instance_type: &str| json!({"nodeSelector": {"node.kubernetes.io/instance-type": instance_type}});
+    input.daemonsets = vec![sized("agent", "500m", "128Mi", pinned("fake-it-2"))];
+    let solution = solve(&input);
+    assert_eq!(
+        first_type(&input, &solution, 0),
+        "fake-it-1",
+        "the daemonset would not run on fake-it-1, so 1.5 cpu still fits its 1.9"
+    );
+    input.daemonsets = vec![sized("agent", "500m", "128Mi", pinned("fake-it-1"))];
+    let solution = solve(&input);
+    assert_eq!(
+        first_type(&input, &solution, 0),
+        "fake-it-2",
+        "pinned to fake-it-1, it leaves 1.4 of its 1.9"
+    );
+}
+
+#[test]
 fn pods_share_a_node_until_it_is_cheaper_to_open_another() {
     let pods = (0..4)
         .map(|i| sized(&format!("p{i}"), "1", "1Gi", json!({})))
