@@ -496,6 +496,22 @@ fn consolidation_moves_no_pod_onto_a_node_inside_its_consolidate_after() {
 }
 
 #[test]
+fn pod_level_requests_size_the_nodes_and_the_scheduler_honours_them() {
+    // Two pods whose containers ask 100m but whose pod-level request is 3 CPUs (PodLevelResources,
+    // on by default since Kubernetes 1.34): a c5.large (about 1.9 allocatable) holds neither.
+    let manifests = c5_pool_with("")
+        + NODE_CLASS
+        + &deployment("sized", 2, "100m", "      resources: {requests: {cpu: '3'}}");
+    let report = run(&scenario(&manifests, "[]", "3m"));
+    let s = &report.summary;
+    assert_eq!((s.pods_running_end, s.pods_pending_end), (2, 0), "{s:#?}");
+    assert!(
+        s.final_nodes.iter().all(|n| n.instance_type != "c5.large"),
+        "{s:#?}"
+    );
+}
+
+#[test]
 fn when_empty_keeps_an_underused_node_and_removes_an_empty_one() {
     let manifests = c5_inflate("WhenEmpty", "[{nodes: '100%'}]", 20);
     let steps = "

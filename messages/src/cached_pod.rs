@@ -18,7 +18,7 @@ use k8s_openapi::{
     NamespaceResourceScope,
     api::core::v1::{
         Affinity, Container, ContainerPort, EphemeralVolumeSource, PersistentVolumeClaimVolumeSource, Pod,
-        PodCondition, PodSpec, PodStatus, Toleration, TopologySpreadConstraint, Volume,
+        PodCondition, PodSpec, PodStatus, ResourceRequirements, Toleration, TopologySpreadConstraint, Volume,
     },
     apimachinery::pkg::{
         api::resource::Quantity,
@@ -61,6 +61,8 @@ pub struct CachedPodSpec {
     pub init_containers: Option<Vec<CachedContainer>>,
     /// What the runtime class adds to the pod's requests.
     pub overhead: Option<BTreeMap<String, Quantity>>,
+    /// Pod-level requests and limits, which stand for the containers' in CPU, memory and huge pages.
+    pub resources: Option<CachedResources>,
     /// The volumes that claim a PersistentVolume (a drain waits for their attachments); others
     /// are dropped when the pod is cached.
     pub volumes: Option<Vec<CachedVolume>>,
@@ -184,6 +186,7 @@ impl From<PodSpec> for CachedPodSpec {
             containers: containers(spec.containers),
             init_containers: spec.init_containers.map(containers),
             overhead: spec.overhead,
+            resources: spec.resources.map(CachedResources::from),
             volumes: spec
                 .volumes
                 .map(|volumes| volumes.into_iter().map(CachedVolume::from).collect()),
@@ -198,12 +201,18 @@ impl From<Container> for CachedContainer {
     fn from(container: Container) -> Self {
         Self {
             name: container.name,
-            resources: container.resources.map(|r| CachedResources {
-                requests: r.requests.map(|map| map.into_iter().collect()),
-                limits: r.limits.map(|map| map.into_iter().collect()),
-            }),
+            resources: container.resources.map(CachedResources::from),
             ports: container.ports,
             restart_policy: container.restart_policy,
+        }
+    }
+}
+
+impl From<ResourceRequirements> for CachedResources {
+    fn from(resources: ResourceRequirements) -> Self {
+        Self {
+            requests: resources.requests.map(|map| map.into_iter().collect()),
+            limits: resources.limits.map(|map| map.into_iter().collect()),
         }
     }
 }

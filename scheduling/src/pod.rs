@@ -380,14 +380,27 @@ fn all_containers(spec: &CachedPodSpec) -> impl Iterator<Item = &CachedContainer
 /// One container's requests, a missing request defaulting to the limit.
 fn container_requests(pod: &str, field: &str, container: &CachedContainer) -> Result<Resources, PodError> {
     let resources = container.resources.as_ref();
+    let mut out = amounts(
+        pod,
+        &format!("{field}.resources.limits"),
+        resources.and_then(|r| r.limits.as_deref()),
+    )?;
+    let requests = amounts(
+        pod,
+        &format!("{field}.resources.requests"),
+        resources.and_then(|r| r.requests.as_deref()),
+    )?;
+    for (name, amount) in requests.iter() {
+        out.set(name, amount); // requests win over limits.
+    }
+    Ok(out)
+}
+
+/// A list of amounts parsed, the first unreadable one the error (at `field[name]`).
+fn amounts(pod: &str, field: &str, list: Option<&[(String, KubeQuantity)]>) -> Result<Resources, PodError> {
     let mut out = Resources::new();
-    let requests = resources.and_then(|r| r.requests.as_deref());
-    let limits = resources.and_then(|r| r.limits.as_deref());
-    for (source, map) in [("limits", limits), ("requests", requests)] {
-        for (name, amount) in map.into_iter().flatten() {
-            let parsed = parse_quantity(pod, &format!("{field}.resources.{source}[{name}]"), amount)?;
-            out.set(name, parsed); // requests are applied last, so they win over limits.
-        }
+    for (name, amount) in list.into_iter().flatten() {
+        out.set(name, parse_quantity(pod, &format!("{field}[{name}]"), amount)?);
     }
     Ok(out)
 }
@@ -423,6 +436,11 @@ pub fn effective_requests(pod: &str, spec: &CachedPodSpec) -> Result<Resources, 
     }
     total.add(&sidecars);
     total.max(&init_peak);
+    if let Some(pod_level) = &spec.resources {
+        let requests = amounts(pod, "spec.resources.requests", pod_level.requests.as_deref())?;
+        let limits = amounts(pod, "spec.resources.limits", pod_level.limits.as_deref())?;
+        total.apply_pod_level(&requests, &limits);
+    }
     for (name, amount) in spec.overhead.iter().flatten() {
         let parsed = parse_quantity(pod, &format!("spec.overhead[{name}]"), amount)?;
         total.add(&Resources::new().with(name, parsed));
@@ -524,6 +542,44 @@ mod tests {
             "1Gi".parse().unwrap_or_default()
         );
         assert_eq!(info.requests.get(names::PODS), Quantity::from_units(1));
+    }
+
+    #[test]
+    fn pod_level_resources_stand_for_the_containers_cpu_memory_and_huge_pages() {
+        let info = PodInfo::from_pod(&pod(serde_json::json!({
+            "resources": {"requests": {"cpu": "3"}, "limits": {"memory": "2Gi", "cpu": "4"}},
+            "containers": [
+                {"name": "a", "resources": {"requests": {"cpu": "500m", "nvidia.com/gpu": "1"}}},
+                {"name": "b", "resources": {"requests": {"cpu": "500m"}}},
+            ],
+            "overhead": {"cpu": "100m"},
+        })))
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            cpu(&info),
+            3100,
+            "the pod-level request replaces the containers' 1 cpu"
+        );
+        assert_eq!(
+            info.requests.get(names::MEMORY),
+            "2Gi".parse().unwrap_or_default(),
+            "no memory request anywhere: the pod-level limit stands for one"
+        );
+        assert_eq!(
+            info.requests.get("nvidia.com/gpu"),
+            Quantity::from_units(1),
+            "other resources stay the containers'"
+        );
+        let limits_only = PodInfo::from_pod(&pod(serde_json::json!({
+            "resources": {"limits": {"cpu": "4"}},
+            "containers": [{"name": "a", "resources": {"requests": {"cpu": "500m"}}}],
+        })))
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            cpu(&limits_only),
+            500,
+            "a container's request wins over a pod-level limit"
+        );
     }
 
     #[test]

@@ -10,6 +10,11 @@ use std::{collections::BTreeMap, fmt};
 
 use super::quantity::Quantity;
 
+/// Whether pod-level resources may set `name`: CPU, memory and huge pages, as in Kubernetes 1.34.
+fn is_pod_level(name: &str) -> bool {
+    name == names::CPU || name == names::MEMORY || name.starts_with("hugepages-")
+}
+
 /// Well-known resource names.
 pub mod names {
     /// CPU, in cores (milli-cores in [`super::Quantity::millis`]).
@@ -90,6 +95,24 @@ impl Resources {
     /// The larger amount per name (used for init containers and for "the largest candidate").
     pub fn max(&mut self, other: &Resources) {
         self.merge(other, Ord::max);
+    }
+
+    /// Applies pod-level resources (`spec.resources`, Kubernetes' PodLevelResources, on by default
+    /// since 1.34) to `self`, the requests aggregated from the pod's containers, as kube-scheduler
+    /// and Karpenter count them: a pod-level request of CPU, memory or huge pages replaces the
+    /// containers' total, and a pod-level limit stands for a request that neither the pod nor any
+    /// container makes (the API server's defaulting). Other resources stay the containers'.
+    pub fn apply_pod_level(&mut self, requests: &Resources, limits: &Resources) {
+        for (name, limit) in limits.iter() {
+            if is_pod_level(name) && requests.get(name).is_zero() && self.get(name).is_zero() {
+                self.set(name, limit);
+            }
+        }
+        for (name, request) in requests.iter() {
+            if is_pod_level(name) {
+                self.set(name, request);
+            }
+        }
     }
 
     fn merge(&mut self, other: &Resources, op: impl Fn(Quantity, Quantity) -> Quantity) {

@@ -285,6 +285,10 @@ impl PodNeeds {
         for container in containers("initContainers") {
             requests.max(&resources(container.pointer("/resources/requests")));
         }
+        requests.apply_pod_level(
+            &resources(spec.pointer("/resources/requests")),
+            &resources(spec.pointer("/resources/limits")),
+        );
         requests.add(&resources(spec.get("overhead")));
         let ports = containers("containers")
             .iter()
