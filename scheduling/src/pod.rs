@@ -417,25 +417,16 @@ fn parse_quantity(pod: &str, field: &str, amount: &KubeQuantity) -> Result<Quant
 
 /// The pod's effective requests, as kube-scheduler computes them (see the module docs).
 pub fn effective_requests(pod: &str, spec: &CachedPodSpec) -> Result<Resources, PodError> {
-    let mut total = Resources::new();
-    for (i, c) in spec.containers.iter().enumerate() {
-        total.add(&container_requests(pod, &format!("spec.containers[{i}]"), c)?);
-    }
-    let mut sidecars = Resources::new();
-    let mut init_peak = Resources::new();
-    for (i, c) in spec.init_containers.iter().flatten().enumerate() {
-        let requests = container_requests(pod, &format!("spec.initContainers[{i}]"), c)?;
-        if c.restart_policy.as_deref() == Some("Always") {
-            sidecars.add(&requests);
-            init_peak.max(&sidecars);
-        } else {
-            let mut running = sidecars.clone();
-            running.add(&requests);
-            init_peak.max(&running);
-        }
-    }
-    total.add(&sidecars);
-    total.max(&init_peak);
+    let app = (spec.containers.iter().enumerate())
+        .map(|(i, c)| container_requests(pod, &format!("spec.containers[{i}]"), c))
+        .collect::<Result<Vec<_>, _>>()?;
+    let init = (spec.init_containers.iter().flatten().enumerate())
+        .map(|(i, c)| {
+            let requests = container_requests(pod, &format!("spec.initContainers[{i}]"), c)?;
+            Ok((requests, c.restart_policy.as_deref() == Some("Always")))
+        })
+        .collect::<Result<Vec<_>, PodError>>()?;
+    let mut total = Resources::of_containers(app, init);
     if let Some(pod_level) = &spec.resources {
         let requests = amounts(pod, "spec.resources.requests", pod_level.requests.as_deref())?;
         let limits = amounts(pod, "spec.resources.limits", pod_level.limits.as_deref())?;

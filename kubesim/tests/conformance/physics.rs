@@ -296,6 +296,56 @@ async fn pods_stay_pending_as_unschedulable_until_a_node_can_take_them() {
 }
 
 #[tokio::test]
+async fn a_pods_requests_count_its_sidecars_and_pod_level_resources_as_kube_schedulers_do() {
+    let cluster = cluster();
+    let client = cluster.client();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let cpu = |amount: &str| json!({"requests": {"cpu": amount}});
+    let pod = |name: &str, spec: serde_json::Value| {
+        let mut pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"}, "spec": spec});
+        pod["spec"]["containers"] = json!([{"name": "app", "image": "app", "resources": cpu("1")}]);
+        pod
+    };
+    // 1 cpu in the app and 1 in a sidecar: the whole of a 2-cpu node.
+    create(
+        &pods,
+        pod(
+            "proxied",
+            json!({"initContainers": [
+                {"name": "proxy", "image": "proxy", "restartPolicy": "Always", "resources": cpu("1")}
+            ]}),
+        ),
+    )
+    .await;
+    // A pod-level request of 3 cpu stands for its app's 1.
+    create(&pods, pod("sized", json!({"resources": cpu("3")}))).await;
+    create(
+        &Api::<Node>::all(client.clone()),
+        node("small", "2", "us-west-2a"),
+    )
+    .await;
+    let node_of = |name: &'static str| {
+        let pods = pods.clone();
+        async move { pods.get(name).await.ok()?.spec?.node_name }
+    };
+    assert_eq!(
+        eventually("the proxied pod placed", || node_of("proxied")).await,
+        "small"
+    );
+    eventually("the sized pod refused for cpu", || async {
+        let (_, reason, message) = scheduled(&pods.get("sized").await.ok()?)?;
+        (reason == "Unschedulable" && message.contains("Insufficient cpu")).then_some(())
+    })
+    .await;
+    create(&pods, pod("extra", json!({}))).await;
+    eventually("the extra pod refused: the sidecar counts", || async {
+        let (_, reason, message) = scheduled(&pods.get("extra").await.ok()?)?;
+        (reason == "Unschedulable" && message.contains("Insufficient cpu")).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
 async fn taints_selectors_and_host_ports_keep_pods_off_nodes() {
     let cluster = cluster();
     let client = cluster.client();

@@ -97,6 +97,35 @@ impl Resources {
         self.merge(other, Ord::max);
     }
 
+    /// A pod's requests from its containers', as kube-scheduler adds them up: the `app`
+    /// containers and the sidecars (`init` containers flagged true, `restartPolicy: Always`)
+    /// together, or more when an init container's start needs more beside the sidecars started
+    /// before it. Init containers come in their order.
+    pub fn of_containers(
+        app: impl IntoIterator<Item = Resources>,
+        init: impl IntoIterator<Item = (Resources, bool)>,
+    ) -> Resources {
+        let mut total = Resources::new();
+        for requests in app {
+            total.add(&requests);
+        }
+        let mut sidecars = Resources::new();
+        let mut init_peak = Resources::new();
+        for (requests, sidecar) in init {
+            if sidecar {
+                sidecars.add(&requests);
+                init_peak.max(&sidecars);
+            } else {
+                let mut running = sidecars.clone();
+                running.add(&requests);
+                init_peak.max(&running);
+            }
+        }
+        total.add(&sidecars);
+        total.max(&init_peak);
+        total
+    }
+
     /// Applies pod-level resources (`spec.resources`, Kubernetes' PodLevelResources, on by default
     /// since 1.34) to `self`, the requests aggregated from the pod's containers, as kube-scheduler
     /// and Karpenter count them: a pod-level request of CPU, memory or huge pages replaces the

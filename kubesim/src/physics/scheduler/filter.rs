@@ -278,13 +278,12 @@ impl PodNeeds {
                 .cloned()
                 .unwrap_or_default()
         };
-        let mut requests = Resources::new();
-        for container in containers("containers") {
-            requests.add(&resources(container.pointer("/resources/requests")));
-        }
-        for container in containers("initContainers") {
-            requests.max(&resources(container.pointer("/resources/requests")));
-        }
+        let init = containers("initContainers").into_iter().map(|c| {
+            let sidecar = c.get("restartPolicy").and_then(Value::as_str) == Some("Always");
+            (resources(c.pointer("/resources/requests")), sidecar)
+        });
+        let app = (containers("containers").into_iter()).map(|c| resources(c.pointer("/resources/requests")));
+        let mut requests = Resources::of_containers(app, init);
         requests.apply_pod_level(
             &resources(spec.pointer("/resources/requests")),
             &resources(spec.pointer("/resources/limits")),
