@@ -1857,3 +1857,31 @@ fn a_static_nodepools_drifted_nodes_are_replaced_one_at_a_time() {
     assert!(launched[3] >= launched[2] + 40.0, "{launched:?}");
     assert!(launched[2] > 120.0, "after the image release: {launched:?}");
 }
+
+#[test]
+fn a_node_whose_host_fails_its_status_check_for_two_minutes_is_replaced() {
+    let manifests = pool("default", &family(&["c5"]), "") + NODE_CLASS + &deployment("web", 2, "1", "");
+    let steps = "[{at: 3m, impairInstances: {check: system, count: 1}}]";
+    let report = run(&scenario(&manifests, steps, "9m"));
+    let impaired = report
+        .timeline
+        .iter()
+        .find(|e| e.event == "instance-impaired")
+        .unwrap_or_else(|| panic!("no instance impaired: {:#?}", report.timeline));
+    let deleting = drained_after(&report, impaired.at_seconds);
+    // Asked every minute, acted on once the check has failed for two minutes.
+    let after = deleting - impaired.at_seconds;
+    assert!(
+        (120.0..=185.0).contains(&after),
+        "the broken node's claim was deleted {after}s after its check failed: {:#?}",
+        report.timeline
+    );
+    let ended = report
+        .timeline
+        .iter()
+        .find(|e| e.event == "instance-ended" && e.object == impaired.object)
+        .unwrap_or_else(|| panic!("the broken instance never ended: {:#?}", report.timeline));
+    assert!(ended.at_seconds >= deleting, "{:#?}", report.timeline);
+    let s = &report.summary;
+    assert_eq!((s.pods_running_end, s.pods_pending_end), (2, 0), "{s:#?}");
+}

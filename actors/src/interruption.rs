@@ -25,12 +25,12 @@ use actix::prelude::*;
 use futures::{StreamExt, stream};
 use joist_messages::{
     apis::NodeClaim,
-    labels::{CAPACITY_TYPE, INSTANCE_TYPE, ZONE},
+    labels::{CAPACITY_TYPE, INSTANCE_TYPE, ZONE, annotations::NODECLAIM_TERMINATION_TIMESTAMP},
     model::instance_type::CapacityType,
 };
 use joist_provider::{
     OfferingKey,
-    interruption::{Interruption, InterruptionQueue, Kind, Parsed, QueueMessage, parse},
+    interruption::{InterruptionQueue, Kind, Parsed, QueueMessage, parse},
 };
 use kube::ResourceExt;
 
@@ -43,7 +43,7 @@ use crate::{
 pub const MESSAGES_IN_FLIGHT: usize = 10;
 
 /// How often a replica that does not hold shard 0 looks whether it has come to hold it.
-const STANDBY_LOOK: Duration = Duration::from_secs(1);
+pub(crate) const STANDBY_LOOK: Duration = Duration::from_secs(1);
 
 /// The longest wait between two attempts at a failing queue.
 pub const MAX_QUEUE_BACKOFF: Duration = Duration::from_secs(60);
@@ -110,7 +110,7 @@ async fn handle(shared: &Shared, queue: &dyn InterruptionQueue, message: QueueMe
     let message_type = match parse(&message.body) {
         Parsed::Interruption(interruption) => {
             for instance in &interruption.instance_ids {
-                if let Err(error) = act(shared, &interruption, instance).await {
+                if let Err(error) = act(shared, interruption.kind, instance).await {
                     tracing::warn!(instance, %error, "deleting an interrupted nodeclaim failed; the message will come back");
                     acted = false;
                 }
@@ -168,7 +168,7 @@ fn event(kind: Kind) -> (&'static str, &'static str, bool) {
         ),
         Kind::InstanceStopped => ("InstanceStopping", "Instance is stopping", true),
         Kind::InstanceTerminated => ("InstanceTerminating", "Instance is terminating", true),
-        Kind::ScheduledChange => (
+        Kind::ScheduledChange | Kind::InstanceStatus | Kind::SystemStatus | Kind::EventStatus => (
             "InstanceUnhealthy",
             "An unhealthy warning was triggered for the instance",
             true,
@@ -176,37 +176,42 @@ fn event(kind: Kind) -> (&'static str, &'static str, bool) {
     }
 }
 
-/// Acts on one instance of an interruption (see the module docs); fails when its NodeClaim could
-/// not be deleted.
-async fn act(shared: &Shared, interruption: &Interruption, instance: &str) -> Result<(), kube::Error> {
+/// Acts on `instance` as `kind` asks (see the module docs): whether it has a NodeClaim; fails when
+/// the claim could not be deleted. A [forceful](Kind::forceful) kind stamps the claim's termination
+/// deadline at now first, so its node is not drained pod by pod.
+pub(crate) async fn act(shared: &Shared, kind: Kind, instance: &str) -> Result<bool, kube::Error> {
     let Some(claim) = claim_of(shared, instance).await? else {
         tracing::debug!(
             instance,
-            kind = interruption.kind.message_type(),
+            kind = kind.message_type(),
             "no NodeClaim for the instance"
         );
-        return Ok(());
+        return Ok(false);
     };
-    let (reason, message, warning) = event(interruption.kind);
+    let (reason, message, warning) = event(kind);
     record(shared, &claim, reason, message, warning);
     tracing::info!(
         nodeclaim = claim.name_any(),
         instance,
-        kind = interruption.kind.message_type(),
+        kind = kind.message_type(),
         "interruption"
     );
-    if !interruption.kind.drains() {
-        return Ok(());
+    if !kind.drains() {
+        return Ok(true);
     }
-    if interruption.kind == Kind::SpotInterrupted
+    if kind == Kind::SpotInterrupted
         && let Some(offering) = offering(&claim)
     {
         shared.catalog.unavailable.do_send(MarkUnavailable {
             offerings: vec![offering],
         });
     }
+    if kind.forceful() && !claim.annotations().contains_key(NODECLAIM_TERMINATION_TIMESTAMP) {
+        let now = shared.clock.now_seconds();
+        kube_ops::stamp_termination_deadline(&shared.client, &claim.name_any(), now).await?;
+    }
     if claim.metadata.deletion_timestamp.is_some() {
-        return Ok(());
+        return Ok(true);
     }
     record(
         shared,
@@ -217,11 +222,9 @@ async fn act(shared: &Shared, interruption: &Interruption, instance: &str) -> Re
     );
     let claims = kube_ops::cluster::<NodeClaim>(&shared.client);
     kube_ops::delete(&claims, &claim.name_any()).await?;
-    shared
-        .metrics
-        .disrupted(claim.as_ref(), interruption.kind.message_type());
+    shared.metrics.disrupted(claim.as_ref(), kind.message_type());
     shared.settings.faults.reach(Step::InterruptionActed).await;
-    Ok(())
+    Ok(true)
 }
 
 /// The NodeClaim of `instance`: from the read model, or, when NodePools are split between replicas

@@ -6,7 +6,8 @@
 //! [`lifecycle`]; the [`catalog::Catalog`] lists instance types and remembers offerings out of
 //! capacity; the [`garbage::GarbageCollector`] terminates instances no NodeClaim accounts for; the
 //! [`disruption::DisruptionPlanner`] removes empty nodes and consolidates underused ones; the
-//! [`interruption::InterruptionActor`] acts on the cloud's interruption warnings; the
+//! [`interruption::InterruptionActor`] acts on the cloud's interruption warnings, the
+//! [`instance_status::InstanceStatusActor`] on its failed instance status checks; the
 //! [`pod_events::PodEventRecorder`] records each NodeClaim's last pod event.
 //! Every node's life is one OpenTelemetry trace ([`node_trace`]); what happens is counted in
 //! Karpenter's Prometheus [`metrics`].
@@ -24,6 +25,7 @@ pub mod claim_creation;
 pub mod cluster_state;
 pub mod disruption;
 pub mod garbage;
+pub mod instance_status;
 pub mod interruption;
 pub mod lifecycle;
 pub mod node_claim;
@@ -55,6 +57,7 @@ use crate::{
     effects::metrics::Metrics,
     effects::node_trace::NodeTracer,
     garbage::GarbageCollector,
+    instance_status::InstanceStatusActor,
     interruption::InterruptionActor,
     pod_events::PodEventRecorder,
     provisioner::Provisioner,
@@ -81,6 +84,8 @@ pub struct Controllers {
     pub disruption_planner: Addr<DisruptionPlanner>,
     /// The interruption actor, when a queue is configured.
     pub interruption: Option<Addr<InterruptionActor>>,
+    /// The poller of the cloud's instance status checks.
+    pub instance_status: Addr<InstanceStatusActor>,
 }
 
 /// Starts every controller on the current actix system, talking to the cluster through `client`
@@ -139,6 +144,7 @@ pub fn start(
         .interruption_queue
         .clone()
         .map(|queue| InterruptionActor::new(shared.clone(), queue).start());
+    let instance_status = InstanceStatusActor::new(shared.clone()).start();
     let cluster_state = ClusterState::new(shared.clone(), writers, batcher.clone(), shards).start();
     Controllers {
         shared,
@@ -149,5 +155,6 @@ pub fn start(
         pod_events,
         disruption_planner,
         interruption,
+        instance_status,
     }
 }

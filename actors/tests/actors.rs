@@ -5,10 +5,10 @@
 //! own runtimes on real time.
 
 use std::{
-    collections::BTreeMap,
+    collections::{BTreeMap, BTreeSet},
     sync::{
         Arc, Mutex,
-        atomic::{AtomicUsize, Ordering},
+        atomic::{AtomicBool, AtomicUsize, Ordering},
     },
     time::Duration,
 };
@@ -18,7 +18,7 @@ use joist_actors::{
     batcher::{BATCHER_MAILBOX, Batcher},
     catalog::{CATALOG_MAILBOX, Catalog},
     effects::kube_ops,
-    effects::metrics::Metrics,
+    effects::metrics::{CategoryLabels, Metrics},
     effects::node_trace::NodeTracer,
     node_claim::{MAX_CONSECUTIVE_FAILURES, NODE_CLAIM_MAILBOX},
     node_pool::NODE_POOL_MAILBOX,
@@ -40,6 +40,7 @@ use joist_messages::{
 };
 use joist_provider::{
     CloudError, CloudFuture, CloudProvider, Drift, Instance, InstanceState, Launch, OfferingKey,
+    instance_status::{InstanceHealth, StatusCategory, StatusCheck},
 };
 use kube::{Api, api::PostParams};
 
@@ -123,7 +124,8 @@ async fn a_busy_stream_of_pods_is_cut_at_the_max_window() {
 }
 
 /// A cloud for tests: one instance type; listing types fails for NodePools named `broken`;
-/// launched instances are kept until deleted.
+/// launched instances are kept until deleted; status checks report `impaired`, or are refused
+/// as not permitted while `status_refused` holds.
 #[derive(Default)]
 struct FakeCloud {
     broken_calls: AtomicUsize,
@@ -131,6 +133,9 @@ struct FakeCloud {
     launched: Mutex<Vec<String>>,
     instances: Mutex<BTreeMap<String, Instance>>,
     deleted: Mutex<Vec<String>>,
+    impaired: Mutex<Vec<InstanceHealth>>,
+    status_refused: AtomicBool,
+    status_asks: AtomicUsize,
 }
 
 fn instance(provider_id: &str, launched_at: i64) -> Instance {
@@ -272,6 +277,19 @@ impl CloudProvider for FakeCloud {
 
     fn repair_policies(&self) -> &'static [joist_provider::repair::RepairPolicy] {
         joist_provider::repair::EC2_REPAIR_POLICIES
+    }
+
+    fn impaired_instances(&self) -> CloudFuture<'_, Vec<InstanceHealth>> {
+        Box::pin(async move {
+            self.status_asks.fetch_add(1, Ordering::SeqCst);
+            if self.status_refused.load(Ordering::SeqCst) {
+                return Err(CloudError::NotPermitted {
+                    operation: "DescribeInstanceStatus".into(),
+                    message: "UnauthorizedOperation".into(),
+                });
+            }
+            Ok(locked(&self.impaired).clone())
+        })
     }
 }
 
@@ -1177,4 +1195,152 @@ async fn an_interruption_flood_is_drained_and_every_message_deleted() {
     assert!(queue.is_empty(), "{} messages left", queue.len());
     assert!(world.claim_names().await.is_empty(), "the interrupted claim went");
     assert_eq!(locked(&world.cloud.deleted).as_slice(), ["fake:///doomed"]);
+}
+
+/// A registered NodeClaim `name` with a Ready Node `{name}-node`, launched by the fake cloud as
+/// instance `name`.
+async fn registered_claim(world: &World, name: &str) {
+    create(&world.claims(), serde_json::json!({
+        "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+        "metadata": {"name": name, "labels": {"karpenter.sh/nodepool": "default"}, "finalizers": ["karpenter.sh/termination"]},
+        "spec": {"requirements": [], "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}}
+    }))
+    .await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let node = serde_json::json!({
+        "apiVersion": "v1", "kind": "Node", "metadata": {"name": format!("{name}-node")},
+        "spec": {"providerID": format!("fake:///{name}")},
+        "status": {"allocatable": {"cpu": "2", "pods": "29"}, "conditions": [{"type": "Ready", "status": "True"}]},
+    });
+    world
+        .cluster
+        .store()
+        .create(&GroupResource::new("", "nodes"), "", node, false)
+        .unwrap_or_else(|e| panic!("{e}"));
+}
+
+#[actix::test]
+async fn an_instance_failing_its_status_checks_is_replaced_and_a_broken_one_is_not_drained() {
+    tokio::time::pause();
+    let world = world(Settings::default());
+    world.node_class().await;
+    // No budget for voluntary disruption: only the status checks remove a node here.
+    create(&kube_ops::cluster::<NodePool>(&world.client), serde_json::json!({
+        "apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "default"},
+        "spec": {
+            "template": {"spec": {"requirements": [], "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}}},
+            "disruption": {"budgets": [{"nodes": "0"}]}
+        }
+    }))
+    .await;
+    for name in ["broken", "maintained", "healthy"] {
+        registered_claim(&world, name).await;
+        // A pod that may not be evicted holds a graceful drain of its node.
+        let pod = serde_json::json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": format!("{name}-pod"), "namespace": "default",
+                         "annotations": {"karpenter.sh/do-not-disrupt": "true"}},
+            "spec": {"nodeName": format!("{name}-node"), "containers": [{"name": "app", "image": "app"}]},
+            "status": {"phase": "Running"}
+        });
+        world
+            .cluster
+            .store()
+            .create(&GroupResource::new("", "pods"), "default", pod, false)
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+    let clock = Clock::starting_at(EPOCH);
+    let failing_since = clock.now_seconds();
+    let health = |id: &str, category, name: &str| InstanceHealth {
+        instance_id: id.into(),
+        checks: vec![StatusCheck {
+            category,
+            name: name.into(),
+            failed: true,
+            impaired_since: Some(failing_since),
+        }],
+    };
+    *locked(&world.cloud.impaired) = vec![
+        health("broken", StatusCategory::System, "reachability"),
+        health("maintained", StatusCategory::Event, "system-maintenance"),
+        // Another cluster's instance in the same account: no NodeClaim, left alone.
+        health("elsewhere", StatusCategory::Instance, "reachability"),
+    ];
+    let deleting = |claim: &NodeClaim| claim.metadata.deletion_timestamp.is_some();
+    let claim = |name: &'static str| {
+        let claims = world.claims();
+        async move { claims.get_opt(name).await.unwrap_or_else(|e| panic!("{e}")) }
+    };
+    tokio::time::sleep(Duration::from_secs(90)).await;
+    assert!(
+        claim("maintained").await.is_none_or(|c| deleting(&c)),
+        "a scheduled event replaces the node at the next poll"
+    );
+    let broken = claim("broken").await.unwrap_or_else(|| panic!("broken is gone"));
+    assert!(
+        !deleting(&broken),
+        "a check failing for less than two minutes is not acted on yet"
+    );
+    tokio::time::sleep(Duration::from_secs(120)).await;
+    let counted = |category: &str| {
+        world
+            .controllers
+            .shared
+            .metrics
+            .instance_status_unhealthy
+            .get_or_create(&CategoryLabels {
+                category: category.into(),
+            })
+            .get()
+    };
+    assert_eq!(
+        (
+            counted("SystemStatus"),
+            counted("EventStatus"),
+            counted("InstanceStatus")
+        ),
+        (1, 1, 0),
+        "each claimed instance and category counted once, polls after the first not again"
+    );
+    let unhealthy_events = world
+        .cluster
+        .store()
+        .list(&GroupResource::new("", "events"), None, None, None, |e| {
+            e["reason"] == "InstanceUnhealthy"
+        })
+        .items;
+    let about: BTreeSet<String> = unhealthy_events
+        .iter()
+        .filter_map(|e| e["involvedObject"]["name"].as_str().map(str::to_owned))
+        .collect();
+    assert!(
+        about.contains("broken") && about.contains("maintained") && !about.contains("healthy"),
+        "{about:?}"
+    );
+    assert!(
+        claim("broken").await.is_none(),
+        "a broken instance's claim is terminated without a drain: its pod does not hold it"
+    );
+    assert!(
+        claim("maintained").await.is_some_and(|c| deleting(&c)),
+        "a node with scheduled maintenance is drained gracefully: its pod holds it"
+    );
+    assert!(
+        claim("healthy").await.is_some_and(|c| !deleting(&c)),
+        "a healthy instance's claim stays"
+    );
+    let deleted = locked(&world.cloud.deleted).clone();
+    assert!(
+        deleted.contains(&"fake:///broken".to_owned()) && !deleted.contains(&"fake:///maintained".to_owned()),
+        "the broken instance is terminated, the draining one not yet: {deleted:?}"
+    );
+}
+
+#[actix::test]
+async fn a_cloud_that_does_not_permit_the_status_query_is_not_asked_again() {
+    tokio::time::pause();
+    let world = world(Settings::default());
+    world.cloud.status_refused.store(true, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_secs(300)).await;
+    assert_eq!(world.cloud.status_asks.load(Ordering::SeqCst), 1);
 }

@@ -407,6 +407,14 @@ fn describe(action: &Action, documents: usize) -> String {
             type_,
             status,
         } => format!("{type_}={status} on {count} node(s) matching {node_selector:?}"),
+        Action::ImpairInstances {
+            node_selector,
+            count,
+            category,
+        } => format!(
+            "{} failing on {count} instance(s) whose nodes match {node_selector:?}",
+            category.label()
+        ),
     }
 }
 
@@ -505,6 +513,14 @@ async fn execute(
             status,
         } => {
             node_condition::set(store, node_selector, *count, type_, status);
+            Ok(())
+        }
+        Action::ImpairInstances {
+            node_selector,
+            count,
+            category,
+        } => {
+            cloud.impair(node_selector, *count, *category);
             Ok(())
         }
     }

@@ -411,6 +411,7 @@ fn cloud_entry(at: f64, event: CloudEvent) -> Entry {
             ("insufficient-capacity", offering.to_string(), String::new())
         }
         CloudEvent::InterruptionWarning { instance } => ("interruption-warning", instance, String::new()),
+        CloudEvent::Impaired { instance, check } => ("instance-impaired", instance, check),
         CloudEvent::Ended { instance, reason } => ("instance-ended", instance, format!("{reason:?}")),
         CloudEvent::ImageReleased { family, image } => ("image-released", family, image),
     };

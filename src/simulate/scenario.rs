@@ -10,6 +10,7 @@ use joist_messages::{
     apis::{duration::Duration as KarpenterDuration, ec2nodeclass::ALIAS_FAMILIES},
     model::instance_type::CapacityType,
 };
+use joist_provider::instance_status::StatusCategory;
 use joist_provider_sim::{BootFault, Failure, OfferingPattern, Operation};
 use k8s_openapi::api::core::v1::Taint;
 use serde::Deserialize;
@@ -122,7 +123,26 @@ struct StepSpec {
     boot_fault: Option<BootFaultSpec>,
     #[serde(rename = "taintNodes")]
     taint_nodes: Option<TaintNodesSpec>,
+    #[serde(rename = "impairInstances")]
+    impair_instances: Option<ImpairSpec>,
 }
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct ImpairSpec {
+    #[serde(default)]
+    node_selector: BTreeMap<String, String>,
+    #[serde(default = "one")]
+    count: usize,
+    check: String,
+}
+
+/// The checks an `impairInstances` step fails, by the names a scenario uses.
+const STATUS_CHECKS: [(&str, StatusCategory); 3] = [
+    ("instance", StatusCategory::Instance),
+    ("system", StatusCategory::System),
+    ("event", StatusCategory::Event),
+];
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -319,6 +339,16 @@ pub enum Action {
         taint: Taint,
         /// For how long.
         duration: Duration,
+    },
+    /// Make a status check of running instances fail from now on, as EC2 reports a broken
+    /// instance or host, or schedule maintenance for them (`event`).
+    ImpairInstances {
+        /// Labels their nodes must carry.
+        node_selector: BTreeMap<String, String>,
+        /// How many.
+        count: usize,
+        /// Which check.
+        category: StatusCategory,
     },
     /// Set a condition on Nodes, as a failing kubelet or the node monitoring agent would: the
     /// first `count` nodes by name that match and do not show `status` yet.
@@ -658,11 +688,18 @@ impl Scenario {
                 status: c.status,
             });
         }
+        if let Some(i) = step.impair_instances {
+            actions.push(Action::ImpairInstances {
+                category: choice(format!("{field}.impairInstances.check"), &i.check, &STATUS_CHECKS)?,
+                node_selector: i.node_selector,
+                count: i.count,
+            });
+        }
         match (actions.pop(), actions.is_empty()) {
             (Some(action), true) => Ok(action),
             _ => Err(ScenarioError::Field {
                 field: field.to_owned(),
-                message: "a step does exactly one of apply, scale, unavailable, interrupt, delete, failCreates, failCloud, failKube, releaseImage, nodeCondition, bootFault, taintNodes"
+                message: "a step does exactly one of apply, scale, unavailable, interrupt, delete, failCreates, failCloud, failKube, releaseImage, nodeCondition, bootFault, taintNodes, impairInstances"
                     .to_owned(),
             }),
         }

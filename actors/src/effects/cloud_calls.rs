@@ -19,7 +19,10 @@ use joist_messages::{
     model::instance_type::InstanceType,
     time::Clock,
 };
-use joist_provider::{CloudError, CloudFuture, CloudProvider, Drift, Instance, Launch, repair::RepairPolicy};
+use joist_provider::{
+    CloudError, CloudFuture, CloudProvider, Drift, Instance, Launch, instance_status::InstanceHealth,
+    repair::RepairPolicy,
+};
 
 use crate::{
     decide::lifecycle::{created_at, time_left},
@@ -135,6 +138,10 @@ impl CloudProvider for GuardedCloud {
 
     fn repair_policies(&self) -> &'static [RepairPolicy] {
         self.inner.repair_policies()
+    }
+
+    fn impaired_instances(&self) -> CloudFuture<'_, Vec<InstanceHealth>> {
+        self.call("describe instance status", self.inner.impaired_instances())
     }
 }
 

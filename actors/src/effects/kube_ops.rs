@@ -8,7 +8,7 @@ use std::fmt::Debug;
 use joist_messages::{
     apis::NodeClaim,
     conditions::{self, ConditionStatus, ConditionType, ConditionUpdate},
-    labels::TERMINATION_FINALIZER,
+    labels::{TERMINATION_FINALIZER, annotations::NODECLAIM_TERMINATION_TIMESTAMP},
     time::Clock,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
@@ -124,6 +124,20 @@ where
         "metadata": {"finalizers": finalizers, "resourceVersion": object.resource_version()}
     });
     patch(api, &object.name_any(), body).await
+}
+
+/// Annotates NodeClaim `name` with its termination deadline (epoch seconds), Karpenter's
+/// `karpenter.sh/nodeclaim-termination-timestamp`: from then on its pods are deleted rather than
+/// evicted and its instance is terminated. False when the claim no longer exists.
+pub async fn stamp_termination_deadline(
+    client: &kube::Client,
+    name: &str,
+    deadline: i64,
+) -> Result<bool, kube::Error> {
+    let body = serde_json::json!({"metadata": {"annotations": {
+        NODECLAIM_TERMINATION_TIMESTAMP: joist_messages::time::rfc3339(deadline),
+    }}});
+    patch(&cluster::<NodeClaim>(client), name, body).await
 }
 
 /// The clock's time as a Kubernetes timestamp.

@@ -15,7 +15,7 @@ use joist_messages::{
     labels::{
         CAPACITY_TYPE, EXCLUDE_FROM_EXTERNAL_LB, INITIALIZED, INSTANCE_TYPE, NODEPOOL, REGISTERED,
         TERMINATION_FINALIZER, ZONE,
-        annotations::{NODECLAIM_TERMINATION_TIMESTAMP, PRICE_OVERLAY_APPLIED, TAGGED},
+        annotations::{PRICE_OVERLAY_APPLIED, TAGGED},
         taints,
     },
     time::system_time,
@@ -380,11 +380,7 @@ fn count_termination(shared: &Shared, claim: &NodeClaim) {
 
 /// Annotates the claim with its termination deadline (epoch seconds).
 async fn stamp_deadline(shared: &Shared, claim: &NodeClaim, deadline: i64) -> Result<(), StepError> {
-    let body = json!({"metadata": {"annotations": {
-        NODECLAIM_TERMINATION_TIMESTAMP: joist_messages::time::rfc3339(deadline),
-    }}});
-    let claims = kube_ops::cluster::<NodeClaim>(&shared.client);
-    kube_ops::patch(&claims, &claim.name_any(), body).await?;
+    kube_ops::stamp_termination_deadline(&shared.client, &claim.name_any(), deadline).await?;
     Ok(())
 }
 

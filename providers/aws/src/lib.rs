@@ -7,6 +7,7 @@
 //! - [`ami`]: AMI aliases to the SSM parameters AWS publishes;
 //! - [`catalog`]: instance types and their zones from the EC2 API, as shared [`Ec2Shape`]s;
 //! - [`instances`]: Joist's instances listed by the cluster's tags, read and terminated;
+//! - [`instance_status`]: the instances EC2's status checks find impaired or with a scheduled event;
 //! - [`pricing`]: on-demand prices parsed from the Pricing API's price list, spot prices, and the
 //!   store that keeps the last known ones; [`price_source`] fetches them;
 //! - [`user_data`]: the bootstrap user data per AMI family, merged with the user's;
@@ -30,6 +31,7 @@ pub mod coalesce;
 pub mod error;
 pub mod fleet;
 pub mod instance_profile;
+pub mod instance_status;
 pub mod instances;
 pub mod launch_template;
 pub mod node_class;

@@ -36,7 +36,9 @@ use joist_messages::{
     },
 };
 use joist_provider::{
-    CloudError, CloudFuture, CloudProvider, Drift, Instance, InstanceState, Launch, OfferingKey, launch,
+    CloudError, CloudFuture, CloudProvider, Drift, Instance, InstanceState, Launch, OfferingKey,
+    instance_status::InstanceHealth,
+    launch,
     repair::{EC2_REPAIR_POLICIES, RepairPolicy},
 };
 use k8s_openapi::api::core::v1::Taint;
@@ -48,7 +50,7 @@ use crate::{
     clients::AwsClients,
     coalesce::{Coalescer, Window},
     fleet::{self, FleetRequest, Launched, Override, TemplateConfig},
-    instances,
+    instance_status, instances,
     launch_template::{self, LaunchTemplates, TemplateInput},
     node_class,
     offerings::{self, Catalog},
@@ -588,6 +590,10 @@ impl CloudProvider for AwsCloud {
 
     fn repair_policies(&self) -> &'static [RepairPolicy] {
         EC2_REPAIR_POLICIES
+    }
+
+    fn impaired_instances(&self) -> CloudFuture<'_, Vec<InstanceHealth>> {
+        Box::pin(instance_status::impaired(&self.inner.clients))
     }
 }
 

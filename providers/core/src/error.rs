@@ -42,6 +42,15 @@ pub enum CloudError {
         /// What the cloud said.
         message: String,
     },
+    /// The cloud refused a query the controllers' credentials are not allowed to make (a missing
+    /// IAM permission): asking again is useless until the permission is granted.
+    #[error("{operation} is not permitted: {message}")]
+    NotPermitted {
+        /// The cloud's operation (`DescribeInstanceStatus`).
+        operation: String,
+        /// What the cloud said.
+        message: String,
+    },
     /// A throttle, timeout or outage: retry with backoff.
     #[error("transient cloud error: {message}")]
     Transient {
@@ -54,7 +63,8 @@ impl CloudError {
     /// Whether trying the same call again later can succeed: after a throttle or outage
     /// ([`CloudError::Transient`]) or a refusal ([`CloudError::Create`]), but not for a missing
     /// instance, offerings out of capacity (the claim goes, and its pods are placed again without
-    /// them) or a node class that is not ready (the claim goes until it is).
+    /// them), a node class that is not ready (the claim goes until it is) or a query the
+    /// controllers are not permitted to make.
     pub fn is_retryable(&self) -> bool {
         matches!(self, CloudError::Transient { .. } | CloudError::Create { .. })
     }

@@ -46,7 +46,8 @@ pub trait InterruptionQueue: std::fmt::Debug + Send + Sync + 'static {
 /// The largest body SQS delivers (256 KiB); anything larger is not one of these events.
 pub const MAX_BODY_BYTES: usize = 256 * 1024;
 
-/// What an interruption event announces.
+/// What an interruption event, or an instance status check ([`crate::instance_status`]),
+/// announces.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
     /// The spot instance will be reclaimed in two minutes.
@@ -61,6 +62,12 @@ pub enum Kind {
     InstanceTerminated,
     /// AWS Health scheduled maintenance for the instance.
     ScheduledChange,
+    /// The instance's own status check has failed for two minutes.
+    InstanceStatus,
+    /// The status check of the instance's host has failed for two minutes.
+    SystemStatus,
+    /// EC2 scheduled a reboot, maintenance, retirement or stop of the instance.
+    EventStatus,
 }
 
 impl Kind {
@@ -73,7 +80,16 @@ impl Kind {
             Kind::InstanceStopped => "instance_stopped",
             Kind::InstanceTerminated => "instance_terminated",
             Kind::ScheduledChange => "scheduled_change",
+            Kind::InstanceStatus => "instance_status",
+            Kind::SystemStatus => "system_status",
+            Kind::EventStatus => "event_status",
         }
+    }
+
+    /// Whether the NodeClaim is terminated without a graceful drain: its instance is already
+    /// broken (a failed instance or system check), so pods are not evicted one by one first.
+    pub fn forceful(self) -> bool {
+        matches!(self, Kind::InstanceStatus | Kind::SystemStatus)
     }
 
     /// Whether the instance's NodeClaim is drained and deleted (all but a rebalance

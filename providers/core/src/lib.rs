@@ -10,6 +10,7 @@
 //! cloud), read the same way for both.
 
 mod error;
+pub mod instance_status;
 pub mod interruption;
 pub mod launch;
 pub mod node_class;
@@ -171,4 +172,9 @@ pub trait CloudProvider: Send + Sync + 'static {
 
     /// The Node conditions that mean one of this cloud's instances is broken (see [`repair`]).
     fn repair_policies(&self) -> &'static [repair::RepairPolicy];
+
+    /// The instances whose status checks are impaired or that have a scheduled event, as the
+    /// cloud reports them now (see [`instance_status`]); [`CloudError::NotPermitted`] when the
+    /// cloud refuses the query.
+    fn impaired_instances(&self) -> CloudFuture<'_, Vec<instance_status::InstanceHealth>>;
 }

@@ -12,7 +12,11 @@ use std::{
 };
 
 use joist_messages::model::shape::CapacitySettings;
-use joist_provider::{CloudError, Instance, InstanceState, OfferingKey, provider_id::instance_id};
+use joist_provider::{
+    CloudError, Instance, InstanceState, OfferingKey,
+    instance_status::{InstanceHealth, StatusCheck},
+    provider_id::instance_id,
+};
 
 use crate::faults::{BootFault, CallLog, Failure, Faults, OfferingPattern, Operation, Reply};
 use serde::Serialize;
@@ -98,6 +102,13 @@ pub enum CloudEvent {
         /// Why.
         reason: EndReason,
     },
+    /// A status check of an instance started failing, or an event was scheduled for it.
+    Impaired {
+        /// Its id.
+        instance: String,
+        /// The check or event (`reachability`, `system-maintenance`).
+        check: String,
+    },
     /// A new image was released for an AMI family: node classes selecting `family@latest`
     /// resolve to it from their next resolution.
     ImageReleased {
@@ -114,6 +125,8 @@ pub(crate) struct Tracked {
     pub labels: BTreeMap<String, String>,
     /// The task that registers its Node, until it is done; ending the instance aborts it.
     pub boot: Option<JoinHandle<()>>,
+    /// Its failed status checks and scheduled events; empty while it is healthy.
+    pub health: Vec<StatusCheck>,
 }
 
 #[derive(Default)]
@@ -256,7 +269,37 @@ impl Books {
             },
             labels,
             boot: None,
+            health: Vec::new(),
         });
+    }
+
+    /// Adds `check` to the status of each of `instances`, as EC2 reports a failing check or a
+    /// scheduled event.
+    pub(crate) fn impair(&self, instances: &[String], check: &StatusCheck) {
+        let mut state = self.lock();
+        for id in instances {
+            if let Some(tracked) = state.instances.get_mut(id) {
+                tracked.health.push(check.clone());
+                let event = CloudEvent::Impaired {
+                    instance: id.clone(),
+                    check: check.name.clone(),
+                };
+                self.record(&mut state, event);
+            }
+        }
+    }
+
+    /// The running instances with a failed check or a scheduled event, in id order.
+    pub(crate) fn impaired(&self) -> Vec<InstanceHealth> {
+        self.lock()
+            .instances
+            .iter()
+            .filter(|(_, t)| t.record.ended.is_none() && !t.health.is_empty())
+            .map(|(id, t)| InstanceHealth {
+                instance_id: id.clone(),
+                checks: t.health.clone(),
+            })
+            .collect()
     }
 
     /// Whether the instance got an interruption warning.

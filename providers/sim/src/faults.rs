@@ -35,21 +35,24 @@ pub enum Operation {
     NameInstance,
     /// Receiving from the interruption queue (SQS `ReceiveMessage`).
     ReceiveMessages,
+    /// Asking for the instances whose status checks fail (`DescribeInstanceStatus`).
+    DescribeInstanceStatus,
 }
 
 impl Operation {
     /// Every EC2 call (all but the queue's).
-    pub const EC2: [Self; 6] = [
+    pub const EC2: [Self; 7] = [
         Self::ResolveNodeClass,
         Self::Create,
         Self::Delete,
         Self::Get,
         Self::List,
         Self::NameInstance,
+        Self::DescribeInstanceStatus,
     ];
 
     /// The names a scenario uses, in order.
-    pub const NAMES: [(&'static str, Self); 7] = [
+    pub const NAMES: [(&'static str, Self); 8] = [
         ("resolveNodeClass", Self::ResolveNodeClass),
         ("create", Self::Create),
         ("delete", Self::Delete),
@@ -57,6 +60,7 @@ impl Operation {
         ("list", Self::List),
         ("nameInstance", Self::NameInstance),
         ("receiveMessages", Self::ReceiveMessages),
+        ("describeInstanceStatus", Self::DescribeInstanceStatus),
     ];
 
     /// The name a scenario uses.

@@ -36,6 +36,7 @@ use joist_messages::{
 };
 use joist_provider::{
     CloudError, CloudFuture, CloudProvider, Drift, Instance, InstanceState, Launch,
+    instance_status::{InstanceHealth, StatusCategory, StatusCheck},
     interruption::{InterruptionQueue, QueueMessage},
     launch,
     provider_id::instance_id,
@@ -235,6 +236,30 @@ impl SimCloud {
         chosen
     }
 
+    /// Makes a status check of up to `count` running instances whose nodes carry every label of
+    /// `selector` fail from now on, as EC2 reports a broken instance or host, or schedules
+    /// maintenance for them ([`StatusCategory::Event`]). Returns their ids.
+    pub fn impair(
+        &self,
+        selector: &BTreeMap<String, String>,
+        count: usize,
+        category: StatusCategory,
+    ) -> Vec<String> {
+        let chosen = self.inner.books.pick(selector, count);
+        let name = match category {
+            StatusCategory::Instance | StatusCategory::System => "reachability",
+            StatusCategory::Event => "system-maintenance",
+        };
+        let check = StatusCheck {
+            category,
+            name: name.to_owned(),
+            failed: true,
+            impaired_since: Some(self.inner.settings.epoch_seconds + self.inner.books.elapsed() as i64),
+        };
+        self.inner.books.impair(&chosen, &check);
+        chosen
+    }
+
     /// Sends instance `id` the two-minute warning and reclaims it when it runs out.
     fn warn(&self, id: &str) {
         {
@@ -423,6 +448,7 @@ impl SimCloud {
                         end_reason: None,
                     },
                     labels: labels.clone(),
+                    health: Vec::new(),
                     boot,
                 },
             );
@@ -862,6 +888,14 @@ impl CloudProvider for SimCloud {
     /// The simulated cloud is EC2: a scenario's `nodeCondition` step breaks nodes the way EC2's do.
     fn repair_policies(&self) -> &'static [RepairPolicy] {
         EC2_REPAIR_POLICIES
+    }
+
+    /// A scenario's `impairInstances` step makes the checks fail (see [`SimCloud::impair`]).
+    fn impaired_instances(&self) -> CloudFuture<'_, Vec<InstanceHealth>> {
+        Box::pin(async move {
+            let reply = self.inner.books.call(Operation::DescribeInstanceStatus)?;
+            reply.answer(Ok(self.inner.books.impaired())).await
+        })
     }
 }
 

@@ -147,6 +147,13 @@ pub struct MessageLabels {
     pub message_type: String,
 }
 
+/// `karpenter_interruption_instance_status_unhealthy_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CategoryLabels {
+    /// The status check (`InstanceStatus`, `SystemStatus`, `EventStatus`).
+    pub category: String,
+}
+
 /// Labels of one controller.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ControllerLabels {
@@ -204,6 +211,9 @@ pub struct Metrics {
     pub interruption_deleted: Counter,
     /// From an interruption event's emission to its handling.
     pub interruption_queue_duration: Histogram,
+    /// Instances found unhealthy by their status checks, each instance and check counted once
+    /// while it stays unhealthy.
+    pub instance_status_unhealthy: Family<CategoryLabels, Counter>,
     /// Time to simulate scheduling one batch.
     pub scheduling_duration: Family<ControllerLabels, Histogram>,
     /// Reconciles (an actor's step, pass or batch), by controller and result.
@@ -247,6 +257,7 @@ impl Metrics {
             interruption_received: Family::default(),
             interruption_deleted: Counter::default(),
             interruption_queue_duration: duration(),
+            instance_status_unhealthy: Family::default(),
             scheduling_duration: Family::new_with_constructor(duration),
             reconciles: Family::default(),
             mailbox_full: Family::default(),
@@ -360,6 +371,11 @@ impl Metrics {
             format!("{i}message_queue_duration_seconds"),
             "From an interruption event's emission to its handling",
             self.interruption_queue_duration.clone(),
+        );
+        r.register(
+            format!("{i}instance_status_unhealthy"),
+            "Unhealthy instance statuses found by the cloud's status checks, by check category",
+            self.instance_status_unhealthy.clone(),
         );
         r.register(
             "joist_mailbox_full",

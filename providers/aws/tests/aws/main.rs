@@ -1,6 +1,7 @@
 //! The AWS provider against moto, a real AWS API emulator (see [`moto`]): the instance-type
 //! catalog read from the wire, EC2NodeClass resolution from tags, ids, names and AMI aliases,
-//! instances listed, looked up ([`lookups`]) and terminated, launches through CreateFleet
+//! instances listed, looked up ([`lookups`]) and terminated, their status checks read
+//! ([`instance_status`]), launches through CreateFleet
 //! ([`launch`]), orphaned instances collected ([`garbage`]), the cluster looked up with
 //! `eks:DescribeCluster` ([`cluster`]), and each of Karpenter and Joist finding the instances the
 //! other launched ([`swap`]).
@@ -9,6 +10,7 @@
 mod cluster;
 mod fake_ec2;
 mod garbage;
+mod instance_status;
 mod launch;
 mod lookups;
 mod moto;
