@@ -1885,3 +1885,83 @@ fn a_node_whose_host_fails_its_status_check_for_two_minutes_is_replaced() {
     let s = &report.summary;
     assert_eq!((s.pods_running_end, s.pods_pending_end), (2, 0), "{s:#?}");
 }
+
+/// A NodePool of c5 with `policy`, a node left with one of three `heavy` pods (each with
+/// `pod-deletion-cost` `cost`) after a scale-down at 2m, and a `light` pod kept off that node by
+/// anti-affinity on a c5.large of its own.
+fn balanced_cluster(policy: &str, cost: &str) -> String {
+    let disruption = format!("  disruption:\n    consolidationPolicy: {policy}\n    consolidateAfter: 30s");
+    let heavy = format!(
+        "apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: heavy, namespace: default}}
+spec:
+  replicas: 3
+  selector: {{matchLabels: {{app: heavy}}}}
+  template:
+    metadata:
+      labels: {{app: heavy}}
+      annotations: {{controller.kubernetes.io/pod-deletion-cost: \"{cost}\"}}
+    spec:
+      containers:
+        - name: pause
+          image: pause
+          resources: {{requests: {{cpu: \"1\"}}}}
+---
+"
+    );
+    let apart = "      affinity:
+        podAntiAffinity:
+          requiredDuringSchedulingIgnoredDuringExecution:
+            - labelSelector: {matchLabels: {app: heavy}}
+              topologyKey: kubernetes.io/hostname";
+    pool("default", &family(&["c5"]), &disruption)
+        + NODE_CLASS
+        + &heavy
+        + &deployment("light", 1, "1500m", apart)
+}
+
+/// The instance types launched after `from`, in order.
+fn launched_after(report: &Report, from: f64) -> Vec<String> {
+    entries(report, "instance-launched")
+        .filter(|e| e.at_seconds > from)
+        .map(|e| e.detail.split(':').nth(1).unwrap_or_default().to_owned())
+        .collect()
+}
+
+#[test]
+fn balanced_consolidation_weighs_what_a_move_saves_against_what_it_disrupts() {
+    let steps = "[{at: 2m, scale: {kind: Deployment, namespace: default, name: heavy, replicas: 1}}]";
+    let scaled_down = 120.0;
+    let outcome = |policy: &str, cost: &str| {
+        let report = run(&scenario(&balanced_cluster(policy, cost), steps, "10m"));
+        let s = &report.summary;
+        assert_eq!((s.pods_running_end, s.pods_pending_end), (2, 0), "{s:#?}");
+        let approvals: Vec<String> = entries(&report, "consolidation-approved")
+            .filter(|e| e.at_seconds > scaled_down)
+            .map(|e| e.detail.clone())
+            .collect();
+        (launched_after(&report, scaled_down), approvals)
+    };
+    // After the scale-down, replacing the heavy node (a c5.xlarge left with one pod) by a
+    // c5.large saves a quarter of the pool's cost. A deletion cost of 2^30 makes its pod nine
+    // times as costly to move as a plain one: the move is then about three quarters of the
+    // pool's disruption, a score near 0.3, under Balanced's 0.5.
+    let costly = "1073741824";
+    let (replaced, _) = outcome("WhenEmptyOrUnderutilized", costly);
+    assert_eq!(replaced, ["c5.large"], "the other policy replaces it");
+    let (replaced, approvals) = outcome("Balanced", costly);
+    assert!(
+        replaced.is_empty() && approvals.is_empty(),
+        "Balanced leaves a move that disrupts far more than it saves: {replaced:?} {approvals:?}"
+    );
+    // Without the deletion cost the same move is 40 % of the disruption (0.62), and it is made.
+    let (replaced, approvals) = outcome("Balanced", "0");
+    assert_eq!(replaced, ["c5.large"]);
+    assert!(
+        approvals
+            .iter()
+            .any(|a| a.contains("score 0.62 >= threshold 0.50 (k: 2, savings 25.0%, disruption 40.0%)")),
+        "the approval is told with its score: {approvals:?}"
+    );
+}

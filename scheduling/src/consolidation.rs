@@ -228,19 +228,37 @@ impl<'a> Search<'a> {
     /// its questions grow with the answer, not with the candidates: when only a few nodes can go,
     /// no question moves the pods of half the cluster.
     pub fn largest_prefix(&mut self, order: &[usize]) -> Option<(usize, Decision)> {
+        self.largest_accepted_prefix(order, |_, _| true)
+    }
+
+    /// [`largest_prefix`](Self::largest_prefix), where a prefix whose outcome `accept` (given
+    /// the prefix and the decision) refuses counts as one that cannot go, as Karpenter's search
+    /// treats a move its Balanced score rejects.
+    pub fn largest_accepted_prefix(
+        &mut self,
+        order: &[usize],
+        accept: impl Fn(&[usize], &Decision) -> bool,
+    ) -> Option<(usize, Decision)> {
+        let ask = |search: &mut Self, size: usize| {
+            let prefix = &order[..size];
+            search
+                .consolidate(prefix)
+                .ok()
+                .filter(|decision| accept(prefix, decision))
+        };
         let mut best = None;
         let mut size = 2;
         let mut high = order.len();
         while size <= high {
-            match self.consolidate(&order[..size]) {
-                Ok(decision) => {
+            match ask(self, size) {
+                Some(decision) => {
                     best = Some((size, decision));
                     if size == high {
                         return best;
                     }
                     size = (size * 2).min(high);
                 }
-                Err(_) => {
+                None => {
                     high = size - 1;
                     break;
                 }
@@ -249,12 +267,12 @@ impl<'a> Search<'a> {
         let mut low = best.as_ref().map_or(size, |(found, _)| found + 1);
         while low <= high {
             let middle = (low + high) / 2;
-            match self.consolidate(&order[..middle]) {
-                Ok(decision) => {
+            match ask(self, middle) {
+                Some(decision) => {
                     best = Some((middle, decision));
                     low = middle + 1;
                 }
-                Err(_) => high = middle - 1,
+                None => high = middle - 1,
             }
         }
         best

@@ -200,12 +200,13 @@ impl Notes {
         self.entry(at, event, volume, text(attachment, "/spec/nodeName").to_owned());
     }
 
-    /// Joist's warnings, but for the scheduling failures the summary lists per pending pod, and
-    /// its deletions of pods to meet a `terminationGracePeriod`.
+    /// Joist's warnings, but for the scheduling failures the summary lists per pending pod, its
+    /// deletions of pods to meet a `terminationGracePeriod`, and its `Balanced` approvals.
     fn event(&mut self, at: f64, event: &Value) {
         let entry = match (event["type"].as_str(), event["reason"].as_str()) {
             (_, Some("FailedScheduling")) => return,
             (_, Some("TerminationGracePeriodExpiring")) => "grace-period-expiring",
+            (_, Some("ConsolidationApproved")) => "consolidation-approved",
             (Some("Warning"), _) => "warning",
             _ => return,
         };

@@ -7,6 +7,7 @@
 //! imports only from its own layer or those below, and no two modules import each other (a
 //! contract test over the module graph keeps it so).
 
+pub mod balanced;
 pub mod budgets;
 pub mod claim_template;
 pub mod drift;

@@ -21,7 +21,7 @@
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 use joist_messages::{
-    apis::{NodeClaim, NodePool},
+    apis::{NodeClaim, NodePool, nodepool::ConsolidationPolicy},
     cached_pod::CachedPod,
     conditions::{ConditionType, is_true},
     labels::{CAPACITY_TYPE, INSTANCE_TYPE, NODEPOOL, ZONE, annotations::DO_NOT_DISRUPT},
@@ -34,6 +34,7 @@ use kube::ResourceExt;
 
 use crate::{
     decide::{
+        balanced::{PoolTotals, node_disruption_cost},
         lifecycle::{self, drainable, is_disrupted, transitioned_at},
         offered::Offered,
     },
@@ -57,6 +58,9 @@ pub struct Candidate {
     pub pods: Vec<Arc<CachedPod>>,
     /// Karpenter's disruption cost: the pods' eviction costs, scaled by the lifetime left.
     pub disruption_cost: f64,
+    /// What moving its pods costs in the `Balanced` score: 1, plus each pod's eviction cost
+    /// above zero.
+    pub reschedule_cost: f64,
     /// Whether `consolidateAfter` has passed since the node last changed.
     pub consolidatable: bool,
     /// Whether its NodeClaim shows `Drifted=True`.
@@ -103,6 +107,8 @@ pub struct Collected {
     pub settling: Vec<String>,
     /// NodeClaims whose `Consolidatable` condition no longer says what is true, with what is.
     pub stale_conditions: Vec<(Arc<NodeClaim>, bool)>,
+    /// The cost and disruption of every node of each `Balanced` NodePool, candidate or not.
+    pub balanced_totals: BTreeMap<String, PoolTotals>,
 }
 
 /// Every candidate and every blocked node (see the module docs).
@@ -113,6 +119,14 @@ pub fn collect(read: &ReadModel, types: &PoolTypes<'_>, now_seconds: i64) -> Col
         let Some(candidate) = candidate(read, types, &claim, now_seconds) else {
             continue;
         };
+        if candidate.pool.spec.disruption.consolidation_policy == ConsolidationPolicy::Balanced {
+            let totals = collected
+                .balanced_totals
+                .entry(candidate.pool.name_any())
+                .or_default();
+            totals.cost += candidate.price;
+            totals.disruption += candidate.reschedule_cost;
+        }
         if !candidate.consolidatable {
             collected.settling.push(candidate.node_name());
         }
@@ -198,6 +212,7 @@ fn candidate(
         .filter(|p| drainable(p) && p.metadata.deletion_timestamp.is_none())
         .collect();
     let disruption_cost = disruption_cost(claim, &pool, &pods, now_seconds);
+    let reschedule_cost = node_disruption_cost(pods.iter().map(|p| eviction_cost(p)));
     let consolidatable = consolidatable(read, claim, &node, &pool, now_seconds);
     Some(Candidate {
         claim: claim.clone(),
@@ -207,6 +222,7 @@ fn candidate(
         capacity_type,
         pods,
         disruption_cost,
+        reschedule_cost,
         consolidatable,
         drifted,
     })
@@ -402,6 +418,7 @@ mod tests {
             capacity_type: CapacityType::OnDemand,
             pods: Vec::new(),
             disruption_cost: 0.0,
+            reschedule_cost: 1.0,
             consolidatable: true,
             drifted: false,
         };

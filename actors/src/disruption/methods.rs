@@ -24,8 +24,11 @@
 //!    are closed to the ones after it; in a pool with limits, only one command a pass launches a
 //!    replacement, as each was judged against the limits alone.
 //!
-//! Only NodePools with `consolidationPolicy: WhenEmptyOrUnderutilized` (or `Balanced`, which Joist
-//! treats alike) take part in 3 and 4, and no pod is moved onto a node still inside its
+//! Only NodePools with `consolidationPolicy: WhenEmptyOrUnderutilized` or `Balanced` take part in
+//! 3 and 4; a move that takes nodes of a `Balanced` pool must also pass its score
+//! ([`balanced`]): a multi-node prefix it refuses counts as one that cannot go, a single node
+//! whose outright deletion could not pass is not simulated, and one whose move it refuses is
+//! skipped without an event (Karpenter's rejections are too many to report). No pod is moved onto a node still inside its
 //! `consolidateAfter` window, nor by any method onto a node a command in flight holds. Each decision is pure over the pass's candidates, budgets
 //! and base problem; refusals are kept so the planner can tell users why a node stays
 //! (`Unconsolidatable`).
@@ -40,7 +43,10 @@ use joist_scheduling::{
 use kube::ResourceExt;
 
 use super::candidates::Candidate;
-use crate::state::read_model::ReadModel;
+use crate::{
+    decide::balanced::{self, MovePart, PoolTotals, Score},
+    state::read_model::ReadModel,
+};
 
 /// A disruption method.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,6 +97,8 @@ pub struct Command {
     pub decision: Decision,
     /// The Nodes their pods were counted onto, besides the new ones.
     pub onto: Vec<String>,
+    /// The `Balanced` score of a consolidation, for each Balanced NodePool it takes nodes of.
+    pub scores: BTreeMap<String, Score>,
 }
 
 impl Command {
@@ -120,6 +128,8 @@ pub struct Base<'a> {
     pub held: Vec<usize>,
     /// What consolidation may do.
     pub settings: Settings,
+    /// The denominators of each `Balanced` NodePool's score.
+    pub balanced: BTreeMap<String, PoolTotals>,
 }
 
 /// The commands of the first method that finds something to do (see the module docs); with
@@ -292,6 +302,7 @@ fn delete_empty(
         candidates: chosen.into_iter().cloned().collect(),
         decision: Decision::Delete,
         onto: Vec::new(),
+        scores: BTreeMap::new(),
     })
 }
 
@@ -409,7 +420,9 @@ fn multi_node(
     base: &Base<'_>,
     search: &mut Search<'_>,
 ) -> Option<Command> {
-    let best = search.largest_prefix(order);
+    let best = search.largest_accepted_prefix(order, |prefix, decision| {
+        balanced_score(&candidates[..prefix.len()], decision, base).0
+    });
     tracing::info!(
         searched = candidates.len(),
         found = best.as_ref().map_or(0, |(count, _)| *count),
@@ -426,13 +439,37 @@ fn multi_node(
             .filter_map(|c| base.positions.get(&c.node_name())),
     );
     search.close(&closed);
+    let (_, scores) = balanced_score(&candidates[..count], &decision, base);
     Some(Command {
         method: Method::MultiNode,
         reason: DisruptionReason::Underutilized,
         candidates: candidates[..count].iter().map(|c| (*c).clone()).collect(),
         decision,
         onto: node_names(base, &onto),
+        scores,
     })
+}
+
+/// The candidate as a part of a move in the `Balanced` score.
+fn move_part(candidate: &Candidate) -> MovePart<'_> {
+    let balanced = candidate.pool.spec.disruption.consolidation_policy == ConsolidationPolicy::Balanced;
+    MovePart {
+        balanced_pool: balanced.then(|| candidate.pool.metadata.name.as_deref().unwrap_or_default()),
+        price: candidate.price,
+        disruption: candidate.reschedule_cost,
+    }
+}
+
+/// Whether every `Balanced` pool among `candidates` approves removing them as `decision` says,
+/// and each one's score.
+fn balanced_score(
+    candidates: &[&Candidate],
+    decision: &Decision,
+    base: &Base<'_>,
+) -> (bool, BTreeMap<String, Score>) {
+    let parts: Vec<MovePart<'_>> = candidates.iter().map(|c| move_part(c)).collect();
+    let savings = candidates.iter().map(|c| c.price).sum::<f64>() - decision.launch_price();
+    balanced::judge_move(&parts, savings, &base.balanced)
 }
 
 /// Of `candidates` (each with its position in `search`), every one that `method` can remove
@@ -450,12 +487,25 @@ fn each_alone<'c, F: Fn(&str) -> u32>(
 ) -> (Vec<Command>, Vec<(Candidate, Refusal)>) {
     let mut commands = Vec::new();
     let mut refusals = Vec::new();
+    let consolidating = method == Method::SingleNode;
     for (candidate, position) in candidates {
         if *room.left(candidate) == 0 {
             continue;
         }
+        // Not even deleting it outright would pass its pool's Balanced score.
+        if consolidating && !balanced::can_pass(move_part(candidate), &base.balanced) {
+            continue;
+        }
         match answer(method, search, &[position]) {
             Ok((decision, onto)) => {
+                let (approved, scores) = if consolidating {
+                    balanced_score(&[candidate], &decision, base)
+                } else {
+                    (true, BTreeMap::new())
+                };
+                if !approved {
+                    continue;
+                }
                 *room.left(candidate) -= 1;
                 let mut closed = onto.clone();
                 closed.extend(base.positions.get(&candidate.node_name()));
@@ -466,6 +516,7 @@ fn each_alone<'c, F: Fn(&str) -> u32>(
                     candidates: vec![candidate.clone()],
                     decision,
                     onto: node_names(base, &onto),
+                    scores,
                 });
             }
             Err(refusal) => {
@@ -511,11 +562,13 @@ pub fn revalidate(
         (&previous.decision, &decision),
         (Decision::Delete, Decision::Delete) | (Decision::Replace(_), Decision::Replace(_))
     );
-    same_kind.then(|| Command {
+    let (approved, scores) = balanced_score(&current, &decision, base);
+    (same_kind && approved).then(|| Command {
         method: previous.method,
         reason: previous.reason,
         candidates: current.into_iter().cloned().collect(),
         decision,
         onto: node_names(base, &onto),
+        scores,
     })
 }

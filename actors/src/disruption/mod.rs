@@ -57,7 +57,7 @@ use crate::{
     decide::memo::{Fingerprint, Memo},
     decide::offered::Offered,
     effects::kube_ops,
-    effects::metrics::{ConsolidationTypeLabels, PoolReasonLabels, ReasonLabels},
+    effects::metrics::{ConsolidationTypeLabels, MoveLabels, PoolReasonLabels, ReasonLabels},
     problem::{self, Problem},
     shared::Shared,
     state::{read_model::ReadModel, snapshot},
@@ -328,6 +328,7 @@ async fn decide(
         mut candidates,
         mut eventual,
         settling,
+        balanced_totals,
         ..
     } = collected;
     let held_nodes = held_nodes(read, &holding);
@@ -407,6 +408,7 @@ async fn decide(
             settling,
             held,
             settings,
+            balanced: balanced_totals,
         };
         let allowed = |pool: &str, reason: DisruptionReason| budgets.allowed(pool, reason);
         let outcome = match &previous {
@@ -437,6 +439,7 @@ async fn decide(
                 .events
                 .normal(candidate.claim.as_ref(), "Unconsolidatable", &refusal.to_string());
         }
+        report_moves(shared, &commands);
         if commands.is_empty() {
             lock(memo).idle(fingerprint);
         } else {
@@ -464,6 +467,52 @@ async fn decide(
             })
         })
         .collect()
+}
+
+/// Counts each consolidation command in every NodePool it takes nodes of, and for a `Balanced`
+/// pool observes its score and records Karpenter's `ConsolidationApproved` (on the node and its
+/// NodeClaim for one node, on the NodePool for several).
+fn report_moves(shared: &Shared, commands: &[Command]) {
+    let consolidations = commands
+        .iter()
+        .filter(|c| matches!(c.method, Method::MultiNode | Method::SingleNode));
+    for command in consolidations {
+        let pools: BTreeMap<String, &Arc<NodePool>> = command
+            .candidates
+            .iter()
+            .map(|c| (c.pool.name_any(), &c.pool))
+            .collect();
+        for (name, pool) in pools {
+            let labels = MoveLabels {
+                decision: "approved".to_owned(),
+                nodepool: name.clone(),
+                policy: format!("{:?}", pool.spec.disruption.consolidation_policy),
+            };
+            shared.metrics.consolidation_moves.get_or_create(&labels).inc();
+            let Some(score) = command.scores.get(&name) else {
+                continue;
+            };
+            shared
+                .metrics
+                .consolidation_score
+                .get_or_create(&labels)
+                .observe(score.value());
+            let message = score.message();
+            match command.candidates.as_slice() {
+                [one] => {
+                    shared
+                        .events
+                        .normal(one.node.as_ref(), "ConsolidationApproved", &message);
+                    shared
+                        .events
+                        .normal(one.claim.as_ref(), "ConsolidationApproved", &message);
+                }
+                _ => shared
+                    .events
+                    .normal(pool.as_ref(), "ConsolidationApproved", &message),
+            }
+        }
+    }
 }
 
 /// What each NodePool's budgets allow now, less what is already disrupting.

@@ -40,6 +40,9 @@ pub const DURATION_BUCKETS: [f64; 45] = [
 ];
 
 /// Karpenter's NodeClaim termination buckets: 1 s doubling to 2048 s.
+/// `karpenter_consolidation_score`'s buckets (Karpenter's).
+const SCORE_BUCKETS: [f64; 8] = [0.1, 0.25, 0.33, 0.5, 1.0, 2.0, 5.0, 10.0];
+
 const TERMINATION_BUCKETS: [f64; 12] = [
     1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0,
 ];
@@ -133,6 +136,17 @@ pub struct PoolReasonLabels {
     pub reason: String,
 }
 
+/// `karpenter_consolidation_moves_total` and `karpenter_consolidation_score`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct MoveLabels {
+    /// `approved` (rejected moves are not counted yet).
+    pub decision: String,
+    /// The NodePool.
+    pub nodepool: String,
+    /// Its consolidation policy.
+    pub policy: String,
+}
+
 /// Labels of one NodePool.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PoolLabels {
@@ -211,6 +225,10 @@ pub struct Metrics {
     pub interruption_deleted: Counter,
     /// From an interruption event's emission to its handling.
     pub interruption_queue_duration: Histogram,
+    /// Consolidation moves decided, per NodePool they take nodes of.
+    pub consolidation_moves: Family<MoveLabels, Counter>,
+    /// The `Balanced` score of each move decided in a Balanced NodePool.
+    pub consolidation_score: Family<MoveLabels, Histogram>,
     /// Instances found unhealthy by their status checks, each instance and check counted once
     /// while it stays unhealthy.
     pub instance_status_unhealthy: Family<CategoryLabels, Counter>,
@@ -258,6 +276,8 @@ impl Metrics {
             interruption_deleted: Counter::default(),
             interruption_queue_duration: duration(),
             instance_status_unhealthy: Family::default(),
+            consolidation_moves: Family::default(),
+            consolidation_score: Family::new_with_constructor(|| Histogram::new(SCORE_BUCKETS)),
             scheduling_duration: Family::new_with_constructor(duration),
             reconciles: Family::default(),
             mailbox_full: Family::default(),
@@ -371,6 +391,16 @@ impl Metrics {
             format!("{i}message_queue_duration_seconds"),
             "From an interruption event's emission to its handling",
             self.interruption_queue_duration.clone(),
+        );
+        r.register(
+            "karpenter_consolidation_moves",
+            "Consolidation moves decided, by decision, NodePool and consolidation policy",
+            self.consolidation_moves.clone(),
+        );
+        r.register(
+            "karpenter_consolidation_score",
+            "Balanced consolidation scores of the moves decided, by decision, NodePool and policy",
+            self.consolidation_score.clone(),
         );
         r.register(
             format!("{i}instance_status_unhealthy"),
