@@ -14,11 +14,12 @@
 //! drain.
 //!
 //! Each candidate carries what the methods rank and budget by: its price, its pods that must move
-//! (not DaemonSet or mirror pods, not pods finished or terminating), Karpenter's disruption cost,
-//! and whether it is consolidatable (`consolidateAfter` has passed since it initialized and since
+//! (not DaemonSet or mirror pods, not pods finished or terminating), what moving them costs
+//! (Karpenter v1.14's reschedule disruption cost: 1 plus their eviction costs above zero), and
+//! whether it is consolidatable (`consolidateAfter` has passed since it initialized and since
 //! a pod last arrived or left), which its NodeClaim's `Consolidatable` condition shows.
 
-use std::{collections::BTreeMap, sync::Arc, time::Duration};
+use std::{collections::BTreeMap, sync::Arc};
 
 use joist_messages::{
     apis::{NodeClaim, NodePool, nodepool::ConsolidationPolicy},
@@ -56,10 +57,8 @@ pub struct Candidate {
     pub capacity_type: CapacityType,
     /// The pods that must find another place.
     pub pods: Vec<Arc<CachedPod>>,
-    /// Karpenter's disruption cost: the pods' eviction costs, scaled by the lifetime left.
-    pub disruption_cost: f64,
-    /// What moving its pods costs in the `Balanced` score: 1, plus each pod's eviction cost
-    /// above zero.
+    /// What moving its pods costs, in the candidates' order and the `Balanced` score: 1, plus
+    /// each pod's eviction cost above zero.
     pub reschedule_cost: f64,
     /// Whether `consolidateAfter` has passed since the node last changed.
     pub consolidatable: bool,
@@ -75,7 +74,7 @@ impl Candidate {
 
     /// Karpenter's ordering key: savings per unit of disruption (higher first).
     pub fn savings_ratio(&self) -> f64 {
-        self.price / (1.0 + self.disruption_cost.max(0.0))
+        self.price / self.reschedule_cost
     }
 }
 
@@ -211,7 +210,6 @@ fn candidate(
         .into_iter()
         .filter(|p| drainable(p) && p.metadata.deletion_timestamp.is_none())
         .collect();
-    let disruption_cost = disruption_cost(claim, &pool, &pods, now_seconds);
     let reschedule_cost = node_disruption_cost(pods.iter().map(|p| eviction_cost(p)));
     let consolidatable = consolidatable(read, claim, &node, &pool, now_seconds);
     Some(Candidate {
@@ -221,7 +219,6 @@ fn candidate(
         price,
         capacity_type,
         pods,
-        disruption_cost,
         reschedule_cost,
         consolidatable,
         drifted,
@@ -304,32 +301,6 @@ pub fn eviction_cost(pod: &CachedPod) -> f64 {
         .unwrap_or(0.0);
     let priority = pod.spec.as_ref().and_then(|s| s.priority).map_or(0.0, f64::from);
     (1.0 + deletion_cost / 2f64.powi(27) + priority / 2f64.powi(25)).clamp(-10.0, 10.0)
-}
-
-/// The candidate's disruption cost: its pods' eviction costs, times the fraction of its lifetime
-/// left before `expireAfter` (the whole of it when it never expires).
-fn disruption_cost(claim: &NodeClaim, pool: &NodePool, pods: &[Arc<CachedPod>], now_seconds: i64) -> f64 {
-    let cost: f64 = pods.iter().map(|p| eviction_cost(p)).sum();
-    let lifetime = pool
-        .spec
-        .template
-        .spec
-        .expire_after
-        .duration()
-        .map(|d| d.as_std());
-    let created = claim
-        .metadata
-        .creation_timestamp
-        .as_ref()
-        .map_or(now_seconds, |t| t.0.as_second());
-    let left = match lifetime {
-        Some(lifetime) if !lifetime.is_zero() => {
-            let age = Duration::from_secs(u64::try_from(now_seconds - created).unwrap_or(0));
-            (1.0 - age.as_secs_f64() / lifetime.as_secs_f64()).clamp(0.0, 1.0)
-        }
-        _ => 1.0,
-    };
-    cost * left
 }
 
 /// Karpenter's `Consolidatable`: initialized, and `consolidateAfter` passed since then and since a
@@ -417,7 +388,6 @@ mod tests {
             price: 0.1,
             capacity_type: CapacityType::OnDemand,
             pods: Vec::new(),
-            disruption_cost: 0.0,
             reschedule_cost: 1.0,
             consolidatable: true,
             drifted: false,

@@ -7,7 +7,7 @@
 //!    has its pools' budgets less the nodes it empties (Karpenter decides emptiness alone, and
 //!    so waits a second 15 s validation before the first consolidation after a scale-down).
 //! 2. **Drift** (reason `Drifted`): drifted candidates, consolidatable or not, whatever the
-//!    consolidation policy; those with no pod to move first, as many as budgets allow, in one
+//!    consolidation policy, longest drifted first; those with no pod to move first, as many as budgets allow, in one
 //!    command; otherwise one command per candidate whose pods fit on the other nodes and as many
 //!    new nodes as they need, at any price (the new nodes are launched and initialized before the
 //!    drifted one is drained), as many commands as budgets allow in one pass (Karpenter decides one
@@ -35,7 +35,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use joist_messages::apis::nodepool::{ConsolidationPolicy, DisruptionReason};
+use joist_messages::{
+    apis::nodepool::{ConsolidationPolicy, DisruptionReason},
+    conditions::ConditionType,
+};
 use joist_scheduling::{
     Input,
     consolidation::{self, Decision, Refusal, Search, Settings},
@@ -44,7 +47,10 @@ use kube::ResourceExt;
 
 use super::candidates::Candidate;
 use crate::{
-    decide::balanced::{self, MovePart, PoolTotals, Score},
+    decide::{
+        balanced::{self, MovePart, PoolTotals, Score},
+        lifecycle::transitioned_at,
+    },
     state::read_model::ReadModel,
 };
 
@@ -142,7 +148,9 @@ pub fn plan(
 ) -> (Vec<Command>, Vec<(Candidate, Refusal)>) {
     let empty = emptiness(candidates, &allowed);
     if empty.is_none() {
-        let drifted: Vec<&Candidate> = candidates.iter().chain(eventual).filter(|c| c.drifted).collect();
+        let mut drifted: Vec<&Candidate> = candidates.iter().chain(eventual).filter(|c| c.drifted).collect();
+        // Longest drifted first, as Karpenter orders drift's candidates.
+        drifted.sort_by_key(|c| transitioned_at(&c.claim, ConditionType::Drifted));
         let commands = drift(&drifted, base, &allowed);
         if !commands.is_empty() {
             return (commands, Vec::new());
@@ -571,4 +579,78 @@ pub fn revalidate(
         onto: node_names(base, &onto),
         scores,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use joist_messages::{
+        apis::{NodeClaim, NodePool},
+        model::instance_type::CapacityType,
+    };
+    use serde_json::json;
+
+    use super::*;
+
+    const NOW: i64 = 1_767_225_600;
+
+    fn object<K: serde::de::DeserializeOwned>(value: serde_json::Value) -> K {
+        serde_json::from_value(value).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// An empty candidate of pool `p` whose claim `name` drifted `ago` seconds ago.
+    fn drifted(name: &str, ago: i64) -> Candidate {
+        let condition = |type_: &str, at: i64| {
+            json!({"type": type_, "status": "True", "reason": type_, "message": "",
+                   "lastTransitionTime": joist_messages::time::rfc3339(at)})
+        };
+        let claim: NodeClaim = object(json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim", "metadata": {"name": name},
+            "spec": {"requirements": [], "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "d"}},
+            "status": {"conditions": [condition("Initialized", NOW - 7200), condition("Drifted", NOW - ago)]},
+        }));
+        let pool: NodePool = object(json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "p"},
+            "spec": {"template": {"spec": {
+                "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "d"},
+                "requirements": [],
+            }}},
+        }));
+        Candidate {
+            claim: Arc::new(claim),
+            node: Arc::new(object(json!({"metadata": {"name": format!("{name}-node")}}))),
+            pool: Arc::new(pool),
+            price: 0.1,
+            capacity_type: CapacityType::OnDemand,
+            pods: Vec::new(),
+            reschedule_cost: 1.0,
+            consolidatable: false,
+            drifted: true,
+        }
+    }
+
+    #[test]
+    fn drift_takes_the_longest_drifted_node_first() {
+        let (read, _writers) = ReadModel::new();
+        let input = Input::default();
+        let base = Base {
+            read: &read,
+            input: &input,
+            positions: BTreeMap::new(),
+            settling: Vec::new(),
+            held: Vec::new(),
+            settings: Settings::default(),
+            balanced: BTreeMap::new(),
+        };
+        // In the order the candidates are ranked for consolidation, the recent one comes first.
+        let candidates = [drifted("recent", 60), drifted("old", 3600)];
+        let (commands, _) = plan(&candidates, &[], &base, |_, _| 1);
+        let taken: Vec<Vec<String>> = commands.iter().map(Command::claim_names).collect();
+        assert_eq!(
+            taken,
+            [["old"]],
+            "one node a budget of one allows: the one drifted first"
+        );
+    }
 }
