@@ -476,6 +476,40 @@ impl World {
         kube_ops::cluster(&self.client)
     }
 
+    /// NodePool `default` with no budget for voluntary disruption: only what a test makes happen
+    /// removes a node.
+    async fn pool_without_budget(&self) {
+        create(&kube_ops::cluster::<NodePool>(&self.client), serde_json::json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "default"},
+            "spec": {
+                "template": {"spec": {"requirements": [], "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}}},
+                "disruption": {"budgets": [{"nodes": "0"}]}
+            }
+        }))
+        .await;
+    }
+
+    /// A registered NodeClaim `name` of pool `default` with a Ready Node `{name}-node`, launched
+    /// by the fake cloud as instance `name`.
+    async fn registered_claim(&self, name: &str) {
+        create(&self.claims(), serde_json::json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+            "metadata": {"name": name, "labels": {"karpenter.sh/nodepool": "default"}, "finalizers": ["karpenter.sh/termination"]},
+            "spec": {"requirements": [], "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}}
+        }))
+        .await;
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let node = serde_json::json!({
+            "apiVersion": "v1", "kind": "Node", "metadata": {"name": format!("{name}-node")},
+            "spec": {"providerID": format!("fake:///{name}")},
+            "status": {"allocatable": {"cpu": "2", "pods": "29"}, "conditions": [{"type": "Ready", "status": "True"}]},
+        });
+        self.cluster
+            .store()
+            .create(&GroupResource::new("", "nodes"), "", node, false)
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+
     async fn claim_names(&self) -> Vec<String> {
         let list = self.claims().list(&Default::default()).await;
         let list = list.unwrap_or_else(|e| panic!("{e}"));
@@ -840,33 +874,10 @@ async fn a_registered_claim_whose_instance_is_gone_is_deleted_unless_its_node_is
     let world = world(Settings::default());
     world.node_class().await;
     // No budget for voluntary disruption: only the garbage collector removes an empty node here.
-    create(&kube_ops::cluster::<NodePool>(&world.client), serde_json::json!({
-        "apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "default"},
-        "spec": {
-            "template": {"spec": {"requirements": [], "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}}},
-            "disruption": {"budgets": [{"nodes": "0"}]}
-        }
-    }))
-    .await;
+    world.pool_without_budget().await;
     let nodes = GroupResource::new("", "nodes");
     for name in ["gone", "alive"] {
-        create(&world.claims(), serde_json::json!({
-            "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
-            "metadata": {"name": name, "labels": {"karpenter.sh/nodepool": "default"}, "finalizers": ["karpenter.sh/termination"]},
-            "spec": {"requirements": [], "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}}
-        }))
-        .await;
-        tokio::time::sleep(Duration::from_secs(5)).await;
-        let node = serde_json::json!({
-            "apiVersion": "v1", "kind": "Node", "metadata": {"name": format!("{name}-node")},
-            "spec": {"providerID": format!("fake:///{name}")},
-            "status": {"allocatable": {"cpu": "2", "pods": "29"}, "conditions": [{"type": "Ready", "status": "True"}]},
-        });
-        world
-            .cluster
-            .store()
-            .create(&nodes, "", node, false)
-            .unwrap_or_else(|e| panic!("{e}"));
+        world.registered_claim(name).await;
     }
     tokio::time::sleep(Duration::from_secs(10)).await;
     for name in ["gone", "alive"] {
@@ -1197,44 +1208,15 @@ async fn an_interruption_flood_is_drained_and_every_message_deleted() {
     assert_eq!(locked(&world.cloud.deleted).as_slice(), ["fake:///doomed"]);
 }
 
-/// A registered NodeClaim `name` with a Ready Node `{name}-node`, launched by the fake cloud as
-/// instance `name`.
-async fn registered_claim(world: &World, name: &str) {
-    create(&world.claims(), serde_json::json!({
-        "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
-        "metadata": {"name": name, "labels": {"karpenter.sh/nodepool": "default"}, "finalizers": ["karpenter.sh/termination"]},
-        "spec": {"requirements": [], "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}}
-    }))
-    .await;
-    tokio::time::sleep(Duration::from_secs(5)).await;
-    let node = serde_json::json!({
-        "apiVersion": "v1", "kind": "Node", "metadata": {"name": format!("{name}-node")},
-        "spec": {"providerID": format!("fake:///{name}")},
-        "status": {"allocatable": {"cpu": "2", "pods": "29"}, "conditions": [{"type": "Ready", "status": "True"}]},
-    });
-    world
-        .cluster
-        .store()
-        .create(&GroupResource::new("", "nodes"), "", node, false)
-        .unwrap_or_else(|e| panic!("{e}"));
-}
-
 #[actix::test]
 async fn an_instance_failing_its_status_checks_is_replaced_and_a_broken_one_is_not_drained() {
     tokio::time::pause();
     let world = world(Settings::default());
     world.node_class().await;
     // No budget for voluntary disruption: only the status checks remove a node here.
-    create(&kube_ops::cluster::<NodePool>(&world.client), serde_json::json!({
-        "apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "default"},
-        "spec": {
-            "template": {"spec": {"requirements": [], "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}}},
-            "disruption": {"budgets": [{"nodes": "0"}]}
-        }
-    }))
-    .await;
+    world.pool_without_budget().await;
     for name in ["broken", "maintained", "healthy"] {
-        registered_claim(&world, name).await;
+        world.registered_claim(name).await;
         // A pod that may not be evicted holds a graceful drain of its node.
         let pod = serde_json::json!({
             "apiVersion": "v1", "kind": "Pod",

@@ -137,15 +137,15 @@ pub const INSTANCE_TYPE_CHECK_INTERVAL: Duration = Duration::from_secs(30 * 60);
 /// Whether the claim's instance type is gone from `types`, the NodePool's catalog, as Karpenter
 /// judges it: the claim has no instance-type label, its type is not listed, or no offering of it
 /// (available or not) is in the claim's zone and capacity type; a `reserved` claim may also be on
-/// an on-demand offering, since a reservation can demote it. An empty catalog (not known yet) says
-/// nothing.
-pub fn instance_type_gone(claim: &NodeClaim, types: &Offered<'_>) -> bool {
+/// an on-demand offering, since a reservation can demote it. `None` for an empty catalog (not
+/// known yet): it says nothing.
+pub fn instance_type_gone(claim: &NodeClaim, types: &Offered<'_>) -> Option<bool> {
     if types.is_empty() {
-        return false;
+        return None;
     }
     let labels = claim.labels();
     let Some(instance_type) = labels.get(INSTANCE_TYPE).and_then(|name| types.get(name)) else {
-        return true;
+        return Some(true);
     };
     let zone = labels.get(ZONE);
     let capacity = labels.get(CAPACITY_TYPE).map(String::as_str);
@@ -156,8 +156,9 @@ pub fn instance_type_gone(claim: &NodeClaim, types: &Offered<'_>) -> bool {
         }
         Some(label) => label == offered.label(),
     };
-    !(instance_type.offerings.iter())
-        .any(|o| zone.is_none_or(|z| *z == o.zone) && capacity_allows(o.capacity_type))
+    let offered = (instance_type.offerings.iter())
+        .any(|o| zone.is_none_or(|z| *z == o.zone) && capacity_allows(o.capacity_type));
+    Some(!offered)
 }
 
 /// Whether the claim's instance type is to be looked for now, `now_seconds` being the time and
@@ -287,37 +288,43 @@ mod tests {
             ..m5_large(&[("us-west-2a", CapacityType::Spot)])
         };
         let catalog = offered(vec![other]);
-        assert!(
+        assert_eq!(
             instance_type_gone(&claim, &Offered::new(&catalog)),
+            Some(true),
             "the type is gone"
         );
         let catalog = offered(vec![m5_large(&[
             ("us-west-2b", CapacityType::Spot),
             ("us-west-2a", CapacityType::OnDemand),
         ])]);
-        assert!(
+        assert_eq!(
             instance_type_gone(&claim, &Offered::new(&catalog)),
+            Some(true),
             "no spot offering in its zone"
         );
         let catalog = offered(vec![m5_large(&[("us-west-2a", CapacityType::Spot)])]);
-        assert!(
-            !instance_type_gone(&claim, &Offered::new(&catalog)),
+        assert_eq!(
+            instance_type_gone(&claim, &Offered::new(&catalog)),
+            Some(false),
             "offered, though unavailable now"
         );
-        assert!(
-            !instance_type_gone(&claim, &Offered::default()),
+        assert_eq!(
+            instance_type_gone(&claim, &Offered::default()),
+            None,
             "an empty catalog says nothing"
         );
         let mut unlabelled = claim.clone();
         unlabelled.labels_mut().remove(INSTANCE_TYPE);
-        assert!(
+        assert_eq!(
             instance_type_gone(&unlabelled, &Offered::new(&catalog)),
+            Some(true),
             "no instance-type label"
         );
         let reserved = in_zone(stamped(&pool), "reserved");
         let catalog = offered(vec![m5_large(&[("us-west-2a", CapacityType::OnDemand)])]);
-        assert!(
-            !instance_type_gone(&reserved, &Offered::new(&catalog)),
+        assert_eq!(
+            instance_type_gone(&reserved, &Offered::new(&catalog)),
+            Some(false),
             "a reserved claim may be demoted to on-demand"
         );
     }

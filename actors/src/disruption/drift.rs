@@ -174,8 +174,10 @@ fn type_gone(checks: &mut CloudChecks, claim: &NodeClaim, types: &Offered<'_>, n
     if !instance_type_check_due(claim, now, checks.type_found.get(&name).copied()) {
         return false;
     }
-    let gone = instance_type_gone(claim, types);
-    if !gone && !types.is_empty() {
+    let Some(gone) = instance_type_gone(claim, types) else {
+        return false;
+    };
+    if !gone {
         checks.type_found.insert(name, now);
     }
     gone
