@@ -1934,29 +1934,43 @@ fn balanced_consolidation_weighs_what_a_move_saves_against_what_it_disrupts() {
     let steps = "[{at: 2m, scale: {kind: Deployment, namespace: default, name: heavy, replicas: 1}}]";
     let scaled_down = 120.0;
     let outcome = |policy: &str, cost: &str| {
-        let report = run(&scenario(&balanced_cluster(policy, cost), steps, "10m"));
+        let scenario = scenario(&balanced_cluster(policy, cost), steps, "10m");
+        let simulate::Simulated { report, metrics, .. } =
+            simulate::run(&scenario, scenario.seed, NodeTracer::disabled(), &mut |_| {})
+                .unwrap_or_else(|e| panic!("{e}"));
         let s = &report.summary;
         assert_eq!((s.pods_running_end, s.pods_pending_end), (2, 0), "{s:#?}");
         let approvals: Vec<String> = entries(&report, "consolidation-approved")
             .filter(|e| e.at_seconds > scaled_down)
             .map(|e| e.detail.clone())
             .collect();
-        (launched_after(&report, scaled_down), approvals)
+        let rejected = sample(
+            &metrics,
+            &format!(
+                "karpenter_consolidation_moves_total{{decision=\"rejected\",nodepool=\"default\",policy=\"{policy}\"}}"
+            ),
+        );
+        (launched_after(&report, scaled_down), approvals, rejected)
     };
     // After the scale-down, replacing the heavy node (a c5.xlarge left with one pod) by a
     // c5.large saves a quarter of the pool's cost. A deletion cost of 2^30 makes its pod nine
     // times as costly to move as a plain one: the move is then about three quarters of the
     // pool's disruption, a score near 0.3, under Balanced's 0.5.
     let costly = "1073741824";
-    let (replaced, _) = outcome("WhenEmptyOrUnderutilized", costly);
+    let (replaced, _, rejected) = outcome("WhenEmptyOrUnderutilized", costly);
     assert_eq!(replaced, ["c5.large"], "the other policy replaces it");
-    let (replaced, approvals) = outcome("Balanced", costly);
+    assert_eq!(rejected, None, "and refuses nothing");
+    let (replaced, approvals, rejected) = outcome("Balanced", costly);
     assert!(
         replaced.is_empty() && approvals.is_empty(),
         "Balanced leaves a move that disrupts far more than it saves: {replaced:?} {approvals:?}"
     );
+    assert!(
+        rejected.is_some_and(|n| n >= 1.0),
+        "the refused move is counted: {rejected:?}"
+    );
     // Without the deletion cost the same move is 40 % of the disruption (0.62), and it is made.
-    let (replaced, approvals) = outcome("Balanced", "0");
+    let (replaced, approvals, _) = outcome("Balanced", "0");
     assert_eq!(replaced, ["c5.large"]);
     assert!(
         approvals

@@ -119,6 +119,28 @@ impl Command {
     }
 }
 
+/// A consolidation the `Balanced` score refused: its candidates, and the score of each Balanced
+/// NodePool it would take nodes of.
+#[derive(Debug, Clone)]
+pub struct Rejection {
+    /// The nodes it would have removed.
+    pub candidates: Vec<Candidate>,
+    /// Each Balanced pool's score.
+    pub scores: BTreeMap<String, Score>,
+}
+
+/// What a planning pass decided.
+#[derive(Debug, Default)]
+pub struct Plan {
+    /// The commands to carry out.
+    pub commands: Vec<Command>,
+    /// Why candidates single-node consolidation looked at could not go.
+    pub refusals: Vec<(Candidate, Refusal)>,
+    /// The moves the `Balanced` score refused: every single-node move, and a multi-node search's
+    /// last refused prefix when it found nothing.
+    pub rejections: Vec<Rejection>,
+}
+
 /// The base problem of a pass, and where each candidate's node stands in it.
 pub struct Base<'a> {
     /// The cluster as watched (each pod's scheduling view is kept there).
@@ -139,13 +161,14 @@ pub struct Base<'a> {
 }
 
 /// The commands of the first method that finds something to do (see the module docs); with
-/// them, why candidates single-node consolidation looked at could not go.
+/// them, why candidates single-node consolidation looked at could not go, and what the `Balanced`
+/// score refused.
 pub fn plan(
     candidates: &[Candidate],
     eventual: &[Candidate],
     base: &Base<'_>,
     allowed: impl Fn(&str, DisruptionReason) -> u32,
-) -> (Vec<Command>, Vec<(Candidate, Refusal)>) {
+) -> Plan {
     let empty = emptiness(candidates, &allowed);
     if empty.is_none() {
         let mut drifted: Vec<&Candidate> = candidates.iter().chain(eventual).filter(|c| c.drifted).collect();
@@ -153,26 +176,38 @@ pub fn plan(
         drifted.sort_by_key(|c| transitioned_at(&c.claim, ConditionType::Drifted));
         let commands = drift(&drifted, base, &allowed);
         if !commands.is_empty() {
-            return (commands, Vec::new());
+            return Plan {
+                commands,
+                ..Plan::default()
+            };
         }
     }
-    let (consolidations, refusals) = consolidation(candidates, base, &allowed, empty.as_ref());
+    let consolidations = consolidation(candidates, base, &allowed, empty.as_ref());
     let mut commands: Vec<Command> = empty.into_iter().collect();
     // After an emptiness command, the search had its nodes closed: a refusal may be only that.
-    let refusals = if commands.is_empty() { refusals } else { Vec::new() };
-    commands.extend(consolidations);
-    (commands, refusals)
+    let refusals = if commands.is_empty() {
+        consolidations.refusals
+    } else {
+        Vec::new()
+    };
+    commands.extend(consolidations.commands);
+    Plan {
+        commands,
+        refusals,
+        rejections: consolidations.rejections,
+    }
 }
 
 /// Multi-node and single-node consolidation of `candidates`, beside `emptied` (this pass's
 /// emptiness command, whose nodes they neither take nor count on, and whose nodes count against
-/// their pools' budgets); with why candidates single-node consolidation looked at could not go.
+/// their pools' budgets); with why candidates single-node consolidation looked at could not go,
+/// and what the `Balanced` score refused.
 fn consolidation(
     candidates: &[Candidate],
     base: &Base<'_>,
     allowed: &impl Fn(&str, DisruptionReason) -> u32,
     emptied: Option<&Command>,
-) -> (Vec<Command>, Vec<(Candidate, Refusal)>) {
+) -> Plan {
     let emptied = emptied.map_or(&[][..], |command| &command.candidates[..]);
     let emptied_names: BTreeSet<String> = emptied.iter().map(|c| c.claim.name_any()).collect();
     let consolidatable: Vec<&Candidate> = candidates
@@ -203,7 +238,9 @@ fn consolidation(
     let order: Option<Vec<usize>> = within.iter().map(|c| position(c)).collect();
     let mut room = Room::new(room_left);
     let mut commands = Vec::new();
-    if let Some(command) = order.and_then(|order| multi_node(&within, &order, base, &mut search)) {
+    let mut rejections = Vec::new();
+    let multi = order.and_then(|order| multi_node(&within, &order, base, &mut search, &mut rejections));
+    if let Some(command) = multi {
         for candidate in &command.candidates {
             room.take(candidate);
         }
@@ -215,7 +252,7 @@ fn consolidation(
         .into_iter()
         .filter(|c| !taken.contains(&c.claim.name_any()))
         .filter_map(|c| Some((c, position(c)?)));
-    let (mut singles, refusals) = each_alone(
+    let mut singles = each_alone(
         (Method::SingleNode, DisruptionReason::Underutilized),
         base,
         &mut search,
@@ -225,11 +262,20 @@ fn consolidation(
     // Each replacement was judged against its pool's limits alone: in a pool with limits, one a
     // pass.
     let mut replacing: BTreeSet<String> = commands.iter().filter_map(limited_replacement).collect();
-    singles.retain(|c| limited_replacement(c).is_none_or(|pool| replacing.insert(pool)));
+    (singles.commands).retain(|c| limited_replacement(c).is_none_or(|pool| replacing.insert(pool)));
     // After a multi-node command, the search had its nodes closed: a refusal may be only that.
-    let refusals = if commands.is_empty() { refusals } else { Vec::new() };
-    commands.extend(singles);
-    (commands, refusals)
+    let refusals = if commands.is_empty() {
+        singles.refusals
+    } else {
+        Vec::new()
+    };
+    commands.extend(singles.commands);
+    rejections.extend(singles.rejections);
+    Plan {
+        commands,
+        refusals,
+        rejections,
+    }
 }
 
 /// The pool of `command`'s replacement, when it launches one in a pool with limits.
@@ -270,7 +316,9 @@ fn drift(
     let mut search = search(Method::Drift, base, &prepared);
     let mut room = Room::new(|pool| allowed(pool, DisruptionReason::Drifted));
     let each = known.into_iter().enumerate().map(|(position, c)| (c, position));
-    let (commands, refusals) = each_alone(
+    let Plan {
+        commands, refusals, ..
+    } = each_alone(
         (Method::Drift, DisruptionReason::Drifted),
         base,
         &mut search,
@@ -421,16 +469,29 @@ fn simulate(
 }
 
 /// The largest prefix of at least two candidates that consolidates (binary search over all);
-/// `order` holds their positions in the search.
+/// `order` holds their positions in the search. When there is none and the `Balanced` score
+/// refused a prefix, the last one it refused goes to `rejections`.
 fn multi_node(
     candidates: &[&Candidate],
     order: &[usize],
     base: &Base<'_>,
     search: &mut Search<'_>,
+    rejections: &mut Vec<Rejection>,
 ) -> Option<Command> {
+    let refused = std::cell::RefCell::new(None);
     let best = search.largest_accepted_prefix(order, |prefix, decision| {
-        balanced_score(&candidates[..prefix.len()], decision, base).0
+        let (approved, scores) = balanced_score(&candidates[..prefix.len()], decision, base);
+        if !approved {
+            refused.replace(Some(Rejection {
+                candidates: candidates[..prefix.len()].iter().map(|c| (*c).clone()).collect(),
+                scores,
+            }));
+        }
+        approved
     });
+    if best.is_none() {
+        rejections.extend(refused.into_inner());
+    }
     tracing::info!(
         searched = candidates.len(),
         found = best.as_ref().map_or(0, |(count, _)| *count),
@@ -485,16 +546,17 @@ fn balanced_score(
 /// counted on stay where they are until it is done: its node and the nodes it counted on are
 /// closed to the candidates after it, so no two count on the same room. With the commands, the
 /// refusals of the candidates looked at before the first (after it, a refusal may only mean that
-/// an earlier command took the room).
+/// an earlier command took the room), and the single-node moves the `Balanced` score refused.
 fn each_alone<'c, F: Fn(&str) -> u32>(
     (method, reason): (Method, DisruptionReason),
     base: &Base<'_>,
     search: &mut Search<'_>,
     candidates: impl IntoIterator<Item = (&'c Candidate, usize)>,
     room: &mut Room<F>,
-) -> (Vec<Command>, Vec<(Candidate, Refusal)>) {
+) -> Plan {
     let mut commands = Vec::new();
     let mut refusals = Vec::new();
+    let mut rejections = Vec::new();
     let consolidating = method == Method::SingleNode;
     for (candidate, position) in candidates {
         if *room.left(candidate) == 0 {
@@ -512,6 +574,10 @@ fn each_alone<'c, F: Fn(&str) -> u32>(
                     (true, BTreeMap::new())
                 };
                 if !approved {
+                    rejections.push(Rejection {
+                        candidates: vec![candidate.clone()],
+                        scores,
+                    });
                     continue;
                 }
                 *room.left(candidate) -= 1;
@@ -534,7 +600,11 @@ fn each_alone<'c, F: Fn(&str) -> u32>(
             }
         }
     }
-    (commands, refusals)
+    Plan {
+        commands,
+        refusals,
+        rejections,
+    }
 }
 
 /// Whether `previous`, an emptiness or consolidation command (drift is not validated), still
@@ -645,8 +715,9 @@ mod tests {
         };
         // In the order the candidates are ranked for consolidation, the recent one comes first.
         let candidates = [drifted("recent", 60), drifted("old", 3600)];
-        let (commands, _) = plan(&candidates, &[], &base, |_, _| 1);
-        let taken: Vec<Vec<String>> = commands.iter().map(Command::claim_names).collect();
+        let taken: Vec<Vec<String>> = (plan(&candidates, &[], &base, |_, _| 1).commands.iter())
+            .map(Command::claim_names)
+            .collect();
         assert_eq!(
             taken,
             [["old"]],

@@ -47,7 +47,7 @@ use kube::ResourceExt;
 use self::{
     candidates::{Collected, PoolTypes},
     in_flight::{Held, Holding, InFlight, Ticket},
-    methods::{Base, Command, Method},
+    methods::{Base, Command, Method, Plan, Rejection},
 };
 use crate::{
     decide::budgets,
@@ -413,16 +413,22 @@ async fn decide(
         let allowed = |pool: &str, reason: DisruptionReason| budgets.allowed(pool, reason);
         let outcome = match &previous {
             None => methods::plan(&candidates, &eventual, &base, allowed),
-            Some(previous) => (
-                methods::revalidate(previous, &candidates, &base, allowed)
-                    .into_iter()
-                    .collect(),
-                Vec::new(),
-            ),
+            Some(previous) => Plan {
+                commands: (methods::revalidate(previous, &candidates, &base, allowed).into_iter()).collect(),
+                ..Plan::default()
+            },
         };
         (outcome, input)
     });
-    let Some(((commands, refusals), input)) = simulated.await else {
+    let Some((
+        Plan {
+            commands,
+            refusals,
+            rejections,
+        },
+        input,
+    )) = simulated.await
+    else {
         return Vec::new();
     };
     if planning {
@@ -439,7 +445,7 @@ async fn decide(
                 .events
                 .normal(candidate.claim.as_ref(), "Unconsolidatable", &refusal.to_string());
         }
-        report_moves(shared, &commands);
+        report_moves(shared, &commands, &rejections);
         if commands.is_empty() {
             lock(memo).idle(fingerprint);
         } else {
@@ -469,36 +475,45 @@ async fn decide(
         .collect()
 }
 
-/// Counts each consolidation command in every NodePool it takes nodes of, and for a `Balanced`
-/// pool observes its score and records Karpenter's `ConsolidationApproved` (on the node and its
-/// NodeClaim for one node, on the NodePool for several).
-fn report_moves(shared: &Shared, commands: &[Command]) {
-    let consolidations = commands
+/// Counts each consolidation command, and each move the `Balanced` score refused, in every
+/// NodePool it takes nodes of; for a Balanced pool observes its score, and for an approved move
+/// records Karpenter's `ConsolidationApproved` (on the node and its NodeClaim for one node, on the
+/// NodePool for several). A refused move gets no event, as in Karpenter: there are too many.
+fn report_moves(shared: &Shared, commands: &[Command], rejections: &[Rejection]) {
+    let approved = commands
         .iter()
-        .filter(|c| matches!(c.method, Method::MultiNode | Method::SingleNode));
-    for command in consolidations {
-        let pools: BTreeMap<String, &Arc<NodePool>> = command
-            .candidates
-            .iter()
-            .map(|c| (c.pool.name_any(), &c.pool))
-            .collect();
+        .filter(|c| matches!(c.method, Method::MultiNode | Method::SingleNode))
+        .map(|c| (&c.candidates, &c.scores, true));
+    let refused = rejections.iter().map(|r| (&r.candidates, &r.scores, false));
+    for (candidates, scores, approved) in approved.chain(refused) {
+        let pools: BTreeMap<String, &Arc<NodePool>> =
+            candidates.iter().map(|c| (c.pool.name_any(), &c.pool)).collect();
         for (name, pool) in pools {
-            let labels = MoveLabels {
-                decision: "approved".to_owned(),
+            let score = scores.get(&name);
+            let decision = |approved: bool| if approved { "approved" } else { "rejected" }.to_owned();
+            let labels = |decision: String| MoveLabels {
+                decision,
                 nodepool: name.clone(),
                 policy: format!("{:?}", pool.spec.disruption.consolidation_policy),
             };
-            shared.metrics.consolidation_moves.get_or_create(&labels).inc();
-            let Some(score) = command.scores.get(&name) else {
+            shared
+                .metrics
+                .consolidation_moves
+                .get_or_create(&labels(decision(approved)))
+                .inc();
+            let Some(score) = score else {
                 continue;
             };
             shared
                 .metrics
                 .consolidation_score
-                .get_or_create(&labels)
+                .get_or_create(&labels(decision(score.approved())))
                 .observe(score.value());
+            if !approved {
+                continue;
+            }
             let message = score.message();
-            match command.candidates.as_slice() {
+            match candidates.as_slice() {
                 [one] => {
                     shared
                         .events

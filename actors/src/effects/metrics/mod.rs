@@ -139,7 +139,7 @@ pub struct PoolReasonLabels {
 /// `karpenter_consolidation_moves_total` and `karpenter_consolidation_score`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct MoveLabels {
-    /// `approved` (rejected moves are not counted yet).
+    /// `approved` or `rejected`.
     pub decision: String,
     /// The NodePool.
     pub nodepool: String,
@@ -225,9 +225,10 @@ pub struct Metrics {
     pub interruption_deleted: Counter,
     /// From an interruption event's emission to its handling.
     pub interruption_queue_duration: Histogram,
-    /// Consolidation moves decided, per NodePool they take nodes of.
+    /// Consolidation moves decided or refused by the `Balanced` score, per NodePool they take
+    /// nodes of.
     pub consolidation_moves: Family<MoveLabels, Counter>,
-    /// The `Balanced` score of each move decided in a Balanced NodePool.
+    /// The `Balanced` score of each move decided or refused in a Balanced NodePool.
     pub consolidation_score: Family<MoveLabels, Histogram>,
     /// Instances found unhealthy by their status checks, each instance and check counted once
     /// while it stays unhealthy.
@@ -394,12 +395,12 @@ impl Metrics {
         );
         r.register(
             "karpenter_consolidation_moves",
-            "Consolidation moves decided, by decision, NodePool and consolidation policy",
+            "Consolidation moves decided or refused, by decision, NodePool and consolidation policy",
             self.consolidation_moves.clone(),
         );
         r.register(
             "karpenter_consolidation_score",
-            "Balanced consolidation scores of the moves decided, by decision, NodePool and policy",
+            "Balanced consolidation scores of the moves decided or refused, by decision, NodePool and policy",
             self.consolidation_score.clone(),
         );
         r.register(
