@@ -7,11 +7,11 @@
 //!    has its pools' budgets less the nodes it empties (Karpenter decides emptiness alone, and
 //!    so waits a second 15 s validation before the first consolidation after a scale-down).
 //! 2. **Drift** (reason `Drifted`): drifted candidates, consolidatable or not, whatever the
-//!    consolidation policy, longest drifted first; those with no pod to move first, as many as budgets allow, in one
-//!    command; otherwise one command per candidate whose pods fit on the other nodes and as many
-//!    new nodes as they need, at any price (the new nodes are launched and initialized before the
-//!    drifted one is drained), as many commands as budgets allow in one pass (Karpenter decides one
-//!    a pass). Each command's candidate, and the nodes its pods were counted onto, are closed to
+//!    consolidation policy, longest drifted first; those with no pod to move first, as many as
+//!    budgets allow, in one command; otherwise one command per candidate whose pods fit on the
+//!    other nodes and as many new nodes as they need, at any price (the new nodes are launched and
+//!    initialized before the drifted one is drained), as many commands as budgets allow in one
+//!    pass (Karpenter decides one a pass). Each command's candidate, and the nodes its pods were counted onto, are closed to
 //!    the ones after it, so no two count on the same room. A drifted candidate blocked only by its
 //!    pods takes part when its NodeClaim has a `terminationGracePeriod`.
 //! 3. **Multi-node consolidation** (reason `Underutilized`): the largest prefix of the candidates
@@ -28,9 +28,10 @@
 //! 3 and 4; a move that takes nodes of a `Balanced` pool must also pass its score
 //! ([`balanced`]): a multi-node prefix it refuses counts as one that cannot go, a single node
 //! whose outright deletion could not pass is not simulated, and one whose move it refuses is
-//! skipped without an event (Karpenter's rejections are too many to report). No pod is moved onto a node still inside its
-//! `consolidateAfter` window, nor by any method onto a node a command in flight holds. Each decision is pure over the pass's candidates, budgets
-//! and base problem; refusals are kept so the planner can tell users why a node stays
+//! skipped without an event (Karpenter's rejections are too many to report). No pod is moved
+//! onto a node still inside its `consolidateAfter` window, nor by any method onto a node a
+//! command in flight holds. Each decision is pure over the pass's candidates, budgets and base
+//! problem; refusals are kept so the planner can tell users why a node stays
 //! (`Unconsolidatable`).
 
 use std::collections::{BTreeMap, BTreeSet};
