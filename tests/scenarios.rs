@@ -45,6 +45,8 @@ mod html;
 mod joist_process;
 #[path = "support/mutants.rs"]
 mod mutants;
+#[path = "scenarios/reservations.rs"]
+mod reservations;
 #[path = "scenarios/run.rs"]
 mod run;
 #[path = "scenarios/serve.rs"]

@@ -4,7 +4,9 @@
 //! to the next offering. Lists are kept for [`INSTANCE_TYPES_TTL`] or until the NodePool's spec
 //! (its generation) or its node class (whose resolved status the types depend on) changes: the
 //! pool's own status writes, which come with every claim, keep the list. A failed listing is
-//! returned to the caller and not cached.
+//! returned to the caller and not cached. The room left in capacity reservations changes with
+//! every launch, so it is read from the cloud's count on every request, not kept; with
+//! Karpenter's `ReservedCapacity` gate off, reserved offerings are left out.
 //!
 //! One copy of each instance type serves every NodePool that lists it alike ([`Shared`]): pools of
 //! one node class list the same types, and an instance type with its requirements is some 12 KB,
@@ -18,7 +20,7 @@ use std::{
 
 use actix::prelude::*;
 use joist_messages::model::instance_type::InstanceType;
-use joist_provider::{CloudError, CloudProvider, OfferingKey};
+use joist_provider::{CloudError, CloudProvider, OfferingKey, capacity_reservation};
 use kube::ResourceExt;
 use tokio::time::Instant;
 
@@ -67,30 +69,37 @@ impl Shared {
 /// See the module docs.
 pub struct Catalog {
     cloud: Arc<dyn CloudProvider>,
+    /// Karpenter's `ReservedCapacity` gate: off, reserved offerings are left out.
+    reserved_capacity: bool,
     listed: HashMap<String, Listed>,
     shared: Shared,
     unavailable: BTreeMap<OfferingKey, Instant>,
 }
 
 impl Catalog {
-    /// A catalog over `cloud`.
-    pub fn new(cloud: Arc<dyn CloudProvider>) -> Self {
+    /// A catalog over `cloud`, offering capacity reservations when `reserved_capacity`.
+    pub fn new(cloud: Arc<dyn CloudProvider>, reserved_capacity: bool) -> Self {
         Self {
             cloud,
+            reserved_capacity,
             listed: HashMap::new(),
             shared: Shared::default(),
             unavailable: BTreeMap::new(),
         }
     }
 
-    /// `types` with the offerings in the cache marked unavailable (shared when none are).
+    /// `types` with the offerings in the cache marked unavailable and each capacity reservation's
+    /// room as the cloud counts it now (shared when nothing changes).
     fn with_availability(&mut self, types: &Arc<Vec<Arc<InstanceType>>>) -> Arc<Vec<Arc<InstanceType>>> {
         let now = Instant::now();
         self.unavailable.retain(|_, until| *until > now);
-        if self.unavailable.is_empty() {
+        let reserved = types
+            .iter()
+            .any(|it| it.offerings.iter().any(|o| o.reservation.is_some()));
+        if self.unavailable.is_empty() && !reserved {
             return types.clone();
         }
-        // Only the types with an unavailable offering are copied; the rest stay shared.
+        // Only the types with an offering to change are copied; the rest stay shared.
         let mut marked = types.as_ref().clone();
         for key in self.unavailable.keys() {
             let Some(it) = marked.iter_mut().find(|it| it.name == key.instance_type) else {
@@ -99,6 +108,21 @@ impl Catalog {
             for offering in &mut Arc::make_mut(it).offerings {
                 if offering.zone == key.zone && offering.capacity_type == key.capacity_type {
                     offering.available = false;
+                }
+            }
+        }
+        if reserved {
+            let counts = self.cloud.reserved_capacity();
+            for it in marked
+                .iter_mut()
+                .filter(|it| it.offerings.iter().any(|o| o.reservation.is_some()))
+            {
+                let mut offerings = it.offerings.clone();
+                if !self.reserved_capacity {
+                    offerings.retain(|o| o.reservation.is_none());
+                    Arc::make_mut(it).offerings = offerings;
+                } else if capacity_reservation::recount(&mut offerings, &counts) {
+                    Arc::make_mut(it).offerings = offerings;
                 }
             }
         }
@@ -179,7 +203,7 @@ mod tests {
                 capacity_type: CapacityType::OnDemand,
                 price,
                 available: true,
-                reservation_id: None,
+                reservation: None,
             }],
             capacity: Resources::new(),
             overhead: Overhead::default(),

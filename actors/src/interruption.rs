@@ -10,7 +10,9 @@
 //!   Health scheduled change: records Karpenter's event (`SpotInterrupted`, `InstanceStopping` …)
 //!   and `TerminatingOnInterruption`, and deletes the NodeClaim, which drains the node while it
 //!   still runs; the provisioner replaces the capacity at once. A spot interruption also marks the
-//!   offering unavailable in the Catalog, so the replacement goes elsewhere;
+//!   offering unavailable in the Catalog, so the replacement goes elsewhere, and a capacity
+//!   reservation interruption counts the reservation full
+//!   ([`joist_provider::CloudProvider::reservation_reclaimed`]);
 //! - rebalance recommendation: records `SpotRebalanceRecommendation`, nothing more.
 //!
 //! Every message is deleted once handled: one for an unknown instance, one that asks for nothing,
@@ -25,7 +27,7 @@ use actix::prelude::*;
 use futures::{StreamExt, stream};
 use joist_messages::{
     apis::NodeClaim,
-    labels::{CAPACITY_TYPE, INSTANCE_TYPE, ZONE, annotations::NODECLAIM_TERMINATION_TIMESTAMP},
+    labels::{CAPACITY_TYPE, INSTANCE_TYPE, ZONE, annotations::NODECLAIM_TERMINATION_TIMESTAMP, aws},
     model::instance_type::CapacityType,
 };
 use joist_provider::{
@@ -205,6 +207,11 @@ pub(crate) async fn act(shared: &Shared, kind: Kind, instance: &str) -> Result<b
         shared.catalog.unavailable.do_send(MarkUnavailable {
             offerings: vec![offering],
         });
+    }
+    if kind == Kind::CapacityReservationInterrupted
+        && let Some(id) = claim.labels().get(aws::CAPACITY_RESERVATION_ID)
+    {
+        shared.cloud.reservation_reclaimed(id);
     }
     if kind.forceful() && !claim.annotations().contains_key(NODECLAIM_TERMINATION_TIMESTAMP) {
         let now = shared.clock.now_seconds();

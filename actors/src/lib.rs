@@ -8,7 +8,9 @@
 //! [`disruption::DisruptionPlanner`] removes empty nodes and consolidates underused ones; the
 //! [`interruption::InterruptionActor`] acts on the cloud's interruption warnings, the
 //! [`instance_status::InstanceStatusActor`] on its failed instance status checks; the
-//! [`pod_events::PodEventRecorder`] records each NodeClaim's last pod event.
+//! [`capacity_reservations::CapacityReservationActor`] demotes nodes whose reservation is gone and
+//! drains expiring capacity blocks; the [`pod_events::PodEventRecorder`] records each NodeClaim's
+//! last pod event.
 //! Every node's life is one OpenTelemetry trace ([`node_trace`]); what happens is counted in
 //! Karpenter's Prometheus [`metrics`].
 //!
@@ -20,6 +22,7 @@ pub mod effects;
 pub mod state;
 
 pub mod batcher;
+pub mod capacity_reservations;
 pub mod catalog;
 pub mod claim_creation;
 pub mod cluster_state;
@@ -48,6 +51,7 @@ use joist_provider::{CloudProvider, interruption::InterruptionQueue};
 
 use crate::{
     batcher::Batcher,
+    capacity_reservations::CapacityReservationActor,
     catalog::Catalog,
     cluster_state::ClusterState,
     disruption::DisruptionPlanner,
@@ -86,6 +90,8 @@ pub struct Controllers {
     pub interruption: Option<Addr<InterruptionActor>>,
     /// The poller of the cloud's instance status checks.
     pub instance_status: Addr<InstanceStatusActor>,
+    /// The demotion and expiry of reserved nodes.
+    pub capacity_reservations: Addr<CapacityReservationActor>,
 }
 
 /// Starts every controller on the current actix system, talking to the cluster through `client`
@@ -107,7 +113,7 @@ pub fn start(
         });
     }
     let (read, writers) = ReadModel::new();
-    let catalog = Catalog::new(cloud.clone()).start();
+    let catalog = Catalog::new(cloud.clone(), settings.reserved_capacity).start();
     let catalog = CatalogHandle {
         instance_types: catalog.clone().recipient(),
         unavailable: catalog.recipient(),
@@ -145,6 +151,7 @@ pub fn start(
         .clone()
         .map(|queue| InterruptionActor::new(shared.clone(), queue).start());
     let instance_status = InstanceStatusActor::new(shared.clone()).start();
+    let capacity_reservations = CapacityReservationActor::new(shared.clone()).start();
     let cluster_state = ClusterState::new(shared.clone(), writers, batcher.clone(), shards).start();
     Controllers {
         shared,
@@ -156,5 +163,6 @@ pub fn start(
         disruption_planner,
         interruption,
         instance_status,
+        capacity_reservations,
     }
 }

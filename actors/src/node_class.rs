@@ -44,11 +44,12 @@ pub const NODE_CLASS_REFRESH: Duration = Duration::from_secs(60);
 /// [`NODE_CLASS_REFRESH`].
 pub const RESOLUTION_RETRY: Duration = Duration::from_secs(5);
 
-const READY_PARTS: [ConditionType; 5] = [
+const READY_PARTS: [ConditionType; 6] = [
     ConditionType::SubnetsReady,
     ConditionType::SecurityGroupsReady,
     ConditionType::AMIsReady,
     ConditionType::InstanceProfileReady,
+    ConditionType::CapacityReservationsReady,
     ConditionType::ValidationSucceeded,
 ];
 
@@ -136,12 +137,31 @@ pub async fn reconcile(shared: Shared, class: Arc<EC2NodeClass>, refresh: bool) 
         resolve(&shared, &class, &mut status, generation).await
     };
     if status != before {
-        let body = serde_json::to_value(&status).unwrap_or_default();
+        let body = status_patch(&before, &status);
         if let Err(error) = kube_ops::patch_status(&api, &class.name_any(), body).await {
             tracing::warn!(ec2nodeclass = class.name_any(), %error, "writing the node class status failed");
         }
     }
     outcome
+}
+
+/// The merge patch that makes the status `before` into `after`: a field `after` leaves out (a
+/// list that became empty, as when no capacity reservation is selected any more) is written as
+/// null, or the server would keep the old value.
+fn status_patch(
+    before: &joist_messages::apis::EC2NodeClassStatus,
+    after: &joist_messages::apis::EC2NodeClassStatus,
+) -> serde_json::Value {
+    let mut patch = serde_json::to_value(after).unwrap_or_default();
+    if let (Some(fields), serde_json::Value::Object(was)) = (
+        patch.as_object_mut(),
+        serde_json::to_value(before).unwrap_or_default(),
+    ) {
+        for key in was.keys() {
+            fields.entry(key.clone()).or_insert(serde_json::Value::Null);
+        }
+    }
+    patch
 }
 
 /// Resolves a valid `class` into `status`, with its conditions.
@@ -221,6 +241,28 @@ async fn release(shared: &Shared, class: &EC2NodeClass) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_status_field_left_empty_is_written_as_null_so_the_server_drops_it() {
+        use joist_messages::apis::{EC2NodeClassStatus, ec2nodeclass::ResolvedSecurityGroup};
+        let group = ResolvedSecurityGroup {
+            id: "sg-1".into(),
+            name: None,
+        };
+        let before = EC2NodeClassStatus {
+            security_groups: vec![group.clone()],
+            instance_profile: Some("profile".into()),
+            ..EC2NodeClassStatus::default()
+        };
+        let after = EC2NodeClassStatus {
+            instance_profile: Some("profile".into()),
+            ..EC2NodeClassStatus::default()
+        };
+        let patch = status_patch(&before, &after);
+        assert_eq!(patch["securityGroups"], serde_json::Value::Null);
+        assert_eq!(patch["instanceProfile"], "profile");
+        assert!(patch.get("amis").is_none(), "a field neither had is not written");
+    }
 
     #[test]
     fn failed_resolutions_back_off_up_to_the_refresh_period() {

@@ -10,6 +10,10 @@
 //! for them ([`crate::decide::timing::nomination_window`]): disruption leaves them alone until
 //! the pods get there.
 //!
+//! Capacity reservations are counted strictly: a pod whose claim could launch into a
+//! reservation that earlier claims of the batch already fill waits, with no event, for the next
+//! batch ([`joist_scheduling::ReservedOfferingMode::Strict`]).
+//!
 //! One simulation runs at a time; a batch that arrives meanwhile is folded into one more run. A
 //! run ends when its NodeClaims are created (or their creates failed), as Karpenter's provisioner
 //! waits for its creates: the next run then counts every claim this one asked for.
@@ -25,7 +29,7 @@ use std::{
 
 use actix::prelude::*;
 use joist_messages::{apis::NodePool, cached_pod::CachedPod, model::instance_type::InstanceType};
-use joist_scheduling::{Input, Solution, solve};
+use joist_scheduling::{Input, Reason, ReservedOfferingMode, Solution, solve};
 use kube::ResourceExt;
 
 use crate::{
@@ -120,6 +124,7 @@ async fn provision(shared: Shared) {
     }
     let pods: Vec<Arc<CachedPod>> = pending.iter().map(|(pod, _)| pod.clone()).collect();
     input.pods = pending.into_iter().map(|(_, info)| info).collect();
+    input.options.reserved_offerings = ReservedOfferingMode::Strict;
     let started = tokio::time::Instant::now();
     let solved = shared.settings.solver.run(move || {
         let solution = solve(&input);
@@ -208,6 +213,17 @@ async fn dispatch(
         let Some(pod) = pending.get(unschedulable.pod) else {
             continue;
         };
+        if unschedulable
+            .reasons
+            .iter()
+            .any(|(_, why)| *why == Reason::ReservedCapacity)
+        {
+            tracing::info!(
+                pod = %format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any()),
+                "deferring the scheduling decision: limited reserved offering capacity"
+            );
+            continue;
+        }
         let message = format!("Failed to schedule pod, {unschedulable}{paused}");
         failed_scheduling(shared, pod, &message);
     }

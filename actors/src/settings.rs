@@ -45,6 +45,9 @@ pub struct Settings {
     pub shards: usize,
     /// How often the garbage collector compares the cloud with the cluster.
     pub garbage_collection: Duration,
+    /// Karpenter's `ReservedCapacity` feature gate: the reserved offerings of capacity
+    /// reservations are launched into (on by default, as in Karpenter).
+    pub reserved_capacity: bool,
     /// Karpenter's `SpotToSpotConsolidation` feature gate: spot nodes may be replaced by spot.
     pub spot_to_spot_consolidation: bool,
     /// Karpenter's `NodeRepair` feature gate: nodes the cloud's repair policies call broken for
@@ -90,6 +93,7 @@ impl Default for Settings {
             solver: SolverMode::Pool,
             shards: 0,
             garbage_collection: Duration::from_secs(120),
+            reserved_capacity: true,
             spot_to_spot_consolidation: false,
             node_repair: false,
             static_capacity: false,

@@ -144,6 +144,7 @@ fn instance(provider_id: &str, launched_at: i64) -> Instance {
         instance_type: "m5.large".into(),
         zone: "zone-a".into(),
         capacity_type: CapacityType::OnDemand,
+        reservation: None,
         image_id: "ami-fake".into(),
         price: 0.096,
         state: InstanceState::Running,
@@ -165,7 +166,7 @@ fn m5_large() -> InstanceType {
             capacity_type: CapacityType::OnDemand,
             price: 0.096,
             available: true,
-            reservation_id: None,
+            reservation: None,
         }],
         capacity: Resources::new()
             .with(names::CPU, Quantity::from_units(2))
@@ -279,6 +280,12 @@ impl CloudProvider for FakeCloud {
         joist_provider::repair::EC2_REPAIR_POLICIES
     }
 
+    fn reserved_capacity(&self) -> std::collections::HashMap<String, u32> {
+        std::collections::HashMap::new()
+    }
+
+    fn reservation_reclaimed(&self, _id: &str) {}
+
     fn impaired_instances(&self) -> CloudFuture<'_, Vec<InstanceHealth>> {
         Box::pin(async move {
             self.status_asks.fetch_add(1, Ordering::SeqCst);
@@ -296,7 +303,7 @@ impl CloudProvider for FakeCloud {
 #[actix::test]
 async fn the_catalog_survives_a_flood_and_still_applies_every_mark() {
     tokio::time::pause();
-    let catalog = Catalog::new(Arc::new(FakeCloud::default())).start();
+    let catalog = Catalog::new(Arc::new(FakeCloud::default()), true).start();
     tokio::task::yield_now().await;
     let mark = |zone: &str| MarkUnavailable {
         offerings: vec![OfferingKey {
@@ -341,7 +348,7 @@ async fn the_catalog_survives_a_flood_and_still_applies_every_mark() {
 #[actix::test]
 async fn the_catalog_lists_again_for_a_spec_change_not_for_a_status_write() {
     let cloud = Arc::new(FakeCloud::default());
-    let catalog = Catalog::new(cloud.clone()).start();
+    let catalog = Catalog::new(cloud.clone(), true).start();
     let pool = |generation: i64, resource_version: &str| -> Arc<NodePool> {
         Arc::new(serde_json::from_value(serde_json::json!({
             "apiVersion": "karpenter.sh/v1", "kind": "NodePool",

@@ -46,6 +46,8 @@ pub enum ConditionType {
     AMIsReady,
     /// EC2NodeClass: its instance profile exists.
     InstanceProfileReady,
+    /// EC2NodeClass: its capacity reservation selector was resolved (found or not).
+    CapacityReservationsReady,
 }
 
 impl ConditionType {
@@ -69,6 +71,7 @@ impl ConditionType {
             Self::SecurityGroupsReady => "SecurityGroupsReady",
             Self::AMIsReady => "AMIsReady",
             Self::InstanceProfileReady => "InstanceProfileReady",
+            Self::CapacityReservationsReady => "CapacityReservationsReady",
         }
     }
 }

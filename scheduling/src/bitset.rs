@@ -62,6 +62,11 @@ pub(crate) fn truncate(set: &mut Vec<u64>, bits: usize) {
     }
 }
 
+/// True when `a` and `b` share a member.
+pub(crate) fn intersects(a: &[u64], b: &[u64]) -> bool {
+    a.iter().zip(b).any(|(x, y)| x & y != 0)
+}
+
 /// True when `set` has no members.
 pub(crate) fn is_empty(set: &[u64]) -> bool {
     set.iter().all(|w| *w == 0)

@@ -25,6 +25,7 @@ use crate::{
     dims::{self, Dims},
     input::NodePoolInput,
     pod::{HostPort, PodInfo},
+    reservations::Ledger,
     taints::Toleration,
 };
 
@@ -78,6 +79,11 @@ pub(crate) struct PoolPlan {
     zones: Vec<String>,
     /// Per position, its available offerings as (zone number, capacity type, price).
     offers: Vec<Vec<(u32, CapacityType, f64)>>,
+    /// Per position, its available reserved offerings as (reservation number in the solve's
+    /// [`Ledger`], offering index in the type); empty when no type has one.
+    reserved: Vec<Vec<(u32, u32)>>,
+    /// The positions with a reserved offering.
+    with_reserved: Vec<u64>,
 }
 
 /// The zones and capacity types a NodeClaim's requirements still allow, as bits.
@@ -100,13 +106,9 @@ pub(crate) fn has_offering(it: &InstanceType, reqs: &Requirements) -> bool {
     it.offerings.iter().any(|o| offering_allowed(o, reqs))
 }
 
-/// True when `o` is available and allowed by `reqs`' zone and capacity-type requirements.
+/// True when `o` is available and `reqs` allow it ([`Offering::allowed_by`]).
 pub(crate) fn offering_allowed(o: &Offering, reqs: &Requirements) -> bool {
-    o.available
-        && reqs.get(ZONE).is_none_or(|r| r.has(&o.zone))
-        && reqs
-            .get(CAPACITY_TYPE)
-            .is_none_or(|r| r.has(o.capacity_type.label()))
+    o.available && o.allowed_by(reqs)
 }
 
 /// The cheapest available offering price of `it` under `reqs`.
@@ -259,7 +261,62 @@ impl PoolPlan {
             domain_sets: Vec::new(),
             zones,
             offers,
+            reserved: Vec::new(),
+            with_reserved: Vec::new(),
         }
+    }
+
+    /// Numbers the reserved offerings of each position by `ledger`'s reservations.
+    pub(crate) fn index_reservations(&mut self, ledger: &Ledger, catalog: &[Arc<InstanceType>]) {
+        if ledger.is_empty() {
+            return;
+        }
+        self.with_reserved = vec![0; self.all.len()];
+        self.reserved = self
+            .types
+            .iter()
+            .enumerate()
+            .map(|(t, &i)| {
+                let offered: Vec<(u32, u32)> = catalog[i]
+                    .offerings
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, o)| o.available)
+                    .filter_map(|(o, offering)| {
+                        let id = &offering.reservation.as_ref()?.reservation.id;
+                        Some((ledger.number(id)?, o as u32))
+                    })
+                    .collect();
+                if !offered.is_empty() {
+                    bitset::insert(&mut self.with_reserved, t);
+                }
+                offered
+            })
+            .collect();
+    }
+
+    /// Puts into `into`, each once, the reservations of the available reserved offerings of the
+    /// positions in `candidates` that `allowed` accepts; true when there were any.
+    pub(crate) fn reservations_of(
+        &self,
+        candidates: &[u64],
+        catalog: &[Arc<InstanceType>],
+        allowed: impl Fn(&Offering) -> bool,
+        into: &mut Vec<u32>,
+    ) -> bool {
+        into.clear();
+        if self.reserved.is_empty() || !bitset::intersects(candidates, &self.with_reserved) {
+            return false;
+        }
+        for t in bitset::members(candidates).filter(|&t| bitset::contains(&self.with_reserved, t)) {
+            let offerings = &catalog[self.types[t]].offerings;
+            for &(r, o) in &self.reserved[t] {
+                if !into.contains(&r) && allowed(&offerings[o as usize]) {
+                    into.push(r);
+                }
+            }
+        }
+        !into.is_empty()
     }
 
     /// The zones and capacity types `reqs` allows (zones past the 64th are always allowed).

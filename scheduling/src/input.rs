@@ -134,13 +134,27 @@ pub enum MinValuesPolicy {
     BestEffort,
 }
 
-/// Solver settings (Karpenter's `MIN_VALUES_POLICY` and `PREFERENCE_POLICY`).
+/// What a claim does when the capacity reservations it could launch into were all taken by
+/// earlier claims of the same solve (see [`crate::reservations`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ReservedOfferingMode {
+    /// Goes on without a reservation: the disruption simulations.
+    #[default]
+    Fallback,
+    /// Refuses the pod, which waits for the next batch: the provisioner.
+    Strict,
+}
+
+/// Solver settings (Karpenter's `MIN_VALUES_POLICY` and `PREFERENCE_POLICY`, and the reserved
+/// offering mode of the caller).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Options {
     /// See [`MinValuesPolicy`].
     pub min_values: MinValuesPolicy,
     /// Ignore preferred affinities and `ScheduleAnyway` spread instead of trying them first.
     pub ignore_preferences: bool,
+    /// See [`ReservedOfferingMode`].
+    pub reserved_offerings: ReservedOfferingMode,
 }
 
 /// One scheduling problem.

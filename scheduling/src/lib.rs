@@ -15,6 +15,7 @@ mod dims;
 pub mod input;
 pub mod ownership;
 pub mod pod;
+mod reservations;
 mod reserve;
 pub mod solution;
 pub mod solver;
@@ -23,6 +24,6 @@ pub mod terms;
 mod topology;
 pub mod workloads;
 
-pub use input::{ExistingNode, Input, MinValuesPolicy, NodePoolInput, Options};
+pub use input::{ExistingNode, Input, MinValuesPolicy, NodePoolInput, Options, ReservedOfferingMode};
 pub use solution::{NewClaim, Placement, Reason, Solution, Unschedulable};
 pub use solver::solve;

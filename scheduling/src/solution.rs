@@ -76,6 +76,9 @@ pub enum Reason {
         /// Distinct values left.
         found: usize,
     },
+    /// The capacity reservations the pod could launch into were taken by other NodeClaims of
+    /// this batch: it waits for the next batch rather than leave reserved capacity unused.
+    ReservedCapacity,
 }
 
 impl fmt::Display for Reason {
@@ -97,6 +100,10 @@ impl fmt::Display for Reason {
             Reason::MinValues { key, needed, found } => write!(
                 f,
                 "minValues requirement not met for {key}: needed {needed}, {found} left"
+            ),
+            Reason::ReservedCapacity => write!(
+                f,
+                "limited reserved offering capacity is held by other nodeclaims of this batch; retried next batch"
             ),
         }
     }

@@ -36,8 +36,9 @@ use std::{
 
 use joist_messages::{
     labels::is_well_known,
+    labels::{CAPACITY_TYPE, ZONE},
     model::{
-        instance_type::InstanceType,
+        instance_type::{InstanceType, Offering},
         requirements::{Operator, Requirement, Requirements},
     },
 };
@@ -49,6 +50,7 @@ use crate::{
     dims::{self, Dims},
     input::{Input, MinValuesPolicy},
     pod::{Constraints, HostPort, Kind, PodInfo},
+    reservations::Ledger,
     reserve::Reserves,
     solution::{NewClaim, Placement, Reason, Solution, Unschedulable},
     taints::{PREFER_NO_SCHEDULE, first_untolerated},
@@ -80,6 +82,9 @@ enum Why {
     Limits,
     Topology(usize),
     MinValues(usize, usize),
+    /// The capacity reservations the claim could use were all taken earlier in this solve (see
+    /// [`crate::reservations`]).
+    ReservedCapacity,
 }
 
 /// A rejection and whether it holds for good for the whole class.
@@ -101,6 +106,8 @@ struct Claim {
     reserved: Vec<i64>,
     /// Counts in `Selected` groups waiting for the claim's domain on their key to be decided.
     pending: Vec<(usize, u32)>,
+    /// The capacity reservations it holds a place in (numbers in the solver's [`Ledger`]).
+    held: Vec<u32>,
 }
 
 /// An existing node or a claim opened in this pass.
@@ -140,6 +147,10 @@ struct Scratch {
     open: Vec<u64>,
     /// (topology key, domain) pairs the pod being placed may not go to.
     forbidden: Vec<(usize, u32)>,
+    /// The reservations the claim of the last fit check may hold with the pod.
+    holdable: Vec<u32>,
+    /// Whether the pod being placed was refused for reserved capacity taken earlier.
+    deferred: bool,
 }
 
 struct Solver<'a> {
@@ -157,6 +168,8 @@ struct Solver<'a> {
     /// decided (bit set over bins).
     decided: Vec<Vec<Vec<u64>>>,
     reserves: Reserves,
+    /// The capacity reservations and the room left in each.
+    ledger: Ledger,
     pod_class: Vec<usize>,
     requests: Vec<i64>,
     prefer_no_schedule_pools: bool,
@@ -179,10 +192,6 @@ struct Solver<'a> {
 
 fn ports_conflict(a: &[HostPort], b: &[HostPort]) -> bool {
     a.iter().any(|p| b.contains(p))
-}
-
-fn intersects(a: &[u64], b: &[u64]) -> bool {
-    a.iter().zip(b).any(|(x, y)| x & y != 0)
 }
 
 fn and_assign(into: &mut [u64], other: &[u64]) {
@@ -232,6 +241,10 @@ impl<'a> Solver<'a> {
                 )
             })
             .collect();
+        let ledger = Ledger::new(&input.instance_types, input.options.reserved_offerings);
+        for pool in &mut pools {
+            pool.index_reservations(&ledger, &input.instance_types);
+        }
         let prefer_no_schedule_pools = pools
             .iter()
             .any(|p| p.taints.iter().any(|t| t.effect == PREFER_NO_SCHEDULE));
@@ -307,6 +320,7 @@ impl<'a> Solver<'a> {
             bins: Vec::new(),
             decided,
             reserves: Reserves::default(),
+            ledger,
             pod_class: Vec::new(),
             requests: Vec::new(),
             prefer_no_schedule_pools,
@@ -477,9 +491,15 @@ impl<'a> Solver<'a> {
     /// Places `pod`, relaxing preferences as needed; on failure returns its most relaxed class.
     fn schedule(&mut self, pod: usize) -> Result<(), usize> {
         let mut class = self.pod_class[pod];
+        self.scratch.deferred = false;
         loop {
             if self.try_class(class, pod) {
                 return Ok(());
+            }
+            // Reserved capacity may be had next batch: the pod waits as it is (Karpenter's
+            // strict mode neither relaxes it nor tries lower-weight NodePools).
+            if self.scratch.deferred {
+                return Err(class);
             }
             let next = match self.classes[class].relaxed {
                 Some(next) => next,
@@ -503,9 +523,16 @@ impl<'a> Solver<'a> {
             return true;
         }
         for pool in 0..self.pools.len() {
-            if self.fit_new(class, pod, pool).is_ok() {
-                self.open_claim(class, pod, pool);
-                return true;
+            match self.fit_new(class, pod, pool) {
+                Ok(()) => {
+                    self.open_claim(class, pod, pool);
+                    return true;
+                }
+                Err(Why::ReservedCapacity) => {
+                    self.scratch.deferred = true;
+                    return false;
+                }
+                Err(_) => {}
             }
         }
         false
@@ -797,7 +824,7 @@ impl<'a> Solver<'a> {
             for (d, value) in k.domains.iter().enumerate() {
                 if claim_req.is_none_or(|r| r.has(value))
                     && class_req.is_none_or(|r| r.has(value))
-                    && intersects(&scratch.candidates, self.pools[pool].domain_set(key, d as u32))
+                    && bitset::intersects(&scratch.candidates, self.pools[pool].domain_set(key, d as u32))
                 {
                     scratch.options.push(d as u32);
                 }
@@ -820,6 +847,51 @@ impl<'a> Solver<'a> {
             }
         }
         Ok(())
+    }
+
+    /// Puts in `self.scratch.holdable` the reservations a claim holding `held`, with requirements
+    /// `reqs` and the class's, the domains in `self.scratch.narrow` and the candidates in
+    /// `self.scratch.fitted`, may hold once it takes the pod; in strict mode refuses the pod when
+    /// the claim could use some but may hold none (see [`crate::reservations`]).
+    fn fit_reservations(
+        &mut self,
+        class: usize,
+        pool: usize,
+        reqs: &Requirements,
+        held: &[u32],
+    ) -> Result<(), Reject> {
+        let Scratch {
+            narrow,
+            fitted,
+            holdable,
+            ..
+        } = &mut self.scratch;
+        if self.ledger.is_empty() {
+            holdable.clear();
+            return Ok(());
+        }
+        let node_reqs = &self.classes[class].node_reqs;
+        let keys = &self.topology.keys;
+        let in_narrowed_domains = |o: &Offering| {
+            narrow.iter().all(|&(key, d)| {
+                let k = &keys[key];
+                let value = k.domains[d as usize].as_str();
+                match k.name.as_str() {
+                    ZONE => o.zone == value,
+                    CAPACITY_TYPE => o.capacity_type.label() == value,
+                    _ => true,
+                }
+            })
+        };
+        let allowed = |o: &Offering| o.allowed_by(reqs) && o.allowed_by(node_reqs) && in_narrowed_domains(o);
+        let compatible =
+            self.pools[pool].reservations_of(fitted, &self.input.instance_types, allowed, holdable);
+        holdable.retain(|&r| self.ledger.can_hold(r, held));
+        if self.ledger.allows(held, compatible, holdable) {
+            Ok(())
+        } else {
+            Err((Why::ReservedCapacity, false))
+        }
     }
 
     /// Keeps the candidates in `self.scratch.candidates` that fit `used + pod` (`used` empty for a
@@ -889,7 +961,10 @@ impl<'a> Solver<'a> {
                     Err((Why::Resources, false))
                 }
             });
-        let resources = topology.and_then(|()| self.fit_resources(pool, &bin.used, pod));
+        let held = bin.claim.as_ref().map_or(&[][..], |c| &c.held[..]);
+        let resources = topology
+            .and_then(|()| self.fit_resources(pool, &bin.used, pod))
+            .and_then(|()| self.fit_reservations(class, pool, claim_reqs, held));
         self.bins = bins;
         resources
     }
@@ -912,7 +987,8 @@ impl<'a> Solver<'a> {
         let result = match &reqs {
             Some(Ok(cp)) => self
                 .fit_claim_topology(class, pool, &cp.reqs, None, |_| 0)
-                .and_then(|()| self.fit_resources(pool, &[], pod)),
+                .and_then(|()| self.fit_resources(pool, &[], pod))
+                .and_then(|()| self.fit_reservations(class, pool, &cp.reqs, &[])),
             _ => Err((Why::Requirements, true)),
         };
         self.class_pools[class][pool] = reqs;
@@ -955,6 +1031,7 @@ impl<'a> Solver<'a> {
                 candidates: Vec::new(),
                 reserved: Vec::new(),
                 pending: Vec::new(),
+                held: Vec::new(),
             }),
             alloc: vec![0; d],
             used: vec![0; d],
@@ -1011,6 +1088,9 @@ impl<'a> Solver<'a> {
                 for t in bitset::members(&claim.candidates) {
                     dims::max_assign(&mut bin.alloc, p.alloc_of(t, d));
                 }
+            }
+            if !self.ledger.is_empty() {
+                self.ledger.rehold(&mut claim.held, &self.scratch.holdable);
             }
             claim.reqs.add_all(&c.node_reqs);
             for &(key, domain) in &self.scratch.narrow {
@@ -1129,6 +1209,7 @@ impl<'a> Solver<'a> {
                 needed: p.min_values.get(i).map_or(0, |m| m.needed),
                 found,
             },
+            Why::ReservedCapacity => Reason::ReservedCapacity,
         }
     }
 
@@ -1147,7 +1228,8 @@ impl<'a> Solver<'a> {
             }
             let Some(claim) = &bin.claim else { continue };
             let p = &self.pools[claim.pool];
-            let mask = p.offering_mask(&claim.reqs);
+            let requirements = self.ledger.narrow(&claim.reqs, &claim.held);
+            let mask = p.offering_mask(&requirements);
             let mut priced: Vec<(f64, usize, usize)> = bitset::members(&claim.candidates)
                 .filter_map(|t| p.price_within(t, mask).map(|price| (price, p.types[t], t)))
                 .collect();
@@ -1182,7 +1264,7 @@ impl<'a> Solver<'a> {
             }
             solution.claims.push(NewClaim {
                 node_pool: p.input,
-                requirements: claim.reqs.clone(),
+                requirements,
                 instance_types: priced.iter().map(|&(_, i, _)| i).collect(),
                 price: priced[0].0,
                 requests: self.dims.resources(&bin.used),

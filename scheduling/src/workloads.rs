@@ -107,7 +107,7 @@ pub fn karpenter_instance_types(count: usize) -> Vec<Arc<InstanceType>> {
                         capacity_type,
                         price,
                         available: true,
-                        reservation_id: None,
+                        reservation: None,
                     })
                     .collect(),
                 capacity: Resources::new()
@@ -433,7 +433,7 @@ fn aws_type(family: &Family, size: &str, vcpus: i64, seed: usize) -> InstanceTyp
             capacity_type: CapacityType::OnDemand,
             price: on_demand,
             available: true,
-            reservation_id: None,
+            reservation: None,
         });
         let discount = 0.25 + 0.05 * rng.below(8) as f64;
         offerings.push(Offering {
@@ -441,7 +441,7 @@ fn aws_type(family: &Family, size: &str, vcpus: i64, seed: usize) -> InstanceTyp
             capacity_type: CapacityType::Spot,
             price: (on_demand * discount * 10_000.0).round() / 10_000.0,
             available: true,
-            reservation_id: None,
+            reservation: None,
         });
     }
     let category = &family.name[..1];

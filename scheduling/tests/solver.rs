@@ -698,3 +698,84 @@ fn with_many_pools_and_a_crowded_cluster_every_pending_pod_is_placed_or_given_a_
         "team pods go to their teams' pools"
     );
 }
+
+/// `problem`'s catalog with a reservation `cr-a` of `fake-it-4` in `test-zone-2` that has room
+/// for `room` instances, and `pods` one-per-node pods.
+fn reserved_problem(room: u32, pods: usize, mode: joist_scheduling::ReservedOfferingMode) -> Input {
+    use joist_messages::{
+        apis::ec2nodeclass::ReservationType,
+        model::instance_type::{CapacityType, OfferedReservation, Offering, Reservation},
+    };
+    let anti = json!({"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"topologyKey": HOSTNAME, "labelSelector": {"matchLabels": {"app": "db"}}}]}}});
+    let pods = (0..pods)
+        .map(|i| pod_with_labels(&format!("db{i}"), json!({"app": "db"}), anti.clone()))
+        .collect();
+    let mut input = problem(8, pods);
+    let it = Arc::make_mut(&mut input.instance_types[4]);
+    it.add_offerings(vec![Offering {
+        zone: "test-zone-2".into(),
+        capacity_type: CapacityType::Reserved,
+        price: it.offerings[0].price / 1e7,
+        available: true,
+        reservation: Some(OfferedReservation {
+            reservation: Reservation {
+                id: "cr-a".into(),
+                kind: ReservationType::Default,
+                interruptible: false,
+            },
+            capacity: room,
+        }),
+    }]);
+    input.options.reserved_offerings = mode;
+    input
+}
+
+fn holds_reservation(claim: &joist_scheduling::NewClaim) -> bool {
+    claim
+        .requirements
+        .get(joist_messages::labels::aws::CAPACITY_RESERVATION_ID)
+        .is_some_and(|r| r.values().eq(["cr-a"]))
+        && claim
+            .requirements
+            .get(CAPACITY_TYPE)
+            .is_some_and(|r| r.values().eq(["reserved"]))
+}
+
+#[test]
+fn reserved_capacity_is_used_first_and_counted_down_then_strict_waits_and_fallback_buys() {
+    use joist_scheduling::ReservedOfferingMode::{Fallback, Strict};
+    let input = reserved_problem(2, 3, Strict);
+    let solution = solve(&input);
+    assert_eq!(solution.claims.len(), 2, "{solution:?}");
+    for (i, claim) in solution.claims.iter().enumerate() {
+        assert!(holds_reservation(claim), "claim {i}: {:?}", claim.requirements);
+        assert_eq!(first_type(&input, &solution, i), "fake-it-4");
+    }
+    assert_eq!(
+        solution.unschedulable.len(),
+        1,
+        "the third waits for the next batch"
+    );
+    assert!(
+        solution.unschedulable[0]
+            .reasons
+            .iter()
+            .all(|(_, reason)| *reason == Reason::ReservedCapacity)
+    );
+
+    let input = reserved_problem(2, 3, Fallback);
+    let solution = solve(&input);
+    assert_eq!(solution.claims.len(), 3);
+    assert_eq!(solution.claims.iter().filter(|c| holds_reservation(c)).count(), 2);
+    assert!(solution.unschedulable.is_empty());
+
+    let input = reserved_problem(0, 1, Strict);
+    let solution = solve(&input);
+    assert_eq!(
+        solution.claims.len(),
+        1,
+        "an empty reservation is no reason to wait"
+    );
+    assert!(!holds_reservation(&solution.claims[0]));
+}

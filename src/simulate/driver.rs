@@ -20,7 +20,7 @@ use joist_messages::{
     model::shape::CapacitySettings,
     time::Clock,
 };
-use joist_provider_sim::{CallLog, SimCloud, SimSettings};
+use joist_provider_sim::{CallLog, SimCloud, SimReservation, SimSettings};
 use kube::{
     Api,
     api::{ApiResource, DeleteParams, DynamicObject, Patch, PatchParams},
@@ -163,6 +163,7 @@ async fn simulate(
         batch_max: scenario.batch_max,
         solver: SolverMode::Inline,
         interruption_queue: Some(cloud.queue()),
+        reserved_capacity: scenario.feature_gates.reserved_capacity,
         node_repair: scenario.feature_gates.node_repair,
         static_capacity: scenario.feature_gates.static_capacity,
         node_overlay: scenario.feature_gates.node_overlay,
@@ -415,6 +416,11 @@ fn describe(action: &Action, documents: usize) -> String {
             "{} failing on {count} instance(s) whose nodes match {node_selector:?}",
             category.label()
         ),
+        Action::CreateReservation { reservation, .. } => format!(
+            "capacity reservation {} for {} {} in {}",
+            reservation.id, reservation.count, reservation.instance_type, reservation.zone
+        ),
+        Action::CancelReservation { id } => format!("capacity reservation {id} is cancelled"),
     }
 }
 
@@ -521,6 +527,21 @@ async fn execute(
             category,
         } => {
             cloud.impair(node_selector, *count, *category);
+            Ok(())
+        }
+        Action::CreateReservation {
+            reservation,
+            ends_after,
+        } => {
+            let end = ends_after.map(|after| cloud.now() + after.as_secs() as i64);
+            cloud.add_reservation(SimReservation {
+                end,
+                ..reservation.clone()
+            });
+            Ok(())
+        }
+        Action::CancelReservation { id } => {
+            cloud.cancel_reservation(id);
             Ok(())
         }
     }

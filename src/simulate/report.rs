@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 
 use joist_kubesim::{Store, resources::GroupResource};
-use joist_messages::labels::{CAPACITY_TYPE, INSTANCE_TYPE, NODEPOOL, ZONE};
+use joist_messages::labels::{CAPACITY_TYPE, INSTANCE_TYPE, NODEPOOL, ZONE, aws};
 use joist_provider_sim::{CloudEvent, EndReason, InstanceRecord, SimCloud};
 use serde::Serialize;
 use serde_json::Value;
@@ -37,8 +37,11 @@ pub struct FinalNode {
     pub nodepool: String,
     /// Instance type.
     pub instance_type: String,
-    /// Spot or on-demand.
+    /// Spot, on-demand or reserved.
     pub capacity_type: String,
+    /// The capacity reservation it runs in (`karpenter.k8s.aws/capacity-reservation-id`).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub capacity_reservation_id: String,
     /// Zone.
     pub zone: String,
     /// Dollars per hour.
@@ -222,6 +225,7 @@ pub fn build(name: &str, seed: u64, end: f64, store: &Store, cloud: &SimCloud, r
             nodepool: label(node, NODEPOOL),
             instance_type: label(node, INSTANCE_TYPE),
             capacity_type: label(node, CAPACITY_TYPE),
+            capacity_reservation_id: label(node, aws::CAPACITY_RESERVATION_ID),
             zone: label(node, ZONE),
             price_per_hour: price_of(&text(node, "/spec/providerID")),
         })

@@ -7,11 +7,14 @@ use std::{collections::BTreeMap, time::Duration};
 
 use joist_kubesim::{api::ApiFailure, resources::GroupResource};
 use joist_messages::{
-    apis::{duration::Duration as KarpenterDuration, ec2nodeclass::ALIAS_FAMILIES},
+    apis::{
+        duration::Duration as KarpenterDuration,
+        ec2nodeclass::{ALIAS_FAMILIES, InstanceMatchCriteria, ReservationType},
+    },
     model::instance_type::CapacityType,
 };
 use joist_provider::instance_status::StatusCategory;
-use joist_provider_sim::{BootFault, Failure, OfferingPattern, Operation};
+use joist_provider_sim::{BootFault, Failure, OfferingPattern, Operation, SimReservation};
 use k8s_openapi::api::core::v1::Taint;
 use serde::Deserialize;
 
@@ -82,10 +85,14 @@ struct SettingsSpec {
     feature_gates: FeatureGates,
 }
 
-/// Karpenter's feature gates a scenario may turn on (the chart's `settings.featureGates`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+/// Karpenter's feature gates a scenario may set (the chart's `settings.featureGates`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct FeatureGates {
+    /// `ReservedCapacity`: capacity reservations are launched into (on unless turned off, as in
+    /// Karpenter).
+    #[serde(default = "on")]
+    pub reserved_capacity: bool,
     /// `NodeRepair`: nodes broken for longer than the cloud's repair policies tolerate are replaced.
     #[serde(default)]
     pub node_repair: bool,
@@ -98,6 +105,22 @@ pub struct FeatureGates {
     /// `NodeOverlay`: NodeOverlays change the catalog's prices and extended resources.
     #[serde(default)]
     pub node_overlay: bool,
+}
+
+impl Default for FeatureGates {
+    fn default() -> Self {
+        Self {
+            reserved_capacity: true,
+            node_repair: false,
+            spot_to_spot_consolidation: false,
+            static_capacity: false,
+            node_overlay: false,
+        }
+    }
+}
+
+fn on() -> bool {
+    true
 }
 
 #[derive(Debug, Deserialize)]
@@ -125,7 +148,50 @@ struct StepSpec {
     taint_nodes: Option<TaintNodesSpec>,
     #[serde(rename = "impairInstances")]
     impair_instances: Option<ImpairSpec>,
+    #[serde(rename = "createCapacityReservation")]
+    create_capacity_reservation: Option<ReservationSpec>,
+    #[serde(rename = "cancelCapacityReservation")]
+    cancel_capacity_reservation: Option<CancelReservationSpec>,
 }
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct ReservationSpec {
+    id: String,
+    instance_type: String,
+    zone: String,
+    count: u32,
+    #[serde(default, rename = "type")]
+    kind: Option<String>,
+    #[serde(default)]
+    ends_after: Option<String>,
+    #[serde(default)]
+    interruptible: bool,
+    #[serde(default)]
+    instance_match_criteria: Option<String>,
+    #[serde(default, rename = "ownerID")]
+    owner_id: Option<String>,
+    #[serde(default)]
+    tags: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CancelReservationSpec {
+    id: String,
+}
+
+/// The reservation types a `createCapacityReservation` step names.
+const RESERVATION_TYPES: [(&str, ReservationType); 2] = [
+    ("default", ReservationType::Default),
+    ("capacity-block", ReservationType::CapacityBlock),
+];
+
+/// The instance match criteria a `createCapacityReservation` step names.
+const MATCH_CRITERIA: [(&str, InstanceMatchCriteria); 2] = [
+    ("targeted", InstanceMatchCriteria::Targeted),
+    ("open", InstanceMatchCriteria::Open),
+];
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -349,6 +415,18 @@ pub enum Action {
         count: usize,
         /// Which check.
         category: StatusCategory,
+    },
+    /// Create a capacity reservation in the cloud (or replace the one with its id).
+    CreateReservation {
+        /// The reservation, its end (if any) counted from the step.
+        reservation: SimReservation,
+        /// How long after the step it ends.
+        ends_after: Option<Duration>,
+    },
+    /// Cancel a capacity reservation: its instances run on as on-demand instances.
+    CancelReservation {
+        /// Its id.
+        id: String,
     },
     /// Set a condition on Nodes, as a failing kubelet or the node monitoring agent would: the
     /// first `count` nodes by name that match and do not show `status` yet.
@@ -695,15 +773,59 @@ impl Scenario {
                 count: i.count,
             });
         }
+        if let Some(r) = step.create_capacity_reservation {
+            actions.push(reservation(&format!("{field}.createCapacityReservation"), r)?);
+        }
+        if let Some(c) = step.cancel_capacity_reservation {
+            actions.push(Action::CancelReservation { id: c.id });
+        }
         match (actions.pop(), actions.is_empty()) {
             (Some(action), true) => Ok(action),
             _ => Err(ScenarioError::Field {
                 field: field.to_owned(),
-                message: "a step does exactly one of apply, scale, unavailable, interrupt, delete, failCreates, failCloud, failKube, releaseImage, nodeCondition, bootFault, taintNodes, impairInstances"
+                message: "a step does exactly one of apply, scale, unavailable, interrupt, delete, failCreates, failCloud, failKube, releaseImage, nodeCondition, bootFault, taintNodes, impairInstances, createCapacityReservation, cancelCapacityReservation"
                     .to_owned(),
             }),
         }
     }
+}
+
+/// A `createCapacityReservation` step (at `field`) as the reservation it creates.
+fn reservation(field: &str, r: ReservationSpec) -> Result<Action, ScenarioError> {
+    let kind = match &r.kind {
+        Some(kind) => choice(format!("{field}.type"), kind, &RESERVATION_TYPES)?,
+        None => ReservationType::Default,
+    };
+    let match_criteria = match &r.instance_match_criteria {
+        Some(criteria) => choice(
+            format!("{field}.instanceMatchCriteria"),
+            criteria,
+            &MATCH_CRITERIA,
+        )?,
+        None => InstanceMatchCriteria::Targeted,
+    };
+    let ends_after = r
+        .ends_after
+        .as_deref()
+        .map(|text| duration(&format!("{field}.endsAfter"), text))
+        .transpose()?;
+    Ok(Action::CreateReservation {
+        reservation: SimReservation {
+            id: r.id,
+            instance_type: r.instance_type,
+            zone: r.zone,
+            count: r.count,
+            kind,
+            interruptible: r.interruptible,
+            match_criteria,
+            owner_id: r
+                .owner_id
+                .unwrap_or_else(|| joist_provider_sim::OWNER_ID.to_owned()),
+            tags: r.tags,
+            end: None,
+        },
+        ends_after,
+    })
 }
 
 #[cfg(test)]

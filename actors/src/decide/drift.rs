@@ -262,7 +262,7 @@ mod tests {
                         capacity_type: *capacity_type,
                         price: 0.1,
                         available: false,
-                        reservation_id: None,
+                        reservation: None,
                     },
                 )
                 .collect(),

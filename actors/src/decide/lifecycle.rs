@@ -1094,6 +1094,7 @@ mod tests {
                 instance_type: "m5.large".into(),
                 zone: "zone-a".into(),
                 capacity_type: joist_messages::model::instance_type::CapacityType::OnDemand,
+                reservation: None,
                 image_id: "ami-1".into(),
                 price: 0.096,
                 state: InstanceState::Pending,

@@ -143,6 +143,14 @@ impl CloudProvider for GuardedCloud {
     fn impaired_instances(&self) -> CloudFuture<'_, Vec<InstanceHealth>> {
         self.call("describe instance status", self.inner.impaired_instances())
     }
+
+    fn reserved_capacity(&self) -> std::collections::HashMap<String, u32> {
+        self.inner.reserved_capacity()
+    }
+
+    fn reservation_reclaimed(&self, id: &str) {
+        self.inner.reservation_reclaimed(id);
+    }
 }
 
 #[cfg(test)]

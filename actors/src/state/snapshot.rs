@@ -269,7 +269,7 @@ mod tests {
                 capacity_type: CapacityType::OnDemand,
                 price: 0.085,
                 available: true,
-                reservation_id: None,
+                reservation: None,
             }],
             capacity: Resources::new().with(names::CPU, Quantity::from_units(2)),
             overhead: Default::default(),

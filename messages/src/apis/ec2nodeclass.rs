@@ -691,12 +691,12 @@ pub struct EC2NodeClassStatus {
     /// The instance profile in use.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instance_profile: Option<String>,
-    /// Capacity reservations found by `capacityReservationSelectorTerms`. Joist does not offer
-    /// reserved capacity yet and writes none; the field is kept so objects Karpenter wrote apply.
+    /// Capacity reservations found by `capacityReservationSelectorTerms`, sorted by id: each
+    /// becomes a `reserved` offering of its instance type in its zone.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub capacity_reservations: Vec<CapacityReservation>,
     /// `SubnetsReady`, `SecurityGroupsReady`, `AMIsReady`, `InstanceProfileReady`,
-    /// `ValidationSucceeded`, `Ready`.
+    /// `CapacityReservationsReady`, `ValidationSucceeded`, `Ready`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "super::common::required_reason_conditions_schema")]
     pub conditions: Vec<Condition>,
@@ -732,7 +732,7 @@ pub struct CapacityReservation {
 }
 
 /// The kinds of capacity reservation.
-#[derive(JsonSchema, Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(JsonSchema, Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum ReservationType {
     /// An on-demand capacity reservation.
@@ -740,6 +740,16 @@ pub enum ReservationType {
     Default,
     /// A capacity block.
     CapacityBlock,
+}
+
+impl ReservationType {
+    /// The `karpenter.k8s.aws/capacity-reservation-type` value.
+    pub const fn label(self) -> &'static str {
+        match self {
+            ReservationType::Default => "default",
+            ReservationType::CapacityBlock => "capacity-block",
+        }
+    }
 }
 
 /// Where a capacity reservation is in its life.

@@ -8,8 +8,14 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use super::{requirements::Requirements, resources::Resources};
-use crate::labels::capacity_type;
+use super::{
+    requirements::{Operator, Requirement, Requirements},
+    resources::Resources,
+};
+use crate::{
+    apis::ec2nodeclass::ReservationType,
+    labels::{CAPACITY_TYPE, ZONE, aws, capacity_type},
+};
 
 /// How an instance is bought.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -70,8 +76,66 @@ pub struct Offering {
     pub price: f64,
     /// False while the offering is known to be out of capacity.
     pub available: bool,
-    /// The capacity reservation backing a reserved offering.
-    pub reservation_id: Option<String>,
+    /// The capacity reservation behind a reserved offering; `None` for every other.
+    pub reservation: Option<OfferedReservation>,
+}
+
+impl Offering {
+    /// True when `reqs` allow this offering: its zone and capacity type, and the labels of its
+    /// reservation. An offering without a reservation has none of those labels, so a requirement
+    /// that one have a value rules it out.
+    pub fn allowed_by(&self, reqs: &Requirements) -> bool {
+        let allows = |key: &str, value: Option<&str>| {
+            reqs.get(key)
+                .is_none_or(|r| value.map_or_else(|| r.allows_absent(), |v| r.has(v)))
+        };
+        let reservation = self.reservation.as_ref().map(|r| &r.reservation);
+        allows(ZONE, Some(&self.zone))
+            && allows(CAPACITY_TYPE, Some(self.capacity_type.label()))
+            && allows(aws::CAPACITY_RESERVATION_ID, reservation.map(|r| r.id.as_str()))
+            && allows(
+                aws::CAPACITY_RESERVATION_TYPE,
+                reservation.map(|r| r.kind.label()),
+            )
+            && allows(
+                aws::CAPACITY_RESERVATION_INTERRUPTIBLE,
+                reservation.map(|r| if r.interruptible { "true" } else { "false" }),
+            )
+    }
+}
+
+/// A capacity reservation, as the nodes launched into it are labelled.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Reservation {
+    /// The reservation's id (`cr-…`).
+    pub id: String,
+    /// An on-demand capacity reservation or a capacity block.
+    pub kind: ReservationType,
+    /// Whether EC2 may take the capacity back.
+    pub interruptible: bool,
+}
+
+impl Reservation {
+    /// The labels a node launched into this reservation carries.
+    pub fn labels(&self) -> [(&'static str, String); 3] {
+        [
+            (aws::CAPACITY_RESERVATION_ID, self.id.clone()),
+            (aws::CAPACITY_RESERVATION_TYPE, self.kind.label().to_owned()),
+            (
+                aws::CAPACITY_RESERVATION_INTERRUPTIBLE,
+                self.interruptible.to_string(),
+            ),
+        ]
+    }
+}
+
+/// The reservation behind a reserved offering, and the instances it can still take.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OfferedReservation {
+    /// The reservation.
+    pub reservation: Reservation,
+    /// Instances it can still take, as last counted.
+    pub capacity: u32,
 }
 
 /// What the kubelet and the OS hold back from an instance's capacity.
@@ -118,6 +182,21 @@ impl InstanceType {
         allocatable
     }
 
+    /// Adds `offerings` (a capacity reservation's, say), widening the zone and capacity-type
+    /// requirements to cover them.
+    pub fn add_offerings(&mut self, offerings: Vec<Offering>) {
+        if offerings.is_empty() {
+            return;
+        }
+        self.offerings.extend(offerings);
+        let (zones, capacity_types) = offered_zones_and_capacity_types(&self.offerings);
+        for (key, values) in [(ZONE, zones), (CAPACITY_TYPE, capacity_types)] {
+            if let Ok(requirement) = Requirement::new(key, Operator::In, values) {
+                self.requirements.set(requirement);
+            }
+        }
+    }
+
     /// The cheapest available offering that `allowed` accepts.
     pub fn cheapest_offering(&self, allowed: impl Fn(&Offering) -> bool) -> Option<&Offering> {
         self.offerings
@@ -142,7 +221,7 @@ mod tests {
             capacity_type,
             price,
             available: true,
-            reservation_id: None,
+            reservation: None,
         };
         InstanceType {
             name: "m5.large".into(),

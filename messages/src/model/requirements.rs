@@ -451,6 +451,11 @@ impl Requirements {
         }
     }
 
+    /// Puts `req` in place of whatever the requirements held on its key.
+    pub fn set(&mut self, req: Requirement) {
+        self.by_key.insert(req.key.clone(), req);
+    }
+
     /// Narrows by every requirement of `other`, cloning only keys that are new here.
     pub fn add_all(&mut self, other: &Requirements) {
         for req in other.by_key.values() {

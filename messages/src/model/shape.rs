@@ -338,7 +338,7 @@ mod tests {
             capacity_type: CapacityType::Spot,
             price: 0.04,
             available: true,
-            reservation_id: None,
+            reservation: None,
         };
         let it = shape.instance_type("us-west-2", vec![offering], &CapacitySettings::default());
         assert_eq!(it.capacity.get(names::PODS), Quantity::from_units(29));

@@ -1,7 +1,9 @@
 //! EC2 CreateFleet of type `instant`, as Karpenter sends it: one launch-template config per
 //! template, overrides = instance types × the chosen subnet of each zone, each override's
 //! `Priority` its rank by price (0 first); spot fleets use `price-capacity-optimized`, on-demand
-//! fleets `lowest-price`; the fleet and its instances and volumes carry the launch tags.
+//! fleets (and ODCR launches) `lowest-price`; a capacity block is launched as `capacity-block`
+//! capacity and an interruptible reservation as `reserved-capacity`; the fleet and its instances
+//! and volumes carry the launch tags.
 //!
 //! Identical requests are meant to be coalesced into one call for `count` instances
 //! ([`crate::coalesce`]); [`FleetOutcome::into_results`] fans the answer back out, one instance per
@@ -16,12 +18,12 @@ use std::collections::BTreeMap;
 
 use aws_sdk_ec2::types::{
     DefaultTargetCapacityType, FleetLaunchTemplateConfigRequest, FleetLaunchTemplateOverridesRequest,
-    FleetLaunchTemplateSpecificationRequest, FleetOnDemandAllocationStrategy, FleetType, InstanceLifecycle,
-    InstanceType as Ec2InstanceType, LaunchTemplateAndOverridesResponse, OnDemandOptionsRequest,
-    ResourceType, SpotAllocationStrategy, SpotOptionsRequest, Tag, TagSpecification,
-    TargetCapacitySpecificationRequest,
+    FleetLaunchTemplateSpecificationRequest, FleetOnDemandAllocationStrategy, FleetReservationType,
+    FleetType, InstanceLifecycle, InstanceType as Ec2InstanceType, LaunchTemplateAndOverridesResponse,
+    OnDemandOptionsRequest, ReservedCapacityOptionsRequest, ResourceType, SpotAllocationStrategy,
+    SpotOptionsRequest, Tag, TagSpecification, TargetCapacitySpecificationRequest,
 };
-use joist_messages::model::instance_type::CapacityType;
+use joist_messages::{apis::ec2nodeclass::ReservationType, model::instance_type::CapacityType};
 use joist_provider::{CloudError, OfferingKey};
 
 use crate::{clients::AwsClients, error::AwsError};
@@ -68,8 +70,12 @@ pub struct TemplateConfig {
 /// One fleet request, less its size: equal requests can share one call.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct FleetRequest {
-    /// Spot or on-demand.
+    /// Spot, on-demand or reserved.
     pub capacity_type: CapacityType,
+    /// For a reserved launch, the kind of reservation every override's template targets: an
+    /// ODCR is launched as on-demand capacity, a capacity block as `capacity-block`, an
+    /// interruptible reservation as `reserved-capacity`.
+    pub reservation: Option<(ReservationType, bool)>,
     /// Launch by the overrides' `Priority` (the overlaid price rank) instead of EC2's prices:
     /// `prioritized` on-demand, `capacity-optimized-prioritized` spot, as Karpenter does when a
     /// NodeOverlay changed a price.
@@ -191,7 +197,7 @@ pub async fn create(
             ),
             None,
         ),
-        CapacityType::OnDemand | CapacityType::Reserved => (
+        _ => (
             DefaultTargetCapacityType::OnDemand,
             None,
             Some(
@@ -200,6 +206,21 @@ pub async fn create(
                     .build(),
             ),
         ),
+    };
+    let (target, on_demand, reserved) = match (request.capacity_type, request.reservation) {
+        (CapacityType::Reserved, Some((ReservationType::CapacityBlock, _))) => {
+            (DefaultTargetCapacityType::CapacityBlock, None, None)
+        }
+        (CapacityType::Reserved, Some((_, true))) => (
+            DefaultTargetCapacityType::ReservedCapacity,
+            None,
+            Some(
+                ReservedCapacityOptionsRequest::builder()
+                    .reservation_types(FleetReservationType::InterruptibleCapacityReservation)
+                    .build(),
+            ),
+        ),
+        _ => (target, on_demand, None),
     };
     let tags: Vec<Tag> = request
         .tags
@@ -227,6 +248,7 @@ pub async fn create(
         )
         .set_spot_options(spot)
         .set_on_demand_options(on_demand)
+        .set_reserved_capacity_options(reserved)
         .set_launch_template_configs(Some(request.configs.iter().map(config).collect()))
         .set_tag_specifications(Some(tag_specifications))
         .send()
@@ -249,6 +271,8 @@ pub async fn create(
             zone: zone.to_owned(),
             capacity_type: match lifecycle {
                 Some(InstanceLifecycle::Spot) => CapacityType::Spot,
+                // A reservation's instance reports the lifecycle it is billed as.
+                _ if request.capacity_type == CapacityType::Reserved => CapacityType::Reserved,
                 Some(_) => CapacityType::OnDemand,
                 None => request.capacity_type,
             },

@@ -12,9 +12,13 @@ use std::{
     sync::Arc,
 };
 
-use aws_sdk_ec2::types::{Filter, InstanceStateName};
+use aws_sdk_ec2::types::{CapacityReservationPreference, Filter, InstanceLifecycleType, InstanceStateName};
 use futures::FutureExt;
-use joist_messages::{labels::tags, model::instance_type::CapacityType};
+use joist_messages::{
+    apis::ec2nodeclass::ReservationType,
+    labels::tags,
+    model::instance_type::{CapacityType, Reservation},
+};
 use joist_provider::{CloudError, Instance, InstanceState, launch::cluster_tag};
 
 use crate::{
@@ -222,6 +226,8 @@ pub struct Placement {
     pub subnet_id: String,
     /// Its security groups.
     pub security_group_ids: Vec<String>,
+    /// The capacity reservation it runs in, while it is reserved.
+    pub reservation_id: Option<String>,
 }
 
 /// The placement of the instance behind `provider_id`.
@@ -236,6 +242,7 @@ pub async fn placement(lookups: &Lookups, provider_id: &str) -> Result<Placement
             .iter()
             .filter_map(|g| g.group_id().map(str::to_owned))
             .collect(),
+        reservation_id: reservation(instance).map(|r| r.id),
     })
 }
 
@@ -285,9 +292,11 @@ fn instance(ec2: &aws_sdk_ec2::types::Instance) -> Option<Instance> {
         .iter()
         .filter_map(|t| Some((t.key()?.to_owned(), t.value().unwrap_or_default().to_owned())))
         .collect();
-    let capacity_type = match ec2.instance_lifecycle().map(|l| l.as_str()) {
-        Some("spot") => CapacityType::Spot,
-        _ => CapacityType::OnDemand,
+    let reservation = reservation(ec2);
+    let capacity_type = match (&reservation, ec2.instance_lifecycle()) {
+        (Some(_), _) => CapacityType::Reserved,
+        (None, Some(InstanceLifecycleType::Spot)) => CapacityType::Spot,
+        (None, _) => CapacityType::OnDemand,
     };
     let state = match ec2.state().and_then(|s| s.name()) {
         Some(InstanceStateName::Pending) => InstanceState::Pending,
@@ -303,11 +312,33 @@ fn instance(ec2: &aws_sdk_ec2::types::Instance) -> Option<Instance> {
             .unwrap_or_default(),
         zone: zone.to_owned(),
         capacity_type,
+        reservation,
         image_id: ec2.image_id().unwrap_or_default().to_owned(),
         price: 0.0,
         state,
         launched_at: ec2.launch_time().map_or(0, |t| t.secs()),
         tags,
+    })
+}
+
+/// The reservation an instance runs in, as Karpenter reads it: reserved only while it has a
+/// reservation id and may run nowhere else (`capacity-reservations-only`); a capacity block or an
+/// interruptible reservation by its lifecycle.
+fn reservation(ec2: &aws_sdk_ec2::types::Instance) -> Option<Reservation> {
+    let id = ec2.capacity_reservation_id()?;
+    let only = ec2
+        .capacity_reservation_specification()
+        .and_then(|s| s.capacity_reservation_preference())
+        == Some(&CapacityReservationPreference::CapacityReservationsOnly);
+    only.then(|| Reservation {
+        id: id.to_owned(),
+        kind: if ec2.instance_lifecycle() == Some(&InstanceLifecycleType::CapacityBlock) {
+            ReservationType::CapacityBlock
+        } else {
+            ReservationType::Default
+        },
+        interruptible: ec2.instance_lifecycle()
+            == Some(&InstanceLifecycleType::InterruptibleCapacityReservation),
     })
 }
 

@@ -15,18 +15,19 @@ use std::{
 };
 
 use aws_sdk_ec2::types::{
-    ConnectionTrackingSpecificationRequest, Filter, LaunchTemplateBlockDeviceMappingRequest,
+    CapacityReservationPreference, CapacityReservationTarget, ConnectionTrackingSpecificationRequest, Filter,
+    LaunchTemplateBlockDeviceMappingRequest, LaunchTemplateCapacityReservationSpecificationRequest,
     LaunchTemplateCpuOptionsRequest, LaunchTemplateEbsBlockDeviceRequest, LaunchTemplateHttpTokensState,
-    LaunchTemplateIamInstanceProfileSpecificationRequest, LaunchTemplateInstanceMetadataEndpointState,
-    LaunchTemplateInstanceMetadataOptionsRequest, LaunchTemplateInstanceMetadataProtocolIpv6,
-    LaunchTemplateInstanceNetworkInterfaceSpecificationRequest, LaunchTemplatesMonitoringRequest,
-    NestedVirtualizationSpecification, RequestLaunchTemplateData, ResourceType, Tag, TagSpecification,
-    VolumeType as Ec2VolumeType,
+    LaunchTemplateIamInstanceProfileSpecificationRequest, LaunchTemplateInstanceMarketOptionsRequest,
+    LaunchTemplateInstanceMetadataEndpointState, LaunchTemplateInstanceMetadataOptionsRequest,
+    LaunchTemplateInstanceMetadataProtocolIpv6, LaunchTemplateInstanceNetworkInterfaceSpecificationRequest,
+    LaunchTemplatesMonitoringRequest, MarketType, NestedVirtualizationSpecification,
+    RequestLaunchTemplateData, ResourceType, Tag, TagSpecification, VolumeType as Ec2VolumeType,
 };
 use base64::Engine;
 use joist_messages::apis::ec2nodeclass::{
     BlockDeviceMapping, ConnectionTracking, HttpTokens, InterfaceType, MetadataOptions, NetworkInterface,
-    Toggle, VolumeType,
+    ReservationType, Toggle, VolumeType,
 };
 use serde::Serialize;
 use tokio::time::Instant;
@@ -71,8 +72,70 @@ pub struct TemplateInput {
     /// Nested virtualization.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub nested_virtualization: Option<Toggle>,
+    /// Which capacity reservations its instances may run in.
+    pub capacity_reservation: ReservationTarget,
     /// Tags on the template itself (the cluster's, so it can be found and cleaned up).
     pub tags: BTreeMap<String, String>,
+}
+
+/// Which capacity reservations a template's instances may run in, as Karpenter's templates say
+/// with its reserved capacity on.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ReservationTarget {
+    /// Not said: EC2's default, any open reservation that matches (reserved capacity off).
+    Unspecified,
+    /// None (`none`): an on-demand or spot instance never takes an open reservation's room, which
+    /// Joist counts for the nodes it launches into it.
+    None,
+    /// Only the reservation `id` (`capacity-reservations-only`), bought as its kind requires: a
+    /// capacity block or an interruptible reservation is also a market type of its own.
+    Only {
+        /// The reservation.
+        id: String,
+        /// An ODCR or a capacity block.
+        kind: ReservationType,
+        /// Whether EC2 may take the capacity back.
+        interruptible: bool,
+    },
+}
+
+impl ReservationTarget {
+    fn specification(&self) -> Option<LaunchTemplateCapacityReservationSpecificationRequest> {
+        let specification = LaunchTemplateCapacityReservationSpecificationRequest::builder();
+        let specification = match self {
+            ReservationTarget::Unspecified => return None,
+            ReservationTarget::None => {
+                specification.capacity_reservation_preference(CapacityReservationPreference::None)
+            }
+            ReservationTarget::Only { id, .. } => specification
+                .capacity_reservation_preference(CapacityReservationPreference::CapacityReservationsOnly)
+                .capacity_reservation_target(
+                    CapacityReservationTarget::builder()
+                        .capacity_reservation_id(id)
+                        .build(),
+                ),
+        };
+        Some(specification.build())
+    }
+
+    fn market(&self) -> Option<LaunchTemplateInstanceMarketOptionsRequest> {
+        let market = match self {
+            ReservationTarget::Only {
+                kind: ReservationType::CapacityBlock,
+                ..
+            } => MarketType::CapacityBlock,
+            ReservationTarget::Only {
+                interruptible: true, ..
+            } => MarketType::InterruptibleCapacityReservation,
+            _ => return None,
+        };
+        Some(
+            LaunchTemplateInstanceMarketOptionsRequest::builder()
+                .market_type(market)
+                .build(),
+        )
+    }
 }
 
 impl TemplateInput {
@@ -117,7 +180,9 @@ impl TemplateInput {
                     .enabled(self.detailed_monitoring)
                     .build(),
             )
-            .set_block_device_mappings(Some(self.block_devices.iter().map(block_device).collect()));
+            .set_block_device_mappings(Some(self.block_devices.iter().map(block_device).collect()))
+            .set_capacity_reservation_specification(self.capacity_reservation.specification())
+            .set_instance_market_options(self.capacity_reservation.market());
         let interfaces = self.interfaces();
         data = if interfaces.is_empty() {
             data.set_security_group_ids(Some(self.security_group_ids.clone()))
@@ -321,6 +386,7 @@ mod tests {
 
     fn input() -> TemplateInput {
         TemplateInput {
+            capacity_reservation: ReservationTarget::None,
             image_id: "ami-0123".into(),
             user_data: "#!/bin/bash\n".into(),
             security_group_ids: vec!["sg-1".into()],
@@ -388,6 +454,63 @@ mod tests {
     }
 
     #[test]
+    fn templates_keep_launches_out_of_open_reservations_and_target_their_own() {
+        let none = input().data();
+        let preference = |data: &RequestLaunchTemplateData| {
+            data.capacity_reservation_specification()
+                .and_then(|s| s.capacity_reservation_preference())
+                .cloned()
+        };
+        assert_eq!(preference(&none), Some(CapacityReservationPreference::None));
+        assert!(none.instance_market_options().is_none());
+        let unspecified = TemplateInput {
+            capacity_reservation: ReservationTarget::Unspecified,
+            ..input()
+        };
+        assert_eq!(
+            preference(&unspecified.data()),
+            None,
+            "reserved capacity off: EC2's default"
+        );
+        let target = |kind, interruptible| TemplateInput {
+            capacity_reservation: ReservationTarget::Only {
+                id: "cr-1".into(),
+                kind,
+                interruptible,
+            },
+            ..input()
+        };
+        let block = target(ReservationType::CapacityBlock, false).data();
+        assert_eq!(
+            preference(&block),
+            Some(CapacityReservationPreference::CapacityReservationsOnly)
+        );
+        assert_eq!(
+            block
+                .capacity_reservation_specification()
+                .and_then(|s| s.capacity_reservation_target())
+                .and_then(|t| t.capacity_reservation_id()),
+            Some("cr-1")
+        );
+        let market = |data: &RequestLaunchTemplateData| {
+            data.instance_market_options()
+                .and_then(|m| m.market_type())
+                .cloned()
+        };
+        assert_eq!(market(&block), Some(MarketType::CapacityBlock));
+        assert_eq!(
+            market(&target(ReservationType::Default, true).data()),
+            Some(MarketType::InterruptibleCapacityReservation)
+        );
+        assert_eq!(market(&target(ReservationType::Default, false).data()), None);
+        assert_ne!(
+            target(ReservationType::Default, false).name(),
+            input().name(),
+            "one template per reservation"
+        );
+    }
+
+    #[test]
     fn names_are_stable_hashes_of_everything_the_template_holds() {
         let name = input().name();
         assert!(name.starts_with(NAME_PREFIX), "{name}");
@@ -398,7 +521,8 @@ mod tests {
         assert_ne!(name, other.name(), "a new image makes a new template");
         // Fields a class leaves unset are not hashed: the templates of classes that use none of
         // the networking and CPU options keep the names they had before those options existed.
-        assert_eq!(name, "karpenter.k8s.aws/b06e77d215418224");
+        // (Every template says how it treats capacity reservations since Joist offers them.)
+        assert_eq!(name, "karpenter.k8s.aws/64070e84f1010756");
         let mut prefixed = input();
         prefixed.ip_prefix_count = Some(1);
         assert_ne!(name, prefixed.name());

@@ -24,6 +24,7 @@
 //! [`Ec2Shape`]: joist_messages::model::shape::Ec2Shape
 
 pub mod ami;
+pub mod capacity_reservations;
 pub mod catalog;
 pub mod clients;
 pub mod cluster;

@@ -8,6 +8,7 @@
 //!   Per architecture and variant the newest non-deprecated image wins.
 //! - Instance profile: `spec.instanceProfile` as given, or the one Joist keeps for `spec.role`
 //!   ([`crate::instance_profile`]).
+//! - Capacity reservations: [`crate::capacity_reservations`], none being no error.
 //!
 //! Failures: nothing selected is a [`ResolveError`] naming the field and what it asked for (the
 //! class turns `Ready=False` with that message); an API error is returned as such, for a retry.
@@ -21,8 +22,11 @@ use joist_messages::apis::{
     ec2nodeclass::{ResolvedAmi, ResolvedSecurityGroup, ResolvedSubnet},
 };
 
+use joist_provider::capacity_reservation;
+
 use crate::{
     ami::{self, AliasError},
+    capacity_reservations,
     catalog::kubernetes_arch,
     clients::AwsClients,
     error::AwsError,
@@ -58,12 +62,15 @@ pub enum ResolveError {
     Api(#[from] AwsError),
 }
 
-/// Resolves `class` for `cluster`, running Kubernetes `kubernetes` (`1.35`).
+/// Resolves `class` for `cluster`, running Kubernetes `kubernetes` (`1.35`); with `room`, also
+/// the capacity reservations it selects at `now` (seconds since the epoch), each one's room
+/// counted there (none: reserved capacity is off, and none are asked for).
 pub async fn resolve(
     clients: &AwsClients,
     class: &EC2NodeClass,
-    cluster: &str,
-    kubernetes: &str,
+    (cluster, kubernetes): (&str, &str),
+    room: Option<&capacity_reservation::Availability>,
+    now: i64,
 ) -> Result<EC2NodeClassStatus, ResolveError> {
     let spec = &class.spec;
     let instance_profile = match (&spec.instance_profile, &spec.role) {
@@ -84,7 +91,19 @@ pub async fn resolve(
         security_groups: security_groups(clients, class).await?,
         amis: amis(clients, class, kubernetes).await?,
         instance_profile: Some(instance_profile),
-        capacity_reservations: Vec::new(),
+        capacity_reservations: match room {
+            Some(room) => {
+                capacity_reservations::describe(clients, &spec.capacity_reservation_selector_terms, now)
+                    .await?
+                    .into_iter()
+                    .map(|(entry, available)| {
+                        room.sync(&entry.id, available);
+                        entry
+                    })
+                    .collect()
+            }
+            None => Vec::new(),
+        },
         conditions: Vec::new(),
     })
 }

@@ -22,6 +22,8 @@ use joist_messages::{
     },
 };
 
+use joist_provider::capacity_reservation;
+
 use crate::pricing::Prices;
 
 /// What EC2 sells in the region: shapes by name, and the zones each is offered in.
@@ -133,7 +135,7 @@ pub fn instance_types(
     prices: &Prices,
     region: &str,
     class: &EC2NodeClass,
-    settings: &CapacitySettings,
+    (settings, room): (&CapacitySettings, &capacity_reservation::Availability),
 ) -> Vec<InstanceType> {
     let Some(status) = &class.status else {
         return Vec::new();
@@ -147,22 +149,26 @@ pub fn instance_types(
         .filter(|shape| shape.supports(interfaces))
         .filter_map(|shape| {
             let on_demand = prices.on_demand(&shape.name)?;
-            let offerings: Vec<Offering> = catalog
+            let zones: Vec<&str> = catalog
                 .zones
                 .get(&shape.name)?
                 .iter()
-                .filter(|zone| class_zones.contains(zone.as_str()))
+                .map(String::as_str)
+                .filter(|zone| class_zones.contains(zone))
+                .collect();
+            let mut offerings: Vec<Offering> = zones
+                .iter()
                 .flat_map(|zone| {
                     let spot = prices
                         .spot(&shape.name, zone)
                         .map(|price| (CapacityType::Spot, price));
                     spot.into_iter().chain([(CapacityType::OnDemand, on_demand)]).map(
                         |(capacity_type, price)| Offering {
-                            zone: zone.clone(),
+                            zone: (*zone).to_owned(),
                             capacity_type,
                             price,
                             available: true,
-                            reservation_id: None,
+                            reservation: None,
                         },
                     )
                 })
@@ -170,6 +176,13 @@ pub fn instance_types(
             if offerings.is_empty() {
                 return None;
             }
+            offerings.extend(capacity_reservation::reserved_offerings(
+                &shape.name,
+                Some(on_demand),
+                &zones,
+                status,
+                room,
+            ));
             let instance_type = shape.instance_type(region, offerings, settings);
             ami_for(&amis, &instance_type).is_some().then_some(instance_type)
         })
@@ -278,7 +291,10 @@ mod tests {
             &prices,
             "us-west-2",
             &class(&["amd64"]),
-            &CapacitySettings::default(),
+            (
+                &CapacitySettings::default(),
+                &capacity_reservation::Availability::default(),
+            ),
         );
         let names: Vec<&str> = types.iter().map(|t| t.name.as_str()).collect();
         assert_eq!(names, ["m5.large"], "m6g has no arm64 image, x9 no price");
@@ -302,7 +318,10 @@ mod tests {
             &prices,
             "us-west-2",
             &class(&["amd64", "arm64"]),
-            &CapacitySettings::default(),
+            (
+                &CapacitySettings::default(),
+                &capacity_reservation::Availability::default(),
+            ),
         );
         assert_eq!(both.len(), 2);
     }

@@ -37,6 +37,7 @@ use joist_messages::{
 };
 use joist_provider::{
     CloudError, CloudFuture, CloudProvider, Drift, Instance, InstanceState, Launch, OfferingKey,
+    capacity_reservation,
     instance_status::InstanceHealth,
     launch,
     repair::{EC2_REPAIR_POLICIES, RepairPolicy},
@@ -51,7 +52,7 @@ use crate::{
     coalesce::{Coalescer, Window},
     fleet::{self, FleetRequest, Launched, Override, TemplateConfig},
     instance_status, instances,
-    launch_template::{self, LaunchTemplates, TemplateInput},
+    launch_template::{self, LaunchTemplates, ReservationTarget, TemplateInput},
     node_class,
     offerings::{self, Catalog},
     price_source::SdkPriceSource,
@@ -83,6 +84,10 @@ pub struct AwsSettings {
     pub capacity: CapacitySettings,
     /// `ISOLATED_VPC`: the Price List API cannot be reached.
     pub isolated_vpc: bool,
+    /// Karpenter's `ReservedCapacity` feature gate: capacity reservations are described and
+    /// launched into, and other launches kept out of open ones. Off, launch templates say nothing
+    /// of reservations (EC2's default: any open reservation that matches).
+    pub reserved_capacity: bool,
 }
 
 /// Why the provider could not start.
@@ -115,6 +120,8 @@ struct Inner {
     lookups: instances::Lookups,
     /// When the next CreateTags call for a Node name may go out.
     next_create_tags: Mutex<Instant>,
+    /// The room in each capacity reservation, as last described and counted since.
+    reservation_room: capacity_reservation::Availability,
 }
 
 impl AwsCloud {
@@ -159,6 +166,7 @@ impl AwsCloud {
             terminations,
             lookups,
             next_create_tags: Mutex::new(Instant::now()),
+            reservation_room: capacity_reservation::Availability::default(),
         });
         let weak = Arc::downgrade(&inner);
         tokio::spawn(async move {
@@ -238,8 +246,8 @@ impl AwsCloud {
         &self,
         class: &EC2NodeClass,
         claim: &NodeClaim,
-        image_id: &str,
-        max_pods: Option<u32>,
+        (image_id, max_pods): (&str, Option<u32>),
+        capacity_reservation: ReservationTarget,
     ) -> Result<TemplateInput, CloudError> {
         let settings = &self.inner.settings;
         let class_name = class.name_any();
@@ -286,6 +294,7 @@ impl AwsCloud {
             settings.cluster_name.clone(),
         );
         Ok(TemplateInput {
+            capacity_reservation,
             image_id: image_id.to_owned(),
             user_data,
             security_group_ids: status
@@ -328,7 +337,7 @@ impl AwsCloud {
         };
         let subnets = node_class::zonal_subnets(&self.inner.clients, &status.subnets).await?;
         let amis = offerings::ami_requirements(&status.amis);
-        let mut templates: HashMap<(String, Option<u32>), String> = HashMap::new();
+        let mut templates: HashMap<(String, Option<u32>, ReservationTarget), String> = HashMap::new();
         let mut configs: Vec<TemplateConfig> = Vec::new();
         for (rank, candidate) in candidates.iter().enumerate() {
             let (Some(subnet), Some(ami)) = (
@@ -338,11 +347,21 @@ impl AwsCloud {
                 continue;
             };
             let max_pods = u32::try_from(candidate.instance_type.capacity.get(names::PODS).units_ceil()).ok();
-            let key = (ami.id.clone(), max_pods);
+            // One template per reservation, as each targets its own.
+            let target = match &candidate.offering.reservation {
+                Some(offered) => ReservationTarget::Only {
+                    id: offered.reservation.id.clone(),
+                    kind: offered.reservation.kind,
+                    interruptible: offered.reservation.interruptible,
+                },
+                None if self.inner.settings.reserved_capacity => ReservationTarget::None,
+                None => ReservationTarget::Unspecified,
+            };
+            let key = (ami.id.clone(), max_pods, target);
             let template = match templates.get(&key) {
                 Some(name) => name.clone(),
                 None => {
-                    let input = self.template_input(class, claim, &ami.id, max_pods)?;
+                    let input = self.template_input(class, claim, (&ami.id, max_pods), key.2.clone())?;
                     let name = self.inner.templates.ensure(&self.inner.clients, &input).await?;
                     templates.insert(key, name.clone());
                     name
@@ -371,8 +390,13 @@ impl AwsCloud {
                 reason: "no subnet or image serves any offering the claim allows".to_owned(),
             });
         }
+        let reservation = candidates
+            .first()
+            .and_then(|c| c.offering.reservation.as_ref())
+            .map(|offered| (offered.reservation.kind, offered.reservation.interruptible));
         let request = FleetRequest {
             capacity_type,
+            reservation,
             prioritized: claim
                 .annotations()
                 .get(PRICE_OVERLAY_APPLIED)
@@ -380,7 +404,7 @@ impl AwsCloud {
             configs,
             tags: joist_provider::launch::instance_tags(&self.inner.settings.cluster_name, class, claim),
         };
-        let (launched, unavailable) = self
+        let (launched, mut unavailable) = self
             .inner
             .fleets
             .submit(request.clone(), ())
@@ -395,7 +419,14 @@ impl AwsCloud {
                         .iter()
                         .for_each(|c| self.inner.templates.forget(&c.template));
                 }
+            })
+            .map_err(|mut error| {
+                if let CloudError::InsufficientCapacity { offerings, .. } = &mut error {
+                    self.exhaust_reservations(&candidates, offerings);
+                }
+                error
             })?;
+        self.exhaust_reservations(&candidates, &mut unavailable);
         let claim_name = claim.name_any();
         instances::tag(
             &self.inner.clients,
@@ -415,11 +446,14 @@ impl AwsCloud {
                     offering.instance_type
                 ),
             })?;
-        let price = instance_type
+        let bought = instance_type
             .offerings
             .iter()
-            .find(|o| o.zone == offering.zone && o.capacity_type == offering.capacity_type)
-            .map_or(0.0, |o| o.price);
+            .find(|o| o.zone == offering.zone && o.capacity_type == offering.capacity_type);
+        let price = bought.map_or(0.0, |o| o.price);
+        let reservation = bought
+            .and_then(|o| o.reservation.as_ref())
+            .map(|r| r.reservation.clone());
         let image_id = offerings::ami_for(&amis, instance_type)
             .map(|a| a.id.clone())
             .unwrap_or_default();
@@ -431,6 +465,10 @@ impl AwsCloud {
             class,
         );
         labels.extend(claim.labels().iter().map(|(k, v)| (k.clone(), v.clone())));
+        if let Some(reservation) = &reservation {
+            labels.extend(reservation.labels().map(|(k, v)| (k.to_owned(), v)));
+            self.inner.reservation_room.launched(&reservation.id);
+        }
         let mut tags = request.tags;
         tags.insert(NODECLAIM_TAG.to_owned(), claim_name);
         Ok(Launch {
@@ -439,6 +477,7 @@ impl AwsCloud {
                 instance_type: instance_type.name.clone(),
                 zone: offering.zone.clone(),
                 capacity_type: offering.capacity_type,
+                reservation,
                 image_id,
                 price,
                 state: InstanceState::Pending,
@@ -452,12 +491,32 @@ impl AwsCloud {
         })
     }
 
+    /// Takes the reserved offerings out of `unavailable`: a reservation without room says nothing
+    /// of its type's other offerings, so it is counted empty ([`capacity_reservation::Availability`])
+    /// instead of going to the unavailable-offering cache.
+    fn exhaust_reservations(&self, candidates: &[launch::Candidate<'_>], unavailable: &mut Vec<OfferingKey>) {
+        unavailable.retain(|key| {
+            if key.capacity_type != CapacityType::Reserved {
+                return true;
+            }
+            candidates
+                .iter()
+                .filter(|c| c.key() == *key)
+                .filter_map(|c| c.offering.reservation.as_ref())
+                .for_each(|offered| self.inner.reservation_room.exhausted(&offered.reservation.id));
+            false
+        });
+    }
+
     /// `instance` with the price of its offering filled in from the last known prices.
     fn priced(&self, mut instance: Instance) -> Instance {
         let prices = self.inner.prices.read().unwrap_or_else(PoisonError::into_inner);
         let price = match instance.capacity_type {
             CapacityType::Spot => prices.spot(&instance.instance_type, &instance.zone),
-            _ => prices.on_demand(&instance.instance_type),
+            CapacityType::Reserved => prices
+                .on_demand(&instance.instance_type)
+                .map(|price| price / capacity_reservation::RESERVED_PRICE_DIVISOR),
+            CapacityType::OnDemand => prices.on_demand(&instance.instance_type),
         };
         instance.price = price.unwrap_or_default();
         instance
@@ -527,7 +586,7 @@ impl CloudProvider for AwsCloud {
                 &prices,
                 &self.inner.clients.region,
                 node_class,
-                &settings,
+                (&settings, &self.inner.reservation_room),
             ))
         })
     }
@@ -537,8 +596,15 @@ impl CloudProvider for AwsCloud {
             node_class::resolve(
                 &self.inner.clients,
                 node_class,
-                &self.inner.settings.cluster_name,
-                &self.inner.settings.kubernetes_version,
+                (
+                    &self.inner.settings.cluster_name,
+                    &self.inner.settings.kubernetes_version,
+                ),
+                self.inner
+                    .settings
+                    .reserved_capacity
+                    .then_some(&self.inner.reservation_room),
+                joist_messages::time::Clock::system().now_seconds(),
             )
             .await
             .map_err(|error| match error {
@@ -595,6 +661,14 @@ impl CloudProvider for AwsCloud {
     fn impaired_instances(&self) -> CloudFuture<'_, Vec<InstanceHealth>> {
         Box::pin(instance_status::impaired(&self.inner.clients))
     }
+
+    fn reserved_capacity(&self) -> HashMap<String, u32> {
+        self.inner.reservation_room.counts_now()
+    }
+
+    fn reservation_reclaimed(&self, id: &str) {
+        self.inner.reservation_room.exhausted(id);
+    }
 }
 
 /// Why an instance placed as `placement` no longer matches `status`, if it does not.
@@ -604,6 +678,7 @@ fn drift(placement: &instances::Placement, status: &EC2NodeClassStatus) -> Optio
         &placement.image_id,
         |subnet| subnet.id == placement.subnet_id,
         Some(&placement.security_group_ids),
+        placement.reservation_id.as_deref(),
     )
 }
 
@@ -641,6 +716,7 @@ mod tests {
             image_id: image.into(),
             subnet_id: subnet.into(),
             security_group_ids: groups.iter().map(|g| (*g).to_owned()).collect(),
+            reservation_id: None,
         }
     }
 

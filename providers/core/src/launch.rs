@@ -19,7 +19,7 @@ use std::{
 };
 
 use joist_messages::{
-    apis::{EC2NodeClass, NodeClaim},
+    apis::{EC2NodeClass, NodeClaim, ec2nodeclass::ReservationType},
     labels::{CAPACITY_TYPE, INSTANCE_TYPE, NODEPOOL, REGION, ZONE, aws, tags},
     model::{
         instance_type::{CapacityType, InstanceType, Offering},
@@ -165,9 +165,7 @@ fn ranked(
             it.offerings
                 .iter()
                 .enumerate()
-                .filter(|(_, o)| {
-                    o.available && allows(ZONE, &o.zone) && allows(CAPACITY_TYPE, o.capacity_type.label())
-                })
+                .filter(|(_, o)| o.available && o.allowed_by(&requirements))
                 .map(move |(o, _)| (t, o))
         })
         .collect();
@@ -188,6 +186,9 @@ fn ranked(
         });
     };
     all.retain(|candidate| offering(candidate).capacity_type == chosen);
+    if chosen == CapacityType::Reserved {
+        keep_one_kind_of_reservation(&mut all, offering);
+    }
     all.sort_by(|a, b| {
         let (type_a, type_b) = (&instance_types[a.0].name, &instance_types[b.0].name);
         offering(a)
@@ -207,6 +208,53 @@ fn ranked(
         }
     });
     Ok(all)
+}
+
+/// Narrows reserved candidates to what one launch can target, as Karpenter's filters do: the
+/// reservations of one kind (ODCRs, capacity blocks, interruptible ODCRs: the kind of the cheapest
+/// offering, ties to that order), one capacity block only (the cheapest), and per type and zone
+/// the reservation with the most room.
+fn keep_one_kind_of_reservation<'a>(
+    all: &mut Vec<(usize, usize)>,
+    offering: impl Fn(&(usize, usize)) -> &'a Offering,
+) {
+    let kind = |candidate: &(usize, usize)| {
+        offering(candidate).reservation.as_ref().map_or(0, |offered| {
+            match (offered.reservation.kind, offered.reservation.interruptible) {
+                (ReservationType::CapacityBlock, _) => 1,
+                (_, true) => 2,
+                (_, false) => 0,
+            }
+        })
+    };
+    let cheapest = all.iter().min_by(|a, b| {
+        offering(a)
+            .price
+            .total_cmp(&offering(b).price)
+            .then_with(|| kind(a).cmp(&kind(b)))
+    });
+    let Some(chosen) = cheapest.map(kind) else {
+        return;
+    };
+    all.retain(|candidate| kind(candidate) == chosen);
+    if chosen == 1 {
+        let block = all
+            .iter()
+            .copied()
+            .min_by(|a, b| offering(a).price.total_cmp(&offering(b).price));
+        all.retain(|candidate| Some(*candidate) == block);
+    }
+    let room =
+        |candidate: &(usize, usize)| offering(candidate).reservation.as_ref().map_or(0, |r| r.capacity);
+    let mut best: HashMap<(usize, &str), (usize, usize)> = HashMap::new();
+    for candidate in all.iter() {
+        let place = (candidate.0, offering(candidate).zone.as_str());
+        let kept = best.entry(place).or_insert(*candidate);
+        if room(candidate) > room(kept) {
+            *kept = *candidate;
+        }
+    }
+    all.retain(|candidate| best.get(&(candidate.0, offering(candidate).zone.as_str())) == Some(candidate));
 }
 
 /// The last answers of [`candidates`], so that claims alike launched one after another (the
@@ -292,7 +340,7 @@ mod tests {
                     capacity_type,
                     price,
                     available,
-                    reservation_id: None,
+                    reservation: None,
                 })
                 .collect(),
             capacity: Resources::new().with(names::CPU, Quantity::from_units(cpu)),
@@ -388,6 +436,73 @@ mod tests {
 
         let big = candidates(&claim("3", &[]), &types).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(big.len(), 1, "only m5.xlarge holds 3 cpu");
+    }
+
+    /// `it` with a reserved offering in zone `a` of reservation `id` of `kind`.
+    fn with_reservation(
+        it: Arc<InstanceType>,
+        id: &str,
+        (kind, interruptible): (ReservationType, bool),
+        price: f64,
+        room: u32,
+    ) -> Arc<InstanceType> {
+        use joist_messages::model::instance_type::{OfferedReservation, Reservation};
+        let mut it = Arc::unwrap_or_clone(it);
+        it.add_offerings(vec![Offering {
+            zone: "a".into(),
+            capacity_type: CapacityType::Reserved,
+            price,
+            available: room > 0,
+            reservation: Some(OfferedReservation {
+                reservation: Reservation {
+                    id: id.into(),
+                    kind,
+                    interruptible,
+                },
+                capacity: room,
+            }),
+        }]);
+        Arc::new(it)
+    }
+
+    #[test]
+    fn a_reserved_launch_targets_one_kind_of_reservation_and_the_roomiest_of_each_type_and_zone() {
+        use CapacityType::OnDemand;
+        use ReservationType::{CapacityBlock, Default as Odcr};
+        let plain = |name| instance_type(name, 2, &[("a", OnDemand, 0.1, true)]);
+        let keys = |types: &[Arc<InstanceType>]| -> Vec<String> {
+            candidates(&claim("1", &[]), types)
+                .unwrap_or_else(|e| panic!("{e}"))
+                .iter()
+                .map(|c| {
+                    c.offering
+                        .reservation
+                        .as_ref()
+                        .map_or(String::new(), |r| r.reservation.id.clone())
+                })
+                .collect()
+        };
+        let odcrs = [
+            with_reservation(plain("m5.large"), "cr-small", (Odcr, false), 1e-8, 1),
+            with_reservation(plain("m5.large"), "cr-big", (Odcr, false), 1e-8, 5),
+            with_reservation(plain("c5.large"), "cr-block", (CapacityBlock, false), 2e-8, 1),
+        ];
+        // m5.large's two ODCRs in zone a: the one with more room; the block is another kind.
+        let merged = Arc::new(InstanceType {
+            offerings: [&odcrs[0], &odcrs[1]]
+                .iter()
+                .flat_map(|it| it.offerings.clone())
+                .filter(|o| o.capacity_type == CapacityType::Reserved)
+                .collect(),
+            ..(*odcrs[0]).clone()
+        });
+        assert_eq!(keys(&[merged.clone(), odcrs[2].clone()]), ["cr-big"]);
+        let blocks = [
+            with_reservation(plain("m5.large"), "cr-b1", (CapacityBlock, false), 2e-8, 1),
+            with_reservation(plain("c5.large"), "cr-b2", (CapacityBlock, false), 1e-8, 1),
+            with_reservation(plain("r5.large"), "cr-int", (Odcr, true), 3e-8, 1),
+        ];
+        assert_eq!(keys(&blocks), ["cr-b2"], "the cheapest capacity block alone");
     }
 
     #[test]

@@ -9,6 +9,7 @@
 //! through: the queue of interruption events (SQS on AWS, an in-memory queue in the simulated
 //! cloud), read the same way for both.
 
+pub mod capacity_reservation;
 mod error;
 pub mod instance_status;
 pub mod interruption;
@@ -18,13 +19,17 @@ pub mod prices;
 pub mod provider_id;
 pub mod repair;
 
-use std::{collections::BTreeMap, fmt, sync::Arc};
+use std::{
+    collections::{BTreeMap, HashMap},
+    fmt,
+    sync::Arc,
+};
 
 use futures::future::BoxFuture;
 use joist_messages::{
     apis::{EC2NodeClass, EC2NodeClassStatus, NodeClaim, NodePool},
     model::{
-        instance_type::{CapacityType, InstanceType},
+        instance_type::{CapacityType, InstanceType, Reservation},
         resources::Resources,
     },
 };
@@ -93,6 +98,9 @@ pub struct Instance {
     pub zone: String,
     /// How it was bought.
     pub capacity_type: CapacityType,
+    /// The capacity reservation it runs in, while it is `reserved`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reservation: Option<Reservation>,
     /// The image it booted.
     pub image_id: String,
     /// Hourly price of its offering.
@@ -177,4 +185,13 @@ pub trait CloudProvider: Send + Sync + 'static {
     /// cloud reports them now (see [`instance_status`]); [`CloudError::NotPermitted`] when the
     /// cloud refuses the query.
     fn impaired_instances(&self) -> CloudFuture<'_, Vec<instance_status::InstanceHealth>>;
+
+    /// How many instances each capacity reservation can still take, as this provider counts them
+    /// ([`capacity_reservation::Availability`]): the controllers' catalog reads it before every
+    /// solve, since launches and terminations change it between listings.
+    fn reserved_capacity(&self) -> HashMap<String, u32>;
+
+    /// Counts the capacity reservation `id` as full until it is next described: EC2 warned that
+    /// it takes an interruptible reservation's capacity back.
+    fn reservation_reclaimed(&self, id: &str);
 }

@@ -33,28 +33,35 @@ pub fn launchable<'c>(
 
 /// Why an instance that booted `image_id` drifted from its class's resolved `status`: its image
 /// is no longer one the class selects (`AMIDrift`), no subnet of the class holds it (`in_subnet`:
-/// `SubnetDrift`), or its `security_groups`, where the cloud tracks them, differ from the class's
-/// (`SecurityGroupDrift`); `None` when it still matches.
+/// `SubnetDrift`), its `security_groups`, where the cloud tracks them, differ from the class's
+/// (`SecurityGroupDrift`), or the capacity `reservation` it runs in is no longer one the class
+/// selects (`CapacityReservationDrift`); `None` when it still matches.
 pub fn drift(
     status: &EC2NodeClassStatus,
     image_id: &str,
     in_subnet: impl Fn(&ResolvedSubnet) -> bool,
     security_groups: Option<&[String]>,
+    reservation: Option<&str>,
 ) -> Option<Drift> {
-    let reason = if !status.amis.iter().any(|a| a.id == image_id) {
-        "AMIDrift"
-    } else if !status.subnets.iter().any(in_subnet) {
-        "SubnetDrift"
-    } else {
-        let have = security_groups?;
+    let security_groups_differ = security_groups.is_some_and(|have| {
         let mut wanted: Vec<&str> = status.security_groups.iter().map(|g| g.id.as_str()).collect();
         let mut have: Vec<&str> = have.iter().map(String::as_str).collect();
         wanted.sort_unstable();
         have.sort_unstable();
-        if wanted == have {
-            return None;
-        }
+        wanted != have
+    });
+    let reservation_gone =
+        reservation.is_some_and(|id| !status.capacity_reservations.iter().any(|r| r.id == id));
+    let reason = if !status.amis.iter().any(|a| a.id == image_id) {
+        "AMIDrift"
+    } else if !status.subnets.iter().any(in_subnet) {
+        "SubnetDrift"
+    } else if security_groups_differ {
         "SecurityGroupDrift"
+    } else if reservation_gone {
+        "CapacityReservationDrift"
+    } else {
+        return None;
     };
     Some(Drift {
         reason: reason.to_owned(),

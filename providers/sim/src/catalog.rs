@@ -87,7 +87,7 @@ impl Listing {
                     capacity_type,
                     price: self.price(capacity_type),
                     available: true,
-                    reservation_id: None,
+                    reservation: None,
                 })
             })
             .collect();

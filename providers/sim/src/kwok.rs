@@ -242,7 +242,7 @@ impl OfferingEntry {
             capacity_type: capacity_type.ok_or_else(|| missing(CAPACITY_TYPE))?,
             price: self.price,
             available: true,
-            reservation_id: None,
+            reservation: None,
         })
     }
 }
@@ -380,6 +380,7 @@ pub fn launched_elsewhere(node: &Node) -> Option<Instance> {
         instance_type: instance_type.to_owned(),
         zone: zone.to_owned(),
         capacity_type,
+        reservation: None,
         image_id: String::new(),
         price: label(PRICE_LABEL)
             .and_then(|p| p.parse().ok())

@@ -23,19 +23,27 @@ pub mod faults;
 pub mod kwok;
 pub mod node;
 pub mod queue;
+mod reservations;
 
-use std::{collections::BTreeMap, sync::Arc, time::Duration};
+use std::{
+    collections::{BTreeMap, HashMap},
+    sync::Arc,
+    time::Duration,
+};
 
 use joist_messages::{
     apis::{
         EC2NodeClass, EC2NodeClassStatus, NodeClaim, NodePool,
-        ec2nodeclass::{ResolvedAmi, ResolvedSecurityGroup, ResolvedSubnet},
+        ec2nodeclass::{CapacityReservation, ResolvedAmi, ResolvedSecurityGroup, ResolvedSubnet},
     },
     labels::{ARCH, tags},
-    model::{instance_type::InstanceType, shape::Ec2Shape},
+    model::{
+        instance_type::{CapacityType, InstanceType},
+        shape::Ec2Shape,
+    },
 };
 use joist_provider::{
-    CloudError, CloudFuture, CloudProvider, Drift, Instance, InstanceState, Launch,
+    CloudError, CloudFuture, CloudProvider, Drift, Instance, InstanceState, Launch, capacity_reservation,
     instance_status::{InstanceHealth, StatusCategory, StatusCheck},
     interruption::{InterruptionQueue, QueueMessage},
     launch,
@@ -52,11 +60,13 @@ pub use self::{
     catalog::{Catalog, CatalogError},
     cloud::{Books, CloudEvent, EndReason, INTERRUPTION_NOTICE, InstanceRecord, SimSettings},
     faults::{BootFault, Call, CallLog, Failure, OfferingPattern, Operation},
+    reservations::{OWNER_ID, SimReservation},
 };
 use self::{
     cloud::Tracked,
     node::{Registration, node_name},
     queue::SimQueue,
+    reservations::Reservations,
 };
 
 /// The image instances boot unless their class selects an alias at `@latest`.
@@ -81,6 +91,10 @@ struct Inner {
     releases: std::sync::Mutex<BTreeMap<String, u32>>,
     /// Launches of claims alike rank the catalog once.
     candidates: std::sync::Mutex<launch::CandidateMemo>,
+    /// The capacity reservations, as EC2 holds them.
+    reservations: std::sync::Mutex<Reservations>,
+    /// The room in each reservation as the provider counts it (what the controllers see).
+    reservation_room: capacity_reservation::Availability,
 }
 
 /// Who plays the kubelet of the Nodes the simulated cloud registers.
@@ -144,6 +158,8 @@ impl SimCloud {
                 queue: Arc::default(),
                 releases: std::sync::Mutex::default(),
                 candidates: std::sync::Mutex::default(),
+                reservations: std::sync::Mutex::default(),
+                reservation_room: capacity_reservation::Availability::default(),
             }),
         }
     }
@@ -198,6 +214,59 @@ impl SimCloud {
     /// The cloud's books: instances, events, costs.
     pub fn books(&self) -> &Books {
         &self.inner.books
+    }
+
+    /// Seconds since the Unix epoch, on the simulation's clock.
+    pub fn now(&self) -> i64 {
+        self.inner.settings.epoch_seconds + self.inner.books.elapsed() as i64
+    }
+
+    fn reservations(&self) -> std::sync::MutexGuard<'_, Reservations> {
+        self.inner
+            .reservations
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Creates a capacity reservation (or replaces the one with its id): classes whose terms
+    /// select it offer it from their next resolution.
+    pub fn add_reservation(&self, reservation: SimReservation) {
+        self.reservations().add(reservation);
+    }
+
+    /// Cancels the reservation `id`, as its owner may: its instances keep running as on-demand
+    /// instances. Returns the instances it held; none when there is no such reservation.
+    pub fn cancel_reservation(&self, id: &str) -> Vec<String> {
+        if !self.reservations().cancel(id) {
+            return Vec::new();
+        }
+        let mut state = self.inner.books.lock();
+        state
+            .instances
+            .iter_mut()
+            .filter(|(_, t)| {
+                t.record.ended.is_none() && t.record.instance.reservation.as_ref().is_some_and(|r| r.id == id)
+            })
+            .map(|(instance_id, t)| {
+                t.record.instance.capacity_type = CapacityType::OnDemand;
+                t.record.instance.reservation = None;
+                instance_id.clone()
+            })
+            .collect()
+    }
+
+    /// The reservations `class` selects, as its status lists them; each one's room is counted
+    /// afresh, as a DescribeCapacityReservations does.
+    fn described_reservations(&self, class: &EC2NodeClass) -> Vec<CapacityReservation> {
+        let terms = &class.spec.capacity_reservation_selector_terms;
+        let described = self.reservations().describe(terms, self.now());
+        described
+            .into_iter()
+            .map(|(entry, room)| {
+                self.inner.reservation_room.sync(&entry.id, room);
+                entry
+            })
+            .collect()
     }
 
     /// Makes every call of `operation` fail as `failure` says for `duration`. The interruption
@@ -318,9 +387,20 @@ impl SimCloud {
 
     /// Ends an instance and removes its Node, as the cloud controller manager would.
     async fn end(&self, instance_id: &str, reason: EndReason) {
+        let reservation = self
+            .inner
+            .books
+            .lock()
+            .instances
+            .get(instance_id)
+            .and_then(|t| t.record.instance.reservation.clone());
         let Some(node) = self.inner.books.end(instance_id, reason) else {
             return;
         };
+        if let Some(reservation) = reservation {
+            self.reservations().release(&reservation.id);
+            self.inner.reservation_room.terminated(&reservation.id);
+        }
         let nodes: Api<Node> = Api::all(self.inner.client.clone());
         match nodes.delete(&node, &DeleteParams::default()).await {
             Ok(_) => {}
@@ -344,9 +424,21 @@ impl SimCloud {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .candidates(claim, instance_types)?;
+        let now = self.now();
         let mut state = books.lock();
         for candidate in candidates {
             let key = candidate.key();
+            let reservation = candidate.offering.reservation.as_ref().map(|r| &r.reservation);
+            if let Some(reservation) = reservation
+                && !self.reservations().take(&reservation.id, now)
+            {
+                // EC2's ReservationCapacityExceeded: the reservation has no room, which says
+                // nothing of the type's other offerings in the zone, so the offering cache is
+                // left alone and only the reservation's count is emptied.
+                self.inner.reservation_room.exhausted(&reservation.id);
+                books.record(&mut state, CloudEvent::InsufficientCapacity { offering: key });
+                continue;
+            }
             if state.faults.is_unavailable(&key) {
                 books.record(
                     &mut state,
@@ -384,11 +476,16 @@ impl SimCloud {
                 node_class,
             );
             labels.extend(claim.labels().iter().map(|(k, v)| (k.clone(), v.clone())));
+            if let Some(reservation) = reservation {
+                labels.extend(reservation.labels().map(|(k, v)| (k.to_owned(), v)));
+                self.inner.reservation_room.launched(&reservation.id);
+            }
             let instance = Instance {
                 provider_id,
                 instance_type: it.name.clone(),
                 zone: key.zone.clone(),
                 capacity_type: key.capacity_type,
+                reservation: reservation.cloned(),
                 image_id: node_class
                     .status
                     .iter()
@@ -780,6 +877,21 @@ impl CloudProvider for SimCloud {
                 .map(|(_, it)| {
                     let mut it = it.clone();
                     it.offerings.retain(|o| zones.contains(&o.zone.as_str()));
+                    if let Some(status) = &node_class.status {
+                        let on_demand = it
+                            .offerings
+                            .iter()
+                            .find(|o| o.capacity_type == CapacityType::OnDemand)
+                            .map(|o| o.price);
+                        let offered: Vec<&str> = it.offerings.iter().map(|o| o.zone.as_str()).collect();
+                        it.add_offerings(capacity_reservation::reserved_offerings(
+                            &it.name,
+                            on_demand,
+                            &offered,
+                            status,
+                            &self.inner.reservation_room,
+                        ));
+                    }
                     it
                 })
                 .filter(|it| !it.offerings.is_empty())
@@ -839,7 +951,7 @@ impl CloudProvider for SimCloud {
                 }],
                 amis,
                 instance_profile: Some(format!("{}_{name}", settings.cluster_name)),
-                capacity_reservations: Vec::new(),
+                capacity_reservations: self.described_reservations(node_class),
                 conditions: Vec::new(),
             };
             reply.answer(Ok(status)).await
@@ -881,6 +993,7 @@ impl CloudProvider for SimCloud {
                 &instance.image_id,
                 in_zone,
                 None,
+                instance.reservation.as_ref().map(|r| r.id.as_str()),
             ))
         })
     }
@@ -891,6 +1004,14 @@ impl CloudProvider for SimCloud {
     }
 
     /// A scenario's `impairInstances` step makes the checks fail (see [`SimCloud::impair`]).
+    fn reserved_capacity(&self) -> HashMap<String, u32> {
+        self.inner.reservation_room.counts_now()
+    }
+
+    fn reservation_reclaimed(&self, id: &str) {
+        self.inner.reservation_room.exhausted(id);
+    }
+
     fn impaired_instances(&self) -> CloudFuture<'_, Vec<InstanceHealth>> {
         Box::pin(async move {
             let reply = self.inner.books.call(Operation::DescribeInstanceStatus)?;

@@ -6,12 +6,12 @@
 //! candidate's few pods. A [`Simulator`] sets up once over the cluster and every pod it may be
 //! asked to place, then answers each question by leaving the nodes out (their pods' topology
 //! counts taken away, their bins skipped, what they held of their NodePools' limits given back),
-//! placing the pods, and undoing every change: the bins
-//! the placement touched are restored from a journal, opened claims dropped, and topology counts
-//! and NodePool limits put back from the state after set-up. A placement starts with the nodes
-//! that refuse a pod's class whatever is placed or left out (taints, labels, hostname
-//! anti-affinity: found once per class) already rejected, so each candidate costs the nodes that
-//! might take its pods, not every node.
+//! placing the pods, and undoing every change: the bins the placement touched are restored from a
+//! journal, opened claims dropped, and topology counts, NodePool limits and the room in capacity
+//! reservations put back from the state after set-up. A placement starts with the nodes that
+//! refuse a pod's class whatever is placed or left out (taints, labels, hostname anti-affinity:
+//! found once per class) already rejected, so each candidate costs the nodes that might take its
+//! pods, not every node.
 //!
 //! Nodes can also be closed for good ([`Simulator::close`]): consolidation moves no pod onto a
 //! node still inside its `consolidateAfter` window, though the node stays in the cluster.
@@ -37,6 +37,8 @@ pub(crate) struct Simulator<'a> {
     counts: Counts,
     /// NodePool limits after set-up: remaining resources and nodes.
     limits: Vec<(Option<Vec<i64>>, Option<i64>)>,
+    /// The room in each capacity reservation after set-up.
+    reservation_room: Vec<u32>,
     /// Bins no pod may be placed on in any placement (see [`Simulator::close`]).
     closed: Vec<u64>,
     /// Per scheduling class, once a placement needed it: the node bins that refuse the class
@@ -64,6 +66,7 @@ impl<'a> Simulator<'a> {
                 .iter()
                 .map(|p| (p.remaining.clone(), p.remaining_nodes))
                 .collect(),
+            reservation_room: solver.ledger.room().to_vec(),
             pending: pending.into_iter().zip(classes).collect(),
             bin_of_node,
             closed: Vec::new(),
@@ -183,6 +186,7 @@ impl<'a> Simulator<'a> {
             }
             pool.remaining_nodes = *remaining_nodes;
         }
+        s.ledger.restore(&self.reservation_room);
         s.excluded.clone_from(&self.closed);
         s.filled.clear();
         s.pods.clear();

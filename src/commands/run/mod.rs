@@ -180,6 +180,7 @@ async fn serve(settings: RunSettings, telemetry: &Telemetry) -> Result<(), Comma
             batch_max: settings.batch_max,
             solver: SolverMode::Pool,
             shards: settings.node_pool_shards,
+            reserved_capacity: settings.feature_gates.reserved_capacity,
             spot_to_spot_consolidation: settings.feature_gates.spot_to_spot_consolidation,
             node_repair: settings.feature_gates.node_repair,
             static_capacity: settings.feature_gates.static_capacity,
@@ -244,6 +245,7 @@ async fn aws_cloud(settings: &RunSettings, kubernetes_version: String) -> Result
             kubernetes_version,
             capacity: capacity(settings),
             isolated_vpc: settings.isolated_vpc,
+            reserved_capacity: settings.feature_gates.reserved_capacity,
         },
     )
     .map_err(|e| start(e.to_string()))?;

@@ -6,9 +6,9 @@
 //! `eks:DescribeCluster` when unset, as Karpenter looks them up; `INTERRUPTION_QUEUE`, `VM_MEMORY_OVERHEAD_PERCENT` (default
 //! 0.075), `RESERVED_ENIS` (0), `ISOLATED_VPC` (false), `BATCH_IDLE_DURATION` (1s),
 //! `BATCH_MAX_DURATION` (10s, Go duration syntax), `FEATURE_GATES` (Karpenter's
-//! `Name=true,Name=false` form; Joist acts on `SpotToSpotConsolidation`, `NodeRepair`,
-//! `StaticCapacity` and `NodeOverlay`, and accepts `ReservedCapacity` and `CapacityBuffer`, which it
-//! does not implement yet, with a warning), `LOG_LEVEL` (info),
+//! `Name=true,Name=false` form; Joist acts on `ReservedCapacity` (on unless turned off),
+//! `SpotToSpotConsolidation`, `NodeRepair`, `StaticCapacity` and `NodeOverlay`, and accepts
+//! `CapacityBuffer`, which it does not implement yet, with a warning), `LOG_LEVEL` (info),
 //! `METRICS_PORT` (8080), `HEALTH_PROBE_PORT` (8081), `LISTEN_ADDRESS` (Joist's own: the address
 //! both listen on, 0.0.0.0), and leader election's `DISABLE_LEADER_ELECTION` (false),
 //! `LEADER_ELECTION_NAME` (joist-leader-election), `LEADER_ELECTION_NAMESPACE` (`SYSTEM_NAMESPACE`,
@@ -151,8 +151,11 @@ pub struct RunSettings {
 }
 
 /// Karpenter's feature gates (`FEATURE_GATES=SpotToSpotConsolidation=true,NodeRepair=false`).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FeatureGates {
+    /// `ReservedCapacity`: capacity reservations selected by node classes are launched into
+    /// (default on).
+    pub reserved_capacity: bool,
     /// `SpotToSpotConsolidation`: spot nodes may be replaced by spot nodes (default off).
     pub spot_to_spot_consolidation: bool,
     /// `NodeRepair`: nodes broken for longer than the cloud's repair policies tolerate are
@@ -166,8 +169,21 @@ pub struct FeatureGates {
     pub unimplemented_on: Vec<String>,
 }
 
+impl Default for FeatureGates {
+    fn default() -> Self {
+        Self {
+            reserved_capacity: true,
+            spot_to_spot_consolidation: false,
+            node_repair: false,
+            static_capacity: false,
+            node_overlay: false,
+            unimplemented_on: Vec::new(),
+        }
+    }
+}
+
 /// Karpenter's gates that Joist accepts but does not act on yet.
-const UNIMPLEMENTED_GATES: &[&str] = &["ReservedCapacity", "CapacityBuffer"];
+const UNIMPLEMENTED_GATES: &[&str] = &["CapacityBuffer"];
 
 impl FeatureGates {
     /// Parses `Name=bool` pairs separated by commas; `None` on anything else or an unknown gate.
@@ -181,6 +197,7 @@ impl FeatureGates {
                 "NodeRepair" => gates.node_repair = on,
                 "StaticCapacity" => gates.static_capacity = on,
                 "NodeOverlay" => gates.node_overlay = on,
+                "ReservedCapacity" => gates.reserved_capacity = on,
                 other if UNIMPLEMENTED_GATES.contains(&other) => {
                     if on {
                         gates.unimplemented_on.push(other.to_owned());
@@ -518,6 +535,9 @@ mod tests {
         assert!(repair.node_repair);
         let newer = gates("NodeOverlay=true,StaticCapacity=true").unwrap_or_else(|e| panic!("{e}"));
         assert!(newer.node_overlay && newer.static_capacity && newer.unimplemented_on.is_empty());
+        assert!(on.reserved_capacity, "on unless turned off, as in Karpenter");
+        let off = gates("ReservedCapacity=false").unwrap_or_else(|e| panic!("{e}"));
+        assert!(!off.reserved_capacity && off.unimplemented_on.is_empty());
         let buffer = gates("CapacityBuffer=true").unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(buffer.unimplemented_on, ["CapacityBuffer"]);
         assert_invalid("FEATURE_GATES", "SpotToSpotConsolidation");

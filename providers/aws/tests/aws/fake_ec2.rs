@@ -81,3 +81,19 @@ fn read_request(reader: &mut BufReader<std::net::TcpStream>) -> Option<String> {
     reader.read_exact(&mut body).ok()?;
     Some(String::from_utf8_lossy(&body).into_owned())
 }
+
+/// A page of an EC2 `Describe…` answer: `action`'s response with `items` in its `set`, and the
+/// token of the next page when there is one.
+pub fn page(action: &str, set: &str, items: &[String], next: Option<&str>) -> (u16, String) {
+    let next = next
+        .map(|t| format!("<nextToken>{t}</nextToken>"))
+        .unwrap_or_default();
+    (
+        200,
+        format!(
+            "<{action}Response xmlns=\"http://ec2.amazonaws.com/doc/2016-11-15/\">\
+             <requestId>r</requestId><{set}>{}</{set}>{next}</{action}Response>",
+            items.concat()
+        ),
+    )
+}

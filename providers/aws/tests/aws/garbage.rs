@@ -85,6 +85,7 @@ async fn an_instance_no_nodeclaim_accounts_for_is_terminated() {
             kubernetes_version: moto::KUBERNETES.to_owned(),
             capacity: CapacitySettings::default(),
             isolated_vpc: true,
+            reserved_capacity: true,
         },
     )
     .unwrap_or_else(|e| panic!("{e}"));

@@ -34,18 +34,7 @@ fn summary(status: &str, detail: &str, since: &str) -> String {
 }
 
 fn reply(items: &[String], next: Option<&str>) -> (u16, String) {
-    let next = next
-        .map(|t| format!("<nextToken>{t}</nextToken>"))
-        .unwrap_or_default();
-    (
-        200,
-        format!(
-            "<DescribeInstanceStatusResponse xmlns=\"http://ec2.amazonaws.com/doc/2016-11-15/\">\
-             <requestId>r</requestId><instanceStatusSet>{}</instanceStatusSet>{next}\
-             </DescribeInstanceStatusResponse>",
-            items.concat()
-        ),
-    )
+    fake_ec2::page("DescribeInstanceStatus", "instanceStatusSet", items, next)
 }
 
 /// i-a has both checks failing (the first two calls return it), i-b a failing system check on

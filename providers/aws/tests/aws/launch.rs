@@ -96,6 +96,7 @@ pub(super) async fn fleet(cluster: &str, spec: &str) -> Fleet {
             kubernetes_version: moto::KUBERNETES.to_owned(),
             capacity: CapacitySettings::default(),
             isolated_vpc: false,
+            reserved_capacity: true,
         },
     )
     .unwrap_or_else(|e| panic!("{e}"));

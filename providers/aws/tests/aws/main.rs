@@ -7,6 +7,7 @@
 //! other launched ([`swap`]).
 //! One test binary, so the SDK is linked once.
 
+mod capacity_reservations;
 mod cluster;
 mod fake_ec2;
 mod garbage;
@@ -117,7 +118,7 @@ async fn a_node_class_resolves_subnets_groups_and_alias_amis_from_tags() {
   securityGroupSelectorTerms: [{tags: {karpenter.sh/discovery: '*'}}]
 ",
     );
-    let status = node_class::resolve(&clients, &class, "resolve", moto::KUBERNETES)
+    let status = node_class::resolve(&clients, &class, ("resolve", moto::KUBERNETES), None, 0)
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     let mut resolved: Vec<String> = status.subnets.iter().map(|s| s.id.clone()).collect();
@@ -166,7 +167,7 @@ async fn ids_and_names_select_directly() {
 ",
         subnets[0]
     ));
-    let status = node_class::resolve(&clients, &class, "resolve", moto::KUBERNETES)
+    let status = node_class::resolve(&clients, &class, ("resolve", moto::KUBERNETES), None, 0)
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(status.subnets.len(), 1);
@@ -189,7 +190,7 @@ async fn nothing_selected_says_which_field_and_what_it_asked_for() {
   securityGroupSelectorTerms: [{name: default}]
 ",
     );
-    let error = node_class::resolve(&clients, &class, "resolve", moto::KUBERNETES)
+    let error = node_class::resolve(&clients, &class, ("resolve", moto::KUBERNETES), None, 0)
         .await
         .err();
     assert_eq!(
@@ -249,8 +250,9 @@ async fn a_role_gets_an_instance_profile_kept_holding_exactly_that_role() {
     let status = node_class::resolve(
         &clients,
         &with_role("KarpenterNodeRole-roles"),
-        "roles",
-        moto::KUBERNETES,
+        ("roles", moto::KUBERNETES),
+        None,
+        0,
     )
     .await
     .unwrap_or_else(|e| panic!("{e}"));
@@ -258,7 +260,7 @@ async fn a_role_gets_an_instance_profile_kept_holding_exactly_that_role() {
     assert_eq!(roles_of(expected.clone()).await, ["KarpenterNodeRole-roles"]);
 
     let arn = "arn:aws:iam::123456789012:role/OtherNodeRole-roles";
-    node_class::resolve(&clients, &with_role(arn), "roles", moto::KUBERNETES)
+    node_class::resolve(&clients, &with_role(arn), ("roles", moto::KUBERNETES), None, 0)
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(
@@ -267,7 +269,14 @@ async fn a_role_gets_an_instance_profile_kept_holding_exactly_that_role() {
         "a changed role replaces the old one"
     );
 
-    let missing = node_class::resolve(&clients, &with_role("NoSuchRole"), "roles", moto::KUBERNETES).await;
+    let missing = node_class::resolve(
+        &clients,
+        &with_role("NoSuchRole"),
+        ("roles", moto::KUBERNETES),
+        None,
+        0,
+    )
+    .await;
     assert!(
         matches!(&missing, Err(ResolveError::Api(e)) if e.to_string().contains("AddRoleToInstanceProfile")),
         "{missing:?}"
