@@ -136,6 +136,7 @@ struct FakeCloud {
     impaired: Mutex<Vec<InstanceHealth>>,
     status_refused: AtomicBool,
     status_asks: AtomicUsize,
+    reclaimed: Mutex<Vec<String>>,
 }
 
 fn instance(provider_id: &str, launched_at: i64) -> Instance {
@@ -188,20 +189,36 @@ impl CloudProvider for FakeCloud {
         Box::pin(async move {
             let name = claim.metadata.name.clone().unwrap_or_default();
             locked(&self.launched).push(name.clone());
-            let instance = instance(&format!("fake:///{name}"), EPOCH);
+            let mut instance = instance(&format!("fake:///{name}"), EPOCH);
+            let label = |key: &str| claim.metadata.labels.as_ref().and_then(|l| l.get(key));
+            if let Some(capacity_type) =
+                label("karpenter.sh/capacity-type").and_then(|c| CapacityType::from_label(c))
+            {
+                instance.capacity_type = capacity_type;
+            }
             locked(&self.instances).insert(instance.provider_id.clone(), instance.clone());
+            let mut labels = BTreeMap::from([
+                (
+                    "node.kubernetes.io/instance-type".to_owned(),
+                    "m5.large".to_owned(),
+                ),
+                ("topology.kubernetes.io/zone".to_owned(), "zone-a".to_owned()),
+                ("karpenter.sh/capacity-type".to_owned(), "on-demand".to_owned()),
+            ]);
+            // As every provider does: the claim's own labels go with the node's.
+            labels.extend(
+                claim
+                    .metadata
+                    .labels
+                    .iter()
+                    .flatten()
+                    .map(|(k, v)| (k.clone(), v.clone())),
+            );
             Ok(Launch {
                 instance,
                 capacity: m5_large().capacity,
                 allocatable: m5_large().capacity,
-                labels: BTreeMap::from([
-                    (
-                        "node.kubernetes.io/instance-type".to_owned(),
-                        "m5.large".to_owned(),
-                    ),
-                    ("topology.kubernetes.io/zone".to_owned(), "zone-a".to_owned()),
-                    ("karpenter.sh/capacity-type".to_owned(), "on-demand".to_owned()),
-                ]),
+                labels,
                 unavailable: Vec::new(),
             })
         })
@@ -284,7 +301,9 @@ impl CloudProvider for FakeCloud {
         std::collections::HashMap::new()
     }
 
-    fn reservation_reclaimed(&self, _id: &str) {}
+    fn reservation_reclaimed(&self, id: &str) {
+        locked(&self.reclaimed).push(id.to_owned());
+    }
 
     fn impaired_instances(&self) -> CloudFuture<'_, Vec<InstanceHealth>> {
         Box::pin(async move {
@@ -1213,6 +1232,44 @@ async fn an_interruption_flood_is_drained_and_every_message_deleted() {
     assert!(queue.is_empty(), "{} messages left", queue.len());
     assert!(world.claim_names().await.is_empty(), "the interrupted claim went");
     assert_eq!(locked(&world.cloud.deleted).as_slice(), ["fake:///doomed"]);
+}
+
+#[actix::test]
+async fn a_reservation_interruption_drains_the_node_and_counts_its_reservation_full() {
+    use joist_provider_sim::queue::SimQueue;
+    tokio::time::pause();
+    let queue = Arc::new(SimQueue::default());
+    let world = world(Settings {
+        interruption_queue: Some(queue.clone()),
+        ..Settings::default()
+    });
+    world.node_class().await;
+    world.node_pool("default").await;
+    create(&world.claims(), serde_json::json!({
+        "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+        "metadata": {"name": "reserved", "finalizers": ["karpenter.sh/termination"],
+                     "labels": {"karpenter.sh/nodepool": "default", "karpenter.sh/capacity-type": "reserved",
+                                "karpenter.k8s.aws/capacity-reservation-id": "cr-0123",
+                                "karpenter.k8s.aws/capacity-reservation-interruptible": "true"}},
+        "spec": {"requirements": [], "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}}
+    }))
+    .await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    queue.send(
+        serde_json::json!({
+            "version": "0", "id": "e-1", "detail-type": "EC2 Capacity Reservation Instance Interruption Warning",
+            "source": "aws.ec2", "time": "2026-01-01T00:00:05Z", "region": "us-west-2",
+            "resources": [], "detail": {"instance-id": "reserved", "instance-action": "terminate"},
+        })
+        .to_string(),
+    );
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    assert!(world.claim_names().await.is_empty(), "the interrupted claim went");
+    assert_eq!(
+        locked(&world.cloud.reclaimed).as_slice(),
+        ["cr-0123"],
+        "no new claim is launched into a reservation EC2 takes back"
+    );
 }
 
 #[actix::test]
