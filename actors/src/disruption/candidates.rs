@@ -116,6 +116,7 @@ pub fn collect(read: &ReadModel, types: &PoolTypes<'_>, now_seconds: i64) -> Col
     let mut collected = Collected::default();
     for claim in read.node_claims() {
         let Some(candidate) = candidate(read, types, &claim, now_seconds) else {
+            count_in_balanced_totals(read, types, &claim, &mut collected.balanced_totals);
             continue;
         };
         if candidate.pool.spec.disruption.consolidation_policy == ConsolidationPolicy::Balanced {
@@ -163,6 +164,57 @@ pub fn collect(read: &ReadModel, types: &PoolTypes<'_>, now_seconds: i64) -> Col
     collected
 }
 
+/// Adds a claim that is no candidate (launching, initializing, being deleted) to its NodePool's
+/// totals when the pool is `Balanced`: as in Karpenter, every node of the pool counts in the
+/// denominators of the score, its price when it is offered and its disruption cost (one, and the
+/// eviction costs of its pods when it has a node).
+fn count_in_balanced_totals(
+    read: &ReadModel,
+    types: &PoolTypes<'_>,
+    claim: &NodeClaim,
+    totals: &mut BTreeMap<String, PoolTotals>,
+) {
+    let Some(pool_name) = claim.labels().get(NODEPOOL) else {
+        return;
+    };
+    let balanced = read
+        .node_pool(pool_name)
+        .is_some_and(|pool| pool.spec.disruption.consolidation_policy == ConsolidationPolicy::Balanced);
+    if !balanced {
+        return;
+    }
+    let node = claim
+        .status
+        .as_ref()
+        .and_then(|s| s.provider_id.as_deref())
+        .and_then(|id| read.node_for_provider(id));
+    let pods = node
+        .map(|node| read.pods_on(&node.name_any()))
+        .unwrap_or_default();
+    let pool_totals = totals.entry(pool_name.clone()).or_default();
+    pool_totals.cost += offered_price(types, pool_name, claim.labels()).unwrap_or(0.0);
+    pool_totals.disruption += node_disruption_cost(
+        pods.iter()
+            .filter(|p| drainable(p) && p.metadata.deletion_timestamp.is_none())
+            .map(|p| eviction_cost(p)),
+    );
+}
+
+/// The price of the offering a claim labelled `labels` of `pool` runs on, if its pool offers it.
+fn offered_price(types: &PoolTypes<'_>, pool: &str, labels: &BTreeMap<String, String>) -> Option<f64> {
+    let capacity_type = CapacityType::from_label(labels.get(CAPACITY_TYPE)?)?;
+    let zone = labels.get(ZONE)?;
+    types
+        .get(pool)
+        .and_then(|types| types.get(labels.get(INSTANCE_TYPE)?))
+        .and_then(|it| {
+            it.offerings
+                .iter()
+                .find(|o| &o.zone == zone && o.capacity_type == capacity_type)
+        })
+        .map(|o| o.price)
+}
+
 fn candidate(
     read: &ReadModel,
     types: &PoolTypes<'_>,
@@ -186,18 +238,11 @@ fn candidate(
         return None;
     }
     let capacity_type = CapacityType::from_label(labels.get(CAPACITY_TYPE)?)?;
-    let instance_type = labels.get(INSTANCE_TYPE)?;
-    let zone = labels.get(ZONE)?;
+    if !labels.contains_key(INSTANCE_TYPE) || !labels.contains_key(ZONE) {
+        return None;
+    }
     let drifted = is_true(&status.conditions, ConditionType::Drifted);
-    let offered = types
-        .get(pool_name)
-        .and_then(|types| types.get(instance_type))
-        .and_then(|it| {
-            it.offerings
-                .iter()
-                .find(|o| &o.zone == zone && o.capacity_type == capacity_type)
-        })
-        .map(|o| o.price);
+    let offered = offered_price(types, pool_name, labels);
     // A drifted node whose type is no longer offered must still be replaced: it is priced at
     // nothing, so no consolidation ever picks it.
     let price = match (offered, drifted) {
@@ -369,6 +414,45 @@ mod tests {
             "a pod left a minute before the restart: four minutes to go"
         );
         assert!(consolidatable(&read, &claim(Some(300)), &node, &pool, NOW));
+    }
+
+    #[test]
+    fn every_node_of_a_balanced_pool_counts_in_its_totals_candidate_or_not() {
+        use kube::runtime::watcher::Event;
+        let (read, mut writers) = ReadModel::new();
+        for (name, policy) in [("balanced", "Balanced"), ("other", "WhenEmptyOrUnderutilized")] {
+            let pool: NodePool = object(json!({
+                "apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": name},
+                "spec": {"disruption": {"consolidationPolicy": policy}, "template": {"spec": {
+                    "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "d"},
+                    "requirements": [],
+                }}},
+            }));
+            writers.node_pools.apply_watcher_event(&Event::Apply(pool));
+        }
+        let launching = |pool: &str| -> NodeClaim {
+            object(json!({
+                "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+                "metadata": {"name": format!("{pool}-launching"), "labels": {NODEPOOL: pool}},
+                "spec": {"requirements": [], "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "d"}},
+            }))
+        };
+        let mut totals = BTreeMap::new();
+        let types = PoolTypes::new();
+        for pool in ["balanced", "other"] {
+            count_in_balanced_totals(&read, &types, &launching(pool), &mut totals);
+        }
+        assert_eq!(
+            totals,
+            BTreeMap::from([(
+                "balanced".to_owned(),
+                PoolTotals {
+                    cost: 0.0,
+                    disruption: 1.0
+                }
+            )]),
+            "a node still launching is one node's disruption of its Balanced pool, and nothing of another"
+        );
     }
 
     #[test]
