@@ -416,6 +416,24 @@ fn a_node_class_that_first_fails_to_resolve_recovers_and_nodes_launch() {
     );
 }
 
+#[test]
+fn a_node_class_asking_for_a_placement_group_launches_nothing_and_says_why() {
+    let class = NODE_CLASS.replace(
+        "  role: KarpenterNodeRole-test\n",
+        "  role: KarpenterNodeRole-test\n  placementGroupSelector: {name: hpc}\n",
+    );
+    let manifests = pool("default", &family(&["c5"]), "") + &class + &deployment("web", 1, "1", "");
+    let report = run(&scenario(&manifests, "[]", "2m"));
+    let s = &report.summary;
+    assert_eq!((s.nodes_launched, s.pods_pending_end), (0, 1), "{s:#?}");
+    let warned = report.timeline.iter().any(|e| {
+        e.event == "warning"
+            && e.object == "EC2NodeClass/default"
+            && e.detail.starts_with("PlacementGroupsNotBuilt: spec.placementGroupSelector (name \"hpc\")")
+    });
+    assert!(warned, "the class says why: {:#?}", report.timeline);
+}
+
 /// How many nodes the report says were removed for `reason`.
 fn terminated(report: &Report, reason: &str) -> usize {
     report.summary.nodes_terminated.get(reason).copied().unwrap_or(0)

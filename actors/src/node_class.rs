@@ -11,6 +11,9 @@
 //! - A class its validation refuses (a rule the CRD cannot express, or a field Joist does not
 //!   honour yet) is not resolved: it gets `ValidationSucceeded=False` and `Ready=False` with the
 //!   problems, and a `ValidationFailed` warning, and is looked at again when it is edited.
+//! - A class with a `placementGroupSelector` is not resolved either: Joist does not launch into
+//!   placement groups yet, so it gets `PlacementGroupReady=False` and `Ready=False` and a
+//!   `PlacementGroupsNotBuilt` warning rather than launching nodes outside the group.
 //! - A class with kubelet fields its nodes' user data cannot carry (fields Joist does not interpret,
 //!   on AL2 or Bottlerocket) is used all the same, as Karpenter uses it after its CRD pruned them,
 //!   with a `KubeletFieldsNotPassed` warning naming them.
@@ -20,7 +23,7 @@
 use std::{sync::Arc, time::Duration};
 
 use joist_messages::{
-    apis::{EC2NodeClass, Validate},
+    apis::{EC2NodeClass, Validate, ec2nodeclass::PlacementGroupSelector},
     conditions::{self, ConditionStatus, ConditionType, ConditionUpdate},
     labels::TERMINATION_FINALIZER,
 };
@@ -122,6 +125,9 @@ pub async fn reconcile(shared: Shared, class: Arc<EC2NodeClass>, refresh: bool) 
             shared.events.warn(class.as_ref(), "ValidationFailed", &problems);
         }
         Outcome::Invalid
+    } else if let Some(group) = &class.spec.placement_group_selector {
+        refuse_placement_group(&shared, &class, &mut status, group);
+        Outcome::Invalid
     } else {
         let dropped = class.spec.kubelet_fields_not_passed();
         if !dropped.is_empty() {
@@ -143,6 +149,40 @@ pub async fn reconcile(shared: Shared, class: Arc<EC2NodeClass>, refresh: bool) 
         }
     }
     outcome
+}
+
+/// Keeps a class that asks for a placement group from launching: Joist does not launch into
+/// placement groups yet, and a node launched outside the group the user asked for (a cluster
+/// group's low latency, a spread group's separate racks) would be wrong without saying so.
+/// `PlacementGroupReady` and `Ready` turn False, with a warning event when they first do.
+fn refuse_placement_group(
+    shared: &Shared,
+    class: &EC2NodeClass,
+    status: &mut joist_messages::apis::EC2NodeClassStatus,
+    group: &PlacementGroupSelector,
+) {
+    let named = match (&group.name, &group.id) {
+        (Some(name), _) => format!("name {name:?}"),
+        (None, Some(id)) => format!("id {id:?}"),
+        (None, None) => "no name or id".to_owned(),
+    };
+    let message = format!(
+        "spec.placementGroupSelector ({named}): Joist does not launch into placement groups yet, so it launches no node of this class rather than one outside the group"
+    );
+    let generation = class.metadata.generation;
+    let refused = ConditionUpdate::new(
+        ConditionType::PlacementGroupReady,
+        ConditionStatus::False,
+        "PlacementGroupsNotBuilt",
+    )
+    .with_message(message.as_str());
+    let newly = set_condition(&mut status.conditions, &shared.clock, generation, &refused);
+    let not_ready = ConditionUpdate::new(ConditionType::Ready, ConditionStatus::False, "NotReady")
+        .with_message("PlacementGroupReady is not True");
+    set_condition(&mut status.conditions, &shared.clock, generation, &not_ready);
+    if newly {
+        shared.events.warn(class, "PlacementGroupsNotBuilt", &message);
+    }
 }
 
 /// The merge patch that makes the status `before` into `after`: a field `after` leaves out (a

@@ -48,6 +48,8 @@ pub enum ConditionType {
     InstanceProfileReady,
     /// EC2NodeClass: its capacity reservation selector was resolved (found or not).
     CapacityReservationsReady,
+    /// EC2NodeClass: its placement group selector found a group, or it has none.
+    PlacementGroupReady,
 }
 
 impl ConditionType {
@@ -72,6 +74,7 @@ impl ConditionType {
             Self::AMIsReady => "AMIsReady",
             Self::InstanceProfileReady => "InstanceProfileReady",
             Self::CapacityReservationsReady => "CapacityReservationsReady",
+            Self::PlacementGroupReady => "PlacementGroupReady",
         }
     }
 }
