@@ -429,7 +429,8 @@ fn a_node_class_asking_for_a_placement_group_launches_nothing_and_says_why() {
     let warned = report.timeline.iter().any(|e| {
         e.event == "warning"
             && e.object == "EC2NodeClass/default"
-            && e.detail.starts_with("PlacementGroupsNotBuilt: spec.placementGroupSelector (name \"hpc\")")
+            && e.detail
+                .starts_with("PlacementGroupsNotBuilt: spec.placementGroupSelector (name \"hpc\")")
     });
     assert!(warned, "the class says why: {:#?}", report.timeline);
 }
