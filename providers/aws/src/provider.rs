@@ -446,10 +446,17 @@ impl AwsCloud {
                     offering.instance_type
                 ),
             })?;
-        let bought = instance_type
-            .offerings
+        // The offering the fleet was asked for (one reservation per type and zone among them).
+        let bought = candidates
             .iter()
-            .find(|o| o.zone == offering.zone && o.capacity_type == offering.capacity_type);
+            .find(|c| c.key() == *offering)
+            .map(|c| c.offering)
+            .or_else(|| {
+                instance_type
+                    .offerings
+                    .iter()
+                    .find(|o| o.zone == offering.zone && o.capacity_type == offering.capacity_type)
+            });
         let price = bought.map_or(0.0, |o| o.price);
         let reservation = bought
             .and_then(|o| o.reservation.as_ref())

@@ -1,9 +1,9 @@
 //! Capacity reservations as every provider offers them, with Karpenter v1.14's rules: an on-demand
-//! capacity reservation (ODCR) or a capacity block the EC2NodeClass selects becomes one `reserved`
-//! offering of its instance type in its zone, priced at the on-demand price divided by
-//! [`RESERVED_PRICE_DIVISOR`] (so it is always the cheapest way to buy that type, and consolidation
-//! still tells the types apart), and available while it can take another instance, its zone is
-//! one the class launches in, and it is not expiring.
+//! capacity reservation (ODCR) or a capacity block the EC2NodeClass selects becomes, while it is
+//! not expiring and its zone is one the class launches in, one `reserved` offering of its instance
+//! type in its zone, priced at the on-demand price divided by [`RESERVED_PRICE_DIVISOR`] (so it is
+//! always the cheapest way to buy that type, and consolidation still tells the types apart), and
+//! available while it can take another instance.
 //!
 //! A capacity block is `expiring` from [`EXPIRY_LEAD_SECONDS`] before its end (EC2 reclaims its
 //! instances 30 minutes before the end; Joist drains them ten minutes earlier still).
