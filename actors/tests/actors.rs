@@ -1191,24 +1191,35 @@ async fn a_planner_flood_is_bounded_and_folds_into_one_disruption() {
     );
 }
 
-#[actix::test]
-async fn an_interruption_flood_is_drained_and_every_message_deleted() {
-    use joist_provider_sim::queue::SimQueue;
+/// A world reading the interruption queue it returns, on paused time, with the class, the pool
+/// `default` and one claim `name` of it with extra `labels`, launched.
+async fn interruptible_world(
+    name: &str,
+    labels: serde_json::Value,
+) -> (World, Arc<joist_provider_sim::queue::SimQueue>) {
     tokio::time::pause();
-    let queue = Arc::new(SimQueue::default());
+    let queue = Arc::new(joist_provider_sim::queue::SimQueue::default());
     let world = world(Settings {
         interruption_queue: Some(queue.clone()),
         ..Settings::default()
     });
     world.node_class().await;
     world.node_pool("default").await;
+    let mut labels = labels;
+    labels["karpenter.sh/nodepool"] = serde_json::json!("default");
     create(&world.claims(), serde_json::json!({
         "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
-        "metadata": {"name": "doomed", "labels": {"karpenter.sh/nodepool": "default"}, "finalizers": ["karpenter.sh/termination"]},
+        "metadata": {"name": name, "labels": labels, "finalizers": ["karpenter.sh/termination"]},
         "spec": {"requirements": [], "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}}
     }))
     .await;
     tokio::time::sleep(Duration::from_secs(5)).await;
+    (world, queue)
+}
+
+#[actix::test]
+async fn an_interruption_flood_is_drained_and_every_message_deleted() {
+    let (world, queue) = interruptible_world("doomed", serde_json::json!({})).await;
     // 1,000 messages: garbage, events for instances no claim has, and one warning for the claim's
     // instance (the fake cloud names it after the claim).
     for i in 0..1_000 {
@@ -1236,25 +1247,12 @@ async fn an_interruption_flood_is_drained_and_every_message_deleted() {
 
 #[actix::test]
 async fn a_reservation_interruption_drains_the_node_and_counts_its_reservation_full() {
-    use joist_provider_sim::queue::SimQueue;
-    tokio::time::pause();
-    let queue = Arc::new(SimQueue::default());
-    let world = world(Settings {
-        interruption_queue: Some(queue.clone()),
-        ..Settings::default()
+    let labels = serde_json::json!({
+        "karpenter.sh/capacity-type": "reserved",
+        "karpenter.k8s.aws/capacity-reservation-id": "cr-0123",
+        "karpenter.k8s.aws/capacity-reservation-interruptible": "true",
     });
-    world.node_class().await;
-    world.node_pool("default").await;
-    create(&world.claims(), serde_json::json!({
-        "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
-        "metadata": {"name": "reserved", "finalizers": ["karpenter.sh/termination"],
-                     "labels": {"karpenter.sh/nodepool": "default", "karpenter.sh/capacity-type": "reserved",
-                                "karpenter.k8s.aws/capacity-reservation-id": "cr-0123",
-                                "karpenter.k8s.aws/capacity-reservation-interruptible": "true"}},
-        "spec": {"requirements": [], "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}}
-    }))
-    .await;
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    let (world, queue) = interruptible_world("reserved", labels).await;
     queue.send(
         serde_json::json!({
             "version": "0", "id": "e-1", "detail-type": "EC2 Capacity Reservation Instance Interruption Warning",

@@ -188,16 +188,18 @@ fn count_in_balanced_totals(
         .as_ref()
         .and_then(|s| s.provider_id.as_deref())
         .and_then(|id| read.node_for_provider(id));
-    let pods = node
-        .map(|node| read.pods_on(&node.name_any()))
-        .unwrap_or_default();
+    let pods = node.map(|node| pods_to_move(read, &node)).unwrap_or_default();
     let pool_totals = totals.entry(pool_name.clone()).or_default();
     pool_totals.cost += offered_price(types, pool_name, claim.labels()).unwrap_or(0.0);
-    pool_totals.disruption += node_disruption_cost(
-        pods.iter()
-            .filter(|p| drainable(p) && p.metadata.deletion_timestamp.is_none())
-            .map(|p| eviction_cost(p)),
-    );
+    pool_totals.disruption += node_disruption_cost(pods.iter().map(|p| eviction_cost(p)));
+}
+
+/// The pods a disruption of `node` would move: drainable and not already leaving.
+fn pods_to_move(read: &ReadModel, node: &Node) -> Vec<Arc<CachedPod>> {
+    read.pods_on(&node.name_any())
+        .into_iter()
+        .filter(|p| drainable(p) && p.metadata.deletion_timestamp.is_none())
+        .collect()
 }
 
 /// The price of the offering a claim labelled `labels` of `pool` runs on, if its pool offers it.
@@ -250,11 +252,7 @@ fn candidate(
         (None, true) => 0.0,
         (None, false) => return None,
     };
-    let pods: Vec<Arc<CachedPod>> = read
-        .pods_on(&node.name_any())
-        .into_iter()
-        .filter(|p| drainable(p) && p.metadata.deletion_timestamp.is_none())
-        .collect();
+    let pods = pods_to_move(read, &node);
     let reschedule_cost = node_disruption_cost(pods.iter().map(|p| eviction_cost(p)));
     let consolidatable = consolidatable(read, claim, &node, &pool, now_seconds);
     Some(Candidate {
