@@ -154,7 +154,8 @@ pub async fn reconcile(shared: Shared, class: Arc<EC2NodeClass>, refresh: bool) 
 /// Keeps a class that asks for a placement group from launching: Joist does not launch into
 /// placement groups yet, and a node launched outside the group the user asked for (a cluster
 /// group's low latency, a spread group's separate racks) would be wrong without saying so.
-/// `PlacementGroupReady` and `Ready` turn False, with a warning event when they first do.
+/// `ValidationSucceeded` holds (the spec is valid); `PlacementGroupReady` and `Ready` turn False,
+/// with a warning event when they first do.
 fn refuse_placement_group(
     shared: &Shared,
     class: &EC2NodeClass,
@@ -170,6 +171,9 @@ fn refuse_placement_group(
         "spec.placementGroupSelector ({named}): Joist does not launch into placement groups yet, so it launches no node of this class rather than one outside the group"
     );
     let generation = class.metadata.generation;
+    // The spec itself is valid: only what Joist can do with it falls short.
+    let valid = ConditionUpdate::holds(ConditionType::ValidationSucceeded);
+    set_condition(&mut status.conditions, &shared.clock, generation, &valid);
     let refused = ConditionUpdate::new(
         ConditionType::PlacementGroupReady,
         ConditionStatus::False,
