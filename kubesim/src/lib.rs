@@ -50,7 +50,7 @@ pub use self::{
 };
 
 /// How to build a cluster.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct ClusterSettings {
     /// Where timestamps come from.
     pub clock: Clock,

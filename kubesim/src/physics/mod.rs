@@ -15,6 +15,7 @@ mod workloads;
 
 use std::{sync::Arc, time::Duration};
 
+use joist_messages::scheduler_config::SchedulerConfig;
 use serde_json::Value;
 use tokio::task::JoinHandle;
 
@@ -24,8 +25,8 @@ use crate::{
     store::{EventKind, ObjectKey, Store, WatchCursor},
 };
 
-/// Timings of the simulated components.
-#[derive(Debug, Clone, Copy)]
+/// Timings and configuration of the simulated components.
+#[derive(Debug, Clone)]
 pub struct PhysicsSettings {
     /// Kubelet timings.
     pub kubelet: KubeletSettings,
@@ -34,6 +35,9 @@ pub struct PhysicsSettings {
     pub unschedulable_retry: Duration,
     /// From the last pod using a volume on a node leaving to its VolumeAttachment's deletion.
     pub detach_after: Duration,
+    /// The scheduler's configuration (its default topology spread); none: kube-scheduler's
+    /// defaults, which spread no pod by force.
+    pub scheduler: Option<Arc<SchedulerConfig>>,
 }
 
 impl Default for PhysicsSettings {
@@ -42,6 +46,7 @@ impl Default for PhysicsSettings {
             kubelet: KubeletSettings::default(),
             unschedulable_retry: Duration::from_secs(300),
             detach_after: Duration::from_secs(10),
+            scheduler: None,
         }
     }
 }
@@ -50,7 +55,11 @@ impl Default for PhysicsSettings {
 pub fn start(store: &Arc<Store>, settings: PhysicsSettings) -> Vec<JoinHandle<()>> {
     let busy = store.busy();
     vec![
-        busy.spawn(scheduler::run(store.clone(), settings.unschedulable_retry)),
+        busy.spawn(scheduler::run(
+            store.clone(),
+            settings.unschedulable_retry,
+            settings.scheduler,
+        )),
         busy.spawn(kubelet::run(store.clone(), settings.kubelet)),
         busy.spawn(workloads::run(store.clone())),
         busy.spawn(disruption::run(store.clone())),

@@ -7,9 +7,10 @@ mod faults;
 mod kubectl;
 mod physics;
 
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
 
 use joist_kubesim::{Clock, Cluster, ClusterSettings, PhysicsSettings, physics::KubeletSettings};
+use joist_messages::scheduler_config::SchedulerConfig;
 
 /// A cluster with fast physics, so tests wait milliseconds rather than seconds.
 pub fn cluster() -> Cluster {
@@ -18,6 +19,16 @@ pub fn cluster() -> Cluster {
 
 /// `cluster`, with volumes detaching `detach_after` their last pod left.
 pub fn cluster_detaching_after(detach_after: Duration) -> Cluster {
+    cluster_of(detach_after, None)
+}
+
+/// `cluster`, its scheduler configured by the document `scheduler`.
+pub fn cluster_scheduling_by(scheduler: &str) -> Cluster {
+    let config = SchedulerConfig::parse(scheduler).expect("a valid scheduler configuration");
+    cluster_of(Duration::from_millis(50), Some(Arc::new(config)))
+}
+
+fn cluster_of(detach_after: Duration, scheduler: Option<Arc<SchedulerConfig>>) -> Cluster {
     Cluster::start(ClusterSettings {
         clock: Clock::system(),
         seed: 7,
@@ -29,6 +40,7 @@ pub fn cluster_detaching_after(detach_after: Duration) -> Cluster {
             },
             unschedulable_retry: Duration::from_secs(300),
             detach_after,
+            scheduler,
         },
     })
 }

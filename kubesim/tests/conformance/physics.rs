@@ -13,7 +13,7 @@ use kube::{
 use serde_json::json;
 use std::time::Duration;
 
-use crate::{cluster, deployment, eventually, node};
+use crate::{cluster, cluster_scheduling_by, deployment, eventually, node};
 
 fn scheduled(pod: &Pod) -> Option<(String, String, String)> {
     let condition = pod
@@ -223,6 +223,55 @@ async fn a_pod_every_node_refused_goes_where_a_pod_left_a_zone_emptied_or_a_labe
         .await
         .expect("label");
     assert_eq!(eventually("the gpu pod placed", || node_of("gpu")).await, "a2");
+}
+
+#[tokio::test]
+async fn a_configured_default_spread_keeps_a_replica_sets_pods_level_across_zones() {
+    let cluster = cluster_scheduling_by(
+        "podTopologySpread: {defaultConstraints: [{maxSkew: 1, \
+         topologyKey: topology.kubernetes.io/zone, whenUnsatisfiable: DoNotSchedule}]}",
+    );
+    let client = cluster.client();
+    let nodes: Api<Node> = Api::all(client.clone());
+    create(&nodes, node("a1", "8", "us-west-2a")).await;
+    create(&nodes, node("b1", "1", "us-west-2b")).await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    // Four pods of one ReplicaSet, room for one in zone b: a third in zone a keeps the skew at
+    // one, a fourth would make it two.
+    create(
+        &Api::<Deployment>::namespaced(client.clone(), "default"),
+        deployment("web", 4, "1"),
+    )
+    .await;
+    let web = ListParams::default().labels("app=web");
+    let message = eventually("three web pods placed and the fourth refused", || async {
+        let listed = pods.list(&web).await.ok()?.items;
+        let placed = listed
+            .iter()
+            .filter(|p| p.spec.as_ref().is_some_and(|s| s.node_name.is_some()))
+            .count();
+        let refused = listed
+            .iter()
+            .find_map(|p| scheduled(p).filter(|(status, ..)| status == "False"))?;
+        (placed == 3).then_some(refused.2)
+    })
+    .await;
+    assert!(
+        message.contains("didn't match pod topology spread constraints"),
+        "{message}"
+    );
+    // A pod nothing selects is not spread: it goes to zone a however full of web pods it is.
+    create(
+        &pods,
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "solo", "labels": {"app": "solo"}},
+            "spec": {"containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": "1"}}}]}}),
+    )
+    .await;
+    let solo = eventually("the bare pod placed", || async {
+        pods.get("solo").await.ok()?.spec?.node_name
+    })
+    .await;
+    assert_eq!(solo, "a1");
 }
 
 #[tokio::test]

@@ -5,7 +5,8 @@
 //!
 //! Filters: node readiness and `spec.unschedulable`, resource requests (cpu, memory, pods and any
 //! other allocatable), nodeSelector, required node affinity, taints and tolerations, host ports,
-//! `DoNotSchedule` topology spread, and required pod affinity and anti-affinity of the incoming pod.
+//! `DoNotSchedule` topology spread (the configuration's default constraints for pods that declare
+//! none, [`default_spread`]), and required pod affinity and anti-affinity of the incoming pod.
 //! Among the nodes that pass, the least allocated wins. Unschedulable pods are retried when nodes or
 //! bound pods change, and every `retry` otherwise; as in kube-scheduler, a pod that failed waits out
 //! its backoff first (1 s, doubling with each failed attempt, at most 10 s), so a cluster that
@@ -17,6 +18,7 @@
 //! domains of the pods it selects ([`domains`]), both kept as nodes and pods change. The answers
 //! are those of a scan of every node; the filters themselves are in [`filter`].
 
+mod default_spread;
 mod domains;
 mod feasible;
 mod filter;
@@ -27,6 +29,7 @@ use std::{
     time::Duration,
 };
 
+use joist_messages::scheduler_config::SchedulerConfig;
 use k8s_openapi::api::core::v1::PodAffinityTerm;
 use serde_json::Value;
 use tokio::time::Instant;
@@ -92,14 +95,20 @@ struct Scheduler {
     unseen_nodes: HashSet<String>,
     /// The scheduler's Events, in series.
     events: events::Recorder,
+    /// The configuration's default topology spread, when it sets one.
+    config: Option<Arc<SchedulerConfig>>,
 }
 
-/// Runs the scheduler until aborted.
-pub async fn run(store: Arc<Store>, retry: Duration) {
+/// Runs the scheduler until aborted, spreading pods by `config`'s default constraints when it has
+/// them.
+pub async fn run(store: Arc<Store>, retry: Duration, config: Option<Arc<SchedulerConfig>>) {
     let mut changes = store.subscribe();
     let mut pods = Informer::new("", "pods");
     let mut nodes = Informer::new("", "nodes");
-    let mut scheduler = Scheduler::default();
+    let mut scheduler = Scheduler {
+        config: config.filter(|config| !config.default_constraints().is_empty()),
+        ..Scheduler::default()
+    };
     let mut next_retry = Instant::now() + retry;
     loop {
         let node_changes = nodes.changes(&store);
@@ -349,7 +358,10 @@ impl Scheduler {
             {
                 continue;
             }
-            let needs = PodNeeds::of(&pod);
+            let mut needs = PodNeeds::of(&pod);
+            if let Some(config) = self.config.as_ref().filter(|_| needs.spread.is_empty()) {
+                needs.spread = default_spread::defaults_for(config, store, &pod);
+            }
             match self.choose(&pod, &needs) {
                 Ok(node) => match bind(store, &key, &node, false) {
                     Ok(()) => self.account(key, &node, &needs, &pod),
