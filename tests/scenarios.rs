@@ -1475,6 +1475,49 @@ fn zonal_topology_spread_lands_in_every_zone() {
     assert_eq!(zones, ["us-west-2a", "us-west-2b", "us-west-2c"]);
 }
 
+/// A kube-scheduler that spreads every Deployment's pods over zones by default (its
+/// PodTopologySpread `defaultConstraints`), as both kubesim's scheduler and Joist are told.
+const ZONE_SPREAD_BY_DEFAULT: &str = "{schedulerConfig: {podTopologySpread: {defaultConstraints: [
+    {maxSkew: 1, topologyKey: topology.kubernetes.io/zone, whenUnsatisfiable: DoNotSchedule}]}}}";
+
+#[test]
+fn pods_are_launched_for_where_the_schedulers_default_spread_will_put_them() {
+    // Nodes in every zone first (for pods spread by their own constraint); then six pods that
+    // declare no spread of their own and fit none of those nodes. The scheduler lets no zone run
+    // more than one of them above another, so capacity packed into one zone would leave four of
+    // them Pending.
+    let own_spread = "      topologySpreadConstraints:
+        - {maxSkew: 1, topologyKey: topology.kubernetes.io/zone, whenUnsatisfiable: DoNotSchedule,
+           labelSelector: {matchLabels: {app: base}}}";
+    let base = deployment("base", 3, "1", own_spread);
+    let web = deployment("web", 0, "3", "");
+    let manifests = pool("default", &family(&["c5"]), "") + NODE_CLASS + &base + &web;
+    let steps = "[{at: 2m, scale: {kind: Deployment, name: web, replicas: 6}}]";
+    let report = run(&scenario_with(ZONE_SPREAD_BY_DEFAULT, &manifests, steps, "4m"));
+    let s = &report.summary;
+    assert_eq!((s.pods_running_end, s.pods_pending_end), (9, 0), "{s:#?}");
+}
+
+#[test]
+fn a_default_spread_with_a_selector_is_refused_by_its_field() {
+    let settings = "{schedulerConfig: {podTopologySpread: {defaultConstraints: [{maxSkew: 1,
+        topologyKey: topology.kubernetes.io/zone, whenUnsatisfiable: DoNotSchedule,
+        labelSelector: {matchLabels: {app: web}}}]}}}";
+    let text = format!(
+        "kind: Scenario\nmetadata: {{name: test}}\nspec:\n  cloud: {{region: us-west-2}}\n  \
+         settings: {settings}\n  until: 1m\n"
+    );
+    let Err(error) = Scenario::parse(&text).map(|_| ()) else {
+        panic!("a default constraint with a selector was accepted")
+    };
+    let error = error.to_string();
+    assert!(
+        error.contains("spec.settings.schedulerConfig")
+            && error.contains("defaultConstraints[0].labelSelector: must not be set"),
+        "{error}"
+    );
+}
+
 #[test]
 fn a_capacity_error_falls_back_to_the_next_offering_within_one_batch() {
     let manifests = pool("default", &family(&["c5"]), "") + NODE_CLASS + &deployment("web", 0, "1", "");

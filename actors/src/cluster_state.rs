@@ -31,8 +31,8 @@ use joist_messages::{
     labels::NODEPOOL,
 };
 use k8s_openapi::api::{
-    apps::v1::DaemonSet,
-    core::v1::{Namespace, Node, PersistentVolumeClaim},
+    apps::v1::{DaemonSet, ReplicaSet, StatefulSet},
+    core::v1::{Namespace, Node, PersistentVolumeClaim, ReplicationController, Service},
     policy::v1::PodDisruptionBudget,
     storage::v1::VolumeAttachment,
 };
@@ -56,6 +56,7 @@ use crate::{
     shared::{NodePoolHandle, Shared},
     state::{
         cached,
+        default_spread::{self, DefaultSpreadWriters},
         read_model::{Listed, PodKey, Writers},
     },
 };
@@ -88,10 +89,12 @@ pub enum Change {
     NodeClass(Arc<EC2NodeClass>, bool),
     /// A NodeOverlay.
     NodeOverlay(Arc<NodeOverlay>, bool),
+    /// A Service (reflected while default topology spread is configured).
+    Service(Arc<Service>, bool),
     /// A (re)list of a kind the indexes cover ended, with every object it listed.
     Relisted(Listed, HashSet<PodKey>),
-    /// An object no actor is poked for changed (a DaemonSet, PodDisruptionBudget, Namespace or
-    /// PersistentVolumeClaim).
+    /// An object no actor is poked for changed (a DaemonSet, PodDisruptionBudget, Namespace,
+    /// PersistentVolumeClaim, or a controller default topology spread reads).
     Other,
     /// Nothing changed (lists starting, watch errors).
     Quiet,
@@ -338,6 +341,44 @@ fn reflect<K: Reflected>(
     changes(events, writer, change, relisted)
 }
 
+/// The watches of what default topology spread reads: Services, and the controllers whose
+/// selectors kube-scheduler deduces one from.
+fn default_spread_streams(
+    client: &kube::Client,
+    writers: DefaultSpreadWriters,
+) -> Vec<BoxStream<'static, Change>> {
+    vec![
+        reflect(
+            Api::<Service>::all(client.clone()),
+            writers.services,
+            default_spread::trim_service,
+            Change::Service,
+            |listed| Change::Relisted(Listed::Services, listed),
+        ),
+        reflect(
+            Api::<ReplicaSet>::all(client.clone()),
+            writers.replica_sets,
+            default_spread::trim_replica_set,
+            |_, _| Change::Other,
+            |_| Change::Quiet,
+        ),
+        reflect(
+            Api::<StatefulSet>::all(client.clone()),
+            writers.stateful_sets,
+            default_spread::trim_stateful_set,
+            |_, _| Change::Other,
+            |_| Change::Quiet,
+        ),
+        reflect(
+            Api::<ReplicationController>::all(client.clone()),
+            writers.replication_controllers,
+            default_spread::trim_replication_controller,
+            |_, _| Change::Other,
+            |_| Change::Quiet,
+        ),
+    ]
+}
+
 /// Which NodeClaims a replica whose NodePools are split between replicas reflects.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum ClaimScope {
@@ -478,7 +519,7 @@ impl Actor for ClusterState {
                 |listed| Change::Relisted(Listed::NodeClaims, listed),
             )
         };
-        let streams = vec![
+        let mut streams = vec![
             claims,
             reflect(
                 Api::<Node>::all(client.clone()),
@@ -545,6 +586,9 @@ impl Actor for ClusterState {
                 |listed| Change::Relisted(Listed::Pods, listed),
             ),
         ];
+        if let Some(spread) = writers.default_spread {
+            streams.extend(default_spread_streams(client, spread));
+        }
         ctx.add_stream(futures::stream::select_all(streams));
         ctx.run_interval(RETRY_TRIGGER, |state, _ctx| {
             if std::mem::take(&mut state.missed_trigger) {
@@ -674,6 +718,11 @@ impl StreamHandler<Change> for ClusterState {
                     self.reconcile_class(ctx, class, false);
                 }
                 self.poke_pools();
+            }
+            Change::Service(service, deleted) => {
+                if let Some(spread) = read.default_spread() {
+                    spread.observe_service(&service, deleted);
+                }
             }
             Change::Relisted(kind, listed) => {
                 let _span =

@@ -112,7 +112,7 @@ pub fn start(
             Arc::new(GatedQueue::new(queue, settings.faults.clone())) as Arc<dyn InterruptionQueue>
         });
     }
-    let (read, writers) = ReadModel::new();
+    let (read, writers) = ReadModel::mirroring(settings.scheduler_config.clone());
     let catalog = Catalog::new(cloud.clone(), settings.reserved_capacity).start();
     let catalog = CatalogHandle {
         instance_types: catalog.clone().recipient(),

@@ -105,7 +105,7 @@ async fn provision(shared: Shared) {
     let snapshot::Pending {
         pods: mut pending,
         ignored,
-    } = snapshot::pending(&read.pending_pods());
+    } = snapshot::pending(read, &read.pending_pods());
     if let Some(shards) = &shared.settings.replica_shards {
         pending = shards.owned_pending(read, pending);
     }
@@ -117,7 +117,7 @@ async fn provision(shared: Shared) {
     }
     let waiting = pending.len();
     let leaving = read.leaving_pods();
-    pending.extend(snapshot::pending(&leaving.pods).pods);
+    pending.extend(snapshot::pending(read, &leaving.pods).pods);
     if pending.is_empty() {
         read.provisioned_for(&leaving.claims);
         return;

@@ -3,6 +3,7 @@
 
 use std::{sync::Arc, time::Duration};
 
+use joist_messages::scheduler_config::SchedulerConfig;
 use joist_provider::interruption::InterruptionQueue;
 
 use crate::{effects::faults::FaultPoints, state::replica_shards::ReplicaShards};
@@ -65,6 +66,9 @@ pub struct Settings {
     /// The shards this replica holds when NodePools are split between replicas (`REPLICA_SHARDS`);
     /// none: it acts for every NodePool.
     pub replica_shards: Option<ReplicaShards>,
+    /// The cluster's kube-scheduler settings the simulation mirrors (`SCHEDULER_CONFIG`); none:
+    /// pods are spread only as they ask.
+    pub scheduler_config: Option<Arc<SchedulerConfig>>,
 }
 
 impl Settings {
@@ -101,6 +105,7 @@ impl Default for Settings {
             interruption_queue: None,
             faults: FaultPoints::none(),
             replica_shards: None,
+            scheduler_config: None,
         }
     }
 }

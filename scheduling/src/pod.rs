@@ -31,7 +31,8 @@ use joist_messages::{
     },
 };
 use k8s_openapi::{
-    api::core::v1::NodeSelectorTerm, apimachinery::pkg::api::resource::Quantity as KubeQuantity,
+    api::core::v1::{NodeSelectorTerm, TopologySpreadConstraint},
+    apimachinery::pkg::api::resource::Quantity as KubeQuantity,
 };
 
 /// Why a pod cannot be simulated.
@@ -223,6 +224,16 @@ impl PodInfo {
 
     /// Prepares `pod` (see the module docs).
     pub fn from_pod(pod: &CachedPod) -> Result<Self, PodError> {
+        Self::with_default_spread(pod, &[])
+    }
+
+    /// Prepares `pod`, spread by `defaults` when it declares no topology spread constraints of its
+    /// own, as kube-scheduler applies its configured default constraints (their selectors already
+    /// deduced for this pod; see [`joist_messages::scheduler_config`]).
+    pub fn with_default_spread(
+        pod: &CachedPod,
+        defaults: &[TopologySpreadConstraint],
+    ) -> Result<Self, PodError> {
         let namespace = pod
             .metadata
             .namespace
@@ -305,6 +316,12 @@ impl PodInfo {
         tolerations.dedup();
 
         let labels = pod.metadata.labels.clone().unwrap_or_default();
+        let own_spread = spec.topology_spread_constraints.as_deref().unwrap_or_default();
+        let (spread_constraints, spread_field) = if own_spread.is_empty() && !defaults.is_empty() {
+            (defaults, "schedulerConfig.podTopologySpread.defaultConstraints")
+        } else {
+            (own_spread, "spec.topologySpreadConstraints")
+        };
         let pod_affinity = affinity.and_then(|a| a.pod_affinity.as_ref());
         let pod_anti_affinity = affinity.and_then(|a| a.pod_anti_affinity.as_ref());
         let required = |terms: Option<&Vec<k8s_openapi::api::core::v1::PodAffinityTerm>>, field: &str| {
@@ -341,14 +358,10 @@ impl PodInfo {
                     .and_then(|a| a.preferred_during_scheduling_ignored_during_execution.as_deref())
                     .unwrap_or_default(),
             )?,
-            spread: spec
-                .topology_spread_constraints
+            spread: spread_constraints
                 .iter()
-                .flatten()
                 .enumerate()
-                .map(|(i, c)| {
-                    spread_constraint(&key, &format!("spec.topologySpreadConstraints[{i}]"), &labels, c)
-                })
+                .map(|(i, c)| spread_constraint(&key, &format!("{spread_field}[{i}]"), &labels, c))
                 .collect::<Result<Vec<_>, _>>()?,
             namespace,
             labels,
@@ -669,5 +682,31 @@ mod tests {
                 {"matchExpressions": [{"key": "k", "operator": "Equals", "values": ["v"]}]}]}}},
         })));
         assert!(matches!(bad_operator, Err(PodError::BadRequirement { .. })));
+    }
+
+    #[test]
+    fn default_spread_applies_only_to_pods_without_constraints_of_their_own() {
+        let spread = |key: &str| -> TopologySpreadConstraint {
+            serde_json::from_value(serde_json::json!({"maxSkew": 1, "topologyKey": key,
+                "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": {"app": "web"}}}))
+            .unwrap_or_else(|e| panic!("{e}"))
+        };
+        let defaults = [spread("topology.kubernetes.io/zone")];
+        let bare = pod(serde_json::json!({"containers": [{"name": "app"}]}));
+        let defaulted = PodInfo::with_default_spread(&bare, &defaults).unwrap_or_else(|e| panic!("{e}"));
+        let keys = |info: &PodInfo| {
+            info.constraints
+                .spread
+                .iter()
+                .map(|c| c.topology_key.clone())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(keys(&defaulted), ["topology.kubernetes.io/zone"]);
+        assert!(defaulted.constraints.spread[0].hard);
+
+        let own = pod(serde_json::json!({"containers": [{"name": "app"}],
+            "topologySpreadConstraints": [spread("kubernetes.io/hostname")]}));
+        let kept = PodInfo::with_default_spread(&own, &defaults).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(keys(&kept), ["kubernetes.io/hostname"]);
     }
 }

@@ -140,7 +140,10 @@ async fn simulate(
     let cluster = Cluster::start(ClusterSettings {
         clock,
         seed,
-        physics: PhysicsSettings::default(),
+        physics: PhysicsSettings {
+            scheduler: scenario.scheduler_config.clone(),
+            ..PhysicsSettings::default()
+        },
     });
     crate::commands::install_crds(&cluster).map_err(|e| SimulateError::Setup(e.to_string()))?;
     let client = cluster.client();
@@ -168,6 +171,7 @@ async fn simulate(
         static_capacity: scenario.feature_gates.static_capacity,
         node_overlay: scenario.feature_gates.node_overlay,
         spot_to_spot_consolidation: scenario.feature_gates.spot_to_spot_consolidation,
+        scheduler_config: scenario.scheduler_config.clone(),
         ..Settings::default()
     };
     let recorder = Recorder::start(cluster.store().clone(), started);

@@ -3,7 +3,7 @@
 //! end time. Parsing checks everything a run would trip over later, and every error names the
 //! field (`spec.steps[2].at`) and what is wrong with it.
 
-use std::{collections::BTreeMap, time::Duration};
+use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 use joist_kubesim::{api::ApiFailure, resources::GroupResource};
 use joist_messages::{
@@ -12,6 +12,7 @@ use joist_messages::{
         ec2nodeclass::{ALIAS_FAMILIES, InstanceMatchCriteria, ReservationType},
     },
     model::instance_type::CapacityType,
+    scheduler_config::SchedulerConfig,
 };
 use joist_provider::instance_status::StatusCategory;
 use joist_provider_sim::{BootFault, Failure, OfferingPattern, Operation, SimReservation};
@@ -83,6 +84,7 @@ struct SettingsSpec {
     batch_max_duration: Option<String>,
     #[serde(default)]
     feature_gates: FeatureGates,
+    scheduler_config: Option<SchedulerConfig>,
 }
 
 /// Karpenter's feature gates a scenario may set (the chart's `settings.featureGates`).
@@ -476,6 +478,9 @@ pub struct Scenario {
     pub batch_max: Duration,
     /// The feature gates turned on.
     pub feature_gates: FeatureGates,
+    /// The cluster's kube-scheduler settings (`settings.schedulerConfig`), which kubesim's
+    /// scheduler applies and Joist mirrors, as `SCHEDULER_CONFIG` tells it in production.
+    pub scheduler_config: Option<Arc<SchedulerConfig>>,
     /// Manifests applied at t=0.
     pub manifests: String,
     /// Steps in time order.
@@ -623,6 +628,16 @@ impl Scenario {
                 message: format!("every zone must be in region {}", spec.cloud.region),
             });
         }
+        let scheduler_config = match spec.settings.scheduler_config {
+            Some(config) => {
+                config.validate().map_err(|error| ScenarioError::Field {
+                    field: "spec.settings.schedulerConfig".to_owned(),
+                    message: error.to_string(),
+                })?;
+                Some(Arc::new(config))
+            }
+            None => None,
+        };
         Ok(Self {
             name: file.metadata.name,
             seed: spec.seed,
@@ -632,6 +647,7 @@ impl Scenario {
             batch_idle,
             batch_max,
             feature_gates: spec.settings.feature_gates,
+            scheduler_config,
             manifests: spec.manifests,
             steps,
             until,

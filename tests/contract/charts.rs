@@ -4,6 +4,7 @@
 //! least privilege. (Whether the grants cover what the code does is checked against kubesim's audit
 //! in the `joist run` end-to-end tests.)
 
+use joist_messages::scheduler_config::SchedulerConfig;
 use k8s_openapi::{
     api::{
         apps::v1::Deployment,
@@ -124,6 +125,37 @@ fn a_karpenter_values_file_installs_unchanged_and_becomes_joists_settings() {
         object(&objects, "PodDisruptionBudget", "joist")["spec"]["maxUnavailable"],
         1
     );
+}
+
+#[test]
+fn the_scheduler_config_reaches_the_controller_as_a_document_given_as_a_map_or_a_string() {
+    let as_map = render(&[
+        "-f",
+        KARPENTER_VALUES,
+        "-f",
+        "tests/fixtures/helm/scheduler-config-values.yaml",
+    ])
+    .unwrap_or_else(|e| panic!("{e}"));
+    let document = env(&environment(&as_map), "SCHEDULER_CONFIG").map(str::to_owned);
+    let document = document.unwrap_or_else(|| panic!("no SCHEDULER_CONFIG"));
+    let read = SchedulerConfig::parse(&document).unwrap_or_else(|e| panic!("{e}: {document}"));
+    let topology_keys: Vec<&str> = (read.default_constraints().iter())
+        .map(|c| c.topology_key.as_str())
+        .collect();
+    assert_eq!(topology_keys, ["topology.kubernetes.io/zone"]);
+    let as_string = render(&[
+        "-f",
+        KARPENTER_VALUES,
+        "--set-string",
+        "settings.schedulerConfig=podTopologySpread: {}",
+    ])
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        env(&environment(&as_string), "SCHEDULER_CONFIG"),
+        Some("podTopologySpread: {}")
+    );
+    let unset = render(&["-f", KARPENTER_VALUES]).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(env(&environment(&unset), "SCHEDULER_CONFIG"), None);
 }
 
 #[test]

@@ -813,9 +813,12 @@ async fn joist_run_retries_a_queue_that_does_not_exist_and_provisions_all_the_sa
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn joist_run_with_the_charts_environment_reaches_ready_and_provisions() {
     // Karpenter's values file, with the ports this test may use: the chart decides the rest.
+    // With a kube-scheduler default spread, so the objects it is deduced from are read too.
     let values = [
         "-f",
         "tests/fixtures/helm/karpenter-values.yaml",
+        "-f",
+        "tests/fixtures/helm/scheduler-config-values.yaml",
         "--set",
         "controller.metrics.port=0",
         "--set",

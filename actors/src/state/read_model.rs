@@ -28,6 +28,7 @@ use joist_messages::{
         quantity::Quantity,
         resources::{Resources, names},
     },
+    scheduler_config::SchedulerConfig,
 };
 use joist_scheduling::pod::{PodError, PodInfo};
 use k8s_openapi::api::{
@@ -36,12 +37,18 @@ use k8s_openapi::api::{
     policy::v1::PodDisruptionBudget,
     storage::v1::VolumeAttachment,
 };
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::{
     Resource, ResourceExt,
     runtime::reflector::{self, ObjectRef, Store, store::Writer},
 };
 
-use super::{cached, created::Created};
+use super::{
+    cached,
+    created::Created,
+    default_spread::{DefaultSpread, DefaultSpreadWriters},
+    listed,
+};
 use crate::decide::lifecycle::drainable;
 use joist_messages::pods::{finished, is_mirror, owned_by_daemon_set};
 use joist_provider::provider_id::instance_id;
@@ -60,6 +67,8 @@ pub enum Listed {
     NodeClaims,
     /// VolumeAttachments: attachments by node.
     VolumeAttachments,
+    /// Services: the selectors default topology spread reads, by namespace.
+    Services,
 }
 
 /// The writing halves of the stores, consumed by the reflectors ClusterState runs.
@@ -75,6 +84,8 @@ pub struct Writers {
     pub(crate) namespaces: Writer<Namespace>,
     pub(crate) volume_claims: Writer<PersistentVolumeClaim>,
     pub(crate) volume_attachments: Writer<VolumeAttachment>,
+    /// The controllers default topology spread reads, when defaults are configured.
+    pub(crate) default_spread: Option<DefaultSpreadWriters>,
 }
 
 /// The provisionable pods' keys, ordered (a lock poisoned by a panic elsewhere still holds a
@@ -123,9 +134,10 @@ struct Index {
     changes: std::sync::atomic::AtomicU64,
     /// Claims created but not yet seen by the watch.
     created: Created,
-    /// Each pod's scheduling view, with the version of the pod it was made from: passes over
-    /// every bound pod reuse it until the pod changes, when the watch's event drops it.
-    pod_infos: DashMap<PodKey, (Arc<CachedPod>, Arc<PodInfo>)>,
+    /// Each pod's scheduling view, with the version of the pod it was made from and the selector
+    /// of its default spread: passes over every bound pod reuse it until either changes (the
+    /// watch's event drops it when the pod does).
+    pod_infos: DashMap<PodKey, CachedInfo>,
     /// What each NodeClaim counts against its NodePool, by claim name: the pool, and the claim's
     /// capacity (its requests until it launched).
     claim_usage: DashMap<String, (String, Resources)>,
@@ -147,12 +159,13 @@ pub struct Leaving {
 /// How often [`ReadModel::synced`] looks whether the stores have their initial lists.
 pub const SYNC_LOOK: Duration = Duration::from_millis(20);
 
-/// Whether `store` has its initial list, asked without waiting (and so without leaving a waker).
-fn listed<K: Resource + Clone>(store: &Store<K>) -> bool
-where
-    K::DynamicType: Eq + std::hash::Hash + Clone,
-{
-    futures::FutureExt::now_or_never(store.wait_until_ready()).is_some()
+/// A pod's scheduling view, as [`ReadModel::pod_info`] made it.
+struct CachedInfo {
+    /// The version of the pod it was made from.
+    pod: Arc<CachedPod>,
+    /// The selector its default spread constraints carried, if it had them.
+    default_selector: Option<Box<LabelSelector>>,
+    info: Arc<PodInfo>,
 }
 
 /// See the module docs. Cheap to clone.
@@ -169,6 +182,8 @@ pub struct ReadModel {
     namespaces: Store<Namespace>,
     volume_claims: Store<PersistentVolumeClaim>,
     volume_attachments: Store<VolumeAttachment>,
+    /// kube-scheduler's default topology spread, when `SCHEDULER_CONFIG` configures it.
+    default_spread: Option<DefaultSpread>,
     index: Arc<Index>,
 }
 
@@ -186,6 +201,16 @@ pub struct PodChange {
 impl ReadModel {
     /// Empty stores and the writers that fill them.
     pub fn new() -> (Self, Writers) {
+        Self::mirroring(None)
+    }
+
+    /// Empty stores and the writers that fill them, pods simulated with the default topology
+    /// spread `scheduler` configures (none: pods are spread only as they ask).
+    pub fn mirroring(scheduler: Option<Arc<SchedulerConfig>>) -> (Self, Writers) {
+        let (default_spread, default_spread_w) = scheduler
+            .filter(|config| !config.default_constraints().is_empty())
+            .map(DefaultSpread::new)
+            .unzip();
         let (pods, pods_w) = reflector::store();
         let (nodes, nodes_w) = reflector::store();
         let (node_claims, node_claims_w) = reflector::store();
@@ -209,6 +234,7 @@ impl ReadModel {
             namespaces,
             volume_claims,
             volume_attachments,
+            default_spread,
             index: Arc::default(),
         };
         let writers = Writers {
@@ -223,6 +249,7 @@ impl ReadModel {
             namespaces: namespaces_w,
             volume_claims: volume_claims_w,
             volume_attachments: volume_attachments_w,
+            default_spread: default_spread_w,
         };
         (model, writers)
     }
@@ -250,6 +277,12 @@ impl ReadModel {
             && listed(&self.namespaces)
             && listed(&self.volume_claims)
             && listed(&self.volume_attachments)
+            && self.default_spread.as_ref().is_none_or(DefaultSpread::is_synced)
+    }
+
+    /// kube-scheduler's default topology spread, when configured.
+    pub fn default_spread(&self) -> Option<&DefaultSpread> {
+        self.default_spread.as_ref()
     }
 
     /// Whether the NodePools have been listed (the NodeClaims a replica whose NodePools are split
@@ -389,17 +422,48 @@ impl ReadModel {
         keys.iter().filter_map(|key| self.pod(key)).collect()
     }
 
-    /// `pod` as the scheduling simulation sees it, made once per version of the pod.
+    /// `pod` as the scheduling simulation sees it, made once per version of the pod (and of its
+    /// default spread).
     pub fn pod_info(&self, pod: &Arc<CachedPod>) -> Result<Arc<PodInfo>, PodError> {
         let key = (pod.namespace().unwrap_or_default(), pod.name_any());
+        let default_selector = self.default_spread_selector(pod);
         if let Some(known) = self.index.pod_infos.get(&key)
-            && Arc::ptr_eq(&known.0, pod)
+            && Arc::ptr_eq(&known.pod, pod)
+            && known.default_selector.as_deref() == default_selector.as_ref()
         {
-            return Ok(known.1.clone());
+            return Ok(known.info.clone());
         }
-        let info = Arc::new(PodInfo::from_pod(pod)?);
-        self.index.pod_infos.insert(key, (pod.clone(), info.clone()));
+        let info = Arc::new(self.simulated(pod, default_selector.as_ref())?);
+        let cached = CachedInfo {
+            pod: pod.clone(),
+            default_selector: default_selector.map(Box::new),
+            info: info.clone(),
+        };
+        self.index.pod_infos.insert(key, cached);
         Ok(info)
+    }
+
+    /// `pod` as the scheduling simulation sees it, made afresh (for pods seen once, as pending
+    /// pods are by a provisioning pass).
+    pub fn fresh_pod_info(&self, pod: &CachedPod) -> Result<PodInfo, PodError> {
+        self.simulated(pod, self.default_spread_selector(pod).as_ref())
+    }
+
+    fn default_spread_selector(&self, pod: &CachedPod) -> Option<LabelSelector> {
+        self.default_spread.as_ref()?.selector_for(pod)
+    }
+
+    fn simulated(
+        &self,
+        pod: &CachedPod,
+        default_selector: Option<&LabelSelector>,
+    ) -> Result<PodInfo, PodError> {
+        match (&self.default_spread, default_selector) {
+            (Some(spread), Some(selector)) => {
+                PodInfo::with_default_spread(pod, &spread.constraints(selector))
+            }
+            _ => PodInfo::from_pod(pod),
+        }
     }
 
     /// The NodePools that have NodeClaims here, those just created included.
@@ -629,6 +693,12 @@ impl ReadModel {
             Listed::Nodes => {
                 index.node_by_provider.retain(|_, node| cluster_scoped(node));
                 index.pods_by_node.retain(|node, _| cluster_scoped(node));
+                Vec::new()
+            }
+            Listed::Services => {
+                if let Some(spread) = &self.default_spread {
+                    spread.relisted_services(listed);
+                }
                 Vec::new()
             }
             Listed::VolumeAttachments => {

@@ -206,10 +206,10 @@ pub struct Pending {
 }
 
 /// Prepares pending pods for the simulation.
-pub fn pending(pods: &[Arc<CachedPod>]) -> Pending {
+pub fn pending(read: &ReadModel, pods: &[Arc<CachedPod>]) -> Pending {
     let mut pending = Pending::default();
     for pod in pods {
-        match PodInfo::from_pod(pod) {
+        match read.fresh_pod_info(pod) {
             Ok(info) => pending.pods.push((pod.clone(), info)),
             Err(error) => pending.ignored.push((pod.clone(), error.to_string())),
         }

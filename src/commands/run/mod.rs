@@ -187,6 +187,7 @@ async fn serve(settings: RunSettings, telemetry: &Telemetry) -> Result<(), Comma
             node_overlay: settings.feature_gates.node_overlay,
             interruption_queue,
             replica_shards,
+            scheduler_config: settings.scheduler_config.clone().map(Arc::new),
             ..Settings::default()
         },
         Clock::system(),

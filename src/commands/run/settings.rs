@@ -22,6 +22,8 @@
 //! for kubesim's `joist sim serve --no-controllers`; or `kwok`: the same cloud on a real cluster
 //! whose Nodes KWOK runs, as Karpenter's KWOK provider does, selling the types of
 //! `INSTANCE_TYPES_FILE_PATH`, a file in the format of Karpenter's KWOK provider, when it is set).
+//! `SCHEDULER_CONFIG` (Karpenter's, after v1.14): a YAML document of the kube-scheduler settings the
+//! simulation mirrors, today `podTopologySpread.defaultConstraints`.
 //! An empty variable counts as unset.
 //!
 //! Failure modes: the first unusable variable stops [`RunSettings::read`] with a
@@ -29,6 +31,8 @@
 //! rather than misbehaving later.
 
 use std::{net::IpAddr, time::Duration};
+
+use joist_messages::scheduler_config::SchedulerConfig;
 
 /// What to set `CLUSTER_NAME` to.
 const NAME_HINT: &str = "set it to the name of the EKS cluster";
@@ -148,6 +152,8 @@ pub struct RunSettings {
     pub replica_shards: u32,
     /// Where instances are launched (`CLOUD_PROVIDER`).
     pub cloud: CloudKind,
+    /// kube-scheduler's settings the simulation mirrors (`SCHEDULER_CONFIG`).
+    pub scheduler_config: Option<SchedulerConfig>,
 }
 
 /// Karpenter's feature gates (`FEATURE_GATES=SpotToSpotConsolidation=true,NodeRepair=false`).
@@ -319,6 +325,18 @@ impl RunSettings {
                     }
                 })?
                 .unwrap_or(CloudKind::Aws),
+            scheduler_config: env
+                .get("SCHEDULER_CONFIG")
+                .map(|text| {
+                    SchedulerConfig::parse(&text).map_err(|error| SettingsError::Invalid {
+                        variable: "SCHEDULER_CONFIG",
+                        value: text,
+                        expected: format!(
+                            "a document like Karpenter's (podTopologySpread.defaultConstraints): {error}"
+                        ),
+                    })
+                })
+                .transpose()?,
         };
         if settings.replica_shards > 0 && settings.disable_leader_election {
             return Err(SettingsError::Invalid {
@@ -581,6 +599,7 @@ mod tests {
             node_pool_shards: 0,
             replica_shards: 0,
             cloud: CloudKind::Aws,
+            scheduler_config: None,
         };
         assert_eq!(settings, expected);
         assert_eq!(settings.vm_memory_overhead_permille(), 75);
@@ -651,6 +670,29 @@ mod tests {
         assert!(
             unknown.to_string().contains("aws, simulated or kwok"),
             "{unknown}"
+        );
+    }
+
+    #[test]
+    fn the_scheduler_config_is_read_and_a_bad_one_is_refused_by_its_field() {
+        let zone_spread = "podTopologySpread:\n  defaultConstraints:\n  - maxSkew: 1\n    \
+            topologyKey: topology.kubernetes.io/zone\n    whenUnsatisfiable: DoNotSchedule\n";
+        let settings = with(&[("SCHEDULER_CONFIG", zone_spread)]).unwrap_or_else(|e| panic!("{e}"));
+        let config = settings
+            .scheduler_config
+            .unwrap_or_else(|| panic!("SCHEDULER_CONFIG was set"));
+        assert_eq!(config.default_constraints().len(), 1);
+        let refused = error(with(&[(
+            "SCHEDULER_CONFIG",
+            "podTopologySpread: {defaultConstraints: [{maxSkew: 1, topologyKey: zone, \
+             whenUnsatisfiable: DoNotSchedule, labelSelector: {}}]}",
+        )]));
+        assert!(
+            refused.to_string().starts_with("SCHEDULER_CONFIG=")
+                && refused
+                    .to_string()
+                    .contains("defaultConstraints[0].labelSelector"),
+            "{refused}"
         );
     }
 
