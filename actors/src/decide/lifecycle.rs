@@ -104,6 +104,8 @@ pub struct Memory {
     /// When the next launch may be tried, after a failed one: changes to the claim (its own
     /// `LaunchFailed` condition among them) do not cut the wait short.
     pub launch_retry_at: Option<Instant>,
+    /// Since when a registered claim's Node has not been seen.
+    pub node_missing_since: Option<Instant>,
 }
 
 /// What the actor knows when it decides.
@@ -373,6 +375,13 @@ fn live(facts: &Facts<'_>, memory: &mut Memory) -> Plan {
     let registered = is_true(&status.conditions, ConditionType::Registered);
     let Some(node) = facts.node else {
         if registered {
+            // Watches of different kinds arrive in any order: a registered claim whose Node is
+            // not seen yet (its event behind the claim's) gets the read model's lag first.
+            let missing = *memory.node_missing_since.get_or_insert(facts.now);
+            let waited = facts.now.saturating_duration_since(missing);
+            if waited < READ_MODEL_LAG {
+                return Plan::wait(Next::After(READ_MODEL_LAG - waited));
+            }
             return Plan::delete(ClaimDeletion::NodeDeleted, "its node is gone");
         }
         let left = time_left(
@@ -388,6 +397,7 @@ fn live(facts: &Facts<'_>, memory: &mut Memory) -> Plan {
         }
         return Plan::wait(Next::After(left));
     };
+    memory.node_missing_since = None;
     if node.metadata.deletion_timestamp.is_some() {
         return Plan::delete(ClaimDeletion::NodeDeleted, "its node is being deleted");
     }
@@ -1189,12 +1199,13 @@ mod tests {
     }
 
     #[test]
-    fn a_registered_claim_whose_node_went_away_is_deleted() {
+    fn a_registered_claim_whose_node_went_away_is_deleted_once_the_watches_had_time_to_show_it() {
         let claim = registered(json!({}));
-        assert_eq!(
-            deleted_with(&Case::new(&claim).decide(&mut Memory::default())),
-            Some("NodeDeleted")
-        );
+        let mut memory = Memory::default();
+        let case = Case::new(&claim);
+        assert_eq!(case.decide(&mut memory), Plan::wait(Next::After(READ_MODEL_LAG)));
+        memory.node_missing_since = case.now.checked_sub(READ_MODEL_LAG);
+        assert_eq!(deleted_with(&case.decide(&mut memory)), Some("NodeDeleted"));
     }
 
     #[test]
