@@ -166,8 +166,10 @@ pub fn is_well_known(key: &str) -> bool {
     WELL_KNOWN.contains(&key) || aws::WELL_KNOWN.contains(&key)
 }
 
-/// Legacy label keys and the keys they mean today.
+/// Legacy label keys and the keys they mean today (the EBS CSI driver's zone key among them, as
+/// Karpenter's AWS provider reads it: volumes it provisioned name their zone by it).
 const LEGACY_ALIASES: &[(&str, &str)] = &[
+    ("topology.ebs.csi.aws.com/zone", ZONE),
     ("failure-domain.beta.kubernetes.io/zone", ZONE),
     ("failure-domain.beta.kubernetes.io/region", REGION),
     ("beta.kubernetes.io/arch", ARCH),

@@ -1,7 +1,8 @@
 //! Scheduling classes: pods that differ only in size share one, prepared once.
 //!
 //! A class holds the constraints as the solver enforces them at one relaxation level: the first
-//! required node-affinity term narrowed by the heaviest preferred one, every preferred pod
+//! required node-affinity term narrowed by the heaviest preferred one and by the first of its
+//! volumes' topology alternatives, every preferred pod
 //! (anti-)affinity term and `ScheduleAnyway` spread treated as required. [`relax`] removes one
 //! preference in Karpenter's order; each relaxed form is its own class, memoized.
 
@@ -40,6 +41,11 @@ impl Class {
             node_reqs.add_all(preferred);
         }
         let checks = topology.checks(&constraints, &node_reqs);
+        // The volumes narrow the node after the spread's domains were chosen by node affinity
+        // alone, as kube-scheduler counts them.
+        if let Some(volumes) = constraints.volume_requirements.first() {
+            node_reqs.add_all(volumes);
+        }
         let mut keys: Vec<usize> = checks
             .iter()
             .map(|c| topology.groups[c.group].key)
@@ -68,13 +74,16 @@ pub(crate) fn without_preferences(mut c: Constraints) -> Constraints {
     c
 }
 
-/// The next relaxation of `c`, in Karpenter's order: drop the first of several required
+/// The next relaxation of `c`, in Karpenter's order: try the next of several volume topology
+/// alternatives (Karpenter tries each in turn), drop the first of several required
 /// node-affinity terms, then the heaviest preferred pod affinity, then anti-affinity, then the
 /// heaviest preferred node affinity, then a `ScheduleAnyway` spread constraint, and last tolerate
 /// `PreferNoSchedule` taints when some NodePool has one. `None` when nothing is left.
 pub(crate) fn relax(c: &Constraints, prefer_no_schedule_pools: bool) -> Option<Constraints> {
     let mut out = c.clone();
-    if out.node_requirements.len() > 1 {
+    if out.volume_requirements.len() > 1 {
+        out.volume_requirements.remove(0);
+    } else if out.node_requirements.len() > 1 {
         out.node_requirements.remove(0);
     } else if !out.preferred_pod_affinity.is_empty() {
         out.preferred_pod_affinity.remove(0);

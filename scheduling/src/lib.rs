@@ -3,6 +3,7 @@
 //! No I/O, no async, no actor runtime: providers and actors depend on it, never the reverse.
 //! [`pod`] and [`terms`] turn Kubernetes pods into the compact form the simulation works on,
 //! [`input`] describes a problem (nodes, NodePools, instance types, daemonsets, pods),
+//! [`volumes`] says where a pod's volumes can be used,
 //! [`solver::solve`] answers it with a [`solution::Solution`], [`consolidation`] asks it whether
 //! nodes can go, and [`workloads`] builds the benchmark problems.
 
@@ -22,6 +23,7 @@ pub mod solver;
 pub mod taints;
 pub mod terms;
 mod topology;
+pub mod volumes;
 pub mod workloads;
 
 pub use input::{ExistingNode, Input, MinValuesPolicy, NodePoolInput, Options, ReservedOfferingMode};

@@ -1,7 +1,7 @@
 //! Which NodePool a pending pod belongs to when NodePools are split between controllers: the
 //! heaviest pool (then the first by name, the order the solver tries them in) that could ever take
-//! it — it tolerates the pool's taints and one of its required node terms is compatible with the
-//! pool's requirements and labels. Capacity, limits and instance types are not looked at, so every
+//! it — it tolerates the pool's taints, and one of its required node terms and one of its volumes'
+//! topology alternatives are compatible with the pool's requirements and labels. Capacity, limits and instance types are not looked at, so every
 //! controller that sees the same NodePools gives a pod the same owner, whatever its own state.
 //!
 //! Pods of one kind (equal constraints) are decided once per call.
@@ -27,6 +27,7 @@ pub fn owners<'a>(
                     let constraints = pod.constraints();
                     first_untolerated(&constraints.tolerations, &pools[i].taints).is_none()
                         && admits_terms(&requirements[i], &constraints.node_requirements)
+                        && admits_terms(&requirements[i], &constraints.volume_requirements)
                 })
             })
         })
@@ -112,5 +113,22 @@ mod tests {
             owners(&pools, &pods),
             [Some(1), Some(3), Some(0), None, Some(2), Some(1)]
         );
+    }
+
+    #[test]
+    fn a_pod_belongs_to_a_pool_its_volumes_can_be_used_in() {
+        use joist_messages::model::requirements::{Operator, Requirement};
+        let team = |name: &str| {
+            [Requirement::new("team", Operator::In, [name]).unwrap_or_else(|e| panic!("{e}"))]
+                .into_iter()
+                .collect::<Requirements>()
+        };
+        let pools = [pool("a", 10, Vec::new()), pool("b", 0, Vec::new())];
+        let pods = [
+            pod("free", json!({})),
+            pod("volume-in-b", json!({})).with_volume_requirements(vec![team("b")]),
+            pod("volume-nowhere", json!({})).with_volume_requirements(vec![team("z")]),
+        ];
+        assert_eq!(owners(&pools, &pods), [Some(0), Some(1), None]);
     }
 }

@@ -7,7 +7,9 @@
 //!   plus pod overhead, plus one `pods` slot. A container's missing request defaults to its limit,
 //!   as the API server does at admission.
 //! - **node requirements** are the alternatives (ORed terms) of required node affinity, each
-//!   narrowed by `nodeSelector`; a pod without either has one empty alternative.
+//!   narrowed by `nodeSelector`; a pod without either has one empty alternative. Where its
+//!   volumes can be used comes from the cluster, not the pod
+//!   ([`PodInfo::with_volume_requirements`]).
 //!
 //! Failure modes: [`PodError`] names the pod and what Joist cannot simulate (for example
 //! `matchFields`, which Karpenter also rejects) or a malformed quantity or requirement.
@@ -31,7 +33,7 @@ use joist_messages::{
     },
 };
 use k8s_openapi::{
-    api::core::v1::{NodeSelectorTerm, TopologySpreadConstraint},
+    api::core::v1::{NodeSelectorTerm, TopologySelectorTerm, TopologySpreadConstraint},
     apimachinery::pkg::api::resource::Quantity as KubeQuantity,
 };
 
@@ -61,6 +63,17 @@ pub enum PodError {
     /// A pod affinity term or spread constraint is malformed.
     #[error(transparent)]
     Term(#[from] TermError),
+    /// A volume the pod uses cannot be placed: its claim, volume or StorageClass is missing or
+    /// unusable.
+    #[error("pod {pod}: {field}: {message}")]
+    Volume {
+        /// `namespace/name`.
+        pod: String,
+        /// The volume in the pod.
+        field: String,
+        /// What is missing or wrong.
+        message: String,
+    },
     /// The pod uses node affinity `matchFields`, which cannot be simulated for nodes that do not
     /// exist yet.
     #[error("pod {pod}: {field}: matchFields is not supported for provisioning")]
@@ -93,6 +106,12 @@ pub struct Constraints {
     pub labels: BTreeMap<String, String>,
     /// Required node requirements: ORed alternatives, tried first to last.
     pub node_requirements: Vec<Requirements>,
+    /// Where the pod's volumes can be used (its claims' PersistentVolume node affinity, or their
+    /// StorageClass's allowed topologies while unbound): ORed alternatives, tried first to last;
+    /// empty when its volumes go anywhere. Kept apart from `node_requirements`, as kube-scheduler
+    /// keeps them apart from node affinity: they narrow the node, not the domains a topology
+    /// spread counts.
+    pub volume_requirements: Vec<Requirements>,
     /// Preferred node affinity terms with their weights, heaviest first.
     pub preferred_node_requirements: Vec<(i32, Requirements)>,
     /// Tolerations, sorted.
@@ -220,6 +239,19 @@ impl PodInfo {
     pub fn change_constraints(&mut self, change: impl FnOnce(&mut Constraints)) {
         change(Arc::make_mut(&mut self.constraints));
         self.kind_hash = kind_hash(&self.constraints);
+    }
+
+    /// The pod whose volumes can be used only where one of `alternatives` holds (see
+    /// [`Constraints::volume_requirements`]).
+    #[must_use]
+    pub fn with_volume_requirements(mut self, alternatives: Vec<Requirements>) -> Self {
+        if alternatives != self.constraints.volume_requirements {
+            let mut constraints = Constraints::clone(&self.constraints);
+            constraints.volume_requirements = alternatives;
+            self.kind_hash = kind_hash(&constraints);
+            self.constraints = shared(constraints, self.kind_hash);
+        }
+        self
     }
 
     /// Prepares `pod` (see the module docs).
@@ -366,6 +398,7 @@ impl PodInfo {
             namespace,
             labels,
             node_requirements,
+            volume_requirements: Vec::new(),
             preferred_node_requirements,
             tolerations,
             host_ports,
@@ -454,7 +487,11 @@ pub fn effective_requests(pod: &str, spec: &CachedPodSpec) -> Result<Resources, 
 }
 
 /// The requirements of one node selector term.
-fn term_requirements(pod: &str, field: &str, term: &NodeSelectorTerm) -> Result<Requirements, PodError> {
+pub(crate) fn term_requirements(
+    pod: &str,
+    field: &str,
+    term: &NodeSelectorTerm,
+) -> Result<Requirements, PodError> {
     if term.match_fields.as_ref().is_some_and(|f| !f.is_empty()) {
         return Err(PodError::MatchFields {
             pod: pod.to_string(),
@@ -475,6 +512,19 @@ fn term_requirements(pod: &str, field: &str, term: &NodeSelectorTerm) -> Result<
         out.add(Requirement::new(&expr.key, operator, values).map_err(|e| bad(e.to_string()))?);
     }
     Ok(out)
+}
+
+/// A StorageClass's allowed topology term as requirements (each expression `key In values`).
+pub(crate) fn topology_requirements(term: &TopologySelectorTerm) -> Result<Requirements, String> {
+    term.match_label_expressions
+        .iter()
+        .flatten()
+        .enumerate()
+        .map(|(i, e)| {
+            Requirement::new(&e.key, Operator::In, e.values.iter().cloned())
+                .map_err(|error| format!("matchLabelExpressions[{i}]: {error}"))
+        })
+        .collect()
 }
 
 /// The operators a core/v1 node selector may use.

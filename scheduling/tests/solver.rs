@@ -443,6 +443,55 @@ fn zonal_spread_counts_existing_pods() {
     assert_eq!(zone_of(&solution, 0).as_deref(), Some("test-zone-3"));
 }
 
+/// Node requirements `key In values`, one alternative.
+fn only(key: &str, values: &[&str]) -> Requirements {
+    [Requirement::new(key, Operator::In, values.iter().copied()).unwrap_or_else(|e| panic!("{e}"))]
+        .into_iter()
+        .collect()
+}
+
+#[test]
+fn a_pods_volume_takes_it_to_the_volumes_zone_trying_each_alternative() {
+    let in_zone_2 = pod("db", json!({})).with_volume_requirements(vec![only(ZONE, &["test-zone-2"])]);
+    let solution = solve(&problem(8, vec![in_zone_2]));
+    assert_eq!(zone_of(&solution, 0).as_deref(), Some("test-zone-2"));
+
+    // A volume usable in a zone no instance type is offered in, or else in zone 3.
+    let alternatives = vec![only(ZONE, &["elsewhere"]), only(ZONE, &["test-zone-3"])];
+    let either = pod("db", json!({})).with_volume_requirements(alternatives);
+    let solution = solve(&problem(8, vec![either]));
+    assert!(solution.unschedulable.is_empty(), "{:?}", solution.unschedulable);
+    assert_eq!(zone_of(&solution, 0).as_deref(), Some("test-zone-3"));
+}
+
+#[test]
+fn a_volumes_zone_does_not_hide_the_other_zones_from_a_topology_spread() {
+    // kube-scheduler counts every zone the pod's node affinity allows, whatever its volume's
+    // zone: with one pod in zones 1 and 2 and none in 3, a second pod in zone 1 skews by 2.
+    let spread = json!({"topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": ZONE,
+        "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": {"app": "web"}}}]});
+    let running = |n: &str| pod_with_labels(n, json!({"app": "web"}), json!({}));
+    let nodes = || {
+        vec![
+            node("n1", 1, &[(ZONE, "test-zone-1")], vec![running("r1")]),
+            node("n2", 1, &[(ZONE, "test-zone-2")], vec![running("r2")]),
+        ]
+    };
+    let new = |zone: &str| {
+        pod_with_labels("new", json!({"app": "web"}), spread.clone())
+            .with_volume_requirements(vec![only(ZONE, &[zone])])
+    };
+    let mut input = problem(8, vec![new("test-zone-1")]);
+    input.nodes = nodes();
+    let solution = solve(&input);
+    assert!(solution.claims.is_empty(), "{:?}", solution.claims);
+    assert_eq!(solution.unschedulable.len(), 1);
+
+    let mut input = problem(8, vec![new("test-zone-3")]);
+    input.nodes = nodes();
+    assert_eq!(zone_of(&solve(&input), 0).as_deref(), Some("test-zone-3"));
+}
+
 #[test]
 fn pod_affinity_follows_running_pods_into_their_zone() {
     let affinity = json!({"affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
