@@ -32,9 +32,9 @@ use joist_messages::{
 };
 use k8s_openapi::api::{
     apps::v1::{DaemonSet, ReplicaSet, StatefulSet},
-    core::v1::{Namespace, Node, PersistentVolumeClaim, ReplicationController, Service},
+    core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, ReplicationController, Service},
     policy::v1::PodDisruptionBudget,
-    storage::v1::VolumeAttachment,
+    storage::v1::{StorageClass, VolumeAttachment},
 };
 use kube::{
     Api, Resource, ResourceExt,
@@ -567,6 +567,20 @@ impl Actor for ClusterState {
             reflect(
                 Api::<PersistentVolumeClaim>::all(client.clone()),
                 writers.volume_claims,
+                cached::trim,
+                |_, _| Change::Other,
+                |_| Change::Quiet,
+            ),
+            reflect(
+                Api::<PersistentVolume>::all(client.clone()),
+                writers.volumes,
+                cached::trim,
+                |_, _| Change::Other,
+                |_| Change::Quiet,
+            ),
+            reflect(
+                Api::<StorageClass>::all(client.clone()),
+                writers.storage_classes,
                 cached::trim,
                 |_, _| Change::Other,
                 |_| Change::Quiet,

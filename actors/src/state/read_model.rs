@@ -26,16 +26,20 @@ use joist_messages::{
     labels::NODEPOOL,
     model::{
         quantity::Quantity,
+        requirements::Requirements,
         resources::{Resources, names},
     },
     scheduler_config::SchedulerConfig,
 };
-use joist_scheduling::pod::{PodError, PodInfo};
+use joist_scheduling::{
+    pod::{PodError, PodInfo},
+    volumes::{StorageObjects, volume_requirements},
+};
 use k8s_openapi::api::{
     apps::v1::DaemonSet,
-    core::v1::{Namespace, Node, PersistentVolumeClaim},
+    core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim},
     policy::v1::PodDisruptionBudget,
-    storage::v1::VolumeAttachment,
+    storage::v1::{StorageClass, VolumeAttachment},
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::{
@@ -83,6 +87,8 @@ pub struct Writers {
     pub(crate) budgets: Writer<PodDisruptionBudget>,
     pub(crate) namespaces: Writer<Namespace>,
     pub(crate) volume_claims: Writer<PersistentVolumeClaim>,
+    pub(crate) volumes: Writer<PersistentVolume>,
+    pub(crate) storage_classes: Writer<StorageClass>,
     pub(crate) volume_attachments: Writer<VolumeAttachment>,
     /// The controllers default topology spread reads, when defaults are configured.
     pub(crate) default_spread: Option<DefaultSpreadWriters>,
@@ -181,6 +187,8 @@ pub struct ReadModel {
     budgets: Store<PodDisruptionBudget>,
     namespaces: Store<Namespace>,
     volume_claims: Store<PersistentVolumeClaim>,
+    volumes: Store<PersistentVolume>,
+    storage_classes: Store<StorageClass>,
     volume_attachments: Store<VolumeAttachment>,
     /// kube-scheduler's default topology spread, when `SCHEDULER_CONFIG` configures it.
     default_spread: Option<DefaultSpread>,
@@ -221,6 +229,8 @@ impl ReadModel {
         let (budgets, budgets_w) = reflector::store();
         let (namespaces, namespaces_w) = reflector::store();
         let (volume_claims, volume_claims_w) = reflector::store();
+        let (volumes, volumes_w) = reflector::store();
+        let (storage_classes, storage_classes_w) = reflector::store();
         let (volume_attachments, volume_attachments_w) = reflector::store();
         let model = Self {
             pods,
@@ -233,6 +243,8 @@ impl ReadModel {
             budgets,
             namespaces,
             volume_claims,
+            volumes,
+            storage_classes,
             volume_attachments,
             default_spread,
             index: Arc::default(),
@@ -248,6 +260,8 @@ impl ReadModel {
             budgets: budgets_w,
             namespaces: namespaces_w,
             volume_claims: volume_claims_w,
+            volumes: volumes_w,
+            storage_classes: storage_classes_w,
             volume_attachments: volume_attachments_w,
             default_spread: default_spread_w,
         };
@@ -276,6 +290,8 @@ impl ReadModel {
             && listed(&self.budgets)
             && listed(&self.namespaces)
             && listed(&self.volume_claims)
+            && listed(&self.volumes)
+            && listed(&self.storage_classes)
             && listed(&self.volume_attachments)
             && self.default_spread.as_ref().is_none_or(DefaultSpread::is_synced)
     }
@@ -423,17 +439,19 @@ impl ReadModel {
     }
 
     /// `pod` as the scheduling simulation sees it, made once per version of the pod (and of its
-    /// default spread).
+    /// default spread and where its volumes can be used).
     pub fn pod_info(&self, pod: &Arc<CachedPod>) -> Result<Arc<PodInfo>, PodError> {
         let key = (pod.namespace().unwrap_or_default(), pod.name_any());
         let default_selector = self.default_spread_selector(pod);
+        let volumes = volume_requirements(pod, self)?;
         if let Some(known) = self.index.pod_infos.get(&key)
             && Arc::ptr_eq(&known.pod, pod)
             && known.default_selector.as_deref() == default_selector.as_ref()
+            && known.info.constraints().volume_requirements == volumes
         {
             return Ok(known.info.clone());
         }
-        let info = Arc::new(self.simulated(pod, default_selector.as_ref())?);
+        let info = Arc::new(self.simulated(pod, default_selector.as_ref(), volumes)?);
         let cached = CachedInfo {
             pod: pod.clone(),
             default_selector: default_selector.map(Box::new),
@@ -446,7 +464,8 @@ impl ReadModel {
     /// `pod` as the scheduling simulation sees it, made afresh (for pods seen once, as pending
     /// pods are by a provisioning pass).
     pub fn fresh_pod_info(&self, pod: &CachedPod) -> Result<PodInfo, PodError> {
-        self.simulated(pod, self.default_spread_selector(pod).as_ref())
+        let volumes = volume_requirements(pod, self)?;
+        self.simulated(pod, self.default_spread_selector(pod).as_ref(), volumes)
     }
 
     fn default_spread_selector(&self, pod: &CachedPod) -> Option<LabelSelector> {
@@ -457,13 +476,15 @@ impl ReadModel {
         &self,
         pod: &CachedPod,
         default_selector: Option<&LabelSelector>,
+        volumes: Vec<Requirements>,
     ) -> Result<PodInfo, PodError> {
-        match (&self.default_spread, default_selector) {
+        let info = match (&self.default_spread, default_selector) {
             (Some(spread), Some(selector)) => {
                 PodInfo::with_default_spread(pod, &spread.constraints(selector))
             }
             _ => PodInfo::from_pod(pod),
-        }
+        }?;
+        Ok(info.with_volume_requirements(volumes))
     }
 
     /// The NodePools that have NodeClaims here, those just created included.
@@ -938,6 +959,20 @@ pub fn is_provisionable(pod: &CachedPod) -> bool {
         && !owned_by_daemon_set(pod)
         && !is_mirror(pod)
         && pod.metadata.deletion_timestamp.is_none()
+}
+
+impl StorageObjects for ReadModel {
+    fn claim(&self, namespace: &str, name: &str) -> Option<Arc<PersistentVolumeClaim>> {
+        self.volume_claims.get(&ObjectRef::new(name).within(namespace))
+    }
+
+    fn volume(&self, name: &str) -> Option<Arc<PersistentVolume>> {
+        self.volumes.get(&ObjectRef::new(name))
+    }
+
+    fn class(&self, name: &str) -> Option<Arc<StorageClass>> {
+        self.storage_classes.get(&ObjectRef::new(name))
+    }
 }
 
 #[cfg(test)]

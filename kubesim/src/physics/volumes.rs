@@ -1,27 +1,29 @@
 //! Volumes: the PersistentVolume provisioner and the attach/detach controller with its CSI
 //! driver. A PersistentVolumeClaim is bound to a volume provisioned for it (`pvc-<claim uid>`,
-//! driver `ebs.csi.aws.com`) once a pod using it is bound to a node; a pod on a node attaches its
+//! driver `ebs.csi.aws.com`) once a pod using it is bound to a node, in that node's zone (the
+//! volume's node affinity names it, and the scheduler keeps the claim's later pods there); a pod on a node attaches its
 //! claims' volumes there (one VolumeAttachment per volume and node, attached at once); a volume
 //! that no pod on the node uses any more (its pods deleted or finished: a pod shutting down still
 //! uses it) is detached after [`PhysicsSettings::detach_after`](super::PhysicsSettings), that
 //! is its VolumeAttachment deleted, and at once when the node is gone.
 //!
-//! Left out: storage classes and binding modes (every claim waits for its first consumer),
-//! volume topology (the scheduler places a pod whatever zone its volume is in), access modes,
-//! attach limits, reclaiming the volumes of deleted claims, and volumes other than claims.
+//! Left out: binding modes (every claim waits for its first consumer, `Immediate` ones too; a
+//! class's allowed topologies are honoured by the scheduler), access modes, attach limits,
+//! reclaiming the volumes of deleted claims, and volumes other than claims (ephemeral ones too).
 
 use std::{
-    collections::{BTreeMap, BTreeSet, HashMap, HashSet},
+    collections::{BTreeMap, BTreeSet, HashMap},
     sync::Arc,
     time::Duration,
 };
 
+use joist_messages::labels::ZONE;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
 use super::{Informer, wait};
 use crate::{
-    object::text,
+    object::{labels, text},
     resources::GroupResource,
     store::{DeleteOptions, EventKind, ObjectKey, Part, Store},
 };
@@ -36,7 +38,8 @@ type Attachment = (String, String);
 struct Volumes {
     /// Claims as last seen (or as bound here, before the informer shows it).
     claims: HashMap<ObjectKey, Arc<Value>>,
-    nodes: HashSet<String>,
+    /// Nodes by name, with their zone (empty when unlabelled).
+    nodes: HashMap<String, String>,
     /// Bound pods that use claims, as last seen, with the attachments they use.
     pods: HashMap<ObjectKey, (Arc<Value>, Vec<Attachment>)>,
     /// Pods waiting for a claim to be bound, by claim.
@@ -99,7 +102,8 @@ impl Volumes {
                 .map(|(attachment, _)| attachment.clone());
             self.dirty.extend(on_node.collect::<Vec<_>>());
         } else {
-            self.nodes.insert(name);
+            let zone = labels(node).remove(ZONE).unwrap_or_default();
+            self.nodes.insert(name, zone);
         }
     }
 
@@ -144,13 +148,13 @@ impl Volumes {
         }
         for name in claim_names(pod) {
             let claim = ObjectKey::new(&key.namespace, name);
-            self.provision(store, &claim);
+            self.provision(store, &claim, node);
         }
         self.track(pod.clone());
     }
 
-    /// Binds `claim` to a volume provisioned for it, unless it has one.
-    fn provision(&mut self, store: &Store, claim: &ObjectKey) {
+    /// Binds `claim` to a volume provisioned for it in `node`'s zone, unless it has one.
+    fn provision(&mut self, store: &Store, claim: &ObjectKey, node: &str) {
         let Some(object) = self.claims.get(claim) else {
             return;
         };
@@ -158,7 +162,7 @@ impl Volumes {
             return;
         }
         let volume = format!("pvc-{}", text(object, "/metadata/uid"));
-        let pv = json!({
+        let mut pv = json!({
             "apiVersion": "v1", "kind": "PersistentVolume",
             "metadata": {"name": volume, "annotations": {"pv.kubernetes.io/provisioned-by": DRIVER}},
             "spec": {
@@ -173,6 +177,10 @@ impl Volumes {
                 },
             },
         });
+        if let Some(zone) = self.nodes.get(node).filter(|zone| !zone.is_empty()) {
+            pv["spec"]["nodeAffinity"] = json!({"required": {"nodeSelectorTerms": [
+                {"matchExpressions": [{"key": ZONE, "operator": "In", "values": [zone]}]}]}});
+        }
         let volumes = GroupResource::new("", "persistentvolumes");
         if let Err(error) = store.create(&volumes, "", pv, false) {
             tracing::debug!(%error, volume, "kubesim volumes: cannot provision");
@@ -279,7 +287,7 @@ impl Volumes {
         self.dirty.extend(due);
         while let Some(attachment) = self.dirty.pop_first() {
             let used = self.users.contains_key(&attachment);
-            let node_gone = !self.nodes.contains(&attachment.0);
+            let node_gone = !self.nodes.contains_key(&attachment.0);
             match (used && !node_gone, self.attached.get(&attachment)) {
                 (true, None) => {
                     self.detaching.remove(&attachment);

@@ -760,6 +760,91 @@ async fn a_pod_with_a_claim_gets_a_volume_attached_to_its_node_until_it_leaves()
 }
 
 #[tokio::test]
+async fn a_pod_goes_only_where_its_claims_volume_or_storage_class_allows() {
+    use k8s_openapi::api::{
+        core::v1::{PersistentVolume, PersistentVolumeClaim},
+        storage::v1::StorageClass,
+    };
+
+    let cluster = cluster();
+    let client = cluster.client();
+    let nodes: Api<Node> = Api::all(client.clone());
+    create(&nodes, node("n-a", "8", "us-west-2a")).await;
+    create(&nodes, node("n-b", "8", "us-west-2b")).await;
+    let in_zone_b = json!([{"matchExpressions": [
+        {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["us-west-2b"]}]}]);
+    create(
+        &Api::<PersistentVolume>::all(client.clone()),
+        json!({
+            "apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": "pv-b"},
+            "spec": {
+                "capacity": {"storage": "10Gi"}, "accessModes": ["ReadWriteOnce"],
+                "csi": {"driver": "ebs.csi.aws.com", "volumeHandle": "vol-b"},
+                "nodeAffinity": {"required": {"nodeSelectorTerms": in_zone_b}},
+            },
+        }),
+    )
+    .await;
+    create(
+        &Api::<StorageClass>::all(client.clone()),
+        json!({
+            "apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": "only-b"},
+            "provisioner": "ebs.csi.aws.com", "volumeBindingMode": "WaitForFirstConsumer",
+            "allowedTopologies": [{"matchLabelExpressions": [
+                {"key": "topology.kubernetes.io/zone", "values": ["us-west-2b"]}]}],
+        }),
+    )
+    .await;
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), "default");
+    let claim = |name: &str, spec: serde_json::Value| {
+        let mut spec = spec;
+        spec["accessModes"] = json!(["ReadWriteOnce"]);
+        spec["resources"] = json!({"requests": {"storage": "10Gi"}});
+        json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": name, "namespace": "default"}, "spec": spec})
+    };
+    create(&claims, claim("data", json!({"volumeName": "pv-b"}))).await;
+    create(&claims, claim("scratch", json!({"storageClassName": "only-b"}))).await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let with_claim = |name: &str, claim: &str| {
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"},
+            "spec": {"containers": [{"name": "app", "image": "app", "resources": {"requests": {"cpu": "1"}}}],
+                "volumes": [{"name": "v", "persistentVolumeClaim": {"claimName": claim}}]}})
+    };
+    let node_of = |name: &'static str| {
+        let pods = pods.clone();
+        async move { pods.get(name).await.ok()?.spec?.node_name }
+    };
+    // Of two empty nodes n-a wins the tie, and once n-b holds a pod it is the emptier: each pod
+    // lands on n-b only because its volume is there or can only be made there.
+    create(&pods, with_claim("db", "data")).await;
+    assert_eq!(eventually("db placed", || node_of("db")).await, "n-b");
+    create(&pods, with_claim("cache", "scratch")).await;
+    assert_eq!(eventually("cache placed", || node_of("cache")).await, "n-b");
+    let provisioned = eventually("scratch bound", || async {
+        claims.get("scratch").await.ok()?.spec?.volume_name
+    })
+    .await;
+    let pv = Api::<PersistentVolume>::all(client.clone())
+        .get(&provisioned)
+        .await
+        .expect("the provisioned volume");
+    let affinity = serde_json::to_value(pv.spec.and_then(|s| s.node_affinity)).expect("json");
+    assert_eq!(
+        affinity["required"]["nodeSelectorTerms"], in_zone_b,
+        "provisioned in its node's zone"
+    );
+
+    create(&pods, with_claim("orphan", "nope")).await;
+    eventually("the pod without its claim refused", || async {
+        let (_, reason, message) = scheduled(&pods.get("orphan").await.ok()?)?;
+        (reason == "Unschedulable" && message.contains("persistentvolumeclaim \"nope\" not found"))
+            .then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
 async fn a_node_that_goes_takes_its_attachments_at_once() {
     use k8s_openapi::api::storage::v1::VolumeAttachment;
 

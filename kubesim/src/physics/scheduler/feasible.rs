@@ -146,13 +146,15 @@ impl Classes {
     }
 }
 
-/// The class key of a pending pod: what the filters read of it.
-pub(super) fn key(pod: &serde_json::Value) -> String {
+/// The class key of a pending pod: what the filters read of it (its volumes' topology comes
+/// from the cluster, so a claim bound since makes another kind).
+pub(super) fn key(pod: &serde_json::Value, needs: &PodNeeds) -> String {
     let part = |pointer: &str| pod.pointer(pointer).map(ToString::to_string).unwrap_or_default();
     format!(
-        "{}\n{}\n{}",
+        "{}\n{}\n{}\n{:?}",
         part("/metadata/namespace"),
         part("/metadata/labels"),
-        part("/spec")
+        part("/spec"),
+        needs.volumes
     )
 }

@@ -14,6 +14,7 @@ use k8s_openapi::api::core::v1::{
 };
 use serde_json::{Value, json};
 
+use super::volume_topology::{self, VolumeNeed};
 use crate::{conditions, object::labels, object::text, selector::label_selector_matches};
 
 /// What the scheduler knows about a node.
@@ -37,6 +38,8 @@ pub(super) struct PodNeeds {
     pub(super) affinity: Affinity,
     pub(super) tolerations: Vec<Toleration>,
     pub(super) spread: Vec<TopologySpreadConstraint>,
+    /// Where its claims let it go ([`super::volume_topology`]).
+    pub(super) volumes: Vec<VolumeNeed>,
 }
 
 /// A bound pod, as the scheduler accounts for it.
@@ -58,6 +61,8 @@ pub(super) enum Refusal {
     TooManyPods,
     Insufficient(String),
     Ports,
+    VolumeBinding,
+    VolumeNodeAffinity,
     Spread,
     PodAffinity,
     PodAntiAffinity,
@@ -74,6 +79,8 @@ impl fmt::Display for Refusal {
             Self::TooManyPods => f.write_str("Too many pods"),
             Self::Insufficient(resource) => write!(f, "Insufficient {resource}"),
             Self::Ports => f.write_str("node(s) didn't have free ports for the requested pod ports"),
+            Self::VolumeBinding => f.write_str("node(s) didn't find available persistent volumes to bind"),
+            Self::VolumeNodeAffinity => f.write_str("node(s) had volume node affinity conflict"),
             Self::Spread => f.write_str("node(s) didn't match pod topology spread constraints"),
             Self::PodAffinity => f.write_str("node(s) didn't match pod affinity rules"),
             Self::PodAntiAffinity => f.write_str("node(s) didn't match pod anti-affinity rules"),
@@ -135,6 +142,9 @@ pub(super) fn filter(
     }
     if needs.ports.iter().any(|port| node.ports.contains(port)) {
         return Err(Refusal::Ports);
+    }
+    if let Some(refusal) = volume_topology::refusal(&needs.volumes, node) {
+        return Err(refusal);
     }
     if spread.iter().any(|counts| !counts.allows(node)) {
         return Err(Refusal::Spread);
@@ -315,6 +325,7 @@ impl PodNeeds {
             affinity: parse(&spec, "affinity"),
             tolerations: parse(&spec, "tolerations"),
             spread: parse(&spec, "topologySpreadConstraints"),
+            volumes: Vec::new(),
         }
     }
 }
@@ -390,7 +401,7 @@ pub(super) fn node_affinity_matches(affinity: &Affinity, node: &NodeInfo) -> boo
         .any(|term| term_matches(term, node))
 }
 
-fn term_matches(term: &NodeSelectorTerm, node: &NodeInfo) -> bool {
+pub(super) fn term_matches(term: &NodeSelectorTerm, node: &NodeInfo) -> bool {
     let expressions = term.match_expressions.as_deref().unwrap_or_default();
     let fields = term.match_fields.as_deref().unwrap_or_default();
     if expressions.is_empty() && fields.is_empty() {

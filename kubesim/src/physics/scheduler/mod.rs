@@ -5,6 +5,7 @@
 //!
 //! Filters: node readiness and `spec.unschedulable`, resource requests (cpu, memory, pods and any
 //! other allocatable), nodeSelector, required node affinity, taints and tolerations, host ports,
+//! where the pod's claims can be used ([`volume_topology`]),
 //! `DoNotSchedule` topology spread (the configuration's default constraints for pods that declare
 //! none, [`default_spread`]), and required pod affinity and anti-affinity of the incoming pod.
 //! Among the nodes that pass, the least allocated wins. Unschedulable pods are retried when nodes or
@@ -22,6 +23,7 @@ mod default_spread;
 mod domains;
 mod feasible;
 mod filter;
+mod volume_topology;
 
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque},
@@ -362,7 +364,11 @@ impl Scheduler {
             if let Some(config) = self.config.as_ref().filter(|_| needs.spread.is_empty()) {
                 needs.spread = default_spread::defaults_for(config, store, &pod);
             }
-            match self.choose(&pod, &needs) {
+            let chosen = volume_topology::volume_needs(store, &pod).and_then(|volumes| {
+                needs.volumes = volumes;
+                self.choose(&pod, &needs)
+            });
+            match chosen {
                 Ok(node) => match bind(store, &key, &node, false) {
                     Ok(()) => self.account(key, &node, &needs, &pod),
                     Err(error) => tracing::debug!(%error, pod = %key.name, "kubesim scheduler: bind failed"),
@@ -411,7 +417,7 @@ impl Scheduler {
                 })
             })
             .collect();
-        let class_key = feasible::key(pod);
+        let class_key = feasible::key(pod, needs);
         let class = self.classes.of(&class_key, needs, &self.nodes);
         // Start after the node the previous pod stopped at, as kube-scheduler does, so the sample of
         // feasible nodes moves around the cluster.
