@@ -1138,6 +1138,88 @@ spec:
     assert_eq!(report.summary.pods_running_end, 1, "{:#?}", report.summary);
 }
 
+#[test]
+fn pods_get_nodes_in_the_zones_their_volumes_allow() {
+    // `db`'s claim is bound to a volume in us-west-2c; `cache`'s waits for its first consumer
+    // with a class that provisions only in us-west-2b. Both would fit one node anywhere.
+    let storage = "apiVersion: v1
+kind: PersistentVolume
+metadata: {name: pv-c}
+spec:
+  capacity: {storage: 10Gi}
+  accessModes: [ReadWriteOnce]
+  csi: {driver: ebs.csi.aws.com, volumeHandle: vol-c}
+  claimRef: {namespace: default, name: db-data}
+  nodeAffinity:
+    required:
+      nodeSelectorTerms:
+        - matchExpressions: [{key: topology.kubernetes.io/zone, operator: In, values: [us-west-2c]}]
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: db-data, namespace: default}
+spec:
+  accessModes: [ReadWriteOnce]
+  resources: {requests: {storage: 10Gi}}
+  volumeName: pv-c
+---
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata: {name: only-b}
+provisioner: ebs.csi.aws.com
+volumeBindingMode: WaitForFirstConsumer
+allowedTopologies:
+  - matchLabelExpressions: [{key: topology.kubernetes.io/zone, values: [us-west-2b]}]
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: cache-data, namespace: default}
+spec:
+  accessModes: [ReadWriteOnce]
+  storageClassName: only-b
+  resources: {requests: {storage: 10Gi}}
+---
+";
+    let volume = |claim: &str| {
+        format!(
+            "      volumes:
+        - name: data
+          persistentVolumeClaim: {{claimName: {claim}}}"
+        )
+    };
+    let manifests = c5_pool_with("")
+        + NODE_CLASS
+        + storage
+        + &deployment("db", 1, "1", &volume("db-data"))
+        + &deployment("cache", 1, "1", &volume("cache-data"));
+    let report = run(&scenario(&manifests, "[]", "3m"));
+    let s = &report.summary;
+    assert_eq!((s.pods_running_end, s.pods_pending_end), (2, 0), "{s:#?}");
+    let mut zones: Vec<&str> = s.final_nodes.iter().map(|n| n.zone.as_str()).collect();
+    zones.sort_unstable();
+    assert_eq!(zones, ["us-west-2b", "us-west-2c"], "{s:#?}");
+}
+
+#[test]
+fn a_pod_whose_claim_does_not_exist_is_left_out_and_named() {
+    let volume = "      volumes:
+        - name: data
+          persistentVolumeClaim: {claimName: missing}";
+    let manifests = c5_pool_with("") + NODE_CLASS + &deployment("db", 1, "1", volume);
+    let report = run(&scenario(&manifests, "[]", "2m"));
+    let s = &report.summary;
+    assert!(s.final_nodes.is_empty(), "{s:#?}");
+    let [pending] = s.pending_pods.as_slice() else {
+        panic!("one pod pending: {s:#?}");
+    };
+    assert!(
+        pending.reason.contains(
+            "spec.volumes[0].persistentVolumeClaim.claimName: PersistentVolumeClaim default/missing not found"
+        ),
+        "{pending:?}"
+    );
+}
+
 /// A spot NodePool of c5 and the `web` Deployment of two one-CPU pods.
 fn spot_web() -> String {
     let spot = pool("spot", &family(&["c5"]), "").replace("values: [on-demand]", "values: [spot]");
