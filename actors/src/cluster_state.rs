@@ -34,7 +34,7 @@ use k8s_openapi::api::{
     apps::v1::{DaemonSet, ReplicaSet, StatefulSet},
     core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, ReplicationController, Service},
     policy::v1::PodDisruptionBudget,
-    storage::v1::{StorageClass, VolumeAttachment},
+    storage::v1::{CSINode, StorageClass, VolumeAttachment},
 };
 use kube::{
     Api, Resource, ResourceExt,
@@ -581,6 +581,13 @@ impl Actor for ClusterState {
             reflect(
                 Api::<StorageClass>::all(client.clone()),
                 writers.storage_classes,
+                cached::trim,
+                |_, _| Change::Other,
+                |_| Change::Quiet,
+            ),
+            reflect(
+                Api::<CSINode>::all(client.clone()),
+                writers.csi_nodes,
                 cached::trim,
                 |_, _| Change::Other,
                 |_| Change::Quiet,

@@ -87,6 +87,9 @@ pub struct ExistingNode {
     pub pods: Vec<Arc<PodInfo>>,
     /// False while the node is still starting; initialized nodes are tried first.
     pub initialized: bool,
+    /// How many volumes each CSI driver can attach here (its CSINode's allocatable count);
+    /// drivers not named are not limited.
+    pub volume_limits: BTreeMap<String, u32>,
 }
 
 impl ExistingNode {
@@ -120,6 +123,7 @@ impl ExistingNode {
             allocatable: it.allocatable(),
             pods,
             initialized: true,
+            volume_limits: Default::default(),
         }
     }
 }

@@ -23,6 +23,7 @@ use std::{
 use crate::{
     taints::Toleration,
     terms::{AffinityTerm, SpreadConstraint, TermError, affinity_term, spread_constraint, weighted_terms},
+    volumes::PodVolumes,
 };
 use joist_messages::{
     cached_pod::{CachedContainer, CachedPod, CachedPodSpec},
@@ -130,6 +131,16 @@ pub struct Constraints {
     pub spread: Vec<SpreadConstraint>,
 }
 
+/// A volume a pod has attached to its node, as CSI attach limits count it: its driver and its
+/// claim (`namespace/name`; pods sharing a claim attach it once).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct AttachedVolume {
+    /// The CSI driver (`ebs.csi.aws.com`).
+    pub driver: String,
+    /// The claim, `namespace/name`.
+    pub claim: String,
+}
+
 /// A pod prepared for the simulation (see the module docs).
 #[derive(Debug, Clone, PartialEq)]
 pub struct PodInfo {
@@ -141,6 +152,9 @@ pub struct PodInfo {
     pub requests: Resources,
     /// Creation time in seconds since the epoch (0 when unknown), for queue order.
     pub created_unix: i64,
+    /// The volumes it attaches to its node, for the nodes whose CSI drivers limit them (none
+    /// until [`PodInfo::with_volumes`]).
+    pub volumes: Vec<AttachedVolume>,
     /// Where the pod may go: shared, so copies of the pod (each pass's candidates, a simulation's
     /// moves) do not copy its labels and terms.
     constraints: Arc<Constraints>,
@@ -239,6 +253,14 @@ impl PodInfo {
     pub fn change_constraints(&mut self, change: impl FnOnce(&mut Constraints)) {
         change(Arc::make_mut(&mut self.constraints));
         self.kind_hash = kind_hash(&self.constraints);
+    }
+
+    /// The pod with what its volumes need of a node: where they can be used (see
+    /// [`Constraints::volume_requirements`]) and what they attach.
+    #[must_use]
+    pub fn with_volumes(mut self, volumes: PodVolumes) -> Self {
+        self.volumes = volumes.attached;
+        self.with_volume_requirements(volumes.requirements)
     }
 
     /// The pod whose volumes can be used only where one of `alternatives` holds (see
@@ -413,6 +435,7 @@ impl PodInfo {
                 .creation_timestamp
                 .as_ref()
                 .map_or(0, |t| t.0.as_second()),
+            volumes: Vec::new(),
             kind_hash: hash,
             constraints: shared(constraints, hash),
         })

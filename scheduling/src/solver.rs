@@ -30,7 +30,7 @@ mod delta;
 mod room;
 
 use std::{
-    collections::{HashMap, VecDeque},
+    collections::{BTreeMap, HashMap, VecDeque},
     sync::Arc,
 };
 
@@ -49,7 +49,7 @@ use crate::{
     classes::{self, Class},
     dims::{self, Dims},
     input::{Input, MinValuesPolicy},
-    pod::{Constraints, HostPort, Kind, PodInfo},
+    pod::{AttachedVolume, Constraints, HostPort, Kind, PodInfo},
     reservations::Ledger,
     reserve::Reserves,
     solution::{NewClaim, Placement, Reason, Solution, Unschedulable},
@@ -119,6 +119,8 @@ struct Bin {
     alloc: Vec<i64>,
     used: Vec<i64>,
     ports: Vec<HostPort>,
+    /// Existing node whose CSI drivers limit attachments: the volumes its pods attach.
+    volumes: Vec<AttachedVolume>,
     host_counts: Vec<(usize, u32)>,
     /// Per topology key: the domain, `None` when absent (node) or undecided (claim).
     domains: Vec<Option<u32>>,
@@ -188,6 +190,34 @@ struct Solver<'a> {
     rejections: Vec<usize>,
     /// When set, per bin, the (group, domain) counts its node's pods add outside hostname keys.
     records: Option<Vec<Vec<(usize, u32)>>>,
+}
+
+/// Adds a pod's volumes to a node's, each claim once.
+fn attach(on_node: &mut Vec<AttachedVolume>, pods: &[AttachedVolume]) {
+    for volume in pods {
+        if !on_node.contains(volume) {
+            on_node.push(volume.clone());
+        }
+    }
+}
+
+/// Whether a pod's volumes would take some CSI driver past its attach limit on a node that
+/// already attaches `on_node` (a claim already attached there takes no new slot).
+fn exceeds_volume_limits(
+    limits: &BTreeMap<String, u32>,
+    on_node: &[AttachedVolume],
+    pods: &[AttachedVolume],
+) -> bool {
+    if limits.is_empty() || pods.is_empty() {
+        return false;
+    }
+    limits.iter().any(|(driver, &limit)| {
+        let new = pods
+            .iter()
+            .filter(|v| v.driver == *driver && !on_node.contains(v))
+            .count();
+        new > 0 && on_node.iter().filter(|v| v.driver == *driver).count() + new > limit as usize
+    })
 }
 
 fn ports_conflict(a: &[HostPort], b: &[HostPort]) -> bool {
@@ -396,6 +426,7 @@ impl<'a> Solver<'a> {
                 alloc: self.dims.vector(&node.allocatable),
                 used: vec![0; self.dims.len()],
                 ports: Vec::new(),
+                volumes: Vec::new(),
                 host_counts: Vec::new(),
                 domains: self
                     .topology
@@ -408,6 +439,9 @@ impl<'a> Solver<'a> {
             for pod in &node.pods {
                 dims::add(&mut bin.used, &self.dims.vector(&pod.requests));
                 bin.ports.extend(pod.constraints().host_ports.iter().copied());
+                if !node.volume_limits.is_empty() {
+                    attach(&mut bin.volumes, &pod.volumes);
+                }
                 let groups = counted
                     .entry(pod.kind())
                     .or_insert_with(|| self.topology.counted_in(pod.constraints()));
@@ -770,6 +804,10 @@ impl<'a> Solver<'a> {
         if !dims::fits(&bin.used, self.pod_requests(pod), &bin.alloc) {
             return Err((Why::Resources, false));
         }
+        // Attach slots are a node's resource too; only existing nodes know theirs.
+        if exceeds_volume_limits(&node.volume_limits, &bin.volumes, &self.pods[pod].volumes) {
+            return Err((Why::Resources, false));
+        }
         Ok(())
     }
 
@@ -1036,6 +1074,7 @@ impl<'a> Solver<'a> {
             alloc: vec![0; d],
             used: vec![0; d],
             ports: p.daemon_ports.clone(),
+            volumes: Vec::new(),
             host_counts: Vec::new(),
             domains,
             pods: Vec::new(),
@@ -1063,6 +1102,11 @@ impl<'a> Solver<'a> {
         }
         let c = &self.classes[class];
         bin.ports.extend(c.constraints.host_ports.iter().copied());
+        if let Some(node) = bin.node
+            && !self.input.nodes[node].volume_limits.is_empty()
+        {
+            attach(&mut bin.volumes, &self.pods[pod].volumes);
+        }
         bin.pods.push(pod);
         if let Some(claim) = bin.claim.as_mut() {
             let p = &mut self.pools[claim.pool];

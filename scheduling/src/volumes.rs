@@ -23,7 +23,7 @@ use k8s_openapi::api::{
     storage::v1::StorageClass,
 };
 
-use crate::pod::{PodError, term_requirements, topology_requirements};
+use crate::pod::{AttachedVolume, PodError, term_requirements, topology_requirements};
 
 /// The cluster's storage objects, by name.
 pub trait StorageObjects {
@@ -35,25 +35,40 @@ pub trait StorageObjects {
     fn class(&self, name: &str) -> Option<Arc<StorageClass>>;
 }
 
-/// The alternatives (see the module docs) for `pod`; empty when its volumes go anywhere.
-pub fn volume_requirements(
-    pod: &CachedPod,
-    objects: &impl StorageObjects,
-) -> Result<Vec<Requirements>, PodError> {
+/// What a pod's volumes need of a node.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PodVolumes {
+    /// Where they can be used: OR'ed alternatives (see the module docs); empty for anywhere.
+    pub requirements: Vec<Requirements>,
+    /// The volumes it attaches whose CSI driver is known (from the bound volume, or the class
+    /// that will provision it), for the drivers' attach limits.
+    pub attached: Vec<AttachedVolume>,
+}
+
+/// What `pod`'s volumes need of a node (see the module docs).
+pub fn pod_volumes(pod: &CachedPod, objects: &impl StorageObjects) -> Result<PodVolumes, PodError> {
     let volumes = pod.spec.iter().flat_map(|s| s.volumes.iter().flatten());
-    let mut alternatives: Vec<Requirements> = Vec::new();
+    let mut out = PodVolumes::default();
     for (i, volume) in volumes.enumerate() {
-        let of_volume = claim_alternatives(pod, i, volume, objects)?;
-        if of_volume.is_empty() {
+        let Some(claim) = claim_of(pod, i, volume, objects)? else {
+            continue;
+        };
+        if let Some(driver) = claim.driver {
+            out.attached.push(AttachedVolume {
+                driver,
+                claim: claim.name,
+            });
+        }
+        if claim.alternatives.is_empty() {
             continue;
         }
-        alternatives = if alternatives.is_empty() {
-            of_volume
+        out.requirements = if out.requirements.is_empty() {
+            claim.alternatives
         } else {
-            combine(&alternatives, &of_volume)
+            combine(&out.requirements, &claim.alternatives)
         };
     }
-    Ok(alternatives)
+    Ok(out)
 }
 
 /// Every pair of alternatives merged, those that conflict left out unless all do.
@@ -78,13 +93,23 @@ fn combine(alternatives: &[Requirements], of_volume: &[Requirements]) -> Vec<Req
     }
 }
 
-/// The alternatives one of the pod's volumes allows (none: anywhere).
-fn claim_alternatives(
+/// One claim a pod uses, as its volume needs it.
+struct ClaimUse {
+    /// `namespace/name`.
+    name: String,
+    /// Where it can be used (none: anywhere).
+    alternatives: Vec<Requirements>,
+    /// The CSI driver that attaches it, when known.
+    driver: Option<String>,
+}
+
+/// The claim one of the pod's volumes uses; `None` for a volume that claims nothing.
+fn claim_of(
     pod: &CachedPod,
     index: usize,
     volume: &CachedVolume,
     objects: &impl StorageObjects,
-) -> Result<Vec<Requirements>, PodError> {
+) -> Result<Option<ClaimUse>, PodError> {
     let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
     let pod_name = pod.metadata.name.as_deref().unwrap_or_default();
     let key = format!("{namespace}/{pod_name}");
@@ -102,19 +127,29 @@ fn claim_alternatives(
                 .and_then(|t| t.spec.storage_class_name.clone());
             (format!("{pod_name}-{}", volume.name), class)
         }
-        (None, None) => return Ok(Vec::new()),
+        (None, None) => return Ok(None),
     };
     let field = if volume.ephemeral.is_some() {
         ".ephemeral"
     } else {
         ".persistentVolumeClaim.claimName"
     };
+    let mut found = ClaimUse {
+        name: format!("{namespace}/{claim_name}"),
+        alternatives: Vec::new(),
+        driver: None,
+    };
     let Some(claim) = objects.claim(namespace, &claim_name) else {
         // An ephemeral volume's claim is made once the pod exists: until it is, its template
         // says where it will be provisioned.
         return match template_class {
-            Some(class) => class_alternatives(&class, objects).map_err(|m| error(field, m)),
-            None if volume.ephemeral.is_some() => Ok(Vec::new()),
+            Some(class) => {
+                let (alternatives, driver) = class_use(&class, objects).map_err(|m| error(field, m))?;
+                found.alternatives = alternatives;
+                found.driver = driver;
+                Ok(Some(found))
+            }
+            None if volume.ephemeral.is_some() => Ok(Some(found)),
             None => Err(error(
                 field,
                 format!("PersistentVolumeClaim {namespace}/{claim_name} not found"),
@@ -140,17 +175,23 @@ fn claim_alternatives(
                 format!("{claim_ref} is bound to PersistentVolume {bound}, which does not exist"),
             ));
         };
-        return volume_alternatives(&key, bound, &pv);
+        found.alternatives = volume_alternatives(&key, bound, &pv)?;
+        found.driver = pv
+            .spec
+            .as_ref()
+            .and_then(|s| Some(s.csi.as_ref()?.driver.clone()));
+        return Ok(Some(found));
     }
-    match spec
+    if let Some(class) = spec
         .and_then(|s| s.storage_class_name.as_deref())
         .filter(|c| !c.is_empty())
     {
-        Some(class) => {
-            class_alternatives(class, objects).map_err(|m| error(field, format!("{claim_ref}: {m}")))
-        }
-        None => Ok(Vec::new()),
+        let (alternatives, driver) =
+            class_use(class, objects).map_err(|m| error(field, format!("{claim_ref}: {m}")))?;
+        found.alternatives = alternatives;
+        found.driver = driver;
     }
+    Ok(Some(found))
 }
 
 /// A bound volume's node affinity terms, hostname left out of local and hostPath volumes.
@@ -186,13 +227,16 @@ fn volume_alternatives(pod: &str, name: &str, pv: &PersistentVolume) -> Result<V
     Ok(alternatives)
 }
 
-/// A StorageClass's allowed topologies, or what is wrong with it.
-fn class_alternatives(name: &str, objects: &impl StorageObjects) -> Result<Vec<Requirements>, String> {
+/// A StorageClass's allowed topologies and provisioner, or what is wrong with it.
+fn class_use(
+    name: &str,
+    objects: &impl StorageObjects,
+) -> Result<(Vec<Requirements>, Option<String>), String> {
     let class = objects
         .class(name)
         .ok_or_else(|| format!("StorageClass {name} not found"))?;
     let terms = class.allowed_topologies.as_deref().unwrap_or_default();
-    terms
+    let alternatives = terms
         .iter()
         .enumerate()
         .map(|(i, term)| {
@@ -200,7 +244,8 @@ fn class_alternatives(name: &str, objects: &impl StorageObjects) -> Result<Vec<R
                 .map_err(|m| format!("StorageClass {name} allowedTopologies[{i}]: {m}"))
         })
         .filter(|r| r.as_ref().is_err() || r.as_ref().is_ok_and(|r| !r.is_empty()))
-        .collect()
+        .collect::<Result<_, _>>()?;
+    Ok((alternatives, Some(class.provisioner.clone())))
 }
 
 #[cfg(test)]
@@ -279,8 +324,9 @@ mod tests {
     }
 
     /// Each alternative's zones.
-    fn zones(alternatives: &[Requirements]) -> Vec<Vec<String>> {
-        alternatives
+    fn zones(found: &PodVolumes) -> Vec<Vec<String>> {
+        found
+            .requirements
             .iter()
             .map(|a| {
                 a.get(ZONE)
@@ -298,7 +344,7 @@ mod tests {
                 "pv-1",
                 json!({"nodeAffinity": zone_affinity("topology.ebs.csi.aws.com/zone", "b")}),
             );
-        let found = volume_requirements(&pod(claims(&["data"])), &objects).unwrap_or_else(|e| panic!("{e}"));
+        let found = pod_volumes(&pod(claims(&["data"])), &objects).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(zones(&found), [["b"]]);
     }
 
@@ -309,15 +355,20 @@ mod tests {
             .class("two-terms", &[&["a"], &["b", "c"]])
             .claim("logs", json!({"volumeName": "pv-logs"}))
             .volume("pv-logs", json!({"nodeAffinity": zone_affinity(ZONE, "c")}));
-        let one = volume_requirements(&pod(claims(&["data"])), &objects).unwrap_or_else(|e| panic!("{e}"));
+        let one = pod_volumes(&pod(claims(&["data"])), &objects).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(zones(&one), [vec!["a"], vec!["b", "c"]]);
-        let both =
-            volume_requirements(&pod(claims(&["data", "logs"])), &objects).unwrap_or_else(|e| panic!("{e}"));
+        let both = pod_volumes(&pod(claims(&["data", "logs"])), &objects).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(
             zones(&both),
             [["c"]],
             "zone a conflicts with the bound volume's c"
         );
+        // The class's provisioner attaches the unbound one, the volume's CSI driver (none
+        // here) the bound one.
+        let attached: Vec<(&str, &str)> = (both.attached.iter())
+            .map(|a| (a.driver.as_str(), a.claim.as_str()))
+            .collect();
+        assert_eq!(attached, [("ebs.csi.aws.com", "default/data")]);
     }
 
     #[test]
@@ -330,8 +381,8 @@ mod tests {
                 "local-1",
                 json!({"local": {"path": "/mnt/disk"}, "nodeAffinity": hostname}),
             );
-        let found = volume_requirements(&pod(claims(&["data"])), &objects).unwrap_or_else(|e| panic!("{e}"));
-        assert!(found.is_empty(), "{found:?}");
+        let found = pod_volumes(&pod(claims(&["data"])), &objects).unwrap_or_else(|e| panic!("{e}"));
+        assert!(found.requirements.is_empty(), "{found:?}");
     }
 
     #[test]
@@ -339,7 +390,7 @@ mod tests {
         let objects = Objects::default().class("zonal", &[&["a"]]);
         let ephemeral = json!([{"name": "scratch", "ephemeral": {"volumeClaimTemplate": {
             "spec": {"storageClassName": "zonal", "accessModes": ["ReadWriteOnce"]}}}}]);
-        let found = volume_requirements(&pod(ephemeral), &objects).unwrap_or_else(|e| panic!("{e}"));
+        let found = pod_volumes(&pod(ephemeral), &objects).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(zones(&found), [["a"]]);
     }
 
@@ -348,7 +399,7 @@ mod tests {
         let objects = Objects::default()
             .claim("bound", json!({"volumeName": "gone"}))
             .claim("classy", json!({"storageClassName": "missing"}));
-        let error = |names: &[&str]| match volume_requirements(&pod(claims(names)), &objects) {
+        let error = |names: &[&str]| match pod_volumes(&pod(claims(names)), &objects) {
             Err(error) => error.to_string(),
             Ok(found) => panic!("accepted: {found:?}"),
         };

@@ -527,6 +527,7 @@ fn running_node(n: usize, shape: &InstanceType, pods: Vec<Arc<PodInfo>>) -> Exis
         allocatable: shape.allocatable(),
         pods,
         initialized: true,
+        volume_limits: Default::default(),
     }
 }
 

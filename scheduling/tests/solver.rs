@@ -102,6 +102,7 @@ fn node(name: &str, cpu: i64, labels: &[(&str, &str)], pods: Vec<PodInfo>) -> Ex
             .with(names::PODS, Quantity::from_units(110)),
         pods: pods.into_iter().map(Arc::new).collect(),
         initialized: true,
+        volume_limits: Default::default(),
     }
 }
 
@@ -490,6 +491,41 @@ fn a_volumes_zone_does_not_hide_the_other_zones_from_a_topology_spread() {
     let mut input = problem(8, vec![new("test-zone-3")]);
     input.nodes = nodes();
     assert_eq!(zone_of(&solve(&input), 0).as_deref(), Some("test-zone-3"));
+}
+
+#[test]
+fn a_node_at_its_csi_attach_limit_takes_no_pod_with_a_new_volume() {
+    use joist_scheduling::{pod::AttachedVolume, volumes::PodVolumes};
+    let attaching = |name: &str, claim: &str| {
+        pod(name, json!({})).with_volumes(PodVolumes {
+            requirements: Vec::new(),
+            attached: vec![AttachedVolume {
+                driver: "ebs.csi.aws.com".into(),
+                claim: format!("default/{claim}"),
+            }],
+        })
+    };
+    let full = || {
+        let mut n = node(
+            "n1",
+            8,
+            &[(ZONE, "test-zone-1")],
+            vec![attaching("db-0", "data-0")],
+        );
+        n.volume_limits = [("ebs.csi.aws.com".to_owned(), 1)].into();
+        n
+    };
+    // A second volume does not fit the one slot: a new node is launched for it.
+    let mut input = problem(8, vec![attaching("db-1", "data-1")]);
+    input.nodes = vec![full()];
+    let solution = solve(&input);
+    assert_eq!(solution.claims.len(), 1, "{solution:?}");
+    // A pod sharing the attached claim takes no new slot; one without volumes is not limited.
+    let mut input = problem(8, vec![attaching("reader", "data-0"), pod("web", json!({}))]);
+    input.nodes = vec![full()];
+    let solution = solve(&input);
+    assert!(solution.claims.is_empty(), "{solution:?}");
+    assert!(solution.unschedulable.is_empty(), "{solution:?}");
 }
 
 #[test]

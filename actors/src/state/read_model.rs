@@ -14,7 +14,7 @@
 //! yields the same snapshot, which keeps simulations deterministic.
 
 use std::{
-    collections::{BTreeSet, HashSet},
+    collections::{BTreeMap, BTreeSet, HashSet},
     sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard},
     time::Duration,
 };
@@ -26,20 +26,19 @@ use joist_messages::{
     labels::NODEPOOL,
     model::{
         quantity::Quantity,
-        requirements::Requirements,
         resources::{Resources, names},
     },
     scheduler_config::SchedulerConfig,
 };
 use joist_scheduling::{
     pod::{PodError, PodInfo},
-    volumes::{StorageObjects, volume_requirements},
+    volumes::{PodVolumes, StorageObjects, pod_volumes},
 };
 use k8s_openapi::api::{
     apps::v1::DaemonSet,
     core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim},
     policy::v1::PodDisruptionBudget,
-    storage::v1::{StorageClass, VolumeAttachment},
+    storage::v1::{CSINode, StorageClass, VolumeAttachment},
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::{
@@ -89,6 +88,7 @@ pub struct Writers {
     pub(crate) volume_claims: Writer<PersistentVolumeClaim>,
     pub(crate) volumes: Writer<PersistentVolume>,
     pub(crate) storage_classes: Writer<StorageClass>,
+    pub(crate) csi_nodes: Writer<CSINode>,
     pub(crate) volume_attachments: Writer<VolumeAttachment>,
     /// The controllers default topology spread reads, when defaults are configured.
     pub(crate) default_spread: Option<DefaultSpreadWriters>,
@@ -189,6 +189,7 @@ pub struct ReadModel {
     volume_claims: Store<PersistentVolumeClaim>,
     volumes: Store<PersistentVolume>,
     storage_classes: Store<StorageClass>,
+    csi_nodes: Store<CSINode>,
     volume_attachments: Store<VolumeAttachment>,
     /// kube-scheduler's default topology spread, when `SCHEDULER_CONFIG` configures it.
     default_spread: Option<DefaultSpread>,
@@ -231,6 +232,7 @@ impl ReadModel {
         let (volume_claims, volume_claims_w) = reflector::store();
         let (volumes, volumes_w) = reflector::store();
         let (storage_classes, storage_classes_w) = reflector::store();
+        let (csi_nodes, csi_nodes_w) = reflector::store();
         let (volume_attachments, volume_attachments_w) = reflector::store();
         let model = Self {
             pods,
@@ -245,6 +247,7 @@ impl ReadModel {
             volume_claims,
             volumes,
             storage_classes,
+            csi_nodes,
             volume_attachments,
             default_spread,
             index: Arc::default(),
@@ -262,6 +265,7 @@ impl ReadModel {
             volume_claims: volume_claims_w,
             volumes: volumes_w,
             storage_classes: storage_classes_w,
+            csi_nodes: csi_nodes_w,
             volume_attachments: volume_attachments_w,
             default_spread: default_spread_w,
         };
@@ -292,6 +296,7 @@ impl ReadModel {
             && listed(&self.volume_claims)
             && listed(&self.volumes)
             && listed(&self.storage_classes)
+            && listed(&self.csi_nodes)
             && listed(&self.volume_attachments)
             && self.default_spread.as_ref().is_none_or(DefaultSpread::is_synced)
     }
@@ -443,11 +448,12 @@ impl ReadModel {
     pub fn pod_info(&self, pod: &Arc<CachedPod>) -> Result<Arc<PodInfo>, PodError> {
         let key = (pod.namespace().unwrap_or_default(), pod.name_any());
         let default_selector = self.default_spread_selector(pod);
-        let volumes = volume_requirements(pod, self)?;
+        let volumes = pod_volumes(pod, self)?;
         if let Some(known) = self.index.pod_infos.get(&key)
             && Arc::ptr_eq(&known.pod, pod)
             && known.default_selector.as_deref() == default_selector.as_ref()
-            && known.info.constraints().volume_requirements == volumes
+            && known.info.constraints().volume_requirements == volumes.requirements
+            && known.info.volumes == volumes.attached
         {
             return Ok(known.info.clone());
         }
@@ -464,7 +470,7 @@ impl ReadModel {
     /// `pod` as the scheduling simulation sees it, made afresh (for pods seen once, as pending
     /// pods are by a provisioning pass).
     pub fn fresh_pod_info(&self, pod: &CachedPod) -> Result<PodInfo, PodError> {
-        let volumes = volume_requirements(pod, self)?;
+        let volumes = pod_volumes(pod, self)?;
         self.simulated(pod, self.default_spread_selector(pod).as_ref(), volumes)
     }
 
@@ -476,7 +482,7 @@ impl ReadModel {
         &self,
         pod: &CachedPod,
         default_selector: Option<&LabelSelector>,
-        volumes: Vec<Requirements>,
+        volumes: PodVolumes,
     ) -> Result<PodInfo, PodError> {
         let info = match (&self.default_spread, default_selector) {
             (Some(spread), Some(selector)) => {
@@ -484,7 +490,7 @@ impl ReadModel {
             }
             _ => PodInfo::from_pod(pod),
         }?;
-        Ok(info.with_volume_requirements(volumes))
+        Ok(info.with_volumes(volumes))
     }
 
     /// The NodePools that have NodeClaims here, those just created included.
@@ -519,6 +525,20 @@ impl ReadModel {
                 let attachment = self.volume_attachments.get(&ObjectRef::new(&name))?;
                 let volume = attachment.spec.source.persistent_volume_name.clone();
                 Some((name, volume.unwrap_or_default()))
+            })
+            .collect()
+    }
+
+    /// How many volumes each CSI driver can attach to a node (its CSINode's allocatable counts;
+    /// drivers that state none are not limited).
+    pub fn volume_limits(&self, node: &str) -> BTreeMap<String, u32> {
+        let Some(csi_node) = self.csi_nodes.get(&ObjectRef::new(node)) else {
+            return BTreeMap::new();
+        };
+        (csi_node.spec.drivers.iter())
+            .filter_map(|driver| {
+                let count = driver.allocatable.as_ref()?.count?;
+                Some((driver.name.clone(), u32::try_from(count).unwrap_or(0)))
             })
             .collect()
     }
@@ -1023,6 +1043,9 @@ mod tests {
             budgets,
             namespaces,
             volume_claims,
+            volumes,
+            storage_classes,
+            csi_nodes,
             volume_attachments
         );
         for task in waiting {
@@ -1226,6 +1249,70 @@ mod tests {
         assert!(
             read.index.pod_infos.is_empty(),
             "a deleted pod's view goes with it"
+        );
+    }
+
+    #[test]
+    fn a_pods_view_follows_its_claim_to_its_volumes_zone_and_driver_and_a_node_has_its_csi_limit() {
+        use kube::runtime::watcher::Event;
+        use serde_json::json;
+        let (read, mut writers) = ReadModel::new();
+        let pod: Arc<CachedPod> = Arc::new(object(json!({
+            "metadata": {"name": "db-0", "namespace": "default"},
+            "spec": {"containers": [], "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]},
+        })));
+        let claim = |bound: bool| -> PersistentVolumeClaim {
+            let mut spec = json!({"storageClassName": "gp3"});
+            if bound {
+                spec["volumeName"] = json!("pv-1");
+            }
+            object(json!({"metadata": {"name": "data", "namespace": "default"}, "spec": spec}))
+        };
+        writers
+            .storage_classes
+            .apply_watcher_event(&Event::Apply(object(json!({
+                "metadata": {"name": "gp3"}, "provisioner": "ebs.csi.aws.com",
+            }))));
+        writers.volumes.apply_watcher_event(&Event::Apply(object(json!({
+            "metadata": {"name": "pv-1"},
+            "spec": {"csi": {"driver": "ebs.csi.aws.com", "volumeHandle": "vol-1"}, "nodeAffinity": {"required": {
+                "nodeSelectorTerms": [{"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["us-west-2b"]}]}]}}},
+        }))));
+        let zones = |info: &PodInfo| -> Vec<String> {
+            (info.constraints().volume_requirements.iter())
+                .flat_map(|r| {
+                    r.get("topology.kubernetes.io/zone")
+                        .into_iter()
+                        .flat_map(|z| z.values().map(str::to_owned))
+                })
+                .collect()
+        };
+        assert!(read.pod_info(&pod).is_err(), "no claim yet");
+        writers
+            .volume_claims
+            .apply_watcher_event(&Event::Apply(claim(false)));
+        let unbound = read.pod_info(&pod).unwrap_or_else(|e| panic!("{e}"));
+        assert!(zones(&unbound).is_empty(), "its class allows any zone");
+        assert_eq!(unbound.volumes.len(), 1, "attached by the class's provisioner");
+        writers
+            .volume_claims
+            .apply_watcher_event(&Event::Apply(claim(true)));
+        let bound = read.pod_info(&pod).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            zones(&bound),
+            ["us-west-2b"],
+            "the same pod, seen again once its claim is bound"
+        );
+
+        assert!(read.volume_limits("n1").is_empty());
+        writers.csi_nodes.apply_watcher_event(&Event::Apply(object(json!({
+            "metadata": {"name": "n1"},
+            "spec": {"drivers": [{"name": "ebs.csi.aws.com", "nodeID": "i-1", "allocatable": {"count": 25}},
+                {"name": "efs.csi.aws.com", "nodeID": "i-1"}]},
+        }))));
+        assert_eq!(
+            read.volume_limits("n1"),
+            BTreeMap::from([("ebs.csi.aws.com".to_owned(), 25)])
         );
     }
 

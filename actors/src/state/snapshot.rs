@@ -106,6 +106,7 @@ fn existing_node(read: &ReadModel, node: &Node, claim: Option<&NodeClaim>) -> Ex
         allocatable,
         pods,
         initialized,
+        volume_limits: read.volume_limits(&node.name_any()),
     }
 }
 
@@ -136,6 +137,7 @@ fn in_flight(claim: &NodeClaim) -> ExistingNode {
         allocatable,
         pods: Vec::new(),
         initialized: false,
+        volume_limits: Default::default(),
     }
 }
 

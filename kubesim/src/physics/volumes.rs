@@ -8,8 +8,9 @@
 //! is its VolumeAttachment deleted, and at once when the node is gone.
 //!
 //! Left out: binding modes (every claim waits for its first consumer, `Immediate` ones too; a
-//! class's allowed topologies are honoured by the scheduler), access modes, attach limits,
-//! reclaiming the volumes of deleted claims, and volumes other than claims (ephemeral ones too).
+//! class's allowed topologies are honoured by the scheduler), access modes, CSINodes (attach
+//! limits are the scheduler's, from CSINodes made by hand), reclaiming the volumes of deleted
+//! claims, and volumes other than claims (ephemeral ones too).
 
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap},

@@ -845,6 +845,51 @@ async fn a_pod_goes_only_where_its_claims_volume_or_storage_class_allows() {
 }
 
 #[tokio::test]
+async fn a_node_takes_no_more_volumes_than_its_csi_node_allows() {
+    use k8s_openapi::api::{core::v1::PersistentVolumeClaim, storage::v1::CSINode};
+
+    let (_cluster, client) = with_node_n1().await;
+    // What the EBS CSI driver's node plugin registers: one volume fits.
+    create(
+        &Api::<CSINode>::all(client.clone()),
+        json!({"apiVersion": "storage.k8s.io/v1", "kind": "CSINode", "metadata": {"name": "n1"},
+            "spec": {"drivers": [{"name": "ebs.csi.aws.com", "nodeID": "i-1", "allocatable": {"count": 1}}]}}),
+    )
+    .await;
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), "default");
+    for name in ["first", "second"] {
+        create(
+            &claims,
+            json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                "metadata": {"name": name, "namespace": "default"},
+                "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}),
+        )
+        .await;
+    }
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let with_claim = |name: &str, claim: &str| {
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"},
+            "spec": {"containers": [{"name": "app", "image": "app"}],
+                "volumes": [{"name": "v", "persistentVolumeClaim": {"claimName": claim}}]}})
+    };
+    let node_of = |name: &'static str| {
+        let pods = pods.clone();
+        async move { pods.get(name).await.ok()?.spec?.node_name }
+    };
+    create(&pods, with_claim("a", "first")).await;
+    assert_eq!(eventually("a placed", || node_of("a")).await, "n1");
+    create(&pods, with_claim("b", "second")).await;
+    eventually("b refused: no slot left", || async {
+        let (_, reason, message) = scheduled(&pods.get("b").await.ok()?)?;
+        (reason == "Unschedulable" && message.contains("node(s) exceed max volume count")).then_some(())
+    })
+    .await;
+    // A pod of the claim already attached takes no new slot.
+    create(&pods, with_claim("c", "first")).await;
+    assert_eq!(eventually("c placed", || node_of("c")).await, "n1");
+}
+
+#[tokio::test]
 async fn a_node_that_goes_takes_its_attachments_at_once() {
     use k8s_openapi::api::storage::v1::VolumeAttachment;
 

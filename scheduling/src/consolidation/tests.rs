@@ -37,6 +37,7 @@ fn node(name: &str, cpu: i64, pods: Vec<PodInfo>) -> ExistingNode {
             .with(names::PODS, Quantity::from_units(110)),
         pods: pods.into_iter().map(Arc::new).collect(),
         initialized: true,
+        volume_limits: Default::default(),
     }
 }
 

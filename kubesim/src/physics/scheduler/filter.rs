@@ -28,12 +28,18 @@ pub(super) struct NodeInfo {
     pub(super) requested: Resources,
     pub(super) pods: i64,
     pub(super) ports: HashSet<(String, i64)>,
+    /// The claims its pods use (`namespace/name`), with how many of its pods use each.
+    pub(super) claims: HashMap<String, usize>,
+    /// How many volumes its CSI driver can attach (its CSINode's count), when limited.
+    pub(super) volume_limit: Option<usize>,
 }
 
 /// What a pod asks of a node.
 pub(super) struct PodNeeds {
     pub(super) requests: Resources,
     pub(super) ports: Vec<(String, i64)>,
+    /// The claims it uses, `namespace/name`.
+    pub(super) claims: Vec<String>,
     pub(super) node_selector: BTreeMap<String, String>,
     pub(super) affinity: Affinity,
     pub(super) tolerations: Vec<Toleration>,
@@ -47,6 +53,7 @@ pub(super) struct Bound {
     pub(super) node: String,
     pub(super) requests: Resources,
     pub(super) ports: Vec<(String, i64)>,
+    pub(super) claims: Vec<String>,
     pub(super) labels: BTreeMap<String, String>,
     pub(super) namespace: String,
 }
@@ -61,6 +68,7 @@ pub(super) enum Refusal {
     TooManyPods,
     Insufficient(String),
     Ports,
+    VolumeLimit,
     VolumeBinding,
     VolumeNodeAffinity,
     Spread,
@@ -79,6 +87,7 @@ impl fmt::Display for Refusal {
             Self::TooManyPods => f.write_str("Too many pods"),
             Self::Insufficient(resource) => write!(f, "Insufficient {resource}"),
             Self::Ports => f.write_str("node(s) didn't have free ports for the requested pod ports"),
+            Self::VolumeLimit => f.write_str("node(s) exceed max volume count"),
             Self::VolumeBinding => f.write_str("node(s) didn't find available persistent volumes to bind"),
             Self::VolumeNodeAffinity => f.write_str("node(s) had volume node affinity conflict"),
             Self::Spread => f.write_str("node(s) didn't match pod topology spread constraints"),
@@ -142,6 +151,16 @@ pub(super) fn filter(
     }
     if needs.ports.iter().any(|port| node.ports.contains(port)) {
         return Err(Refusal::Ports);
+    }
+    if let Some(limit) = node.volume_limit {
+        let new = needs
+            .claims
+            .iter()
+            .filter(|c| !node.claims.contains_key(*c))
+            .count();
+        if new > 0 && node.claims.len() + new > limit {
+            return Err(Refusal::VolumeLimit);
+        }
     }
     if let Some(refusal) = volume_topology::refusal(&needs.volumes, node) {
         return Err(refusal);
@@ -233,6 +252,8 @@ impl NodeInfo {
             requested: Resources::new(),
             pods: 0,
             ports: HashSet::new(),
+            claims: HashMap::new(),
+            volume_limit: None,
         }
     }
 
@@ -318,9 +339,19 @@ impl PodNeeds {
                 ))
             })
             .collect();
+        let namespace = text(pod, "/metadata/namespace");
+        let claims = (spec
+            .get("volumes")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten())
+        .filter_map(|v| v.pointer("/persistentVolumeClaim/claimName")?.as_str())
+        .map(|claim| format!("{namespace}/{claim}"))
+        .collect();
         Self {
             requests,
             ports,
+            claims,
             node_selector: parse(&spec, "nodeSelector"),
             affinity: parse(&spec, "affinity"),
             tolerations: parse(&spec, "tolerations"),

@@ -5,7 +5,8 @@
 //!
 //! Filters: node readiness and `spec.unschedulable`, resource requests (cpu, memory, pods and any
 //! other allocatable), nodeSelector, required node affinity, taints and tolerations, host ports,
-//! where the pod's claims can be used ([`volume_topology`]),
+//! where the pod's claims can be used ([`volume_topology`]), the volumes a node's CSINode lets
+//! its driver attach (kubesim's one driver attaches every claim),
 //! `DoNotSchedule` topology spread (the configuration's default constraints for pods that declare
 //! none, [`default_spread`]), and required pod affinity and anti-affinity of the incoming pod.
 //! Among the nodes that pass, the least allocated wins. Unschedulable pods are retried when nodes or
@@ -99,6 +100,8 @@ struct Scheduler {
     events: events::Recorder,
     /// The configuration's default topology spread, when it sets one.
     config: Option<Arc<SchedulerConfig>>,
+    /// Each node's volume attach limit, from its CSINode (which may come before the node).
+    volume_limits: HashMap<String, usize>,
 }
 
 /// Runs the scheduler until aborted, spreading pods by `config`'s default constraints when it has
@@ -107,6 +110,7 @@ pub async fn run(store: Arc<Store>, retry: Duration, config: Option<Arc<Schedule
     let mut changes = store.subscribe();
     let mut pods = Informer::new("", "pods");
     let mut nodes = Informer::new("", "nodes");
+    let mut csi_nodes = Informer::new("storage.k8s.io", "csinodes");
     let mut scheduler = Scheduler {
         config: config.filter(|config| !config.default_constraints().is_empty()),
         ..Scheduler::default()
@@ -115,7 +119,11 @@ pub async fn run(store: Arc<Store>, retry: Duration, config: Option<Arc<Schedule
     loop {
         let node_changes = nodes.changes(&store);
         let pod_changes = pods.changes(&store);
-        let mut cluster_changed = !node_changes.is_empty();
+        let csi_changes = csi_nodes.changes(&store);
+        let mut cluster_changed = !node_changes.is_empty() || !csi_changes.is_empty();
+        for change in &csi_changes {
+            scheduler.observe_csi_node(change);
+        }
         for change in &node_changes {
             scheduler.observe_node(change);
         }
@@ -145,6 +153,28 @@ pub async fn run(store: Arc<Store>, retry: Duration, config: Option<Arc<Schedule
 }
 
 impl Scheduler {
+    /// A CSINode: its node's attach limit for kubesim's CSI driver, which attaches every claim.
+    fn observe_csi_node(&mut self, change: &Change) {
+        let name = change.key().name;
+        let limit = (change.kind != EventKind::Deleted)
+            .then(|| {
+                let drivers = change.object.pointer("/spec/drivers")?.as_array()?;
+                let ours = drivers
+                    .iter()
+                    .find(|d| text(d, "/name") == crate::physics::volumes::DRIVER)?;
+                usize::try_from(ours.pointer("/allocatable/count")?.as_u64()?).ok()
+            })
+            .flatten();
+        match limit {
+            Some(limit) => self.volume_limits.insert(name.clone(), limit),
+            None => self.volume_limits.remove(&name),
+        };
+        if let Some(info) = self.nodes.get_mut(&name) {
+            info.volume_limit = limit;
+            self.classes.node_changed(&name);
+        }
+    }
+
     fn observe_node(&mut self, change: &Change) {
         let name = change.key().name;
         if change.kind == EventKind::Deleted {
@@ -155,11 +185,13 @@ impl Scheduler {
             return;
         }
         let mut info = NodeInfo::of(&change.object);
+        info.volume_limit = self.volume_limits.get(&name).copied();
         match self.nodes.get(&name) {
             Some(previous) => {
                 info.requested = previous.requested.clone();
                 info.pods = previous.pods;
                 info.ports = previous.ports.clone();
+                info.claims = previous.claims.clone();
                 if previous.labels == info.labels {
                     self.classes.node_changed(&name);
                 } else {
@@ -247,6 +279,9 @@ impl Scheduler {
                 info.requested.add(&needs.requests);
                 info.pods += 1;
                 info.ports.extend(needs.ports.iter().cloned());
+                for claim in &needs.claims {
+                    *info.claims.entry(claim.clone()).or_default() += 1;
+                }
             }
             None => {
                 self.unseen_nodes.insert(node.to_owned());
@@ -257,6 +292,7 @@ impl Scheduler {
             node: node.to_owned(),
             requests: needs.requests.clone(),
             ports: needs.ports.clone(),
+            claims: needs.claims.clone(),
             labels: labels(pod),
             namespace: key.namespace.clone(),
         };
@@ -296,6 +332,14 @@ impl Scheduler {
             info.pods -= 1;
             for port in &bound.ports {
                 info.ports.remove(port);
+            }
+            for claim in &bound.claims {
+                if let Some(users) = info.claims.get_mut(claim) {
+                    *users -= 1;
+                    if *users == 0 {
+                        info.claims.remove(claim);
+                    }
+                }
             }
         }
         true
