@@ -343,6 +343,70 @@ async fn pods_get_nodes_that_are_consolidated_then_removed_once_empty() {
     .await;
 }
 
+/// A volume in test-zone-c, its claim bound to it, and the `db` Deployment of one pod using it.
+const VOLUME_IN_ZONE_C: &str = r#"apiVersion: v1
+kind: PersistentVolume
+metadata: {name: pv-c}
+spec:
+  capacity: {storage: 10Gi}
+  accessModes: [ReadWriteOnce]
+  persistentVolumeReclaimPolicy: Retain
+  csi: {driver: ebs.csi.aws.com, volumeHandle: vol-c}
+  claimRef: {namespace: default, name: db-data}
+  nodeAffinity:
+    required:
+      nodeSelectorTerms:
+        - matchExpressions: [{key: topology.kubernetes.io/zone, operator: In, values: [test-zone-c]}]
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: db-data, namespace: default}
+spec:
+  accessModes: [ReadWriteOnce]
+  storageClassName: ""
+  resources: {requests: {storage: 10Gi}}
+  volumeName: pv-c
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: db, namespace: default}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: db}}
+  template:
+    metadata: {labels: {app: db}}
+    spec:
+      terminationGracePeriodSeconds: 0
+      containers:
+        - name: db
+          image: registry.k8s.io/pause:3.10
+          resources: {requests: {cpu: "1"}}
+      volumes:
+        - name: data
+          persistentVolumeClaim: {claimName: db-data}
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_gets_a_node_in_its_volumes_zone_where_kube_scheduler_binds_it() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let world = World::start("volumes", &pool("", "")).await;
+    world.apply(VOLUME_IN_ZONE_C);
+    let joist = world.replica("joist-a");
+    let pods = within(STEP, &joist, "the db pod Running", || {
+        world.running_labelled("app=db", 1)
+    })
+    .await;
+    let node = node_of(&pods[0]).unwrap_or_default().to_owned();
+    let zone = world
+        .nodes()
+        .await
+        .into_iter()
+        .find(|n| n.metadata.name.as_deref() == Some(node.as_str()))
+        .and_then(|n| n.metadata.labels?.get("topology.kubernetes.io/zone").cloned());
+    assert_eq!(zone.as_deref(), Some("test-zone-c"), "node {node}");
+    world.assert_one_instance_per_claim().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_changed_nodepool_template_replaces_every_drifted_node() {
     let (_one, world, joist, _) = World::serving("drift", &pool("", ""), 3).await;

@@ -100,6 +100,40 @@ fn a_node_whose_pods_fit_elsewhere_is_deleted() {
 }
 
 #[test]
+fn a_pod_tied_to_its_volumes_zone_is_moved_only_within_it() {
+    let in_zone = |zone: &str| {
+        let requirement = Requirement::new(joist_messages::labels::ZONE, Operator::In, [zone])
+            .unwrap_or_else(|e| panic!("{e}"));
+        pod("db", "1", json!({})).with_volume_requirements(vec![[requirement].into_iter().collect()])
+    };
+    let mut elsewhere = node("b", 8, vec![pod("b1", "1", json!({}))]);
+    elsewhere
+        .labels
+        .insert(joist_messages::labels::ZONE.to_owned(), "test-zone-2".to_owned());
+    // Room on b, but b is in the other zone: a cheaper node in test-zone-1 replaces a.
+    let input = cluster(vec![
+        node("a", 8, vec![in_zone("test-zone-1")]),
+        elsewhere.clone(),
+    ]);
+    let a = candidate(&input, 0, 8, CapacityType::OnDemand);
+    let Ok(Decision::Replace(replacement)) = consolidate(&input, &[&a], Settings::default()) else {
+        panic!("expected a replacement in the volume's zone")
+    };
+    let zone = replacement.claim.requirements.get(joist_messages::labels::ZONE);
+    assert!(
+        zone.is_some_and(|z| z.len() == Some(1) && z.has("test-zone-1")),
+        "{zone:?}"
+    );
+    // A volume in b's zone: its pod moves there and a goes.
+    let input = cluster(vec![node("a", 8, vec![in_zone("test-zone-2")]), elsewhere]);
+    let a = candidate(&input, 0, 8, CapacityType::OnDemand);
+    assert_eq!(
+        consolidate(&input, &[&a], Settings::default()),
+        Ok(Decision::Delete)
+    );
+}
+
+#[test]
 fn an_oversized_node_is_replaced_by_a_cheaper_one_that_fits() {
     let input = cluster(vec![node(
         "big",
