@@ -759,6 +759,13 @@ async fn a_pod_with_a_claim_gets_a_volume_attached_to_its_node_until_it_leaves()
     until_none("the volume to detach", &attachments, &ListParams::default()).await;
 }
 
+/// A pod `name` of one CPU whose volume is the claim `claim`.
+fn with_claim(name: &str, claim: &str) -> serde_json::Value {
+    json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"},
+        "spec": {"containers": [{"name": "app", "image": "app", "resources": {"requests": {"cpu": "1"}}}],
+            "volumes": [{"name": "v", "persistentVolumeClaim": {"claimName": claim}}]}})
+}
+
 #[tokio::test]
 async fn a_pod_goes_only_where_its_claims_volume_or_storage_class_allows() {
     use k8s_openapi::api::{
@@ -806,11 +813,6 @@ async fn a_pod_goes_only_where_its_claims_volume_or_storage_class_allows() {
     create(&claims, claim("data", json!({"volumeName": "pv-b"}))).await;
     create(&claims, claim("scratch", json!({"storageClassName": "only-b"}))).await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
-    let with_claim = |name: &str, claim: &str| {
-        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"},
-            "spec": {"containers": [{"name": "app", "image": "app", "resources": {"requests": {"cpu": "1"}}}],
-                "volumes": [{"name": "v", "persistentVolumeClaim": {"claimName": claim}}]}})
-    };
     let node_of = |name: &'static str| {
         let pods = pods.clone();
         async move { pods.get(name).await.ok()?.spec?.node_name }
@@ -867,11 +869,6 @@ async fn a_node_takes_no_more_volumes_than_its_csi_node_allows() {
         .await;
     }
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
-    let with_claim = |name: &str, claim: &str| {
-        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"},
-            "spec": {"containers": [{"name": "app", "image": "app"}],
-                "volumes": [{"name": "v", "persistentVolumeClaim": {"claimName": claim}}]}})
-    };
     let node_of = |name: &'static str| {
         let pods = pods.clone();
         async move { pods.get(name).await.ok()?.spec?.node_name }
