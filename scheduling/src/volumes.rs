@@ -41,7 +41,8 @@ pub struct PodVolumes {
     /// Where they can be used: OR'ed alternatives (see the module docs); empty for anywhere.
     pub requirements: Vec<Requirements>,
     /// The volumes it attaches whose CSI driver is known (from the bound volume, or the class
-    /// that will provision it), for the drivers' attach limits.
+    /// that will provision it; an in-tree plugin counts as the CSI driver it migrated to), for
+    /// the drivers' attach limits.
     pub attached: Vec<AttachedVolume>,
 }
 
@@ -179,7 +180,11 @@ fn claim_of(
         found.driver = pv
             .spec
             .as_ref()
-            .and_then(|s| Some(s.csi.as_ref()?.driver.clone()));
+            .and_then(|s| match (&s.csi, &s.aws_elastic_block_store) {
+                (Some(csi), _) => Some(csi.driver.clone()),
+                (None, Some(_)) => Some(EBS_CSI_DRIVER.to_owned()),
+                (None, None) => None,
+            });
         return Ok(Some(found));
     }
     if let Some(class) = spec
@@ -245,7 +250,25 @@ fn class_use(
         })
         .filter(|r| r.as_ref().is_err() || r.as_ref().is_ok_and(|r| !r.is_empty()))
         .collect::<Result<_, _>>()?;
-    Ok((alternatives, Some(class.provisioner.clone())))
+    Ok((alternatives, Some(csi_driver(&class.provisioner).to_owned())))
+}
+
+/// The CSI driver of the EBS volumes, the in-tree `kubernetes.io/aws-ebs` plugin's too.
+const EBS_CSI_DRIVER: &str = "ebs.csi.aws.com";
+
+/// The CSI driver a provisioner's volumes attach with: in-tree plugins migrated to CSI are
+/// counted against their CSI driver's limit, as the CSI translation library names them.
+fn csi_driver(provisioner: &str) -> &str {
+    match provisioner {
+        "kubernetes.io/aws-ebs" => EBS_CSI_DRIVER,
+        "kubernetes.io/gce-pd" => "pd.csi.storage.gke.io",
+        "kubernetes.io/azure-disk" => "disk.csi.azure.com",
+        "kubernetes.io/azure-file" => "file.csi.azure.com",
+        "kubernetes.io/cinder" => "cinder.csi.openstack.org",
+        "kubernetes.io/vsphere-volume" => "csi.vsphere.vmware.com",
+        "kubernetes.io/portworx-volume" => "pxd.portworx.com",
+        other => other,
+    }
 }
 
 #[cfg(test)]
@@ -298,7 +321,7 @@ mod tests {
                 .iter()
                 .map(|z| json!({"matchLabelExpressions": [{"key": ZONE, "values": z}]}))
                 .collect();
-            let class = json!({"metadata": {"name": name}, "provisioner": "ebs.csi.aws.com", "allowedTopologies": terms});
+            let class = json!({"metadata": {"name": name}, "provisioner": "kubernetes.io/aws-ebs", "allowedTopologies": terms});
             self.classes.insert(name.to_owned(), parse(class));
             self
         }
@@ -354,7 +377,14 @@ mod tests {
             .claim("data", json!({"storageClassName": "two-terms"}))
             .class("two-terms", &[&["a"], &["b", "c"]])
             .claim("logs", json!({"volumeName": "pv-logs"}))
-            .volume("pv-logs", json!({"nodeAffinity": zone_affinity(ZONE, "c")}));
+            .volume("pv-logs", json!({"nodeAffinity": zone_affinity(ZONE, "c")}))
+            .claim("tmp", json!({"volumeName": "pv-tmp"}))
+            .volume(
+                "pv-tmp",
+                json!({"csi": {"driver": "efs.csi.aws.com", "volumeHandle": "fs-1"}}),
+            )
+            .claim("old", json!({"volumeName": "pv-old"}))
+            .volume("pv-old", json!({"awsElasticBlockStore": {"volumeID": "vol-old"}}));
         let one = pod_volumes(&pod(claims(&["data"])), &objects).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(zones(&one), [vec!["a"], vec!["b", "c"]]);
         let both = pod_volumes(&pod(claims(&["data", "logs"])), &objects).unwrap_or_else(|e| panic!("{e}"));
@@ -363,12 +393,22 @@ mod tests {
             [["c"]],
             "zone a conflicts with the bound volume's c"
         );
-        // The class's provisioner attaches the unbound one, the volume's CSI driver (none
-        // here) the bound one.
-        let attached: Vec<(&str, &str)> = (both.attached.iter())
+        // The class's provisioner attaches the unbound one (the in-tree EBS plugin counts as the
+        // EBS CSI driver), the volume's CSI driver a bound one; a volume of no driver (pv-logs)
+        // is not counted.
+        let all = pod_volumes(&pod(claims(&["data", "logs", "tmp", "old"])), &objects)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let attached: Vec<(&str, &str)> = (all.attached.iter())
             .map(|a| (a.driver.as_str(), a.claim.as_str()))
             .collect();
-        assert_eq!(attached, [("ebs.csi.aws.com", "default/data")]);
+        assert_eq!(
+            attached,
+            [
+                ("ebs.csi.aws.com", "default/data"),
+                ("efs.csi.aws.com", "default/tmp"),
+                ("ebs.csi.aws.com", "default/old")
+            ]
+        );
     }
 
     #[test]
