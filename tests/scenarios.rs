@@ -1201,6 +1201,60 @@ spec:
 }
 
 #[test]
+fn a_stateful_sets_pods_come_back_to_their_volumes_zone_when_their_nodes_expire() {
+    // Its claims can only be made in us-west-2c; once made, each pod is tied to its volume.
+    let manifests = c5_pool_with("      expireAfter: 4m")
+        + NODE_CLASS
+        + "apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata: {name: zonal-c}
+provisioner: ebs.csi.aws.com
+volumeBindingMode: WaitForFirstConsumer
+allowedTopologies:
+  - matchLabelExpressions: [{key: topology.kubernetes.io/zone, values: [us-west-2c]}]
+---
+apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: db, namespace: default}
+spec:
+  replicas: 2
+  serviceName: db
+  selector: {matchLabels: {app: db}}
+  template:
+    metadata: {labels: {app: db}}
+    spec:
+      containers:
+        - name: db
+          image: postgres
+          resources: {requests: {cpu: '1'}}
+  volumeClaimTemplates:
+    - metadata: {name: data}
+      spec:
+        storageClassName: zonal-c
+        accessModes: [ReadWriteOnce]
+        resources: {requests: {storage: 10Gi}}
+---
+";
+    // Expired at about 4m50s and 5m40s (the second pod waited for the first to be Ready).
+    let report = run(&scenario(&manifests, "[]", "7m30s"));
+    let s = &report.summary;
+    assert_eq!((s.pods_running_end, s.pods_pending_end), (2, 0), "{s:#?}");
+    assert_eq!(terminated(&report, "expired"), 2, "{s:#?}");
+    assert!(
+        s.final_nodes.iter().all(|n| n.zone == "us-west-2c"),
+        "{:#?}",
+        s.final_nodes
+    );
+    // Each volume was attached on a first node, then again on its pod's next one.
+    let mut attached: BTreeMap<&str, usize> = BTreeMap::new();
+    for entry in entries(&report, "volume-attached") {
+        *attached.entry(entry.object.as_str()).or_default() += 1;
+    }
+    assert_eq!(attached.len(), 2, "one volume per pod: {attached:?}");
+    assert!(attached.values().all(|&n| n >= 2), "{attached:?}");
+}
+
+#[test]
 fn a_pod_whose_claim_does_not_exist_is_left_out_and_named() {
     let volume = "      volumes:
         - name: data

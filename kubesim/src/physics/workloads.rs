@@ -1,11 +1,14 @@
-//! Workload controllers: Deployment → ReplicaSet → Pods, DaemonSet (one pod per eligible node) and
-//! Job (pods until `completions` succeed). Garbage collection by owner is the store's.
+//! Workload controllers: Deployment → ReplicaSet → Pods, DaemonSet (one pod per eligible node),
+//! StatefulSet (pods with claims of their own, [`stateful_set`]) and Job (pods until
+//! `completions` succeed). Garbage collection by owner is the store's.
 //!
 //! A Deployment whose template changes rolls its pods over to a new ReplicaSet by its strategy
 //! ([`super::rollout`]). Simplifications, each visible to a user: a Job pod
 //! succeeds only if its template carries the kubelet's `run-for` annotation, and failed pods are not
 //! retried. A ReplicaSet creates or deletes at most 500 pods per round, as kube-controller-manager's
 //! `burstReplicas` allows, so scaling to 100,000 reaches watchers in bursts they can follow.
+
+mod stateful_set;
 
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap},
@@ -55,6 +58,7 @@ enum Kind {
     Deployment,
     ReplicaSet,
     DaemonSet,
+    StatefulSet,
     Job,
 }
 
@@ -64,6 +68,7 @@ impl Kind {
             Self::Deployment => GroupResource::new("apps", "deployments"),
             Self::ReplicaSet => GroupResource::new("apps", "replicasets"),
             Self::DaemonSet => GroupResource::new("apps", "daemonsets"),
+            Self::StatefulSet => GroupResource::new("apps", "statefulsets"),
             Self::Job => GroupResource::new("batch", "jobs"),
         }
     }
@@ -73,6 +78,7 @@ impl Kind {
             "Deployment" => Some(Self::Deployment),
             "ReplicaSet" => Some(Self::ReplicaSet),
             "DaemonSet" => Some(Self::DaemonSet),
+            "StatefulSet" => Some(Self::StatefulSet),
             "Job" => Some(Self::Job),
             _ => None,
         }
@@ -137,6 +143,7 @@ pub async fn run(store: Arc<Store>) {
         (Kind::Deployment, Informer::new("apps", "deployments")),
         (Kind::ReplicaSet, Informer::new("apps", "replicasets")),
         (Kind::DaemonSet, Informer::new("apps", "daemonsets")),
+        (Kind::StatefulSet, Informer::new("apps", "statefulsets")),
         (Kind::Job, Informer::new("batch", "jobs")),
     ];
     let mut pods = Informer::new("", "pods");
@@ -241,6 +248,7 @@ impl Workloads {
                 Kind::Deployment => self.deployment(store, &object),
                 Kind::ReplicaSet => self.replica_set(store, &object),
                 Kind::DaemonSet => self.daemon_set(store, &object),
+                Kind::StatefulSet => self.stateful_set(store, &object),
                 Kind::Job => self.job(store, &object),
             };
             if let Err(error) = result {

@@ -1084,3 +1084,100 @@ async fn a_ready_node_loses_the_startup_taints_of_its_node_claim_and_keeps_other
     })
     .await;
 }
+
+#[tokio::test]
+async fn a_stateful_set_makes_its_pods_in_order_each_with_claims_it_keeps() {
+    use k8s_openapi::api::{apps::v1::StatefulSet, core::v1::PersistentVolumeClaim};
+
+    let cluster = cluster();
+    let client = cluster.client();
+    let sets: Api<StatefulSet> = Api::namespaced(client.clone(), "default");
+    create(
+        &sets,
+        json!({
+            "apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "db", "namespace": "default"},
+            "spec": {
+                "replicas": 2, "serviceName": "db", "selector": {"matchLabels": {"app": "db"}},
+                "template": {"metadata": {"labels": {"app": "db"}}, "spec": {"containers": [{"name": "db", "image": "postgres"}]}},
+                "volumeClaimTemplates": [{"metadata": {"name": "data"}, "spec": {
+                    "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}],
+            },
+        }),
+    )
+    .await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), "default");
+    let claim_of = |pod: &Pod| -> Option<String> {
+        let volumes = pod.spec.as_ref()?.volumes.as_ref()?;
+        Some(
+            volumes
+                .first()?
+                .persistent_volume_claim
+                .as_ref()?
+                .claim_name
+                .clone(),
+        )
+    };
+    let first = eventually("db-0 made", || async { pods.get("db-0").await.ok() }).await;
+    assert_eq!(claim_of(&first).as_deref(), Some("data-db-0"));
+    // No node yet: db-0 cannot be Ready, and db-1 waits for it.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(pods.get("db-1").await.is_err(), "db-1 made before db-0 was Ready");
+    create(&Api::<Node>::all(client.clone()), node("n1", "8", "us-west-2a")).await;
+    eventually("both Ready", || async {
+        let ready = |pod: Pod| {
+            pod.status?
+                .conditions?
+                .into_iter()
+                .any(|c| c.type_ == "Ready" && c.status == "True")
+                .then_some(())
+        };
+        ready(pods.get("db-0").await.ok()?)?;
+        ready(pods.get("db-1").await.ok()?)
+    })
+    .await;
+    let second = pods.get("db-1").await.expect("db-1");
+    assert_eq!(claim_of(&second).as_deref(), Some("data-db-1"));
+    assert_eq!(
+        second
+            .labels()
+            .get("statefulset.kubernetes.io/pod-name")
+            .map(String::as_str),
+        Some("db-1")
+    );
+
+    // A pod that goes comes back under its name, with its claim.
+    let before = first.metadata.uid.clone();
+    pods.delete("db-0", &DeleteParams::default())
+        .await
+        .expect("delete");
+    let again = eventually("db-0 made again", || async {
+        let pod = pods.get("db-0").await.ok()?;
+        (pod.metadata.uid != before && pod.metadata.deletion_timestamp.is_none()).then_some(pod)
+    })
+    .await;
+    assert_eq!(claim_of(&again).as_deref(), Some("data-db-0"));
+
+    // Scaled down, the highest ordinal goes and its claim stays.
+    sets.patch(
+        "db",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"replicas": 1}})),
+    )
+    .await
+    .expect("scale");
+    eventually("db-1 gone", || async {
+        pods.get("db-1").await.is_err().then_some(())
+    })
+    .await;
+    assert!(pods.get("db-0").await.is_ok());
+    let kept: Vec<String> = claims
+        .list(&ListParams::default())
+        .await
+        .expect("claims")
+        .items
+        .iter()
+        .map(|c| c.name_any())
+        .collect();
+    assert_eq!(kept, ["data-db-0", "data-db-1"]);
+}
