@@ -1138,6 +1138,21 @@ spec:
     assert_eq!(report.summary.pods_running_end, 1, "{:#?}", report.summary);
 }
 
+/// An EBS StorageClass `name` that provisions for a claim's first consumer, only in `zone`.
+fn storage_class_in(name: &str, zone: &str) -> String {
+    format!(
+        "apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata: {{name: {name}}}
+provisioner: ebs.csi.aws.com
+volumeBindingMode: WaitForFirstConsumer
+allowedTopologies:
+  - matchLabelExpressions: [{{key: topology.kubernetes.io/zone, values: [{zone}]}}]
+---
+"
+    )
+}
+
 #[test]
 fn pods_get_nodes_in_the_zones_their_volumes_allow() {
     // `db`'s claim is bound to a volume in us-west-2c; `cache`'s waits for its first consumer
@@ -1163,14 +1178,6 @@ spec:
   resources: {requests: {storage: 10Gi}}
   volumeName: pv-c
 ---
-apiVersion: storage.k8s.io/v1
-kind: StorageClass
-metadata: {name: only-b}
-provisioner: ebs.csi.aws.com
-volumeBindingMode: WaitForFirstConsumer
-allowedTopologies:
-  - matchLabelExpressions: [{key: topology.kubernetes.io/zone, values: [us-west-2b]}]
----
 apiVersion: v1
 kind: PersistentVolumeClaim
 metadata: {name: cache-data, namespace: default}
@@ -1189,6 +1196,7 @@ spec:
     };
     let manifests = c5_pool_with("")
         + NODE_CLASS
+        + &storage_class_in("only-b", "us-west-2b")
         + storage
         + &deployment("db", 1, "1", &volume("db-data"))
         + &deployment("cache", 1, "1", &volume("cache-data"));
@@ -1205,15 +1213,8 @@ fn a_stateful_sets_pods_come_back_to_their_volumes_zone_when_their_nodes_expire(
     // Its claims can only be made in us-west-2c; once made, each pod is tied to its volume.
     let manifests = c5_pool_with("      expireAfter: 4m")
         + NODE_CLASS
-        + "apiVersion: storage.k8s.io/v1
-kind: StorageClass
-metadata: {name: zonal-c}
-provisioner: ebs.csi.aws.com
-volumeBindingMode: WaitForFirstConsumer
-allowedTopologies:
-  - matchLabelExpressions: [{key: topology.kubernetes.io/zone, values: [us-west-2c]}]
----
-apiVersion: apps/v1
+        + &storage_class_in("zonal-c", "us-west-2c")
+        + "apiVersion: apps/v1
 kind: StatefulSet
 metadata: {name: db, namespace: default}
 spec:
