@@ -83,7 +83,7 @@ pub async fn run(store: Arc<Store>, detach_after: Duration) {
 }
 
 /// The claims a pod's volumes name.
-fn claim_names(pod: &Value) -> impl Iterator<Item = &str> {
+pub(super) fn claim_names(pod: &Value) -> impl Iterator<Item = &str> {
     pod.pointer("/spec/volumes")
         .and_then(Value::as_array)
         .into_iter()

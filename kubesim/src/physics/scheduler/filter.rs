@@ -15,6 +15,7 @@ use k8s_openapi::api::core::v1::{
 use serde_json::{Value, json};
 
 use super::volume_topology::{self, VolumeNeed};
+use crate::physics::volumes::claim_names;
 use crate::{conditions, object::labels, object::text, selector::label_selector_matches};
 
 /// What the scheduler knows about a node.
@@ -340,14 +341,9 @@ impl PodNeeds {
             })
             .collect();
         let namespace = text(pod, "/metadata/namespace");
-        let claims = (spec
-            .get("volumes")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten())
-        .filter_map(|v| v.pointer("/persistentVolumeClaim/claimName")?.as_str())
-        .map(|claim| format!("{namespace}/{claim}"))
-        .collect();
+        let claims = claim_names(pod)
+            .map(|claim| format!("{namespace}/{claim}"))
+            .collect();
         Self {
             requests,
             ports,

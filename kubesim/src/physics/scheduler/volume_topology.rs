@@ -11,6 +11,7 @@ use k8s_openapi::api::core::v1::{NodeSelectorTerm, TopologySelectorTerm};
 use serde_json::Value;
 
 use super::filter::{NodeInfo, Refusal, parse, term_matches};
+use crate::physics::volumes::claim_names;
 use crate::{
     object::text,
     resources::GroupResource,
@@ -29,14 +30,8 @@ pub(super) enum VolumeNeed {
 /// What `pod`'s claims ask of a node, or kube-scheduler's message when one cannot be looked up.
 pub(super) fn volume_needs(store: &Store, pod: &Value) -> Result<Vec<VolumeNeed>, String> {
     let namespace = text(pod, "/metadata/namespace");
-    let claims = pod
-        .pointer("/spec/volumes")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter_map(|v| v.pointer("/persistentVolumeClaim/claimName")?.as_str());
     let mut needs = Vec::new();
-    for name in claims {
+    for name in claim_names(pod) {
         let claim = store
             .get(
                 &GroupResource::new("", "persistentvolumeclaims"),
