@@ -102,7 +102,7 @@ impl Catalog {
         // Only the types with an offering to change are copied; the rest stay shared.
         let mut marked = types.as_ref().clone();
         for key in self.unavailable.keys() {
-            let Some(it) = marked.iter_mut().find(|it| it.name == key.instance_type) else {
+            let Some(it) = marked.iter_mut().find(|it| key.covers(it)) else {
                 continue;
             };
             for offering in &mut Arc::make_mut(it).offerings {

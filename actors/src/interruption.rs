@@ -270,6 +270,7 @@ fn offering(claim: &NodeClaim) -> Option<OfferingKey> {
         instance_type: labels.get(INSTANCE_TYPE)?.clone(),
         zone: labels.get(ZONE)?.clone(),
         capacity_type: CapacityType::from_label(labels.get(CAPACITY_TYPE)?)?,
+        placement_group: None,
     })
 }
 

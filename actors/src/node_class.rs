@@ -11,9 +11,11 @@
 //! - A class its validation refuses (a rule the CRD cannot express, or a field Joist does not
 //!   honour yet) is not resolved: it gets `ValidationSucceeded=False` and `Ready=False` with the
 //!   problems, and a `ValidationFailed` warning, and is looked at again when it is edited.
-//! - A class with a `placementGroupSelector` is not resolved either: Joist does not launch into
-//!   placement groups yet, so it gets `PlacementGroupReady=False` and `Ready=False` and a
-//!   `PlacementGroupsNotBuilt` warning rather than launching nodes outside the group.
+//! - A class's `placementGroupSelector` is resolved with it ([`joist_provider::placement_group`]):
+//!   `PlacementGroupReady=True` when the group is found (or none is asked for); when no available
+//!   group matches, `PlacementGroupReady=False` (`PlacementGroupNotFound`), `Ready=False` and a
+//!   warning, and the class is tried again with backoff, so a group created later is picked up
+//!   within a minute; a failed lookup is `PlacementGroupResolutionFailed`.
 //! - A class with kubelet fields its nodes' user data cannot carry (fields Joist does not interpret,
 //!   on AL2 or Bottlerocket) is used all the same, as Karpenter uses it after its CRD pruned them,
 //!   with a `KubeletFieldsNotPassed` warning naming them.
@@ -23,11 +25,11 @@
 use std::{sync::Arc, time::Duration};
 
 use joist_messages::{
-    apis::{EC2NodeClass, Validate, ec2nodeclass::PlacementGroupSelector},
+    apis::{EC2NodeClass, Validate},
     conditions::{self, ConditionStatus, ConditionType, ConditionUpdate},
     labels::TERMINATION_FINALIZER,
 };
-use joist_provider::CloudError;
+use joist_provider::{CloudError, placement_group};
 use kube::ResourceExt;
 use serde_json::json;
 
@@ -125,9 +127,6 @@ pub async fn reconcile(shared: Shared, class: Arc<EC2NodeClass>, refresh: bool) 
             shared.events.warn(class.as_ref(), "ValidationFailed", &problems);
         }
         Outcome::Invalid
-    } else if let Some(group) = &class.spec.placement_group_selector {
-        refuse_placement_group(&shared, &class, &mut status, group);
-        Outcome::Invalid
     } else {
         let dropped = class.spec.kubelet_fields_not_passed();
         if !dropped.is_empty() {
@@ -149,44 +148,6 @@ pub async fn reconcile(shared: Shared, class: Arc<EC2NodeClass>, refresh: bool) 
         }
     }
     outcome
-}
-
-/// Keeps a class that asks for a placement group from launching: Joist does not launch into
-/// placement groups yet, and a node launched outside the group the user asked for (a cluster
-/// group's low latency, a spread group's separate racks) would be wrong without saying so.
-/// `ValidationSucceeded` holds (the spec is valid); `PlacementGroupReady` and `Ready` turn False,
-/// with a warning event when they first do.
-fn refuse_placement_group(
-    shared: &Shared,
-    class: &EC2NodeClass,
-    status: &mut joist_messages::apis::EC2NodeClassStatus,
-    group: &PlacementGroupSelector,
-) {
-    let named = match (&group.name, &group.id) {
-        (Some(name), _) => format!("name {name:?}"),
-        (None, Some(id)) => format!("id {id:?}"),
-        (None, None) => "no name or id".to_owned(),
-    };
-    let message = format!(
-        "spec.placementGroupSelector ({named}): Joist does not launch into placement groups yet, so it launches no node of this class rather than one outside the group"
-    );
-    let generation = class.metadata.generation;
-    // The spec itself is valid: only what Joist can do with it falls short.
-    let valid = ConditionUpdate::holds(ConditionType::ValidationSucceeded);
-    set_condition(&mut status.conditions, &shared.clock, generation, &valid);
-    let refused = ConditionUpdate::new(
-        ConditionType::PlacementGroupReady,
-        ConditionStatus::False,
-        "PlacementGroupsNotBuilt",
-    )
-    .with_message(message.as_str());
-    let newly = set_condition(&mut status.conditions, &shared.clock, generation, &refused);
-    let not_ready = ConditionUpdate::new(ConditionType::Ready, ConditionStatus::False, "NotReady")
-        .with_message("PlacementGroupReady is not True");
-    set_condition(&mut status.conditions, &shared.clock, generation, &not_ready);
-    if newly {
-        shared.events.warn(class, "PlacementGroupsNotBuilt", &message);
-    }
 }
 
 /// The merge patch that makes the status `before` into `after`: a field `after` leaves out (a
@@ -220,11 +181,11 @@ async fn resolve(
             let conditions = std::mem::take(&mut status.conditions);
             *status = resolved;
             status.conditions = conditions;
-            for part in READY_PARTS.into_iter().chain([ConditionType::Ready]) {
+            for part in READY_PARTS {
                 let holds = ConditionUpdate::holds(part);
                 set_condition(&mut status.conditions, &shared.clock, generation, &holds);
             }
-            Outcome::Resolved
+            resolve_placement_group(shared, class, status, generation).await
         }
         Err(error @ CloudError::Transient { .. }) => {
             tracing::warn!(ec2nodeclass = class.name_any(), %error, "resolving the node class failed; its status stays");
@@ -244,6 +205,55 @@ async fn resolve(
             Outcome::Failed
         }
     }
+}
+
+/// Resolves `class`'s placement group (its other parts resolved) and sets `PlacementGroupReady` and
+/// `Ready` for it (see the module docs).
+async fn resolve_placement_group(
+    shared: &Shared,
+    class: &EC2NodeClass,
+    status: &mut joist_messages::apis::EC2NodeClassStatus,
+    generation: Option<i64>,
+) -> Outcome {
+    let selector = class.spec.placement_group_selector.as_ref();
+    let failed = |reason: &str, message: String| {
+        ConditionUpdate::new(ConditionType::PlacementGroupReady, ConditionStatus::False, reason)
+            .with_message(message.as_str())
+    };
+    let update = match (shared.cloud.resolve_placement_group(class).await, selector) {
+        (Ok(Some(_)), _) | (Ok(None), None) => ConditionUpdate::holds(ConditionType::PlacementGroupReady),
+        (Ok(None), Some(selector)) => failed(
+            "PlacementGroupNotFound",
+            format!(
+                "spec.placementGroupSelector: placement group {} not found",
+                placement_group::describe_selector(selector)
+            ),
+        ),
+        (Err(error @ CloudError::Transient { .. }), _) => {
+            tracing::warn!(ec2nodeclass = class.name_any(), %error, "resolving the placement group failed; its status stays");
+            return Outcome::Failed;
+        }
+        (Err(error), _) => failed(
+            "PlacementGroupResolutionFailed",
+            format!("spec.placementGroupSelector: failed to resolve placement group: {error}"),
+        ),
+    };
+    let ready = update.status == ConditionStatus::True;
+    let newly = set_condition(&mut status.conditions, &shared.clock, generation, &update);
+    let overall = if ready {
+        ConditionUpdate::holds(ConditionType::Ready)
+    } else {
+        ConditionUpdate::new(ConditionType::Ready, ConditionStatus::False, "NotReady")
+            .with_message("PlacementGroupReady is not True")
+    };
+    set_condition(&mut status.conditions, &shared.clock, generation, &overall);
+    if ready {
+        return Outcome::Resolved;
+    }
+    if newly {
+        shared.events.warn(class, &update.reason, &update.message);
+    }
+    Outcome::Failed
 }
 
 /// Releases a deleted class's finalizer once no NodeClaim uses it.

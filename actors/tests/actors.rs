@@ -273,10 +273,16 @@ impl CloudProvider for FakeCloud {
     fn resolve_node_class<'a>(&'a self, _class: &'a EC2NodeClass) -> CloudFuture<'a, EC2NodeClassStatus> {
         Box::pin(async { Ok(EC2NodeClassStatus::default()) })
     }
+    fn resolve_placement_group<'a>(
+        &'a self,
+        _node_class: &'a EC2NodeClass,
+    ) -> CloudFuture<'a, Option<joist_provider::placement_group::PlacementGroup>> {
+        Box::pin(async { Ok(None) })
+    }
     fn is_drifted<'a>(
         &'a self,
         _claim: &'a NodeClaim,
-        _status: &'a EC2NodeClassStatus,
+        _node_class: &'a EC2NodeClass,
     ) -> CloudFuture<'a, Option<Drift>> {
         Box::pin(async { Ok(None) })
     }
@@ -329,6 +335,7 @@ async fn the_catalog_survives_a_flood_and_still_applies_every_mark() {
             instance_type: "m5.large".into(),
             zone: zone.into(),
             capacity_type: CapacityType::OnDemand,
+            placement_group: None,
         }],
     };
     let mut full = 0;

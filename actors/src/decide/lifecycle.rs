@@ -1124,6 +1124,7 @@ mod tests {
             instance_type: "c5.large".into(),
             zone: "zone-a".into(),
             capacity_type: joist_messages::model::instance_type::CapacityType::OnDemand,
+            placement_group: None,
         };
         let memory = &mut Memory::default();
         let now = Instant::now();

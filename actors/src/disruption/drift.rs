@@ -137,11 +137,7 @@ pub async fn mark(shared: &Shared, types: &PoolTypes<'_>, checks: &SharedChecks)
     }
     let answers: Vec<_> = futures::stream::iter(asks)
         .map(|ask| async move {
-            let status = ask.class.status.as_ref();
-            let answer = match status {
-                Some(status) => shared.cloud.is_drifted(&ask.claim, status).await,
-                None => Ok(None),
-            };
+            let answer = shared.cloud.is_drifted(&ask.claim, &ask.class).await;
             (ask, answer)
         })
         .buffer_unordered(CLOUD_CHECKS_AT_ONCE)

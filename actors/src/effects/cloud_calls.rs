@@ -21,7 +21,7 @@ use joist_messages::{
 };
 use joist_provider::{
     CloudError, CloudFuture, CloudProvider, Drift, Instance, Launch, instance_status::InstanceHealth,
-    repair::RepairPolicy,
+    placement_group::PlacementGroup, repair::RepairPolicy,
 };
 
 use crate::{
@@ -124,12 +124,22 @@ impl CloudProvider for GuardedCloud {
         self.call("resolve node class", self.inner.resolve_node_class(node_class))
     }
 
+    fn resolve_placement_group<'a>(
+        &'a self,
+        node_class: &'a EC2NodeClass,
+    ) -> CloudFuture<'a, Option<PlacementGroup>> {
+        self.call(
+            "resolve placement group",
+            self.inner.resolve_placement_group(node_class),
+        )
+    }
+
     fn is_drifted<'a>(
         &'a self,
         claim: &'a NodeClaim,
-        status: &'a EC2NodeClassStatus,
+        node_class: &'a EC2NodeClass,
     ) -> CloudFuture<'a, Option<Drift>> {
-        self.call("check drift", self.inner.is_drifted(claim, status))
+        self.call("check drift", self.inner.is_drifted(claim, node_class))
     }
 
     fn name_instance<'a>(&'a self, provider_id: &'a str, node_name: &'a str) -> CloudFuture<'a, ()> {

@@ -3,7 +3,8 @@
 //! `Priority` its rank by price (0 first); spot fleets use `price-capacity-optimized`, on-demand
 //! fleets (and ODCR launches) `lowest-price`; a capacity block is launched as `capacity-block`
 //! capacity and an interruptible reservation as `reserved-capacity`; the fleet and its instances
-//! and volumes carry the launch tags.
+//! and volumes carry the launch tags. A launch into a placement group has its capacity errors
+//! scoped to the group, and a spread group's limit in a zone marks every type asked for there.
 //!
 //! Identical requests are meant to be coalesced into one call for `count` instances
 //! ([`crate::coalesce`]); [`FleetOutcome::into_results`] fans the answer back out, one instance per
@@ -24,7 +25,7 @@ use aws_sdk_ec2::types::{
     SpotOptionsRequest, Tag, TagSpecification, TargetCapacitySpecificationRequest,
 };
 use joist_messages::{apis::ec2nodeclass::ReservationType, model::instance_type::CapacityType};
-use joist_provider::{CloudError, OfferingKey};
+use joist_provider::{CloudError, OfferingKey, placement_group};
 
 use crate::{clients::AwsClients, error::AwsError};
 
@@ -40,9 +41,13 @@ pub const CAPACITY_ERROR_CODES: [&str; 7] = [
     "MaxFleetCountExceeded",
 ];
 
+/// The code a spread placement group's limit is reported under once Joist read it as a capacity
+/// error (EC2 tells it by its words, not its code).
+const SPREAD_LIMIT_CODE: &str = "SpreadPlacementGroupLimitExceeded";
+
 /// Whether a CreateFleet error code is a capacity error (see [`CAPACITY_ERROR_CODES`]).
 pub fn is_capacity_error(code: &str) -> bool {
-    CAPACITY_ERROR_CODES.contains(&code)
+    CAPACITY_ERROR_CODES.contains(&code) || code == SPREAD_LIMIT_CODE
 }
 
 /// One instance type in one subnet.
@@ -80,6 +85,8 @@ pub struct FleetRequest {
     /// `prioritized` on-demand, `capacity-optimized-prioritized` spot, as Karpenter does when a
     /// NodeOverlay changed a price.
     pub prioritized: bool,
+    /// The placement group (its id) every template launches into: capacity errors are scoped to it.
+    pub placement_group: Option<String>,
     /// One config per template.
     pub configs: Vec<TemplateConfig>,
     /// The launch tags.
@@ -276,6 +283,7 @@ pub async fn create(
                 Some(_) => CapacityType::OnDemand,
                 None => request.capacity_type,
             },
+            placement_group: request.placement_group.clone(),
         })
     };
     let launched = output
@@ -297,13 +305,49 @@ pub async fn create(
     let errors = output
         .errors()
         .iter()
-        .map(|error| FleetError {
-            code: error.error_code().unwrap_or("Unknown").to_owned(),
-            message: error.error_message().unwrap_or_default().to_owned(),
-            offering: offering(error.launch_template_and_overrides(), error.lifecycle()),
+        .flat_map(|error| {
+            let reported = FleetError {
+                code: error.error_code().unwrap_or("Unknown").to_owned(),
+                message: error.error_message().unwrap_or_default().to_owned(),
+                offering: offering(error.launch_template_and_overrides(), error.lifecycle()),
+            };
+            spread_limit_everywhere_in_zone(request, reported)
         })
         .collect();
     Ok(FleetOutcome { launched, errors })
+}
+
+/// A spread group's limit reached in a zone holds for every type in that zone: the error is
+/// repeated for each of the request's overrides there, as a capacity error, so the whole zone goes
+/// to the unavailable-offering cache (scoped to the group). Any other error is kept as it is.
+fn spread_limit_everywhere_in_zone(request: &FleetRequest, error: FleetError) -> Vec<FleetError> {
+    let Some(reported) = error
+        .offering
+        .clone()
+        .filter(|_| placement_group::is_spread_limit(&error.message))
+    else {
+        return vec![error];
+    };
+    let mut types: Vec<&str> = request
+        .configs
+        .iter()
+        .flat_map(|c| &c.overrides)
+        .filter(|o| o.zone == reported.zone)
+        .map(|o| o.instance_type.as_str())
+        .collect();
+    types.sort_unstable();
+    types.dedup();
+    types
+        .into_iter()
+        .map(|instance_type| FleetError {
+            code: SPREAD_LIMIT_CODE.to_owned(),
+            message: error.message.clone(),
+            offering: Some(OfferingKey {
+                instance_type: instance_type.to_owned(),
+                ..reported.clone()
+            }),
+        })
+        .collect()
 }
 
 fn config(config: &TemplateConfig) -> FleetLaunchTemplateConfigRequest {
@@ -360,6 +404,7 @@ mod tests {
             instance_type: instance_type.into(),
             zone: "us-west-2a".into(),
             capacity_type: CapacityType::Spot,
+            placement_group: None,
         }
     }
 
@@ -405,5 +450,55 @@ mod tests {
         );
         let every_code_is_capacity = CAPACITY_ERROR_CODES.iter().all(|code| is_capacity_error(code));
         assert!(every_code_is_capacity && !is_capacity_error("UnauthorizedOperation"));
+    }
+
+    #[test]
+    fn a_full_spread_group_marks_every_type_asked_for_in_its_zone_for_that_group_only() {
+        let overrides = |zone: &str, types: &[&str]| {
+            types
+                .iter()
+                .map(|t| Override {
+                    instance_type: (*t).into(),
+                    subnet_id: format!("subnet-{zone}"),
+                    zone: zone.into(),
+                    priority: 0,
+                })
+                .collect::<Vec<_>>()
+        };
+        let mut both_zones = overrides("us-west-2a", &["m5.large", "c5.large"]);
+        both_zones.extend(overrides("us-west-2b", &["m5.large"]));
+        let request = FleetRequest {
+            capacity_type: CapacityType::OnDemand,
+            reservation: None,
+            prioritized: false,
+            placement_group: Some("pg-1".into()),
+            configs: vec![TemplateConfig {
+                template: "t".into(),
+                overrides: both_zones,
+            }],
+            tags: BTreeMap::new(),
+        };
+        let scoped = OfferingKey {
+            placement_group: Some("pg-1".into()),
+            ..key("m5.large")
+        };
+        let full = FleetError {
+            code: "InsufficientInstanceCapacity".into(),
+            message: "You have reached the limit of instances in this spread placement group".into(),
+            offering: Some(scoped),
+        };
+        let marked = spread_limit_everywhere_in_zone(&request, full);
+        let keys: Vec<String> = marked
+            .iter()
+            .filter_map(|e| e.offering.as_ref())
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(
+            keys,
+            ["spot:c5.large:us-west-2a:pg-1", "spot:m5.large:us-west-2a:pg-1"]
+        );
+        assert!(marked.iter().all(|e| is_capacity_error(&e.code)));
+        let other = error("InsufficientInstanceCapacity", "m5.large");
+        assert_eq!(spread_limit_everywhere_in_zone(&request, other.clone()), [other]);
     }
 }

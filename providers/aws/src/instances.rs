@@ -228,6 +228,8 @@ pub struct Placement {
     pub security_group_ids: Vec<String>,
     /// The capacity reservation it runs in, while it is reserved.
     pub reservation_id: Option<String>,
+    /// The partition of its placement group it runs in (EC2 says 0 for none).
+    pub partition: Option<u32>,
 }
 
 /// The placement of the instance behind `provider_id`.
@@ -243,6 +245,11 @@ pub async fn placement(lookups: &Lookups, provider_id: &str) -> Result<Placement
             .filter_map(|g| g.group_id().map(str::to_owned))
             .collect(),
         reservation_id: reservation(instance).map(|r| r.id),
+        partition: instance
+            .placement()
+            .and_then(|p| p.partition_number())
+            .and_then(|n| u32::try_from(n).ok())
+            .filter(|&n| n > 0),
     })
 }
 

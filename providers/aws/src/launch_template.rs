@@ -1,6 +1,6 @@
 //! Launch templates named by what they hold: one per distinct image, user data, security groups,
 //! instance profile, disks, metadata options, network interfaces (EFA-only ones, IPv4 prefixes,
-//! connection tracking), CPU options and tags, named `karpenter.k8s.aws/<hash>` as
+//! connection tracking), CPU options, placement group and partition, and tags, named `karpenter.k8s.aws/<hash>` as
 //! Karpenter names them, so a template is created once and every later launch (and a Karpenter
 //! running beside Joist) reuses it. Templates known to exist are remembered for [`TEMPLATE_TTL`];
 //! after that EC2 is asked again, so one deleted by hand is created anew.
@@ -21,8 +21,9 @@ use aws_sdk_ec2::types::{
     LaunchTemplateIamInstanceProfileSpecificationRequest, LaunchTemplateInstanceMarketOptionsRequest,
     LaunchTemplateInstanceMetadataEndpointState, LaunchTemplateInstanceMetadataOptionsRequest,
     LaunchTemplateInstanceMetadataProtocolIpv6, LaunchTemplateInstanceNetworkInterfaceSpecificationRequest,
-    LaunchTemplatesMonitoringRequest, MarketType, NestedVirtualizationSpecification,
-    RequestLaunchTemplateData, ResourceType, Tag, TagSpecification, VolumeType as Ec2VolumeType,
+    LaunchTemplatePlacementRequest, LaunchTemplatesMonitoringRequest, MarketType,
+    NestedVirtualizationSpecification, RequestLaunchTemplateData, ResourceType, Tag, TagSpecification,
+    VolumeType as Ec2VolumeType,
 };
 use base64::Engine;
 use joist_messages::apis::ec2nodeclass::{
@@ -74,6 +75,10 @@ pub struct TemplateInput {
     pub nested_virtualization: Option<Toggle>,
     /// Which capacity reservations its instances may run in.
     pub capacity_reservation: ReservationTarget,
+    /// The placement group its instances launch into, by id, and the partition when one is asked
+    /// for (otherwise EC2 picks it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub placement: Option<PlacementTarget>,
     /// Tags on the template itself (the cluster's, so it can be found and cleaned up).
     pub tags: BTreeMap<String, String>,
 }
@@ -98,6 +103,25 @@ pub enum ReservationTarget {
         /// Whether EC2 may take the capacity back.
         interruptible: bool,
     },
+}
+
+/// A placement group and partition a template launches into.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+pub struct PlacementTarget {
+    /// The group's id (`pg-…`): the id, not the name, as Karpenter's templates say it.
+    pub group_id: String,
+    /// The partition, for a partition group when the claim asks for one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub partition: Option<u32>,
+}
+
+impl PlacementTarget {
+    fn placement(&self) -> LaunchTemplatePlacementRequest {
+        LaunchTemplatePlacementRequest::builder()
+            .group_id(&self.group_id)
+            .set_partition_number(self.partition.and_then(|p| i32::try_from(p).ok()))
+            .build()
+    }
 }
 
 impl ReservationTarget {
@@ -182,7 +206,8 @@ impl TemplateInput {
             )
             .set_block_device_mappings(Some(self.block_devices.iter().map(block_device).collect()))
             .set_capacity_reservation_specification(self.capacity_reservation.specification())
-            .set_instance_market_options(self.capacity_reservation.market());
+            .set_instance_market_options(self.capacity_reservation.market())
+            .set_placement(self.placement.as_ref().map(PlacementTarget::placement));
         let interfaces = self.interfaces();
         data = if interfaces.is_empty() {
             data.set_security_group_ids(Some(self.security_group_ids.clone()))
@@ -387,6 +412,7 @@ mod tests {
     fn input() -> TemplateInput {
         TemplateInput {
             capacity_reservation: ReservationTarget::None,
+            placement: None,
             image_id: "ami-0123".into(),
             user_data: "#!/bin/bash\n".into(),
             security_group_ids: vec!["sg-1".into()],
@@ -508,6 +534,34 @@ mod tests {
             input().name(),
             "one template per reservation"
         );
+    }
+
+    #[test]
+    fn a_placement_groups_template_names_the_group_by_id_and_the_partition_asked_for() {
+        let placed = |partition| TemplateInput {
+            placement: Some(PlacementTarget {
+                group_id: "pg-1".into(),
+                partition,
+            }),
+            ..input()
+        };
+        let data = placed(Some(2)).data();
+        let placement = data.placement();
+        assert_eq!(placement.and_then(|p| p.group_id()), Some("pg-1"));
+        assert_eq!(placement.and_then(|p| p.group_name()), None);
+        assert_eq!(placement.and_then(|p| p.partition_number()), Some(2));
+        let unpinned = placed(None).data();
+        assert_eq!(unpinned.placement().and_then(|p| p.partition_number()), None);
+        assert_eq!(input().data().placement(), None, "no group, no placement");
+        let names: std::collections::BTreeSet<String> = [
+            placed(Some(1)).name(),
+            placed(Some(2)).name(),
+            placed(None).name(),
+            input().name(),
+        ]
+        .into_iter()
+        .collect();
+        assert_eq!(names.len(), 4, "one template per group and partition");
     }
 
     #[test]

@@ -13,6 +13,7 @@
 //! - [`user_data`]: the bootstrap user data per AMI family, merged with the user's;
 //! - [`offerings`]: the instance types a class can launch, priced, with capacity per its settings;
 //! - [`launch_template`]: hash-named launch templates, created once and reused;
+//! - [`placement_groups`]: the placement group a class names, from DescribePlacementGroups;
 //! - [`fleet`]: CreateFleet requests and what their answers mean; [`coalesce`] merges identical
 //!   requests (and terminations) into one call;
 //! - [`provider`]: [`AwsCloud`], the `CloudProvider` joining them, which `joist run` uses;
@@ -37,6 +38,7 @@ pub mod instances;
 pub mod launch_template;
 pub mod node_class;
 pub mod offerings;
+pub mod placement_groups;
 pub mod price_source;
 pub mod pricing;
 pub mod provider;

@@ -13,7 +13,12 @@
 //!   or by the cluster's tags ([`crate::instances`]).
 //! - `resolve_node_class`: [`crate::node_class::resolve`] for the cluster's Kubernetes version.
 //! - `is_drifted`: the instance's image, subnet and security groups (a coalesced DescribeInstances)
-//!   against the class's status.
+//!   against the class's status, then its placement group against the class's.
+//! - Placement groups ([`joist_provider::placement_group`]): the class's group is described
+//!   ([`crate::placement_groups`]) when first needed and with every resolution of the class; its
+//!   types carry its id (and partitions), its launch templates place instances in it by id (and
+//!   in the partition a claim asks for), and a partition group's node is labelled with the
+//!   partition EC2 chose, read back after the launch.
 //!
 //! Failures map to [`CloudError`]: throttling and faults are `Transient`; capacity errors are
 //! `InsufficientCapacity` with the offerings for the unavailable-offering cache; a user data that
@@ -27,7 +32,7 @@ use std::{
 
 use futures::FutureExt;
 use joist_messages::{
-    apis::{EC2NodeClass, EC2NodeClassStatus, NodeClaim, NodePool},
+    apis::{EC2NodeClass, EC2NodeClassStatus, NodeClaim, NodePool, ec2nodeclass::PlacementGroupSelector},
     labels::{annotations::PRICE_OVERLAY_APPLIED, tags::NODECLAIM as NODECLAIM_TAG},
     model::{
         instance_type::{CapacityType, InstanceType},
@@ -40,6 +45,7 @@ use joist_provider::{
     capacity_reservation,
     instance_status::InstanceHealth,
     launch,
+    placement_group::{self, PlacementGroup, Strategy},
     repair::{EC2_REPAIR_POLICIES, RepairPolicy},
 };
 use k8s_openapi::api::core::v1::Taint;
@@ -52,9 +58,10 @@ use crate::{
     coalesce::{Coalescer, Window},
     fleet::{self, FleetRequest, Launched, Override, TemplateConfig},
     instance_status, instances,
-    launch_template::{self, LaunchTemplates, ReservationTarget, TemplateInput},
+    launch_template::{self, LaunchTemplates, PlacementTarget, ReservationTarget, TemplateInput},
     node_class,
     offerings::{self, Catalog},
+    placement_groups,
     price_source::SdkPriceSource,
     pricing::{self, PRICING_REFRESH, PriceSource, Prices},
     user_data::{self, Bootstrap},
@@ -64,6 +71,10 @@ use crate::{
 pub const PRICING_RETRY: Duration = Duration::from_secs(10 * 60);
 /// How long the catalog read from EC2 is used before it is read again.
 pub const CATALOG_REFRESH: Duration = Duration::from_secs(12 * 60 * 60);
+/// How many times a just-launched instance of a partition group is read for its partition.
+const PARTITION_READS: u32 = 3;
+/// The wait between two such reads.
+const PARTITION_READ_INTERVAL: Duration = Duration::from_secs(1);
 /// The taint every node registers with until Joist sees it.
 const UNREGISTERED_TAINT: &str = "karpenter.sh/unregistered";
 
@@ -122,6 +133,8 @@ struct Inner {
     next_create_tags: Mutex<Instant>,
     /// The room in each capacity reservation, as last described and counted since.
     reservation_room: capacity_reservation::Availability,
+    /// The placement group each class resolved to.
+    placement_groups: placement_group::Resolved,
 }
 
 impl AwsCloud {
@@ -167,6 +180,7 @@ impl AwsCloud {
             lookups,
             next_create_tags: Mutex::new(Instant::now()),
             reservation_room: capacity_reservation::Availability::default(),
+            placement_groups: placement_group::Resolved::default(),
         });
         let weak = Arc::downgrade(&inner);
         tokio::spawn(async move {
@@ -241,13 +255,21 @@ impl AwsCloud {
         }
     }
 
+    /// The placement group `class` launches into (described the first time it is asked for).
+    async fn placement_group(&self, class: &EC2NodeClass) -> Result<Option<PlacementGroup>, CloudError> {
+        let clients = &self.inner.clients;
+        (self.inner.placement_groups)
+            .group(class, |selector| describe_placement_group(clients, selector))
+            .await
+    }
+
     /// The launch template for nodes of `class` booting `image_id` with `max_pods` pods.
     fn template_input(
         &self,
         class: &EC2NodeClass,
         claim: &NodeClaim,
         (image_id, max_pods): (&str, Option<u32>),
-        capacity_reservation: ReservationTarget,
+        (capacity_reservation, placement): (ReservationTarget, Option<PlacementTarget>),
     ) -> Result<TemplateInput, CloudError> {
         let settings = &self.inner.settings;
         let class_name = class.name_any();
@@ -295,6 +317,7 @@ impl AwsCloud {
         );
         Ok(TemplateInput {
             capacity_reservation,
+            placement,
             image_id: image_id.to_owned(),
             user_data,
             security_group_ids: status
@@ -327,6 +350,12 @@ impl AwsCloud {
     ) -> Result<Launch, CloudError> {
         let (class, status) =
             joist_provider::node_class::launchable(&claim.spec.node_class_ref.name, node_class)?;
+        let group = placement_group::required(class, self.placement_group(class).await?)?;
+        let requested_partition = placement_group::requested_partition(&launch::claim_requirements(claim)?);
+        let placement = group.as_ref().map(|g| PlacementTarget {
+            group_id: g.id.clone(),
+            partition: requested_partition.filter(|_| matches!(g.strategy, Strategy::Partition { .. })),
+        });
         let candidates = launch::candidates(claim, instance_types)?;
         // `candidates` answers an error rather than nothing, so there is a first.
         let Some(capacity_type) = candidates.first().map(|c| c.offering.capacity_type) else {
@@ -361,7 +390,12 @@ impl AwsCloud {
             let template = match templates.get(&key) {
                 Some(name) => name.clone(),
                 None => {
-                    let input = self.template_input(class, claim, (&ami.id, max_pods), key.2.clone())?;
+                    let input = self.template_input(
+                        class,
+                        claim,
+                        (&ami.id, max_pods),
+                        (key.2.clone(), placement.clone()),
+                    )?;
                     let name = self.inner.templates.ensure(&self.inner.clients, &input).await?;
                     templates.insert(key, name.clone());
                     name
@@ -401,6 +435,7 @@ impl AwsCloud {
                 .annotations()
                 .get(PRICE_OVERLAY_APPLIED)
                 .is_some_and(|v| v == "true"),
+            placement_group: group.as_ref().map(|g| g.id.clone()),
             configs,
             tags: joist_provider::launch::instance_tags(&self.inner.settings.cluster_name, class, claim),
         };
@@ -476,11 +511,19 @@ impl AwsCloud {
             labels.extend(reservation.labels().map(|(k, v)| (k.to_owned(), v)));
             self.inner.reservation_room.launched(&reservation.id);
         }
+        let provider_id = instances::provider_id(&offering.zone, &launched.instance_id);
+        if let Some(group) = &group {
+            let partition = match (group.strategy, requested_partition) {
+                (Strategy::Partition { .. }, None) => self.partition_of(&provider_id).await,
+                _ => requested_partition,
+            };
+            labels.extend(group.labels(partition));
+        }
         let mut tags = request.tags;
         tags.insert(NODECLAIM_TAG.to_owned(), claim_name);
         Ok(Launch {
             instance: Instance {
-                provider_id: instances::provider_id(&offering.zone, &launched.instance_id),
+                provider_id,
                 instance_type: instance_type.name.clone(),
                 zone: offering.zone.clone(),
                 capacity_type: offering.capacity_type,
@@ -496,6 +539,27 @@ impl AwsCloud {
             labels,
             unavailable,
         })
+    }
+
+    /// The partition EC2 put a just-launched instance in, read back with DescribeInstances (a
+    /// few tries, as a new instance may not be described at once); `None`, logged, when EC2 does
+    /// not say: the node then carries no partition label.
+    async fn partition_of(&self, provider_id: &str) -> Option<u32> {
+        for attempt in 1..=PARTITION_READS {
+            match instances::placement(&self.inner.lookups, provider_id).await {
+                Ok(placement) if placement.partition.is_some() => return placement.partition,
+                Ok(_) => {}
+                Err(error) => {
+                    tracing::debug!(provider_id, %error, attempt, "reading the instance's partition failed")
+                }
+            }
+            tokio::time::sleep(PARTITION_READ_INTERVAL).await;
+        }
+        tracing::warn!(
+            provider_id,
+            "EC2 did not say which partition the instance is in; its node has no partition label"
+        );
+        None
     }
 
     /// Takes the reserved offerings out of `unavailable`: a reservation without room says nothing
@@ -584,17 +648,24 @@ impl CloudProvider for AwsCloud {
         node_class: &'a EC2NodeClass,
     ) -> CloudFuture<'a, Vec<InstanceType>> {
         Box::pin(async move {
+            let group = placement_group::required(node_class, self.placement_group(node_class).await?)?;
             let catalog = self.catalog().await?;
             let family = node_class.spec.user_data_family();
             let settings = offerings::capacity_settings(node_class, family, self.inner.settings.capacity);
-            let prices = self.inner.prices.read().unwrap_or_else(PoisonError::into_inner);
-            Ok(offerings::instance_types(
-                &catalog,
-                &prices,
-                &self.inner.clients.region,
-                node_class,
-                (&settings, &self.inner.reservation_room),
-            ))
+            let mut types = {
+                let prices = self.inner.prices.read().unwrap_or_else(PoisonError::into_inner);
+                offerings::instance_types(
+                    &catalog,
+                    &prices,
+                    &self.inner.clients.region,
+                    node_class,
+                    (&settings, &self.inner.reservation_room),
+                )
+            };
+            if let Some(group) = &group {
+                placement_group::constrain(&mut types, group);
+            }
+            Ok(types)
         })
     }
 
@@ -647,17 +718,35 @@ impl CloudProvider for AwsCloud {
         })
     }
 
+    fn resolve_placement_group<'a>(
+        &'a self,
+        node_class: &'a EC2NodeClass,
+    ) -> CloudFuture<'a, Option<PlacementGroup>> {
+        let clients = &self.inner.clients;
+        Box::pin(
+            (self.inner.placement_groups)
+                .refresh(node_class, |selector| describe_placement_group(clients, selector)),
+        )
+    }
+
     fn is_drifted<'a>(
         &'a self,
         claim: &'a NodeClaim,
-        status: &'a EC2NodeClassStatus,
+        node_class: &'a EC2NodeClass,
     ) -> CloudFuture<'a, Option<Drift>> {
         Box::pin(async move {
-            let Some(provider_id) = claim.status.as_ref().and_then(|s| s.provider_id.as_deref()) else {
+            let (Some(provider_id), Some(status)) = (
+                claim.status.as_ref().and_then(|s| s.provider_id.as_deref()),
+                node_class.status.as_ref(),
+            ) else {
                 return Ok(None);
             };
             let placement = instances::placement(&self.inner.lookups, provider_id).await?;
-            Ok(drift(&placement, status))
+            if let Some(drift) = drift(&placement, status) {
+                return Ok(Some(drift));
+            }
+            let group = self.placement_group(node_class).await?;
+            Ok(placement_group::drift(claim, group.as_ref()))
         })
     }
 
@@ -676,6 +765,14 @@ impl CloudProvider for AwsCloud {
     fn reservation_reclaimed(&self, id: &str) {
         self.inner.reservation_room.exhausted(id);
     }
+}
+
+/// DescribePlacementGroups for `selector`, its errors as every cloud error.
+async fn describe_placement_group(
+    clients: &AwsClients,
+    selector: PlacementGroupSelector,
+) -> Result<Option<PlacementGroup>, CloudError> {
+    Ok(placement_groups::describe(clients, &selector).await?)
 }
 
 /// Why an instance placed as `placement` no longer matches `status`, if it does not.
@@ -724,6 +821,7 @@ mod tests {
             subnet_id: subnet.into(),
             security_group_ids: groups.iter().map(|g| (*g).to_owned()).collect(),
             reservation_id: None,
+            partition: None,
         }
     }
 

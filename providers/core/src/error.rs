@@ -94,6 +94,7 @@ mod tests {
                 instance_type: "m5.large".into(),
                 zone: "us-west-2a".into(),
                 capacity_type: CapacityType::Spot,
+                placement_group: None,
             }],
             message: "InsufficientInstanceCapacity".into(),
         };

@@ -43,12 +43,13 @@ pub struct Candidate<'a> {
 }
 
 impl Candidate<'_> {
-    /// The offering's cache key.
+    /// The offering's cache key, scoped to the type's placement group when it has one.
     pub fn key(&self) -> OfferingKey {
         OfferingKey {
             instance_type: self.instance_type.name.clone(),
             zone: self.offering.zone.clone(),
             capacity_type: self.offering.capacity_type,
+            placement_group: crate::placement_group::group_of(self.instance_type).map(str::to_owned),
         }
     }
 }

@@ -15,6 +15,7 @@ pub mod instance_status;
 pub mod interruption;
 pub mod launch;
 pub mod node_class;
+pub mod placement_group;
 pub mod prices;
 pub mod provider_id;
 pub mod repair;
@@ -40,8 +41,8 @@ pub use error::CloudError;
 /// A future a provider returns.
 pub type CloudFuture<'a, T> = BoxFuture<'a, Result<T, CloudError>>;
 
-/// One way to buy one instance type: `capacityType:instanceType:zone`, the key of the
-/// unavailable-offering cache.
+/// One way to buy one instance type: `capacityType:instanceType:zone`, with `:placementGroup` when
+/// it is scoped to one; the key of the unavailable-offering cache.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct OfferingKey {
     /// The instance type (`m5.large`).
@@ -50,11 +51,31 @@ pub struct OfferingKey {
     pub zone: String,
     /// Spot, on-demand or reserved.
     pub capacity_type: CapacityType,
+    /// The placement group (its id) the offering ran out in; `None` for the zone as a whole.
+    /// Capacity missing inside a group says nothing of launches outside it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement_group: Option<String>,
+}
+
+impl OfferingKey {
+    /// Whether this key marks `instance_type`'s offerings: any type's, or only those launching
+    /// into its placement group.
+    pub fn covers(&self, instance_type: &InstanceType) -> bool {
+        self.instance_type == instance_type.name
+            && self
+                .placement_group
+                .as_deref()
+                .is_none_or(|group| placement_group::group_of(instance_type) == Some(group))
+    }
 }
 
 impl fmt::Display for OfferingKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}:{}:{}", self.capacity_type, self.instance_type, self.zone)
+        write!(f, "{}:{}:{}", self.capacity_type, self.instance_type, self.zone)?;
+        match &self.placement_group {
+            Some(group) => write!(f, ":{group}"),
+            None => Ok(()),
+        }
     }
 }
 
@@ -165,12 +186,20 @@ pub trait CloudProvider: Send + Sync + 'static {
     /// Resolves a node class (subnets, security groups, images …) into the status to publish.
     fn resolve_node_class<'a>(&'a self, node_class: &'a EC2NodeClass) -> CloudFuture<'a, EC2NodeClassStatus>;
 
-    /// Whether the claim's instance has drifted from what its node class (`status`, as resolved
-    /// now) selects; `None` also when the claim has no instance yet.
+    /// Resolves `node_class`'s `placementGroupSelector` afresh and remembers the answer for its
+    /// launches ([`placement_group::Resolved`]): `None` without a selector, or when no available
+    /// group matches it.
+    fn resolve_placement_group<'a>(
+        &'a self,
+        node_class: &'a EC2NodeClass,
+    ) -> CloudFuture<'a, Option<placement_group::PlacementGroup>>;
+
+    /// Whether the claim's instance has drifted from what its node class (a Ready one, its status
+    /// as resolved now) selects; `None` also when the claim has no instance yet.
     fn is_drifted<'a>(
         &'a self,
         claim: &'a NodeClaim,
-        status: &'a EC2NodeClassStatus,
+        node_class: &'a EC2NodeClass,
     ) -> CloudFuture<'a, Option<Drift>>;
 
     /// Names the instance after the Node it registered as (EC2's `Name` tag, as Karpenter's

@@ -275,6 +275,7 @@ mod tests {
             instance_type: instance_type.into(),
             zone: zone.into(),
             capacity_type,
+            placement_group: None,
         }
     }
 

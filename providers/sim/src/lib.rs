@@ -22,6 +22,7 @@ pub mod cloud;
 pub mod faults;
 pub mod kwok;
 pub mod node;
+mod placement_groups;
 pub mod queue;
 mod reservations;
 
@@ -34,7 +35,9 @@ use std::{
 use joist_messages::{
     apis::{
         EC2NodeClass, EC2NodeClassStatus, NodeClaim, NodePool,
-        ec2nodeclass::{CapacityReservation, ResolvedAmi, ResolvedSecurityGroup, ResolvedSubnet},
+        ec2nodeclass::{
+            CapacityReservation, PlacementGroupSelector, ResolvedAmi, ResolvedSecurityGroup, ResolvedSubnet,
+        },
     },
     labels::{ARCH, tags},
     model::{
@@ -47,6 +50,7 @@ use joist_provider::{
     instance_status::{InstanceHealth, StatusCategory, StatusCheck},
     interruption::{InterruptionQueue, QueueMessage},
     launch,
+    placement_group::{self, PlacementGroup, Strategy},
     provider_id::instance_id,
     repair::{EC2_REPAIR_POLICIES, RepairPolicy},
 };
@@ -65,6 +69,7 @@ pub use self::{
 use self::{
     cloud::Tracked,
     node::{Registration, node_name},
+    placement_groups::{PlacementGroups, Refusal},
     queue::SimQueue,
     reservations::Reservations,
 };
@@ -95,6 +100,10 @@ struct Inner {
     reservations: std::sync::Mutex<Reservations>,
     /// The room in each reservation as the provider counts it (what the controllers see).
     reservation_room: capacity_reservation::Availability,
+    /// The placement groups, as EC2 holds them.
+    placement_groups: std::sync::Mutex<PlacementGroups>,
+    /// The placement group each class resolved to (what the controllers see).
+    resolved_groups: placement_group::Resolved,
 }
 
 /// Who plays the kubelet of the Nodes the simulated cloud registers.
@@ -160,6 +169,8 @@ impl SimCloud {
                 candidates: std::sync::Mutex::default(),
                 reservations: std::sync::Mutex::default(),
                 reservation_room: capacity_reservation::Availability::default(),
+                placement_groups: std::sync::Mutex::default(),
+                resolved_groups: placement_group::Resolved::default(),
             }),
         }
     }
@@ -267,6 +278,34 @@ impl SimCloud {
                 entry
             })
             .collect()
+    }
+
+    fn placement_groups(&self) -> std::sync::MutexGuard<'_, PlacementGroups> {
+        self.inner
+            .placement_groups
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Creates placement group `name` (a new group with a new id when one of that name exists, so
+    /// the nodes launched into the old one drift); returns its id.
+    pub fn create_placement_group(&self, name: &str, strategy: Strategy) -> String {
+        self.placement_groups().create(name, strategy)
+    }
+
+    /// Deletes placement group `name`: it is no longer described; its instances run on. Whether
+    /// there was one.
+    pub fn delete_placement_group(&self, name: &str) -> bool {
+        self.placement_groups().delete(name)
+    }
+
+    /// The placement group `class` launches into, as the controllers last resolved it.
+    async fn placement_group(&self, class: &EC2NodeClass) -> Result<Option<PlacementGroup>, CloudError> {
+        (self.inner.resolved_groups)
+            .group(class, |selector| async move {
+                Ok(self.placement_groups().describe(&selector))
+            })
+            .await
     }
 
     /// Makes every call of `operation` fail as `failure` says for `duration`. The interruption
@@ -397,6 +436,7 @@ impl SimCloud {
         let Some(node) = self.inner.books.end(instance_id, reason) else {
             return;
         };
+        self.placement_groups().leave(instance_id);
         if let Some(reservation) = reservation {
             self.reservations().release(&reservation.id);
             self.inner.reservation_room.terminated(&reservation.id);
@@ -412,12 +452,14 @@ impl SimCloud {
     fn launch(
         &self,
         claim: &NodeClaim,
-        node_class: &EC2NodeClass,
+        (node_class, group): (&EC2NodeClass, Option<&PlacementGroup>),
         instance_types: &[Arc<InstanceType>],
     ) -> Result<Launch, CloudError> {
         let settings = &self.inner.settings;
         let books = &self.inner.books;
         let mut unavailable = Vec::new();
+        let requested_partition = placement_group::requested_partition(&launch::claim_requirements(claim)?);
+        let mut refusal = None;
         let candidates = self
             .inner
             .candidates
@@ -449,6 +491,32 @@ impl SimCloud {
                 unavailable.push(key);
                 continue;
             }
+            let partition = match group.map(|g| {
+                (
+                    g,
+                    self.placement_groups().admit(g, &key.zone, requested_partition),
+                )
+            }) {
+                Some((group, Err(refused))) => {
+                    refusal = Some(match refused {
+                        Refusal::SpreadLimit => placement_group::spread_limit_message(group),
+                        Refusal::OtherZone { zone } => format!(
+                            "InsufficientInstanceCapacity: cluster placement group {} runs in {zone}",
+                            group.name
+                        ),
+                    });
+                    books.record(
+                        &mut state,
+                        CloudEvent::InsufficientCapacity {
+                            offering: key.clone(),
+                        },
+                    );
+                    unavailable.push(key);
+                    continue;
+                }
+                Some((_, Ok(partition))) => partition,
+                None => None,
+            };
             let (ec2_id, ordinal) = books.next_instance_id(&mut state);
             // On KWOK an instance is its Node, as in Karpenter's KWOK provider: the provider ID
             // `kwok://NODE`, so either controller finds the instances the other launched.
@@ -479,6 +547,10 @@ impl SimCloud {
             if let Some(reservation) = reservation {
                 labels.extend(reservation.labels().map(|(k, v)| (k.to_owned(), v)));
                 self.inner.reservation_room.launched(&reservation.id);
+            }
+            if let Some(group) = group {
+                labels.extend(group.labels(partition));
+                (self.placement_groups()).join(&instance_id, group, &key.zone, partition);
             }
             let instance = Instance {
                 provider_id,
@@ -559,8 +631,9 @@ impl SimCloud {
         }
         Err(CloudError::InsufficientCapacity {
             offerings: unavailable,
-            message: "InsufficientInstanceCapacity: every offering the claim allows is out of capacity"
-                .to_owned(),
+            message: refusal.unwrap_or_else(|| {
+                "InsufficientInstanceCapacity: every offering the claim allows is out of capacity".to_owned()
+            }),
         })
     }
 
@@ -799,7 +872,9 @@ impl CloudProvider for SimCloud {
             let reply = self.inner.books.call(Operation::Create)?;
             let (node_class, _) =
                 joist_provider::node_class::launchable(&claim.spec.node_class_ref.name, node_class)?;
-            reply.answer(self.launch(claim, node_class, instance_types)).await
+            let group = placement_group::required(node_class, self.placement_group(node_class).await?)?;
+            let launched = self.launch(claim, (node_class, group.as_ref()), instance_types);
+            reply.answer(launched).await
         })
     }
 
@@ -858,6 +933,7 @@ impl CloudProvider for SimCloud {
         node_class: &'a EC2NodeClass,
     ) -> CloudFuture<'a, Vec<InstanceType>> {
         Box::pin(async move {
+            let group = placement_group::required(node_class, self.placement_group(node_class).await?)?;
             let zones: Vec<&str> = node_class
                 .status
                 .iter()
@@ -895,7 +971,13 @@ impl CloudProvider for SimCloud {
                     it
                 })
                 .filter(|it| !it.offerings.is_empty())
-                .collect())
+                .collect::<Vec<_>>())
+            .map(|mut types| {
+                if let Some(group) = &group {
+                    placement_group::constrain(&mut types, group);
+                }
+                types
+            })
         })
     }
 
@@ -971,13 +1053,31 @@ impl CloudProvider for SimCloud {
         })
     }
 
+    fn resolve_placement_group<'a>(
+        &'a self,
+        node_class: &'a EC2NodeClass,
+    ) -> CloudFuture<'a, Option<PlacementGroup>> {
+        Box::pin(async move {
+            let describe = |selector: PlacementGroupSelector| async move {
+                // A DescribePlacementGroups call, when there is a selector to ask about.
+                let reply = self.inner.books.call(Operation::ResolveNodeClass)?;
+                let described = self.placement_groups().describe(&selector);
+                reply.answer(Ok(described)).await
+            };
+            (self.inner.resolved_groups).refresh(node_class, describe).await
+        })
+    }
+
     fn is_drifted<'a>(
         &'a self,
         claim: &'a NodeClaim,
-        status: &'a EC2NodeClassStatus,
+        node_class: &'a EC2NodeClass,
     ) -> CloudFuture<'a, Option<Drift>> {
         Box::pin(async move {
-            let Some(provider_id) = claim.status.as_ref().and_then(|s| s.provider_id.as_deref()) else {
+            let (Some(provider_id), Some(status)) = (
+                claim.status.as_ref().and_then(|s| s.provider_id.as_deref()),
+                node_class.status.as_ref(),
+            ) else {
                 return Ok(None);
             };
             let instance = self.get(provider_id).await?;
@@ -988,13 +1088,20 @@ impl CloudProvider for SimCloud {
             }
             // Simulated instances carry no security groups; their subnet is their zone's.
             let in_zone = |subnet: &ResolvedSubnet| subnet.zone == instance.zone;
-            Ok(joist_provider::node_class::drift(
+            let drift = joist_provider::node_class::drift(
                 status,
                 &instance.image_id,
                 in_zone,
                 None,
                 instance.reservation.as_ref().map(|r| r.id.as_str()),
-            ))
+            );
+            match drift {
+                Some(drift) => Ok(Some(drift)),
+                None => {
+                    let group = self.placement_group(node_class).await?;
+                    Ok(placement_group::drift(claim, group.as_ref()))
+                }
+            }
         })
     }
 

@@ -147,6 +147,7 @@ async fn each_kind_of_reservation_is_launched_as_ec2_sells_it() {
         capacity_type: CapacityType::Reserved,
         reservation: Some(reservation),
         prioritized: false,
+        placement_group: None,
         configs: vec![TemplateConfig {
             template: "t".into(),
             overrides: vec![Override {

@@ -16,8 +16,8 @@ fn asked(body: &str) -> Vec<String> {
         .collect()
 }
 
-/// Describes every asked id as a running m5.large, unless one of them is `i-unknown`: then EC2's
-/// error for the whole call.
+/// Describes every asked id as a running m5.large (in partition 2 of a placement group when its id
+/// ends in `p2`), unless one of them is `i-unknown`: then EC2's error for the whole call.
 fn answer(body: &str) -> (u16, String) {
     let ids = asked(body);
     if ids.iter().any(|id| id == "i-unknown") {
@@ -32,11 +32,16 @@ fn answer(body: &str) -> (u16, String) {
     let items: String = ids
         .iter()
         .map(|id| {
+            let partition = if id.ends_with("p2") {
+                "<groupId>pg-1</groupId><partitionNumber>2</partitionNumber>"
+            } else {
+                ""
+            };
             format!(
                 "<item><reservationId>r-{id}</reservationId><instancesSet><item><instanceId>{id}</instanceId>\
                  <imageId>ami-1</imageId><instanceState><code>16</code><name>running</name></instanceState>\
                  <instanceType>m5.large</instanceType><placement><availabilityZone>us-west-2a</availabilityZone>\
-                 </placement></item></instancesSet></item>"
+                 {partition}</placement></item></instancesSet></item>"
             )
         })
         .collect();
@@ -100,4 +105,21 @@ async fn an_unknown_id_fails_only_its_own_lookup() {
         4,
         "the call for all, then one for each id"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instances_placement_says_its_partition_when_it_has_one() {
+    let (clients, _) = fake_ec2::serve(answer).await;
+    let lookups = instances::lookups(clients);
+    let partition = |id: &'static str| {
+        let lookups = &lookups;
+        async move {
+            instances::placement(lookups, &provider_id(id))
+                .await
+                .map(|p| p.partition)
+                .unwrap_or_else(|e| panic!("{e}"))
+        }
+    };
+    assert_eq!(partition("i-00000000000000p2").await, Some(2));
+    assert_eq!(partition("i-000000000000000a").await, None);
 }

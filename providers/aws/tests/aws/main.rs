@@ -16,6 +16,7 @@ mod launch;
 mod lookups;
 mod moto;
 mod paging;
+mod placement_groups;
 mod swap;
 
 use aws_sdk_ec2::types::Tag;
