@@ -45,6 +45,8 @@ mod html;
 mod joist_process;
 #[path = "support/mutants.rs"]
 mod mutants;
+#[path = "scenarios/placement_groups.rs"]
+mod placement_groups;
 #[path = "scenarios/reservations.rs"]
 mod reservations;
 #[path = "scenarios/run.rs"]
@@ -414,25 +416,6 @@ fn a_node_class_that_first_fails_to_resolve_recovers_and_nodes_launch() {
         (30.0..=75.0).contains(&created),
         "resolution is retried with backoff once the fault clears (30 s): the first claim came at {created}s"
     );
-}
-
-#[test]
-fn a_node_class_asking_for_a_placement_group_launches_nothing_and_says_why() {
-    let class = NODE_CLASS.replace(
-        "  role: KarpenterNodeRole-test\n",
-        "  role: KarpenterNodeRole-test\n  placementGroupSelector: {name: hpc}\n",
-    );
-    let manifests = pool("default", &family(&["c5"]), "") + &class + &deployment("web", 1, "1", "");
-    let report = run(&scenario(&manifests, "[]", "2m"));
-    let s = &report.summary;
-    assert_eq!((s.nodes_launched, s.pods_pending_end), (0, 1), "{s:#?}");
-    let warned = report.timeline.iter().any(|e| {
-        e.event == "warning"
-            && e.object == "EC2NodeClass/default"
-            && e.detail
-                .starts_with("PlacementGroupsNotBuilt: spec.placementGroupSelector (name \"hpc\")")
-    });
-    assert!(warned, "the class says why: {:#?}", report.timeline);
 }
 
 /// How many nodes the report says were removed for `reason`.

@@ -425,6 +425,10 @@ fn describe(action: &Action, documents: usize) -> String {
             reservation.id, reservation.count, reservation.instance_type, reservation.zone
         ),
         Action::CancelReservation { id } => format!("capacity reservation {id} is cancelled"),
+        Action::CreatePlacementGroup { name, strategy } => {
+            format!("{strategy} placement group {name} is created")
+        }
+        Action::DeletePlacementGroup { name } => format!("placement group {name} is deleted"),
     }
 }
 
@@ -546,6 +550,14 @@ async fn execute(
         }
         Action::CancelReservation { id } => {
             cloud.cancel_reservation(id);
+            Ok(())
+        }
+        Action::CreatePlacementGroup { name, strategy } => {
+            cloud.create_placement_group(name, *strategy);
+            Ok(())
+        }
+        Action::DeletePlacementGroup { name } => {
+            cloud.delete_placement_group(name);
             Ok(())
         }
     }

@@ -44,6 +44,12 @@ pub struct FinalNode {
     pub capacity_reservation_id: String,
     /// Zone.
     pub zone: String,
+    /// The placement group it runs in (`karpenter.k8s.aws/placement-group-id`).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub placement_group_id: String,
+    /// Its partition of that group (`karpenter.k8s.aws/placement-group-partition`).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub placement_group_partition: String,
     /// Dollars per hour.
     pub price_per_hour: f64,
 }
@@ -227,6 +233,8 @@ pub fn build(name: &str, seed: u64, end: f64, store: &Store, cloud: &SimCloud, r
             capacity_type: label(node, CAPACITY_TYPE),
             capacity_reservation_id: label(node, aws::CAPACITY_RESERVATION_ID),
             zone: label(node, ZONE),
+            placement_group_id: label(node, aws::PLACEMENT_GROUP_ID),
+            placement_group_partition: label(node, aws::PLACEMENT_GROUP_PARTITION),
             price_per_hour: price_of(&text(node, "/spec/providerID")),
         })
         .collect();

@@ -14,7 +14,7 @@ use joist_messages::{
     model::instance_type::CapacityType,
     scheduler_config::SchedulerConfig,
 };
-use joist_provider::instance_status::StatusCategory;
+use joist_provider::{instance_status::StatusCategory, placement_group::Strategy};
 use joist_provider_sim::{BootFault, Failure, OfferingPattern, Operation, SimReservation};
 use k8s_openapi::api::core::v1::Taint;
 use serde::Deserialize;
@@ -154,7 +154,34 @@ struct StepSpec {
     create_capacity_reservation: Option<ReservationSpec>,
     #[serde(rename = "cancelCapacityReservation")]
     cancel_capacity_reservation: Option<CancelReservationSpec>,
+    #[serde(rename = "createPlacementGroup")]
+    create_placement_group: Option<PlacementGroupSpec>,
+    #[serde(rename = "deletePlacementGroup")]
+    delete_placement_group: Option<DeletePlacementGroupSpec>,
 }
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PlacementGroupSpec {
+    name: String,
+    strategy: String,
+    #[serde(default)]
+    partitions: Option<u32>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DeletePlacementGroupSpec {
+    name: String,
+}
+
+/// The placement group strategies a `createPlacementGroup` step names (a partition group's count
+/// comes from `partitions`).
+const PLACEMENT_STRATEGIES: [(&str, Strategy); 3] = [
+    ("cluster", Strategy::Cluster),
+    ("partition", Strategy::Partition { partitions: 0 }),
+    ("spread", Strategy::Spread),
+];
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -429,6 +456,18 @@ pub enum Action {
     CancelReservation {
         /// Its id.
         id: String,
+    },
+    /// Create a placement group in the cloud (a new one, with a new id, when the name is taken).
+    CreatePlacementGroup {
+        /// Its name.
+        name: String,
+        /// How it places instances.
+        strategy: Strategy,
+    },
+    /// Delete a placement group: it is no longer described; its instances run on.
+    DeletePlacementGroup {
+        /// Its name.
+        name: String,
     },
     /// Set a condition on Nodes, as a failing kubelet or the node monitoring agent would: the
     /// first `count` nodes by name that match and do not show `status` yet.
@@ -795,15 +834,49 @@ impl Scenario {
         if let Some(c) = step.cancel_capacity_reservation {
             actions.push(Action::CancelReservation { id: c.id });
         }
+        if let Some(g) = step.create_placement_group {
+            actions.push(placement_group(&format!("{field}.createPlacementGroup"), g)?);
+        }
+        if let Some(g) = step.delete_placement_group {
+            actions.push(Action::DeletePlacementGroup { name: g.name });
+        }
         match (actions.pop(), actions.is_empty()) {
             (Some(action), true) => Ok(action),
             _ => Err(ScenarioError::Field {
                 field: field.to_owned(),
-                message: "a step does exactly one of apply, scale, unavailable, interrupt, delete, failCreates, failCloud, failKube, releaseImage, nodeCondition, bootFault, taintNodes, impairInstances, createCapacityReservation, cancelCapacityReservation"
+                message: "a step does exactly one of apply, scale, unavailable, interrupt, delete, failCreates, failCloud, failKube, releaseImage, nodeCondition, bootFault, taintNodes, impairInstances, createCapacityReservation, cancelCapacityReservation, createPlacementGroup, deletePlacementGroup"
                     .to_owned(),
             }),
         }
     }
+}
+
+/// A `createPlacementGroup` step (at `field`) as the group it creates: a partition group needs
+/// `partitions` (1 to 7, as EC2 allows), and only a partition group takes it.
+fn placement_group(field: &str, g: PlacementGroupSpec) -> Result<Action, ScenarioError> {
+    let strategy = match (
+        choice(format!("{field}.strategy"), &g.strategy, &PLACEMENT_STRATEGIES)?,
+        g.partitions,
+    ) {
+        (Strategy::Partition { .. }, Some(partitions @ 1..=7)) => Strategy::Partition { partitions },
+        (Strategy::Partition { .. }, _) => {
+            return Err(ScenarioError::Field {
+                field: format!("{field}.partitions"),
+                message: "a partition group needs partitions, from 1 to 7".to_owned(),
+            });
+        }
+        (_, Some(_)) => {
+            return Err(ScenarioError::Field {
+                field: format!("{field}.partitions"),
+                message: "only a partition group has partitions".to_owned(),
+            });
+        }
+        (strategy, None) => strategy,
+    };
+    Ok(Action::CreatePlacementGroup {
+        name: g.name,
+        strategy,
+    })
 }
 
 /// A `createCapacityReservation` step (at `field`) as the reservation it creates.
