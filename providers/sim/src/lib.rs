@@ -481,41 +481,25 @@ impl SimCloud {
                 books.record(&mut state, CloudEvent::InsufficientCapacity { offering: key });
                 continue;
             }
-            if state.faults.is_unavailable(&key) {
-                books.record(
-                    &mut state,
-                    CloudEvent::InsufficientCapacity {
+            // Out of capacity: an outage the scenario set, or the group's rule EC2 enforces.
+            let admitted = match group {
+                _ if state.faults.is_unavailable(&key) => Err(None),
+                Some(group) => (self.placement_groups())
+                    .admit(group, &key.zone, requested_partition)
+                    .map_err(|refused| Some(refusal_message(group, refused))),
+                None => Ok(None),
+            };
+            let partition = match admitted {
+                Ok(partition) => partition,
+                Err(message) => {
+                    refusal = message.or(refusal);
+                    let event = CloudEvent::InsufficientCapacity {
                         offering: key.clone(),
-                    },
-                );
-                unavailable.push(key);
-                continue;
-            }
-            let partition = match group.map(|g| {
-                (
-                    g,
-                    self.placement_groups().admit(g, &key.zone, requested_partition),
-                )
-            }) {
-                Some((group, Err(refused))) => {
-                    refusal = Some(match refused {
-                        Refusal::SpreadLimit => placement_group::spread_limit_message(group),
-                        Refusal::OtherZone { zone } => format!(
-                            "InsufficientInstanceCapacity: cluster placement group {} runs in {zone}",
-                            group.name
-                        ),
-                    });
-                    books.record(
-                        &mut state,
-                        CloudEvent::InsufficientCapacity {
-                            offering: key.clone(),
-                        },
-                    );
+                    };
+                    books.record(&mut state, event);
                     unavailable.push(key);
                     continue;
                 }
-                Some((_, Ok(partition))) => partition,
-                None => None,
             };
             let (ec2_id, ordinal) = books.next_instance_id(&mut state);
             // On KWOK an instance is its Node, as in Karpenter's KWOK provider: the provider ID
@@ -854,6 +838,17 @@ impl Booting {
             tracing::warn!(node = node.metadata.name.as_deref().unwrap_or_default(), %error, "node registration failed");
         }
         self.books.booted(&self.instance_id);
+    }
+}
+
+/// EC2's words for a launch `group`'s rule refused.
+fn refusal_message(group: &PlacementGroup, refused: Refusal) -> String {
+    match refused {
+        Refusal::SpreadLimit => placement_group::spread_limit_message(group),
+        Refusal::OtherZone { zone } => format!(
+            "InsufficientInstanceCapacity: cluster placement group {} runs in {zone}",
+            group.name
+        ),
     }
 }
 
