@@ -50,6 +50,10 @@ pub enum ConditionType {
     CapacityReservationsReady,
     /// EC2NodeClass: its placement group selector found a group, or it has none.
     PlacementGroupReady,
+    /// CapacityBuffer: its pod template and count were resolved.
+    ReadyForProvisioning,
+    /// CapacityBuffer: whether its pods fit the capacity there is (True) or need new nodes.
+    Provisioning,
 }
 
 impl ConditionType {
@@ -75,6 +79,8 @@ impl ConditionType {
             Self::InstanceProfileReady => "InstanceProfileReady",
             Self::CapacityReservationsReady => "CapacityReservationsReady",
             Self::PlacementGroupReady => "PlacementGroupReady",
+            Self::ReadyForProvisioning => "ReadyForProvisioning",
+            Self::Provisioning => "Provisioning",
         }
     }
 }

@@ -216,7 +216,7 @@ fn every_rendered_object_is_a_valid_kubernetes_1_35_object() {
         .filter(|doc| doc.contains("kind:"))
         .map(|doc| serde_saphyr::from_str(doc).unwrap_or_else(|e| panic!("{e}")))
         .collect();
-    assert_eq!(crds.len(), 4, "NodePool, NodeClaim, EC2NodeClass, NodeOverlay");
+    assert_eq!(crds.len(), 5, "NodePool, NodeClaim, EC2NodeClass, NodeOverlay, CapacityBuffer");
     for crd in &crds {
         assert_eq!(crd["metadata"]["annotations"]["owner"], "platform");
     }

@@ -9,7 +9,7 @@ use std::{
 };
 
 use joist_messages::apis::{
-    EC2NodeClass, NodeClaim, NodeOverlay, NodePool,
+    CapacityBuffer, EC2NodeClass, NodeClaim, NodeOverlay, NodePool,
     manifest::{Checker, Outcome},
 };
 use proptest::{prelude::*, sample::Index};
@@ -45,6 +45,7 @@ fn undecodable(document: &Value) -> Option<String> {
         Some("NodeClaim") => decode::<NodeClaim>(document),
         Some("EC2NodeClass") => decode::<EC2NodeClass>(document),
         Some("NodeOverlay") => decode::<NodeOverlay>(document),
+        Some("CapacityBuffer") => decode::<CapacityBuffer>(document),
         other => Some(format!("no type for kind {other:?}")),
     }
 }

@@ -121,7 +121,8 @@ async fn api_verdict(client: &kube::Client, document: &Value) -> Result<(), Stri
         "NodeClaim" => "nodeclaims",
         "EC2NodeClass" => "ec2nodeclasses",
         "NodeOverlay" => "nodeoverlays",
-        other => panic!("not a Karpenter kind: {other}"),
+        "CapacityBuffer" => "namespaces/default/capacitybuffers",
+        other => panic!("not a kind Karpenter serves: {other}"),
     };
     let request = http::Request::post(format!(
         "/apis/{api_version}/{plural}?dryRun=All&fieldValidation=Strict"

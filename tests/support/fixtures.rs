@@ -31,7 +31,8 @@ pub fn read(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-/// The Karpenter documents in `text`, read from `path`.
+/// The documents of the kinds Karpenter serves in `text` (its own groups' and CapacityBuffers),
+/// read from `path`.
 pub fn documents(path: &Path, text: &str) -> Vec<Value> {
     serde_saphyr::from_multiple::<Value>(text)
         .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
@@ -39,7 +40,7 @@ pub fn documents(path: &Path, text: &str) -> Vec<Value> {
         .filter(|d| {
             d["apiVersion"]
                 .as_str()
-                .is_some_and(|v| v.starts_with("karpenter"))
+                .is_some_and(|v| v.starts_with("karpenter") || v.starts_with("autoscaling.x-k8s.io/"))
         })
         .collect()
 }

@@ -53,6 +53,35 @@ const BEYOND_THE_CRDS: &[Beyond] = &[
         why: "a selector term whose tags are empty names nothing to select by: Joist refuses it, where \
               Karpenter's CRD lets it through",
     },
+    Beyond {
+        kind: "CapacityBuffer",
+        field: "spec",
+        words: "a buffer needs podTemplateRef or scalableRef",
+        lets_through: always,
+        why: "Karpenter's buffer controller finds a buffer without a source when it resolves it \
+              (ReadyForProvisioning=False, ResolutionFailed)",
+    },
+    Beyond {
+        kind: "CapacityBuffer",
+        field: "spec.scalableRef",
+        words: "is not a Deployment, ReplicaSet or StatefulSet",
+        lets_through: always,
+        why: "Karpenter's buffer controller refuses a workload kind it cannot read when it resolves the buffer",
+    },
+    Beyond {
+        kind: "CapacityBuffer",
+        field: "spec.provisioningStrategy",
+        words: "the only strategy",
+        lets_through: always,
+        why: "the CRD takes any strategy; Karpenter's documentation supports only active-capacity",
+    },
+    Beyond {
+        kind: "CapacityBuffer",
+        field: "spec.limits",
+        words: "cannot be negative",
+        lets_through: always,
+        why: "the CRD takes any quantity; a negative limit holds no pod",
+    },
 ];
 
 fn always(_: Option<&Value>) -> bool {

@@ -4,8 +4,9 @@
 //! the generated CRD's OpenAPI schema (types, required fields, enums, patterns, bounds, and fields
 //! the v1 API does not have, as `kubectl apply` reports by default), all violations at once; then,
 //! once it decodes, every semantic rule through [`Validate`]. Pre-v1 kinds (v1alpha5 Provisioner, v1alpha1 AWSNodeTemplate,
-//! v1beta1 …) get a message naming their v1 replacement. Kinds from other API groups are passed
-//! over: a manifest file may hold Deployments next to NodePools.
+//! v1beta1 …) get a message naming their v1 replacement. `autoscaling.x-k8s.io/v1beta1`
+//! CapacityBuffers are checked like Karpenter's own kinds, as Karpenter serves them. Kinds from
+//! other API groups are passed over: a manifest file may hold Deployments next to NodePools.
 //!
 //! A `kind: List` document (what `kubectl get -o yaml` prints) is checked item by item.
 //!
@@ -16,7 +17,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use super::{
-    EC2NodeClass, NodeClaim, NodeOverlay, NodePool,
+    CapacityBuffer, EC2NodeClass, NodeClaim, NodeOverlay, NodePool,
     schema_check::SchemaChecker,
     validation::{Validate, Violation, Violations},
 };
@@ -44,6 +45,8 @@ pub enum KarpenterObject {
     EC2NodeClass(Box<EC2NodeClass>),
     /// `karpenter.sh/v1alpha1` NodeOverlay.
     NodeOverlay(Box<NodeOverlay>),
+    /// `autoscaling.x-k8s.io/v1beta1` CapacityBuffer, which Karpenter serves beside its own kinds.
+    CapacityBuffer(Box<CapacityBuffer>),
 }
 
 impl KarpenterObject {
@@ -54,6 +57,7 @@ impl KarpenterObject {
             KarpenterObject::NodeClaim(o) => serde_json::to_value(o),
             KarpenterObject::EC2NodeClass(o) => serde_json::to_value(o),
             KarpenterObject::NodeOverlay(o) => serde_json::to_value(o),
+            KarpenterObject::CapacityBuffer(o) => serde_json::to_value(o),
         }
     }
 }
@@ -130,6 +134,7 @@ pub struct Checker {
     node_claim: SchemaChecker,
     ec2_node_class: SchemaChecker,
     node_overlay: SchemaChecker,
+    capacity_buffer: SchemaChecker,
 }
 
 impl Default for Checker {
@@ -149,6 +154,7 @@ impl Checker {
             node_claim: schema_of::<NodeClaim>(),
             ec2_node_class: schema_of::<EC2NodeClass>(),
             node_overlay: schema_of::<NodeOverlay>(),
+            capacity_buffer: schema_of::<CapacityBuffer>(),
         }
     }
 
@@ -181,6 +187,11 @@ impl Checker {
             ("karpenter.sh/v1alpha1", "NodeOverlay") => {
                 decode::<NodeOverlay>(&mut self.node_overlay, value, |o| {
                     KarpenterObject::NodeOverlay(Box::new(o))
+                })
+            }
+            ("autoscaling.x-k8s.io/v1beta1", "CapacityBuffer") => {
+                decode::<CapacityBuffer>(&mut self.capacity_buffer, value, |o| {
+                    KarpenterObject::CapacityBuffer(Box::new(o))
                 })
             }
             ("karpenter.k8s.aws/v1", "EC2NodeClass") => {

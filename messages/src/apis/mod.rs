@@ -1,10 +1,14 @@
 //! The Karpenter v1 API: NodePool and NodeClaim (`karpenter.sh/v1`) and EC2NodeClass
-//! (`karpenter.k8s.aws/v1`), with their CRDs, defaults and validation.
+//! (`karpenter.k8s.aws/v1`), NodeOverlay, and the CapacityBuffer Karpenter serves beside them
+//! (`autoscaling.x-k8s.io/v1beta1`), with their CRDs, defaults and validation.
 //!
 //! The CRDs Joist installs are generated from these types ([`crds`]); the YAML committed under
 //! `deploy/crds/` is checked against them in CI.
 
 pub mod beyond_the_crds;
+// kube's `printcolumn(...)` entries repeat keys such as `type_` by design.
+#[allow(clippy::duplicated_attributes)]
+pub mod capacitybuffer;
 pub mod common;
 pub mod cron;
 pub mod duration;
@@ -28,6 +32,7 @@ pub mod validation;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
 
+pub use capacitybuffer::{CapacityBuffer, CapacityBufferSpec, CapacityBufferStatus};
 pub use ec2nodeclass::{EC2NodeClass, EC2NodeClassSpec, EC2NodeClassStatus};
 pub use nodeclaim::{NodeClaim, NodeClaimSpec, NodeClaimStatus};
 pub use nodeoverlay::{NodeOverlay, NodeOverlaySpec, NodeOverlayStatus};
@@ -60,6 +65,10 @@ pub fn crds() -> Vec<(&'static str, CustomResourceDefinition)> {
         (
             "karpenter.sh_nodeoverlays.yaml",
             with_object_fields(NodeOverlay::crd()),
+        ),
+        (
+            "autoscaling.x-k8s.io_capacitybuffers.yaml",
+            with_object_fields(CapacityBuffer::crd()),
         ),
     ]
 }
