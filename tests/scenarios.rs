@@ -2094,7 +2094,10 @@ spec:
 ---
 "
     );
-    let apart = "      affinity:
+    // Pinned to a c5.large, the cheapest c5: however the first batch is packed, only the heavy
+    // node is worth replacing.
+    let apart = "      nodeSelector: {node.kubernetes.io/instance-type: c5.large}
+      affinity:
         podAntiAffinity:
           requiredDuringSchedulingIgnoredDuringExecution:
             - labelSelector: {matchLabels: {app: heavy}}
