@@ -31,6 +31,8 @@ use prost::Message;
 
 #[path = "scenarios/bad_input.rs"]
 mod bad_input;
+#[path = "scenarios/capacity_buffers.rs"]
+mod capacity_buffers;
 #[path = "scenarios/chaos.rs"]
 mod chaos;
 #[path = "support/chart.rs"]

@@ -9,8 +9,9 @@
 //! [`interruption::InterruptionActor`] acts on the cloud's interruption warnings, the
 //! [`instance_status::InstanceStatusActor`] on its failed instance status checks; the
 //! [`capacity_reservations::CapacityReservationActor`] demotes nodes whose reservation is gone and
-//! drains expiring capacity blocks; the [`pod_events::PodEventRecorder`] records each NodeClaim's
-//! last pod event.
+//! drains expiring capacity blocks; the [`capacity_buffers::CapacityBufferActor`] turns
+//! CapacityBuffers into virtual pods for the provisioner; the [`pod_events::PodEventRecorder`]
+//! records each NodeClaim's last pod event.
 //! Every node's life is one OpenTelemetry trace ([`node_trace`]); what happens is counted in
 //! Karpenter's Prometheus [`metrics`].
 //!
@@ -22,6 +23,7 @@ pub mod effects;
 pub mod state;
 
 pub mod batcher;
+pub mod capacity_buffers;
 pub mod capacity_reservations;
 pub mod catalog;
 pub mod claim_creation;
@@ -51,6 +53,7 @@ use joist_provider::{CloudProvider, interruption::InterruptionQueue};
 
 use crate::{
     batcher::Batcher,
+    capacity_buffers::CapacityBufferActor,
     capacity_reservations::CapacityReservationActor,
     catalog::Catalog,
     cluster_state::ClusterState,
@@ -92,6 +95,8 @@ pub struct Controllers {
     pub instance_status: Addr<InstanceStatusActor>,
     /// The demotion and expiry of reserved nodes.
     pub capacity_reservations: Addr<CapacityReservationActor>,
+    /// The CapacityBuffers' resolution (idle with the gate off).
+    pub capacity_buffers: Addr<CapacityBufferActor>,
 }
 
 /// Starts every controller on the current actix system, talking to the cluster through `client`
@@ -134,6 +139,7 @@ pub fn start(
         started_at: clock.now_seconds(),
         breakers: Arc::default(),
         registration_health: Arc::default(),
+        buffers: Arc::default(),
     };
     let provisioner = Provisioner::new(shared.clone()).start();
     let batcher = Batcher::new(
@@ -152,6 +158,7 @@ pub fn start(
         .map(|queue| InterruptionActor::new(shared.clone(), queue).start());
     let instance_status = InstanceStatusActor::new(shared.clone()).start();
     let capacity_reservations = CapacityReservationActor::new(shared.clone()).start();
+    let capacity_buffers = CapacityBufferActor::new(shared.clone(), provisioner.clone().recipient()).start();
     let cluster_state = ClusterState::new(shared.clone(), writers, batcher.clone(), shards).start();
     Controllers {
         shared,
@@ -164,5 +171,6 @@ pub fn start(
         interruption,
         instance_status,
         capacity_reservations,
+        capacity_buffers,
     }
 }

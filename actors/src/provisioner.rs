@@ -10,6 +10,11 @@
 //! for them ([`crate::decide::timing::nomination_window`]): disruption leaves them alone until
 //! the pods get there.
 //!
+//! With the `CapacityBuffer` gate on, the CapacityBuffers' virtual pods come last
+//! ([`crate::state::buffers`]): they get nodes as pending pods do (the solver orders them among
+//! the real pods by size, as Karpenter's does), are told nothing, and the existing nodes they land
+//! on are recorded (not nominated) for disruption to keep.
+//!
 //! Capacity reservations are counted strictly: a pod whose claim could launch into a
 //! reservation that earlier claims of the batch already fill waits, with no event, for the next
 //! batch ([`joist_scheduling::ReservedOfferingMode::Strict`]).
@@ -23,13 +28,13 @@
 //! that belong to them.
 
 use std::{
-    collections::{BTreeMap, BTreeSet},
+    collections::{BTreeMap, BTreeSet, HashMap},
     sync::Arc,
 };
 
 use actix::prelude::*;
 use joist_messages::{apis::NodePool, cached_pod::CachedPod, model::instance_type::InstanceType};
-use joist_scheduling::{Input, Reason, ReservedOfferingMode, Solution, solve};
+use joist_scheduling::{Input, Reason, ReservedOfferingMode, Solution, pod::PodInfo, solve};
 use kube::ResourceExt;
 
 use crate::{
@@ -38,7 +43,10 @@ use crate::{
     problem::{self, Problem},
     protocol::{LaunchPlan, ProvisionBatch},
     shared::Shared,
-    state::snapshot,
+    state::{
+        buffers::{BufferKey, Provisioned},
+        snapshot,
+    },
 };
 
 /// Batches queued before the Batcher sees `Full` and keeps its window.
@@ -118,12 +126,20 @@ async fn provision(shared: Shared) {
     let waiting = pending.len();
     let leaving = read.leaving_pods();
     pending.extend(snapshot::pending(read, &leaving.pods).pods);
-    if pending.is_empty() {
+    let simulated = pending.len();
+    let buffered = buffer_pods(&shared);
+    if pending.is_empty() && buffered.is_empty() {
+        shared.buffers.placed(HashMap::new(), BTreeMap::new());
         read.provisioned_for(&leaving.claims);
         return;
     }
     let pods: Vec<Arc<CachedPod>> = pending.iter().map(|(pod, _)| pod.clone()).collect();
-    input.pods = pending.into_iter().map(|(_, info)| info).collect();
+    let (buffers, buffer_infos): (Vec<BufferKey>, Vec<PodInfo>) = buffered.into_iter().unzip();
+    input.pods = pending
+        .into_iter()
+        .map(|(_, info)| info)
+        .chain(buffer_infos)
+        .collect();
     input.options.reserved_offerings = ReservedOfferingMode::Strict;
     let started = tokio::time::Instant::now();
     let solved = shared.settings.solver.run(move || {
@@ -144,23 +160,84 @@ async fn provision(shared: Shared) {
     shared.metrics.reconciled("provisioner", "success", seconds);
     tracing::info!(
         pods = waiting,
-        leaving = input.pods.len() - waiting,
+        leaving = simulated - waiting,
+        buffered = buffers.len(),
         placed = solution.placements.len(),
         new_nodes = solution.claims.len(),
         unschedulable = solution.unschedulable.len(),
         "scheduling simulation"
     );
-    nominate(&shared, &input, &solution);
+    nominate(&shared, &input, &solution, simulated);
+    record_buffers(&shared, &input, &solution, (simulated, &buffers));
     dispatch(&shared, input, (&pools, &paused), &pods[..waiting], solution).await;
     read.provisioned_for(&leaving.claims);
 }
 
-/// Nominates the existing and in-flight nodes the simulation put pods on: until the pods get
-/// there, disruption must not take the room away.
-fn nominate(shared: &Shared, input: &Input, solution: &Solution) {
+/// The CapacityBuffers' virtual pods this replica simulates (with the gate on), each with its
+/// buffer; a pod that cannot be simulated is logged and left out.
+fn buffer_pods(shared: &Shared) -> Vec<(BufferKey, PodInfo)> {
+    if !shared.settings.capacity_buffer {
+        return Vec::new();
+    }
+    let read = &shared.read;
+    let mut keys = HashMap::new();
+    let mut pods = Vec::new();
+    for (key, pod) in shared.buffers.pods() {
+        match read.fresh_pod_info(&pod) {
+            Ok(info) => {
+                keys.insert(info.uid.clone(), key);
+                pods.push((pod, info));
+            }
+            Err(error) => tracing::debug!(pod = pod.name_any(), %error, "a buffer's pod cannot be simulated"),
+        }
+    }
+    if let Some(shards) = &shared.settings.replica_shards {
+        pods = shards.owned_pending(read, pods);
+    }
+    pods.into_iter()
+        .filter_map(|(_, info)| Some((keys.remove(&info.uid)?, info)))
+        .collect()
+}
+
+/// Records where the simulation put the buffers' virtual pods (the pods from `first` on, of
+/// `buffers` in order): the existing nodes holding them, and each buffer's outcome.
+fn record_buffers(
+    shared: &Shared,
+    input: &Input,
+    solution: &Solution,
+    (first, buffers): (usize, &[BufferKey]),
+) {
+    let buffer_of = |pod: usize| pod.checked_sub(first).and_then(|i| buffers.get(i));
+    let mut held: HashMap<String, Vec<Arc<PodInfo>>> = HashMap::new();
+    let mut provisioned: BTreeMap<BufferKey, Provisioned> = buffers
+        .iter()
+        .map(|key| (key.clone(), Provisioned::NeedsNodes))
+        .collect();
+    let mut placed: BTreeMap<&BufferKey, usize> = BTreeMap::new();
+    for placement in &solution.placements {
+        let (Some(key), Some(node)) = (buffer_of(placement.pod), input.nodes.get(placement.node)) else {
+            continue;
+        };
+        held.entry(node.name.clone())
+            .or_default()
+            .push(Arc::new(input.pods[placement.pod].clone()));
+        *placed.entry(key).or_default() += 1;
+    }
+    for (key, count) in placed {
+        if count == buffers.iter().filter(|k| *k == key).count() {
+            provisioned.insert(key.clone(), Provisioned::Fits);
+        }
+    }
+    shared.buffers.placed(held, provisioned);
+}
+
+/// Nominates the existing and in-flight nodes the simulation put real pods on (the first
+/// `real` of its pods): until the pods get there, disruption must not take the room away.
+fn nominate(shared: &Shared, input: &Input, solution: &Solution, real: usize) {
     let nodes: BTreeSet<&str> = solution
         .placements
         .iter()
+        .filter(|placement| placement.pod < real)
         .filter_map(|placement| input.nodes.get(placement.node))
         .map(|node| node.name.as_str())
         .collect();

@@ -59,6 +59,9 @@ pub struct Settings {
     /// Karpenter's `NodeOverlay` feature gate: NodeOverlays change the catalog's prices and
     /// extended resources.
     pub node_overlay: bool,
+    /// Karpenter's `CapacityBuffer` feature gate: CapacityBuffers' virtual pods are provisioned
+    /// for, and the nodes holding them kept ([`crate::capacity_buffers`]).
+    pub capacity_buffer: bool,
     /// The interruption queue to read (`INTERRUPTION_QUEUE`); none: interruptions are not read.
     pub interruption_queue: Option<Arc<dyn InterruptionQueue>>,
     /// Where the controllers crash: nowhere but in the fault-injection suite.
@@ -102,6 +105,7 @@ impl Default for Settings {
             node_repair: false,
             static_capacity: false,
             node_overlay: false,
+            capacity_buffer: false,
             interruption_queue: None,
             faults: FaultPoints::none(),
             replica_shards: None,

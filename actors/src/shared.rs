@@ -17,7 +17,7 @@ use crate::{
     settings::Settings,
     state::breaker::Breakers,
     state::read_model::ReadModel,
-    state::registration_health::RegistrationHealth,
+    state::{buffers::Buffers, registration_health::RegistrationHealth},
 };
 
 /// The per-object actors, by object name, each reached through the messages it accepts.
@@ -77,6 +77,8 @@ pub struct Shared {
     pub breakers: Arc<Breakers>,
     /// The NodePools' recent registration outcomes, behind `NodeRegistrationHealthy`.
     pub registration_health: Arc<RegistrationHealth>,
+    /// The CapacityBuffers' virtual pods, and the nodes holding them.
+    pub buffers: Arc<Buffers>,
 }
 
 impl Shared {

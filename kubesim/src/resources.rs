@@ -538,6 +538,7 @@ const BUILTIN: &[Builtin] = &[
     ("", "v1", "Secret", "secrets", true, "", false),
     ("", "v1", "ServiceAccount", "serviceaccounts", true, "sa", false),
     ("", "v1", "Event", "events", true, "ev", false),
+    ("", "v1", "PodTemplate", "podtemplates", true, "", false),
     (
         "",
         "v1",

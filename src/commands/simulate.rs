@@ -150,6 +150,15 @@ fn summarize(report: &Report, wall_seconds: f64, out: &mut dyn Write) -> io::Res
             per_hour / count as f64
         )?;
     }
+    for buffer in &s.capacity_buffers {
+        let replicas = buffer.replicas.map_or_else(|| "-".to_owned(), |n| n.to_string());
+        writeln!(
+            out,
+            "capacity buffer {}: room for {replicas} pods; {}",
+            buffer.buffer,
+            buffer.conditions.join(", ")
+        )?;
+    }
     let mut by_reason: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
     for pod in &s.pending_pods {
         by_reason.entry(pod.reason.as_str()).or_default().push(&pod.pod);

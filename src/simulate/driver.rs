@@ -170,6 +170,7 @@ async fn simulate(
         node_repair: scenario.feature_gates.node_repair,
         static_capacity: scenario.feature_gates.static_capacity,
         node_overlay: scenario.feature_gates.node_overlay,
+        capacity_buffer: scenario.feature_gates.capacity_buffer,
         spot_to_spot_consolidation: scenario.feature_gates.spot_to_spot_consolidation,
         scheduler_config: scenario.scheduler_config.clone(),
         ..Settings::default()

@@ -90,6 +90,20 @@ pub struct Summary {
     pub cost_per_hour_end: f64,
     /// Dollars spent over the run.
     pub cost_total: f64,
+    /// The CapacityBuffers at the end, with their status.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub capacity_buffers: Vec<FinalBuffer>,
+}
+
+/// A CapacityBuffer at the end, as its status shows it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FinalBuffer {
+    /// `namespace/name`.
+    pub buffer: String,
+    /// `status.replicas`: the pods room is kept for.
+    pub replicas: Option<i64>,
+    /// Each condition as `Type=Status (Reason)`.
+    pub conditions: Vec<String>,
 }
 
 /// An instance the simulated cloud launched, and how it ended.
@@ -314,10 +328,35 @@ pub fn build(name: &str, seed: u64, end: f64, store: &Store, cloud: &SimCloud, r
             pending_pods,
             cost_per_hour_end: round(cost_per_hour_end, 4),
             cost_total: round(cost_total, 4),
+            capacity_buffers: list("autoscaling.x-k8s.io", "capacitybuffers")
+                .iter()
+                .map(|buffer| final_buffer(buffer))
+                .collect(),
         },
         instances: launches,
         series,
         timeline,
+    }
+}
+
+fn final_buffer(buffer: &Value) -> FinalBuffer {
+    let status = &buffer["status"];
+    FinalBuffer {
+        buffer: format!(
+            "{}/{}",
+            buffer["metadata"]["namespace"].as_str().unwrap_or_default(),
+            buffer["metadata"]["name"].as_str().unwrap_or_default()
+        ),
+        replicas: status["replicas"].as_i64(),
+        conditions: status["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|c| {
+                let field = |name: &str| c[name].as_str().unwrap_or_default().to_owned();
+                format!("{}={} ({})", field("type"), field("status"), field("reason"))
+            })
+            .collect(),
     }
 }
 

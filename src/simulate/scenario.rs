@@ -107,6 +107,9 @@ pub struct FeatureGates {
     /// `NodeOverlay`: NodeOverlays change the catalog's prices and extended resources.
     #[serde(default)]
     pub node_overlay: bool,
+    /// `CapacityBuffer`: CapacityBuffers keep room for pods not there yet.
+    #[serde(default)]
+    pub capacity_buffer: bool,
 }
 
 impl Default for FeatureGates {
@@ -117,6 +120,7 @@ impl Default for FeatureGates {
             spot_to_spot_consolidation: false,
             static_capacity: false,
             node_overlay: false,
+            capacity_buffer: false,
         }
     }
 }

@@ -80,7 +80,7 @@ fn a_karpenter_values_file_installs_unchanged_and_becomes_joists_settings() {
         ("INTERRUPTION_QUEUE", "demo"),
         (
             "FEATURE_GATES",
-            "NodeRepair=true,ReservedCapacity=true,SpotToSpotConsolidation=true,StaticCapacity=false,NodeOverlay=false",
+            "NodeRepair=true,ReservedCapacity=true,SpotToSpotConsolidation=true,StaticCapacity=false,NodeOverlay=false,CapacityBuffer=false",
         ),
         ("LOG_LEVEL", "debug"),
         ("BATCH_IDLE_DURATION", "1s"),
@@ -216,7 +216,11 @@ fn every_rendered_object_is_a_valid_kubernetes_1_35_object() {
         .filter(|doc| doc.contains("kind:"))
         .map(|doc| serde_saphyr::from_str(doc).unwrap_or_else(|e| panic!("{e}")))
         .collect();
-    assert_eq!(crds.len(), 5, "NodePool, NodeClaim, EC2NodeClass, NodeOverlay, CapacityBuffer");
+    assert_eq!(
+        crds.len(),
+        5,
+        "NodePool, NodeClaim, EC2NodeClass, NodeOverlay, CapacityBuffer"
+    );
     for crd in &crds {
         assert_eq!(crd["metadata"]["annotations"]["owner"], "platform");
     }
@@ -256,10 +260,6 @@ fn values_joist_cannot_honour_fail_the_install_naming_them() {
         ("settings.eksControlPlane=true", "settings.eksControlPlane"),
         ("settings.ignoreDRARequests=false", "settings.ignoreDRARequests"),
         ("settings.amiRefreshInterval=5m", "settings.amiRefreshInterval"),
-        (
-            "settings.featureGates.capacityBuffer=true",
-            "settings.featureGates.capacityBuffer",
-        ),
         (
             "settings.awsFeatureGates.nodeClassCEL=true",
             "settings.awsFeatureGates.nodeClassCEL",
@@ -315,6 +315,22 @@ fn the_chart_grants_least_privilege() {
     );
     assert!(!can("get", "", "secrets", Some("kube-system"), Some("x")));
     assert!(!can("create", "karpenter.k8s.aws", "ec2nodeclasses", None, None));
+    assert!(
+        can(
+            "patch",
+            "autoscaling.x-k8s.io",
+            "capacitybuffers/status",
+            Some("default"),
+            Some("b")
+        ) && !can(
+            "patch",
+            "autoscaling.x-k8s.io",
+            "capacitybuffers",
+            Some("default"),
+            Some("b")
+        ),
+        "a CapacityBuffer's status is Joist's to write, its spec the user's"
+    );
     // The Lease: created anywhere in the release's namespace, updated only by its name.
     let lease = "joist-leader-election";
     assert!(can(

@@ -39,7 +39,7 @@ use crate::{
         lifecycle::{self, drainable, is_disrupted, transitioned_at},
         offered::Offered,
     },
-    state::read_model::ReadModel,
+    state::{buffers::Buffers, read_model::ReadModel},
 };
 
 /// A node the planner may disrupt.
@@ -111,7 +111,7 @@ pub struct Collected {
 }
 
 /// Every candidate and every blocked node (see the module docs).
-pub fn collect(read: &ReadModel, types: &PoolTypes<'_>, now_seconds: i64) -> Collected {
+pub fn collect(read: &ReadModel, buffers: &Buffers, types: &PoolTypes<'_>, now_seconds: i64) -> Collected {
     let budgets = read.disruption_budgets();
     let mut collected = Collected::default();
     for claim in read.node_claims() {
@@ -140,7 +140,7 @@ pub fn collect(read: &ReadModel, types: &PoolTypes<'_>, now_seconds: i64) -> Col
                 .push((claim.clone(), candidate.consolidatable));
         }
         if let Some(reason) =
-            node_blocker(read, &candidate, now_seconds).or_else(|| unsimulated_pod(read, &candidate))
+            node_blocker(read, buffers, &candidate, now_seconds).or_else(|| unsimulated_pod(read, &candidate))
         {
             collected.blocked.push(Blocked {
                 node: candidate.node,
@@ -269,8 +269,14 @@ fn candidate(
 }
 
 /// Why every graceful method must leave the candidate's node alone, if it must: its
-/// do-not-disrupt annotation, or a provisioning pass that counted on it for pods not yet there.
-fn node_blocker(read: &ReadModel, candidate: &Candidate, now_seconds: i64) -> Option<String> {
+/// do-not-disrupt annotation, a provisioning pass that counted on it for pods not yet there, or
+/// a CapacityBuffer's virtual pods on it (the room they keep is the buffer's).
+fn node_blocker(
+    read: &ReadModel,
+    buffers: &Buffers,
+    candidate: &Candidate,
+    now_seconds: i64,
+) -> Option<String> {
     if candidate
         .node
         .annotations()
@@ -281,7 +287,11 @@ fn node_blocker(read: &ReadModel, candidate: &Candidate, now_seconds: i64) -> Op
     }
     let nominated = read.nominated(&candidate.node_name(), now_seconds)
         || read.nominated(&candidate.claim.name_any(), now_seconds);
-    nominated.then(|| "node is nominated for a pending pod".to_owned())
+    if nominated {
+        return Some("node is nominated for a pending pod".to_owned());
+    }
+    let buffered = buffers.holds(&candidate.node_name()) || buffers.holds(&candidate.claim.name_any());
+    buffered.then(|| "node has buffer pods".to_owned())
 }
 
 /// Why a pod of the candidate cannot be simulated elsewhere (node affinity `matchFields`, a
@@ -474,21 +484,21 @@ mod tests {
             consolidatable: true,
             drifted: false,
         };
-        assert_eq!(node_blocker(&read, &candidate, NOW), None);
+        assert_eq!(node_blocker(&read, &Buffers::default(), &candidate, NOW), None);
         let window = crate::decide::timing::nomination_window(std::time::Duration::from_secs(10));
         assert_eq!(window.as_secs(), 20, "Karpenter's: two batches of 10 s");
         read.nominate(["n".to_owned()], NOW, NOW + 20);
         assert_eq!(
-            node_blocker(&read, &candidate, NOW + 19).as_deref(),
+            node_blocker(&read, &Buffers::default(), &candidate, NOW + 19).as_deref(),
             Some("node is nominated for a pending pod")
         );
         assert_eq!(
-            node_blocker(&read, &candidate, NOW + 20),
+            node_blocker(&read, &Buffers::default(), &candidate, NOW + 20),
             None,
             "the window passed"
         );
         // Nominated while it was in flight, by its NodeClaim's name.
         read.nominate(["c".to_owned()], NOW + 20, NOW + 40);
-        assert!(node_blocker(&read, &candidate, NOW + 30).is_some());
+        assert!(node_blocker(&read, &Buffers::default(), &candidate, NOW + 30).is_some());
     }
 }

@@ -304,7 +304,7 @@ async fn decide(
                 (pool.name_any(), Offered::new(&input.instance_types[range]))
             })
             .collect();
-        let collected = candidates::collect(read, &types, now);
+        let collected = candidates::collect(read, &shared.buffers, &types, now);
         if previous.is_none() {
             for (claim, consolidatable) in &collected.stale_conditions {
                 write_consolidatable(shared, claim, *consolidatable).await;
@@ -377,6 +377,10 @@ async fn decide(
     }
     input.nodes = snapshot::existing_nodes(read);
     input.nodes.retain(|n| n.initialized);
+    // A CapacityBuffer's room on a node stays taken: no consolidation moves pods into it.
+    for node in &mut input.nodes {
+        node.pods.extend(shared.buffers.held_on(&node.name));
+    }
     let positions: BTreeMap<String, usize> = input
         .nodes
         .iter()

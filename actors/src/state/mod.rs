@@ -1,11 +1,13 @@
 //! The state layer: what the controllers know. The [`read_model`] of reflected objects and its
 //! indexes, the scheduling [`snapshot`] taken from it, and the small in-memory records the actors
-//! keep between passes ([`breaker`], [`registration_health`]), kube-scheduler's default topology spread
+//! keep between passes ([`breaker`], [`registration_health`], the CapacityBuffers' virtual pods in
+//! [`buffers`]), kube-scheduler's default topology spread
 //! as Joist mirrors it ([`default_spread`]), and which NodePools this replica acts
 //! for when they are split between replicas ([`replica_shards`]). Reads never fail; a missing object
 //! is `None`.
 
 pub mod breaker;
+pub mod buffers;
 pub mod cached;
 pub mod created;
 pub mod default_spread;

@@ -104,12 +104,6 @@ async fn kube_client() -> Result<kube::Client, String> {
 
 async fn serve(settings: RunSettings, telemetry: &Telemetry) -> Result<(), CommandError> {
     let start = |message: String| CommandError::Start { message };
-    for gate in &settings.feature_gates.unimplemented_on {
-        tracing::warn!(
-            gate,
-            "FEATURE_GATES turns {gate} on, but Joist does not implement it yet: it has no effect"
-        );
-    }
     let client = kube_client().await.map_err(start)?;
     let version = client
         .apiserver_version()
@@ -185,6 +179,7 @@ async fn serve(settings: RunSettings, telemetry: &Telemetry) -> Result<(), Comma
             node_repair: settings.feature_gates.node_repair,
             static_capacity: settings.feature_gates.static_capacity,
             node_overlay: settings.feature_gates.node_overlay,
+            capacity_buffer: settings.feature_gates.capacity_buffer,
             interruption_queue,
             replica_shards,
             scheduler_config: settings.scheduler_config.clone().map(Arc::new),

@@ -7,8 +7,8 @@
 //! 0.075), `RESERVED_ENIS` (0), `ISOLATED_VPC` (false), `BATCH_IDLE_DURATION` (1s),
 //! `BATCH_MAX_DURATION` (10s, Go duration syntax), `FEATURE_GATES` (Karpenter's
 //! `Name=true,Name=false` form; Joist acts on `ReservedCapacity` (on unless turned off),
-//! `SpotToSpotConsolidation`, `NodeRepair`, `StaticCapacity` and `NodeOverlay`, and accepts
-//! `CapacityBuffer`, which it does not implement yet, with a warning), `LOG_LEVEL` (info),
+//! `SpotToSpotConsolidation`, `NodeRepair`, `StaticCapacity`, `NodeOverlay` and `CapacityBuffer`),
+//! `LOG_LEVEL` (info),
 //! `METRICS_PORT` (8080), `HEALTH_PROBE_PORT` (8081), `LISTEN_ADDRESS` (Joist's own: the address
 //! both listen on, 0.0.0.0), and leader election's `DISABLE_LEADER_ELECTION` (false),
 //! `LEADER_ELECTION_NAME` (joist-leader-election), `LEADER_ELECTION_NAMESPACE` (`SYSTEM_NAMESPACE`,
@@ -171,8 +171,8 @@ pub struct FeatureGates {
     pub static_capacity: bool,
     /// `NodeOverlay`: NodeOverlays change the catalog's prices and resources (default off).
     pub node_overlay: bool,
-    /// Gates Karpenter has that Joist does not implement yet, turned on.
-    pub unimplemented_on: Vec<String>,
+    /// `CapacityBuffer`: CapacityBuffers keep room for pods not there yet (default off).
+    pub capacity_buffer: bool,
 }
 
 impl Default for FeatureGates {
@@ -183,13 +183,10 @@ impl Default for FeatureGates {
             node_repair: false,
             static_capacity: false,
             node_overlay: false,
-            unimplemented_on: Vec::new(),
+            capacity_buffer: false,
         }
     }
 }
-
-/// Karpenter's gates that Joist accepts but does not act on yet.
-const UNIMPLEMENTED_GATES: &[&str] = &["CapacityBuffer"];
 
 impl FeatureGates {
     /// Parses `Name=bool` pairs separated by commas; `None` on anything else or an unknown gate.
@@ -204,11 +201,7 @@ impl FeatureGates {
                 "StaticCapacity" => gates.static_capacity = on,
                 "NodeOverlay" => gates.node_overlay = on,
                 "ReservedCapacity" => gates.reserved_capacity = on,
-                other if UNIMPLEMENTED_GATES.contains(&other) => {
-                    if on {
-                        gates.unimplemented_on.push(other.to_owned());
-                    }
-                }
+                "CapacityBuffer" => gates.capacity_buffer = on,
                 _ => return None,
             }
         }
@@ -548,16 +541,15 @@ mod tests {
         let on = gates("SpotToSpotConsolidation=true,NodeRepair=false").unwrap_or_else(|e| panic!("{e}"));
         assert!(on.spot_to_spot_consolidation);
         assert!(!on.node_repair);
-        assert!(on.unimplemented_on.is_empty());
         let repair = gates("NodeRepair=true").unwrap_or_else(|e| panic!("{e}"));
         assert!(repair.node_repair);
         let newer = gates("NodeOverlay=true,StaticCapacity=true").unwrap_or_else(|e| panic!("{e}"));
-        assert!(newer.node_overlay && newer.static_capacity && newer.unimplemented_on.is_empty());
+        assert!(newer.node_overlay && newer.static_capacity && !newer.capacity_buffer);
         assert!(on.reserved_capacity, "on unless turned off, as in Karpenter");
         let off = gates("ReservedCapacity=false").unwrap_or_else(|e| panic!("{e}"));
-        assert!(!off.reserved_capacity && off.unimplemented_on.is_empty());
+        assert!(!off.reserved_capacity);
         let buffer = gates("CapacityBuffer=true").unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(buffer.unimplemented_on, ["CapacityBuffer"]);
+        assert!(buffer.capacity_buffer);
         assert_invalid("FEATURE_GATES", "SpotToSpotConsolidation");
         assert_invalid("FEATURE_GATES", "Teleport=true");
         assert_invalid("FEATURE_GATES", "SpotToSpotConsolidation=yes");

@@ -58,7 +58,7 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{/* Karpenter's FEATURE_GATES form, of the gates Joist accepts. */}}
 {{- define "joist.featureGates" -}}
 {{- $gates := .Values.settings.featureGates -}}
-NodeRepair={{ $gates.nodeRepair }},ReservedCapacity={{ $gates.reservedCapacity }},SpotToSpotConsolidation={{ $gates.spotToSpotConsolidation }},StaticCapacity={{ $gates.staticCapacity }},NodeOverlay={{ $gates.nodeOverlay }}
+NodeRepair={{ $gates.nodeRepair }},ReservedCapacity={{ $gates.reservedCapacity }},SpotToSpotConsolidation={{ $gates.spotToSpotConsolidation }},StaticCapacity={{ $gates.staticCapacity }},NodeOverlay={{ $gates.nodeOverlay }},CapacityBuffer={{ $gates.capacityBuffer }}
 {{- end }}
 
 {{/* Adds the selector labels to pod-affinity terms and spread constraints that select nothing (as Karpenter's chart does). */}}
@@ -98,11 +98,6 @@ NodeRepair={{ $gates.nodeRepair }},ReservedCapacity={{ $gates.reservedCapacity }
 {{- range $key := list "amiRefreshInterval" "subnetRefreshInterval" }}
 {{- if ne (toString (index $s $key)) "1m" }}
 {{- fail (printf "settings.%s=%v is not supported: Joist resolves EC2NodeClasses every minute (1m)" $key (index $s $key)) }}
-{{- end }}
-{{- end }}
-{{- range $gate := list "capacityBuffer" }}
-{{- if index $s.featureGates $gate }}
-{{- fail (printf "settings.featureGates.%s=true is not supported: Joist does not implement it yet" $gate) }}
 {{- end }}
 {{- end }}
 {{- if $s.awsFeatureGates.nodeClassCEL }}
