@@ -1,4 +1,4 @@
-//! Custom resources of Joist's CRDs (NodePool, NodeClaim, EC2NodeClass, NodeOverlay) judged as a
+//! Custom resources of Joist's CRDs (NodePool, NodeClaim, EC2NodeClass, NodeOverlay, CapacityBuffer) judged as a
 //! real API server with those CRDs judges them: their OpenAPI schema and CEL rules, which are
 //! `joist validate`'s checks less the few it makes beyond the CRDs
 //! ([`joist_messages::apis::beyond_the_crds`]). The real-control-plane tier holds both to the real
@@ -30,7 +30,10 @@ static CHECKER: LazyLock<Mutex<Checker>> = LazyLock::new(|| Mutex::new(Checker::
 /// when the API server would.
 pub fn judge(path: &ResourcePath, stored: Option<&Value>, object: &Value) -> Result<(), ApiError> {
     let rtype = &path.rtype;
-    if !matches!(rtype.group.as_str(), "karpenter.sh" | "karpenter.k8s.aws") {
+    if !matches!(
+        rtype.group.as_str(),
+        "karpenter.sh" | "karpenter.k8s.aws" | "autoscaling.x-k8s.io"
+    ) {
         return Ok(());
     }
     if stored.is_some_and(|stored| same_but_metadata(stored, object)) {

@@ -482,8 +482,8 @@ async fn raw(
 }
 
 /// As kube-apiserver answers: a delete that leaves the object to its finalizers is a 200, a map
-/// emptied by a patch is gone (Go's JSON leaves an empty map out), and a NodePool its CRD's rules
-/// refuse is a 422 naming the field.
+/// emptied by a patch is gone (Go's JSON leaves an empty map out), and a NodePool or CapacityBuffer
+/// its CRD's rules refuse is a 422 naming the field.
 #[tokio::test]
 async fn deletes_empty_maps_and_invalid_custom_resources_answer_as_kube_apiserver() {
     let cluster = cluster();
@@ -531,6 +531,24 @@ async fn deletes_empty_maps_and_invalid_custom_resources_answer_as_kube_apiserve
             .as_str()
             .unwrap_or_default()
             .contains("spec.weight"),
+        "{body}"
+    );
+    // So is a CapacityBuffer, of the CRD Joist serves beside Karpenter's own groups.
+    let (refused, body) = raw(
+        &client,
+        "POST",
+        "/apis/autoscaling.x-k8s.io/v1beta1/namespaces/default/capacitybuffers",
+        "application/json",
+        r#"{"apiVersion":"autoscaling.x-k8s.io/v1beta1","kind":"CapacityBuffer","metadata":{"name":"both"},
+            "spec":{"podTemplateRef":{"name":"t"},"scalableRef":{"apiGroup":"apps","kind":"Deployment","name":"web"},"replicas":1}}"#,
+    )
+    .await;
+    assert_eq!(refused, 422, "{body}");
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("CapacityBuffer.autoscaling.x-k8s.io \"both\" is invalid"),
         "{body}"
     );
 }

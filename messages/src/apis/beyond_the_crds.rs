@@ -22,6 +22,10 @@ struct Beyond {
     why: &'static str,
 }
 
+/// Why a number the schema takes whole is refused past 32 bits.
+const THIRTY_TWO_BITS: &str =
+    "Karpenter's Go types hold these fields in 32 bits and cannot read a larger value";
+
 const BEYOND_THE_CRDS: &[Beyond] = &[
     Beyond {
         kind: "NodePool",
@@ -42,7 +46,14 @@ const BEYOND_THE_CRDS: &[Beyond] = &[
         field: "spec.kubelet",
         words: "out of range for int32",
         lets_through: always,
-        why: "Karpenter's Go types hold these fields in 32 bits and cannot read a larger value",
+        why: THIRTY_TWO_BITS,
+    },
+    Beyond {
+        kind: "CapacityBuffer",
+        field: "spec.",
+        words: "out of range for int32",
+        lets_through: always,
+        why: THIRTY_TWO_BITS,
     },
     Beyond {
         kind: "EC2NodeClass",

@@ -12,6 +12,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 use super::{
     duration::Duration,
@@ -825,6 +826,44 @@ impl AmiSelectorTerm {
 }
 
 /// Checks tag maps of selector terms: no empty keys or values, at most 20.
+/// The exclusivity rules the CRD's CEL judges by presence (`has(x.tags)`), broken by a selector
+/// term that writes `tags: {}` beside a field exclusive with it. The typed terms cannot tell an
+/// empty map from none (the rules on them see only written tags), so these are read from the
+/// document as written, with the CRD's messages.
+pub fn empty_tags_beside_exclusive_fields(document: &Value) -> Vec<Violation> {
+    const EXCLUSIVE: [(&str, &[&str]); 4] = [
+        ("subnetSelectorTerms", &["id"]),
+        ("securityGroupSelectorTerms", &["id", "name"]),
+        ("capacityReservationSelectorTerms", &["id"]),
+        ("amiSelectorTerms", &["alias", "id"]),
+    ];
+    let mut out = Violations::default();
+    for (list, fields) in EXCLUSIVE {
+        let terms = document
+            .pointer(&format!("/spec/{list}"))
+            .and_then(Value::as_array)
+            .map_or(&[][..], Vec::as_slice);
+        for (i, term) in terms.iter().enumerate() {
+            let empty_tags = term
+                .get("tags")
+                .and_then(Value::as_object)
+                .is_some_and(serde_json::Map::is_empty);
+            let Some(field) = fields.iter().find(|field| term.get(**field).is_some()) else {
+                continue;
+            };
+            if empty_tags {
+                out.push(
+                    format!("spec.{list}[{i}].{field}"),
+                    format!(
+                        "'{field}' is mutually exclusive, cannot be set with a combination of other fields in {list}"
+                    ),
+                );
+            }
+        }
+    }
+    out.into_vec()
+}
+
 fn validate_selector_tags(out: &mut Violations, at: &str, tags: &BTreeMap<String, String>) {
     if tags.len() > 20 {
         out.push(format!("{at}.tags"), "at most 20 tags are allowed");
@@ -1270,6 +1309,27 @@ fn validate_block_devices(out: &mut Violations, mappings: &[BlockDeviceMapping])
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tags_written_empty_count_as_set_beside_a_field_exclusive_with_them() {
+        let class = serde_json::json!({"spec": {
+            "amiSelectorTerms": [{"alias": "al2023@latest", "tags": {}}],
+            "subnetSelectorTerms": [{"tags": {}}, {"id": "subnet-1", "tags": {"a": "b"}}],
+            "securityGroupSelectorTerms": [{"name": "web", "tags": {}}],
+        }});
+        let fields: Vec<String> = empty_tags_beside_exclusive_fields(&class)
+            .into_iter()
+            .map(|v| v.field)
+            .collect();
+        assert_eq!(
+            fields,
+            [
+                "spec.securityGroupSelectorTerms[0].name",
+                "spec.amiSelectorTerms[0].alias"
+            ],
+            "tags that are set and not empty are the typed rules' to judge"
+        );
+    }
 
     fn spec(alias: &str) -> EC2NodeClassSpec {
         serde_json::from_value(serde_json::json!({
