@@ -31,6 +31,8 @@ use prost::Message;
 
 #[path = "scenarios/bad_input.rs"]
 mod bad_input;
+#[path = "scenarios/blockers.rs"]
+mod blockers;
 #[path = "scenarios/capacity_buffers.rs"]
 mod capacity_buffers;
 #[path = "scenarios/chaos.rs"]
@@ -2139,17 +2141,26 @@ fn balanced_consolidation_weighs_what_a_move_saves_against_what_it_disrupts() {
                 "karpenter_consolidation_moves_total{{decision=\"rejected\",nodepool=\"default\",policy=\"{policy}\"}}"
             ),
         );
-        (launched_after(&report, scaled_down), approvals, rejected)
+        let held_by_score = sample(
+            &metrics,
+            "karpenter_voluntary_disruption_candidates_remaining{nodepool=\"default\",blocker=\"score\"}",
+        );
+        (
+            launched_after(&report, scaled_down),
+            approvals,
+            rejected,
+            held_by_score,
+        )
     };
     // After the scale-down, replacing the heavy node (a c5.xlarge left with one pod) by a
     // c5.large saves a quarter of the pool's cost. A deletion cost of 2^30 makes its pod nine
     // times as costly to move as a plain one: the move is then about three quarters of the
     // pool's disruption, a score near 0.3, under Balanced's 0.5.
     let costly = "1073741824";
-    let (replaced, _, rejected) = outcome("WhenEmptyOrUnderutilized", costly);
+    let (replaced, _, rejected, _) = outcome("WhenEmptyOrUnderutilized", costly);
     assert_eq!(replaced, ["c5.large"], "the other policy replaces it");
     assert_eq!(rejected, None, "and refuses nothing");
-    let (replaced, approvals, rejected) = outcome("Balanced", costly);
+    let (replaced, approvals, rejected, held_by_score) = outcome("Balanced", costly);
     assert!(
         replaced.is_empty() && approvals.is_empty(),
         "Balanced leaves a move that disrupts far more than it saves: {replaced:?} {approvals:?}"
@@ -2158,8 +2169,9 @@ fn balanced_consolidation_weighs_what_a_move_saves_against_what_it_disrupts() {
         rejected.is_some_and(|n| n >= 1.0),
         "the refused move is counted: {rejected:?}"
     );
+    assert_eq!(held_by_score, Some(1.0), "the heavy node stays for its score");
     // Without the deletion cost the same move is 40 % of the disruption (0.62), and it is made.
-    let (replaced, approvals, _) = outcome("Balanced", "0");
+    let (replaced, approvals, _, _) = outcome("Balanced", "0");
     assert_eq!(replaced, ["c5.large"]);
     assert!(
         approvals

@@ -33,6 +33,7 @@ use joist_scheduling::terms::{label_selector, selects};
 use k8s_openapi::api::{core::v1::Node, policy::v1::PodDisruptionBudget};
 use kube::ResourceExt;
 
+use super::blockers::{Blocker, Verdicts};
 use crate::{
     decide::{
         balanced::{PoolTotals, node_disruption_cost},
@@ -76,6 +77,26 @@ impl Candidate {
     pub fn savings_ratio(&self) -> f64 {
         self.price / self.reschedule_cost
     }
+
+    /// Why consolidation leaves it out before simulating it, if it does: its pool's policy or
+    /// `consolidateAfter`.
+    pub fn consolidation_blocker(&self) -> Option<Blocker> {
+        let disruption = &self.pool.spec.disruption;
+        if disruption.consolidate_after.duration().is_none()
+            || (disruption.consolidation_policy == ConsolidationPolicy::WhenEmpty && !self.pods.is_empty())
+        {
+            Some(Blocker::ConsolidationDisabled)
+        } else if !self.consolidatable {
+            Some(Blocker::NotConsolidatable)
+        } else {
+            None
+        }
+    }
+
+    /// Records in `verdicts` that it stays for `blocker`.
+    pub fn held_by(&self, verdicts: &mut Verdicts, blocker: Blocker) {
+        verdicts.hold(self.claim.name_any(), self.pool.name_any(), blocker);
+    }
 }
 
 /// A node graceful methods must leave alone, and why.
@@ -83,8 +104,27 @@ impl Candidate {
 pub struct Blocked {
     /// The Node.
     pub node: Arc<Node>,
+    /// Its NodeClaim's name.
+    pub claim: String,
+    /// Its NodePool's name.
+    pub pool: String,
     /// Why, for the `DisruptionBlocked` event.
     pub reason: String,
+    /// The blocker's name for why, when it has one (do-not-disrupt and PDBs have none: such a
+    /// node is no candidate, as in Karpenter).
+    pub blocker: Option<Blocker>,
+}
+
+impl Blocked {
+    fn new(candidate: &Candidate, (reason, blocker): (String, Option<Blocker>)) -> Self {
+        Self {
+            node: candidate.node.clone(),
+            claim: candidate.claim.name_any(),
+            pool: candidate.pool.name_any(),
+            reason,
+            blocker,
+        }
+    }
 }
 
 /// Each NodePool's instance types in this pass, by NodePool name.
@@ -139,19 +179,15 @@ pub fn collect(read: &ReadModel, buffers: &Buffers, types: &PoolTypes<'_>, now_s
                 .stale_conditions
                 .push((claim.clone(), candidate.consolidatable));
         }
-        if let Some(reason) =
-            node_blocker(read, buffers, &candidate, now_seconds).or_else(|| unsimulated_pod(read, &candidate))
+        if let Some(why) = node_blocker(read, buffers, &candidate, now_seconds)
+            .or_else(|| unsimulated_pod(read, &candidate).map(|reason| (reason, None)))
         {
-            collected.blocked.push(Blocked {
-                node: candidate.node,
-                reason,
-            });
+            collected.blocked.push(Blocked::new(&candidate, why));
         } else if let Some(reason) = pod_blocker(&candidate, &budgets, now_seconds) {
-            let node = candidate.node.clone();
+            collected.blocked.push(Blocked::new(&candidate, (reason, None)));
             if candidate.drifted && claim.spec.termination_grace_period.is_some() {
                 collected.eventual.push(candidate);
             }
-            collected.blocked.push(Blocked { node, reason });
         } else {
             collected.candidates.push(candidate);
         }
@@ -268,30 +304,34 @@ fn candidate(
     })
 }
 
-/// Why every graceful method must leave the candidate's node alone, if it must: its
-/// do-not-disrupt annotation, a provisioning pass that counted on it for pods not yet there, or
-/// a CapacityBuffer's virtual pods on it (the room they keep is the buffer's).
+/// Why every graceful method must leave the candidate's node alone, if it must, with the
+/// blocker's name for it: its do-not-disrupt annotation, a provisioning pass that counted on it
+/// for pods not yet there, or a CapacityBuffer's virtual pods on it (the room they keep is the
+/// buffer's).
 fn node_blocker(
     read: &ReadModel,
     buffers: &Buffers,
     candidate: &Candidate,
     now_seconds: i64,
-) -> Option<String> {
+) -> Option<(String, Option<Blocker>)> {
     if candidate
         .node
         .annotations()
         .get(DO_NOT_DISRUPT)
         .is_some_and(|v| v == "true")
     {
-        return Some(format!("node has the {DO_NOT_DISRUPT} annotation"));
+        return Some((format!("node has the {DO_NOT_DISRUPT} annotation"), None));
     }
     let nominated = read.nominated(&candidate.node_name(), now_seconds)
         || read.nominated(&candidate.claim.name_any(), now_seconds);
     if nominated {
-        return Some("node is nominated for a pending pod".to_owned());
+        return Some((
+            "node is nominated for a pending pod".to_owned(),
+            Some(Blocker::Nominated),
+        ));
     }
     let buffered = buffers.holds(&candidate.node_name()) || buffers.holds(&candidate.claim.name_any());
-    buffered.then(|| "node has buffer pods".to_owned())
+    buffered.then(|| ("node has buffer pods".to_owned(), Some(Blocker::BufferPods)))
 }
 
 /// Why a pod of the candidate cannot be simulated elsewhere (node affinity `matchFields`, a
@@ -489,8 +529,11 @@ mod tests {
         assert_eq!(window.as_secs(), 20, "Karpenter's: two batches of 10 s");
         read.nominate(["n".to_owned()], NOW, NOW + 20);
         assert_eq!(
-            node_blocker(&read, &Buffers::default(), &candidate, NOW + 19).as_deref(),
-            Some("node is nominated for a pending pod")
+            node_blocker(&read, &Buffers::default(), &candidate, NOW + 19),
+            Some((
+                "node is nominated for a pending pod".to_owned(),
+                Some(Blocker::Nominated)
+            ))
         );
         assert_eq!(
             node_blocker(&read, &Buffers::default(), &candidate, NOW + 20),

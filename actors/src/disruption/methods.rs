@@ -46,7 +46,10 @@ use joist_scheduling::{
 };
 use kube::ResourceExt;
 
-use super::candidates::Candidate;
+use super::{
+    blockers::{Blocker, Verdicts},
+    candidates::Candidate,
+};
 use crate::{
     decide::{
         balanced::{self, MovePart, PoolTotals, Score},
@@ -140,6 +143,8 @@ pub struct Plan {
     /// The moves the `Balanced` score refused: every single-node move, and a multi-node search's
     /// last refused prefix when it found nothing.
     pub rejections: Vec<Rejection>,
+    /// Why each consolidation candidate the pass judged and left stays.
+    pub verdicts: Verdicts,
 }
 
 /// The base problem of a pass, and where each candidate's node stands in it.
@@ -196,6 +201,7 @@ pub fn plan(
         commands,
         refusals,
         rejections: consolidations.rejections,
+        verdicts: consolidations.verdicts,
     }
 }
 
@@ -211,6 +217,18 @@ fn consolidation(
 ) -> Plan {
     let emptied = emptied.map_or(&[][..], |command| &command.candidates[..]);
     let emptied_names: BTreeSet<String> = emptied.iter().map(|c| c.claim.name_any()).collect();
+    let mut verdicts = Verdicts::default();
+    for candidate in candidates
+        .iter()
+        .filter(|c| !emptied_names.contains(&c.claim.name_any()))
+    {
+        if let Some(blocker) = candidate.consolidation_blocker() {
+            candidate.held_by(&mut verdicts, blocker);
+        } else if candidate.pods.is_empty() {
+            // Emptiness takes every empty one its budget has room for.
+            candidate.held_by(&mut verdicts, Blocker::Budget);
+        }
+    }
     let consolidatable: Vec<&Candidate> = candidates
         .iter()
         .filter(|c| c.consolidatable && underutilized_policy(c))
@@ -268,14 +286,24 @@ fn consolidation(
     let refusals = if commands.is_empty() {
         singles.refusals
     } else {
+        for (candidate, _) in &singles.refusals {
+            singles.verdicts.release(&candidate.claim.name_any());
+        }
         Vec::new()
     };
     commands.extend(singles.commands);
     rejections.extend(singles.rejections);
+    verdicts.extend(singles.verdicts);
+    for command in &commands {
+        for claim in command.claim_names() {
+            verdicts.release(&claim);
+        }
+    }
     Plan {
         commands,
         refusals,
         rejections,
+        verdicts,
     }
 }
 
@@ -558,13 +586,16 @@ fn each_alone<'c, F: Fn(&str) -> u32>(
     let mut commands = Vec::new();
     let mut refusals = Vec::new();
     let mut rejections = Vec::new();
+    let mut verdicts = Verdicts::default();
     let consolidating = method == Method::SingleNode;
     for (candidate, position) in candidates {
         if *room.left(candidate) == 0 {
+            candidate.held_by(&mut verdicts, Blocker::Budget);
             continue;
         }
         // Not even deleting it outright would pass its pool's Balanced score.
         if consolidating && !balanced::can_pass(move_part(candidate), &base.balanced) {
+            candidate.held_by(&mut verdicts, Blocker::Score);
             continue;
         }
         match answer(method, search, &[position]) {
@@ -575,6 +606,7 @@ fn each_alone<'c, F: Fn(&str) -> u32>(
                     (true, BTreeMap::new())
                 };
                 if !approved {
+                    candidate.held_by(&mut verdicts, Blocker::Score);
                     rejections.push(Rejection {
                         candidates: vec![candidate.clone()],
                         scores,
@@ -596,6 +628,7 @@ fn each_alone<'c, F: Fn(&str) -> u32>(
             }
             Err(refusal) => {
                 if commands.is_empty() {
+                    candidate.held_by(&mut verdicts, Blocker::of_refusal(&refusal));
                     refusals.push((candidate.clone(), refusal));
                 }
             }
@@ -605,6 +638,7 @@ fn each_alone<'c, F: Fn(&str) -> u32>(
         commands,
         refusals,
         rejections,
+        verdicts,
     }
 }
 

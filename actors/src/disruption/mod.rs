@@ -23,6 +23,7 @@
 //! `karpenter.sh/disrupted` taints a crash left on nodes whose NodeClaims are not being deleted.
 //! Failures of a pass are logged; the next pass starts from the cluster again.
 
+pub mod blockers;
 pub mod candidates;
 pub mod drift;
 pub mod in_flight;
@@ -45,6 +46,7 @@ use joist_scheduling::consolidation::{Decision, Settings};
 use kube::ResourceExt;
 
 use self::{
+    blockers::{Blocker, Verdicts},
     candidates::{Collected, PoolTypes},
     in_flight::{Held, Holding, InFlight, Ticket},
     methods::{Base, Command, Method, Plan, Rejection},
@@ -57,7 +59,9 @@ use crate::{
     decide::memo::{Fingerprint, Memo},
     decide::offered::Offered,
     effects::kube_ops,
-    effects::metrics::{ConsolidationTypeLabels, MoveLabels, PoolReasonLabels, ReasonLabels},
+    effects::metrics::{
+        ConsolidationTypeLabels, MoveLabels, PoolBlockerLabels, PoolReasonLabels, ReasonLabels,
+    },
     problem::{self, Problem},
     shared::Shared,
     state::{read_model::ReadModel, snapshot},
@@ -310,11 +314,13 @@ async fn decide(
                 write_consolidatable(shared, claim, *consolidatable).await;
             }
             for b in &collected.blocked {
-                shared.events.normal(
-                    b.node.as_ref(),
-                    "DisruptionBlocked",
-                    &format!("Cannot disrupt Node: {}", b.reason),
-                );
+                let message = match b.blocker {
+                    Some(blocker) => format!("Cannot disrupt Node: {} (blocker: {blocker})", b.reason),
+                    None => format!("Cannot disrupt Node: {}", b.reason),
+                };
+                shared
+                    .events
+                    .normal(b.node.as_ref(), "DisruptionBlocked", &message);
             }
         }
         // After the writes above, which carry the versions the pass read: drift's own writes
@@ -329,8 +335,15 @@ async fn decide(
         mut eventual,
         settling,
         balanced_totals,
+        blocked,
         ..
     } = collected;
+    let mut verdicts = Verdicts::default();
+    for b in &blocked {
+        if let Some(blocker) = b.blocker {
+            verdicts.hold(b.claim.clone(), b.pool.clone(), blocker);
+        }
+    }
     let held_nodes = held_nodes(read, &holding);
     let free = |c: &candidates::Candidate| {
         let claim = c.claim.name_any();
@@ -371,6 +384,7 @@ async fn decide(
         }
         if candidates.is_empty() && eventual.is_empty() {
             // Nothing to simulate: a cluster still filling up spends no pass on its pods.
+            report_blockers(shared, &pools, &verdicts);
             lock(memo).idle(fingerprint);
             return Vec::new();
         }
@@ -429,6 +443,7 @@ async fn decide(
             commands,
             refusals,
             rejections,
+            verdicts: judged,
         },
         input,
     )) = simulated.await
@@ -445,11 +460,16 @@ async fn decide(
             })
             .observe(started.elapsed().as_secs_f64());
         for (candidate, refusal) in &refusals {
-            shared
-                .events
-                .normal(candidate.claim.as_ref(), "Unconsolidatable", &refusal.to_string());
+            let blocker = Blocker::of_refusal(refusal);
+            shared.events.normal(
+                candidate.claim.as_ref(),
+                "Unconsolidatable",
+                &format!("{refusal} (blocker: {blocker})"),
+            );
         }
         report_moves(shared, &commands, &rejections);
+        verdicts.extend(judged);
+        report_blockers(shared, &pools, &verdicts);
         if commands.is_empty() {
             lock(memo).idle(fingerprint);
         } else {
@@ -608,6 +628,26 @@ fn count_pass(
                     reason: reason.to_owned(),
                 })
                 .set(i64::from(*allowed));
+        }
+    }
+}
+
+/// Sets `karpenter_voluntary_disruption_candidates_remaining` for every NodePool and blocker from
+/// this pass's `verdicts` (zero where none: a blocker gone since the last pass must not linger).
+fn report_blockers(shared: &Shared, pools: &[Arc<NodePool>], verdicts: &Verdicts) {
+    let counts = verdicts.counts();
+    for pool in pools {
+        let name = pool.name_any();
+        let of_pool = counts.get(name.as_str());
+        for blocker in Blocker::ALL {
+            shared
+                .metrics
+                .disruption_candidates_remaining
+                .get_or_create(&PoolBlockerLabels {
+                    nodepool: name.clone(),
+                    blocker: blocker.label().to_owned(),
+                })
+                .set(of_pool.and_then(|c| c.get(&blocker)).copied().unwrap_or(0));
         }
     }
 }

@@ -136,6 +136,15 @@ pub struct PoolReasonLabels {
     pub reason: String,
 }
 
+/// `karpenter_voluntary_disruption_candidates_remaining`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PoolBlockerLabels {
+    /// The NodePool.
+    pub nodepool: String,
+    /// Why its nodes stay (`budget`, `score`, …: `disruption::blockers`).
+    pub blocker: String,
+}
+
 /// `karpenter_consolidation_moves_total` and `karpenter_consolidation_score`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct MoveLabels {
@@ -215,6 +224,8 @@ pub struct Metrics {
     pub disruption_failed_validations: Family<ConsolidationTypeLabels, Counter>,
     /// Candidates at the last pass, by reason.
     pub disruption_eligible_nodes: Family<ReasonLabels, Gauge>,
+    /// Candidates the last full pass judged and left, per NodePool and blocker.
+    pub disruption_candidates_remaining: Family<PoolBlockerLabels, Gauge>,
     /// Time to evaluate one disruption pass.
     pub disruption_evaluation_duration: Family<ReasonLabels, Histogram>,
     /// Disruptions each NodePool's budgets allow now, by reason.
@@ -271,6 +282,7 @@ impl Metrics {
             disruption_decisions: Family::default(),
             disruption_failed_validations: Family::default(),
             disruption_eligible_nodes: Family::default(),
+            disruption_candidates_remaining: Family::default(),
             disruption_evaluation_duration: Family::new_with_constructor(duration),
             nodepools_allowed_disruptions: Family::default(),
             interruption_received: Family::default(),
@@ -366,6 +378,11 @@ impl Metrics {
             format!("{d}eligible_nodes"),
             "Nodes eligible for disruption at the last pass",
             self.disruption_eligible_nodes.clone(),
+        );
+        r.register(
+            format!("{d}candidates_remaining"),
+            "Candidates the last disruption pass judged and left, by NodePool and blocker",
+            self.disruption_candidates_remaining.clone(),
         );
         r.register(
             format!("{d}decision_evaluation_duration_seconds"),

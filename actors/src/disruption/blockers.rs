@@ -1,0 +1,112 @@
+//! Why a node a disruption pass judged stays, in the vocabulary Karpenter's disruption metrics
+//! proposal gives the `blocker` label (kubernetes-sigs/karpenter #3288): the reason on
+//! `karpenter_voluntary_disruption_candidates_remaining{nodepool,blocker}`, on the
+//! `Unconsolidatable` and `DisruptionBlocked` events.
+//!
+//! Only the blockers Joist can produce are here. A node the pass did not get to judge (drift took
+//! the pass, or a command before it took the room its refusal may only reflect) has no blocker
+//! and is not counted; neither is a node no graceful method may take at all (do-not-disrupt, a
+//! PodDisruptionBudget), which is no candidate, as in Karpenter.
+
+use std::{collections::BTreeMap, fmt};
+
+use joist_scheduling::consolidation::Refusal;
+
+/// Why a candidate stays (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Blocker {
+    /// Its NodePool's disruption budget has no room left for it.
+    Budget,
+    /// Its NodePool does not consolidate it: `consolidateAfter: Never`, or `WhenEmpty` with pods
+    /// on it, or spot-to-spot consolidation with its feature gate off.
+    ConsolidationDisabled,
+    /// A CapacityBuffer's virtual pods hold room on it.
+    BufferPods,
+    /// It changed within its NodePool's `consolidateAfter`.
+    NotConsolidatable,
+    /// Its pods would not all fit elsewhere, even on one new node.
+    NoFeasibleSchedule,
+    /// The cheapest replacement would cost as much or more (or too few cheaper spot types).
+    SameOrMoreExpensiveReplacement,
+    /// The `Balanced` score refused the move: it disrupts more than it saves.
+    Score,
+    /// A provisioning pass counted on it for pending pods.
+    Nominated,
+}
+
+impl Blocker {
+    /// Every blocker, in label order.
+    pub const ALL: [Blocker; 8] = [
+        Blocker::Budget,
+        Blocker::ConsolidationDisabled,
+        Blocker::BufferPods,
+        Blocker::NotConsolidatable,
+        Blocker::NoFeasibleSchedule,
+        Blocker::SameOrMoreExpensiveReplacement,
+        Blocker::Score,
+        Blocker::Nominated,
+    ];
+
+    /// The `blocker` label's value.
+    pub fn label(self) -> &'static str {
+        match self {
+            Blocker::Budget => "budget",
+            Blocker::ConsolidationDisabled => "consolidation_disabled",
+            Blocker::BufferPods => "buffer_pods",
+            Blocker::NotConsolidatable => "not_consolidatable",
+            Blocker::NoFeasibleSchedule => "no_feasible_schedule",
+            Blocker::SameOrMoreExpensiveReplacement => "same_or_more_expensive_replacement",
+            Blocker::Score => "score",
+            Blocker::Nominated => "nominated",
+        }
+    }
+
+    /// The blocker behind a consolidation simulation's refusal.
+    pub fn of_refusal(refusal: &Refusal) -> Self {
+        match refusal {
+            Refusal::PodDoesNotFit { .. } | Refusal::MoreThanOneNode { .. } => Blocker::NoFeasibleSchedule,
+            Refusal::NotCheaper { .. } => Blocker::SameOrMoreExpensiveReplacement,
+            Refusal::SpotToSpot { enabled: false, .. } => Blocker::ConsolidationDisabled,
+            Refusal::SpotToSpot { enabled: true, .. } => Blocker::SameOrMoreExpensiveReplacement,
+        }
+    }
+}
+
+impl fmt::Display for Blocker {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.label())
+    }
+}
+
+/// The blocker of each candidate a pass judged, by NodeClaim name, with its NodePool. A later
+/// verdict on the same candidate (single-node consolidation after the multi-node search) replaces
+/// an earlier one.
+#[derive(Debug, Default)]
+pub struct Verdicts(BTreeMap<String, (String, Blocker)>);
+
+impl Verdicts {
+    /// Records that the node of the NodeClaim `claim`, of the NodePool `pool`, stays for
+    /// `blocker`.
+    pub fn hold(&mut self, claim: String, pool: String, blocker: Blocker) {
+        self.0.insert(claim, (pool, blocker));
+    }
+
+    /// Takes in `later`'s verdicts, which replace these.
+    pub fn extend(&mut self, later: Verdicts) {
+        self.0.extend(later.0);
+    }
+
+    /// Forgets the verdict on the NodeClaim `claim` (a command took it after all).
+    pub fn release(&mut self, claim: &str) {
+        self.0.remove(claim);
+    }
+
+    /// How many nodes each NodePool keeps for each blocker.
+    pub fn counts(&self) -> BTreeMap<&str, BTreeMap<Blocker, i64>> {
+        let mut counts: BTreeMap<&str, BTreeMap<Blocker, i64>> = BTreeMap::new();
+        for (pool, blocker) in self.0.values() {
+            *counts.entry(pool).or_default().entry(*blocker).or_default() += 1;
+        }
+        counts
+    }
+}
