@@ -213,7 +213,11 @@ fn record_buffers(
         .iter()
         .map(|key| (key.clone(), Provisioned::NeedsNodes))
         .collect();
-    let mut placed: BTreeMap<&BufferKey, usize> = BTreeMap::new();
+    // Each buffer's pods not yet placed on a node there is.
+    let mut unplaced: BTreeMap<&BufferKey, usize> = BTreeMap::new();
+    for key in buffers {
+        *unplaced.entry(key).or_default() += 1;
+    }
     for placement in &solution.placements {
         let (Some(key), Some(node)) = (buffer_of(placement.pod), input.nodes.get(placement.node)) else {
             continue;
@@ -221,10 +225,12 @@ fn record_buffers(
         held.entry(node.name.clone())
             .or_default()
             .push(Arc::new(input.pods[placement.pod].clone()));
-        *placed.entry(key).or_default() += 1;
+        if let Some(left) = unplaced.get_mut(key) {
+            *left -= 1;
+        }
     }
-    for (key, count) in placed {
-        if count == buffers.iter().filter(|k| *k == key).count() {
+    for (key, left) in unplaced {
+        if left == 0 {
             provisioned.insert(key.clone(), Provisioned::Fits);
         }
     }

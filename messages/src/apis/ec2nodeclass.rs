@@ -828,9 +828,9 @@ impl AmiSelectorTerm {
 /// Checks tag maps of selector terms: no empty keys or values, at most 20.
 /// The exclusivity rules the CRD's CEL judges by presence (`has(x.tags)`), broken by a selector
 /// term that writes `tags: {}` beside a field exclusive with it. The typed terms cannot tell an
-/// empty map from none (the rules on them see only written tags), so these are read from the
-/// document as written, with the CRD's messages.
-pub fn empty_tags_beside_exclusive_fields(document: &Value) -> Vec<Violation> {
+/// empty map from none (the rules on them see only tags with entries), so these are read from
+/// the document as written ([`Validate::validate_written`]), with the CRD's messages.
+fn empty_tags_beside_exclusive_fields(document: &Value) -> Vec<Violation> {
     const EXCLUSIVE: [(&str, &[&str]); 4] = [
         ("subnetSelectorTerms", &["id"]),
         ("securityGroupSelectorTerms", &["id", "name"]),
@@ -965,6 +965,10 @@ impl EC2NodeClass {
 }
 
 impl Validate for EC2NodeClass {
+    fn validate_written(document: &Value) -> Vec<Violation> {
+        empty_tags_beside_exclusive_fields(document)
+    }
+
     fn validate(&self) -> Vec<Violation> {
         let mut out = Violations::default();
         out.require_name(self.metadata.name.as_deref(), "EC2NodeClass");

@@ -195,17 +195,9 @@ impl Checker {
                 })
             }
             ("karpenter.k8s.aws/v1", "EC2NodeClass") => {
-                let written = super::ec2nodeclass::empty_tags_beside_exclusive_fields(&value);
-                match decode::<EC2NodeClass>(&mut self.ec2_node_class, value, |o| {
+                decode::<EC2NodeClass>(&mut self.ec2_node_class, value, |o| {
                     KarpenterObject::EC2NodeClass(Box::new(o))
-                }) {
-                    Outcome::Valid(_) if !written.is_empty() => Outcome::Invalid(written),
-                    Outcome::Invalid(mut problems) => {
-                        problems.extend(written);
-                        Outcome::Invalid(problems)
-                    }
-                    other => other,
-                }
+                })
             }
             _ if api_version.is_empty() || kind.is_empty() => Outcome::Invalid(vec![Violation {
                 field: if api_version.is_empty() {
@@ -282,6 +274,7 @@ where
     let mut structural = Violations::default();
     schema.check(&value, &mut structural);
     let mut violations = structural.into_vec();
+    violations.extend(T::validate_written(&value));
     for v in &mut violations {
         if let Some(hint) = MOVED_IN_V1
             .iter()

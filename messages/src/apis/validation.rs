@@ -51,4 +51,11 @@ impl Violations {
 pub trait Validate {
     /// Every rule the object breaks; empty when valid.
     fn validate(&self) -> Vec<Violation>;
+
+    /// Every rule `document`, an object of this kind as written, breaks where the typed object
+    /// cannot tell (a map written empty is no map once typed, where a CRD's CEL `has()` sees it
+    /// set); none by default.
+    fn validate_written(_document: &serde_json::Value) -> Vec<Violation> {
+        Vec::new()
+    }
 }

@@ -662,9 +662,7 @@ impl CloudProvider for AwsCloud {
                     (&settings, &self.inner.reservation_room),
                 )
             };
-            if let Some(group) = &group {
-                placement_group::constrain(&mut types, group);
-            }
+            placement_group::constrain(&mut types, group.as_ref());
             Ok(types)
         })
     }

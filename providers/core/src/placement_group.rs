@@ -188,9 +188,12 @@ pub fn required(
     }
 }
 
-/// Makes `types` launch into `group`: each carries the group's id, and a partition group's
-/// partitions, as requirements (see the module docs).
-pub fn constrain(types: &mut [InstanceType], group: &PlacementGroup) {
+/// Makes `types` launch into `group`, when there is one: each carries the group's id, and a
+/// partition group's partitions, as requirements (see the module docs).
+pub fn constrain(types: &mut [InstanceType], group: Option<&PlacementGroup>) {
+    let Some(group) = group else {
+        return;
+    };
     let mut added = Requirements::default();
     let requirement = |key: &str, values: Vec<String>| {
         Requirement::new(key, Operator::In, values).unwrap_or_else(|e| unreachable!("{key}: {e}"))
@@ -280,7 +283,7 @@ mod tests {
             capacity: Resources::default(),
             overhead: Overhead::default(),
         }];
-        constrain(&mut types, &group(Strategy::Partition { partitions: 3 }));
+        constrain(&mut types, Some(&group(Strategy::Partition { partitions: 3 })));
         let partitions: Vec<&str> = types[0]
             .requirements
             .get(PLACEMENT_GROUP_PARTITION)

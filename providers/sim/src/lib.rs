@@ -968,9 +968,7 @@ impl CloudProvider for SimCloud {
                 .filter(|it| !it.offerings.is_empty())
                 .collect::<Vec<_>>())
             .map(|mut types| {
-                if let Some(group) = &group {
-                    placement_group::constrain(&mut types, group);
-                }
+                placement_group::constrain(&mut types, group.as_ref());
                 types
             })
         })
