@@ -80,7 +80,7 @@ impl Actor for CapacityBufferActor {
 async fn run(shared: Shared, provisioner: Recipient<ProvisionBatch>) {
     shared.read.synced().await;
     loop {
-        resolve_all(&shared).await;
+        resolve_all(&shared, Statuses::Write).await;
         if provisioner.try_send(ProvisionBatch { pods: Vec::new() }).is_err() {
             tracing::debug!("the provisioner's mailbox is full; its next pass counts the buffers");
         }
@@ -123,8 +123,21 @@ impl Unresolved {
     }
 }
 
-/// Resolves every buffer, sets their virtual pods and writes their statuses.
-async fn resolve_all(shared: &Shared) {
+/// Whether a resolution writes the buffers' statuses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Statuses {
+    /// Written, by the replica acting cluster-wide.
+    Write,
+    /// Left alone (`joist explain`, which only reads).
+    Leave,
+}
+
+/// Resolves every buffer with the gate on and sets their virtual pods, writing their statuses
+/// when `statuses` says so.
+pub async fn resolve_all(shared: &Shared, statuses: Statuses) {
+    if !shared.settings.capacity_buffer {
+        return;
+    }
     let api: Api<CapacityBuffer> = Api::all(shared.client.clone());
     let buffers = match api.list(&ListParams::default()).await {
         Ok(list) => list.items,
@@ -153,7 +166,7 @@ async fn resolve_all(shared: &Shared) {
         }
         // A source that could not be read changes nothing the status says.
         let readable = !matches!(resolved, Err(Unresolved::Unreadable(_)));
-        if readable && shared.settings.acts_cluster_wide() {
+        if readable && statuses == Statuses::Write && shared.settings.acts_cluster_wide() {
             let status = status(shared, buffer, &resolved, outcomes.get(&key).copied());
             write_status(shared, buffer, status).await;
         }

@@ -13,6 +13,9 @@
 //! NodeClaim deleted). Watch errors are
 //! retried by the watchers with backoff and logged.
 //!
+//! Observing ([`ClusterState::observing`], what `joist explain` runs), it fills the read model and
+//! does nothing else: no actor is started or poked, no node class resolved, nothing written.
+//!
 //! It takes no messages, so it has no mailbox to bound: the watch streams are pulled one event at
 //! a time, when the previous one has been handled, so a busy ClusterState slows its watches down
 //! instead of growing a queue.
@@ -103,7 +106,8 @@ pub enum Change {
 /// See the module docs.
 pub struct ClusterState {
     shared: Shared,
-    batcher: Addr<Batcher>,
+    /// Where pending pods are sent; none when only observing.
+    batcher: Option<Addr<Batcher>>,
     writers: Option<Writers>,
     shards: Vec<ArbiterHandle>,
     next_shard: usize,
@@ -121,10 +125,19 @@ impl ClusterState {
     /// the current one).
     pub fn new(shared: Shared, writers: Writers, batcher: Addr<Batcher>, shards: Vec<ArbiterHandle>) -> Self {
         Self {
-            shared,
-            batcher,
-            writers: Some(writers),
+            batcher: Some(batcher),
             shards,
+            ..Self::observing(shared, writers)
+        }
+    }
+
+    /// A cluster state actor that only fills the read model (see the module docs).
+    pub fn observing(shared: Shared, writers: Writers) -> Self {
+        Self {
+            shared,
+            batcher: None,
+            writers: Some(writers),
+            shards: Vec::new(),
             next_shard: 0,
             missed_trigger: false,
             class_failures: HashMap::new(),
@@ -152,8 +165,16 @@ impl ClusterState {
         }
     }
 
+    /// Whether this actor acts on what it sees, rather than only observing.
+    fn acting(&self) -> bool {
+        self.batcher.is_some()
+    }
+
     fn notify(&mut self, pending: PodPending) {
-        if self.batcher.try_send(pending).is_err() {
+        let Some(batcher) = &self.batcher else {
+            return;
+        };
+        if batcher.try_send(pending).is_err() {
             self.shared.metrics.found_full("batcher");
             self.missed_trigger = true;
         }
@@ -205,6 +226,9 @@ impl ClusterState {
 
     /// Reconciles a node class off the mailbox; a failed resolution is retried with backoff.
     fn reconcile_class(&mut self, ctx: &mut Context<Self>, class: Arc<EC2NodeClass>, refresh: bool) {
+        if !self.acting() {
+            return;
+        }
         let name = class.name_any();
         let work = node_class::reconcile(self.shared.clone(), class, refresh);
         ctx.spawn(work.into_actor(self).map(move |outcome, state, ctx| {
@@ -673,7 +697,7 @@ impl StreamHandler<Change> for ClusterState {
                 if began_leaving {
                     self.place_leaving_pods(&claim);
                 }
-                if !deleted {
+                if !deleted && self.acting() {
                     self.node_claim_actor(&name);
                 }
                 self.poke_claim(&name);
@@ -686,7 +710,7 @@ impl StreamHandler<Change> for ClusterState {
                         self.reconcile_class(ctx, class, false);
                     }
                 }
-                if let Some(pool) = claim.labels().get(NODEPOOL) {
+                if let Some(pool) = claim.labels().get(NODEPOOL).filter(|_| self.acting()) {
                     let actor = self.node_pool_actor(pool);
                     self.shared.poke(&actor.reconcile, "nodepool");
                 }
@@ -706,7 +730,7 @@ impl StreamHandler<Change> for ClusterState {
                         self.shared.poke(&actor.reconcile, "nodepool");
                         self.trigger();
                     }
-                } else {
+                } else if self.acting() {
                     let actor = self.node_pool_actor(&name);
                     self.shared.poke(&actor.reconcile, "nodepool");
                     self.trigger();
@@ -719,7 +743,7 @@ impl StreamHandler<Change> for ClusterState {
                 // A status-only change (the passes' own writes) changes no catalog and needs no
                 // answer; a new spec gets its validation now, and passes add conflicts.
                 if deleted || !crate::overlay::answered(&overlay) {
-                    if !deleted {
+                    if !deleted && self.acting() {
                         let shared = self.shared.clone();
                         ctx.spawn(
                             async move { crate::overlay::write_validation(&shared, &overlay).await }

@@ -29,6 +29,7 @@ pub mod catalog;
 pub mod claim_creation;
 pub mod cluster_state;
 pub mod disruption;
+pub mod explain;
 pub mod garbage;
 pub mod instance_status;
 pub mod interruption;
@@ -70,7 +71,7 @@ use crate::{
     provisioner::Provisioner,
     settings::Settings,
     shared::{CatalogHandle, Shared},
-    state::read_model::ReadModel,
+    state::read_model::{ReadModel, Writers},
 };
 
 /// The running controllers. Dropping it does not stop them; stop the actix system instead.
@@ -99,6 +100,55 @@ pub struct Controllers {
     pub capacity_buffers: Addr<CapacityBufferActor>,
 }
 
+/// What `joist explain` reads: the read model, filled by a [`ClusterState`] that only observes,
+/// and the catalog; no controller runs, and nothing is written that the caller's `client` would
+/// let through (give it one that refuses writes). The read model is ready once
+/// `shared.read.synced()` is.
+pub fn observe(
+    client: kube::Client,
+    cloud: Arc<dyn CloudProvider>,
+    settings: Settings,
+    clock: Clock,
+) -> Shared {
+    let (shared, writers) = shared(client, cloud, settings, clock, NodeTracer::disabled());
+    ClusterState::observing(shared.clone(), writers).start();
+    shared
+}
+
+/// What every actor is given, with the catalog started, and the read model's writers.
+fn shared(
+    client: kube::Client,
+    cloud: Arc<dyn CloudProvider>,
+    settings: Settings,
+    clock: Clock,
+    node_tracer: NodeTracer,
+) -> (Shared, Writers) {
+    let (read, writers) = ReadModel::mirroring(settings.scheduler_config.clone());
+    let catalog = Catalog::new(cloud.clone(), settings.reserved_capacity).start();
+    let catalog = CatalogHandle {
+        instance_types: catalog.clone().recipient(),
+        unavailable: catalog.recipient(),
+    };
+    let metrics = Metrics::for_shards(read.clone(), settings.replica_shards.clone());
+    let shared = Shared {
+        events: Events::start(client.clone(), clock, metrics.clone()),
+        client,
+        cloud,
+        metrics,
+        read,
+        settings: Arc::new(settings),
+        clock,
+        directory: Arc::default(),
+        catalog,
+        node_tracer,
+        started_at: clock.now_seconds(),
+        breakers: Arc::default(),
+        registration_health: Arc::default(),
+        buffers: Arc::default(),
+    };
+    (shared, writers)
+}
+
 /// Starts every controller on the current actix system, talking to the cluster through `client`
 /// and to the cloud through `cloud` (every call under a deadline, see [`cloud_calls`]; with a fault
 /// point armed in `settings.faults`, the cloud and the interruption queue go silent at the crash). NodePool actors are spread over `settings.shards` new
@@ -117,30 +167,8 @@ pub fn start(
             Arc::new(GatedQueue::new(queue, settings.faults.clone())) as Arc<dyn InterruptionQueue>
         });
     }
-    let (read, writers) = ReadModel::mirroring(settings.scheduler_config.clone());
-    let catalog = Catalog::new(cloud.clone(), settings.reserved_capacity).start();
-    let catalog = CatalogHandle {
-        instance_types: catalog.clone().recipient(),
-        unavailable: catalog.recipient(),
-    };
     let shards: Vec<ArbiterHandle> = (0..settings.shards).map(|_| Arbiter::new().handle()).collect();
-    let metrics = Metrics::for_shards(read.clone(), settings.replica_shards.clone());
-    let shared = Shared {
-        events: Events::start(client.clone(), clock, metrics.clone()),
-        client,
-        cloud,
-        metrics,
-        read,
-        settings: Arc::new(settings),
-        clock,
-        directory: Arc::default(),
-        catalog,
-        node_tracer,
-        started_at: clock.now_seconds(),
-        breakers: Arc::default(),
-        registration_health: Arc::default(),
-        buffers: Arc::default(),
-    };
+    let (shared, writers) = shared(client, cloud, settings, clock, node_tracer);
     let provisioner = Provisioner::new(shared.clone()).start();
     let batcher = Batcher::new(
         &shared.settings,

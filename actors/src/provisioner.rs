@@ -105,48 +105,16 @@ fn failed_scheduling(shared: &Shared, pod: &CachedPod, message: &str) {
 async fn provision(shared: Shared) {
     let read = &shared.read;
     read.synced().await;
-    let Problem {
-        mut input,
-        pools,
-        paused,
-    } = problem::cluster(&shared, snapshot::existing_nodes(read)).await;
-    let snapshot::Pending {
-        pods: mut pending,
-        ignored,
-    } = snapshot::pending(read, &read.pending_pods());
-    if let Some(shards) = &shared.settings.replica_shards {
-        pending = shards.owned_pending(read, pending);
-    }
+    let started = tokio::time::Instant::now();
+    let pass = simulate(&shared).await;
     if shared.settings.acts_cluster_wide() {
-        for (pod, why) in &ignored {
+        for (pod, why) in &pass.ignored {
             let message = format!("Failed to schedule pod, ignoring it: {why}");
             failed_scheduling(&shared, pod, &message);
         }
     }
-    let waiting = pending.len();
-    let leaving = read.leaving_pods();
-    pending.extend(snapshot::pending(read, &leaving.pods).pods);
-    let simulated = pending.len();
-    let buffered = buffer_pods(&shared);
-    if pending.is_empty() && buffered.is_empty() {
-        shared.buffers.placed(HashMap::new(), BTreeMap::new());
-        read.provisioned_for(&leaving.claims);
-        return;
-    }
-    let pods: Vec<Arc<CachedPod>> = pending.iter().map(|(pod, _)| pod.clone()).collect();
-    let (buffers, buffer_infos): (Vec<BufferKey>, Vec<PodInfo>) = buffered.into_iter().unzip();
-    input.pods = pending
-        .into_iter()
-        .map(|(_, info)| info)
-        .chain(buffer_infos)
-        .collect();
-    input.options.reserved_offerings = ReservedOfferingMode::Strict;
-    let started = tokio::time::Instant::now();
-    let solved = shared.settings.solver.run(move || {
-        let solution = solve(&input);
-        (input, solution)
-    });
-    let Some((input, solution)) = solved.await else {
+    let Some((input, solution)) = pass.solved else {
+        read.provisioned_for(&pass.leaving);
         return;
     };
     let seconds = started.elapsed().as_secs_f64();
@@ -158,19 +126,116 @@ async fn provision(shared: Shared) {
         })
         .observe(seconds);
     shared.metrics.reconciled("provisioner", "success", seconds);
+    let waiting = pass.waiting;
     tracing::info!(
         pods = waiting,
-        leaving = simulated - waiting,
-        buffered = buffers.len(),
+        leaving = pass.simulated - waiting,
+        buffered = pass.buffers.len(),
         placed = solution.placements.len(),
         new_nodes = solution.claims.len(),
         unschedulable = solution.unschedulable.len(),
         "scheduling simulation"
     );
-    nominate(&shared, &input, &solution, simulated);
-    record_buffers(&shared, &input, &solution, (simulated, &buffers));
-    dispatch(&shared, input, (&pools, &paused), &pods[..waiting], solution).await;
-    read.provisioned_for(&leaving.claims);
+    remember(&shared, &input, &solution, (pass.simulated, &pass.buffers));
+    dispatch(
+        &shared,
+        input,
+        (&pass.pools, &pass.paused),
+        &pass.pods[..waiting],
+        solution,
+    )
+    .await;
+    read.provisioned_for(&pass.leaving);
+}
+
+/// What a provisioning pass would leave in memory, done without acting (`joist explain`): the
+/// nodes it would nominate for pods, and the nodes that would hold CapacityBuffers' pods.
+pub async fn rehearse(shared: &Shared) {
+    let pass = simulate(shared).await;
+    if let Some((input, solution)) = &pass.solved {
+        remember(shared, input, solution, (pass.simulated, &pass.buffers));
+    }
+}
+
+/// What one pass simulated, and its outcome.
+struct Pass {
+    /// The problem and its solution; none when there was nothing to simulate.
+    solved: Option<(Input, Solution)>,
+    /// The NodePools of the problem, by position.
+    pools: Vec<Arc<NodePool>>,
+    /// NodePools left out because their launches are paused, with why.
+    paused: Vec<String>,
+    /// The real pods simulated, pending ones first.
+    pods: Vec<Arc<CachedPod>>,
+    /// How many of `pods` are pending (the rest are on nodes being deleted).
+    waiting: usize,
+    /// How many real pods were simulated.
+    simulated: usize,
+    /// The buffer of each virtual pod simulated after the real ones.
+    buffers: Vec<BufferKey>,
+    /// Pending pods that cannot be simulated, with why.
+    ignored: Vec<(Arc<CachedPod>, String)>,
+    /// The NodeClaims being deleted whose pods were simulated.
+    leaving: Vec<String>,
+}
+
+/// Snapshots the cluster and simulates its pending pods, then the pods of nodes being deleted,
+/// then the CapacityBuffers' virtual pods. With nothing to simulate, no buffer holds room.
+async fn simulate(shared: &Shared) -> Pass {
+    let read = &shared.read;
+    let Problem {
+        mut input,
+        pools,
+        paused,
+    } = problem::cluster(shared, snapshot::existing_nodes(read)).await;
+    let snapshot::Pending {
+        pods: mut pending,
+        ignored,
+    } = snapshot::pending(read, &read.pending_pods());
+    if let Some(shards) = &shared.settings.replica_shards {
+        pending = shards.owned_pending(read, pending);
+    }
+    let waiting = pending.len();
+    let leaving = read.leaving_pods();
+    pending.extend(snapshot::pending(read, &leaving.pods).pods);
+    let simulated = pending.len();
+    let buffered = buffer_pods(shared);
+    let pods: Vec<Arc<CachedPod>> = pending.iter().map(|(pod, _)| pod.clone()).collect();
+    let (buffers, buffer_infos): (Vec<BufferKey>, Vec<PodInfo>) = buffered.into_iter().unzip();
+    let solved = if pods.is_empty() && buffers.is_empty() {
+        shared.buffers.placed(HashMap::new(), BTreeMap::new());
+        None
+    } else {
+        input.pods = pending
+            .into_iter()
+            .map(|(_, info)| info)
+            .chain(buffer_infos)
+            .collect();
+        input.options.reserved_offerings = ReservedOfferingMode::Strict;
+        let solved = shared.settings.solver.run(move || {
+            let solution = solve(&input);
+            (input, solution)
+        });
+        solved.await
+    };
+    Pass {
+        solved,
+        pools,
+        paused,
+        pods,
+        waiting,
+        simulated,
+        buffers,
+        ignored,
+        leaving: leaving.claims,
+    }
+}
+
+/// Remembers what the pass counted on: the nodes its real pods (the first `real`) go to are
+/// nominated, and the nodes its buffers' virtual pods go to hold them.
+fn remember(shared: &Shared, input: &Input, solution: &Solution, (real, buffers): (usize, &[BufferKey])) {
+    nominate(shared, input, solution, real);
+    record_buffers(shared, input, solution, (real, buffers));
 }
 
 /// The CapacityBuffers' virtual pods this replica simulates (with the gate on), each with its

@@ -58,6 +58,44 @@ pub fn is_active(budget: &Budget, now_seconds: i64) -> Option<bool> {
     }))
 }
 
+/// Most windows of one budget looked at between two times: a schedule firing every minute opens
+/// 1,440 windows a day.
+const MOST_WINDOWS: usize = 2_000;
+
+/// The times in `(from, to)` (epoch seconds) at which one of `pool`'s scheduled budgets opens or
+/// closes, in order: between two of them (and `from`), what the budgets allow stays the same. A
+/// schedule that does not parse has none (it allows nothing at all times).
+pub fn changes_between(pool: &NodePool, from: i64, to: i64) -> Vec<i64> {
+    let mut changes = std::collections::BTreeSet::new();
+    for budget in &pool.spec.disruption.budgets {
+        let (Some(schedule), Some(duration)) = (&budget.schedule, &budget.duration) else {
+            continue;
+        };
+        let Ok(cron) = Cron::from_str(schedule) else {
+            continue;
+        };
+        let length = i64::try_from(duration.0.as_std().as_secs()).unwrap_or(i64::MAX);
+        // A window opened before `from` may still close after it.
+        let Ok(start) = jiff::Timestamp::from_second(from.saturating_sub(length)) else {
+            continue;
+        };
+        let mut at = start.to_zoned(jiff::tz::TimeZone::UTC);
+        for _ in 0..MOST_WINDOWS {
+            let Ok(fired) = cron.find_next_occurrence(&at, false) else {
+                break;
+            };
+            let opens = fired.timestamp().as_second();
+            if opens >= to {
+                break;
+            }
+            let closes = opens.saturating_add(length);
+            changes.extend([opens, closes].into_iter().filter(|t| *t > from && *t < to));
+            at = fired;
+        }
+    }
+    changes.into_iter().collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -103,6 +141,32 @@ mod tests {
             0
         );
         assert_eq!(allowed(&pool, DisruptionReason::Empty, 10, 0, NEW_YEAR), 5);
+    }
+
+    #[test]
+    fn the_next_day_changes_where_scheduled_windows_open_and_close() {
+        let pool = pool(serde_json::json!([
+            {"nodes": "100%"},
+            {"nodes": "0", "schedule": "0 9 * * mon-fri", "duration": "8h"},
+            {"nodes": "1", "schedule": "30 23 * * *", "duration": "1h", "reasons": ["Drifted"]},
+        ]));
+        let hour = 3600;
+        // From Thursday 10:00, inside the 09:00 window, for a day.
+        let from = NEW_YEAR + 10 * hour;
+        assert_eq!(
+            changes_between(&pool, from, from + 24 * hour),
+            [
+                NEW_YEAR + 17 * hour,
+                NEW_YEAR + 23 * hour + 1800,
+                NEW_YEAR + 24 * hour + 1800,
+                NEW_YEAR + 33 * hour,
+            ],
+            "the open window closes at 17:00, the nightly one runs 23:30 to 00:30, Friday's opens at 09:00"
+        );
+        assert!(
+            changes_between(&pool, NEW_YEAR + 58 * hour, NEW_YEAR + 60 * hour).is_empty(),
+            "Saturday 10:00 to 12:00: nothing opens or closes"
+        );
     }
 
     #[test]

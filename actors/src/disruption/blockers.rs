@@ -61,6 +61,22 @@ impl Blocker {
         }
     }
 
+    /// What it means, in a few words (`joist explain`).
+    pub fn describe(self) -> &'static str {
+        match self {
+            Blocker::Budget => "its NodePool's disruption budget has no room left for it",
+            Blocker::ConsolidationDisabled => {
+                "its NodePool does not consolidate it (consolidateAfter Never, WhenEmpty with pods, or spot-to-spot off)"
+            }
+            Blocker::BufferPods => "a CapacityBuffer's pods hold room on it",
+            Blocker::NotConsolidatable => "it changed within its NodePool's consolidateAfter",
+            Blocker::NoFeasibleSchedule => "its pods would not all fit elsewhere, even on one new node",
+            Blocker::SameOrMoreExpensiveReplacement => "the cheapest replacement would not be cheaper",
+            Blocker::Score => "the Balanced score refused the move: it disrupts more than it saves",
+            Blocker::Nominated => "a provisioning pass counted on it for pending pods",
+        }
+    }
+
     /// The blocker behind a consolidation simulation's refusal.
     pub fn of_refusal(refusal: &Refusal) -> Self {
         match refusal {
@@ -94,6 +110,11 @@ impl Verdicts {
     /// Takes in `later`'s verdicts, which replace these.
     pub fn extend(&mut self, later: Verdicts) {
         self.0.extend(later.0);
+    }
+
+    /// The blocker that keeps the node of the NodeClaim `claim`, if the pass judged it so.
+    pub fn of(&self, claim: &str) -> Option<Blocker> {
+        self.0.get(claim).map(|(_, blocker)| *blocker)
     }
 
     /// Forgets the verdict on the NodeClaim `claim` (a command took it after all).

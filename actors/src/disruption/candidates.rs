@@ -102,12 +102,8 @@ impl Candidate {
 /// A node graceful methods must leave alone, and why.
 #[derive(Debug, Clone)]
 pub struct Blocked {
-    /// The Node.
-    pub node: Arc<Node>,
-    /// Its NodeClaim's name.
-    pub claim: String,
-    /// Its NodePool's name.
-    pub pool: String,
+    /// The candidate it would be.
+    pub candidate: Candidate,
     /// Why, for the `DisruptionBlocked` event.
     pub reason: String,
     /// The blocker's name for why, when it has one (do-not-disrupt and PDBs have none: such a
@@ -116,11 +112,9 @@ pub struct Blocked {
 }
 
 impl Blocked {
-    fn new(candidate: &Candidate, (reason, blocker): (String, Option<Blocker>)) -> Self {
+    fn new(candidate: Candidate, (reason, blocker): (String, Option<Blocker>)) -> Self {
         Self {
-            node: candidate.node.clone(),
-            claim: candidate.claim.name_any(),
-            pool: candidate.pool.name_any(),
+            candidate,
             reason,
             blocker,
         }
@@ -182,12 +176,12 @@ pub fn collect(read: &ReadModel, buffers: &Buffers, types: &PoolTypes<'_>, now_s
         if let Some(why) = node_blocker(read, buffers, &candidate, now_seconds)
             .or_else(|| unsimulated_pod(read, &candidate).map(|reason| (reason, None)))
         {
-            collected.blocked.push(Blocked::new(&candidate, why));
+            collected.blocked.push(Blocked::new(candidate, why));
         } else if let Some(reason) = pod_blocker(&candidate, &budgets, now_seconds) {
-            collected.blocked.push(Blocked::new(&candidate, (reason, None)));
             if candidate.drifted && claim.spec.termination_grace_period.is_some() {
-                collected.eventual.push(candidate);
+                collected.eventual.push(candidate.clone());
             }
+            collected.blocked.push(Blocked::new(candidate, (reason, None)));
         } else {
             collected.candidates.push(candidate);
         }
@@ -374,7 +368,8 @@ fn pod_blocker(
     None
 }
 
-fn covers(budget: &PodDisruptionBudget, pod: &CachedPod) -> bool {
+/// Whether `budget` selects `pod`.
+pub fn covers(budget: &PodDisruptionBudget, pod: &CachedPod) -> bool {
     if budget.namespace() != pod.namespace() {
         return false;
     }

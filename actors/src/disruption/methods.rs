@@ -41,7 +41,7 @@ use joist_messages::{
     conditions::ConditionType,
 };
 use joist_scheduling::{
-    Input,
+    Input, Solution,
     consolidation::{self, Decision, Refusal, Search, Settings},
 };
 use kube::ResourceExt;
@@ -479,6 +479,15 @@ fn prepare(candidate: &Candidate, base: &Base<'_>) -> Option<consolidation::Cand
             .claim_usage(&candidate.claim.name_any())
             .map(|(pool, capacity)| consolidation::Held { pool, capacity }),
     })
+}
+
+/// What removing `candidate` alone would come to, as single-node consolidation simulates it,
+/// budgets and the `Balanced` score aside: the decision, and the simulation's solution (its pods
+/// are the candidate's, in order). `None` when its node is not in the base or a pod of it cannot
+/// be simulated.
+pub fn removal(candidate: &Candidate, base: &Base<'_>) -> Option<Result<(Decision, Solution), Refusal>> {
+    let prepared = [prepare(candidate, base)?];
+    Some(search(Method::SingleNode, base, &prepared).simulate(&[0]))
 }
 
 /// All of `candidates` in the search's terms, or `None` when one's node is not in the base.

@@ -42,7 +42,10 @@ use joist_messages::{
     conditions::{ConditionStatus, ConditionType, ConditionUpdate, is_true},
     labels::NODEPOOL,
 };
-use joist_scheduling::consolidation::{Decision, Settings};
+use joist_scheduling::{
+    Input,
+    consolidation::{Decision, Settings},
+};
 use kube::ResourceExt;
 
 use self::{
@@ -292,44 +295,30 @@ async fn decide(
         return Vec::new();
     }
     // The nodes and their pods come after the candidates, once there is something to simulate.
-    let Problem { mut input, pools, .. } = problem::cluster(shared, Vec::new()).await;
-    let collected = {
-        let types: PoolTypes<'_> = pools
-            .iter()
-            .zip(&input.node_pools)
-            .map(|(pool, pool_input)| {
-                let range = match (
-                    pool_input.instance_types.first(),
-                    pool_input.instance_types.last(),
-                ) {
-                    (Some(&first), Some(&last)) => first..last + 1,
-                    _ => 0..0,
-                };
-                (pool.name_any(), Offered::new(&input.instance_types[range]))
-            })
-            .collect();
-        let collected = candidates::collect(read, &shared.buffers, &types, now);
-        if previous.is_none() {
-            for (claim, consolidatable) in &collected.stale_conditions {
-                write_consolidatable(shared, claim, *consolidatable).await;
-            }
-            for b in &collected.blocked {
-                let message = match b.blocker {
-                    Some(blocker) => format!("Cannot disrupt Node: {} (blocker: {blocker})", b.reason),
-                    None => format!("Cannot disrupt Node: {}", b.reason),
-                };
-                shared
-                    .events
-                    .normal(b.node.as_ref(), "DisruptionBlocked", &message);
-            }
+    let Judged {
+        mut input,
+        pools,
+        collected,
+    } = judge(shared, now).await;
+    if previous.is_none() {
+        for (claim, consolidatable) in &collected.stale_conditions {
+            write_consolidatable(shared, claim, *consolidatable).await;
         }
-        // After the writes above, which carry the versions the pass read: drift's own writes
-        // would make them stale. What drift marks, the next pass acts on.
-        if let Some(checks) = checks {
-            drift::mark(shared, &types, checks).await;
+        for b in &collected.blocked {
+            let message = match b.blocker {
+                Some(blocker) => format!("Cannot disrupt Node: {} (blocker: {blocker})", b.reason),
+                None => format!("Cannot disrupt Node: {}", b.reason),
+            };
+            shared
+                .events
+                .normal(b.candidate.node.as_ref(), "DisruptionBlocked", &message);
         }
-        collected
-    };
+    }
+    // After the writes above, which carry the versions the pass read: drift's own writes would
+    // make them stale. What drift marks, the next pass acts on.
+    if let Some(checks) = checks {
+        drift::mark(shared, &pool_types(&pools, &input), checks).await;
+    }
     let Collected {
         mut candidates,
         mut eventual,
@@ -341,7 +330,7 @@ async fn decide(
     let mut verdicts = Verdicts::default();
     for b in &blocked {
         if let Some(blocker) = b.blocker {
-            verdicts.hold(b.claim.clone(), b.pool.clone(), blocker);
+            b.candidate.held_by(&mut verdicts, blocker);
         }
     }
     let held_nodes = held_nodes(read, &holding);
@@ -353,11 +342,7 @@ async fn decide(
     };
     candidates.retain(free);
     eventual.retain(free);
-    let budgets = Budgets {
-        pools: pools.clone(),
-        counts: budget_counts(shared, &holding),
-        now,
-    };
+    let budgets = Budgets::of(shared, pools.clone(), &holding, now);
     let allowed = |pool: &str, reason: DisruptionReason| budgets.allowed(pool, reason);
     let fingerprint = Fingerprint {
         changes,
@@ -389,26 +374,7 @@ async fn decide(
             return Vec::new();
         }
     }
-    input.nodes = snapshot::existing_nodes(read);
-    input.nodes.retain(|n| n.initialized);
-    // A CapacityBuffer's room on a node stays taken: no consolidation moves pods into it.
-    for node in &mut input.nodes {
-        node.pods.extend(shared.buffers.held_on(&node.name));
-    }
-    let positions: BTreeMap<String, usize> = input
-        .nodes
-        .iter()
-        .enumerate()
-        .map(|(i, n)| (n.name.clone(), i))
-        .collect();
-    let settling = settling
-        .iter()
-        .filter_map(|n| positions.get(n).copied())
-        .collect();
-    let held = held_nodes
-        .iter()
-        .filter_map(|n| positions.get(n).copied())
-        .collect();
+    let (positions, settling, held) = place_nodes(shared, &mut input, &settling, &held_nodes);
     let settings = Settings {
         spot_to_spot: shared.settings.spot_to_spot_consolidation,
     };
@@ -499,6 +465,74 @@ async fn decide(
         .collect()
 }
 
+/// What a pass starts from: the cluster problem (no nodes yet, no pods), its NodePools in the
+/// same order, and every candidate and blocked node.
+pub struct Judged {
+    /// The problem.
+    pub input: Input,
+    /// The NodePools, by position in `input.node_pools`.
+    pub pools: Vec<Arc<NodePool>>,
+    /// The candidates and the blocked nodes.
+    pub collected: Collected,
+}
+
+/// Builds the problem and collects the candidates as of `now` (epoch seconds); reads only.
+pub async fn judge(shared: &Shared, now: i64) -> Judged {
+    let Problem { input, pools, .. } = problem::cluster(shared, Vec::new()).await;
+    let collected = candidates::collect(&shared.read, &shared.buffers, &pool_types(&pools, &input), now);
+    Judged {
+        input,
+        pools,
+        collected,
+    }
+}
+
+/// Each of `pools`' instance types in `input`, by NodePool name.
+pub fn pool_types<'a>(pools: &[Arc<NodePool>], input: &'a Input) -> PoolTypes<'a> {
+    pools
+        .iter()
+        .zip(&input.node_pools)
+        .map(|(pool, pool_input)| {
+            let range = match (
+                pool_input.instance_types.first(),
+                pool_input.instance_types.last(),
+            ) {
+                (Some(&first), Some(&last)) => first..last + 1,
+                _ => 0..0,
+            };
+            (pool.name_any(), Offered::new(&input.instance_types[range]))
+        })
+        .collect()
+}
+
+/// Puts the pass's nodes into `input` (the initialized ones, a CapacityBuffer's room on them kept
+/// taken: no consolidation moves pods into it) and says where each stands: positions by Node
+/// name, and the positions of the `settling` nodes and of the `held` ones.
+pub fn place_nodes(
+    shared: &Shared,
+    input: &mut Input,
+    settling: &[String],
+    held: &BTreeSet<String>,
+) -> (BTreeMap<String, usize>, Vec<usize>, Vec<usize>) {
+    input.nodes = snapshot::existing_nodes(&shared.read);
+    input.nodes.retain(|n| n.initialized);
+    for node in &mut input.nodes {
+        node.pods.extend(shared.buffers.held_on(&node.name));
+    }
+    let positions: BTreeMap<String, usize> = input
+        .nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (n.name.clone(), i))
+        .collect();
+    let at = |names: &mut dyn Iterator<Item = &String>| -> Vec<usize> {
+        names.filter_map(|n| positions.get(n).copied()).collect()
+    };
+    let settling = at(&mut settling.iter());
+    let held = at(&mut held.iter());
+    (positions, settling, held)
+}
+
 /// Counts each consolidation command, and each move the `Balanced` score refused, in every
 /// NodePool it takes nodes of; for a Balanced pool observes its score, and for an approved move
 /// records Karpenter's `ConsolidationApproved` (on the node and its NodeClaim for one node, on the
@@ -555,7 +589,7 @@ fn report_moves(shared: &Shared, commands: &[Command], rejections: &[Rejection])
 }
 
 /// What each NodePool's budgets allow now, less what is already disrupting.
-struct Budgets {
+pub struct Budgets {
     pools: Vec<Arc<NodePool>>,
     /// Per NodePool: its nodes, and those disrupting ([`budget_counts`]).
     counts: BTreeMap<String, (u32, u32)>,
@@ -563,13 +597,28 @@ struct Budgets {
 }
 
 impl Budgets {
+    /// The budgets of `pools` at `now`, counting what `holding` holds as disrupting.
+    pub fn of(shared: &Shared, pools: Vec<Arc<NodePool>>, holding: &Holding, now: i64) -> Self {
+        Self {
+            counts: budget_counts(shared, holding),
+            pools,
+            now,
+        }
+    }
+
     /// Disruptions `pool` allows for `reason` (none for a NodePool not in this pass).
-    fn allowed(&self, pool: &str, reason: DisruptionReason) -> u32 {
+    pub fn allowed(&self, pool: &str, reason: DisruptionReason) -> u32 {
+        self.allowed_at(pool, reason, self.now)
+    }
+
+    /// Disruptions `pool` would allow for `reason` at `at` (epoch seconds), the nodes and those
+    /// disrupting as they are now.
+    pub fn allowed_at(&self, pool: &str, reason: DisruptionReason, at: i64) -> u32 {
         let Some(found) = self.pools.iter().find(|p| p.name_any() == pool) else {
             return 0;
         };
         let (nodes, disrupting) = self.counts.get(pool).copied().unwrap_or((0, 0));
-        budgets::allowed(found, reason, nodes, disrupting, self.now)
+        budgets::allowed(found, reason, nodes, disrupting, at)
     }
 }
 

@@ -960,25 +960,45 @@ where
 /// `PodScheduled=False/Unschedulable` by the scheduler, not nominated to a node by a preemption
 /// (the scheduler has a place for it), not a DaemonSet's and not a static pod's mirror.
 pub fn is_provisionable(pod: &CachedPod) -> bool {
-    let bound = pod.spec.as_ref().is_some_and(|s| s.node_name.is_some());
+    unprovisionable(pod).is_none()
+}
+
+/// Why `pod` is not provisionable ([`is_provisionable`]), if it is not.
+pub fn unprovisionable(pod: &CachedPod) -> Option<&'static str> {
     let status = pod.status.as_ref();
-    let unschedulable = status
-        .and_then(|s| s.conditions.as_ref())
-        .into_iter()
-        .flatten()
-        .any(|c| {
-            c.type_ == "PodScheduled" && c.status == "False" && c.reason.as_deref() == Some("Unschedulable")
-        });
-    let nominated = status
-        .and_then(|s| s.nominated_node_name.as_deref())
-        .is_some_and(|n| !n.is_empty());
-    !bound
-        && !finished(pod)
-        && unschedulable
-        && !nominated
-        && !owned_by_daemon_set(pod)
-        && !is_mirror(pod)
-        && pod.metadata.deletion_timestamp.is_none()
+    let unschedulable = || {
+        status
+            .and_then(|s| s.conditions.as_ref())
+            .into_iter()
+            .flatten()
+            .any(|c| {
+                c.type_ == "PodScheduled"
+                    && c.status == "False"
+                    && c.reason.as_deref() == Some("Unschedulable")
+            })
+    };
+    let nominated = || {
+        status
+            .and_then(|s| s.nominated_node_name.as_deref())
+            .is_some_and(|n| !n.is_empty())
+    };
+    if pod.spec.as_ref().is_some_and(|s| s.node_name.is_some()) {
+        Some("it is bound to a node")
+    } else if finished(pod) {
+        Some("it has finished")
+    } else if pod.metadata.deletion_timestamp.is_some() {
+        Some("it is being deleted")
+    } else if owned_by_daemon_set(pod) {
+        Some("it is a DaemonSet's pod (the DaemonSet places it on every node)")
+    } else if is_mirror(pod) {
+        Some("it is a static pod's mirror")
+    } else if nominated() {
+        Some("the kube-scheduler nominated a node for it (preemption): it has a place")
+    } else if !unschedulable() {
+        Some("the kube-scheduler has not marked it unschedulable (PodScheduled=False, Unschedulable)")
+    } else {
+        None
+    }
 }
 
 impl StorageObjects for ReadModel {
