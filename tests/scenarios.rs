@@ -39,6 +39,8 @@ mod capacity_buffers;
 mod chaos;
 #[path = "support/chart.rs"]
 mod chart;
+#[path = "scenarios/explain.rs"]
+mod explain;
 #[path = "scenarios/flood.rs"]
 mod flood;
 #[path = "scenarios/fuzz.rs"]

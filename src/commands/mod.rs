@@ -14,6 +14,7 @@ mod bench_versus;
 mod chaos_cases;
 mod crds;
 mod endpoints;
+pub mod explain;
 mod run;
 mod sim;
 mod simulate;
@@ -80,6 +81,24 @@ pub enum Command {
     /// Kubernetes comes from the in-cluster service account or KUBECONFIG; AWS from the default
     /// credential chain and AWS_REGION (AWS_ENDPOINT_URL for an emulator).
     Run,
+    /// Explain a decision about a live cluster: why a pod waits or runs where it does, why a node
+    /// exists and stays (with a dry run of its removal), what a NodePool's budgets allow now and
+    /// over the next 24 hours.
+    ///
+    /// Reads the cluster of `--kubeconfig` (else KUBECONFIG, else ~/.kube/config) and never writes
+    /// to it; instance types and prices come from the cloud `joist run` would use, from the same
+    /// environment (CLUSTER_NAME, CLOUD_PROVIDER, AWS_REGION, FEATURE_GATES, …).
+    Explain {
+        /// What to explain.
+        #[command(subcommand)]
+        question: explain::Question,
+        /// The kubeconfig file of the cluster.
+        #[arg(long, global = true)]
+        kubeconfig: Option<PathBuf>,
+        /// How to print the answer.
+        #[arg(short, long, value_enum, default_value_t = explain::Output::Text, global = true)]
+        output: explain::Output,
+    },
     /// Print the version and the API versions Joist serves.
     Version,
     /// The embedded simulated cluster.
@@ -296,6 +315,12 @@ pub enum CommandError {
         /// What went wrong.
         message: String,
     },
+    /// `joist explain` has no answer.
+    #[error("{message}")]
+    Explain {
+        /// Why.
+        message: String,
+    },
     /// A CRD could not be rendered as YAML.
     #[error("cannot render CRD {name} as YAML: {message}")]
     Render {
@@ -345,6 +370,11 @@ fn runtime() -> Result<tokio::runtime::Runtime, CommandError> {
 pub fn run(cli: Cli, out: &mut dyn io::Write) -> Result<ExitCode, CommandError> {
     match cli.command {
         Command::Validate { paths } => validate::run(&paths, out),
+        Command::Explain {
+            question,
+            kubeconfig,
+            output,
+        } => explain::run(&question, kubeconfig.as_deref(), output, out),
         Command::Crds { out_dir } => crds::run(out_dir.as_deref(), out).map(|()| ExitCode::SUCCESS),
         Command::Bench {
             target: BenchTarget::Scheduling { pods, scenario },

@@ -64,9 +64,14 @@ pub fn serve(options: ServeOptions, out: &mut dyn io::Write) -> Result<ExitCode,
                 options.region,
                 options.boot.as_secs()
             );
-            (joist, GETTING_STARTED)
+            // `joist explain` reads the cloud from the environment, as `joist run` does.
+            let explain = format!(
+                "  CLOUD_PROVIDER=simulated AWS_REGION={} CLUSTER_NAME=kubesim joist explain nodepool default\n",
+                options.region
+            );
+            (joist, format!("{GETTING_STARTED}{explain}"))
         } else {
-            (String::new(), KUBESIM_ALONE)
+            (String::new(), KUBESIM_ALONE.to_owned())
         };
         let port = options.port;
         let server = cluster

@@ -55,21 +55,30 @@ pub fn run(
         message: e.to_string(),
     })?;
     let wall = std::time::SystemTime::now();
-    let report = simulate::run(&scenario, seed, telemetry.node_tracer(), &mut |p: Progress| {
+    let mut progress = |p: Progress| {
         if show {
             let _ = write!(stderr, "\r{}", bar(&p));
             let _ = stderr.flush();
         }
-    })
+    };
+    let ran = simulate::run_then(
+        &scenario,
+        seed,
+        (telemetry.node_tracer(), &mut progress),
+        async |live: simulate::Live| standings(&live.controllers).await,
+    )
     .map_err(|e| CommandError::Simulate {
         path: path.to_path_buf(),
         message: e.to_string(),
     });
     telemetry.shutdown();
-    let mut simulated = report?;
+    let (mut simulated, stays) = ran?;
     // The command ends after the summary and the files: its world goes with the process.
     simulated.leave_world();
-    let simulate::Simulated { report, metrics, .. } = simulated;
+    let simulate::Simulated {
+        mut report, metrics, ..
+    } = simulated;
+    report.note_standings(&stays);
     if show {
         let _ = writeln!(stderr);
     }
@@ -81,6 +90,15 @@ pub fn run(
     write_output("html report", outputs.html, out, || html::render(&report))?;
     write_output("metrics", outputs.metrics, out, || metrics)?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Why each node stays at the end, by Node name, as the controllers' disruption pass judges it.
+pub async fn standings(controllers: &joist_actors::shared::Shared) -> BTreeMap<String, String> {
+    joist_actors::explain::node::standings(controllers)
+        .await
+        .into_iter()
+        .map(|(node, standing)| (node, standing.to_string()))
+        .collect()
 }
 
 /// Writes `contents` to `path`, when asked for, and says where it went.

@@ -1,7 +1,7 @@
 //! Runs a [`Scenario`]: kubesim, the simulated cloud and Joist's actors on one actix arbiter over
 //! paused tokio time (DESIGN.md §4), so half an hour of cluster life takes seconds and one seed
 //! always gives the same report. Steps run at their virtual times; the progress callback is called
-//! every virtual 30 seconds.
+//! every virtual 30 seconds. [`run_then`] looks at the world at the run's end, while it still runs.
 
 use std::{cell::RefCell, collections::BTreeMap, rc::Rc, sync::Arc, time::Duration};
 
@@ -93,7 +93,42 @@ pub fn run(
     node_tracer: NodeTracer,
     progress: &mut dyn FnMut(Progress),
 ) -> Result<Simulated, SimulateError> {
-    run_with(scenario, seed, node_tracer, progress, FaultPoints::none())
+    run_then(scenario, seed, (node_tracer, progress), async |_| ()).map(|(simulated, ())| simulated)
+}
+
+/// The world at a run's end, still running: a client of its cluster, its cloud, its clock, and
+/// what Joist's controllers running at the end share.
+pub struct Live {
+    /// A client of kubesim.
+    pub client: kube::Client,
+    /// The simulated cloud.
+    pub cloud: SimCloud,
+    /// The run's virtual clock.
+    pub clock: Clock,
+    /// The controllers' view, settings and metrics.
+    pub controllers: joist_actors::shared::Shared,
+}
+
+/// [`run`], then `then` with the world at its end (virtual time goes on while `then` waits, and
+/// Joist's controllers with it); returns the report and what `then` returned.
+pub fn run_then<T>(
+    scenario: &Scenario,
+    seed: u64,
+    (node_tracer, progress): (NodeTracer, &mut dyn FnMut(Progress)),
+    then: impl AsyncFnOnce(Live) -> T,
+) -> Result<(Simulated, T), SimulateError> {
+    let manifests = prepare(scenario)?;
+    let system = paused_system().map_err(SimulateError::Runtime)?;
+    let (mut simulated, looked) = system.block_on(simulate(
+        scenario,
+        manifests,
+        seed,
+        (node_tracer, progress),
+        FaultPoints::none(),
+        then,
+    ))?;
+    simulated.world = Some(system);
+    Ok((simulated, looked))
 }
 
 /// Runs `scenario` with `seed` crashing Joist's controllers where `faults` is armed, then starting
@@ -121,20 +156,26 @@ fn run_with(
 ) -> Result<Simulated, SimulateError> {
     let manifests = prepare(scenario)?;
     let system = paused_system().map_err(SimulateError::Runtime)?;
-    let mut simulated =
-        system.block_on(simulate(scenario, manifests, seed, node_tracer, progress, faults))?;
+    let (mut simulated, ()) = system.block_on(simulate(
+        scenario,
+        manifests,
+        seed,
+        (node_tracer, progress),
+        faults,
+        async |_| (),
+    ))?;
     simulated.world = Some(system);
     Ok(simulated)
 }
 
-async fn simulate(
+async fn simulate<T>(
     scenario: &Scenario,
     mut manifests: Manifests,
     seed: u64,
-    node_tracer: NodeTracer,
-    progress: &mut dyn FnMut(Progress),
+    (node_tracer, progress): (NodeTracer, &mut dyn FnMut(Progress)),
     faults: FaultPoints,
-) -> Result<Simulated, SimulateError> {
+    then: impl AsyncFnOnce(Live) -> T,
+) -> Result<(Simulated, T), SimulateError> {
     let started = Instant::now();
     let clock = Clock::starting_at(EPOCH);
     let cluster = Cluster::start(ClusterSettings {
@@ -207,6 +248,13 @@ async fn simulate(
         execute(&world, &step.action, documents, &field).await?;
     }
     advance(started, scenario.until, scenario.until, cluster.store(), progress).await;
+    let looked = then(Live {
+        client: client.clone(),
+        cloud: cloud.clone(),
+        clock,
+        controllers: controllers.last(),
+    })
+    .await;
     let crash = controllers.crash();
     if let Some(crash) = &crash {
         let detail = format!("Joist's controllers crashed at the fault point {}", crash.step);
@@ -223,7 +271,7 @@ async fn simulate(
     let recorded = recorder.finish();
     let last = controllers.last();
     let end = started.elapsed().as_secs_f64();
-    Ok(Simulated {
+    let simulated = Simulated {
         report: report::build(&scenario.name, seed, end, cluster.store(), &cloud, recorded),
         metrics: last.metrics.encode(),
         kubesim_busy: cluster.busy(),
@@ -231,7 +279,8 @@ async fn simulate(
         api_faults: api_faults.as_ref().map(ApiFaults::counts).unwrap_or_default(),
         calls: cloud.books().calls(),
         world: None,
-    })
+    };
+    Ok((simulated, looked))
 }
 
 /// How long a crashed controller stays down: a pod restart.

@@ -75,7 +75,7 @@ pub fn render(report: &Report) -> String {
         end,
         |l| format!("{} ({})", l.instance_type, l.capacity_type),
     );
-    launches(&mut page, &report.instances);
+    launches(&mut page, report);
     pending(&mut page, report);
     timeline(&mut page, report);
     page.push_str("</body>\n</html>\n");
@@ -222,7 +222,8 @@ fn breakdown(
     page.push_str("</table>\n");
 }
 
-fn launches(page: &mut String, launches: &[Launch]) {
+fn launches(page: &mut String, report: &Report) {
+    let launches = &report.instances;
     page.push_str("<h2>Launches and removals</h2>\n");
     if launches.is_empty() {
         page.push_str("<p class=\"none\">No node was launched.</p>\n");
@@ -230,7 +231,7 @@ fn launches(page: &mut String, launches: &[Launch]) {
     }
     page.push_str(
         "<table><tr><th>node</th><th>NodePool</th><th>instance type</th><th>capacity</th><th>zone</th>\
-         <th class=\"n\">$/h</th><th class=\"n\">launched</th><th class=\"n\">ended</th><th>why it ended</th></tr>\n",
+         <th class=\"n\">$/h</th><th class=\"n\">launched</th><th class=\"n\">ended</th><th>why it ended, or stays</th></tr>\n",
     );
     for l in launches {
         let _ = writeln!(
@@ -247,7 +248,12 @@ fn launches(page: &mut String, launches: &[Launch]) {
             l.ended_at_seconds
                 .map(clock)
                 .unwrap_or_else(|| "running".to_owned()),
-            escape(l.end_reason.as_deref().unwrap_or("")),
+            escape(
+                l.end_reason
+                    .as_deref()
+                    .or_else(|| report.stays(&l.node))
+                    .unwrap_or("")
+            ),
         );
     }
     page.push_str("</table>\n");

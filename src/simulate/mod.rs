@@ -13,7 +13,7 @@ pub mod recorder;
 pub mod report;
 pub mod scenario;
 
-pub use driver::{Progress, Simulated, run, run_crashing};
+pub use driver::{Live, Progress, Simulated, run, run_crashing, run_then};
 
 /// Parses a scenario and checks its manifests as the API server would, without running it.
 pub fn check(text: &str) -> Result<Scenario, SimulateError> {

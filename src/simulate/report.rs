@@ -52,6 +52,9 @@ pub struct FinalNode {
     pub placement_group_partition: String,
     /// Dollars per hour.
     pub price_per_hour: f64,
+    /// Why it stays, as the disruption pass judges it at the end (`joist explain node`).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub stays: String,
 }
 
 /// A pod still pending at the end, and the last reason Joist gave.
@@ -171,6 +174,24 @@ pub struct Report {
     pub timeline: Vec<Entry>,
 }
 
+impl Report {
+    /// Notes why each node at the end stays, from `stays` by Node name.
+    pub fn note_standings(&mut self, stays: &BTreeMap<String, String>) {
+        for node in &mut self.summary.final_nodes {
+            if let Some(why) = stays.get(&node.name) {
+                node.stays.clone_from(why);
+            }
+        }
+    }
+
+    /// Why the Node `name` stays at the end, when the report says.
+    pub fn stays(&self, name: &str) -> Option<&str> {
+        (self.summary.final_nodes.iter())
+            .find(|n| n.name == name && !n.stays.is_empty())
+            .map(|n| n.stays.as_str())
+    }
+}
+
 /// `value` rounded to `places` decimals, so reports print the same figures on every run.
 pub(super) fn round(value: f64, places: i32) -> f64 {
     let scale = 10f64.powi(places);
@@ -250,6 +271,7 @@ pub fn build(name: &str, seed: u64, end: f64, store: &Store, cloud: &SimCloud, r
             placement_group_id: label(node, aws::PLACEMENT_GROUP_ID),
             placement_group_partition: label(node, aws::PLACEMENT_GROUP_PARTITION),
             price_per_hour: price_of(&text(node, "/spec/providerID")),
+            stays: String::new(),
         })
         .collect();
     let pods = list("", "pods");

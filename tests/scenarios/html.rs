@@ -134,3 +134,39 @@ fn the_html_report_renders_its_charts_in_chromium_without_a_console_error() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_node_that_stays_to_the_end_says_why_in_both_reports() {
+    let dir = std::env::temp_dir().join(format!("joist-stays-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
+    let (page, report) = (dir.join("report.html"), dir.join("report.json"));
+    succeeded(
+        Command::new(env!("CARGO_BIN_EXE_joist"))
+            .arg("simulate")
+            .arg(root().join("examples/consolidation.yaml"))
+            .arg("--html")
+            .arg(&page)
+            .arg("--report")
+            .arg(&report),
+        "joist simulate --html --report",
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&report).unwrap_or_else(|e| panic!("{e}")))
+            .unwrap_or_else(|e| panic!("{e}"));
+    let finals = json["summary"]["final_nodes"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no final nodes: {json:#}"));
+    // The one node left runs what remains of the workload; no cheaper type would hold it.
+    let stays = finals[0]["stays"].as_str().unwrap_or_default();
+    assert!(
+        stays.ends_with("(blocker: same_or_more_expensive_replacement)"),
+        "{finals:#?}"
+    );
+    let html = std::fs::read_to_string(&page).unwrap_or_else(|e| panic!("{e}"));
+    assert!(html.contains("why it ended, or stays"), "the column says so");
+    assert!(
+        html.contains("a candidate that stays: the cheapest replacement"),
+        "the node's row says why it stayed"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -169,7 +169,58 @@ async fn sim_serve_runs_joist_on_kubesim_and_serves_its_metrics() {
     assert_eq!(status, 200);
     let created = "karpenter_nodeclaims_created_total{reason=\"provisioned\",nodepool=\"default\",min_values_relaxed=\"false\"} 1";
     assert!(exposition.lines().any(|l| l == created), "{exposition}");
+
+    // `joist explain` as printed, through the same kubeconfig.
+    let hint = printed
+        .iter()
+        .find(|l| l.contains("joist explain"))
+        .unwrap_or_else(|| panic!("no joist explain line in {printed:#?}"));
+    assert!(hint.contains("AWS_REGION=us-east-1"), "{hint}");
+    let node = nodes.items[0].metadata.name.clone().unwrap_or_default();
+    let (code, json) = explain(&kubeconfig, &["node", &node, "-o", "json"]);
+    assert_eq!(code, Some(0), "{json}");
+    let answer: serde_json::Value = serde_json::from_str(&json).unwrap_or_else(|e| panic!("{e}: {json}"));
+    assert_eq!(answer["nodepool"], "default", "{answer:#}");
+    assert_eq!(answer["zone"], "us-east-1b", "{answer:#}");
+    assert_eq!(answer["pods"], serde_json::json!(["default/web"]), "{answer:#}");
+    assert!(answer["standing"]["state"].is_string(), "{answer:#}");
+    let (code, text) = explain(&kubeconfig, &["pod", "default/web"]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(
+        text.starts_with(&format!("pod default/web runs on node {node}\n")),
+        "{text}"
+    );
+    let (code, text) = explain(&kubeconfig, &["nodepool", "missing"]);
+    assert_eq!(
+        (code, text.trim()),
+        (Some(2), "joist: nodepool \"missing\" not found")
+    );
     drop(serving);
+}
+
+/// Runs `joist explain ARGS --kubeconfig KUBECONFIG` with the simulated cloud of `joist sim
+/// serve --region us-east-1`; its exit code, and what it printed (standard error when it failed).
+fn explain(kubeconfig: &std::path::Path, args: &[&str]) -> (Option<i32>, String) {
+    let output = Command::new(env!("CARGO_BIN_EXE_joist"))
+        .arg("explain")
+        .args(args)
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .env("CLOUD_PROVIDER", "simulated")
+        .env("AWS_REGION", "us-east-1")
+        .env("CLUSTER_NAME", "kubesim")
+        .env_remove("KUBECONFIG")
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run joist explain: {e}"));
+    let printed = if output.status.success() {
+        output.stdout
+    } else {
+        output.stderr
+    };
+    (
+        output.status.code(),
+        String::from_utf8_lossy(&printed).into_owned(),
+    )
 }
 
 #[test]

@@ -19,7 +19,7 @@
 mod deadline;
 mod in_flight;
 mod leader;
-mod settings;
+pub(super) mod settings;
 mod shard_leases;
 #[cfg(test)]
 mod test_service;
@@ -45,7 +45,7 @@ use super::{CommandError, endpoints};
 use crate::telemetry::Telemetry;
 
 /// A cloud for the controllers, and its interruption queue if there is one.
-type Cloud = (Arc<dyn CloudProvider>, Option<Arc<dyn InterruptionQueue>>);
+pub(super) type Cloud = (Arc<dyn CloudProvider>, Option<Arc<dyn InterruptionQueue>>);
 
 /// Runs the controllers until the process is told to stop.
 pub fn run() -> Result<ExitCode, CommandError> {
@@ -73,26 +73,48 @@ pub fn run() -> Result<ExitCode, CommandError> {
     outcome.map(|()| ExitCode::SUCCESS)
 }
 
-/// A client from `KUBECONFIG` when it is set (a bad file is named, with what is wrong with it, on
-/// one line), else from `~/.kube/config` or the in-cluster service account; every request it makes
-/// has a deadline ([`deadline`]) and waits for a slot when too many are in flight ([`in_flight`]).
-async fn kube_client() -> Result<kube::Client, String> {
+/// A client from the kubeconfig file `path` when given, else from `KUBECONFIG` when it is set,
+/// else from `~/.kube/config` or the in-cluster service account (a bad file is named, with what is
+/// wrong with it, on one line); every request it makes has a deadline ([`deadline`]) and waits
+/// for a slot when too many are in flight ([`in_flight`]).
+pub(super) async fn kube_client(path: Option<&std::path::Path>) -> Result<kube::Client, String> {
     /// Errors about YAML carry a snippet of the file on the lines after the first.
     fn first_line(error: &dyn std::fmt::Display) -> String {
         error.to_string().lines().next().unwrap_or_default().to_owned()
     }
-    let path = std::env::var("KUBECONFIG").unwrap_or_default();
-    let config = if path.is_empty() {
-        kube::Config::infer().await.map_err(|e| {
-            format!(
-                "cannot configure a Kubernetes client (in-cluster service account or ~/.kube/config): {}",
-                first_line(&e)
-            )
-        })?
-    } else {
-        kube::Config::from_kubeconfig(&kube::config::KubeConfigOptions::default())
-            .await
-            .map_err(|e| format!("KUBECONFIG={path} is not a usable kubeconfig: {}", first_line(&e)))?
+    let options = kube::config::KubeConfigOptions::default();
+    let config = match path {
+        Some(path) => {
+            let unusable = |e: &dyn std::fmt::Display| {
+                format!(
+                    "--kubeconfig {}: not a usable kubeconfig: {}",
+                    path.display(),
+                    first_line(e)
+                )
+            };
+            let file = kube::config::Kubeconfig::read_from(path).map_err(|e| unusable(&e))?;
+            kube::Config::from_custom_kubeconfig(file, &options)
+                .await
+                .map_err(|e| unusable(&e))?
+        }
+        None => {
+            let variable = std::env::var("KUBECONFIG").unwrap_or_default();
+            if variable.is_empty() {
+                kube::Config::infer().await.map_err(|e| {
+                    format!(
+                        "cannot configure a Kubernetes client (in-cluster service account or ~/.kube/config): {}",
+                        first_line(&e)
+                    )
+                })?
+            } else {
+                kube::Config::from_kubeconfig(&options).await.map_err(|e| {
+                    format!(
+                        "KUBECONFIG={variable} is not a usable kubeconfig: {}",
+                        first_line(&e)
+                    )
+                })?
+            }
+        }
     };
     let builder = kube::client::ClientBuilder::try_from(config)
         .map_err(|e| format!("cannot make a Kubernetes client: {}", first_line(&e)))?;
@@ -104,39 +126,9 @@ async fn kube_client() -> Result<kube::Client, String> {
 
 async fn serve(settings: RunSettings, telemetry: &Telemetry) -> Result<(), CommandError> {
     let start = |message: String| CommandError::Start { message };
-    let client = kube_client().await.map_err(start)?;
-    let version = client
-        .apiserver_version()
-        .await
-        .map_err(|e| start(format!("the Kubernetes API server does not answer /version: {e}")))?;
-    let kubernetes_version = format!(
-        "{}.{}",
-        version.major.trim_end_matches('+'),
-        version.minor.trim_end_matches('+')
-    );
-    let (cloud, interruption_queue) = match &settings.cloud {
-        CloudKind::Aws => aws_cloud(&settings, kubernetes_version).await?,
-        CloudKind::Simulated { region } => {
-            let cloud = simulated_cloud(
-                "simulated",
-                SimCloud::new(sim_settings(&settings, region), client.clone()),
-            )?;
-            let queue: Arc<dyn InterruptionQueue> = cloud.queue();
-            (Arc::new(cloud) as Arc<dyn CloudProvider>, Some(queue))
-        }
-        CloudKind::Kwok {
-            region,
-            instance_types_file,
-        } => {
-            let types = instance_types_file.as_deref().map(kwok_types).transpose()?;
-            let cloud = simulated_cloud(
-                "kwok",
-                SimCloud::on_kwok(sim_settings(&settings, region), client.clone(), types),
-            )?;
-            let queue: Arc<dyn InterruptionQueue> = Arc::new(KwokQueue::new(cloud.clone()));
-            (Arc::new(cloud) as Arc<dyn CloudProvider>, Some(queue))
-        }
-    };
+    let client = kube_client(None).await.map_err(start)?;
+    let kubernetes_version = kubernetes_version(&client).await?;
+    let (cloud, interruption_queue) = cloud(&settings, &client, kubernetes_version).await?;
     let address = |port| SocketAddr::new(settings.listen_address, port);
     let leading = endpoints::Leading::default();
     endpoints::serve_metrics(address(settings.metrics_port), leading.clone())
@@ -170,20 +162,9 @@ async fn serve(settings: RunSettings, telemetry: &Telemetry) -> Result<(), Comma
         client,
         cloud,
         Settings {
-            batch_idle: settings.batch_idle,
-            batch_max: settings.batch_max,
-            solver: SolverMode::Pool,
-            shards: settings.node_pool_shards,
-            reserved_capacity: settings.feature_gates.reserved_capacity,
-            spot_to_spot_consolidation: settings.feature_gates.spot_to_spot_consolidation,
-            node_repair: settings.feature_gates.node_repair,
-            static_capacity: settings.feature_gates.static_capacity,
-            node_overlay: settings.feature_gates.node_overlay,
-            capacity_buffer: settings.feature_gates.capacity_buffer,
             interruption_queue,
             replica_shards,
-            scheduler_config: settings.scheduler_config.clone().map(Arc::new),
-            ..Settings::default()
+            ..controller_settings(&settings)
         },
         Clock::system(),
         telemetry.node_tracer(),
@@ -213,6 +194,73 @@ async fn serve(settings: RunSettings, telemetry: &Telemetry) -> Result<(), Comma
         leases.release().await;
     }
     Ok(())
+}
+
+/// The API server's Kubernetes version, `MAJOR.MINOR`.
+pub(super) async fn kubernetes_version(client: &kube::Client) -> Result<String, CommandError> {
+    let version = client
+        .apiserver_version()
+        .await
+        .map_err(|e| CommandError::Start {
+            message: format!("the Kubernetes API server does not answer /version: {e}"),
+        })?;
+    Ok(format!(
+        "{}.{}",
+        version.major.trim_end_matches('+'),
+        version.minor.trim_end_matches('+')
+    ))
+}
+
+/// The controllers' settings as `settings` give them (batch windows, solver pool, NodePool
+/// threads, feature gates, scheduler configuration); what a replica holds and the interruption
+/// queue are the caller's to add.
+pub(super) fn controller_settings(settings: &RunSettings) -> Settings {
+    Settings {
+        batch_idle: settings.batch_idle,
+        batch_max: settings.batch_max,
+        solver: SolverMode::Pool,
+        shards: settings.node_pool_shards,
+        reserved_capacity: settings.feature_gates.reserved_capacity,
+        spot_to_spot_consolidation: settings.feature_gates.spot_to_spot_consolidation,
+        node_repair: settings.feature_gates.node_repair,
+        static_capacity: settings.feature_gates.static_capacity,
+        node_overlay: settings.feature_gates.node_overlay,
+        capacity_buffer: settings.feature_gates.capacity_buffer,
+        scheduler_config: settings.scheduler_config.clone().map(Arc::new),
+        ..Settings::default()
+    }
+}
+
+/// The cloud `CLOUD_PROVIDER` names, over `client` for the simulated ones, and its interruption
+/// queue when it has one.
+pub(super) async fn cloud(
+    settings: &RunSettings,
+    client: &kube::Client,
+    kubernetes_version: String,
+) -> Result<Cloud, CommandError> {
+    Ok(match &settings.cloud {
+        CloudKind::Aws => aws_cloud(settings, kubernetes_version).await?,
+        CloudKind::Simulated { region } => {
+            let cloud = simulated_cloud(
+                "simulated",
+                SimCloud::new(sim_settings(settings, region), client.clone()),
+            )?;
+            let queue: Arc<dyn InterruptionQueue> = cloud.queue();
+            (Arc::new(cloud) as Arc<dyn CloudProvider>, Some(queue))
+        }
+        CloudKind::Kwok {
+            region,
+            instance_types_file,
+        } => {
+            let types = instance_types_file.as_deref().map(kwok_types).transpose()?;
+            let cloud = simulated_cloud(
+                "kwok",
+                SimCloud::on_kwok(sim_settings(settings, region), client.clone(), types),
+            )?;
+            let queue: Arc<dyn InterruptionQueue> = Arc::new(KwokQueue::new(cloud.clone()));
+            (Arc::new(cloud) as Arc<dyn CloudProvider>, Some(queue))
+        }
+    })
 }
 
 /// The cloud and interruption queue `joist run` uses in production: EC2 and, when
