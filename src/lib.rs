@@ -4,4 +4,5 @@
 
 pub mod commands;
 pub mod simulate;
+pub mod snapshot;
 pub mod telemetry;

@@ -1,7 +1,9 @@
-//! `joist simulate SCENARIO.yaml [--report FILE.json] [--html FILE.html] [--metrics FILE] [--seed N]`:
+//! `joist simulate SCENARIO.yaml [--report FILE.json] [--html FILE.html] [--metrics FILE]
+//! [--snapshot FILE.yaml] [--seed N]`:
 //! runs a scenario (see [`crate::simulate`]), shows progress on stderr when it is a terminal, prints
 //! a summary (nodes grouped by NodePool and instance type, pending pods by reason), and writes the
-//! JSON report, the HTML report and the final Prometheus exposition when asked. Node traces
+//! JSON report, the HTML report, the final Prometheus exposition and the cluster's snapshot
+//! ([`crate::snapshot`]) when asked. Node traces
 //! are exported over OTLP when the environment asks for it ([`crate::telemetry`]), stamped with
 //! virtual time.
 
@@ -18,6 +20,7 @@ use crate::{
         self, Progress, Report, Scenario, html,
         report::{FinalNode, clock},
     },
+    snapshot::Snapshot,
     telemetry::Telemetry,
 };
 
@@ -30,6 +33,8 @@ pub struct Outputs<'a> {
     pub html: Option<&'a Path>,
     /// The controllers' Prometheus metrics.
     pub metrics: Option<&'a Path>,
+    /// The cluster at the end ([`crate::snapshot`]).
+    pub snapshot: Option<&'a Path>,
 }
 
 /// Runs the scenario at `path`.
@@ -65,14 +70,20 @@ pub fn run(
         &scenario,
         seed,
         (telemetry.node_tracer(), &mut progress),
-        async |live: simulate::Live| standings(&live.controllers).await,
+        async |live: simulate::Live| {
+            let taken = match outputs.snapshot {
+                Some(_) => Some(Snapshot::take(&live.client).await),
+                None => None,
+            };
+            (standings(&live.controllers).await, taken)
+        },
     )
     .map_err(|e| CommandError::Simulate {
         path: path.to_path_buf(),
         message: e.to_string(),
     });
     telemetry.shutdown();
-    let (mut simulated, stays) = ran?;
+    let (mut simulated, (stays, taken)) = ran?;
     // The command ends after the summary and the files: its world goes with the process.
     simulated.leave_world();
     let simulate::Simulated {
@@ -89,6 +100,13 @@ pub fn run(
     })?;
     write_output("html report", outputs.html, out, || html::render(&report))?;
     write_output("metrics", outputs.metrics, out, || metrics)?;
+    if let Some(taken) = taken {
+        let snapshot = taken.map_err(|e| CommandError::Simulate {
+            path: path.to_path_buf(),
+            message: format!("cannot take the snapshot: {e}"),
+        })?;
+        write_output("snapshot", outputs.snapshot, out, || snapshot.to_yaml())?;
+    }
     Ok(ExitCode::SUCCESS)
 }
 

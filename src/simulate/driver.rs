@@ -34,6 +34,7 @@ use super::{
     node_condition, node_taint,
     recorder::Recorder,
     report::{self, Report},
+    restore,
     scenario::{Action, ObjectRef, Scenario},
 };
 
@@ -177,7 +178,11 @@ async fn simulate<T>(
     then: impl AsyncFnOnce(Live) -> T,
 ) -> Result<(Simulated, T), SimulateError> {
     let started = Instant::now();
-    let clock = Clock::starting_at(EPOCH);
+    // A cluster restored from a snapshot goes on from when it was taken.
+    let epoch = (scenario.snapshot.as_ref())
+        .and_then(|snapshot| snapshot.taken_at())
+        .unwrap_or(EPOCH);
+    let clock = Clock::starting_at(epoch);
     let cluster = Cluster::start(ClusterSettings {
         clock,
         seed,
@@ -195,9 +200,10 @@ async fn simulate<T>(
             boot: scenario.boot,
             cluster_name: scenario.name.clone(),
             capacity: CapacitySettings::default(),
-            epoch_seconds: EPOCH,
+            epoch_seconds: epoch,
             seed,
-            network: 0,
+            // New nodes named apart from a restored cluster's (a simulation's are on network 0).
+            network: u8::from(scenario.snapshot.is_some()),
         },
         client.clone(),
     )
@@ -216,6 +222,9 @@ async fn simulate<T>(
         scheduler_config: scenario.scheduler_config.clone(),
         ..Settings::default()
     };
+    if let Some(snapshot) = &scenario.snapshot {
+        restore::restore(cluster.store(), &cloud, snapshot)?;
+    }
     let recorder = Recorder::start(cluster.store().clone(), started);
     // Only a scenario that fails the API server puts the controllers' requests through faults.
     let api_faults = (scenario.steps.iter())

@@ -11,6 +11,7 @@ mod node_condition;
 mod node_taint;
 pub mod recorder;
 pub mod report;
+pub mod restore;
 pub mod scenario;
 
 pub use driver::{Live, Progress, Simulated, run, run_crashing, run_then};

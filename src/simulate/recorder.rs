@@ -230,9 +230,14 @@ impl Notes {
         );
         let terminating = |o: &Value| !o["metadata"]["deletionTimestamp"].is_null();
         if kind == EventKind::Deleted {
-            // Pods that shut down gracefully on a node: when their containers stopped.
+            // Pods that shut down gracefully on a node: when their containers stopped. One
+            // deleted at once from a node (a zero grace period) began and ended terminating now.
+            let node = text(object, "/spec/nodeName");
             if terminating(object) {
-                self.entry(at, "pod-terminated", key.clone(), text(object, "/spec/nodeName"));
+                self.entry(at, "pod-terminated", key.clone(), node);
+            } else if !node.is_empty() {
+                let detail = format!("on {node} with a 0s grace period");
+                self.entry(at, "pod-terminating", key.clone(), detail);
             }
             if let Some(times) = self.pods.get_mut(&key) {
                 times.ended.get_or_insert(at);

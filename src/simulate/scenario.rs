@@ -530,6 +530,9 @@ pub struct Scenario {
     pub steps: Vec<Step>,
     /// When the run ends.
     pub until: Duration,
+    /// A cluster to start from, restored before anything runs (`joist what-if`; no scenario file
+    /// names one).
+    pub snapshot: Option<std::sync::Arc<crate::snapshot::Snapshot>>,
 }
 
 fn duration(field: &str, text: &str) -> Result<Duration, ScenarioError> {
@@ -694,6 +697,7 @@ impl Scenario {
             manifests: spec.manifests,
             steps,
             until,
+            snapshot: None,
         })
     }
 

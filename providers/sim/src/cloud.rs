@@ -171,14 +171,20 @@ impl Books {
         state.events.push((self.elapsed(), event));
     }
 
-    /// A fresh instance id and the ordinal it was drawn with.
+    /// A fresh instance id and the ordinal it was drawn with; an id the books hold already (an
+    /// instance adopted from a snapshot of a run with the same seed) is drawn again.
     pub(crate) fn next_instance_id(&self, state: &mut State) -> (String, u64) {
-        state.launched += 1;
-        let n = state.launched;
-        let mut z = self.seed ^ n.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z ^= z >> 31;
-        (format!("i-0{:016x}", z), n)
+        loop {
+            state.launched += 1;
+            let n = state.launched;
+            let mut z = self.seed ^ n.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z ^= z >> 31;
+            let id = format!("i-0{:016x}", z);
+            if !state.instances.contains_key(&id) {
+                return (id, n);
+            }
+        }
     }
 
     /// Makes the offerings `pattern` covers refuse launches for `duration`.

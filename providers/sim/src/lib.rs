@@ -232,6 +232,50 @@ impl SimCloud {
         self.inner.settings.epoch_seconds + self.inner.books.elapsed() as i64
     }
 
+    /// Takes a Node that exists already (restored from a snapshot of a cluster) into the books as
+    /// a running instance of this cloud: its provider ID, its instance type, zone and capacity
+    /// type from its labels, its NodeClaim (`claim`) as its tag, its price from the catalog (0 for
+    /// an offering the catalog does not sell). A Node without a provider ID or one of those labels
+    /// is not taken (`false`).
+    pub fn adopt_node(&self, node: &Node, claim: Option<&str>) -> bool {
+        let labels = node.metadata.labels.clone().unwrap_or_default();
+        let label = |key: &str| labels.get(key).cloned();
+        let provider_id = node.spec.as_ref().and_then(|s| s.provider_id.clone());
+        let capacity_type =
+            label(joist_messages::labels::CAPACITY_TYPE).and_then(|c| CapacityType::from_label(&c));
+        let (Some(provider_id), Some(instance_type), Some(zone), Some(capacity_type)) = (
+            provider_id,
+            label(joist_messages::labels::INSTANCE_TYPE),
+            label(joist_messages::labels::ZONE),
+            capacity_type,
+        ) else {
+            return false;
+        };
+        let mut instance_tags: BTreeMap<String, String> = label(joist_messages::labels::NODEPOOL)
+            .map(|pool| (tags::NODEPOOL.to_owned(), pool))
+            .into_iter()
+            .collect();
+        if let Some(claim) = claim {
+            instance_tags.insert(tags::NODECLAIM.to_owned(), claim.to_owned());
+        }
+        let mut instance = Instance {
+            provider_id,
+            instance_type,
+            zone,
+            capacity_type,
+            reservation: None,
+            image_id: String::new(),
+            price: 0.0,
+            state: InstanceState::Running,
+            launched_at: self.now(),
+            tags: instance_tags,
+        };
+        instance.price = self.price(&instance).unwrap_or_default();
+        let name = node.metadata.name.clone().unwrap_or_default();
+        self.inner.books.adopt(instance, name, labels);
+        true
+    }
+
     fn reservations(&self) -> std::sync::MutexGuard<'_, Reservations> {
         self.inner
             .reservations

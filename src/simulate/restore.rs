@@ -1,0 +1,246 @@
+//! A [`Snapshot`] of a cluster restored into the simulated world, before anything in it runs, so
+//! a scenario (`joist what-if`) starts from that cluster rather than an empty one.
+//!
+//! Straight into kubesim's store, in one go: the node classes and NodePools (their specs: Joist
+//! works their status out again), DaemonSets and PodDisruptionBudgets, NodeClaims and Nodes with
+//! their status, each Node's instance adopted by the simulated cloud (type, zone and capacity type
+//! from its labels, the cloud's price), and the pods. A pod's controller is not in a snapshot, so
+//! the pods of each ReplicaSet or StatefulSet come back owned by a ReplicaSet of that name, as
+//! many replicas as there were pods, whose template is the first pod's: an evicted pod is made
+//! again, as its controller would. DaemonSets' pods, mirror pods and finished pods are left to
+//! their controllers or out. Objects keep their names, labels, annotations and finalizers; uids,
+//! versions and creation times are kubesim's.
+//!
+//! Fails with [`SimulateError::Setup`] naming the object the store refused.
+
+use std::collections::BTreeMap;
+
+use joist_kubesim::{
+    Store,
+    resources::GroupResource,
+    store::{ObjectKey, Part},
+};
+use joist_provider_sim::SimCloud;
+use k8s_openapi::api::core::v1::Node;
+use serde_json::{Map, Value, json};
+
+use super::SimulateError;
+use crate::snapshot::Snapshot;
+
+/// What a restore made.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Restored {
+    /// Nodes whose instances the cloud adopted.
+    pub nodes: usize,
+    /// Pods restored.
+    pub pods: usize,
+}
+
+/// Restores `snapshot` into `store` and `cloud` (see the module docs).
+pub fn restore(store: &Store, cloud: &SimCloud, snapshot: &Snapshot) -> Result<Restored, SimulateError> {
+    let mut restored = Restored::default();
+    for item in snapshot.items.iter().filter(|i| namespaced(i)) {
+        let namespace = text(item, "/metadata/namespace");
+        let key = ObjectKey::new("", &namespace);
+        if !namespace.is_empty() && store.get(&resource("", "namespaces"), &key).is_err() {
+            let object = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}});
+            create(store, &resource("", "namespaces"), "", object)?;
+        }
+    }
+    for (group, plural, kind) in [
+        ("karpenter.k8s.aws", "ec2nodeclasses", "EC2NodeClass"),
+        ("karpenter.sh", "nodepools", "NodePool"),
+        ("apps", "daemonsets", "DaemonSet"),
+        ("policy", "poddisruptionbudgets", "PodDisruptionBudget"),
+    ] {
+        for item in snapshot.of_kind(kind) {
+            create(
+                store,
+                &resource(group, plural),
+                &text(item, "/metadata/namespace"),
+                fresh(item),
+            )?;
+        }
+    }
+    let mut claim_of_node = BTreeMap::new();
+    for item in snapshot.of_kind("NodeClaim") {
+        let claims = resource("karpenter.sh", "nodeclaims");
+        create(store, &claims, "", fresh(item))?;
+        set_status(store, &claims, item)?;
+        let node = text(item, "/status/nodeName");
+        if !node.is_empty() {
+            claim_of_node.insert(node, text(item, "/metadata/name"));
+        }
+    }
+    for item in snapshot.of_kind("Node") {
+        let nodes = resource("", "nodes");
+        create(store, &nodes, "", fresh(item))?;
+        set_status(store, &nodes, item)?;
+        let node: Node = serde_json::from_value(item.clone())
+            .map_err(|e| SimulateError::Setup(format!("node {}: {e}", text(item, "/metadata/name"))))?;
+        let claim = claim_of_node
+            .get(&text(item, "/metadata/name"))
+            .map(String::as_str);
+        restored.nodes += usize::from(cloud.adopt_node(&node, claim));
+    }
+    restored.pods = restore_pods(store, snapshot)?;
+    Ok(restored)
+}
+
+/// The pods, each ReplicaSet's or StatefulSet's under a ReplicaSet of its controller's name.
+fn restore_pods(store: &Store, snapshot: &Snapshot) -> Result<usize, SimulateError> {
+    let pods: Vec<&Value> = snapshot.of_kind("Pod").filter(|p| restorable(p)).collect();
+    let mut groups: BTreeMap<(String, String), Vec<&Value>> = BTreeMap::new();
+    let mut bare = Vec::new();
+    for pod in &pods {
+        match controller(pod) {
+            Some((kind, name)) if kind == "ReplicaSet" || kind == "StatefulSet" => groups
+                .entry((text(pod, "/metadata/namespace"), name))
+                .or_default()
+                .push(pod),
+            _ => bare.push(*pod),
+        }
+    }
+    for pod in bare {
+        create(
+            store,
+            &resource("", "pods"),
+            &text(pod, "/metadata/namespace"),
+            fresh(pod),
+        )?;
+    }
+    for ((namespace, name), members) in groups {
+        let set = create(
+            store,
+            &resource("apps", "replicasets"),
+            &namespace,
+            replica_set(&namespace, &name, &members),
+        )?;
+        let owner = json!([{
+            "apiVersion": "apps/v1", "kind": "ReplicaSet", "name": name,
+            "uid": set["metadata"]["uid"], "controller": true, "blockOwnerDeletion": true,
+        }]);
+        for pod in members {
+            let mut object = fresh(pod);
+            object["metadata"]["ownerReferences"] = owner.clone();
+            create(store, &resource("", "pods"), &namespace, object)?;
+        }
+    }
+    Ok(pods.len())
+}
+
+/// A ReplicaSet `name` for `members`: as many replicas, the labels they all share as its
+/// selector, the first one's labels and spec (unbound) as its template.
+fn replica_set(namespace: &str, name: &str, members: &[&Value]) -> Value {
+    let labels = |pod: &Value| pod["metadata"]["labels"].as_object().cloned().unwrap_or_default();
+    let first = members.first().map(|p| labels(p)).unwrap_or_default();
+    let shared: Map<String, Value> = first
+        .iter()
+        .filter(|(key, value)| members.iter().all(|p| labels(p).get(*key) == Some(value)))
+        .map(|(key, value)| (key.clone(), value.clone()))
+        .collect();
+    let mut spec = members.first().map(|p| p["spec"].clone()).unwrap_or_default();
+    if let Some(spec) = spec.as_object_mut() {
+        spec.remove("nodeName");
+    }
+    json!({
+        "apiVersion": "apps/v1", "kind": "ReplicaSet",
+        "metadata": {"name": name, "namespace": namespace, "labels": shared},
+        "spec": {
+            "replicas": members.len(),
+            "selector": {"matchLabels": shared},
+            "template": {"metadata": {"labels": shared}, "spec": spec},
+        },
+    })
+}
+
+/// Whether a pod comes back: not a DaemonSet's, not a mirror, not finished, not being deleted.
+fn restorable(pod: &Value) -> bool {
+    let phase = text(pod, "/status/phase");
+    controller(pod).is_none_or(|(kind, _)| kind != "DaemonSet")
+        && pod["metadata"]["annotations"]["kubernetes.io/config.mirror"].is_null()
+        && phase != "Succeeded"
+        && phase != "Failed"
+        && pod["metadata"]["deletionTimestamp"].is_null()
+}
+
+/// The kind and name of an object's controller, if it has one.
+fn controller(object: &Value) -> Option<(String, String)> {
+    object["metadata"]["ownerReferences"]
+        .as_array()?
+        .iter()
+        .find(|o| o["controller"] == true)
+        .map(|o| (text(o, "/kind"), text(o, "/name")))
+}
+
+/// `item` as a new object: its name, namespace, labels, annotations and finalizers, its spec and
+/// the rest of its fields; no status, uid or version.
+fn fresh(item: &Value) -> Value {
+    let mut object = item.clone();
+    if let Some(fields) = object.as_object_mut() {
+        fields.remove("status");
+    }
+    if let Some(metadata) = object["metadata"].as_object_mut() {
+        metadata.retain(|key, _| {
+            matches!(
+                key.as_str(),
+                "name" | "namespace" | "labels" | "annotations" | "finalizers"
+            )
+        });
+    }
+    object
+}
+
+fn create(
+    store: &Store,
+    resource: &GroupResource,
+    namespace: &str,
+    object: Value,
+) -> Result<Value, SimulateError> {
+    let name = text(&object, "/metadata/name");
+    store
+        .create(resource, namespace, object, false)
+        .map(|created| (*created).clone())
+        .map_err(|e| SimulateError::Setup(format!("restoring {} {namespace}/{name}: {e}", resource.resource)))
+}
+
+/// Writes `item`'s status onto the stored object of the same name.
+fn set_status(store: &Store, resource: &GroupResource, item: &Value) -> Result<(), SimulateError> {
+    let name = text(item, "/metadata/name");
+    let status = item["status"].clone();
+    store
+        .modify(
+            resource,
+            &ObjectKey::new("", &name),
+            Part::Status,
+            false,
+            |stored| {
+                let mut object = stored.clone();
+                object["status"] = status;
+                Ok(object)
+            },
+        )
+        .map(|_| ())
+        .map_err(|e| {
+            SimulateError::Setup(format!(
+                "restoring the status of {} {name}: {e}",
+                resource.resource
+            ))
+        })
+}
+
+fn namespaced(item: &Value) -> bool {
+    !text(item, "/metadata/namespace").is_empty()
+}
+
+fn resource(group: &str, plural: &str) -> GroupResource {
+    GroupResource::new(group, plural)
+}
+
+fn text(value: &Value, pointer: &str) -> String {
+    value
+        .pointer(pointer)
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned()
+}
