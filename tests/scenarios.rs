@@ -61,6 +61,8 @@ mod run;
 mod serve;
 #[path = "support/tools.rs"]
 mod tools;
+#[path = "scenarios/what_if.rs"]
+mod what_if;
 
 /// The simulation's paused actix system (virtual time).
 fn paused_system() -> actix::SystemRunner {

@@ -19,6 +19,7 @@ mod run;
 mod sim;
 mod simulate;
 mod validate;
+mod what_if;
 
 use std::{io, path::PathBuf, process::ExitCode};
 
@@ -68,6 +69,10 @@ pub enum Command {
         /// Where to write the controllers' Prometheus metrics at the end (OpenMetrics text).
         #[arg(long)]
         metrics: Option<PathBuf>,
+        /// Where to write the cluster at the end, as `kubectl get
+        /// nodes,pods,nodepools,nodeclaims,ec2nodeclasses,pdb,daemonsets -A -o yaml` prints it.
+        #[arg(long)]
+        snapshot: Option<PathBuf>,
         /// Overrides the scenario's seed.
         #[arg(long)]
         seed: Option<u64>,
@@ -97,6 +102,26 @@ pub enum Command {
         kubeconfig: Option<PathBuf>,
         /// How to print the answer.
         #[arg(short, long, value_enum, default_value_t = explain::Output::Text, global = true)]
+        output: explain::Output,
+    },
+    /// Replay a cluster snapshot on the simulator with and without proposed manifests, and print
+    /// what they change: nodes, disrupted and pending pods, `cost before $X/h` and `cost after
+    /// $Y/h`.
+    ///
+    /// The snapshot is what `kubectl get nodes,pods,nodepools,nodeclaims,ec2nodeclasses,pdb,daemonsets
+    /// -A -o yaml` prints, or `joist simulate --snapshot` writes.
+    WhatIf {
+        /// The snapshot of the cluster.
+        #[arg(long)]
+        from: PathBuf,
+        /// The proposed manifests (a changed NodePool, EC2NodeClass, budget, workload …).
+        #[arg(required = true)]
+        changes: Vec<PathBuf>,
+        /// Virtual time to replay each way.
+        #[arg(long = "for", default_value = "30m")]
+        duration: String,
+        /// How to print the outcome.
+        #[arg(short, long, value_enum, default_value_t = explain::Output::Text)]
         output: explain::Output,
     },
     /// Print the version and the API versions Joist serves.
@@ -375,6 +400,12 @@ pub fn run(cli: Cli, out: &mut dyn io::Write) -> Result<ExitCode, CommandError> 
             kubeconfig,
             output,
         } => explain::run(&question, kubeconfig.as_deref(), output, out),
+        Command::WhatIf {
+            from,
+            changes,
+            duration,
+            output,
+        } => what_if::run(&from, &changes, &duration, output, out),
         Command::Crds { out_dir } => crds::run(out_dir.as_deref(), out).map(|()| ExitCode::SUCCESS),
         Command::Bench {
             target: BenchTarget::Scheduling { pods, scenario },
@@ -439,12 +470,14 @@ pub fn run(cli: Cli, out: &mut dyn io::Write) -> Result<ExitCode, CommandError> 
             report,
             html,
             metrics,
+            snapshot,
             seed,
         } => {
             let outputs = simulate::Outputs {
                 report: report.as_deref(),
                 html: html.as_deref(),
                 metrics: metrics.as_deref(),
+                snapshot: snapshot.as_deref(),
             };
             simulate::run(&scenario, outputs, seed, out)
         }

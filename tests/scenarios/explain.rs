@@ -22,7 +22,7 @@ use joist_actors::{
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::{Api, ResourceExt};
 
-use super::{APART, GUARDED_PDB, NODE_CLASS, deployment, family, pool, scenario_with};
+use super::{APART, GUARDED_PDB, NODE_CLASS, balanced_cluster, deployment, family, pool, scenario_with};
 
 /// The answer to the question `ask` makes of the world at the end of a run of `manifests` with
 /// `steps` until `until` (under controller `settings`).
@@ -122,6 +122,25 @@ fn a_node_that_stays_is_explained_by_the_blocker_that_holds_it() {
     assert_eq!(blocker(&never), Some("consolidation_disabled"), "{never:?}");
     let waiting = standing_of_a_node_under("    consolidateAfter: 1h");
     assert_eq!(blocker(&waiting), Some("not_consolidatable"), "{waiting:?}");
+}
+
+#[test]
+fn a_move_the_balanced_score_refuses_is_explained_by_the_score() {
+    // The heavy node's one pod costs nine times a plain one to move: replacing the node by a
+    // cheaper one disrupts far more than it saves.
+    let manifests = balanced_cluster("Balanced", "1073741824");
+    let steps = "[{at: 2m, scale: {kind: Deployment, namespace: default, name: heavy, replicas: 1}}]";
+    let answer = node_answer(asked("{}", (&manifests, steps, "10m"), async |client| {
+        Question::Node {
+            name: node_of(client, "heavy").await,
+        }
+    }));
+    assert_eq!(blocker(&answer.standing), Some("score"), "{answer:#?}");
+    let removal = answer.removal.unwrap_or_else(|| panic!("no dry run"));
+    assert_eq!(
+        removal.outcome, "replace",
+        "alone, the move is possible: {removal:?}"
+    );
 }
 
 #[test]

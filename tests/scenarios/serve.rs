@@ -326,6 +326,44 @@ fn karpenters_getting_started_steps_work_with_kubectl_against_sim_serve() {
     let phases = run(&["get", "pods", "-o", "jsonpath={.items[*].status.phase}"]);
     assert_eq!(phases, ["Running"; 5].join(" "));
 
+    // The cluster as kubectl prints it, replayed by `joist what-if` with inflate's NodePool moved
+    // to the m5 family: the node is replaced, and the pods run on.
+    let snapshot = dir.join("snapshot.yaml");
+    let printed = run(&[
+        "get",
+        "nodes,pods,nodepools,nodeclaims,ec2nodeclasses,pdb,daemonsets",
+        "-A",
+        "-o",
+        "yaml",
+    ]);
+    std::fs::write(&snapshot, printed).unwrap_or_else(|e| panic!("{e}"));
+    let change = dir.join("m5.yaml");
+    let walkthrough = std::fs::read_to_string(&manifest).unwrap_or_else(|e| panic!("{e}"));
+    let pool = walkthrough.split("\n---\n").next().unwrap_or_default();
+    let m5 = pool
+        .replace("values: [\"c\", \"m\", \"r\"]", "values: [\"m\"]")
+        .replace(
+            "key: karpenter.k8s.aws/instance-generation\n          operator: Gt\n          values: [\"2\"]",
+            "key: karpenter.k8s.aws/instance-family\n          operator: In\n          values: [\"m5\"]",
+        );
+    std::fs::write(&change, m5).unwrap_or_else(|e| panic!("{e}"));
+    let what_if = succeeded(
+        Command::new(env!("CARGO_BIN_EXE_joist"))
+            .arg("what-if")
+            .arg("--from")
+            .arg(&snapshot)
+            .arg(&change)
+            .args(["--for", "10m", "-o", "json"]),
+        "joist what-if",
+    );
+    let outcome: serde_json::Value =
+        serde_json::from_slice(&what_if.stdout).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(outcome["before"]["nodes_at_end"], 1, "{outcome:#}");
+    assert_eq!(outcome["before"]["pods_disrupted"], 0, "{outcome:#}");
+    assert_eq!(outcome["after"]["nodes_removed"]["drifted"], 1, "{outcome:#}");
+    assert_eq!(outcome["after"]["nodes_at_end"], 1, "{outcome:#}");
+    assert_eq!(outcome["after"]["pending"], serde_json::json!([]), "{outcome:#}");
+
     // The same through kubectl's own generator (a protobuf body): bigger pods need more nodes.
     let created = run(&["create", "deployment", "web", "--image=nginx", "--replicas=0"]);
     assert_eq!(created.trim(), "deployment.apps/web created");

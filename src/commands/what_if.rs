@@ -1,0 +1,226 @@
+//! `joist what-if --from SNAPSHOT.yaml CHANGE.yaml... [--for 30m] [-o json]`: replays a
+//! cluster, taken as `kubectl get nodes,pods,nodepools,nodeclaims,ec2nodeclasses,pdb,daemonsets
+//! -A -o yaml` prints it (or `joist simulate --snapshot`), on the simulator twice for the same
+//! virtual time: as it is, and with the proposed manifests applied at the start (a changed
+//! NodePool, EC2NodeClass or budget, a new AMI alias, a workload). It prints what the change
+//! makes different: nodes at the end, launched and removed (by why), pods disrupted and when,
+//! pods left pending and why, and the lines `cost before $X/h` (at the end without the change)
+//! and `cost after $Y/h` (with it).
+//!
+//! The simulated cloud is the snapshot's region (its nodes' `topology.kubernetes.io/region`,
+//! us-west-2 when none says), with the simulator's prices; its nodes are adopted as running
+//! instances ([`crate::simulate::restore`]). Fails, naming the file and what is wrong, when the
+//! snapshot or a change cannot be read or a change is refused as the API server would refuse it.
+
+use std::{collections::BTreeMap, fmt, io, path::Path, process::ExitCode, sync::Arc};
+
+use serde::Serialize;
+
+use super::{CommandError, explain::Output};
+use crate::{
+    simulate::{self, Report, Scenario, report::clock},
+    snapshot::Snapshot,
+};
+
+/// The region of a snapshot whose nodes name none.
+const DEFAULT_REGION: &str = "us-west-2";
+
+/// What the change made different.
+#[derive(Debug, Clone, Serialize)]
+pub struct WhatIf {
+    /// The virtual time each run covered, in seconds.
+    pub seconds: f64,
+    /// The manifests applied.
+    pub changes: Vec<String>,
+    /// The run without the change.
+    pub before: Outcome,
+    /// The run with it.
+    pub after: Outcome,
+}
+
+/// What one run came to.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Outcome {
+    /// Nodes at the end.
+    pub nodes_at_end: usize,
+    /// Nodes launched.
+    pub nodes_launched: usize,
+    /// Nodes removed, by why.
+    pub nodes_removed: BTreeMap<String, usize>,
+    /// Pods terminated to move them (evicted or deleted by a drain), and when the first and the
+    /// last were, in seconds from the start.
+    pub pods_disrupted: usize,
+    /// When the first pod was disrupted.
+    pub first_disruption_seconds: Option<f64>,
+    /// When the last pod was disrupted.
+    pub last_disruption_seconds: Option<f64>,
+    /// Pods pending at the end, with Joist's reason.
+    pub pending: Vec<(String, String)>,
+    /// Dollars per hour at the end.
+    pub cost_per_hour_end: f64,
+    /// Dollars spent over the run.
+    pub cost_total: f64,
+}
+
+impl Outcome {
+    fn of(report: &Report) -> Self {
+        let s = &report.summary;
+        let disrupted: Vec<f64> = report
+            .timeline
+            .iter()
+            .filter(|e| e.event == "pod-terminating")
+            .map(|e| e.at_seconds)
+            .collect();
+        Self {
+            nodes_at_end: s.final_nodes.len(),
+            // The snapshot's nodes were adopted at the start; launches come later.
+            nodes_launched: report
+                .instances
+                .iter()
+                .filter(|l| l.launched_at_seconds > 0.0)
+                .count(),
+            nodes_removed: s.nodes_terminated.clone(),
+            pods_disrupted: disrupted.len(),
+            first_disruption_seconds: disrupted.first().copied(),
+            last_disruption_seconds: disrupted.last().copied(),
+            pending: s
+                .pending_pods
+                .iter()
+                .map(|p| (p.pod.clone(), p.reason.clone()))
+                .collect(),
+            cost_per_hour_end: s.cost_per_hour_end,
+            cost_total: s.cost_total,
+        }
+    }
+}
+
+/// Runs `joist what-if`.
+pub fn run(
+    from: &Path,
+    changes: &[std::path::PathBuf],
+    duration: &str,
+    output: Output,
+    out: &mut dyn io::Write,
+) -> Result<ExitCode, CommandError> {
+    let read = |path: &Path| {
+        std::fs::read_to_string(path).map_err(|source| CommandError::Read {
+            path: path.to_path_buf(),
+            source,
+        })
+    };
+    let failed = |path: &Path, message: String| CommandError::Simulate {
+        path: path.to_path_buf(),
+        message,
+    };
+    let snapshot = Snapshot::parse(&read(from)?).map_err(|e| failed(from, e.to_string()))?;
+    let mut applied = String::new();
+    for change in changes {
+        applied.push_str(&read(change)?);
+        applied.push_str("\n---\n");
+    }
+    let before = scenario(&snapshot, None, duration).map_err(|e| failed(from, e))?;
+    let after = scenario(&snapshot, Some(&applied), duration).map_err(|e| failed(from, e))?;
+    let replay = |scenario: &Scenario| {
+        simulate::run(scenario, scenario.seed, Default::default(), &mut |_| {})
+            .map(|s| Outcome::of(&s.report))
+            .map_err(|e| failed(from, e.to_string()))
+    };
+    let what_if = WhatIf {
+        seconds: before.until.as_secs_f64(),
+        changes: changes.iter().map(|c| c.display().to_string()).collect(),
+        before: replay(&before)?,
+        after: replay(&after)?,
+    };
+    let text = match output {
+        Output::Text => what_if.to_string(),
+        Output::Json => serde_json::to_string_pretty(&what_if).unwrap_or_default() + "\n",
+    };
+    out.write_all(text.as_bytes()).map_err(CommandError::stdout)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The scenario replaying `snapshot` for `duration`, with `changes` (YAML documents) applied
+/// at the first second when given.
+fn scenario(snapshot: &Snapshot, changes: Option<&str>, duration: &str) -> Result<Scenario, String> {
+    let region = snapshot
+        .of_kind("Node")
+        .find_map(|n| n["metadata"]["labels"]["topology.kubernetes.io/region"].as_str())
+        .unwrap_or(DEFAULT_REGION);
+    let steps = match changes {
+        Some(changes) => {
+            let indented: String = changes.lines().map(|l| format!("        {l}\n")).collect();
+            format!("\n    - at: 1s\n      apply: |\n{indented}")
+        }
+        None => " []".to_owned(),
+    };
+    let text = format!(
+        "kind: Scenario\nmetadata: {{name: what-if}}\nspec:\n  seed: 1\n  cloud: {{region: {region}}}\n  manifests: ''\n  steps:{steps}\n  until: {duration}\n"
+    );
+    let mut scenario = Scenario::parse(&text).map_err(|e| e.to_string())?;
+    scenario.snapshot = Some(Arc::new(snapshot.clone()));
+    Ok(scenario)
+}
+
+impl fmt::Display for WhatIf {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (b, a) = (&self.before, &self.after);
+        writeln!(
+            f,
+            "what-if over {} with {}",
+            clock(self.seconds),
+            self.changes.join(", ")
+        )?;
+        writeln!(f, "{:<26}{:>16}{:>16}", "", "without it", "with it")?;
+        let row = |f: &mut fmt::Formatter<'_>, name: &str, before: String, after: String| {
+            writeln!(f, "{name:<26}{before:>16}{after:>16}")
+        };
+        row(
+            f,
+            "nodes at the end",
+            b.nodes_at_end.to_string(),
+            a.nodes_at_end.to_string(),
+        )?;
+        row(
+            f,
+            "nodes launched",
+            b.nodes_launched.to_string(),
+            a.nodes_launched.to_string(),
+        )?;
+        let removed = |o: &Outcome| o.nodes_removed.values().sum::<usize>().to_string();
+        row(f, "nodes removed", removed(b), removed(a))?;
+        row(
+            f,
+            "pods disrupted",
+            b.pods_disrupted.to_string(),
+            a.pods_disrupted.to_string(),
+        )?;
+        row(
+            f,
+            "pods pending at the end",
+            b.pending.len().to_string(),
+            a.pending.len().to_string(),
+        )?;
+        row(
+            f,
+            "$ spent",
+            format!("{:.4}", b.cost_total),
+            format!("{:.4}", a.cost_total),
+        )?;
+        for (why, count) in &a.nodes_removed {
+            writeln!(f, "with it, {count} node(s) removed: {why}")?;
+        }
+        if let (Some(first), Some(last)) = (a.first_disruption_seconds, a.last_disruption_seconds) {
+            writeln!(
+                f,
+                "with it, pods disrupted from {} to {}",
+                clock(first),
+                clock(last)
+            )?;
+        }
+        for (pod, why) in &a.pending {
+            writeln!(f, "with it, pending at the end: {pod}: {why}")?;
+        }
+        writeln!(f, "cost before ${:.4}/h", b.cost_per_hour_end)?;
+        writeln!(f, "cost after ${:.4}/h", a.cost_per_hour_end)
+    }
+}
