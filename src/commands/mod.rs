@@ -109,11 +109,15 @@ pub enum Command {
     /// $Y/h`.
     ///
     /// The snapshot is what `kubectl get nodes,pods,nodepools,nodeclaims,ec2nodeclasses,pdb,daemonsets
-    /// -A -o yaml` prints, or `joist simulate --snapshot` writes.
+    /// -A -o yaml` prints, or `joist simulate --snapshot` writes; with `--kubeconfig` it is taken
+    /// from that cluster, read only.
     WhatIf {
         /// The snapshot of the cluster.
+        #[arg(long, required_unless_present = "kubeconfig", conflicts_with = "kubeconfig")]
+        from: Option<PathBuf>,
+        /// Take the snapshot from this kubeconfig's cluster instead (read only).
         #[arg(long)]
-        from: PathBuf,
+        kubeconfig: Option<PathBuf>,
         /// The proposed manifests (a changed NodePool, EC2NodeClass, budget, workload …).
         #[arg(required = true)]
         changes: Vec<PathBuf>,
@@ -402,10 +406,22 @@ pub fn run(cli: Cli, out: &mut dyn io::Write) -> Result<ExitCode, CommandError> 
         } => explain::run(&question, kubeconfig.as_deref(), output, out),
         Command::WhatIf {
             from,
+            kubeconfig,
             changes,
             duration,
             output,
-        } => what_if::run(&from, &changes, &duration, output, out),
+        } => {
+            let source = match (from, kubeconfig) {
+                (Some(file), _) => what_if::Source::File(file),
+                (None, Some(kubeconfig)) => what_if::Source::Cluster(kubeconfig),
+                (None, None) => {
+                    return Err(CommandError::Start {
+                        message: "joist what-if needs --from SNAPSHOT.yaml or --kubeconfig FILE".to_owned(),
+                    });
+                }
+            };
+            what_if::run(&source, &changes, &duration, output, out)
+        }
         Command::Crds { out_dir } => crds::run(out_dir.as_deref(), out).map(|()| ExitCode::SUCCESS),
         Command::Bench {
             target: BenchTarget::Scheduling { pods, scenario },

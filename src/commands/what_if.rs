@@ -1,6 +1,7 @@
-//! `joist what-if --from SNAPSHOT.yaml CHANGE.yaml... [--for 30m] [-o json]`: replays a
-//! cluster, taken as `kubectl get nodes,pods,nodepools,nodeclaims,ec2nodeclasses,pdb,daemonsets
-//! -A -o yaml` prints it (or `joist simulate --snapshot`), on the simulator twice for the same
+//! `joist what-if --from SNAPSHOT.yaml|--kubeconfig FILE CHANGE.yaml... [--for 30m] [-o json]`:
+//! replays a cluster, taken as `kubectl get nodes,pods,nodepools,nodeclaims,ec2nodeclasses,pdb,
+//! daemonsets -A -o yaml` prints it (or `joist simulate --snapshot` writes it, or read from a live
+//! cluster through a client that refuses writes), on the simulator twice for the same
 //! virtual time: as it is, and with the proposed manifests applied at the start (a changed
 //! NodePool, EC2NodeClass or budget, a new AMI alias, a workload). It prints what the change
 //! makes different: nodes at the end, launched and removed (by why), pods disrupted and when,
@@ -12,11 +13,21 @@
 //! instances ([`crate::simulate::restore`]). Fails, naming the file and what is wrong, when the
 //! snapshot or a change cannot be read or a change is refused as the API server would refuse it.
 
-use std::{collections::BTreeMap, fmt, io, path::Path, process::ExitCode, sync::Arc};
+use std::{
+    collections::BTreeMap,
+    fmt, io,
+    path::{Path, PathBuf},
+    process::ExitCode,
+    sync::Arc,
+};
 
 use serde::Serialize;
 
-use super::{CommandError, explain::Output};
+use super::{
+    CommandError,
+    explain::{Output, read_only},
+    run::kube_client,
+};
 use crate::{
     simulate::{self, Report, Scenario, report::clock},
     snapshot::Snapshot,
@@ -94,10 +105,50 @@ impl Outcome {
     }
 }
 
+/// Where the snapshot comes from.
+#[derive(Debug, Clone)]
+pub enum Source {
+    /// A file.
+    File(PathBuf),
+    /// A live cluster, through this kubeconfig, read only.
+    Cluster(PathBuf),
+}
+
+impl Source {
+    /// The snapshot, and what to name it by in errors.
+    fn snapshot(&self) -> Result<(Snapshot, PathBuf), CommandError> {
+        match self {
+            Source::File(path) => {
+                let text = std::fs::read_to_string(path).map_err(|source| CommandError::Read {
+                    path: path.clone(),
+                    source,
+                })?;
+                let snapshot = Snapshot::parse(&text).map_err(|e| CommandError::Simulate {
+                    path: path.clone(),
+                    message: e.to_string(),
+                })?;
+                Ok((snapshot, path.clone()))
+            }
+            Source::Cluster(kubeconfig) => {
+                let named = kubeconfig.clone();
+                let start = |message: String| CommandError::Start { message };
+                let runtime = super::runtime()?;
+                let snapshot = runtime.block_on(async {
+                    let client = kube_client(Some(kubeconfig)).await.map_err(start)?;
+                    Snapshot::take(&read_only::client(client))
+                        .await
+                        .map_err(|e| start(e.to_string()))
+                })?;
+                Ok((snapshot, named))
+            }
+        }
+    }
+}
+
 /// Runs `joist what-if`.
 pub fn run(
-    from: &Path,
-    changes: &[std::path::PathBuf],
+    source: &Source,
+    changes: &[PathBuf],
     duration: &str,
     output: Output,
     out: &mut dyn io::Write,
@@ -112,7 +163,8 @@ pub fn run(
         path: path.to_path_buf(),
         message,
     };
-    let snapshot = Snapshot::parse(&read(from)?).map_err(|e| failed(from, e.to_string()))?;
+    let (snapshot, from) = source.snapshot()?;
+    let from = from.as_path();
     let mut applied = String::new();
     for change in changes {
         applied.push_str(&read(change)?);

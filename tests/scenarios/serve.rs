@@ -195,6 +195,44 @@ async fn sim_serve_runs_joist_on_kubesim_and_serves_its_metrics() {
         (code, text.trim()),
         (Some(2), "joist: nodepool \"missing\" not found")
     );
+
+    // `joist what-if` reads the same cluster: moved to spot, its node is replaced, and the bare
+    // pod, evicted, is gone, as on a real cluster.
+    let spot = dir.join("spot.yaml");
+    let pool = "apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {name: default}\nspec:\n  template:\n    spec:\n      nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}\n      requirements: [{key: karpenter.sh/capacity-type, operator: In, values: [spot]}]\n";
+    std::fs::write(&spot, pool).unwrap_or_else(|e| panic!("{e}"));
+    let output = Command::new(env!("CARGO_BIN_EXE_joist"))
+        .args(["what-if", "--for", "10m", "-o", "json", "--kubeconfig"])
+        .arg(&kubeconfig)
+        .arg(&spot)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run joist what-if: {e}"));
+    let printed = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{printed}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let outcome: serde_json::Value = serde_json::from_str(&printed).unwrap_or_else(|e| panic!("{e}"));
+    let (before, after) = (&outcome["before"], &outcome["after"]);
+    assert_eq!(
+        (
+            &before["nodes_at_end"],
+            &before["nodes_launched"],
+            &before["pods_disrupted"]
+        ),
+        (
+            &serde_json::json!(1),
+            &serde_json::json!(0),
+            &serde_json::json!(0)
+        ),
+        "without the change the cluster stays as it is: {outcome:#}"
+    );
+    assert_eq!(
+        (&after["nodes_launched"], &after["pods_disrupted"]),
+        (&serde_json::json!(1), &serde_json::json!(1)),
+        "a spot node replaces it: {outcome:#}"
+    );
     drop(serving);
 }
 
