@@ -160,6 +160,30 @@ impl World {
         world
     }
 
+    /// `joist explain ARGS -o json` with the KWOK cloud, as the chart's ServiceAccount: the answer.
+    fn explain(&self, args: &[&str]) -> serde_json::Value {
+        let types = crate::control_plane::kwok_types();
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_joist"))
+            .arg("explain")
+            .args(args)
+            .args(["-o", "json", "--kubeconfig"])
+            .arg(&self.service_account)
+            .env("CLUSTER_NAME", "kwok")
+            .env("CLUSTER_ENDPOINT", &self.cluster.server)
+            .env("CLOUD_PROVIDER", "kwok")
+            .env("INSTANCE_TYPES_FILE_PATH", &types)
+            .env_remove("KUBECONFIG")
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run joist explain: {e}"));
+        assert!(
+            output.status.success(),
+            "joist explain {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        serde_json::from_slice(&output.stdout).unwrap_or_else(|e| panic!("{e}"))
+    }
+
     /// `kubectl apply` of `manifests` as cluster-admin.
     fn apply(&self, manifests: &str) {
         let file = self.cluster.dir().join("applied.yaml");
@@ -498,6 +522,17 @@ async fn a_pod_disruption_budget_holds_a_drain_until_it_allows_it() {
         world.has_node(&node).await,
         "node {node} went while its drain was held"
     );
+
+    // `joist explain`, with the controller's own identity (the chart's RBAC, through the real
+    // authorizer), says what the node is waiting on.
+    let answer = world.explain(&["node", &node]);
+    assert_eq!(
+        answer["standing"]["reason"], "its NodeClaim is being deleted",
+        "{answer:#}"
+    );
+    assert_eq!(answer["nodeclaim"], claim.as_str(), "{answer:#}");
+    let pool = world.explain(&["nodepool", "default"]);
+    assert_eq!(pool["nodes"]["deleting"], 1, "{pool:#}");
 
     world
         .cluster
