@@ -38,6 +38,9 @@ pub enum SnapshotError {
         #[source]
         source: kube::Error,
     },
+    /// The snapshot could not be written as YAML.
+    #[error("cannot write the snapshot as YAML: {0}")]
+    Render(String),
     /// The text is not YAML of a `List`.
     #[error("not a snapshot (a kind: List of objects, as kubectl get -o yaml prints): {0}")]
     Parse(String),
@@ -91,14 +94,14 @@ impl Snapshot {
     }
 
     /// The snapshot as kubectl prints it: a `v1` `List`.
-    pub fn to_yaml(&self) -> String {
+    pub fn to_yaml(&self) -> Result<String, SnapshotError> {
         let list = serde_json::json!({
             "apiVersion": "v1",
             "kind": "List",
             "items": self.items,
             "metadata": {"resourceVersion": ""},
         });
-        serde_saphyr::to_string(&list).unwrap_or_default()
+        serde_saphyr::to_string(&list).map_err(|e| SnapshotError::Render(e.to_string()))
     }
 
     /// A snapshot from `text`, a `List` of objects of [`KINDS`] (other kinds are refused, naming
@@ -133,13 +136,14 @@ impl Snapshot {
         Ok(Self { items })
     }
 
-    /// When the snapshot was taken, as far as its objects tell: the latest creation time or
-    /// condition transition among them (Unix seconds); `None` when none carries a time.
+    /// When the snapshot was taken, as far as its objects tell: the latest creation time,
+    /// condition transition or node heartbeat among them (Unix seconds; a kubelet reports its
+    /// node's status at least every five minutes); `None` when none carries a time.
     pub fn taken_at(&self) -> Option<i64> {
         let times = self.items.iter().flat_map(|item| {
             let conditions = item["status"]["conditions"].as_array().into_iter().flatten();
             std::iter::once(&item["metadata"]["creationTimestamp"])
-                .chain(conditions.map(|c| &c["lastTransitionTime"]))
+                .chain(conditions.flat_map(|c| [&c["lastTransitionTime"], &c["lastHeartbeatTime"]]))
                 .filter_map(|t| joist_messages::time::parse_rfc3339(t.as_str()?))
         });
         times.max()
@@ -152,7 +156,7 @@ impl Snapshot {
 }
 
 /// The string at `pointer` in `value`, or empty.
-fn text(value: &Value, pointer: &str) -> String {
+pub(crate) fn text(value: &Value, pointer: &str) -> String {
     value
         .pointer(pointer)
         .and_then(Value::as_str)
@@ -172,7 +176,8 @@ mod tests {
                 serde_json::json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web", "namespace": "default"}}),
             ],
         };
-        assert_eq!(Snapshot::parse(&snapshot.to_yaml()).ok(), Some(snapshot));
+        let yaml = snapshot.to_yaml().unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(Snapshot::parse(&yaml).ok(), Some(snapshot));
         let other =
             "apiVersion: v1\nkind: List\nitems:\n- {apiVersion: v1, kind: Secret, metadata: {name: s}}\n";
         assert_eq!(

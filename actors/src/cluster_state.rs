@@ -272,6 +272,9 @@ impl ClusterState {
         else {
             return;
         };
+        if !self.acting() {
+            return;
+        }
         let read = self.shared.read.clone();
         if !read.node_pools_listed() {
             return;

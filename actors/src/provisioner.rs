@@ -105,19 +105,24 @@ fn failed_scheduling(shared: &Shared, pod: &CachedPod, message: &str) {
 async fn provision(shared: Shared) {
     let read = &shared.read;
     read.synced().await;
-    let started = tokio::time::Instant::now();
-    let pass = simulate(&shared).await;
+    let mut pass = prepare(&shared).await;
     if shared.settings.acts_cluster_wide() {
         for (pod, why) in &pass.ignored {
             let message = format!("Failed to schedule pod, ignoring it: {why}");
             failed_scheduling(&shared, pod, &message);
         }
     }
-    let Some((input, solution)) = pass.solved else {
-        read.provisioned_for(&pass.leaving);
-        return;
+    let (input, solution, seconds) = match solve_pass(&shared, &mut pass).await {
+        Solved::Nothing => {
+            read.provisioned_for(&pass.leaving);
+            return;
+        }
+        Solved::Stopped => return,
+        Solved::Solution(solved, seconds) => {
+            let (input, solution) = *solved;
+            (input, solution, seconds)
+        }
     };
-    let seconds = started.elapsed().as_secs_f64();
     shared
         .metrics
         .scheduling_duration
@@ -151,16 +156,17 @@ async fn provision(shared: Shared) {
 /// What a provisioning pass would leave in memory, done without acting (`joist explain`): the
 /// nodes it would nominate for pods, and the nodes that would hold CapacityBuffers' pods.
 pub async fn rehearse(shared: &Shared) {
-    let pass = simulate(shared).await;
-    if let Some((input, solution)) = &pass.solved {
+    let mut pass = prepare(shared).await;
+    if let Solved::Solution(solved, _) = solve_pass(shared, &mut pass).await {
+        let (input, solution) = &*solved;
         remember(shared, input, solution, (pass.simulated, &pass.buffers));
     }
 }
 
-/// What one pass simulated, and its outcome.
+/// What one pass simulates.
 struct Pass {
-    /// The problem and its solution; none when there was nothing to simulate.
-    solved: Option<(Input, Solution)>,
+    /// The problem, its pods included (taken by [`solve_pass`]).
+    input: Input,
     /// The NodePools of the problem, by position.
     pools: Vec<Arc<NodePool>>,
     /// NodePools left out because their launches are paused, with why.
@@ -179,9 +185,19 @@ struct Pass {
     leaving: Vec<String>,
 }
 
-/// Snapshots the cluster and simulates its pending pods, then the pods of nodes being deleted,
-/// then the CapacityBuffers' virtual pods. With nothing to simulate, no buffer holds room.
-async fn simulate(shared: &Shared) -> Pass {
+/// What came of a pass's simulation.
+enum Solved {
+    /// Nothing to simulate: no pod waits and no buffer wants room.
+    Nothing,
+    /// The solver stopped before answering (the process is ending).
+    Stopped,
+    /// The problem, its solution, and the seconds the solve took.
+    Solution(Box<(Input, Solution)>, f64),
+}
+
+/// Snapshots the cluster: its pending pods, then the pods of nodes being deleted, then the
+/// CapacityBuffers' virtual pods.
+async fn prepare(shared: &Shared) -> Pass {
     let read = &shared.read;
     let Problem {
         mut input,
@@ -199,27 +215,16 @@ async fn simulate(shared: &Shared) -> Pass {
     let leaving = read.leaving_pods();
     pending.extend(snapshot::pending(read, &leaving.pods).pods);
     let simulated = pending.len();
-    let buffered = buffer_pods(shared);
     let pods: Vec<Arc<CachedPod>> = pending.iter().map(|(pod, _)| pod.clone()).collect();
-    let (buffers, buffer_infos): (Vec<BufferKey>, Vec<PodInfo>) = buffered.into_iter().unzip();
-    let solved = if pods.is_empty() && buffers.is_empty() {
-        shared.buffers.placed(HashMap::new(), BTreeMap::new());
-        None
-    } else {
-        input.pods = pending
-            .into_iter()
-            .map(|(_, info)| info)
-            .chain(buffer_infos)
-            .collect();
-        input.options.reserved_offerings = ReservedOfferingMode::Strict;
-        let solved = shared.settings.solver.run(move || {
-            let solution = solve(&input);
-            (input, solution)
-        });
-        solved.await
-    };
+    let (buffers, buffer_infos): (Vec<BufferKey>, Vec<PodInfo>) = buffer_pods(shared).into_iter().unzip();
+    input.pods = pending
+        .into_iter()
+        .map(|(_, info)| info)
+        .chain(buffer_infos)
+        .collect();
+    input.options.reserved_offerings = ReservedOfferingMode::Strict;
     Pass {
-        solved,
+        input,
         pools,
         paused,
         pods,
@@ -228,6 +233,25 @@ async fn simulate(shared: &Shared) -> Pass {
         buffers,
         ignored,
         leaving: leaving.claims,
+    }
+}
+
+/// Solves the pass's problem off the actors' thread; with nothing to simulate, no buffer holds
+/// room.
+async fn solve_pass(shared: &Shared, pass: &mut Pass) -> Solved {
+    if pass.input.pods.is_empty() {
+        shared.buffers.placed(HashMap::new(), BTreeMap::new());
+        return Solved::Nothing;
+    }
+    let input = std::mem::take(&mut pass.input);
+    let started = tokio::time::Instant::now();
+    let solved = shared.settings.solver.run(move || {
+        let solution = solve(&input);
+        (input, solution)
+    });
+    match solved.await {
+        Some(solved) => Solved::Solution(Box::new(solved), started.elapsed().as_secs_f64()),
+        None => Solved::Stopped,
     }
 }
 

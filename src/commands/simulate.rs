@@ -105,7 +105,11 @@ pub fn run(
             path: path.to_path_buf(),
             message: format!("cannot take the snapshot: {e}"),
         })?;
-        write_output("snapshot", outputs.snapshot, out, || snapshot.to_yaml())?;
+        let yaml = snapshot.to_yaml().map_err(|e| CommandError::Simulate {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        })?;
+        write_output("snapshot", outputs.snapshot, out, || yaml)?;
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -19,6 +19,7 @@ use std::{
     path::{Path, PathBuf},
     process::ExitCode,
     sync::Arc,
+    time::Duration,
 };
 
 use serde::Serialize;
@@ -28,8 +29,14 @@ use super::{
     explain::{Output, read_only},
     run::kube_client,
 };
+use joist_messages::apis::duration::Duration as KarpenterDuration;
+
 use crate::{
-    simulate::{self, Report, Scenario, report::clock},
+    simulate::{
+        self, Report, Scenario,
+        report::clock,
+        scenario::{Action, Step},
+    },
     snapshot::Snapshot,
 };
 
@@ -84,11 +91,9 @@ impl Outcome {
             .collect();
         Self {
             nodes_at_end: s.final_nodes.len(),
-            // The snapshot's nodes were adopted at the start; launches come later.
-            nodes_launched: report
-                .instances
-                .iter()
-                .filter(|l| l.launched_at_seconds > 0.0)
+            // The snapshot's nodes were adopted, not launched: the cloud's launches alone.
+            nodes_launched: (report.timeline.iter())
+                .filter(|e| e.event == "instance-launched")
                 .count(),
             nodes_removed: s.nodes_terminated.clone(),
             pods_disrupted: disrupted.len(),
@@ -185,7 +190,10 @@ pub fn run(
     };
     let text = match output {
         Output::Text => what_if.to_string(),
-        Output::Json => serde_json::to_string_pretty(&what_if).unwrap_or_default() + "\n",
+        Output::Json => {
+            let json = serde_json::to_string_pretty(&what_if).map_err(|e| failed(from, e.to_string()))?;
+            json + "\n"
+        }
     };
     out.write_all(text.as_bytes()).map_err(CommandError::stdout)?;
     Ok(ExitCode::SUCCESS)
@@ -194,24 +202,30 @@ pub fn run(
 /// The scenario replaying `snapshot` for `duration`, with `changes` (YAML documents) applied
 /// at the first second when given.
 fn scenario(snapshot: &Snapshot, changes: Option<&str>, duration: &str) -> Result<Scenario, String> {
-    let region = snapshot
+    let until = duration
+        .parse::<KarpenterDuration>()
+        .map_err(|e| format!("--for {duration:?} is not a duration (like 30m or 1h): {e}"))?
+        .as_std();
+    let mut scenario = Scenario::parse(BLANK).map_err(|e| e.to_string())?;
+    scenario.region = snapshot
         .of_kind("Node")
         .find_map(|n| n["metadata"]["labels"]["topology.kubernetes.io/region"].as_str())
-        .unwrap_or(DEFAULT_REGION);
-    let steps = match changes {
-        Some(changes) => {
-            let indented: String = changes.lines().map(|l| format!("        {l}\n")).collect();
-            format!("\n    - at: 1s\n      apply: |\n{indented}")
-        }
-        None => " []".to_owned(),
-    };
-    let text = format!(
-        "kind: Scenario\nmetadata: {{name: what-if}}\nspec:\n  seed: 1\n  cloud: {{region: {region}}}\n  manifests: ''\n  steps:{steps}\n  until: {duration}\n"
-    );
-    let mut scenario = Scenario::parse(&text).map_err(|e| e.to_string())?;
+        .unwrap_or(DEFAULT_REGION)
+        .to_owned();
+    scenario.until = until;
+    scenario.steps = changes
+        .map(|changes| Step {
+            at: Duration::from_secs(1),
+            action: Action::Apply(changes.to_owned()),
+        })
+        .into_iter()
+        .collect();
     scenario.snapshot = Some(Arc::new(snapshot.clone()));
     Ok(scenario)
 }
+
+/// A scenario with nothing in it: the simulator's defaults (boot time, batch windows, no gates).
+const BLANK: &str = "kind: Scenario\nmetadata: {name: what-if}\nspec:\n  seed: 1\n  cloud: {region: us-west-2}\n  manifests: ''\n  steps: []\n  until: 1s\n";
 
 impl fmt::Display for WhatIf {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -222,10 +222,15 @@ async fn simulate<T>(
         scheduler_config: scenario.scheduler_config.clone(),
         ..Settings::default()
     };
-    if let Some(snapshot) = &scenario.snapshot {
-        restore::restore(cluster.store(), &cloud, snapshot)?;
-    }
+    let restored = match &scenario.snapshot {
+        Some(snapshot) => Some(restore::restore(cluster.store(), &cloud, snapshot)?),
+        None => None,
+    };
     let recorder = Recorder::start(cluster.store().clone(), started);
+    if let Some(restored) = restored {
+        let detail = format!("{} nodes adopted, {} pods", restored.nodes, restored.pods);
+        recorder.note("restored", "snapshot".to_owned(), detail);
+    }
     // Only a scenario that fails the API server puts the controllers' requests through faults.
     let api_faults = (scenario.steps.iter())
         .any(|step| matches!(step.action, Action::FailKube { .. }))
@@ -257,13 +262,6 @@ async fn simulate<T>(
         execute(&world, &step.action, documents, &field).await?;
     }
     advance(started, scenario.until, scenario.until, cluster.store(), progress).await;
-    let looked = then(Live {
-        client: client.clone(),
-        cloud: cloud.clone(),
-        clock,
-        controllers: controllers.last(),
-    })
-    .await;
     let crash = controllers.crash();
     if let Some(crash) = &crash {
         let detail = format!("Joist's controllers crashed at the fault point {}", crash.step);
@@ -289,6 +287,14 @@ async fn simulate<T>(
         calls: cloud.books().calls(),
         world: None,
     };
+    // After the report, so what `then` does (and the virtual time it takes) is not in it.
+    let looked = then(Live {
+        client: client.clone(),
+        cloud: cloud.clone(),
+        clock,
+        controllers: last,
+    })
+    .await;
     Ok((simulated, looked))
 }
 

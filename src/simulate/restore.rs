@@ -7,9 +7,12 @@
 //! from its labels, the cloud's price), and the pods. A pod's controller is not in a snapshot, so
 //! the pods of each ReplicaSet or StatefulSet come back owned by a ReplicaSet of that name, as
 //! many replicas as there were pods, whose template is the first pod's: an evicted pod is made
-//! again, as its controller would. DaemonSets' pods, mirror pods and finished pods are left to
+//! again, as its controller would (selected by [`RESTORED_SET`], beside the labels they share);
+//! a StatefulSet's pods lose their own hostnames, and a pod claiming a volume, which no snapshot
+//! holds, waits when it is made again. DaemonSets' pods, mirror pods and finished pods are left to
 //! their controllers or out. Objects keep their names, labels, annotations and finalizers; uids,
-//! versions and creation times are kubesim's.
+//! versions and creation times are kubesim's (so `expireAfter` counts from the restore), and an
+//! object that was being deleted comes back as it was before (pods being deleted stay out).
 //!
 //! Fails with [`SimulateError::Setup`] naming the object the store refused.
 
@@ -25,7 +28,7 @@ use k8s_openapi::api::core::v1::Node;
 use serde_json::{Map, Value, json};
 
 use super::SimulateError;
-use crate::snapshot::Snapshot;
+use crate::snapshot::{Snapshot, text};
 
 /// What a restore made.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -94,8 +97,13 @@ fn restore_pods(store: &Store, snapshot: &Snapshot) -> Result<usize, SimulateErr
     let mut bare = Vec::new();
     for pod in &pods {
         match controller(pod) {
-            Some((kind, name)) if kind == "ReplicaSet" || kind == "StatefulSet" => groups
+            // A StatefulSet's set is named apart from a ReplicaSet of the same name.
+            Some((kind, name)) if kind == "ReplicaSet" => groups
                 .entry((text(pod, "/metadata/namespace"), name))
+                .or_default()
+                .push(pod),
+            Some((kind, name)) if kind == "StatefulSet" => groups
+                .entry((text(pod, "/metadata/namespace"), format!("{name}-statefulset")))
                 .or_default()
                 .push(pod),
             _ => bare.push(*pod),
@@ -123,25 +131,34 @@ fn restore_pods(store: &Store, snapshot: &Snapshot) -> Result<usize, SimulateErr
         for pod in members {
             let mut object = fresh(pod);
             object["metadata"]["ownerReferences"] = owner.clone();
+            object["metadata"]["labels"][RESTORED_SET] = json!(name);
             create(store, &resource("", "pods"), &namespace, object)?;
         }
     }
     Ok(pods.len())
 }
 
-/// A ReplicaSet `name` for `members`: as many replicas, the labels they all share as its
-/// selector, the first one's labels and spec (unbound) as its template.
+/// The label a restored set selects its pods by, beside the labels they share (which may be
+/// none).
+const RESTORED_SET: &str = "sim.joist.dev/restored-set";
+
+/// A ReplicaSet `name` for `members`: as many replicas, the labels they all share and
+/// [`RESTORED_SET`] as its selector, the first one's spec as its template (unbound, without a
+/// StatefulSet pod's own hostname).
 fn replica_set(namespace: &str, name: &str, members: &[&Value]) -> Value {
     let labels = |pod: &Value| pod["metadata"]["labels"].as_object().cloned().unwrap_or_default();
     let first = members.first().map(|p| labels(p)).unwrap_or_default();
-    let shared: Map<String, Value> = first
+    let mut shared: Map<String, Value> = first
         .iter()
         .filter(|(key, value)| members.iter().all(|p| labels(p).get(*key) == Some(value)))
         .map(|(key, value)| (key.clone(), value.clone()))
         .collect();
+    shared.insert(RESTORED_SET.to_owned(), json!(name));
     let mut spec = members.first().map(|p| p["spec"].clone()).unwrap_or_default();
     if let Some(spec) = spec.as_object_mut() {
-        spec.remove("nodeName");
+        for own in ["nodeName", "hostname", "subdomain"] {
+            spec.remove(own);
+        }
     }
     json!({
         "apiVersion": "apps/v1", "kind": "ReplicaSet",
@@ -237,10 +254,41 @@ fn resource(group: &str, plural: &str) -> GroupResource {
     GroupResource::new(group, plural)
 }
 
-fn text(value: &Value, pointer: &str) -> String {
-    value
-        .pointer(pointer)
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_owned()
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_restored_set_selects_its_pods_by_its_own_label_and_drops_their_hostnames() {
+        let pod = |ordinal: u32| {
+            json!({
+                "metadata": {"name": format!("db-{ordinal}"), "labels": {
+                    "app": "db", "statefulset.kubernetes.io/pod-name": format!("db-{ordinal}")}},
+                "spec": {"hostname": format!("db-{ordinal}"), "subdomain": "db", "nodeName": "n1",
+                         "containers": [{"name": "db", "image": "db"}]},
+            })
+        };
+        let (first, second) = (pod(0), pod(1));
+        let set = replica_set("default", "db-statefulset", &[&first, &second]);
+        assert_eq!(
+            set["spec"]["selector"]["matchLabels"],
+            json!({"app": "db", RESTORED_SET: "db-statefulset"}),
+            "the labels both pods carry, and the set's own"
+        );
+        assert_eq!(set["spec"]["replicas"], 2);
+        let template = &set["spec"]["template"]["spec"];
+        assert!(
+            template["hostname"].is_null()
+                && template["subdomain"].is_null()
+                && template["nodeName"].is_null(),
+            "{template}"
+        );
+        let unlabelled = json!({"metadata": {"name": "job-x"}, "spec": {"containers": []}});
+        let set = replica_set("default", "job", &[&unlabelled]);
+        assert_eq!(
+            set["spec"]["selector"]["matchLabels"],
+            json!({RESTORED_SET: "job"}),
+            "pods without labels are still selected, by the set's label alone"
+        );
+    }
 }

@@ -50,7 +50,7 @@ fn a_change_replayed_on_a_snapshot_ends_as_the_change_made_in_the_run_itself() {
     )
     .unwrap_or_else(|e| panic!("{e}"));
     let snapshot = snapshot.unwrap_or_else(|e| panic!("{e}"));
-    let text = snapshot.to_yaml();
+    let text = snapshot.to_yaml().unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(
         Snapshot::parse(&text).ok().as_ref(),
         Some(&snapshot),

@@ -15,7 +15,7 @@ use joist_messages::{
     labels::{CAPACITY_TYPE, INSTANCE_TYPE, NODEPOOL, ZONE},
     model::{instance_type::InstanceType, resources::Resources},
 };
-use joist_scheduling::{Reason, solve};
+use joist_scheduling::{Reason, ReservedOfferingMode, solve};
 use kube::ResourceExt;
 use serde::Serialize;
 
@@ -193,6 +193,7 @@ async fn pending(shared: &Shared, pod: &CachedPod) -> PodState {
         }
     }
     input.pods = vec![info];
+    input.options.reserved_offerings = ReservedOfferingMode::Strict;
     let solution = solve(&input);
     if let Some(placement) = solution.placements.first() {
         return PodState::Pending {

@@ -1,7 +1,8 @@
-//! A Kubernetes client that can only read, for `joist explain`: every request but a GET fails at
-//! once with [`Refused`], before it leaves the process. The controllers' code that `explain`
-//! borrows (the read model, the catalog, the disruption pass) writes nothing on the paths it
-//! takes; this makes that a guarantee rather than a promise.
+//! A Kubernetes client that can only read, for `joist explain` and `joist what-if --kubeconfig`:
+//! every request but a GET fails at once with [`Refused`], before it leaves the process. The
+//! controllers' code `explain` borrows (the read model, the catalog, the disruption and
+//! provisioning passes) acts on nothing, but a pass still tries one write, a NodeOverlay's status
+//! when overlays conflict; that write, and any a later change would add, is refused here.
 
 use std::{
     future::Future,
