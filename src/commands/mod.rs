@@ -124,6 +124,9 @@ pub enum Command {
         /// Virtual time to replay each way.
         #[arg(long = "for", default_value = "30m")]
         duration: String,
+        /// Where to write a page with both runs on each chart.
+        #[arg(long)]
+        html: Option<PathBuf>,
         /// How to print the outcome.
         #[arg(short, long, value_enum, default_value_t = explain::Output::Text)]
         output: explain::Output,
@@ -409,6 +412,7 @@ pub fn run(cli: Cli, out: &mut dyn io::Write) -> Result<ExitCode, CommandError> 
             kubeconfig,
             changes,
             duration,
+            html,
             output,
         } => {
             let source = match (from, kubeconfig) {
@@ -420,7 +424,7 @@ pub fn run(cli: Cli, out: &mut dyn io::Write) -> Result<ExitCode, CommandError> 
                     });
                 }
             };
-            what_if::run(&source, &changes, &duration, output, out)
+            what_if::run(&source, &changes, (&duration, html.as_deref()), output, out)
         }
         Command::Crds { out_dir } => crds::run(out_dir.as_deref(), out).map(|()| ExitCode::SUCCESS),
         Command::Bench {

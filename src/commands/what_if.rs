@@ -4,9 +4,10 @@
 //! cluster through a client that refuses writes), on the simulator twice for the same
 //! virtual time: as it is, and with the proposed manifests applied at the start (a changed
 //! NodePool, EC2NodeClass or budget, a new AMI alias, a workload). It prints what the change
-//! makes different: nodes at the end, launched and removed (by why), pods disrupted and when,
-//! pods left pending and why, and the lines `cost before $X/h` (at the end without the change)
-//! and `cost after $Y/h` (with it).
+//! makes different: nodes at the end, launched and removed (by why), drifted nodes replaced and
+//! when the last went, pods disrupted and when, pods left pending and why, and the lines `cost
+//! before $X/h` (at the end without the change) and `cost after $Y/h` (with it); `--html FILE`
+//! writes a page with both runs on each chart (nodes, pods pending and running, cost).
 //!
 //! The simulated cloud is the snapshot's region (its nodes' `topology.kubernetes.io/region`,
 //! us-west-2 when none says), with the simulator's prices; its nodes are adopted as running
@@ -15,7 +16,8 @@
 
 use std::{
     collections::BTreeMap,
-    fmt, io,
+    fmt::{self, Write as _},
+    io,
     path::{Path, PathBuf},
     process::ExitCode,
     sync::Arc,
@@ -34,7 +36,9 @@ use joist_messages::apis::duration::Duration as KarpenterDuration;
 use crate::{
     simulate::{
         self, Report, Scenario,
-        report::clock,
+        chart::{Series, escape, step_chart},
+        html::STYLE,
+        report::{Sample, clock},
         scenario::{Action, Step},
     },
     snapshot::Snapshot,
@@ -78,6 +82,13 @@ pub struct Outcome {
     pub cost_per_hour_end: f64,
     /// Dollars spent over the run.
     pub cost_total: f64,
+    /// Drifted nodes removed, and when the last went, in seconds from the start.
+    pub drifted_replaced: usize,
+    /// When the last drifted node went.
+    pub last_drifted_seconds: Option<f64>,
+    /// Nodes, pods and cost over time, for the page's charts.
+    #[serde(skip)]
+    pub series: Vec<Sample>,
 }
 
 impl Outcome {
@@ -88,6 +99,10 @@ impl Outcome {
             .iter()
             .filter(|e| e.event == "pod-terminating")
             .map(|e| e.at_seconds)
+            .collect();
+        let drifted: Vec<f64> = (report.instances.iter())
+            .filter(|l| l.end_reason.as_deref() == Some("drifted"))
+            .filter_map(|l| l.ended_at_seconds)
             .collect();
         Self {
             nodes_at_end: s.final_nodes.len(),
@@ -106,6 +121,9 @@ impl Outcome {
                 .collect(),
             cost_per_hour_end: s.cost_per_hour_end,
             cost_total: s.cost_total,
+            drifted_replaced: drifted.len(),
+            last_drifted_seconds: drifted.iter().copied().reduce(f64::max),
+            series: report.series.clone(),
         }
     }
 }
@@ -154,7 +172,7 @@ impl Source {
 pub fn run(
     source: &Source,
     changes: &[PathBuf],
-    duration: &str,
+    (duration, html): (&str, Option<&Path>),
     output: Output,
     out: &mut dyn io::Write,
 ) -> Result<ExitCode, CommandError> {
@@ -196,7 +214,58 @@ pub fn run(
         }
     };
     out.write_all(text.as_bytes()).map_err(CommandError::stdout)?;
+    if let Some(html) = html {
+        std::fs::write(html, page(&what_if)).map_err(|source| CommandError::Write {
+            path: html.to_path_buf(),
+            source,
+        })?;
+        writeln!(out, "html report: {}", html.display()).map_err(CommandError::stdout)?;
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The page of `what_if`: the comparison, and each chart with both runs, the run without the
+/// change dashed.
+fn page(what_if: &WhatIf) -> String {
+    let mut page = String::with_capacity(32 * 1024);
+    let title = format!("Joist what-if: {}", escape(&what_if.changes.join(", ")));
+    let _ = write!(
+        page,
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>{title}</title>\n\
+         <style>{STYLE}</style>\n</head>\n<body>\n<h1>{title}</h1>\n\
+         <p class=\"meta\">{} of virtual time each way · written by <code>joist what-if</code></p>\n<pre>{}</pre>\n",
+        clock(what_if.seconds),
+        escape(&what_if.to_string()),
+    );
+    let (before, after) = (&what_if.before.series, &what_if.after.series);
+    type Value = fn(&Sample) -> f64;
+    let charts: [(&str, &str, bool, Value); 4] = [
+        ("nodes", "#2563eb", true, |s| s.nodes as f64),
+        ("pods-pending", "#dc2626", true, |s| s.pods_pending as f64),
+        ("pods-running", "#16a34a", true, |s| s.pods_running as f64),
+        ("cost", "#9333ea", false, |s| s.cost_per_hour),
+    ];
+    for (id, colour, counts, value) in charts {
+        let _ = writeln!(page, "<h2>{}</h2>", id.replace('-', " "));
+        let points = |series: &[Sample]| series.iter().map(|s| (s.at_seconds, value(s))).collect();
+        let lines = [
+            Series {
+                label: "without the change (dashed)",
+                colour,
+                dashed: true,
+                points: points(before),
+            },
+            Series {
+                label: "with it",
+                colour,
+                dashed: false,
+                points: points(after),
+            },
+        ];
+        step_chart(&mut page, id, counts, &lines, what_if.seconds);
+    }
+    page.push_str("</body>\n</html>\n");
+    page
 }
 
 /// The scenario replaying `snapshot` for `duration`, with `changes` (YAML documents) applied
@@ -274,6 +343,14 @@ impl fmt::Display for WhatIf {
         )?;
         for (why, count) in &a.nodes_removed {
             writeln!(f, "with it, {count} node(s) removed: {why}")?;
+        }
+        if let Some(last) = a.last_drifted_seconds {
+            writeln!(
+                f,
+                "with it, {} drifted node(s) replaced, the last at {}",
+                a.drifted_replaced,
+                clock(last)
+            )?;
         }
         if let (Some(first), Some(last)) = (a.first_disruption_seconds, a.last_disruption_seconds) {
             writeln!(

@@ -1,6 +1,7 @@
 //! `joist what-if` held to the simulator itself: a snapshot taken at the end of a `joist
 //! simulate` run, replayed with a change, ends on the same nodes at the same cost as the run
-//! with that change made at the same moment; the snapshot file round-trips.
+//! with that change made at the same moment, and its page draws both runs; the snapshot file
+//! round-trips.
 
 use joist::{
     simulate::{self, Live},
@@ -79,7 +80,8 @@ fn a_change_replayed_on_a_snapshot_ends_as_the_change_made_in_the_run_itself() {
         .arg("--from")
         .arg(&from)
         .arg(&changed)
-        .args(["--for", "10m"])
+        .args(["--for", "10m", "--html"])
+        .arg(dir.join("what-if.html"))
         .output()
         .unwrap_or_else(|e| panic!("{e}"));
     let printed = String::from_utf8_lossy(&output.stdout);
@@ -99,6 +101,17 @@ fn a_change_replayed_on_a_snapshot_ends_as_the_change_made_in_the_run_itself() {
     assert!(
         printed.contains(&format!("nodes at the end{:>26}{:>16}", 4, types.len())),
         "{printed} (before: ${before:.4}/h)"
+    );
+    let page = std::fs::read_to_string(dir.join("what-if.html")).unwrap_or_else(|e| panic!("{e}"));
+    for chart in ["nodes", "pods-pending", "pods-running", "cost"] {
+        assert!(
+            page.contains(&format!("id=\"chart-{chart}\"")),
+            "the {chart} chart"
+        );
+    }
+    assert!(
+        page.contains("without the change (dashed)") && page.contains("stroke-dasharray"),
+        "both runs on each chart, the one without the change dashed"
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
