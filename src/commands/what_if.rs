@@ -76,6 +76,8 @@ pub struct Outcome {
     pub first_disruption_seconds: Option<f64>,
     /// When the last pod was disrupted.
     pub last_disruption_seconds: Option<f64>,
+    /// Pods running at the end.
+    pub pods_running_end: usize,
     /// Pods pending at the end, with Joist's reason.
     pub pending: Vec<(String, String)>,
     /// Dollars per hour at the end.
@@ -114,6 +116,7 @@ impl Outcome {
             pods_disrupted: disrupted.len(),
             first_disruption_seconds: disrupted.first().copied(),
             last_disruption_seconds: disrupted.last().copied(),
+            pods_running_end: s.pods_running_end,
             pending: s
                 .pending_pods
                 .iter()
@@ -328,6 +331,12 @@ impl fmt::Display for WhatIf {
             "pods disrupted",
             b.pods_disrupted.to_string(),
             a.pods_disrupted.to_string(),
+        )?;
+        row(
+            f,
+            "pods running at the end",
+            b.pods_running_end.to_string(),
+            a.pods_running_end.to_string(),
         )?;
         row(
             f,

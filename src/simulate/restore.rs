@@ -1,5 +1,8 @@
 //! A [`Snapshot`] of a cluster restored into the simulated world, before anything in it runs, so
-//! a scenario (`joist what-if`) starts from that cluster rather than an empty one.
+//! a scenario (`joist what-if`) starts from that cluster rather than an empty one. A Deployment's
+//! pods (their ReplicaSet named after it and their `pod-template-hash`) come back under a
+//! Deployment of that name, whose current ReplicaSet holds them, so a change that scales the
+//! Deployment scales them.
 //!
 //! Straight into kubesim's store, in one go: the node classes and NodePools (their specs: Joist
 //! works their status out again), DaemonSets and PodDisruptionBudgets, NodeClaims and Nodes with
@@ -20,6 +23,7 @@ use std::collections::BTreeMap;
 
 use joist_kubesim::{
     Store,
+    physics::template_hash,
     resources::GroupResource,
     store::{ObjectKey, Part},
 };
@@ -118,20 +122,32 @@ fn restore_pods(store: &Store, snapshot: &Snapshot) -> Result<usize, SimulateErr
         )?;
     }
     for ((namespace, name), members) in groups {
-        let set = create(
-            store,
-            &resource("apps", "replicasets"),
-            &namespace,
-            replica_set(&namespace, &name, &members),
-        )?;
-        let owner = json!([{
-            "apiVersion": "apps/v1", "kind": "ReplicaSet", "name": name,
-            "uid": set["metadata"]["uid"], "controller": true, "blockOwnerDeletion": true,
-        }]);
+        // A Deployment's ReplicaSet comes back under a Deployment of that name, as the current
+        // set kubesim's Deployment controller names by its template's hash: a change that scales
+        // the Deployment scales these pods.
+        let (set_name, hash, owner) = match deployment_of(&name, &members) {
+            Some(deployment) => {
+                let object = deployment_object(&namespace, &deployment, &members);
+                let created = create(store, &resource("apps", "deployments"), &namespace, object)?;
+                let hash = template_hash(&created["spec"]["template"]);
+                let owner = owner_reference("Deployment", &deployment, &created);
+                (format!("{deployment}-{hash}"), Some(hash), Some(owner))
+            }
+            None => (name, None, None),
+        };
+        let mut set = replica_set(&namespace, &set_name, &members, hash.as_deref());
+        if let Some(owner) = owner {
+            set["metadata"]["ownerReferences"] = json!([owner]);
+        }
+        let set = create(store, &resource("apps", "replicasets"), &namespace, set)?;
+        let owner = owner_reference("ReplicaSet", &set_name, &set);
         for pod in members {
             let mut object = fresh(pod);
-            object["metadata"]["ownerReferences"] = owner.clone();
-            object["metadata"]["labels"][RESTORED_SET] = json!(name);
+            object["metadata"]["ownerReferences"] = json!([owner]);
+            object["metadata"]["labels"][RESTORED_SET] = json!(set_name);
+            if let Some(hash) = &hash {
+                object["metadata"]["labels"][POD_TEMPLATE_HASH] = json!(hash);
+            }
             create(store, &resource("", "pods"), &namespace, object)?;
         }
     }
@@ -142,32 +158,87 @@ fn restore_pods(store: &Store, snapshot: &Snapshot) -> Result<usize, SimulateErr
 /// none).
 const RESTORED_SET: &str = "sim.joist.dev/restored-set";
 
-/// A ReplicaSet `name` for `members`: as many replicas, the labels they all share and
-/// [`RESTORED_SET`] as its selector, the first one's spec as its template (unbound, without a
-/// StatefulSet pod's own hostname).
-fn replica_set(namespace: &str, name: &str, members: &[&Value]) -> Value {
+/// The label a Deployment's ReplicaSets and their pods carry their template's hash in.
+const POD_TEMPLATE_HASH: &str = "pod-template-hash";
+
+/// The Deployment whose ReplicaSet `name` was, when `members` say so: each carries a
+/// `pod-template-hash` that ends the set's name.
+fn deployment_of(name: &str, members: &[&Value]) -> Option<String> {
+    let hash = text(members.first()?, &format!("/metadata/labels/{POD_TEMPLATE_HASH}"));
+    let deployment = name.strip_suffix(&format!("-{hash}"))?;
+    (!hash.is_empty() && !deployment.is_empty()).then(|| deployment.to_owned())
+}
+
+/// The labels every one of `members` carries, but a template's hash.
+fn shared_labels(members: &[&Value]) -> Map<String, Value> {
     let labels = |pod: &Value| pod["metadata"]["labels"].as_object().cloned().unwrap_or_default();
     let first = members.first().map(|p| labels(p)).unwrap_or_default();
-    let mut shared: Map<String, Value> = first
-        .iter()
-        .filter(|(key, value)| members.iter().all(|p| labels(p).get(*key) == Some(value)))
-        .map(|(key, value)| (key.clone(), value.clone()))
-        .collect();
-    shared.insert(RESTORED_SET.to_owned(), json!(name));
+    first
+        .into_iter()
+        .filter(|(key, value)| {
+            key != POD_TEMPLATE_HASH && members.iter().all(|p| labels(p).get(key) == Some(value))
+        })
+        .collect()
+}
+
+/// The first of `members`' spec as a template's: unbound, without a StatefulSet pod's own
+/// hostname.
+fn template_spec(members: &[&Value]) -> Value {
     let mut spec = members.first().map(|p| p["spec"].clone()).unwrap_or_default();
     if let Some(spec) = spec.as_object_mut() {
         for own in ["nodeName", "hostname", "subdomain"] {
             spec.remove(own);
         }
     }
+    spec
+}
+
+/// A Deployment `name` of `members`: as many replicas, the labels they share as its selector and
+/// its template's (the set's own label when they share none), the first one's spec.
+fn deployment_object(namespace: &str, name: &str, members: &[&Value]) -> Value {
+    let mut labels = shared_labels(members);
+    if labels.is_empty() {
+        labels.insert(RESTORED_SET.to_owned(), json!(name));
+    }
+    workload("Deployment", (namespace, name), labels, members)
+}
+
+/// A ReplicaSet `name` for `members`: as many replicas, the labels they all share and
+/// [`RESTORED_SET`] (and a Deployment's template `hash`) as its selector, the first one's spec as
+/// its template.
+fn replica_set(namespace: &str, name: &str, members: &[&Value], hash: Option<&str>) -> Value {
+    let mut labels = shared_labels(members);
+    labels.insert(RESTORED_SET.to_owned(), json!(name));
+    if let Some(hash) = hash {
+        labels.insert(POD_TEMPLATE_HASH.to_owned(), json!(hash));
+    }
+    workload("ReplicaSet", (namespace, name), labels, members)
+}
+
+/// A `kind` (of `apps/v1`) named `name` in `namespace` keeping as many replicas as `members`,
+/// selecting them by `labels`, their template the first one's spec with `labels`.
+fn workload(
+    kind: &str,
+    (namespace, name): (&str, &str),
+    labels: Map<String, Value>,
+    members: &[&Value],
+) -> Value {
     json!({
-        "apiVersion": "apps/v1", "kind": "ReplicaSet",
-        "metadata": {"name": name, "namespace": namespace, "labels": shared},
+        "apiVersion": "apps/v1", "kind": kind,
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
         "spec": {
             "replicas": members.len(),
-            "selector": {"matchLabels": shared},
-            "template": {"metadata": {"labels": shared}, "spec": spec},
+            "selector": {"matchLabels": labels},
+            "template": {"metadata": {"labels": labels}, "spec": template_spec(members)},
         },
+    })
+}
+
+/// An owner reference to the `kind` `name`, as `created`.
+fn owner_reference(kind: &str, name: &str, created: &Value) -> Value {
+    json!({
+        "apiVersion": "apps/v1", "kind": kind, "name": name,
+        "uid": created["metadata"]["uid"], "controller": true, "blockOwnerDeletion": true,
     })
 }
 
@@ -269,7 +340,7 @@ mod tests {
             })
         };
         let (first, second) = (pod(0), pod(1));
-        let set = replica_set("default", "db-statefulset", &[&first, &second]);
+        let set = replica_set("default", "db-statefulset", &[&first, &second], None);
         assert_eq!(
             set["spec"]["selector"]["matchLabels"],
             json!({"app": "db", RESTORED_SET: "db-statefulset"}),
@@ -284,11 +355,30 @@ mod tests {
             "{template}"
         );
         let unlabelled = json!({"metadata": {"name": "job-x"}, "spec": {"containers": []}});
-        let set = replica_set("default", "job", &[&unlabelled]);
+        let set = replica_set("default", "job", &[&unlabelled], None);
         assert_eq!(
             set["spec"]["selector"]["matchLabels"],
             json!({RESTORED_SET: "job"}),
             "pods without labels are still selected, by the set's label alone"
+        );
+    }
+
+    #[test]
+    fn a_deployments_set_is_known_by_the_hash_that_ends_its_name() {
+        let pod = json!({"metadata": {"name": "web-7d9f-abcde", "labels": {"app": "web", POD_TEMPLATE_HASH: "7d9f"}}});
+        assert_eq!(deployment_of("web-7d9f", &[&pod]).as_deref(), Some("web"));
+        assert_eq!(
+            deployment_of("other", &[&pod]),
+            None,
+            "a set named otherwise is its own"
+        );
+        let unhashed = json!({"metadata": {"name": "web-x", "labels": {"app": "web"}}});
+        assert_eq!(deployment_of("web-", &[&unhashed]), None);
+        let deployment = deployment_object("default", "web", &[&pod]);
+        assert_eq!(
+            deployment["spec"]["selector"]["matchLabels"],
+            json!({"app": "web"}),
+            "the old hash is no label of the Deployment"
         );
     }
 }

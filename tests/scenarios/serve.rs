@@ -384,23 +384,46 @@ fn karpenters_getting_started_steps_work_with_kubectl_against_sim_serve() {
             "key: karpenter.k8s.aws/instance-generation\n          operator: Gt\n          values: [\"2\"]",
             "key: karpenter.k8s.aws/instance-family\n          operator: In\n          values: [\"m5\"]",
         );
-    std::fs::write(&change, m5).unwrap_or_else(|e| panic!("{e}"));
-    let what_if = succeeded(
-        Command::new(env!("CARGO_BIN_EXE_joist"))
-            .arg("what-if")
-            .arg("--from")
-            .arg(&snapshot)
-            .arg(&change)
-            .args(["--for", "10m", "-o", "json"]),
-        "joist what-if",
-    );
-    let outcome: serde_json::Value =
-        serde_json::from_slice(&what_if.stdout).unwrap_or_else(|e| panic!("{e}"));
+    // `joist what-if --from SNAPSHOT CHANGE --for DURATION -o json` with `manifest` as the change.
+    let what_if = |manifest: &str, duration: &str| -> serde_json::Value {
+        std::fs::write(&change, manifest).unwrap_or_else(|e| panic!("{e}"));
+        let output = succeeded(
+            Command::new(env!("CARGO_BIN_EXE_joist"))
+                .arg("what-if")
+                .arg("--from")
+                .arg(&snapshot)
+                .arg(&change)
+                .args(["--for", duration, "-o", "json"]),
+            "joist what-if",
+        );
+        serde_json::from_slice(&output.stdout).unwrap_or_else(|e| panic!("{e}"))
+    };
+    let outcome = what_if(&m5, "10m");
     assert_eq!(outcome["before"]["nodes_at_end"], 1, "{outcome:#}");
     assert_eq!(outcome["before"]["pods_disrupted"], 0, "{outcome:#}");
     assert_eq!(outcome["after"]["nodes_removed"]["drifted"], 1, "{outcome:#}");
     assert_eq!(outcome["after"]["nodes_at_end"], 1, "{outcome:#}");
     assert_eq!(outcome["after"]["pending"], serde_json::json!([]), "{outcome:#}");
+    // `inflate` scaled from 5 to 12 in the same walkthrough manifest: its five pods stay where
+    // they are, seven more get nodes.
+    let deployment = walkthrough
+        .split("\n---\n")
+        .find(|d| d.contains("kind: Deployment"))
+        .unwrap_or_default()
+        .replace("replicas: 0", "replicas: 12");
+    let outcome = what_if(&deployment, "5m");
+    let after = &outcome["after"];
+    assert_eq!(after["pods_disrupted"], 0, "no pod of inflate moved: {outcome:#}");
+    assert_eq!(
+        (&outcome["before"]["pods_running_end"], &after["pods_running_end"]),
+        (&serde_json::json!(5), &serde_json::json!(12)),
+        "the restored Deployment scaled, not a second one made: {outcome:#}"
+    );
+    assert!(
+        after["nodes_launched"].as_u64().is_some_and(|n| n >= 1),
+        "{outcome:#}"
+    );
+    assert_eq!(after["pending"], serde_json::json!([]), "{outcome:#}");
 
     // The same through kubectl's own generator (a protobuf body): bigger pods need more nodes.
     let created = run(&["create", "deployment", "web", "--image=nginx", "--replicas=0"]);

@@ -20,6 +20,7 @@ use serde_json::Value;
 use tokio::task::JoinHandle;
 
 pub use self::kubelet::KubeletSettings;
+pub use self::workloads::template_hash;
 use crate::{
     resources::GroupResource,
     store::{EventKind, ObjectKey, Store, WatchCursor},

@@ -545,8 +545,9 @@ fn replicas(object: &Value) -> i64 {
         .unwrap_or(1)
 }
 
-/// A short, stable hash of a pod template (the `pod-template-hash` label).
-fn template_hash(template: &Value) -> String {
+/// A short, stable hash of a pod template (the `pod-template-hash` label): a Deployment's current
+/// ReplicaSet is `NAME-HASH` of its template as stored.
+pub fn template_hash(template: &Value) -> String {
     let text = template.to_string();
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
     for byte in text.bytes() {
