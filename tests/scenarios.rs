@@ -218,6 +218,20 @@ fn indent(text: &str) -> String {
     text.lines().map(|l| format!("    {l}\n")).collect()
 }
 
+/// Four c5 nodes (one `web` pod each, kept apart) scaled down to two pods at 2 min, under the
+/// NodePool's `disruption` fields (besides `consolidationPolicy: WhenEmptyOrUnderutilized`): the
+/// manifests and the steps.
+fn four_apart_scaled_to_two(disruption: &str) -> (String, &'static str) {
+    let manifests = pool(
+        "default",
+        &family(&["c5"]),
+        &format!("  disruption:\n    consolidationPolicy: WhenEmptyOrUnderutilized\n{disruption}"),
+    ) + NODE_CLASS
+        + &deployment("web", 4, "1", APART);
+    let steps = "[{at: 2m, scale: {kind: Deployment, namespace: default, name: web, replicas: 2}}]";
+    (manifests, steps)
+}
+
 /// A scenario applying `manifests` at t=0 with `steps`, run for `until`.
 fn scenario(manifests: &str, steps: &str, until: &str) -> Scenario {
     scenario_with("{}", manifests, steps, until)

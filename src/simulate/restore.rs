@@ -19,7 +19,7 @@
 //!
 //! Fails with [`SimulateError::Setup`] naming the object the store refused.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use joist_kubesim::{
     Store,
@@ -46,10 +46,13 @@ pub struct Restored {
 /// Restores `snapshot` into `store` and `cloud` (see the module docs).
 pub fn restore(store: &Store, cloud: &SimCloud, snapshot: &Snapshot) -> Result<Restored, SimulateError> {
     let mut restored = Restored::default();
-    for item in snapshot.items.iter().filter(|i| namespaced(i)) {
-        let namespace = text(item, "/metadata/namespace");
+    let namespaces: BTreeSet<String> = (snapshot.items.iter())
+        .map(|item| text(item, "/metadata/namespace"))
+        .filter(|namespace| !namespace.is_empty())
+        .collect();
+    for namespace in namespaces {
         let key = ObjectKey::new("", &namespace);
-        if !namespace.is_empty() && store.get(&resource("", "namespaces"), &key).is_err() {
+        if store.get(&resource("", "namespaces"), &key).is_err() {
             let object = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}});
             create(store, &resource("", "namespaces"), "", object)?;
         }
@@ -315,10 +318,6 @@ fn set_status(store: &Store, resource: &GroupResource, item: &Value) -> Result<(
                 resource.resource
             ))
         })
-}
-
-fn namespaced(item: &Value) -> bool {
-    !text(item, "/metadata/namespace").is_empty()
 }
 
 fn resource(group: &str, plural: &str) -> GroupResource {

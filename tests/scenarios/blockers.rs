@@ -5,7 +5,7 @@
 use joist::simulate;
 use joist_actors::effects::node_trace::NodeTracer;
 
-use super::{APART, NODE_CLASS, deployment, family, pool, sample, scenario};
+use super::{four_apart_scaled_to_two, sample, scenario};
 
 /// The blockers the gauge can carry, as `joist_actors::disruption::blockers` names them.
 const BLOCKERS: [&str; 8] = [
@@ -22,13 +22,7 @@ const BLOCKERS: [&str; 8] = [
 /// Each blocker's count for the NodePool `default` at the end of a run of four nodes (one `web`
 /// pod each) scaled down to two pods at 2 min, under the pool's `disruption` fields.
 fn remaining(disruption: &str) -> Vec<(&'static str, f64)> {
-    let manifests = pool(
-        "default",
-        &family(&["c5"]),
-        &format!("  disruption:\n    consolidationPolicy: WhenEmptyOrUnderutilized\n{disruption}"),
-    ) + NODE_CLASS
-        + &deployment("web", 4, "1", APART);
-    let steps = "[{at: 2m, scale: {kind: Deployment, namespace: default, name: web, replicas: 2}}]";
+    let (manifests, steps) = four_apart_scaled_to_two(disruption);
     let scenario = scenario(&manifests, steps, "6m");
     let simulate::Simulated { report, metrics, .. } =
         simulate::run(&scenario, scenario.seed, NodeTracer::disabled(), &mut |_| {})

@@ -22,7 +22,10 @@ use joist_actors::{
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::{Api, ResourceExt};
 
-use super::{APART, GUARDED_PDB, NODE_CLASS, balanced_cluster, deployment, family, pool, scenario_with};
+use super::{
+    APART, GUARDED_PDB, NODE_CLASS, balanced_cluster, deployment, family, four_apart_scaled_to_two, pool,
+    scenario_with,
+};
 
 /// The answer to the question `ask` makes of the world at the end of a run of `manifests` with
 /// `steps` until `until` (under controller `settings`).
@@ -89,13 +92,7 @@ fn pod_answer(answered: Result<Answer, AnswerError>) -> PodAnswer {
 /// Where a node of four (one `web` pod each, scaled down to two at 2 min) stands at 6 min under
 /// the c5 NodePool's `disruption` fields.
 fn standing_of_a_node_under(disruption: &str) -> Standing {
-    let manifests = pool(
-        "default",
-        &family(&["c5"]),
-        &format!("  disruption:\n    consolidationPolicy: WhenEmptyOrUnderutilized\n{disruption}"),
-    ) + NODE_CLASS
-        + &deployment("web", 4, "1", APART);
-    let steps = "[{at: 2m, scale: {kind: Deployment, namespace: default, name: web, replicas: 2}}]";
+    let (manifests, steps) = four_apart_scaled_to_two(disruption);
     let answered = asked("{}", (&manifests, steps, "6m"), async |client| Question::Node {
         name: node_of(client, "web").await,
     });

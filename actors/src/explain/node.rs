@@ -320,8 +320,7 @@ fn locate(read: &ReadModel, name: &str) -> Result<(String, Option<Arc<NodeClaim>
 /// Where the pass left the candidate of the NodeClaim `name`: disrupted by a command, or kept
 /// for a blocker.
 fn judged(plan: &Plan, name: &str) -> Standing {
-    let name = name.to_owned();
-    if let Some(command) = plan.commands.iter().find(|c| c.claim_names().contains(&name)) {
+    if let Some(command) = (plan.commands.iter()).find(|c| c.claim_names().iter().any(|c| c == name)) {
         return Standing::Disrupted {
             method: command.method.name().to_owned(),
             decision: decision(&command.decision),
@@ -332,7 +331,7 @@ fn judged(plan: &Plan, name: &str) -> Standing {
         .iter()
         .find(|(c, _)| c.claim.name_any() == name)
         .map(|(_, refusal)| refusal.to_string());
-    let blocker = plan.verdicts.of(&name);
+    let blocker = plan.verdicts.of(name);
     let reason = refusal.unwrap_or_else(|| match blocker {
         Some(blocker) => blocker.describe().to_owned(),
         None => "no disruption method chose it in this pass".to_owned(),
