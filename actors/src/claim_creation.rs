@@ -2,7 +2,8 @@
 //! static pool's missing replicas alike: the claims that still fit the pool's limits
 //! ([`crate::decide::limits`]) are built from the pool's template ([`claim_template`]) and created
 //! [`CLAIM_CREATES_IN_FLIGHT`] at a time, and each refused one gets a `LimitsExceeded` event on the
-//! pool. A create that fails is logged; its pods stay pending and the next pass plans for them
+//! pool. The pods a created claim was planned for are told so (`Nominated`,
+//! [`crate::effects::nominations`]). A create that fails is logged; its pods stay pending and the next pass plans for them
 //! again.
 
 use futures::{StreamExt, stream};
@@ -39,15 +40,20 @@ pub async fn create_claims(shared: &Shared, plan: LaunchPlan) {
     stream::iter(admission.accepted)
         .for_each_concurrent(CLAIM_CREATES_IN_FLIGHT, |claim| {
             let api = api.clone();
+            let pods: Vec<_> = claim
+                .pods
+                .iter()
+                .filter_map(|&p| plan.pods.get(p).cloned())
+                .collect();
             let claim = claim_template::node_claim(&plan.pool, &claim, &plan.instance_types);
             async move {
                 match api.create(&PostParams::default(), &claim).await {
                     Ok(created) => {
-                        tracing::info!(
-                            nodepool = name,
-                            nodeclaim = created.name_any(),
-                            "created nodeclaim"
-                        );
+                        let created_name = created.name_any();
+                        tracing::info!(nodepool = name, nodeclaim = created_name, "created nodeclaim");
+                        for pod in &pods {
+                            shared.events.nominated(pod.as_ref(), &created_name);
+                        }
                         shared.read.record_created(created);
                         shared.metrics.created(name, "provisioned");
                         shared.settings.faults.reach(Step::ClaimCreated).await;

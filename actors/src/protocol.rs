@@ -6,6 +6,7 @@ use std::sync::Arc;
 use actix::Message;
 use joist_messages::{
     apis::{EC2NodeClass, NodePool},
+    cached_pod::CachedPod,
     model::instance_type::InstanceType,
 };
 use joist_provider::{CloudError, OfferingKey};
@@ -41,6 +42,9 @@ pub struct LaunchPlan {
     pub claims: Vec<NewClaim>,
     /// The instance types the claims' positions index.
     pub instance_types: Arc<[Arc<InstanceType>]>,
+    /// The real pods the claims' pod positions index, each told its claim once it is created (a
+    /// position past the end is a CapacityBuffer's virtual pod, told nothing).
+    pub pods: Arc<[Arc<CachedPod>]>,
 }
 
 /// Something an actor watches changed: look at the read model again.

@@ -146,7 +146,7 @@ async fn provision(shared: Shared) {
         &shared,
         input,
         (&pass.pools, &pass.paused),
-        &pass.pods[..waiting],
+        (std::mem::take(&mut pass.pods), waiting),
         solution,
     )
     .await;
@@ -344,13 +344,13 @@ fn nominate(shared: &Shared, input: &Input, solution: &Solution, real: usize) {
         .nominate(nodes.into_iter().map(str::to_owned), now, until);
 }
 
-/// Sends the claims to their NodePools and tells unschedulable pending pods (the first of the
-/// simulation's pods, `pending`) why.
+/// Sends the claims to their NodePools and tells unschedulable pending pods (the first
+/// `waiting` of the simulation's real pods, `simulated`) why.
 async fn dispatch(
     shared: &Shared,
     input: Input,
     (pools, paused): (&[Arc<NodePool>], &[String]),
-    pending: &[Arc<CachedPod>],
+    (simulated, waiting): (Vec<Arc<CachedPod>>, usize),
     solution: Solution,
 ) {
     let mut plans: BTreeMap<usize, Vec<_>> = BTreeMap::new();
@@ -358,6 +358,7 @@ async fn dispatch(
         plans.entry(claim.node_pool).or_default().push(claim);
     }
     let instance_types: Arc<[Arc<InstanceType>]> = input.instance_types.into();
+    let pods: Arc<[Arc<CachedPod>]> = simulated.into();
     for (position, claims) in plans {
         let pool = pools[position].clone();
         let name = pool.name_any();
@@ -372,6 +373,7 @@ async fn dispatch(
             pool,
             claims,
             instance_types: instance_types.clone(),
+            pods: pods.clone(),
         };
         // No timeout: the next pass must count every claim of this plan, and one still being
         // created is in no read model yet (a timed-out wait let a 10,000-claim plan be planned
@@ -380,6 +382,7 @@ async fn dispatch(
             tracing::warn!(nodepool = name, %error, "the nodepool actor did not take its launch plan");
         }
     }
+    let pending = &pods[..waiting];
     let paused: String = paused.iter().map(|why| format!("; {why}")).collect();
     for unschedulable in &solution.unschedulable {
         let Some(pod) = pending.get(unschedulable.pod) else {

@@ -74,6 +74,7 @@ pub async fn reconcile(shared: &Shared, pool: &NodePool) {
                 pool: Arc::new(pool.clone()),
                 claims: vec![template; count],
                 instance_types: Arc::new([]),
+                pods: Arc::new([]),
             };
             create_claims(shared, plan).await;
         }

@@ -531,6 +531,20 @@ async fn a_pod_disruption_budget_holds_a_drain_until_it_allows_it() {
         "{answer:#}"
     );
     assert_eq!(answer["nodeclaim"], claim.as_str(), "{answer:#}");
+    // The controller's role writes Events but may not list them: the answer says what it could
+    // not read, and still names the pods older than the node on it.
+    let launched_for = &answer["launched_for"];
+    assert!(
+        launched_for["events_unreadable"]
+            .as_str()
+            .is_some_and(|why| why.contains("forbidden")),
+        "{answer:#}"
+    );
+    assert_eq!(
+        launched_for["older_pods_on_it"].as_array().map(Vec::len),
+        Some(on_node(&pods)),
+        "{answer:#}"
+    );
     let pool = world.explain(&["nodepool", "default"]);
     assert_eq!(pool["nodes"]["deleting"], 1, "{pool:#}");
 

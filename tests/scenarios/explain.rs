@@ -2,10 +2,10 @@
 //! cluster up, and at its end, with the world still running, the question is answered through a
 //! client of the cluster, as the command answers it. A NodePool's budgets over the next day, its
 //! limits and nodes; why a node stays, under each blocker a situation produces; a dry run of a
-//! removal a PodDisruptionBudget holds; why a pod waits (the nearest instance type, a taint) or
+//! removal a PodDisruptionBudget holds; the pods a node was launched for; why a pod waits (the nearest instance type, a taint) or
 //! where it runs.
 
-use std::sync::Arc;
+use std::{sync::Arc, time::Duration};
 
 use joist::{
     commands::explain::{Answer, AnswerError, Question, answer},
@@ -19,8 +19,13 @@ use joist_actors::{
     },
     settings::Settings,
 };
-use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::{Api, ResourceExt};
+use joist_messages::apis::NodeClaim;
+use joist_provider::CloudProvider;
+use k8s_openapi::api::{
+    apps::v1::Deployment,
+    core::v1::{Node, Pod},
+};
+use kube::{Api, ResourceExt, api::PostParams};
 
 use super::{
     APART, GUARDED_PDB, NODE_CLASS, balanced_cluster, deployment, family, four_apart_scaled_to_two, pool,
@@ -31,9 +36,20 @@ use super::{
 /// `steps` until `until` (under controller `settings`).
 fn asked(
     settings: &str,
-    (manifests, steps, until): (&str, &str, &str),
+    run: (&str, &str, &str),
     ask: impl AsyncFnOnce(&kube::Client) -> Question,
 ) -> Result<Answer, AnswerError> {
+    let mut answers = asked_each(settings, run, async move |client| vec![ask(client).await]);
+    answers.pop().unwrap_or_else(|| panic!("no answer"))
+}
+
+/// The answers to the questions `ask` makes of the world at the end of a run (as [`asked`]),
+/// in order.
+fn asked_each(
+    settings: &str,
+    (manifests, steps, until): (&str, &str, &str),
+    ask: impl AsyncFnOnce(&kube::Client) -> Vec<Question>,
+) -> Vec<Result<Answer, AnswerError>> {
     let scenario = scenario_with(settings, manifests, steps, until);
     let mut quiet = |_: simulate::Progress| {};
     let (_, answered) = simulate::run_then(
@@ -41,12 +57,24 @@ fn asked(
         scenario.seed,
         (NodeTracer::disabled(), &mut quiet),
         async |live: Live| {
-            let question = ask(&live.client).await;
+            let questions = ask(&live.client).await;
             let settings = Settings {
                 capacity_buffer: settings.contains("capacityBuffer: true"),
                 ..Settings::default()
             };
-            answer(live.client, Arc::new(live.cloud), settings, live.clock, &question).await
+            let cloud: Arc<dyn CloudProvider> = Arc::new(live.cloud);
+            let mut answers = Vec::new();
+            for question in &questions {
+                let answer = answer(
+                    live.client.clone(),
+                    cloud.clone(),
+                    settings.clone(),
+                    live.clock,
+                    question,
+                );
+                answers.push(answer.await);
+            }
+            answers
         },
     )
     .unwrap_or_else(|e| panic!("{e}"));
@@ -170,6 +198,111 @@ fn a_node_no_cheaper_node_can_replace_stays_with_the_simulations_refusal() {
     );
     assert_eq!(answer.instance_type, "c5.large");
     assert_eq!(answer.nodepool.as_deref(), Some("default"));
+    assert_eq!(answer.pods.len(), 1, "{:?}", answer.pods);
+    assert_eq!(
+        answer.launched_for.nominated, answer.pods,
+        "its NodeClaim was launched for the web pod"
+    );
+    assert_eq!(answer.launched_for.older_pods_on_it, answer.pods);
+}
+
+#[test]
+fn a_node_whose_pod_is_pinned_to_it_stays_as_no_schedule_is_feasible() {
+    let manifests = pool(
+        "default",
+        &family(&["c5"]),
+        "  disruption: {consolidationPolicy: WhenEmptyOrUnderutilized, consolidateAfter: 30s}",
+    ) + NODE_CLASS
+        + &deployment("web", 1, "1", "");
+    let answer = node_answer(asked("{}", (&manifests, "[]", "4m"), async |client| {
+        // A pod then pinned to the web pod's node by its hostname can go nowhere else.
+        let node = node_of(client, "web").await;
+        let pinned = deployment(
+            "pinned",
+            1,
+            "100m",
+            &format!("      nodeSelector: {{kubernetes.io/hostname: {node}}}"),
+        );
+        let pinned: Deployment =
+            serde_saphyr::from_str(pinned.trim_end_matches("---\n")).unwrap_or_else(|e| panic!("{e}"));
+        Api::<Deployment>::namespaced(client.clone(), "default")
+            .create(&PostParams::default(), &pinned)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        tokio::time::sleep(Duration::from_secs(120)).await;
+        Question::Node { name: node }
+    }));
+    assert_eq!(answer.pods.len(), 2, "{answer:#?}");
+    assert_eq!(
+        blocker(&answer.standing),
+        Some("no_feasible_schedule"),
+        "{answer:#?}"
+    );
+    let removal = answer.removal.unwrap_or_else(|| panic!("no dry run"));
+    assert_eq!(removal.outcome, "stays");
+    assert!(
+        removal
+            .refusal
+            .as_deref()
+            .is_some_and(|r| r.starts_with("pod pinned-") && r.contains("would not fit")),
+        "{removal:?}"
+    );
+}
+
+#[test]
+fn an_empty_node_a_pass_counts_on_for_a_leaving_pod_is_nominated() {
+    // Four nodes, one `web` pod each, scaled down to two; a budget of no nodes keeps the two empty
+    // ones, and a PodDisruptionBudget lets no web pod be evicted.
+    let (manifests, steps) =
+        four_apart_scaled_to_two("    consolidateAfter: 30s\n    budgets: [{nodes: '0'}]");
+    let manifests = manifests + &GUARDED_PDB.replace("guarded", "web");
+    let answers = asked_each("{}", (&manifests, steps, "6m"), async |client| {
+        // A web pod's NodeClaim is deleted: its pod waits on the leaving node, and a provisioning
+        // pass counts on one of the empty nodes for it.
+        let web = node_of(client, "web").await;
+        let claims = Api::<NodeClaim>::all(client.clone());
+        let listed = claims
+            .list(&Default::default())
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let leaving = listed
+            .items
+            .iter()
+            .find(|c| c.status.as_ref().and_then(|s| s.node_name.as_deref()) == Some(web.as_str()))
+            .unwrap_or_else(|| panic!("no claim of node {web}"));
+        claims
+            .delete(&leaving.name_any(), &Default::default())
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let busy: Vec<String> = Api::<Pod>::namespaced(client.clone(), "default")
+            .list(&Default::default())
+            .await
+            .unwrap_or_else(|e| panic!("{e}"))
+            .items
+            .into_iter()
+            .filter_map(|p| p.spec?.node_name)
+            .collect();
+        Api::<Node>::all(client.clone())
+            .list(&Default::default())
+            .await
+            .unwrap_or_else(|e| panic!("{e}"))
+            .items
+            .iter()
+            .filter(|n| !busy.contains(&n.name_any()))
+            .map(|n| Question::Node { name: n.name_any() })
+            .collect()
+    });
+    let mut blockers: Vec<Option<String>> = answers
+        .into_iter()
+        .map(|answered| blocker(&node_answer(answered).standing).map(str::to_owned))
+        .collect();
+    blockers.sort();
+    assert_eq!(
+        blockers,
+        [Some("budget".to_owned()), Some("nominated".to_owned())],
+        "one empty node holds the leaving pod's room; the other only the budget keeps"
+    );
 }
 
 #[test]

@@ -30,6 +30,7 @@ use crate::effects::{
     correlator::{Correlated, Correlator, Occurrence},
     kube_ops::{self, COMPONENT, timestamp},
     metrics::Metrics,
+    nominations,
 };
 
 /// The same event is written at most once in this long (Karpenter's de-duplication window).
@@ -48,6 +49,7 @@ pub struct Events {
     metrics: Metrics,
     queue: mpsc::Sender<Outgoing>,
     recent: Arc<Mutex<Recent>>,
+    nominations: Arc<Mutex<nominations::Limit>>,
 }
 
 /// An Event for the writer: created, or, when `existing`, its count and latest message patched
@@ -93,6 +95,7 @@ impl Events {
             metrics,
             queue,
             recent: Arc::default(),
+            nominations: Arc::default(),
         }
     }
 
@@ -104,6 +107,15 @@ impl Events {
     /// Records a Warning event about `object`.
     pub fn warn<K: Resource<DynamicType = ()>>(&self, object: &K, reason: &str, message: &str) {
         self.record(object, true, reason, message);
+    }
+
+    /// Tells `pod` the NodeClaim `claim` was launched for it (`Nominated`), within Karpenter's
+    /// rate of nominations across all pods ([`nominations::Limit`]); one over it is dropped.
+    pub fn nominated<K: Resource<DynamicType = ()>>(&self, pod: &K, claim: &str) {
+        let allowed = (self.nominations.lock().unwrap_or_else(|e| e.into_inner())).take(Instant::now());
+        if allowed {
+            self.normal(pod, nominations::REASON, &nominations::message(claim));
+        }
     }
 
     fn record<K: Resource<DynamicType = ()>>(&self, object: &K, warning: bool, reason: &str, message: &str) {

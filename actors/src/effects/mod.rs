@@ -1,5 +1,5 @@
 //! The effects layer: how the controllers act on the world and report it. Kubernetes writes
-//! ([`kube_ops`], [`events`] through client-go's [`correlator`]), the cloud under deadlines and
+//! ([`kube_ops`], [`events`] through client-go's [`correlator`], a pod's [`nominations`]), the cloud under deadlines and
 //! fault points ([`cloud_calls`], [`faults`]), traces ([`node_trace`]) and Prometheus [`metrics`].
 //! Each write returns its error to the caller, which decides whether to retry.
 
@@ -11,3 +11,4 @@ pub mod faults;
 pub mod kube_ops;
 pub mod metrics;
 pub mod node_trace;
+pub mod nominations;

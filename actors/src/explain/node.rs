@@ -1,5 +1,5 @@
 //! `joist explain node NAME` (a Node or its NodeClaim): what the node is and when it was
-//! launched, where it stands in the disruption pass (not a candidate, and why; a candidate that
+//! launched and the pods it was launched for, where it stands in the disruption pass (not a candidate, and why; a candidate that
 //! stays, with its blocker; or one the pass would disrupt now), a dry run of removing it alone
 //! (where each pod would go, the replacement and its price, the saving), and what would hold
 //! its removal (the NodePool's budgets, PodDisruptionBudgets, `karpenter.sh/do-not-disrupt`).
@@ -26,7 +26,8 @@ use joist_scheduling::{
     Input, Solution,
     consolidation::{Decision, Settings},
 };
-use kube::ResourceExt;
+use k8s_openapi::api::core::v1::Event;
+use kube::{Api, ResourceExt, api::ListParams};
 use serde::Serialize;
 
 use super::{ExplainError, utc};
@@ -38,6 +39,7 @@ use crate::{
         in_flight::Holding,
         methods::{self, Base, Plan},
     },
+    effects::nominations,
     provisioner,
     shared::Shared,
     state::read_model::ReadModel,
@@ -65,6 +67,8 @@ pub struct NodeAnswer {
     pub price_per_hour: Option<f64>,
     /// When its NodeClaim was created (RFC 3339).
     pub launched: Option<String>,
+    /// The pods it was launched for, as the cluster still tells it.
+    pub launched_for: LaunchedFor,
     /// The pods that would have to move (`namespace/name`).
     pub pods: Vec<String>,
     /// Where it stands in the disruption pass.
@@ -73,6 +77,21 @@ pub struct NodeAnswer {
     pub removal: Option<Removal>,
     /// What would hold its removal now.
     pub holds: Vec<String>,
+}
+
+/// The pods a node was launched for, as the cluster still tells it: its NodeClaim's `Nominated`
+/// events (kept for the API server's Event TTL, an hour by default, and rate limited across all
+/// pods, so a large batch tells only some), and the pods on it that are older than it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct LaunchedFor {
+    /// Pods told by a `Nominated` event that its NodeClaim was launched for them.
+    pub nominated: Vec<String>,
+    /// Pods on it now that existed before its NodeClaim was created: it was launched for them,
+    /// or they moved to it since.
+    pub older_pods_on_it: Vec<String>,
+    /// Why the events could not be read, when they could not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub events_unreadable: Option<String>,
 }
 
 /// Where a node stands in the disruption pass.
@@ -157,6 +176,7 @@ pub async fn explain(shared: &Shared, name: &str) -> Result<NodeAnswer, ExplainE
         Some(c) => c.pods.clone(),
         None => read.pods_on(&node_name),
     };
+    let launched_for = launched_for(shared, claim.as_deref(), &node_name).await;
     let node = read.node(&node_name);
     let label = |key: &str| {
         node.as_ref()
@@ -176,11 +196,68 @@ pub async fn explain(shared: &Shared, name: &str) -> Result<NodeAnswer, ExplainE
             .as_ref()
             .and_then(|c| c.metadata.creation_timestamp.as_ref())
             .map(|t| utc(t.0.as_second())),
+        launched_for,
         pods: pods.iter().map(|p| pod_key(p)).collect(),
         removal: candidate.and_then(|c| removal(c, &base)),
         holds: candidate.map_or_else(Vec::new, |c| holds(read, budgets, c, now)),
         standing,
     })
+}
+
+/// The pods the node `node_name` (of NodeClaim `claim`) was launched for: the pods its
+/// `Nominated` events name, and the pods on it older than its NodeClaim.
+async fn launched_for(shared: &Shared, claim: Option<&NodeClaim>, node_name: &str) -> LaunchedFor {
+    let Some(claim) = claim else {
+        return LaunchedFor::default();
+    };
+    let claim_name = claim.name_any();
+    let names = [format!("nodeclaim/{claim_name}"), format!("node/{node_name}")];
+    let older_pods_on_it: BTreeSet<String> = match &claim.metadata.creation_timestamp {
+        Some(launched) => shared
+            .read
+            .pods_on(node_name)
+            .iter()
+            .filter(|pod| {
+                pod.metadata
+                    .creation_timestamp
+                    .as_ref()
+                    .is_some_and(|t| t.0 < launched.0)
+            })
+            .map(|pod| pod_key(pod))
+            .collect(),
+        None => BTreeSet::new(),
+    };
+    let events: Api<Event> = Api::all(shared.client.clone());
+    let listed = events
+        .list(&ListParams::default().fields(&format!("reason={}", nominations::REASON)))
+        .await;
+    let (nominated, events_unreadable) = match listed {
+        Ok(listed) => {
+            let nominated: BTreeSet<String> = listed
+                .items
+                .iter()
+                .filter(|event| {
+                    let message = event.message.as_deref().unwrap_or_default();
+                    nominations::targets(message).any(|target| names.iter().any(|n| n == target))
+                })
+                .map(|event| {
+                    let pod = &event.involved_object;
+                    format!(
+                        "{}/{}",
+                        pod.namespace.as_deref().unwrap_or_default(),
+                        pod.name.as_deref().unwrap_or_default()
+                    )
+                })
+                .collect();
+            (nominated.into_iter().collect(), None)
+        }
+        Err(error) => (Vec::new(), Some(error.to_string())),
+    };
+    LaunchedFor {
+        nominated,
+        older_pods_on_it: older_pods_on_it.into_iter().collect(),
+        events_unreadable,
+    }
 }
 
 /// Where every managed node stands in one disruption pass over `shared`'s view, by Node name
@@ -512,6 +589,7 @@ impl fmt::Display for NodeAnswer {
             write!(f, ", launched {launched}")?;
         }
         writeln!(f)?;
+        writeln!(f, "{}", self.launched_for)?;
         writeln!(f, "  pods to move: {}", list(&self.pods))?;
         writeln!(f, "{}", self.standing)?;
         if let Some(removal) = &self.removal {
@@ -541,6 +619,17 @@ impl fmt::Display for NodeAnswer {
             }
         }
         Ok(())
+    }
+}
+
+impl fmt::Display for LaunchedFor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "  launched for (Nominated events): ")?;
+        match &self.events_unreadable {
+            Some(why) => writeln!(f, "unknown, the events could not be read: {why}")?,
+            None => writeln!(f, "{}", list(&self.nominated))?,
+        }
+        write!(f, "  pods on it older than it: {}", list(&self.older_pods_on_it))
     }
 }
 
