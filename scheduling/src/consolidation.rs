@@ -10,7 +10,8 @@
 //! are replaced by spot nodes only with [`Settings::spot_to_spot`] (Karpenter's
 //! `SpotToSpotConsolidation` gate), and then only when at least [`SPOT_TO_SPOT_MIN_TYPES`] cheaper
 //! spot types exist, of which the cheapest that many are kept, so one spot node is not replaced
-//! over and over.
+//! over and over. Under the `Strict` minValues policy, the cheaper types must still meet the
+//! replacement's `minValues`, as Karpenter's do.
 //!
 //! A [`Search`] borrows the caller's [`Input`] (the base, built once per pass) and its candidates,
 //! sets the solver up over them once, and simulates each set of candidates as a change to that
@@ -18,7 +19,7 @@
 //! question grows with the pods it moves, not with the cluster. Failures are values
 //! ([`Refusal`]), written for people, as Karpenter's `Unconsolidatable` events are.
 
-use std::{fmt, sync::Arc};
+use std::{collections::BTreeSet, fmt, sync::Arc};
 
 use joist_messages::{
     labels::{CAPACITY_TYPE, ZONE},
@@ -30,7 +31,7 @@ use joist_messages::{
 };
 
 use crate::{
-    input::{ExistingNode, Input},
+    input::{ExistingNode, Input, MinValuesPolicy},
     pod::PodInfo,
     solution::{NewClaim, Solution},
     solver::Simulator,
@@ -126,6 +127,16 @@ pub enum Refusal {
         /// The candidates' price.
         current: f64,
     },
+    /// The cheaper instance types no longer meet a `minValues` of the replacement's requirements
+    /// (with the `Strict` policy).
+    MinValues {
+        /// The requirement's key.
+        key: String,
+        /// The values it needs.
+        needed: u32,
+        /// The values the cheaper types have.
+        found: usize,
+    },
     /// Spot would be replaced by spot, which the feature gate forbids or too few types allow.
     SpotToSpot {
         /// How many cheaper spot types there are.
@@ -148,6 +159,10 @@ impl fmt::Display for Refusal {
             Refusal::NotCheaper { replacement, current } => write!(
                 f,
                 "the cheapest replacement (${replacement:.4}/h) is not cheaper than ${current:.4}/h"
+            ),
+            Refusal::MinValues { key, needed, found } => write!(
+                f,
+                "the cheaper instance types offer {found} of the {needed} values of {key} its minValues needs"
             ),
             Refusal::SpotToSpot { enabled: false, .. } => {
                 f.write_str("spot-to-spot consolidation is disabled (feature gate SpotToSpotConsolidation)")
@@ -443,6 +458,11 @@ fn replacement(
         }
         cheaper.truncate(SPOT_TO_SPOT_MIN_TYPES);
     }
+    if base.options.min_values == MinValuesPolicy::Strict
+        && let Some(refusal) = min_values_shortfall(base, &claim.requirements, &cheaper)
+    {
+        return Err(refusal);
+    }
     if let Ok(pinned) = Requirement::new(CAPACITY_TYPE, Operator::In, [capacity_type.label()]) {
         claim.requirements.add(pinned);
     }
@@ -451,6 +471,27 @@ fn replacement(
     Ok(Replacement {
         claim,
         price: cheapest,
+    })
+}
+
+/// The first `minValues` of `requirements` that the instance types `types` (positions in the
+/// catalog of `base`) do not meet, as a refusal: Karpenter keeps a replacement's cheaper types
+/// only while they still do.
+fn min_values_shortfall(base: &Input, requirements: &Requirements, types: &[usize]) -> Option<Refusal> {
+    requirements.iter().find_map(|wanted| {
+        let needed = wanted.min_values()?;
+        let found: BTreeSet<&str> = types
+            .iter()
+            .filter_map(|&t| base.instance_types[t].requirements.get(wanted.key()))
+            .filter(|offered| offered.operator() == Operator::In)
+            .flat_map(|offered| offered.values())
+            .filter(|value| wanted.has(value))
+            .collect();
+        (found.len() < needed as usize).then(|| Refusal::MinValues {
+            key: wanted.key().to_owned(),
+            needed,
+            found: found.len(),
+        })
     })
 }
 

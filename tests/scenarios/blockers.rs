@@ -1,23 +1,17 @@
 //! Why nodes stay, as the disruption pass counts them: `karpenter_voluntary_disruption_candidates_remaining`
 //! by NodePool and blocker, for a pool whose budget allows nothing, one that never consolidates,
-//! and one whose nodes changed within its `consolidateAfter`.
+//! and one whose nodes changed within its `consolidateAfter`; and
+//! the `ConsolidationRejected` events of a decision abandoned at its validation, for a budget or for
+//! a change.
+
+use std::collections::BTreeMap;
 
 use joist::simulate;
-use joist_actors::effects::node_trace::NodeTracer;
+use joist_actors::{disruption::blockers::Blocker, effects::node_trace::NodeTracer};
+use k8s_openapi::api::core::v1::Event;
+use kube::{Api, api::ListParams};
 
 use super::{four_apart_scaled_to_two, sample, scenario};
-
-/// The blockers the gauge can carry, as `joist_actors::disruption::blockers` names them.
-const BLOCKERS: [&str; 8] = [
-    "budget",
-    "consolidation_disabled",
-    "buffer_pods",
-    "not_consolidatable",
-    "no_feasible_schedule",
-    "same_or_more_expensive_replacement",
-    "score",
-    "nominated",
-];
 
 /// Each blocker's count for the NodePool `default` at the end of a run of four nodes (one `web`
 /// pod each) scaled down to two pods at 2 min, under the pool's `disruption` fields.
@@ -33,14 +27,15 @@ fn remaining(disruption: &str) -> Vec<(&'static str, f64)> {
         "every node stays: {:#?}",
         report.summary
     );
-    BLOCKERS
+    Blocker::ALL
         .iter()
+        .map(|blocker| blocker.label())
         .filter_map(|blocker| {
             let series = format!(
                 "karpenter_voluntary_disruption_candidates_remaining{{nodepool=\"default\",blocker=\"{blocker}\"}}"
             );
             let count = sample(&metrics, &series).unwrap_or_else(|| panic!("no {series} in\n{metrics}"));
-            (count > 0.0).then_some((*blocker, count))
+            (count > 0.0).then_some((blocker, count))
         })
         .collect()
 }
@@ -61,4 +56,73 @@ fn each_node_that_stays_is_counted_under_the_blocker_that_holds_it() {
         [("not_consolidatable", 4.0)],
         "four minutes into an hour's wait"
     );
+}
+
+/// The nodes at the end of a run of four nodes (one `web` pod each) scaled down to two at
+/// 2m15s under the pool's `disruption` fields and more `steps`, until `until`, and how many
+/// NodeClaims' `ConsolidationRejected` events gave each reason and blocker.
+fn abandoned(disruption: &str, steps: &str, until: &str) -> (usize, BTreeMap<(String, String), usize>) {
+    let (manifests, _) = four_apart_scaled_to_two(disruption);
+    let steps = format!(
+        "[{{at: 2m15s, scale: {{kind: Deployment, namespace: default, name: web, replicas: 2}}}}{steps}]"
+    );
+    let scenario = scenario(&manifests, &steps, until);
+    let mut quiet = |_: simulate::Progress| {};
+    let (simulated, messages) = simulate::run_then(
+        &scenario,
+        scenario.seed,
+        (NodeTracer::disabled(), &mut quiet),
+        async |live: simulate::Live| {
+            let events = Api::<Event>::all(live.client.clone())
+                .list(
+                    &ListParams::default()
+                        .fields("reason=ConsolidationRejected,involvedObject.kind=NodeClaim"),
+                )
+                .await
+                .unwrap_or_else(|e| panic!("{e}"));
+            events
+                .items
+                .into_iter()
+                .filter_map(|e| e.message)
+                .collect::<Vec<_>>()
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let mut blockers = BTreeMap::new();
+    for message in messages {
+        let reason = message
+            .split_once(", reason: ")
+            .and_then(|(_, r)| r.split_once(' '));
+        let blocker = message
+            .rsplit_once("(blocker: ")
+            .and_then(|(_, b)| b.strip_suffix(')'));
+        if let (Some((reason, _)), Some(blocker)) = (reason, blocker) {
+            *blockers
+                .entry((reason.to_owned(), blocker.to_owned()))
+                .or_default() += 1;
+        }
+    }
+    (simulated.report.summary.final_nodes.len(), blockers)
+}
+
+#[test]
+fn a_decision_overtaken_before_its_validation_is_abandoned_under_a_validation_blocker() {
+    // The two empty nodes are chosen at 2m45s or later, in an even minute: their validation, 15 s
+    // on, falls in an odd minute, when a scheduled budget allows nothing.
+    let (nodes, blockers) = abandoned(
+        "    consolidateAfter: 30s\n    budgets: [{nodes: '100%'}, {nodes: '0', schedule: '1-59/2 * * * *', duration: 1m}]",
+        "",
+        "3m30s",
+    );
+    assert_eq!(nodes, 4, "nothing was removed");
+    let twice = |reason: &str, blocker: &str| BTreeMap::from([((reason.to_owned(), blocker.to_owned()), 2)]);
+    assert_eq!(blockers, twice("budget", "validation_budget"));
+    // Chosen when a budget window closes at 3m, then a third web pod lands on one of them at
+    // 3m05s, before the validation at 3m15s.
+    let (_, blockers) = abandoned(
+        "    consolidateAfter: 30s\n    budgets: [{nodes: '100%'}, {nodes: '0', schedule: '2 * * * *', duration: 1m}]",
+        ", {at: 3m05s, scale: {kind: Deployment, namespace: default, name: web, replicas: 3}}",
+        "3m30s",
+    );
+    assert_eq!(blockers, twice("churn", "validation_churn"));
 }

@@ -207,6 +207,34 @@ fn a_node_no_cheaper_node_can_replace_stays_with_the_simulations_refusal() {
 }
 
 #[test]
+fn a_node_whose_cheaper_replacements_miss_min_values_stays_for_min_values() {
+    // Three 1-CPU pods on one c5 node, scaled down to one: only c5.large is cheaper, and the
+    // NodePool wants three instance types to choose from.
+    let requirements = family(&["c5"])
+        + "\n        - key: node.kubernetes.io/instance-type\n          operator: Exists\n          minValues: 3";
+    let manifests = pool(
+        "default",
+        &requirements,
+        "  disruption: {consolidationPolicy: WhenEmptyOrUnderutilized, consolidateAfter: 30s}",
+    ) + NODE_CLASS
+        + &deployment("web", 3, "1", "");
+    let steps = "[{at: 2m, scale: {kind: Deployment, namespace: default, name: web, replicas: 1}}]";
+    let answer = node_answer(asked("{}", (&manifests, steps, "5m"), async |client| {
+        Question::Node {
+            name: node_of(client, "web").await,
+        }
+    }));
+    assert_eq!(blocker(&answer.standing), Some("min_values"), "{answer:#?}");
+    let refusal = answer.removal.and_then(|r| r.refusal);
+    assert_eq!(
+        refusal.as_deref(),
+        Some(
+            "the cheaper instance types offer 1 of the 3 values of node.kubernetes.io/instance-type its minValues needs"
+        )
+    );
+}
+
+#[test]
 fn a_node_whose_pod_is_pinned_to_it_stays_as_no_schedule_is_feasible() {
     let manifests = pool(
         "default",

@@ -3,7 +3,9 @@
 //! `karpenter_voluntary_disruption_candidates_remaining{nodepool,blocker}`, on the
 //! `Unconsolidatable` and `DisruptionBlocked` events.
 //!
-//! Only the blockers Joist can produce are here. A node the pass did not get to judge (drift took
+//! Only the blockers Joist can produce are here: not `timeout` (its searches run to the end),
+//! `static_replica_excess` or `static_node_limit` (a static NodePool's nodes are never
+//! candidates), nor the health gates (none stops consolidation). A node the pass did not get to judge (drift took
 //! the pass, or a command before it took the room its refusal may only reflect) has no blocker
 //! and is not counted; neither is a node no graceful method may take at all (do-not-disrupt, a
 //! PodDisruptionBudget), which is no candidate, as in Karpenter.
@@ -28,23 +30,32 @@ pub enum Blocker {
     NoFeasibleSchedule,
     /// The cheapest replacement would cost as much or more (or too few cheaper spot types).
     SameOrMoreExpensiveReplacement,
+    /// The cheaper instance types would not meet its requirements' `minValues`.
+    MinValues,
     /// The `Balanced` score refused the move: it disrupts more than it saves.
     Score,
     /// A provisioning pass counted on it for pending pods.
     Nominated,
+    /// A command took it, and the cluster changed before the command's validation.
+    ValidationChurn,
+    /// A command took it, and the budgets no longer allowed the command at its validation.
+    ValidationBudget,
 }
 
 impl Blocker {
     /// Every blocker, in label order.
-    pub const ALL: [Blocker; 8] = [
+    pub const ALL: [Blocker; 11] = [
         Blocker::Budget,
         Blocker::ConsolidationDisabled,
         Blocker::BufferPods,
         Blocker::NotConsolidatable,
         Blocker::NoFeasibleSchedule,
         Blocker::SameOrMoreExpensiveReplacement,
+        Blocker::MinValues,
         Blocker::Score,
         Blocker::Nominated,
+        Blocker::ValidationChurn,
+        Blocker::ValidationBudget,
     ];
 
     /// The `blocker` label's value.
@@ -56,8 +67,11 @@ impl Blocker {
             Blocker::NotConsolidatable => "not_consolidatable",
             Blocker::NoFeasibleSchedule => "no_feasible_schedule",
             Blocker::SameOrMoreExpensiveReplacement => "same_or_more_expensive_replacement",
+            Blocker::MinValues => "min_values",
             Blocker::Score => "score",
             Blocker::Nominated => "nominated",
+            Blocker::ValidationChurn => "validation_churn",
+            Blocker::ValidationBudget => "validation_budget",
         }
     }
 
@@ -72,8 +86,13 @@ impl Blocker {
             Blocker::NotConsolidatable => "it changed within its NodePool's consolidateAfter",
             Blocker::NoFeasibleSchedule => "its pods would not all fit elsewhere, even on one new node",
             Blocker::SameOrMoreExpensiveReplacement => "the cheapest replacement would not be cheaper",
+            Blocker::MinValues => "the cheaper instance types would not meet its requirements' minValues",
             Blocker::Score => "the Balanced score refused the move: it disrupts more than it saves",
             Blocker::Nominated => "a provisioning pass counted on it for pending pods",
+            Blocker::ValidationChurn => "the cluster changed before the decision to disrupt it was validated",
+            Blocker::ValidationBudget => {
+                "the budgets no longer allowed the decision to disrupt it when it was validated"
+            }
         }
     }
 
@@ -82,6 +101,7 @@ impl Blocker {
         match refusal {
             Refusal::PodDoesNotFit { .. } | Refusal::MoreThanOneNode { .. } => Blocker::NoFeasibleSchedule,
             Refusal::NotCheaper { .. } => Blocker::SameOrMoreExpensiveReplacement,
+            Refusal::MinValues { .. } => Blocker::MinValues,
             Refusal::SpotToSpot { enabled: false, .. } => Blocker::ConsolidationDisabled,
             Refusal::SpotToSpot { enabled: true, .. } => Blocker::SameOrMoreExpensiveReplacement,
         }

@@ -145,6 +145,8 @@ pub struct Plan {
     pub rejections: Vec<Rejection>,
     /// Why each consolidation candidate the pass judged and left stays.
     pub verdicts: Verdicts,
+    /// Why the command being validated no longer holds, when it does not.
+    pub invalidated: Option<Invalidated>,
 }
 
 /// The base problem of a pass, and where each candidate's node stands in it.
@@ -202,6 +204,7 @@ pub fn plan(
         refusals,
         rejections: consolidations.rejections,
         verdicts: consolidations.verdicts,
+        invalidated: None,
     }
 }
 
@@ -304,6 +307,7 @@ fn consolidation(
         refusals,
         rejections,
         verdicts,
+        invalidated: None,
     }
 }
 
@@ -648,19 +652,50 @@ fn each_alone<'c, F: Fn(&str) -> u32>(
         refusals,
         rejections,
         verdicts,
+        invalidated: None,
+    }
+}
+
+/// Why a command's validation abandoned it, in Karpenter's words (`ConsolidationRejected`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Invalidated {
+    /// The budgets no longer allow it.
+    Budget,
+    /// Its pods no longer schedule as decided: another outcome, or the score refuses it.
+    Scheduling,
+    /// A candidate is gone, changed within `consolidateAfter`, or no longer empty.
+    Churn,
+}
+
+impl Invalidated {
+    /// Karpenter's reason (`budget`, `scheduling`, `churn`).
+    pub fn label(self) -> &'static str {
+        match self {
+            Invalidated::Budget => "budget",
+            Invalidated::Scheduling => "scheduling",
+            Invalidated::Churn => "churn",
+        }
+    }
+
+    /// The blocker that keeps its candidates.
+    pub fn blocker(self) -> Blocker {
+        match self {
+            Invalidated::Budget => Blocker::ValidationBudget,
+            Invalidated::Scheduling | Invalidated::Churn => Blocker::ValidationChurn,
+        }
     }
 }
 
 /// Whether `previous`, an emptiness or consolidation command (drift is not validated), still
 /// holds over this pass's `candidates`: every one of its candidates is still a consolidatable
 /// candidate (and still empty for emptiness), within budgets, and the simulation gives the same
-/// kind of outcome. The command as it stands now, or `None`.
+/// kind of outcome. The command as it stands now, or why not.
 pub fn revalidate(
     previous: &Command,
     candidates: &[Candidate],
     base: &Base<'_>,
     allowed: impl Fn(&str, DisruptionReason) -> u32,
-) -> Option<Command> {
+) -> Result<Command, Invalidated> {
     let current: Vec<&Candidate> = previous
         .candidates
         .iter()
@@ -669,23 +704,30 @@ pub fn revalidate(
                 .iter()
                 .find(|c| c.claim.name_any() == old.claim.name_any() && c.consolidatable)
         })
-        .collect::<Option<_>>()?;
+        .collect::<Option<_>>()
+        .ok_or(Invalidated::Churn)?;
     if within_budgets(&current, |pool| allowed(pool, previous.reason)).len() != current.len() {
-        return None;
+        return Err(Invalidated::Budget);
     }
     let (decision, onto) = match previous.method {
         Method::Emptiness => current
             .iter()
             .all(|c| c.pods.is_empty())
-            .then_some((Decision::Delete, Vec::new()))?,
-        method => simulate(method, &current, base)?.ok()?,
+            .then_some((Decision::Delete, Vec::new()))
+            .ok_or(Invalidated::Churn)?,
+        method => simulate(method, &current, base)
+            .and_then(Result::ok)
+            .ok_or(Invalidated::Scheduling)?,
     };
     let same_kind = matches!(
         (&previous.decision, &decision),
         (Decision::Delete, Decision::Delete) | (Decision::Replace(_), Decision::Replace(_))
     );
     let (approved, scores) = balanced_score(&current, &decision, base);
-    (same_kind && approved).then(|| Command {
+    if !(same_kind && approved) {
+        return Err(Invalidated::Scheduling);
+    }
+    Ok(Command {
         method: previous.method,
         reason: previous.reason,
         candidates: current.into_iter().cloned().collect(),

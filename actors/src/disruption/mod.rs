@@ -52,7 +52,7 @@ use self::{
     blockers::{Blocker, Verdicts},
     candidates::{Collected, PoolTypes},
     in_flight::{Held, Holding, InFlight, Ticket},
-    methods::{Base, Command, Method, Plan, Rejection},
+    methods::{Base, Command, Invalidated, Method, Plan, Rejection},
 };
 use crate::{
     decide::budgets,
@@ -381,6 +381,7 @@ async fn decide(
     // The search runs off the actors' thread (where the settings put the provisioner's solve):
     // at 10,000 nodes it takes seconds, during which nothing else would run.
     let started = tokio::time::Instant::now();
+    let validating = previous;
     let planning = previous.is_none();
     let previous = previous.cloned();
     let read = read.clone();
@@ -397,9 +398,15 @@ async fn decide(
         let allowed = |pool: &str, reason: DisruptionReason| budgets.allowed(pool, reason);
         let outcome = match &previous {
             None => methods::plan(&candidates, &eventual, &base, allowed),
-            Some(previous) => Plan {
-                commands: (methods::revalidate(previous, &candidates, &base, allowed).into_iter()).collect(),
-                ..Plan::default()
+            Some(previous) => match methods::revalidate(previous, &candidates, &base, allowed) {
+                Ok(command) => Plan {
+                    commands: vec![command],
+                    ..Plan::default()
+                },
+                Err(invalidated) => Plan {
+                    invalidated: Some(invalidated),
+                    ..Plan::default()
+                },
             },
         };
         (outcome, input)
@@ -410,6 +417,7 @@ async fn decide(
             refusals,
             rejections,
             verdicts: judged,
+            invalidated,
         },
         input,
     )) = simulated.await
@@ -441,6 +449,8 @@ async fn decide(
         } else {
             lock(memo).forget();
         }
+    } else if let (Some(abandoned), Some(invalidated)) = (validating, invalidated) {
+        report_invalidated(shared, abandoned, invalidated);
     }
     commands
         .into_iter()
@@ -698,6 +708,43 @@ fn report_blockers(shared: &Shared, pools: &[Arc<NodePool>], verdicts: &Verdicts
                 })
                 .set(of_pool.and_then(|c| c.get(&blocker)).copied().unwrap_or(0));
         }
+    }
+}
+
+/// Tells each candidate of `abandoned`, a command its validation found `invalidated`, why it
+/// stays: Karpenter's `ConsolidationRejected` on its Node and NodeClaim, with the blocker; and
+/// counts it under that blocker on `karpenter_voluntary_disruption_candidates_remaining` until
+/// the next pass sets the gauge anew.
+fn report_invalidated(shared: &Shared, abandoned: &Command, invalidated: Invalidated) {
+    let blocker = invalidated.blocker();
+    let decision = match abandoned.decision {
+        Decision::Delete => "delete",
+        Decision::Replace(_) | Decision::Relaunch(_) => "replace",
+    };
+    let savings = abandoned.savings();
+    let nodes = abandoned.candidates.len();
+    for candidate in &abandoned.candidates {
+        let command = match nodes {
+            1 => format!("{decision}: [{}]", candidate.node_name()),
+            _ => format!(
+                "{decision}: [{}] (part of {nodes}-node consolidation)",
+                candidate.node_name()
+            ),
+        };
+        let message = format!(
+            "Consolidation rejected: {command}, reason: {} (savings: ${savings:.2}) (blocker: {blocker})",
+            invalidated.label()
+        );
+        (shared.events).normal(candidate.node.as_ref(), "ConsolidationRejected", &message);
+        (shared.events).normal(candidate.claim.as_ref(), "ConsolidationRejected", &message);
+        shared
+            .metrics
+            .disruption_candidates_remaining
+            .get_or_create(&PoolBlockerLabels {
+                nodepool: candidate.pool.name_any(),
+                blocker: blocker.label().to_owned(),
+            })
+            .inc();
     }
 }
 

@@ -169,6 +169,45 @@ fn an_oversized_node_is_replaced_by_a_cheaper_one_that_fits() {
 }
 
 #[test]
+fn a_replacement_whose_cheaper_types_miss_min_values_is_refused_under_the_strict_policy() {
+    // Two 1-CPU pods fit the types of 3 to 16 CPUs (14 types); 13 of them are cheaper than the
+    // 16-CPU node.
+    let with_min_values = |needed: u32, policy: MinValuesPolicy| {
+        let mut input = cluster(vec![node(
+            "big",
+            16,
+            vec![pod("p1", "1", json!({})), pod("p2", "1", json!({}))],
+        )]);
+        let types = Requirement::new(joist_messages::labels::INSTANCE_TYPE, Operator::Exists, [""; 0])
+            .unwrap_or_else(|e| panic!("{e}"))
+            .with_min_values(Some(needed));
+        input.node_pools[0].requirements.add(types);
+        input.options.min_values = policy;
+        let big = candidate(&input, 0, 16, CapacityType::OnDemand);
+        consolidate(&input, &[&big], Settings::default())
+    };
+    assert_eq!(
+        with_min_values(14, MinValuesPolicy::Strict),
+        Err(Refusal::MinValues {
+            key: joist_messages::labels::INSTANCE_TYPE.to_owned(),
+            needed: 14,
+            found: 13
+        })
+    );
+    assert!(matches!(
+        with_min_values(13, MinValuesPolicy::Strict),
+        Ok(Decision::Replace(r)) if r.claim.instance_types.len() == 13
+    ));
+    assert!(
+        matches!(
+            with_min_values(14, MinValuesPolicy::BestEffort),
+            Ok(Decision::Replace(_))
+        ),
+        "best effort launches with fewer values"
+    );
+}
+
+#[test]
 fn a_node_pool_at_its_limits_replaces_a_node_with_what_that_node_holds() {
     let mut input = cluster(vec![
         node("held", 16, vec![pod("a", "9", json!({}))]),
