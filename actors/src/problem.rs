@@ -4,8 +4,9 @@
 //! daemonsets and the namespace labels. Pods are the caller's to add. Building it writes the
 //! NodeOverlays' statuses with the conflicts found across the pools.
 //!
-//! A NodePool whose instance types cannot be listed, whose node class is missing, or whose
-//! requirements do not parse is left out of this pass and logged; the pass goes on without it.
+//! A NodePool that is not Ready, being deleted, static or paused, or whose instance types cannot
+//! be listed, whose node class is missing, or whose requirements do not parse, is left out of
+//! this pass with why ([`LeftOut`]); the pass goes on without it.
 
 use std::{collections::BTreeSet, sync::Arc};
 
@@ -27,8 +28,58 @@ pub struct Problem {
     pub input: Input,
     /// The NodePools, by position in `input.node_pools`.
     pub pools: Vec<Arc<NodePool>>,
-    /// NodePools left out because their launches are paused (see [`crate::state::breaker`]), with why.
-    pub paused: Vec<String>,
+    /// The NodePools of this replica left out of the problem, with why.
+    pub left_out: Vec<LeftOut>,
+}
+
+/// A NodePool a problem leaves out, and why.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LeftOut {
+    /// The NodePool's name.
+    pub nodepool: String,
+    /// Why.
+    pub why: Why,
+}
+
+/// Why a NodePool is left out of a problem.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Why {
+    /// It is not Ready.
+    NotReady,
+    /// It is being deleted.
+    Deleting,
+    /// It is static: it keeps its own size, and pods never make it launch.
+    Static,
+    /// Its launches are paused (see [`crate::state::breaker`]), with why.
+    Paused(String),
+    /// Its node class is not in the cluster.
+    NoNodeClass(String),
+    /// Its instance types could not be listed.
+    InstanceTypes(String),
+    /// Its template cannot be simulated (a requirement that does not parse).
+    Invalid(String),
+}
+
+impl LeftOut {
+    /// Whether its launches are paused: the only reason a pod that fits nowhere is told.
+    pub fn is_paused(&self) -> bool {
+        matches!(self.why, Why::Paused(_))
+    }
+}
+
+impl std::fmt::Display for LeftOut {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "nodepool {:?}: ", self.nodepool)?;
+        match &self.why {
+            Why::NotReady => f.write_str("not Ready"),
+            Why::Deleting => f.write_str("being deleted"),
+            Why::Static => f.write_str("static: it keeps its own size"),
+            Why::Paused(why) => f.write_str(why),
+            Why::NoNodeClass(class) => write!(f, "its node class {class:?} is not in the cluster"),
+            Why::InstanceTypes(error) => write!(f, "its instance types could not be listed: {error}"),
+            Why::Invalid(message) => write!(f, "it cannot be simulated: {message}"),
+        }
+    }
 }
 
 /// The problem over `nodes` (see the module docs).
@@ -40,32 +91,44 @@ pub async fn cluster(shared: &Shared, nodes: Vec<ExistingNode>) -> Problem {
         ..Input::default()
     };
     let mut pools: Vec<Arc<NodePool>> = Vec::new();
-    let mut paused = Vec::new();
+    let mut left_out = Vec::new();
     let mut conflicted = BTreeSet::new();
     for pool in read.node_pools() {
+        let name = pool.name_any();
         // Another replica's shard: its pods are that replica's too.
-        if !shared.settings.acts_for_pool(&pool.name_any()) {
+        if !shared.settings.acts_for_pool(&name) {
             continue;
         }
+        let mut leave = |why: Why| {
+            tracing::debug!(nodepool = name, ?why, "nodepool left out of the pass");
+            left_out.push(LeftOut {
+                nodepool: name.clone(),
+                why,
+            });
+        };
         let ready = pool
             .status
             .as_ref()
             .is_some_and(|s| is_true(&s.conditions, ConditionType::Ready));
-        // Static pools keep their own size: pods never make them launch.
-        if !ready || pool.metadata.deletion_timestamp.is_some() || is_static(&pool) {
-            tracing::debug!(
-                nodepool = pool.name_any(),
-                ready,
-                "nodepool left out of the pass: not Ready, deleting or static"
-            );
+        if pool.metadata.deletion_timestamp.is_some() {
+            leave(Why::Deleting);
             continue;
         }
-        let name = pool.name_any();
+        if is_static(&pool) {
+            leave(Why::Static);
+            continue;
+        }
+        if !ready {
+            leave(Why::NotReady);
+            continue;
+        }
         if let Some(why) = shared.breakers.paused(&name) {
-            paused.push(format!("nodepool {name:?}: {why}"));
+            leave(Why::Paused(why.to_string()));
             continue;
         }
-        let Some(class) = read.node_class(&pool.spec.template.spec.node_class_ref.name) else {
+        let class_name = &pool.spec.template.spec.node_class_ref.name;
+        let Some(class) = read.node_class(class_name) else {
+            leave(Why::NoNodeClass(class_name.clone()));
             continue;
         };
         let request = GetInstanceTypes {
@@ -81,11 +144,13 @@ pub async fn cluster(shared: &Shared, nodes: Vec<ExistingNode>) -> Problem {
         {
             Ok(Ok(types)) => types,
             Ok(Err(error)) => {
-                tracing::warn!(nodepool = pool.name_any(), %error, "listing instance types failed");
+                tracing::warn!(nodepool = name, %error, "listing instance types failed");
+                leave(Why::InstanceTypes(error.to_string()));
                 continue;
             }
             Err(error) => {
-                tracing::warn!(nodepool = pool.name_any(), %error, "the catalog did not answer");
+                tracing::warn!(nodepool = name, %error, "the catalog did not answer");
+                leave(Why::InstanceTypes(format!("the catalog did not answer: {error}")));
                 continue;
             }
         };
@@ -105,6 +170,7 @@ pub async fn cluster(shared: &Shared, nodes: Vec<ExistingNode>) -> Problem {
             Err(message) => {
                 input.instance_types.truncate(start);
                 tracing::warn!(%message, "skipping an invalid nodepool");
+                leave(Why::Invalid(message.to_string()));
             }
         }
     }
@@ -121,5 +187,9 @@ pub async fn cluster(shared: &Shared, nodes: Vec<ExistingNode>) -> Problem {
             .ok()
         })
         .collect();
-    Problem { input, pools, paused }
+    Problem {
+        input,
+        pools,
+        left_out,
+    }
 }

@@ -202,8 +202,11 @@ async fn prepare(shared: &Shared) -> Pass {
     let Problem {
         mut input,
         pools,
-        paused,
+        left_out,
     } = problem::cluster(shared, snapshot::existing_nodes(read)).await;
+    let paused = (left_out.iter().filter(|l| l.is_paused()))
+        .map(ToString::to_string)
+        .collect();
     let snapshot::Pending {
         pods: mut pending,
         ignored,

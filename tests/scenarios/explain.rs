@@ -524,18 +524,27 @@ fn a_pod_that_does_not_tolerate_a_nodepools_taint_is_told_so_and_an_unknown_one_
         "      nodeClassRef:",
         "      taints: [{key: dedicated, value: batch, effect: NoSchedule}]\n      nodeClassRef:",
     ) + NODE_CLASS
+        + &pool("orphan", "", "").replace("name: default}", "name: missing}")
         + &deployment("web", 1, "1", "");
     let answer = pod_answer(asked("{}", (&manifests, "[]", "1m"), async |client| {
         Question::Pod {
             name: pod_of(client, "web").await,
         }
     }));
-    let PodState::Pending { nodepools, .. } = &answer.state else {
+    let PodState::Pending {
+        nodepools, left_out, ..
+    } = &answer.state
+    else {
         panic!("not pending: {answer:#?}");
     };
     assert_eq!(
         nodepools[0].reason, "did not tolerate taint dedicated=batch:NoSchedule",
         "{answer:#?}"
+    );
+    assert_eq!(
+        left_out,
+        &["nodepool \"orphan\": not Ready"],
+        "a NodePool whose node class is missing is not Ready"
     );
     let missing = asked("{}", (&manifests, "[]", "10s"), async |_| Question::Pod {
         name: "default/nope".to_owned(),

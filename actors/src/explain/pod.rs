@@ -11,7 +11,6 @@ use std::fmt;
 
 use joist_messages::{
     cached_pod::CachedPod,
-    conditions::{ConditionType, is_true},
     labels::{CAPACITY_TYPE, INSTANCE_TYPE, NODEPOOL, ZONE},
     model::{instance_type::InstanceType, resources::Resources},
 };
@@ -21,7 +20,6 @@ use serde::Serialize;
 
 use super::ExplainError;
 use crate::{
-    decide::static_capacity::is_static,
     problem::{self, Problem},
     shared::Shared,
     state::{read_model::unprovisionable, snapshot},
@@ -165,33 +163,9 @@ async fn pending(shared: &Shared, pod: &CachedPod) -> PodState {
         }
     };
     let Problem {
-        mut input,
-        pools,
-        paused,
+        mut input, left_out, ..
     } = problem::cluster(shared, snapshot::existing_nodes(read)).await;
-    let mut left_out = paused;
-    for pool in read.node_pools() {
-        let name = pool.name_any();
-        if pools.iter().any(|p| p.name_any() == name) || !shared.settings.acts_for_pool(&name) {
-            continue;
-        }
-        let ready = pool
-            .status
-            .as_ref()
-            .is_some_and(|s| is_true(&s.conditions, ConditionType::Ready));
-        let why = if pool.metadata.deletion_timestamp.is_some() {
-            "being deleted"
-        } else if is_static(&pool) {
-            "static: it keeps its own size"
-        } else if !ready {
-            "not Ready"
-        } else {
-            "its instance types could not be listed, or its node class is missing"
-        };
-        if !left_out.iter().any(|l| l.contains(&format!("{name:?}"))) {
-            left_out.push(format!("nodepool {name:?}: {why}"));
-        }
-    }
+    let left_out: Vec<String> = left_out.iter().map(ToString::to_string).collect();
     input.pods = vec![info];
     input.options.reserved_offerings = ReservedOfferingMode::Strict;
     let solution = solve(&input);
