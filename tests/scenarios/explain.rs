@@ -150,6 +150,30 @@ fn a_node_that_stays_is_explained_by_the_blocker_that_holds_it() {
 }
 
 #[test]
+fn a_nodeclaim_still_launching_is_no_candidate_until_it_is_initialized() {
+    let manifests = pool("default", &family(&["c5"]), "") + NODE_CLASS + &deployment("web", 1, "1", "");
+    // Nodes boot in 40 s: at 20 s its NodeClaim is launched, and its Node not there yet.
+    let answer = node_answer(asked("{}", (&manifests, "[]", "20s"), async |client| {
+        let claims = Api::<NodeClaim>::all(client.clone())
+            .list(&Default::default())
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let claim = claims.items.first().unwrap_or_else(|| panic!("no NodeClaim yet"));
+        Question::Node {
+            name: claim.name_any(),
+        }
+    }));
+    assert_eq!(
+        answer.standing,
+        Standing::NotCandidate {
+            reason: "its NodeClaim is not initialized yet".to_owned(),
+            blocker: None
+        }
+    );
+    assert_eq!(answer.node, "", "no Node yet");
+}
+
+#[test]
 fn a_move_the_balanced_score_refuses_is_explained_by_the_score() {
     // The heavy node's one pod costs nine times a plain one to move: replacing the node by a
     // cheaper one disrupts far more than it saves.

@@ -19,7 +19,7 @@
 //! whether it is consolidatable (`consolidateAfter` has passed since it initialized and since
 //! a pod last arrived or left), which its NodeClaim's `Consolidatable` condition shows.
 
-use std::{collections::BTreeMap, sync::Arc};
+use std::{collections::BTreeMap, fmt, sync::Arc};
 
 use joist_messages::{
     apis::{NodeClaim, NodePool, nodepool::ConsolidationPolicy},
@@ -42,6 +42,53 @@ use crate::{
     },
     state::{buffers::Buffers, read_model::ReadModel},
 };
+
+/// Why a NodeClaim is no candidate at all, for any method.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Excluded {
+    /// It has no status yet.
+    NoStatus,
+    /// It is being deleted.
+    Deleting,
+    /// It is not initialized yet.
+    NotInitialized,
+    /// It has no `karpenter.sh/nodepool` label.
+    NoNodePool,
+    /// Its NodePool is not in the cluster.
+    UnknownNodePool(String),
+    /// Its NodePool is static: it keeps its own size.
+    Static(String),
+    /// Its Node has not registered.
+    NotRegistered,
+    /// Its Node is being deleted.
+    NodeDeleting,
+    /// Its Node is tainted `karpenter.sh/disrupted`: a disruption has it already.
+    NodeDisrupted,
+    /// It lacks one of the labels a candidate is priced by.
+    MissingLabel(&'static str),
+    /// Its offering is no longer sold to its NodePool, or the pool is left out of the pass.
+    NotOffered,
+}
+
+impl fmt::Display for Excluded {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Excluded::NoStatus => f.write_str("its NodeClaim has no status yet"),
+            Excluded::Deleting => f.write_str("its NodeClaim is being deleted"),
+            Excluded::NotInitialized => f.write_str("its NodeClaim is not initialized yet"),
+            Excluded::NoNodePool => write!(f, "its NodeClaim has no {NODEPOOL} label"),
+            Excluded::UnknownNodePool(pool) => write!(f, "its NodePool {pool:?} is not in the cluster"),
+            Excluded::Static(pool) => write!(f, "its NodePool {pool:?} is static: it keeps its own size"),
+            Excluded::NotRegistered => f.write_str("its node has not registered"),
+            Excluded::NodeDeleting => f.write_str("its Node is being deleted"),
+            Excluded::NodeDisrupted => f.write_str("its Node is tainted karpenter.sh/disrupted: a disruption has it"),
+            Excluded::MissingLabel(label) => write!(f, "its NodeClaim has no {label} label"),
+            Excluded::NotOffered => f.write_str(
+                "its offering is no longer sold to its NodePool, or its NodePool is left out of the pass (not Ready, paused)",
+            ),
+        }
+    }
+}
 
 /// A node the planner may disrupt.
 #[derive(Debug, Clone)]
@@ -142,6 +189,8 @@ pub struct Collected {
     pub stale_conditions: Vec<(Arc<NodeClaim>, bool)>,
     /// The cost and disruption of every node of each `Balanced` NodePool, candidate or not.
     pub balanced_totals: BTreeMap<String, PoolTotals>,
+    /// The NodeClaims that are no candidates at all, with why.
+    pub excluded: Vec<(Arc<NodeClaim>, Excluded)>,
 }
 
 /// Every candidate and every blocked node (see the module docs).
@@ -149,9 +198,13 @@ pub fn collect(read: &ReadModel, buffers: &Buffers, types: &PoolTypes<'_>, now_s
     let budgets = read.disruption_budgets();
     let mut collected = Collected::default();
     for claim in read.node_claims() {
-        let Some(candidate) = candidate(read, types, &claim, now_seconds) else {
-            count_in_balanced_totals(read, types, &claim, &mut collected.balanced_totals);
-            continue;
+        let candidate = match candidate(read, types, &claim, now_seconds) {
+            Ok(candidate) => candidate,
+            Err(excluded) => {
+                count_in_balanced_totals(read, types, &claim, &mut collected.balanced_totals);
+                collected.excluded.push((claim, excluded));
+                continue;
+            }
         };
         if candidate.pool.spec.disruption.consolidation_policy == ConsolidationPolicy::Balanced {
             let totals = collected
@@ -247,31 +300,45 @@ fn offered_price(types: &PoolTypes<'_>, pool: &str, labels: &BTreeMap<String, St
         .map(|o| o.price)
 }
 
+/// The candidate of `claim`, or why it is none.
 fn candidate(
     read: &ReadModel,
     types: &PoolTypes<'_>,
     claim: &Arc<NodeClaim>,
     now_seconds: i64,
-) -> Option<Candidate> {
-    let status = claim.status.as_ref()?;
-    if claim.metadata.deletion_timestamp.is_some() || !is_true(&status.conditions, ConditionType::Initialized)
-    {
-        return None;
+) -> Result<Candidate, Excluded> {
+    let status = claim.status.as_ref().ok_or(Excluded::NoStatus)?;
+    if claim.metadata.deletion_timestamp.is_some() {
+        return Err(Excluded::Deleting);
+    }
+    if !is_true(&status.conditions, ConditionType::Initialized) {
+        return Err(Excluded::NotInitialized);
     }
     let labels = claim.labels();
-    let pool_name = labels.get(NODEPOOL)?;
-    let pool = read.node_pool(pool_name)?;
+    let pool_name = labels.get(NODEPOOL).ok_or(Excluded::NoNodePool)?;
+    let pool = read
+        .node_pool(pool_name)
+        .ok_or_else(|| Excluded::UnknownNodePool(pool_name.clone()))?;
     // A static pool keeps its own size: its nodes are no candidates for any method.
     if crate::decide::static_capacity::is_static(&pool) {
-        return None;
+        return Err(Excluded::Static(pool_name.clone()));
     }
-    let node = read.node_for_provider(status.provider_id.as_deref()?)?;
-    if node.metadata.deletion_timestamp.is_some() || is_disrupted(&node) {
-        return None;
+    let node = (status.provider_id.as_deref())
+        .and_then(|id| read.node_for_provider(id))
+        .ok_or(Excluded::NotRegistered)?;
+    if node.metadata.deletion_timestamp.is_some() {
+        return Err(Excluded::NodeDeleting);
     }
-    let capacity_type = CapacityType::from_label(labels.get(CAPACITY_TYPE)?)?;
-    if !labels.contains_key(INSTANCE_TYPE) || !labels.contains_key(ZONE) {
-        return None;
+    if is_disrupted(&node) {
+        return Err(Excluded::NodeDisrupted);
+    }
+    let capacity_type = (labels.get(CAPACITY_TYPE))
+        .and_then(|label| CapacityType::from_label(label))
+        .ok_or(Excluded::MissingLabel(CAPACITY_TYPE))?;
+    for label in [INSTANCE_TYPE, ZONE] {
+        if !labels.contains_key(label) {
+            return Err(Excluded::MissingLabel(label));
+        }
     }
     let drifted = is_true(&status.conditions, ConditionType::Drifted);
     let offered = offered_price(types, pool_name, labels);
@@ -280,12 +347,12 @@ fn candidate(
     let price = match (offered, drifted) {
         (Some(price), _) => price,
         (None, true) => 0.0,
-        (None, false) => return None,
+        (None, false) => return Err(Excluded::NotOffered),
     };
     let pods = pods_to_move(read, &node);
     let reschedule_cost = node_disruption_cost(pods.iter().map(|p| eviction_cost(p)));
     let consolidatable = consolidatable(read, claim, &node, &pool, now_seconds);
-    Some(Candidate {
+    Ok(Candidate {
         claim: claim.clone(),
         node,
         pool,

@@ -10,7 +10,7 @@
 //! them, and the nodes a provisioning pass would nominate for pending pods.
 
 use std::{
-    collections::{BTreeMap, BTreeSet},
+    collections::{BTreeMap, BTreeSet, HashMap},
     fmt,
     sync::Arc,
 };
@@ -18,7 +18,6 @@ use std::{
 use joist_messages::{
     apis::{NodeClaim, nodepool::DisruptionReason},
     cached_pod::CachedPod,
-    conditions::{ConditionType, is_true},
     labels::{CAPACITY_TYPE, INSTANCE_TYPE, NODEPOOL, ZONE, annotations::DO_NOT_DISRUPT},
     pods::do_not_disrupt,
 };
@@ -35,7 +34,7 @@ use crate::{
     capacity_buffers::{self, Statuses},
     disruption::{
         self, Budgets, Judged,
-        candidates::{Candidate, Collected, covers},
+        candidates::{Candidate, Collected, Excluded, covers},
         in_flight::Holding,
         methods::{self, Base, Plan},
     },
@@ -168,7 +167,7 @@ pub async fn explain(shared: &Shared, name: &str) -> Result<NodeAnswer, ExplainE
     let standing = match candidate {
         Some(_) => standing(collected, &plan(collected, &base, budgets), &claim_name),
         None => Standing::NotCandidate {
-            reason: why_no_candidate(shared, claim.as_deref()),
+            reason: why_excluded(&excluded_by_name(collected), claim.as_deref()),
             blocker: None,
         },
     };
@@ -268,6 +267,7 @@ pub async fn standings(shared: &Shared) -> BTreeMap<String, Standing> {
     let pass = Pass::of(shared, now).await;
     let collected = &pass.collected;
     let plan = plan(collected, &pass.base(shared), &pass.budgets);
+    let excluded = excluded_by_name(collected);
     shared
         .read
         .node_claims()
@@ -278,7 +278,7 @@ pub async fn standings(shared: &Shared) -> BTreeMap<String, Standing> {
             let standing = match candidate_of(collected, &name) {
                 Some(_) => standing(collected, &plan, &name),
                 None => Standing::NotCandidate {
-                    reason: why_no_candidate(shared, Some(claim)),
+                    reason: why_excluded(&excluded, Some(claim)),
                     blocker: None,
                 },
             };
@@ -430,35 +430,22 @@ fn decision(decision: &Decision) -> String {
     }
 }
 
-/// Why a NodeClaim (or a Node without one) is no candidate at all, as the pass's rules say.
-fn why_no_candidate(shared: &Shared, claim: Option<&NodeClaim>) -> String {
+/// Why the NodeClaim `claim` (or a Node without one) is no candidate at all, as the pass found.
+fn why_excluded(excluded: &HashMap<String, &Excluded>, claim: Option<&NodeClaim>) -> String {
     let Some(claim) = claim else {
         return "the node has no NodeClaim: no NodePool manages it".to_owned();
     };
-    let conditions = claim.status.as_ref().map_or(&[][..], |s| &s.conditions[..]);
-    if claim.metadata.deletion_timestamp.is_some() {
-        return "its NodeClaim is being deleted".to_owned();
-    }
-    if !is_true(conditions, ConditionType::Initialized) {
-        return "its NodeClaim is not initialized yet".to_owned();
-    }
-    let Some(pool) = claim.labels().get(NODEPOOL) else {
-        return format!("its NodeClaim has no {NODEPOOL} label");
-    };
-    match shared.read.node_pool(pool) {
-        None => format!("its NodePool {pool:?} is not in the cluster"),
-        Some(p)
-            if !p
-                .status
-                .as_ref()
-                .is_some_and(|s| is_true(&s.conditions, ConditionType::Ready)) =>
-        {
-            format!("its NodePool {pool:?} is not Ready")
-        }
-        Some(_) => {
-            "its node is not registered, or its instance type is no longer offered to its NodePool".to_owned()
-        }
-    }
+    excluded.get(&claim.name_any()).map_or_else(
+        || "the pass did not see its NodeClaim".to_owned(),
+        |why| why.to_string(),
+    )
+}
+
+/// The pass's excluded NodeClaims, by name.
+fn excluded_by_name(collected: &Collected) -> HashMap<String, &Excluded> {
+    (collected.excluded.iter())
+        .map(|(claim, why)| (claim.name_any(), why))
+        .collect()
 }
 
 /// Removing `candidate` alone, simulated; `None` when it is not in the simulation's base.
