@@ -126,10 +126,10 @@ pub fn run(
     let runtime = super::runtime()?;
     let system = actix::System::with_tokio_rt(move || runtime);
     let answered = system.block_on(async {
-        let client = read_only::client(run::kube_client(kubeconfig).await.map_err(start)?);
+        let client = run::kube_client(kubeconfig).await.map_err(start)?;
         let version = run::kubernetes_version(&client).await?;
         // The simulated clouds register and remove Nodes through their client: this one cannot.
-        let (cloud, _queue) = run::cloud(&settings, &client, version).await?;
+        let (cloud, _queue) = run::cloud(&settings, &read_only::client(client.clone()), version).await?;
         let controllers = run::controller_settings(&settings);
         answer(client, cloud, controllers, Clock::system(), question)
             .await
