@@ -11,7 +11,8 @@
 //!
 //! The simulated cloud is the snapshot's region (its nodes' `topology.kubernetes.io/region`,
 //! us-west-2 when none says), with the simulator's prices; its nodes are adopted as running
-//! instances ([`crate::simulate::restore`]). Fails, naming the file and what is wrong, when the
+//! instances ([`crate::simulate::restore`]); nodes of types it does not sell there are named in a
+//! note (priced at nothing, they drift in both runs). Fails, naming the file and what is wrong, when the
 //! snapshot or a change cannot be read or a change is refused as the API server would refuse it.
 
 use std::{
@@ -31,7 +32,8 @@ use super::{
     explain::{Output, read_only},
     run::kube_client,
 };
-use joist_messages::apis::duration::Duration as KarpenterDuration;
+use joist_messages::{apis::duration::Duration as KarpenterDuration, labels::INSTANCE_TYPE};
+use joist_provider_sim::catalog::Catalog;
 
 use crate::{
     simulate::{
@@ -58,6 +60,12 @@ pub struct WhatIf {
     pub before: Outcome,
     /// The run with it.
     pub after: Outcome,
+    /// The snapshot's nodes whose instance types the simulated cloud does not sell in its region,
+    /// by type: priced at nothing, and replaced as drifted in both runs.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub unsold: BTreeMap<String, usize>,
+    /// The region simulated.
+    pub region: String,
 }
 
 /// What one run came to.
@@ -208,6 +216,8 @@ pub fn run(
         changes: changes.iter().map(|c| c.display().to_string()).collect(),
         before: replay(&before)?,
         after: replay(&after)?,
+        unsold: unsold(&snapshot, &before.region),
+        region: before.region.clone(),
     };
     let text = match output {
         Output::Text => what_if.to_string(),
@@ -296,6 +306,22 @@ fn scenario(snapshot: &Snapshot, changes: Option<&str>, duration: &str) -> Resul
     Ok(scenario)
 }
 
+/// How many of the snapshot's nodes run each instance type the simulated cloud does not sell
+/// in `region` (a KWOK cluster's, a type newer than the simulator's catalog).
+fn unsold(snapshot: &Snapshot, region: &str) -> BTreeMap<String, usize> {
+    let catalog = Catalog::load(region, &[]).unwrap_or_default();
+    let mut unsold = BTreeMap::new();
+    for node in snapshot.of_kind("Node") {
+        let Some(instance_type) = node["metadata"]["labels"][INSTANCE_TYPE].as_str() else {
+            continue;
+        };
+        if catalog.get(instance_type).is_none() {
+            *unsold.entry(instance_type.to_owned()).or_default() += 1;
+        }
+    }
+    unsold
+}
+
 /// A scenario with nothing in it: the simulator's defaults (boot time, batch windows, no gates).
 const BLANK: &str = "kind: Scenario\nmetadata: {name: what-if}\nspec:\n  seed: 1\n  cloud: {region: us-west-2}\n  manifests: ''\n  steps: []\n  until: 1s\n";
 
@@ -373,6 +399,18 @@ impl fmt::Display for WhatIf {
             writeln!(f, "with it, pending at the end: {pod}: {why}")?;
         }
         writeln!(f, "cost before ${:.4}/h", b.cost_per_hour_end)?;
-        writeln!(f, "cost after ${:.4}/h", a.cost_per_hour_end)
+        writeln!(f, "cost after ${:.4}/h", a.cost_per_hour_end)?;
+        if !self.unsold.is_empty() {
+            let types: Vec<String> = (self.unsold.iter())
+                .map(|(name, nodes)| format!("{name} ({nodes} nodes)"))
+                .collect();
+            writeln!(
+                f,
+                "note: the simulated cloud does not sell {} in {}: those nodes are priced at $0/h and replaced as drifted in both runs",
+                types.join(", "),
+                self.region
+            )?;
+        }
+        Ok(())
     }
 }

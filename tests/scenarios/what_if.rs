@@ -1,7 +1,7 @@
 //! `joist what-if` held to the simulator itself: a snapshot taken at the end of a `joist
 //! simulate` run, replayed with a change, ends on the same nodes at the same cost as the run
 //! with that change made at the same moment, and its page draws both runs; the snapshot file
-//! round-trips.
+//! round-trips; nodes of a type the simulated cloud does not sell are named.
 
 use joist::{
     simulate::{self, Live},
@@ -112,6 +112,25 @@ fn a_change_replayed_on_a_snapshot_ends_as_the_change_made_in_the_run_itself() {
     assert!(
         page.contains("without the change (dashed)") && page.contains("stroke-dasharray"),
         "both runs on each chart, the one without the change dashed"
+    );
+
+    // The same snapshot with its nodes of a type the simulated cloud does not sell (a KWOK
+    // cluster's): the summary says so.
+    let kwok = dir.join("kwok.yaml");
+    std::fs::write(&kwok, text.replace("c5.large", "c-2x-amd64-linux")).unwrap_or_else(|e| panic!("{e}"));
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_joist"))
+        .arg("what-if")
+        .arg("--from")
+        .arg(&kwok)
+        .arg(&changed)
+        .args(["--for", "1m"])
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let printed = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        printed.contains("note: the simulated cloud does not sell c-2x-amd64-linux (4 nodes) in us-west-2"),
+        "{printed}{}",
+        String::from_utf8_lossy(&output.stderr)
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
