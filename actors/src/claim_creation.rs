@@ -13,7 +13,7 @@ use kube::{Api, ResourceExt, api::PostParams};
 use crate::{
     decide::{claim_template, limits},
     effects::faults::Step,
-    effects::kube_ops,
+    effects::{kube_ops, nominations::Target},
     protocol::LaunchPlan,
     shared::Shared,
 };
@@ -51,8 +51,12 @@ pub async fn create_claims(shared: &Shared, plan: LaunchPlan) {
                     Ok(created) => {
                         let created_name = created.name_any();
                         tracing::info!(nodepool = name, nodeclaim = created_name, "created nodeclaim");
+                        let target = Target {
+                            claim: Some(&created_name),
+                            node: None,
+                        };
                         for pod in &pods {
-                            shared.events.nominated(pod.as_ref(), &created_name);
+                            shared.events.nominated(pod.as_ref(), target);
                         }
                         shared.read.record_created(created);
                         shared.metrics.created(name, "provisioned");

@@ -8,7 +8,8 @@
 //! (in flight or registered) the next pass places them there rather than launching again. Only
 //! pending pods are told why they fit nowhere. The nodes a simulation put pods on are nominated
 //! for them ([`crate::decide::timing::nomination_window`]): disruption leaves them alone until
-//! the pods get there.
+//! the pods get there. Each real pod placed on a node is told so with Karpenter's `Nominated`
+//! event ([`crate::effects::nominations`]): the pods of a new NodeClaim once it is created.
 //!
 //! With the `CapacityBuffer` gate on, the CapacityBuffers' virtual pods come last
 //! ([`crate::state::buffers`]): they get nodes as pending pods do (the solver orders them among
@@ -39,7 +40,7 @@ use kube::ResourceExt;
 
 use crate::{
     decide::{fold::Fold, timing::nomination_window},
-    effects::metrics::ControllerLabels,
+    effects::{metrics::ControllerLabels, nominations::Target},
     problem::{self, Problem},
     protocol::{LaunchPlan, ProvisionBatch},
     shared::Shared,
@@ -142,6 +143,7 @@ async fn provision(shared: Shared) {
         "scheduling simulation"
     );
     remember(&shared, &input, &solution, (pass.simulated, &pass.buffers));
+    tell_nominated(&shared, &input, &solution, &pass.pods);
     dispatch(
         &shared,
         input,
@@ -345,6 +347,32 @@ fn nominate(shared: &Shared, input: &Input, solution: &Solution, real: usize) {
     shared
         .read
         .nominate(nodes.into_iter().map(str::to_owned), now, until);
+}
+
+/// Tells each real pod (of `pods`, the simulation's first) the existing or launching node the
+/// simulation put it on (`Nominated`: its NodeClaim, and its Node once registered), as
+/// Karpenter does.
+fn tell_nominated(shared: &Shared, input: &Input, solution: &Solution, pods: &[Arc<CachedPod>]) {
+    let read = &shared.read;
+    for placement in &solution.placements {
+        let (Some(pod), Some(node)) = (pods.get(placement.pod), input.nodes.get(placement.node)) else {
+            continue;
+        };
+        let name = node.name.as_str();
+        let claim = read.node(name).map(|_| read.claim_for_node(name));
+        let target = match &claim {
+            Some(claim) => Target {
+                claim: claim.as_deref(),
+                node: Some(name),
+            },
+            // Still launching: it goes by its NodeClaim's name.
+            None => Target {
+                claim: Some(name),
+                node: None,
+            },
+        };
+        shared.events.nominated(pod.as_ref(), target);
+    }
 }
 
 /// Sends the claims to their NodePools and tells unschedulable pending pods (the first

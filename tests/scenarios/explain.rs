@@ -23,9 +23,12 @@ use joist_messages::apis::NodeClaim;
 use joist_provider::CloudProvider;
 use k8s_openapi::api::{
     apps::v1::Deployment,
-    core::v1::{Node, Pod},
+    core::v1::{Event, Node, Pod},
 };
-use kube::{Api, ResourceExt, api::PostParams};
+use kube::{
+    Api, ResourceExt,
+    api::{ListParams, PostParams},
+};
 
 use super::{
     APART, GUARDED_PDB, NODE_CLASS, balanced_cluster, deployment, family, four_apart_scaled_to_two, pool,
@@ -326,15 +329,35 @@ fn an_empty_node_a_pass_counts_on_for_a_leaving_pod_is_nominated() {
             .delete(&leaving.name_any(), &Default::default())
             .await
             .unwrap_or_else(|e| panic!("{e}"));
-        tokio::time::sleep(Duration::from_secs(5)).await;
-        let busy: Vec<String> = Api::<Pod>::namespaced(client.clone(), "default")
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        let pods = Api::<Pod>::namespaced(client.clone(), "default")
             .list(&Default::default())
             .await
             .unwrap_or_else(|e| panic!("{e}"))
-            .items
-            .into_iter()
-            .filter_map(|p| p.spec?.node_name)
-            .collect();
+            .items;
+        // The controller's own pass told the leaving pod which node it counts on, as Karpenter
+        // does: its NodeClaim and its Node.
+        let waiting = pods
+            .iter()
+            .find(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(web.as_str()))
+            .unwrap_or_else(|| panic!("the web pod left node {web}"));
+        let told = Api::<Event>::namespaced(client.clone(), "default")
+            .list(&ListParams::default().fields(&format!(
+                "reason=Nominated,involvedObject.name={}",
+                waiting.name_any()
+            )))
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            told.items.iter().filter_map(|e| e.message.as_deref()).any(|m| {
+                m.starts_with("Pod should schedule on: nodeclaim/")
+                    && m.contains(", node/")
+                    && !m.contains(&web)
+            }),
+            "{:#?}",
+            told.items
+        );
+        let busy: Vec<String> = pods.into_iter().filter_map(|p| p.spec?.node_name).collect();
         Api::<Node>::all(client.clone())
             .list(&Default::default())
             .await

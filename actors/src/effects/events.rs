@@ -109,12 +109,12 @@ impl Events {
         self.record(object, true, reason, message);
     }
 
-    /// Tells `pod` the NodeClaim `claim` was launched for it (`Nominated`), within Karpenter's
-    /// rate of nominations across all pods ([`nominations::Limit`]); one over it is dropped.
-    pub fn nominated<K: Resource<DynamicType = ()>>(&self, pod: &K, claim: &str) {
+    /// Tells `pod` where it should schedule (`Nominated`), within Karpenter's rate of
+    /// nominations across all pods ([`nominations::Limit`]); one over it is dropped.
+    pub fn nominated<K: Resource<DynamicType = ()>>(&self, pod: &K, target: nominations::Target<'_>) {
         let allowed = (self.nominations.lock().unwrap_or_else(|e| e.into_inner())).take(Instant::now());
         if allowed {
-            self.normal(pod, nominations::REASON, &nominations::message(claim));
+            self.normal(pod, nominations::REASON, &nominations::message(target));
         }
     }
 

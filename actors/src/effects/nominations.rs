@@ -1,6 +1,8 @@
-//! The `Nominated` event a pod gets when a NodeClaim is launched for it, as Karpenter writes it
-//! (`Pod should schedule on: nodeclaim/NAME`), and how such a message is read back
-//! ([`targets`]): `joist explain node` names the pods a node was launched for from these events.
+//! The `Nominated` event a pod gets when a provisioning pass counts on a node for it, as Karpenter
+//! writes it: `Pod should schedule on: nodeclaim/NAME` for a NodeClaim launched for it or still
+//! launching, `…: nodeclaim/NAME, node/NODE` for a registered node. How such a message is read
+//! back ([`targets`]): `joist explain node` names the pods a node was launched for from these
+//! events (those that name its NodeClaim without a Node).
 //!
 //! Karpenter limits these events across all pods to [`PER_SECOND`] in bursts of [`BURST`], so a
 //! batch of 10,000 pods costs the API server a burst's worth; [`Limit`] is that token bucket, on
@@ -21,9 +23,21 @@ pub const PER_SECOND: f64 = 5.0;
 /// Nominations that may be told at once after a quiet spell.
 pub const BURST: f64 = 10.0;
 
-/// The message telling a pod the NodeClaim `claim` was launched for it.
-pub fn message(claim: &str) -> String {
-    format!("{PREFIX}nodeclaim/{claim}")
+/// Where a pod should schedule: a NodeClaim, its Node, or both.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Target<'a> {
+    /// The NodeClaim, when known.
+    pub claim: Option<&'a str>,
+    /// The Node, once registered.
+    pub node: Option<&'a str>,
+}
+
+/// The message telling a pod it should schedule on `target`, as Karpenter words it.
+pub fn message(target: Target<'_>) -> String {
+    let named: Vec<String> = (target.claim.map(|c| format!("nodeclaim/{c}")).into_iter())
+        .chain(target.node.map(|n| format!("node/{n}")))
+        .collect();
+    format!("{PREFIX}{}", named.join(", "))
 }
 
 /// The objects a `Nominated` message names (`nodeclaim/NAME`, `node/NAME`); none for any other
@@ -75,11 +89,19 @@ mod tests {
 
     #[test]
     fn a_message_names_its_claim_and_reads_back() {
-        let said = message("default-abc12");
+        let launched = Target {
+            claim: Some("default-abc12"),
+            node: None,
+        };
+        let said = message(launched);
         assert_eq!(said, "Pod should schedule on: nodeclaim/default-abc12");
         assert_eq!(targets(&said).collect::<Vec<_>>(), ["nodeclaim/default-abc12"]);
+        let registered = Target {
+            claim: Some("c"),
+            node: Some("n"),
+        };
         assert_eq!(
-            targets("Pod should schedule on: nodeclaim/c, node/n").collect::<Vec<_>>(),
+            targets(&message(registered)).collect::<Vec<_>>(),
             ["nodeclaim/c", "node/n"],
             "Karpenter names both when both are known"
         );

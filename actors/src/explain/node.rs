@@ -83,7 +83,8 @@ pub struct NodeAnswer {
 /// pods, so a large batch tells only some), and the pods on it that are older than it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct LaunchedFor {
-    /// Pods told by a `Nominated` event that its NodeClaim was launched for them.
+    /// Pods told by a `Nominated` event to schedule on its NodeClaim before it had a Node: it was
+    /// launched for them, or counted on for them while it launched.
     pub nominated: Vec<String>,
     /// Pods on it now that existed before its NodeClaim was created: it was launched for them,
     /// or they moved to it since.
@@ -203,14 +204,14 @@ pub async fn explain(shared: &Shared, name: &str) -> Result<NodeAnswer, ExplainE
     })
 }
 
-/// The pods the node `node_name` (of NodeClaim `claim`) was launched for: the pods its
-/// `Nominated` events name, and the pods on it older than its NodeClaim.
+/// The pods the node `node_name` (of NodeClaim `claim`) was launched for: the pods whose
+/// `Nominated` events name its NodeClaim before it had a Node, and the pods on it older than its
+/// NodeClaim.
 async fn launched_for(shared: &Shared, claim: Option<&NodeClaim>, node_name: &str) -> LaunchedFor {
     let Some(claim) = claim else {
         return LaunchedFor::default();
     };
-    let claim_name = claim.name_any();
-    let names = [format!("nodeclaim/{claim_name}"), format!("node/{node_name}")];
+    let launched = format!("nodeclaim/{}", claim.name_any());
     let older_pods_on_it: BTreeSet<String> = match &claim.metadata.creation_timestamp {
         Some(launched) => shared
             .read
@@ -236,8 +237,10 @@ async fn launched_for(shared: &Shared, claim: Option<&NodeClaim>, node_name: &st
                 .items
                 .iter()
                 .filter(|event| {
+                    // Told before it had a Node: when it was launched, or while it launched.
                     let message = event.message.as_deref().unwrap_or_default();
-                    nominations::targets(message).any(|target| names.iter().any(|n| n == target))
+                    let targets: Vec<&str> = nominations::targets(message).collect();
+                    targets.contains(&launched.as_str()) && !targets.iter().any(|t| t.starts_with("node/"))
                 })
                 .map(|event| {
                     let pod = &event.involved_object;
