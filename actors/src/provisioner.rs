@@ -351,25 +351,29 @@ fn nominate(shared: &Shared, input: &Input, solution: &Solution, real: usize) {
 
 /// Tells each real pod (of `pods`, the simulation's first) the existing or launching node the
 /// simulation put it on (`Nominated`: its NodeClaim, and its Node once registered), as
-/// Karpenter does.
+/// Karpenter does, until the rate of nominations allows no more.
 fn tell_nominated(shared: &Shared, input: &Input, solution: &Solution, pods: &[Arc<CachedPod>]) {
     let read = &shared.read;
+    // Each node's NodeClaim and Node, worked out once: (claim, node) by the node's position.
+    let mut targets: HashMap<usize, (Option<String>, Option<String>)> = HashMap::new();
     for placement in &solution.placements {
+        if !shared.events.can_nominate() {
+            return;
+        }
         let (Some(pod), Some(node)) = (pods.get(placement.pod), input.nodes.get(placement.node)) else {
             continue;
         };
-        let name = node.name.as_str();
-        let claim = read.node(name).map(|_| read.claim_for_node(name));
-        let target = match &claim {
-            Some(claim) => Target {
-                claim: claim.as_deref(),
-                node: Some(name),
-            },
-            // Still launching: it goes by its NodeClaim's name.
-            None => Target {
-                claim: Some(name),
-                node: None,
-            },
+        let (claim, node) = targets.entry(placement.node).or_insert_with(|| {
+            let name = node.name.clone();
+            match read.node(&name) {
+                Some(_) => (read.claim_for_node(&name), Some(name)),
+                // Still launching: it goes by its NodeClaim's name.
+                None => (Some(name), None),
+            }
+        });
+        let target = Target {
+            claim: claim.as_deref(),
+            node: node.as_deref(),
         };
         shared.events.nominated(pod.as_ref(), target);
     }

@@ -9,9 +9,10 @@
 //! Consolidation never turns nodes into more nodes: needing two new nodes is a refusal. Spot nodes
 //! are replaced by spot nodes only with [`Settings::spot_to_spot`] (Karpenter's
 //! `SpotToSpotConsolidation` gate), and then only when at least [`SPOT_TO_SPOT_MIN_TYPES`] cheaper
-//! spot types exist, of which the cheapest that many are kept, so one spot node is not replaced
-//! over and over. Under the `Strict` minValues policy, the cheaper types must still meet the
-//! replacement's `minValues`, as Karpenter's do.
+//! spot types exist, of which the cheapest that many are kept (more when the replacement's
+//! `minValues` need them), so one spot node is not replaced over and over. Under the `Strict`
+//! minValues policy, the cheaper types must still meet the replacement's `minValues`, as
+//! Karpenter's do.
 //!
 //! A [`Search`] borrows the caller's [`Input`] (the base, built once per pass) and its candidates,
 //! sets the solver up over them once, and simulates each set of candidates as a change to that
@@ -449,6 +450,10 @@ fn replacement(
         .copied()
         .filter(|&i| offer(i).is_some_and(|(price, ct)| price < current && ct == capacity_type))
         .collect();
+    let strict = base.options.min_values == MinValuesPolicy::Strict;
+    if strict && let Some(refusal) = min_values_shortfall(base, &claim.requirements, &cheaper) {
+        return Err(refusal);
+    }
     if all_spot && capacity_type == CapacityType::Spot {
         if !settings.spot_to_spot || cheaper.len() < SPOT_TO_SPOT_MIN_TYPES {
             return Err(Refusal::SpotToSpot {
@@ -456,12 +461,11 @@ fn replacement(
                 enabled: settings.spot_to_spot,
             });
         }
-        cheaper.truncate(SPOT_TO_SPOT_MIN_TYPES);
-    }
-    if base.options.min_values == MinValuesPolicy::Strict
-        && let Some(refusal) = min_values_shortfall(base, &claim.requirements, &cheaper)
-    {
-        return Err(refusal);
+        // The cheapest fifteen, or as many more as the minValues need.
+        let keep = (SPOT_TO_SPOT_MIN_TYPES..cheaper.len())
+            .find(|&n| !strict || min_values_shortfall(base, &claim.requirements, &cheaper[..n]).is_none())
+            .unwrap_or(cheaper.len());
+        cheaper.truncate(keep);
     }
     if let Ok(pinned) = Requirement::new(CAPACITY_TYPE, Operator::In, [capacity_type.label()]) {
         claim.requirements.add(pinned);
@@ -476,7 +480,9 @@ fn replacement(
 
 /// The first `minValues` of `requirements` that the instance types `types` (positions in the
 /// catalog of `base`) do not meet, as a refusal: Karpenter keeps a replacement's cheaper types
-/// only while they still do.
+/// only while they still do. The values counted are every value each type has for the key, as
+/// Karpenter's `SatisfiesMinValues` counts them (the solver's own check works over its compiled
+/// pool view instead, before any price cut).
 fn min_values_shortfall(base: &Input, requirements: &Requirements, types: &[usize]) -> Option<Refusal> {
     requirements.iter().find_map(|wanted| {
         let needed = wanted.min_values()?;
@@ -485,7 +491,6 @@ fn min_values_shortfall(base: &Input, requirements: &Requirements, types: &[usiz
             .filter_map(|&t| base.instance_types[t].requirements.get(wanted.key()))
             .filter(|offered| offered.operator() == Operator::In)
             .flat_map(|offered| offered.values())
-            .filter(|value| wanted.has(value))
             .collect();
         (found.len() < needed as usize).then(|| Refusal::MinValues {
             key: wanted.key().to_owned(),

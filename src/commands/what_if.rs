@@ -32,7 +32,10 @@ use super::{
     explain::{Output, read_only},
     run::kube_client,
 };
-use joist_messages::{apis::duration::Duration as KarpenterDuration, labels::INSTANCE_TYPE};
+use joist_messages::{
+    apis::duration::Duration as KarpenterDuration,
+    labels::{INSTANCE_TYPE, ZONE},
+};
 use joist_provider_sim::catalog::Catalog;
 
 use crate::{
@@ -307,17 +310,23 @@ fn scenario(snapshot: &Snapshot, changes: Option<&str>, duration: &str) -> Resul
 }
 
 /// How many of the snapshot's nodes run each instance type the simulated cloud does not sell
-/// in `region` (a KWOK cluster's, a type newer than the simulator's catalog).
+/// in `region` (a KWOK cluster's, a type newer than the simulator's catalog), or not in the
+/// node's zone (`TYPE in ZONE`).
 fn unsold(snapshot: &Snapshot, region: &str) -> BTreeMap<String, usize> {
     let catalog = Catalog::load(region, &[]).unwrap_or_default();
     let mut unsold = BTreeMap::new();
     for node in snapshot.of_kind("Node") {
-        let Some(instance_type) = node["metadata"]["labels"][INSTANCE_TYPE].as_str() else {
+        let labels = &node["metadata"]["labels"];
+        let Some(instance_type) = labels[INSTANCE_TYPE].as_str() else {
             continue;
         };
-        if catalog.get(instance_type).is_none() {
-            *unsold.entry(instance_type.to_owned()).or_default() += 1;
-        }
+        let zone = labels[ZONE].as_str().unwrap_or_default();
+        let missing = match catalog.get(instance_type) {
+            None => instance_type.to_owned(),
+            Some(listing) if !listing.zones.iter().any(|z| z == zone) => format!("{instance_type} in {zone}"),
+            Some(_) => continue,
+        };
+        *unsold.entry(missing).or_default() += 1;
     }
     unsold
 }

@@ -55,9 +55,9 @@ pub enum Excluded {
     /// It has no `karpenter.sh/nodepool` label.
     NoNodePool,
     /// Its NodePool is not in the cluster.
-    UnknownNodePool(String),
+    UnknownNodePool,
     /// Its NodePool is static: it keeps its own size.
-    Static(String),
+    Static,
     /// Its Node has not registered.
     NotRegistered,
     /// Its Node is being deleted.
@@ -66,7 +66,9 @@ pub enum Excluded {
     NodeDisrupted,
     /// It lacks one of the labels a candidate is priced by.
     MissingLabel(&'static str),
-    /// Its offering is no longer sold to its NodePool, or the pool is left out of the pass.
+    /// Its NodePool is left out of the pass (not Ready, paused, …: see [`crate::problem::Why`]).
+    PoolLeftOut,
+    /// Its offering is no longer sold to its NodePool.
     NotOffered,
 }
 
@@ -77,15 +79,16 @@ impl fmt::Display for Excluded {
             Excluded::Deleting => f.write_str("its NodeClaim is being deleted"),
             Excluded::NotInitialized => f.write_str("its NodeClaim is not initialized yet"),
             Excluded::NoNodePool => write!(f, "its NodeClaim has no {NODEPOOL} label"),
-            Excluded::UnknownNodePool(pool) => write!(f, "its NodePool {pool:?} is not in the cluster"),
-            Excluded::Static(pool) => write!(f, "its NodePool {pool:?} is static: it keeps its own size"),
+            Excluded::UnknownNodePool => f.write_str("its NodePool is not in the cluster"),
+            Excluded::Static => f.write_str("its NodePool is static: it keeps its own size"),
             Excluded::NotRegistered => f.write_str("its node has not registered"),
             Excluded::NodeDeleting => f.write_str("its Node is being deleted"),
-            Excluded::NodeDisrupted => f.write_str("its Node is tainted karpenter.sh/disrupted: a disruption has it"),
+            Excluded::NodeDisrupted => {
+                f.write_str("its Node is tainted karpenter.sh/disrupted: a disruption has it")
+            }
             Excluded::MissingLabel(label) => write!(f, "its NodeClaim has no {label} label"),
-            Excluded::NotOffered => f.write_str(
-                "its offering is no longer sold to its NodePool, or its NodePool is left out of the pass (not Ready, paused)",
-            ),
+            Excluded::PoolLeftOut => f.write_str("its NodePool is left out of the pass"),
+            Excluded::NotOffered => f.write_str("its offering is no longer sold to its NodePool"),
         }
     }
 }
@@ -316,12 +319,10 @@ fn candidate(
     }
     let labels = claim.labels();
     let pool_name = labels.get(NODEPOOL).ok_or(Excluded::NoNodePool)?;
-    let pool = read
-        .node_pool(pool_name)
-        .ok_or_else(|| Excluded::UnknownNodePool(pool_name.clone()))?;
+    let pool = read.node_pool(pool_name).ok_or(Excluded::UnknownNodePool)?;
     // A static pool keeps its own size: its nodes are no candidates for any method.
     if crate::decide::static_capacity::is_static(&pool) {
-        return Err(Excluded::Static(pool_name.clone()));
+        return Err(Excluded::Static);
     }
     let node = (status.provider_id.as_deref())
         .and_then(|id| read.node_for_provider(id))
@@ -347,7 +348,8 @@ fn candidate(
     let price = match (offered, drifted) {
         (Some(price), _) => price,
         (None, true) => 0.0,
-        (None, false) => return Err(Excluded::NotOffered),
+        (None, false) if types.contains_key(pool_name) => return Err(Excluded::NotOffered),
+        (None, false) => return Err(Excluded::PoolLeftOut),
     };
     let pods = pods_to_move(read, &node);
     let reschedule_cost = node_disruption_cost(pods.iter().map(|p| eviction_cost(p)));

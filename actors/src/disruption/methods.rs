@@ -715,9 +715,12 @@ pub fn revalidate(
             .all(|c| c.pods.is_empty())
             .then_some((Decision::Delete, Vec::new()))
             .ok_or(Invalidated::Churn)?,
-        method => simulate(method, &current, base)
-            .and_then(Result::ok)
-            .ok_or(Invalidated::Scheduling)?,
+        method => match simulate(method, &current, base) {
+            Some(Ok(decided)) => decided,
+            Some(Err(_)) => return Err(Invalidated::Scheduling),
+            // A candidate's node is no longer in the simulation (cordoned, gone).
+            None => return Err(Invalidated::Churn),
+        },
     };
     let same_kind = matches!(
         (&previous.decision, &decision),

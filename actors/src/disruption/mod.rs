@@ -65,7 +65,7 @@ use crate::{
     effects::metrics::{
         ConsolidationTypeLabels, MoveLabels, PoolBlockerLabels, PoolReasonLabels, ReasonLabels,
     },
-    problem::{self, Problem},
+    problem::{self, LeftOut, Problem},
     shared::Shared,
     state::{read_model::ReadModel, snapshot},
 };
@@ -299,6 +299,7 @@ async fn decide(
         mut input,
         pools,
         collected,
+        ..
     } = judge(shared, now).await;
     if previous.is_none() {
         for (claim, consolidatable) in &collected.stale_conditions {
@@ -484,16 +485,23 @@ pub struct Judged {
     pub pools: Vec<Arc<NodePool>>,
     /// The candidates and the blocked nodes.
     pub collected: Collected,
+    /// The NodePools left out of the problem, with why.
+    pub left_out: Vec<LeftOut>,
 }
 
 /// Builds the problem and collects the candidates as of `now` (epoch seconds); reads only.
 pub async fn judge(shared: &Shared, now: i64) -> Judged {
-    let Problem { input, pools, .. } = problem::cluster(shared, Vec::new()).await;
+    let Problem {
+        input,
+        pools,
+        left_out,
+    } = problem::cluster(shared, Vec::new()).await;
     let collected = candidates::collect(&shared.read, &shared.buffers, &pool_types(&pools, &input), now);
     Judged {
         input,
         pools,
         collected,
+        left_out,
     }
 }
 
@@ -714,7 +722,8 @@ fn report_blockers(shared: &Shared, pools: &[Arc<NodePool>], verdicts: &Verdicts
 /// Tells each candidate of `abandoned`, a command its validation found `invalidated`, why it
 /// stays: Karpenter's `ConsolidationRejected` on its Node and NodeClaim, with the blocker; and
 /// counts it under that blocker on `karpenter_voluntary_disruption_candidates_remaining` until
-/// the next pass sets the gauge anew.
+/// the next pass sets the gauge anew. That pass is never skipped as idle: a pass that decided
+/// anything forgets its fingerprint (`memo.forget()`), so the next one judges and reports.
 fn report_invalidated(shared: &Shared, abandoned: &Command, invalidated: Invalidated) {
     let blocker = invalidated.blocker();
     let decision = match abandoned.decision {

@@ -109,13 +109,33 @@ impl Events {
         self.record(object, true, reason, message);
     }
 
-    /// Tells `pod` where it should schedule (`Nominated`), within Karpenter's rate of
-    /// nominations across all pods ([`nominations::Limit`]); one over it is dropped.
+    /// Tells `pod` where it should schedule (`Nominated`), as Karpenter's recorder does: at most
+    /// once per pod in [`DEDUPE_WINDOW`] whatever it names, then within the rate of nominations
+    /// across all pods ([`nominations::Limit`]); one over the rate is dropped, and the pod waits
+    /// out the window.
     pub fn nominated<K: Resource<DynamicType = ()>>(&self, pod: &K, target: nominations::Target<'_>) {
-        let allowed = (self.nominations.lock().unwrap_or_else(|e| e.into_inner())).take(Instant::now());
-        if allowed {
+        let now = Instant::now();
+        let object = object_key(&pod.object_ref(&()));
+        let fresh = (self.recent.lock().unwrap_or_else(|e| e.into_inner())).first_in_window(
+            now,
+            &object,
+            nominations::REASON,
+            "",
+        );
+        if fresh
+            && self
+                .nominations
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take(now)
+        {
             self.normal(pod, nominations::REASON, &nominations::message(target));
         }
+    }
+
+    /// Whether a nomination could be told now: a pass stops telling pods once none could.
+    pub fn can_nominate(&self) -> bool {
+        (self.nominations.lock().unwrap_or_else(|e| e.into_inner())).available(Instant::now())
     }
 
     fn record<K: Resource<DynamicType = ()>>(&self, object: &K, warning: bool, reason: &str, message: &str) {
@@ -148,13 +168,7 @@ impl Events {
         reason: &str,
         message: &str,
     ) -> Option<Correlated> {
-        let object = format!(
-            "{}\u{0}{}\u{0}{}\u{0}{}",
-            reference.kind.as_deref().unwrap_or_default(),
-            reference.namespace.as_deref().unwrap_or_default(),
-            reference.name.as_deref().unwrap_or_default(),
-            reference.uid.as_deref().unwrap_or_default(),
-        );
+        let object = object_key(reference);
         let now = Instant::now();
         let mut recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
         if !recent.first_in_window(now, &object, reason, message) {
@@ -193,6 +207,17 @@ impl Recent {
             }
         }
     }
+}
+
+/// What names the object of an event: its kind, namespace, name and UID.
+fn object_key(reference: &ObjectReference) -> String {
+    format!(
+        "{}\u{0}{}\u{0}{}\u{0}{}",
+        reference.kind.as_deref().unwrap_or_default(),
+        reference.namespace.as_deref().unwrap_or_default(),
+        reference.name.as_deref().unwrap_or_default(),
+        reference.uid.as_deref().unwrap_or_default(),
+    )
 }
 
 /// The Event for `correlated`, named and counted by the correlator.

@@ -4,10 +4,11 @@
 //! back ([`targets`]): `joist explain node` names the pods a node was launched for from these
 //! events (those that name its NodeClaim without a Node).
 //!
-//! Karpenter limits these events across all pods to [`PER_SECOND`] in bursts of [`BURST`], so a
-//! batch of 10,000 pods costs the API server a burst's worth; [`Limit`] is that token bucket, on
-//! tokio's clock (virtual in the simulator). An event over the limit is dropped: it is a hint,
-//! never part of the launch.
+//! Karpenter tells a pod at most once in its de-duplication window, whatever the message names,
+//! and limits these events across all pods to [`PER_SECOND`] in bursts of [`BURST`], so a batch
+//! of 10,000 pods costs the API server a burst's worth; [`Limit`] is that token bucket, on tokio's
+//! clock (virtual in the simulator). An event over the limit is dropped: it is a hint, never part
+//! of the launch.
 
 use tokio::time::Instant;
 
@@ -68,16 +69,21 @@ impl Default for Limit {
 impl Limit {
     /// Whether one more nomination may be told at `now` (and counts it when it may).
     pub fn take(&mut self, now: Instant) -> bool {
+        if !self.available(now) {
+            return false;
+        }
+        self.tokens -= 1.0;
+        true
+    }
+
+    /// Whether one more nomination may be told at `now`, without counting it.
+    pub fn available(&mut self, now: Instant) -> bool {
         if let Some(at) = self.at {
             let refill = now.saturating_duration_since(at).as_secs_f64() * PER_SECOND;
             self.tokens = (self.tokens + refill).min(BURST);
         }
         self.at = Some(now);
-        if self.tokens < 1.0 {
-            return false;
-        }
-        self.tokens -= 1.0;
-        true
+        self.tokens >= 1.0
     }
 }
 

@@ -39,6 +39,7 @@ use crate::{
         methods::{self, Base, Plan},
     },
     effects::nominations,
+    problem::LeftOut,
     provisioner,
     shared::Shared,
     state::read_model::ReadModel,
@@ -168,7 +169,13 @@ pub async fn explain(shared: &Shared, name: &str) -> Result<NodeAnswer, ExplainE
     let standing = match candidate {
         Some(_) => standing(collected, &plan(collected, &base, budgets), &claim_name),
         None => Standing::NotCandidate {
-            reason: why_excluded(&excluded_by_name(collected), claim.as_deref()),
+            reason: why_excluded(
+                claim.as_deref(),
+                (collected.excluded.iter())
+                    .find(|(c, _)| c.name_any() == claim_name)
+                    .map(|(_, why)| why),
+                &pass.left_out,
+            ),
             blocker: None,
         },
     };
@@ -213,7 +220,7 @@ async fn launched_for(shared: &Shared, claim: Option<&NodeClaim>, node_name: &st
     };
     let launched = format!("nodeclaim/{}", claim.name_any());
     let older_pods_on_it: BTreeSet<String> = match &claim.metadata.creation_timestamp {
-        Some(launched) => shared
+        Some(created) => shared
             .read
             .pods_on(node_name)
             .iter()
@@ -221,7 +228,7 @@ async fn launched_for(shared: &Shared, claim: Option<&NodeClaim>, node_name: &st
                 pod.metadata
                     .creation_timestamp
                     .as_ref()
-                    .is_some_and(|t| t.0 < launched.0)
+                    .is_some_and(|t| t.0 < created.0)
             })
             .map(|pod| pod_key(pod))
             .collect(),
@@ -229,7 +236,9 @@ async fn launched_for(shared: &Shared, claim: Option<&NodeClaim>, node_name: &st
     };
     let events: Api<Event> = Api::all(shared.client.clone());
     let listed = events
-        .list(&ListParams::default().fields(&format!("reason={}", nominations::REASON)))
+        .list(
+            &ListParams::default().fields(&format!("reason={},involvedObject.kind=Pod", nominations::REASON)),
+        )
         .await;
     let (nominated, events_unreadable) = match listed {
         Ok(listed) => {
@@ -270,7 +279,9 @@ pub async fn standings(shared: &Shared) -> BTreeMap<String, Standing> {
     let pass = Pass::of(shared, now).await;
     let collected = &pass.collected;
     let plan = plan(collected, &pass.base(shared), &pass.budgets);
-    let excluded = excluded_by_name(collected);
+    let excluded: HashMap<String, &Excluded> = (collected.excluded.iter())
+        .map(|(claim, why)| (claim.name_any(), why))
+        .collect();
     shared
         .read
         .node_claims()
@@ -281,7 +292,7 @@ pub async fn standings(shared: &Shared) -> BTreeMap<String, Standing> {
             let standing = match candidate_of(collected, &name) {
                 Some(_) => standing(collected, &plan, &name),
                 None => Standing::NotCandidate {
-                    reason: why_excluded(&excluded, Some(claim)),
+                    reason: why_excluded(Some(claim), excluded.get(&name).copied(), &pass.left_out),
                     blocker: None,
                 },
             };
@@ -295,6 +306,7 @@ pub async fn standings(shared: &Shared) -> BTreeMap<String, Standing> {
 struct Pass {
     input: Input,
     collected: Collected,
+    left_out: Vec<LeftOut>,
     budgets: Budgets,
     positions: BTreeMap<String, usize>,
     settling: Vec<usize>,
@@ -307,6 +319,7 @@ impl Pass {
             mut input,
             pools,
             collected,
+            left_out,
         } = disruption::judge(shared, now).await;
         let budgets = Budgets::of(shared, pools, &Holding::default(), now);
         let (positions, settling, _) =
@@ -314,6 +327,7 @@ impl Pass {
         Self {
             input,
             collected,
+            left_out,
             budgets,
             positions,
             settling,
@@ -433,22 +447,20 @@ fn decision(decision: &Decision) -> String {
     }
 }
 
-/// Why the NodeClaim `claim` (or a Node without one) is no candidate at all, as the pass found.
-fn why_excluded(excluded: &HashMap<String, &Excluded>, claim: Option<&NodeClaim>) -> String {
+/// Why the NodeClaim `claim` (or a Node without one) is no candidate at all, as the pass found
+/// (`excluded`), with why its NodePool was left out of the pass when it was.
+fn why_excluded(claim: Option<&NodeClaim>, excluded: Option<&Excluded>, left_out: &[LeftOut]) -> String {
     let Some(claim) = claim else {
         return "the node has no NodeClaim: no NodePool manages it".to_owned();
     };
-    excluded.get(&claim.name_any()).map_or_else(
-        || "the pass did not see its NodeClaim".to_owned(),
-        |why| why.to_string(),
-    )
-}
-
-/// The pass's excluded NodeClaims, by name.
-fn excluded_by_name(collected: &Collected) -> HashMap<String, &Excluded> {
-    (collected.excluded.iter())
-        .map(|(claim, why)| (claim.name_any(), why))
-        .collect()
+    let Some(excluded) = excluded else {
+        return "the pass did not see its NodeClaim".to_owned();
+    };
+    let pool = claim.labels().get(NODEPOOL);
+    match left_out.iter().find(|left| Some(&left.nodepool) == pool) {
+        Some(left) if *excluded == Excluded::PoolLeftOut => format!("{excluded}: {left}"),
+        _ => excluded.to_string(),
+    }
 }
 
 /// Removing `candidate` alone, simulated; `None` when it is not in the simulation's base.

@@ -403,6 +403,18 @@ fn spot_is_replaced_by_spot_only_behind_the_gate_and_with_fifteen_cheaper_types(
         panic!("expected a replacement: {on:?}")
     };
     assert_eq!(replacement.claim.instance_types.len(), SPOT_TO_SPOT_MIN_TYPES);
+
+    // A minValues of twenty instance types keeps twenty.
+    let mut wanting = input.clone();
+    let types = Requirement::new(joist_messages::labels::INSTANCE_TYPE, Operator::Exists, [""; 0])
+        .unwrap_or_else(|e| panic!("{e}"))
+        .with_min_values(Some(20));
+    wanting.node_pools[0].requirements.add(types);
+    let on = consolidate(&wanting, &[&spot], Settings { spot_to_spot: true });
+    let Ok(Decision::Replace(replacement)) = on else {
+        panic!("expected a replacement: {on:?}")
+    };
+    assert_eq!(replacement.claim.instance_types.len(), 20);
 }
 
 fn random_cluster() -> impl Strategy<Value = (Vec<(i64, Vec<i64>)>, usize)> {
