@@ -120,6 +120,16 @@ fn pod_answer(answered: Result<Answer, AnswerError>) -> PodAnswer {
     }
 }
 
+/// The NodePool `default` of `requirements`, consolidating what is empty or underused
+/// after 30 s, and its node class.
+fn consolidating_pool(requirements: &str) -> String {
+    pool(
+        "default",
+        requirements,
+        "  disruption: {consolidationPolicy: WhenEmptyOrUnderutilized, consolidateAfter: 30s}",
+    ) + NODE_CLASS
+}
+
 /// Where a node of four (one `web` pod each, scaled down to two at 2 min) stands at 6 min under
 /// the c5 NodePool's `disruption` fields.
 fn standing_of_a_node_under(disruption: &str) -> Standing {
@@ -198,12 +208,7 @@ fn a_move_the_balanced_score_refuses_is_explained_by_the_score() {
 #[test]
 fn a_node_no_cheaper_node_can_replace_stays_with_the_simulations_refusal() {
     // One 1-CPU pod on the smallest c5: its replacement would be the same type.
-    let manifests = pool(
-        "default",
-        &family(&["c5"]),
-        "  disruption: {consolidationPolicy: WhenEmptyOrUnderutilized, consolidateAfter: 30s}",
-    ) + NODE_CLASS
-        + &deployment("web", 1, "1", "");
+    let manifests = consolidating_pool(&family(&["c5"])) + &deployment("web", 1, "1", "");
     let answer = node_answer(asked("{}", (&manifests, "[]", "4m"), async |client| {
         Question::Node {
             name: node_of(client, "web").await,
@@ -239,12 +244,7 @@ fn a_node_whose_cheaper_replacements_miss_min_values_stays_for_min_values() {
     // NodePool wants three instance types to choose from.
     let requirements = family(&["c5"])
         + "\n        - key: node.kubernetes.io/instance-type\n          operator: Exists\n          minValues: 3";
-    let manifests = pool(
-        "default",
-        &requirements,
-        "  disruption: {consolidationPolicy: WhenEmptyOrUnderutilized, consolidateAfter: 30s}",
-    ) + NODE_CLASS
-        + &deployment("web", 3, "1", "");
+    let manifests = consolidating_pool(&requirements) + &deployment("web", 3, "1", "");
     let steps = "[{at: 2m, scale: {kind: Deployment, namespace: default, name: web, replicas: 1}}]";
     let answer = node_answer(asked("{}", (&manifests, steps, "5m"), async |client| {
         Question::Node {
@@ -263,12 +263,7 @@ fn a_node_whose_cheaper_replacements_miss_min_values_stays_for_min_values() {
 
 #[test]
 fn a_node_whose_pod_is_pinned_to_it_stays_as_no_schedule_is_feasible() {
-    let manifests = pool(
-        "default",
-        &family(&["c5"]),
-        "  disruption: {consolidationPolicy: WhenEmptyOrUnderutilized, consolidateAfter: 30s}",
-    ) + NODE_CLASS
-        + &deployment("web", 1, "1", "");
+    let manifests = consolidating_pool(&family(&["c5"])) + &deployment("web", 1, "1", "");
     let answer = node_answer(asked("{}", (&manifests, "[]", "4m"), async |client| {
         // A pod then pinned to the web pod's node by its hostname can go nowhere else.
         let node = node_of(client, "web").await;
@@ -382,11 +377,7 @@ fn an_empty_node_a_pass_counts_on_for_a_leaving_pod_is_nominated() {
 
 #[test]
 fn a_node_holding_a_buffers_pods_is_no_candidate() {
-    let manifests = pool(
-        "default",
-        &family(&["c5"]),
-        "  disruption: {consolidationPolicy: WhenEmptyOrUnderutilized, consolidateAfter: 30s}",
-    ) + NODE_CLASS
+    let manifests = consolidating_pool(&family(&["c5"]))
         + "apiVersion: v1
 kind: PodTemplate
 metadata: {name: spare, namespace: default}
@@ -427,13 +418,7 @@ spec:
 fn a_dry_run_shows_where_the_pods_would_go_and_the_pdb_that_holds_them() {
     // Four guarded 1-CPU pods packed on one node, two of them deleted: a cheaper node would do,
     // but the PodDisruptionBudget lets none of them be evicted.
-    let manifests = pool(
-        "default",
-        &family(&["c5"]),
-        "  disruption: {consolidationPolicy: WhenEmptyOrUnderutilized, consolidateAfter: 30s}",
-    ) + NODE_CLASS
-        + GUARDED_PDB
-        + &deployment("guarded", 4, "1", "");
+    let manifests = consolidating_pool(&family(&["c5"])) + GUARDED_PDB + &deployment("guarded", 4, "1", "");
     let steps = "[{at: 2m, scale: {kind: Deployment, namespace: default, name: guarded, replicas: 1}}]";
     let answer = node_answer(asked("{}", (&manifests, steps, "5m"), async |client| {
         Question::Node {
