@@ -198,8 +198,20 @@ impl FieldSet {
 
     /// The fields `after` sets that `before` did not have, or had with another value.
     fn changed(before: &Map<String, Value>, after: &Map<String, Value>, lists: Lists) -> Self {
+        Self::changed_in(before, after, after.keys(), lists)
+    }
+
+    /// [`changed`](Self::changed) among the top-level fields `keys` only.
+    fn changed_in<'k>(
+        before: &Map<String, Value>,
+        after: &Map<String, Value>,
+        keys: impl Iterator<Item = &'k String>,
+        lists: Lists,
+    ) -> Self {
         let mut children = BTreeMap::new();
-        for (key, value) in after.iter().filter(|(_, value)| !value.is_null()) {
+        for (key, value) in
+            keys.filter_map(|key| Some((key, after.get(key).filter(|value| !value.is_null())?)))
+        {
             let old = before.get(key);
             if old == Some(value) {
                 continue;
@@ -487,6 +499,16 @@ fn entries_of(object: &Value) -> Vec<Entry> {
 }
 
 fn store_entries(object: &mut Value, entries: &[Entry]) {
+    let kept = entries
+        .iter()
+        .filter(|entry| !entry.fields.is_empty())
+        .map(Entry::to_value)
+        .collect();
+    set_entries(object, kept);
+}
+
+/// Sets `metadata.managedFields` to `entries` (removed when there are none).
+fn set_entries(object: &mut Value, entries: Vec<Value>) {
     let Some(metadata) = object
         .as_object_mut()
         .map(|fields| fields.entry("metadata").or_insert_with(|| json!({})))
@@ -494,46 +516,114 @@ fn store_entries(object: &mut Value, entries: &[Entry]) {
     else {
         return;
     };
-    let kept: Vec<Value> = entries
-        .iter()
-        .filter(|entry| !entry.fields.is_empty())
-        .map(Entry::to_value)
-        .collect();
-    if kept.is_empty() {
+    if entries.is_empty() {
         metadata.remove("managedFields");
     } else {
-        metadata.insert("managedFields".to_owned(), Value::Array(kept));
+        metadata.insert("managedFields".to_owned(), Value::Array(entries));
     }
 }
 
 /// Records a write that is not an apply: `before` is the stored object (`None` for a create),
 /// `after` the object about to be stored, whose `managedFields` are set from `before`'s.
 pub fn record_update(before: Option<&Value>, after: &mut Value, write: &Write) {
-    let mut entries = before.map(entries_of).unwrap_or_default();
     let empty = Map::new();
     let before_map = before.and_then(Value::as_object).unwrap_or(&empty);
-    let mut changed = match after.as_object() {
-        Some(after_map) => FieldSet::changed(before_map, after_map, write.lists),
-        None => FieldSet::default(),
-    };
+    let after_map = after.as_object().unwrap_or(&empty);
+    let differing = differing_fields(before_map, after_map);
+    let mut changed = FieldSet::changed_in(before_map, after_map, differing.iter(), write.lists);
     write.restrict(&mut changed);
-    if !entries.is_empty() {
-        for entry in &mut entries {
+    let stored = before
+        .and_then(|before| before.pointer("/metadata/managedFields"))
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    let mut entries: Vec<Recorded> = stored
+        .iter()
+        .filter_map(|value| {
+            let mine = !changed.is_empty() && heads_match(value, write, "Update");
+            if !mine && !owns_any(value, &differing) {
+                return is_readable(value).then(|| Recorded::Verbatim(value.clone()));
+            }
+            let mut entry = Entry::read(value)?;
             entry.fields = entry.fields.minus(&changed);
             entry.fields.keep_present(after, write.lists);
-        }
-    }
+            Some(Recorded::Read(entry))
+        })
+        .collect();
     if !changed.is_empty() {
-        match entries.iter_mut().find(|entry| entry.is(write, "Update")) {
+        let mine = entries.iter_mut().find_map(|entry| match entry {
+            Recorded::Read(entry) if entry.is(write, "Update") => Some(entry),
+            _ => None,
+        });
+        match mine {
             Some(entry) => {
                 entry.fields.union(&changed);
                 entry.time = write.time.clone();
                 entry.api_version = write.api_version.clone();
             }
-            None => entries.push(write.entry("Update", changed)),
+            None => entries.push(Recorded::Read(write.entry("Update", changed))),
         }
     }
-    store_entries(after, &entries);
+    let kept = entries
+        .into_iter()
+        .filter_map(|entry| match entry {
+            Recorded::Verbatim(value) => Some(value),
+            Recorded::Read(entry) => (!entry.fields.is_empty()).then(|| entry.to_value()),
+        })
+        .collect();
+    set_entries(after, kept);
+}
+
+/// An entry of `managedFields` as an update keeps it: as it was, when the update changed nothing
+/// it owns (most writes touch one or two of an object's top-level fields, and reading and
+/// re-encoding every entry was most of a write's cost for large objects), or read and worked out
+/// again.
+enum Recorded {
+    Verbatim(Value),
+    Read(Entry),
+}
+
+/// The top-level fields whose values differ between two versions of an object (a null field is
+/// absent).
+fn differing_fields(before: &Map<String, Value>, after: &Map<String, Value>) -> Vec<String> {
+    let mut keys: Vec<String> = Vec::new();
+    for (key, value) in after.iter().filter(|(_, value)| !value.is_null()) {
+        if before.get(key).filter(|old| !old.is_null()) != Some(value) {
+            keys.push(key.clone());
+        }
+    }
+    for (key, _) in before.iter().filter(|(_, value)| !value.is_null()) {
+        if after.get(key).is_none_or(Value::is_null) {
+            keys.push(key.clone());
+        }
+    }
+    keys
+}
+
+/// Whether a stored entry owns a field under one of the top-level `fields`.
+fn owns_any(entry: &Value, fields: &[String]) -> bool {
+    let Some(owned) = entry.get("fieldsV1").and_then(Value::as_object) else {
+        return true;
+    };
+    fields
+        .iter()
+        .any(|field| owned.contains_key(&format!("f:{field}")))
+}
+
+/// Whether [`Entry::read`] reads a stored entry (an entry it cannot read is dropped).
+fn is_readable(entry: &Value) -> bool {
+    ["manager", "operation"]
+        .iter()
+        .all(|field| entry.get(field).is_some_and(Value::is_string))
+        && entry.get("fieldsV1").is_some()
+}
+
+/// Whether a stored entry is `write`'s own for `operation`, read without its fields.
+fn heads_match(entry: &Value, write: &Write, operation: &str) -> bool {
+    let text = |field: &str| entry.get(field).and_then(Value::as_str);
+    text("manager") == Some(write.manager)
+        && text("operation") == Some(operation)
+        && text("subresource") == write.subresource()
 }
 
 /// Records an apply of `config` by `write.manager` onto `current` (`None` when the apply creates the
