@@ -7,6 +7,7 @@
 
 mod audit;
 mod custom_resources;
+mod encoded;
 mod faults;
 mod field_validation;
 mod objects;
@@ -30,6 +31,7 @@ pub use self::{
     request::{Query, ResourcePath, Route},
     subresources::bind,
 };
+use self::{encoded::Encodings, objects::Document};
 use crate::{error::ApiError, protobuf::ProtobufError, store::Store};
 
 /// A response body: a whole JSON document or a watch stream.
@@ -124,6 +126,7 @@ pub struct ApiServer {
     store: Arc<Store>,
     address: String,
     audit: Option<Arc<Audit>>,
+    encodings: Arc<Encodings>,
 }
 
 impl ApiServer {
@@ -133,6 +136,7 @@ impl ApiServer {
             store,
             address: address.into(),
             audit: None,
+            encodings: Arc::default(),
         }
     }
 
@@ -193,12 +197,13 @@ impl ApiServer {
         }
         if let Some(subresource) = path.subresource.as_deref() {
             return subresources::handle(&self.store, request, path, subresource)
-                .map(|(code, doc)| request.with_warnings(json_response(code, &doc)));
+                .map(|(code, doc)| request.with_warnings(self.document_response(code, doc)));
         }
         let store = &self.store;
         let (code, document) = match (&request.method, path.key()) {
             (&Method::GET, None) if request.query.flag("watch") => {
-                return watch::serve(store.clone(), request, path).map(streaming_response);
+                return watch::serve(store.clone(), self.encodings.clone(), request, path)
+                    .map(streaming_response);
             }
             (&Method::GET, None) => return Ok(bytes_response(200, objects::list(store, request, path)?)),
             (&Method::GET, Some(key)) => {
@@ -218,7 +223,15 @@ impl ApiServer {
             (&Method::DELETE, None) => (200, objects::delete_collection(store, request, path)?.into()),
             _ => return Err(ApiError::MethodNotAllowed),
         };
-        Ok(request.with_warnings(json_response(code, &document)))
+        Ok(request.with_warnings(self.document_response(code, document)))
+    }
+
+    /// A response with a document: a stored version as it was last serialized.
+    fn document_response(&self, code: u16, document: Document) -> Response<ApiBody> {
+        match document {
+            Document::Stored(version) => bytes_response(code, self.encodings.of(&version)),
+            Document::Built(value) => json_response(code, &value),
+        }
     }
 }
 
@@ -267,8 +280,8 @@ fn json_response(code: u16, document: &Value) -> Response<ApiBody> {
     bytes_response(code, serde_json::to_vec(document).unwrap_or_default())
 }
 
-fn bytes_response(code: u16, body: Vec<u8>) -> Response<ApiBody> {
-    let mut response = Response::new(Full::new(Bytes::from(body)).boxed());
+fn bytes_response(code: u16, body: impl Into<Bytes>) -> Response<ApiBody> {
+    let mut response = Response::new(Full::new(body.into()).boxed());
     *response.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     response
         .headers_mut()

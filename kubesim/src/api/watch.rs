@@ -8,6 +8,7 @@
 //! when the watcher falls further behind than the retained history.
 
 use std::{
+    borrow::Cow,
     convert::Infallible,
     pin::Pin,
     sync::Arc,
@@ -21,9 +22,10 @@ use http_body_util::BodyExt;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-use super::{ApiBody, ApiRequest, ResourcePath, objects};
+use super::{ApiBody, ApiRequest, ResourcePath, encoded::Encodings, objects};
 use crate::{
     error::ApiError,
+    resources::ResourceType,
     selector::{FieldSelector, LabelSelector},
     store::{EventKind, Store, WatchEvent},
 };
@@ -61,7 +63,7 @@ impl Filter {
     }
 
     /// How an event looks to this watch, if it sees it at all.
-    fn view<'a>(&self, event: &'a WatchEvent) -> Option<(&'static str, &'a Value)> {
+    fn view<'a>(&self, event: &'a WatchEvent) -> Option<(&'static str, &'a Arc<Value>)> {
         let now = self.matches(&event.object);
         let before = event.previous.as_deref().is_some_and(|p| self.matches(p));
         let kind = match (event.kind, before, now) {
@@ -75,7 +77,12 @@ impl Filter {
 }
 
 /// Starts a watch and returns its streaming body.
-pub fn serve(store: Arc<Store>, request: &ApiRequest, path: &ResourcePath) -> Result<ApiBody, ApiError> {
+pub fn serve(
+    store: Arc<Store>,
+    encodings: Arc<Encodings>,
+    request: &ApiRequest,
+    path: &ResourcePath,
+) -> Result<ApiBody, ApiError> {
     let filter = Filter {
         namespace: path.rtype.namespaced.then(|| path.namespace.clone()).flatten(),
         labels: request.query.label_selector()?,
@@ -108,10 +115,7 @@ pub fn serve(store: Arc<Store>, request: &ApiRequest, path: &ResourcePath) -> Re
         let deadline = tokio::time::Instant::now() + timeout;
         for object in &initial {
             if sender
-                .send(line(
-                    "ADDED",
-                    &objects::presented(&rtype, object, as_table, store.clock()),
-                ))
+                .send(object_line("ADDED", &rtype, object, as_table, &store, &encodings))
                 .await
                 .is_err()
             {
@@ -149,10 +153,7 @@ pub fn serve(store: Arc<Store>, request: &ApiRequest, path: &ResourcePath) -> Re
             for event in &events {
                 if let Some((kind, object)) = filter.view(event)
                     && sender
-                        .send(line(
-                            kind,
-                            &objects::presented(&rtype, object, as_table, store.clock()),
-                        ))
+                        .send(object_line(kind, &rtype, object, as_table, &store, &encodings))
                         .await
                         .is_err()
                 {
@@ -176,6 +177,33 @@ fn bookmark(api_version: &str, kind: &str, revision: u64, initial_events_end: bo
 /// watch opens, and its one event is the error.
 pub(super) fn refused(error: &ApiError) -> ApiBody {
     http_body_util::Full::new(line("ERROR", &error.status())).boxed()
+}
+
+/// The event of `object` as a watch of `rtype` sends it: from the version's encoding when it is
+/// sent as stored.
+fn object_line(
+    kind: &str,
+    rtype: &ResourceType,
+    object: &Arc<Value>,
+    as_table: bool,
+    store: &Store,
+    encodings: &Encodings,
+) -> Bytes {
+    match objects::presented(rtype, object, as_table, store.clock()) {
+        Cow::Borrowed(_) => encoded_line(kind, &encodings.of(object)),
+        Cow::Owned(presented) => line(kind, &presented),
+    }
+}
+
+/// [`line`] around an object already serialized.
+fn encoded_line(kind: &str, object: &[u8]) -> Bytes {
+    let mut bytes = Vec::with_capacity(object.len() + kind.len() + 24);
+    bytes.extend_from_slice(b"{\"type\":\"");
+    bytes.extend_from_slice(kind.as_bytes());
+    bytes.extend_from_slice(b"\",\"object\":");
+    bytes.extend_from_slice(object);
+    bytes.extend_from_slice(b"}\n");
+    Bytes::from(bytes)
 }
 
 fn line(kind: &str, object: &Value) -> Bytes {
@@ -205,5 +233,17 @@ impl http_body::Body for ChannelBody {
         self.0
             .poll_recv(cx)
             .map(|chunk| chunk.map(|bytes| Ok(Frame::data(bytes))))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_event_from_an_encoded_object_is_the_event_serialized_whole() {
+        let object = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web \"1\""}});
+        let encoded = serde_json::to_vec(&object).expect("encodes");
+        assert_eq!(encoded_line("MODIFIED", &encoded), line("MODIFIED", &object));
     }
 }
