@@ -75,9 +75,16 @@ mod tests {
         let first = Arc::new(json!({"metadata": {"name": "a", "resourceVersion": "1"}}));
         let sent = encodings.of(&first);
         assert_eq!(sent, serde_json::to_vec(&*first).expect("encodes"));
-        assert_eq!(encodings.of(&first).as_ptr(), sent.as_ptr(), "the same bytes, not a new encoding");
+        assert_eq!(
+            encodings.of(&first).as_ptr(),
+            sent.as_ptr(),
+            "the same bytes, not a new encoding"
+        );
         let second = Arc::new(json!({"metadata": {"name": "a", "resourceVersion": "2"}}));
-        assert_eq!(encodings.of(&second), serde_json::to_vec(&*second).expect("encodes"));
+        assert_eq!(
+            encodings.of(&second),
+            serde_json::to_vec(&*second).expect("encodes")
+        );
     }
 
     #[test]
@@ -89,6 +96,10 @@ mod tests {
             encodings.of(version);
         }
         assert_eq!(encodings.lock().by_version.len(), RECENT);
-        assert_ne!(encodings.of(&versions[0]).as_ptr(), oldest.as_ptr(), "encoded again");
+        assert_ne!(
+            encodings.of(&versions[0]).as_ptr(),
+            oldest.as_ptr(),
+            "encoded again"
+        );
     }
 }
