@@ -198,10 +198,14 @@ impl FieldSet {
 
     /// The fields `after` sets that `before` did not have, or had with another value.
     fn changed(before: &Map<String, Value>, after: &Map<String, Value>, lists: Lists) -> Self {
-        Self::changed_in(before, after, after.keys(), lists)
+        let differing = after
+            .iter()
+            .filter(|(key, value)| before.get(*key) != Some(*value))
+            .map(|(key, _)| key);
+        Self::changed_in(before, after, differing, lists)
     }
 
-    /// [`changed`](Self::changed) among the top-level fields `keys` only.
+    /// [`changed`](Self::changed) among the top-level fields `keys`, each known to differ.
     fn changed_in<'k>(
         before: &Map<String, Value>,
         after: &Map<String, Value>,
@@ -213,9 +217,6 @@ impl FieldSet {
             keys.filter_map(|key| Some((key, after.get(key).filter(|value| !value.is_null())?)))
         {
             let old = before.get(key);
-            if old == Some(value) {
-                continue;
-            }
             let fields = match (old, value) {
                 (Some(Value::Object(old)), Value::Object(new))
                     if !new.is_empty() && !is_atomic_map(key, new) =>
@@ -457,13 +458,14 @@ struct Entry {
 
 impl Entry {
     fn read(value: &Value) -> Option<Entry> {
+        let writer = Writer::of(value)?;
         let text = |field: &str| value.get(field).and_then(Value::as_str).map(str::to_owned);
         Some(Entry {
-            manager: text("manager")?,
-            operation: text("operation")?,
+            manager: writer.manager.to_owned(),
+            operation: writer.operation.to_owned(),
             api_version: text("apiVersion").unwrap_or_default(),
             time: text("time").unwrap_or_default(),
-            subresource: text("subresource"),
+            subresource: writer.subresource.map(str::to_owned),
             fields: FieldSet::from_fields_v1(value.get("fieldsV1")?),
         })
     }
@@ -484,9 +486,39 @@ impl Entry {
     }
 
     fn is(&self, write: &Write, operation: &str) -> bool {
+        let writer = Writer {
+            manager: &self.manager,
+            operation: &self.operation,
+            subresource: self.subresource.as_deref(),
+        };
+        writer.is(write, operation)
+    }
+}
+
+/// Who made an entry of `managedFields`, read from the stored entry without its fields.
+struct Writer<'v> {
+    manager: &'v str,
+    operation: &'v str,
+    subresource: Option<&'v str>,
+}
+
+impl<'v> Writer<'v> {
+    /// The writer of a stored entry; `None` for an entry that cannot be read (it is dropped).
+    fn of(entry: &'v Value) -> Option<Self> {
+        entry.get("fieldsV1")?;
+        let text = |field: &str| entry.get(field).and_then(Value::as_str);
+        Some(Writer {
+            manager: text("manager")?,
+            operation: text("operation")?,
+            subresource: text("subresource"),
+        })
+    }
+
+    /// Whether this is `write`'s manager making `operation` through the same subresource.
+    fn is(&self, write: &Write, operation: &str) -> bool {
         self.manager == write.manager
             && self.operation == operation
-            && self.subresource.as_deref() == write.subresource()
+            && self.subresource == write.subresource()
     }
 }
 
@@ -540,9 +572,9 @@ pub fn record_update(before: Option<&Value>, after: &mut Value, write: &Write) {
     let mut entries: Vec<Recorded> = stored
         .iter()
         .filter_map(|value| {
-            let mine = !changed.is_empty() && heads_match(value, write, "Update");
-            if !mine && !owns_any(value, &differing) {
-                return is_readable(value).then(|| Recorded::Verbatim(value.clone()));
+            let writer = Writer::of(value)?;
+            if (changed.is_empty() || !writer.is(write, "Update")) && !owns_any(value, &differing) {
+                return Some(Recorded::Verbatim(value.clone()));
             }
             let mut entry = Entry::read(value)?;
             entry.fields = entry.fields.minus(&changed);
@@ -608,22 +640,6 @@ fn owns_any(entry: &Value, fields: &[String]) -> bool {
     fields
         .iter()
         .any(|field| owned.contains_key(&format!("f:{field}")))
-}
-
-/// Whether [`Entry::read`] reads a stored entry (an entry it cannot read is dropped).
-fn is_readable(entry: &Value) -> bool {
-    ["manager", "operation"]
-        .iter()
-        .all(|field| entry.get(field).is_some_and(Value::is_string))
-        && entry.get("fieldsV1").is_some()
-}
-
-/// Whether a stored entry is `write`'s own for `operation`, read without its fields.
-fn heads_match(entry: &Value, write: &Write, operation: &str) -> bool {
-    let text = |field: &str| entry.get(field).and_then(Value::as_str);
-    text("manager") == Some(write.manager)
-        && text("operation") == Some(operation)
-        && text("subresource") == write.subresource()
 }
 
 /// Records an apply of `config` by `write.manager` onto `current` (`None` when the apply creates the
