@@ -687,7 +687,7 @@ fn documents(checker: &mut Checker, text: &str, field: &str) -> Result<Vec<Docum
     })?;
     let mut out = Vec::new();
     for value in values.into_iter().filter(|d| !d.is_null()) {
-        let checked = checker.check_document(value.clone());
+        let checked = checker.check_document(&value);
         let object_ref = checked.object_ref();
         let rejected = |message: String| SimulateError::Step {
             field: field.to_owned(),

@@ -63,7 +63,7 @@ proptest! {
         let verdict = CHECKER
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .check_document(document.clone());
+            .check_document(&document);
         match verdict.outcome {
             Outcome::Valid(_) => prop_assert!(!mutant.wrong, "{path} = {} was accepted", mutant.value),
             Outcome::Invalid(problems) => {

@@ -139,7 +139,7 @@ async fn api_verdict(client: &kube::Client, document: &Value) -> Result<(), Stri
 
 /// `joist validate`'s verdict on `document`: accepted, or refused with its problems.
 fn validate_verdict(checker: &mut Checker, document: &Value) -> Result<(), Vec<Violation>> {
-    match checker.check_document(document.clone()).outcome {
+    match checker.check_document(document).outcome {
         Outcome::Valid(_) => Ok(()),
         Outcome::Invalid(problems) => Err(problems),
         other => Err(vec![Violation {

@@ -12,7 +12,10 @@
 //! verdict is the stored object's. Failure mode: a refused object is a 422 `Invalid` naming every
 //! field and its problem, as kube-apiserver lists them.
 
-use std::sync::{LazyLock, Mutex};
+use std::{
+    borrow::Cow,
+    sync::{LazyLock, Mutex},
+};
 
 use joist_messages::apis::{
     beyond_the_crds::beyond_the_crds,
@@ -78,18 +81,26 @@ fn same_but_metadata(a: &Value, b: &Value) -> bool {
             .all(|(key, value)| b.get(key) == Some(value))
 }
 
+/// `object` as it is validated: a create by generateName is named first (a copy); any other
+/// object is judged as it is.
+fn named(object: &Value) -> Cow<'_, Value> {
+    if object.pointer("/metadata/name").is_some() {
+        return Cow::Borrowed(object);
+    }
+    let Some(prefix) = object.pointer("/metadata/generateName").and_then(Value::as_str) else {
+        return Cow::Borrowed(object);
+    };
+    let mut judged = object.clone();
+    judged["metadata"]["name"] = Value::String(format!("{prefix}xxxxx"));
+    Cow::Owned(judged)
+}
+
 /// What the API server refuses in `object`, each as `field: problem`; none for a valid object.
 fn problems(object: &Value) -> Vec<String> {
-    let mut judged = object.clone();
-    // A create by generateName is named before it is validated.
-    if judged.pointer("/metadata/name").is_none()
-        && let Some(prefix) = judged.pointer("/metadata/generateName").and_then(Value::as_str)
-    {
-        judged["metadata"]["name"] = Value::String(format!("{prefix}xxxxx"));
-    }
+    let judged = named(object);
     let outcome = {
         let mut checker = CHECKER.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        checker.check_document(judged).outcome
+        checker.check_document(&judged).outcome
     };
     let Outcome::Invalid(violations) = outcome else {
         return Vec::new();

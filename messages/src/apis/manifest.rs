@@ -168,15 +168,15 @@ impl Checker {
             .into_iter()
             .flat_map(list_items)
             .filter(|v| !v.is_null())
-            .map(|value| self.check_document(value))
+            .map(|value| self.check_document(&value))
             .collect())
     }
 
     /// Checks one parsed document.
-    pub fn check_document(&mut self, value: Value) -> Document {
-        let api_version = Self::str_at(&value, "/apiVersion").to_string();
-        let kind = Self::str_at(&value, "/kind").to_string();
-        let name = Self::str_at(&value, "/metadata/name").to_string();
+    pub fn check_document(&mut self, value: &Value) -> Document {
+        let api_version = Self::str_at(value, "/apiVersion").to_string();
+        let kind = Self::str_at(value, "/kind").to_string();
+        let name = Self::str_at(value, "/metadata/name").to_string();
         let outcome = match (api_version.as_str(), kind.as_str()) {
             ("karpenter.sh/v1", "NodePool") => decode::<NodePool>(&mut self.node_pool, value, |o| {
                 KarpenterObject::NodePool(Box::new(o))
@@ -267,14 +267,14 @@ const MOVED_IN_V1: &[(&str, &str)] = &[
     ),
 ];
 
-fn decode<T>(schema: &mut SchemaChecker, value: Value, wrap: impl FnOnce(T) -> KarpenterObject) -> Outcome
+fn decode<T>(schema: &mut SchemaChecker, value: &Value, wrap: impl FnOnce(T) -> KarpenterObject) -> Outcome
 where
     T: DeserializeOwned + Validate,
 {
     let mut structural = Violations::default();
-    schema.check(&value, &mut structural);
+    schema.check(value, &mut structural);
     let mut violations = structural.into_vec();
-    violations.extend(T::validate_written(&value));
+    violations.extend(T::validate_written(value));
     for v in &mut violations {
         if let Some(hint) = MOVED_IN_V1
             .iter()
@@ -284,7 +284,7 @@ where
             v.message = format!("{}; {hint}", v.message);
         }
     }
-    match serde_path_to_error::deserialize::<_, T>(&value) {
+    match serde_path_to_error::deserialize::<_, T>(value) {
         Ok(typed) => {
             // The semantic rules often restate a schema rule in other words: one line per field.
             let semantic = typed.validate();
