@@ -49,6 +49,8 @@ mod fuzz;
 mod html;
 #[path = "support/joist_process.rs"]
 mod joist_process;
+#[path = "scenarios/kwok_cloud.rs"]
+mod kwok_cloud;
 #[path = "support/mutants.rs"]
 mod mutants;
 #[path = "scenarios/placement_groups.rs"]

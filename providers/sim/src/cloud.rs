@@ -6,7 +6,7 @@
 //! state sits behind one mutex, held only for bookkeeping (never across an await).
 
 use std::{
-    collections::BTreeMap,
+    collections::{BTreeMap, BTreeSet},
     sync::{Arc, Mutex, MutexGuard},
     time::Duration,
 };
@@ -125,6 +125,9 @@ pub(crate) struct Tracked {
     pub labels: BTreeMap<String, String>,
     /// The task that registers its Node, until it is done; ending the instance aborts it.
     pub boot: Option<JoinHandle<()>>,
+    /// Whether its Node was created, or it was read back from its Node: on KWOK, where an
+    /// instance is its Node, such an instance whose Node is gone was ended by another controller.
+    pub registered: bool,
     /// Its failed status checks and scheduled events; empty while it is healthy.
     pub health: Vec<StatusCheck>,
 }
@@ -253,11 +256,23 @@ impl Books {
         Some(node)
     }
 
-    /// Forgets the boot of an instance that is done booting (see [`Tracked::boot`]).
-    pub(crate) fn booted(&self, instance_id: &str) {
+    /// Forgets the boot of an instance that is done booting (see [`Tracked::boot`]), and
+    /// whether its Node was `registered`.
+    pub(crate) fn booted(&self, instance_id: &str, registered: bool) {
         if let Some(tracked) = self.lock().instances.get_mut(instance_id) {
             tracked.boot = None;
+            tracked.registered = registered;
         }
+    }
+
+    /// The running instances whose Node exists, or did (see [`Tracked::registered`]).
+    pub(crate) fn registered(&self) -> BTreeSet<String> {
+        self.lock()
+            .instances
+            .iter()
+            .filter(|(_, t)| t.registered && t.record.ended.is_none())
+            .map(|(id, _)| id.clone())
+            .collect()
     }
 
     /// Takes a running instance launched elsewhere (another replica, before a restart) into the
@@ -275,6 +290,7 @@ impl Books {
             },
             labels,
             boot: None,
+            registered: true,
             health: Vec::new(),
         });
     }

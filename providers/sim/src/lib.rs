@@ -27,7 +27,7 @@ pub mod queue;
 mod reservations;
 
 use std::{
-    collections::{BTreeMap, HashMap},
+    collections::{BTreeMap, BTreeSet, HashMap},
     sync::Arc,
     time::Duration,
 };
@@ -647,6 +647,7 @@ impl SimCloud {
                     labels: labels.clone(),
                     health: Vec::new(),
                     boot,
+                    registered: false,
                 },
             );
             return Ok(Launch {
@@ -734,16 +735,29 @@ impl SimCloud {
     }
 
     /// On KWOK, takes into the books the instances launched elsewhere (by another replica, or by
-    /// this controller before it restarted), read back from their Nodes; elsewhere nothing.
+    /// this controller before it restarted), read back from their Nodes, and ends those whose Node
+    /// existed before the listing and is gone from it: another controller terminated them (an
+    /// instance is its Node there). Elsewhere nothing.
     async fn adopt(&self) -> Result<(), CloudError> {
         if self.inner.kubelet == Kubelet::Kwok {
+            // Taken before the listing, so a Node registered while it is read is not taken for gone.
+            let registered = self.inner.books.registered();
+            let mut present = BTreeSet::new();
             for mut listed in kwok::listed(&self.inner.client).await? {
                 if listed.instance.price <= 0.0 {
                     listed.instance.price = self.price(&listed.instance).unwrap_or_default();
                 }
+                present.insert(instance_id(&listed.instance.provider_id).to_owned());
                 self.inner
                     .books
                     .adopt(listed.instance, listed.node_name, listed.labels);
+            }
+            for gone in registered.difference(&present) {
+                tracing::info!(
+                    instance = gone,
+                    "an instance whose node is gone was ended elsewhere"
+                );
+                self.end(gone, EndReason::Terminated).await;
             }
         }
         Ok(())
@@ -878,10 +892,11 @@ impl Booting {
     async fn register(self, node: Node, boot: Duration) {
         tokio::time::sleep(boot).await;
         let nodes: Api<Node> = Api::all(self.client);
-        if let Err(error) = nodes.create(&PostParams::default(), &node).await {
+        let created = nodes.create(&PostParams::default(), &node).await;
+        if let Err(error) = &created {
             tracing::warn!(node = node.metadata.name.as_deref().unwrap_or_default(), %error, "node registration failed");
         }
-        self.books.booted(&self.instance_id);
+        self.books.booted(&self.instance_id, created.is_ok());
     }
 }
 
