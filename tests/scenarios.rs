@@ -71,6 +71,20 @@ fn paused_system() -> actix::SystemRunner {
     simulation_system().unwrap_or_else(|e| panic!("{e}"))
 }
 
+/// The simulated cloud of cluster `name` in us-west-2, from [`EPOCH`], its nodes booting in 30 s.
+fn sim_settings(name: &str) -> joist_provider_sim::SimSettings {
+    joist_provider_sim::SimSettings {
+        region: "us-west-2".to_owned(),
+        zones: Vec::new(),
+        boot: Duration::from_secs(30),
+        cluster_name: name.to_owned(),
+        capacity: joist_messages::model::shape::CapacitySettings::default(),
+        epoch_seconds: EPOCH,
+        seed: 1,
+        network: 0,
+    }
+}
+
 /// kubesim with Joist's CRDs, the simulated cloud in us-west-2 and every controller running on
 /// it with `settings` (the solver inline), on the current actix system.
 fn controllers_on_kubesim(
@@ -85,20 +99,8 @@ fn controllers_on_kubesim(
         .install_crds(joist_messages::apis::crds().into_iter().map(|(_, crd)| crd))
         .unwrap_or_else(|e| panic!("{e}"));
     let client = cluster.client();
-    let cloud = joist_provider_sim::SimCloud::new(
-        joist_provider_sim::SimSettings {
-            region: "us-west-2".to_owned(),
-            zones: Vec::new(),
-            boot: Duration::from_secs(30),
-            cluster_name: name.to_owned(),
-            capacity: joist_messages::model::shape::CapacitySettings::default(),
-            epoch_seconds: EPOCH,
-            seed: 1,
-            network: 0,
-        },
-        client.clone(),
-    )
-    .unwrap_or_else(|e| panic!("{e}"));
+    let cloud = joist_provider_sim::SimCloud::new(sim_settings(name), client.clone())
+        .unwrap_or_else(|e| panic!("{e}"));
     let settings = joist_actors::settings::Settings {
         solver: joist_actors::settings::SolverMode::Inline,
         ..settings

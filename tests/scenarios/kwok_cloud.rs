@@ -1,30 +1,18 @@
 //! The KWOK cloud shared by replicas: one replica reads back the instances another launched from
 //! their Nodes, and forgets them once their Nodes are gone.
 
-use std::time::Duration;
-
 use joist_kubesim::{Cluster, ClusterSettings};
 use joist_messages::model::instance_type::CapacityType;
 use joist_provider::{CloudProvider, Instance, InstanceState};
-use joist_provider_sim::{SimCloud, SimSettings, kwok};
+use joist_provider_sim::{SimCloud, kwok};
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, DeleteParams, PostParams};
 
-use super::EPOCH;
+use super::{EPOCH, sim_settings};
 
 /// A KWOK cloud on `client`, as one replica of `joist run` holds it.
 fn replica(client: kube::Client) -> SimCloud {
-    let settings = SimSettings {
-        region: "us-west-2".to_owned(),
-        zones: Vec::new(),
-        boot: Duration::from_secs(5),
-        cluster_name: "kwok".to_owned(),
-        capacity: joist_messages::model::shape::CapacitySettings::default(),
-        epoch_seconds: EPOCH,
-        seed: 1,
-        network: 0,
-    };
-    SimCloud::on_kwok(settings, client, None).unwrap_or_else(|e| panic!("{e}"))
+    SimCloud::on_kwok(sim_settings("kwok"), client, None).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// The Node another replica registers for the instance it launched, named `name`.

@@ -470,6 +470,20 @@ impl SimCloud {
 
     /// Ends an instance and removes its Node, as the cloud controller manager would.
     async fn end(&self, instance_id: &str, reason: EndReason) {
+        let Some(node) = self.release(instance_id, reason) else {
+            return;
+        };
+        let nodes: Api<Node> = Api::all(self.inner.client.clone());
+        match nodes.delete(&node, &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(error) => tracing::warn!(%node, %error, "removing the node of a terminated instance failed"),
+        }
+    }
+
+    /// Ends a running instance in the books and gives back its place in a placement group and
+    /// its reservation; the name of its Node, or `None` when it was not running.
+    fn release(&self, instance_id: &str, reason: EndReason) -> Option<String> {
         let reservation = self
             .inner
             .books
@@ -477,20 +491,13 @@ impl SimCloud {
             .instances
             .get(instance_id)
             .and_then(|t| t.record.instance.reservation.clone());
-        let Some(node) = self.inner.books.end(instance_id, reason) else {
-            return;
-        };
+        let node = self.inner.books.end(instance_id, reason)?;
         self.placement_groups().leave(instance_id);
         if let Some(reservation) = reservation {
             self.reservations().release(&reservation.id);
             self.inner.reservation_room.terminated(&reservation.id);
         }
-        let nodes: Api<Node> = Api::all(self.inner.client.clone());
-        match nodes.delete(&node, &DeleteParams::default()).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(status)) if status.code == 404 => {}
-            Err(error) => tracing::warn!(%node, %error, "removing the node of a terminated instance failed"),
-        }
+        Some(node)
     }
 
     fn launch(
@@ -752,12 +759,14 @@ impl SimCloud {
                     .books
                     .adopt(listed.instance, listed.node_name, listed.labels);
             }
+            // Their Nodes are gone already: deleting one by its name again could remove a Node
+            // registered since under that name.
             for gone in registered.difference(&present) {
                 tracing::info!(
                     instance = gone,
                     "an instance whose node is gone was ended elsewhere"
                 );
-                self.end(gone, EndReason::Terminated).await;
+                self.release(gone, EndReason::Terminated);
             }
         }
         Ok(())
