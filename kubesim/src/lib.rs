@@ -20,6 +20,7 @@ pub mod budget;
 pub mod busy;
 pub use joist_messages::time as clock;
 pub mod conditions;
+pub mod encoded;
 pub mod error;
 pub mod events;
 pub mod history;

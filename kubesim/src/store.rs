@@ -7,16 +7,24 @@
 //! dependents whose owners are all gone (background garbage collection); serves CRDs the moment they
 //! are created; and keeps a bounded history per resource so watches resume from a resourceVersion
 //! (older than the history: 410 Gone).
+//!
+//! What it keeps of a live object is its JSON (a pod's is about 1.5 KB; parsed, it is a
+//! `serde_json::Value` tree of about 13 KB), and the parsed version as long as anyone holds it: the
+//! watch history keeps the newest, so a version just written is read without parsing, and one read
+//! again after the history let go of it is parsed once more. The JSON is also what a watch or an
+//! answer sends ([`Store::encoded`]).
 
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap},
-    sync::{Arc, Mutex, MutexGuard},
+    sync::{Arc, Mutex, MutexGuard, Weak},
 };
 
+use bytes::Bytes;
 use serde_json::{Map, Value, json};
 use tokio::sync::watch;
 
 use crate::busy::Busy;
+use crate::encoded::Encodings;
 use crate::history::{History, Reader};
 use crate::object::text;
 use crate::{
@@ -149,11 +157,11 @@ impl DeleteOptions {
     }
 }
 
-/// One page of a list.
+/// One page of a list: the objects, parsed or as JSON.
 #[derive(Debug, Clone)]
-pub struct ListPage {
+pub struct ListPage<T> {
     /// The objects, in namespace/name order.
-    pub items: Vec<Arc<Value>>,
+    pub items: Vec<T>,
     /// The resourceVersion the list reflects.
     pub revision: u64,
     /// Where the next page starts, if the list was cut at `limit`.
@@ -171,9 +179,42 @@ pub struct WatchCursor {
     reader: Reader,
 }
 
+/// A live object as the store keeps it: see the module docs.
+#[derive(Debug)]
+struct Stored {
+    json: Bytes,
+    parsed: Weak<Value>,
+}
+
+impl Stored {
+    /// Keeps `object`, serialized, and remembers its encoding for those who send it.
+    fn new(object: &Arc<Value>, encodings: &Encodings) -> Self {
+        let json = Bytes::from(serde_json::to_vec(&**object).unwrap_or_default());
+        encodings.remember(object, json.clone());
+        Self {
+            json,
+            parsed: Arc::downgrade(object),
+        }
+    }
+
+    /// The object: the parsed version someone still holds, or parsed again from its JSON.
+    fn object(&mut self, encodings: &Encodings) -> Result<Arc<Value>, ApiError> {
+        if let Some(object) = self.parsed.upgrade() {
+            return Ok(object);
+        }
+        let object = Arc::new(
+            serde_json::from_slice(&self.json)
+                .map_err(|error| ApiError::Internal(format!("a stored object does not parse: {error}")))?,
+        );
+        encodings.remember(&object, self.json.clone());
+        self.parsed = Arc::downgrade(&object);
+        Ok(object)
+    }
+}
+
 #[derive(Debug)]
 struct Table {
-    objects: BTreeMap<ObjectKey, Arc<Value>>,
+    objects: BTreeMap<ObjectKey, Stored>,
     history: History,
     changed: watch::Sender<u64>,
 }
@@ -206,6 +247,8 @@ struct State {
     history_limit: usize,
     /// Creates still to refuse per resource (fault injection for tests and scenarios).
     failing_creates: HashMap<GroupResource, usize>,
+    /// The JSON of recent versions, shared with [`Store`] for senders outside the lock.
+    encodings: Arc<Encodings>,
 }
 
 /// The API server's storage. Cheap to share behind an `Arc`.
@@ -216,12 +259,14 @@ pub struct Store {
     uid_seed: u64,
     evictions: Mutex<()>,
     busy: Busy,
+    encodings: Arc<Encodings>,
 }
 
 impl Store {
     /// An empty cluster with the built-in resources and the initial namespaces. `uid_seed` makes
     /// generated uids and names reproducible.
     pub fn new(clock: Clock, uid_seed: u64) -> Self {
+        let encodings = Arc::new(Encodings::default());
         let store = Self {
             state: Mutex::new(State {
                 revision: 1,
@@ -234,11 +279,13 @@ impl Store {
                 clock,
                 history_limit: HISTORY_PER_RESOURCE,
                 failing_creates: HashMap::new(),
+                encodings: encodings.clone(),
             }),
             clock,
             uid_seed,
             evictions: Mutex::new(()),
             busy: Busy::default(),
+            encodings,
         };
         for namespace in INITIAL_NAMESPACES {
             let object = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}});
@@ -308,15 +355,15 @@ impl Store {
         self.lock().revision
     }
 
+    /// The JSON of a version this store returned: kept from its write when recent, serialized
+    /// again otherwise.
+    pub fn encoded(&self, version: &Arc<Value>) -> Bytes {
+        self.encodings.of(version)
+    }
+
     /// One object.
     pub fn get(&self, resource: &GroupResource, key: &ObjectKey) -> Result<Arc<Value>, ApiError> {
-        let state = self.lock();
-        state
-            .tables
-            .get(resource)
-            .and_then(|table| table.objects.get(key))
-            .cloned()
-            .ok_or_else(|| not_found(resource, key))
+        self.lock().current(resource, key)
     }
 
     /// Objects of a resource (in one namespace, or all when `namespace` is None) that pass `filter`,
@@ -328,14 +375,49 @@ impl Store {
         from: Option<&ObjectKey>,
         limit: Option<usize>,
         filter: impl Fn(&Value) -> bool,
-    ) -> ListPage {
-        let state = self.lock();
+    ) -> ListPage<Arc<Value>> {
+        self.page(resource, namespace, from, limit, |key, stored, encodings| {
+            match stored.object(encodings) {
+                Ok(object) => filter(&object).then_some(object),
+                Err(error) => {
+                    tracing::error!(%error, resource = %resource.qualified(), name = %key.name, "kubesim lists an object without it");
+                    None
+                }
+            }
+        })
+    }
+
+    /// [`Store::list`] of every object in range, each as the JSON the store keeps, so that a list
+    /// without selectors costs neither parsing nor serializing.
+    pub fn list_encoded(
+        &self,
+        resource: &GroupResource,
+        namespace: Option<&str>,
+        from: Option<&ObjectKey>,
+        limit: Option<usize>,
+    ) -> ListPage<Bytes> {
+        self.page(resource, namespace, from, limit, |_, stored, _| {
+            Some(stored.json.clone())
+        })
+    }
+
+    /// The objects in range that `pick` takes, in key order, cut at `limit`.
+    fn page<T>(
+        &self,
+        resource: &GroupResource,
+        namespace: Option<&str>,
+        from: Option<&ObjectKey>,
+        limit: Option<usize>,
+        mut pick: impl FnMut(&ObjectKey, &mut Stored, &Encodings) -> Option<T>,
+    ) -> ListPage<T> {
+        let mut state = self.lock();
+        let state = &mut *state;
         let mut page = ListPage {
             items: Vec::new(),
             revision: state.revision,
             next: None,
         };
-        let Some(table) = state.tables.get(resource) else {
+        let Some(table) = state.tables.get_mut(resource) else {
             return page;
         };
         let start = match (from, namespace) {
@@ -343,18 +425,20 @@ impl Store {
             (None, Some(namespace)) => std::ops::Bound::Included(ObjectKey::new(namespace, "")),
             (None, None) => std::ops::Bound::Unbounded,
         };
-        for (key, object) in table.objects.range((start, std::ops::Bound::Unbounded)) {
+        let mut last: Option<&ObjectKey> = None;
+        for (key, stored) in table.objects.range_mut((start, std::ops::Bound::Unbounded)) {
             if namespace.is_some_and(|namespace| key.namespace != namespace) {
                 break;
             }
-            if !filter(object) {
+            let Some(item) = pick(key, stored, &state.encodings) else {
                 continue;
-            }
+            };
             if limit.is_some_and(|limit| page.items.len() == limit) {
-                page.next = page.items.last().map(|last| ObjectKey::of(last));
+                page.next = last.cloned();
                 break;
             }
-            page.items.push(object.clone());
+            page.items.push(item);
+            last = Some(key);
         }
         page
     }
@@ -519,12 +603,7 @@ impl Store {
             .registry
             .any_version(resource)
             .ok_or(ApiError::NoSuchResource)?;
-        let current = state
-            .tables
-            .get(resource)
-            .and_then(|t| t.objects.get(key))
-            .cloned()
-            .ok_or_else(|| not_found(resource, key))?;
+        let current = state.current(resource, key)?;
         let mut next = change(&current)?;
         if !next.is_object() {
             return Err(ApiError::BadRequest(format!(
@@ -594,12 +673,7 @@ impl Store {
         options: &DeleteOptions,
     ) -> Result<Arc<Value>, ApiError> {
         let mut state = self.lock();
-        let current = state
-            .tables
-            .get(resource)
-            .and_then(|t| t.objects.get(key))
-            .cloned()
-            .ok_or_else(|| not_found(resource, key))?;
+        let current = state.current(resource, key)?;
         let precondition = |field: &str, expected: &Option<String>| {
             let actual = text(&current, &format!("/metadata/{field}"));
             match expected {
@@ -698,6 +772,15 @@ impl Store {
 }
 
 impl State {
+    /// The live object at `key`.
+    fn current(&mut self, resource: &GroupResource, key: &ObjectKey) -> Result<Arc<Value>, ApiError> {
+        self.tables
+            .get_mut(resource)
+            .and_then(|table| table.objects.get_mut(key))
+            .ok_or_else(|| not_found(resource, key))?
+            .object(&self.encodings)
+    }
+
     fn next_uid(&mut self, seed: u64) -> String {
         self.uid_counter += 1;
         let high = mix(seed ^ self.uid_counter);
@@ -740,12 +823,25 @@ impl State {
             .tables
             .entry(resource.clone())
             .or_insert_with(|| Table::new(revision - 1));
-        let previous = table.objects.get(&key).cloned();
+        let previous = match table
+            .objects
+            .get_mut(&key)
+            .map(|stored| stored.object(&self.encodings))
+        {
+            Some(Ok(previous)) => Some(previous),
+            Some(Err(error)) => {
+                tracing::error!(%error, resource = %resource.qualified(), name = %key.name, "kubesim replaces an object it cannot read");
+                None
+            }
+            None => None,
+        };
         let stored = match object {
             Some(mut object) => {
                 object["metadata"]["resourceVersion"] = json!(revision.to_string());
                 let object = Arc::new(object);
-                table.objects.insert(key.clone(), object.clone());
+                table
+                    .objects
+                    .insert(key.clone(), Stored::new(&object, &self.encodings));
                 object
             }
             None => {
@@ -816,13 +912,18 @@ impl State {
         last: Option<Value>,
         propagation: Propagation,
     ) -> Arc<Value> {
-        if let Some(last) = last {
+        // Held until the commit reads it back as the object's last form.
+        let _last = last.map(|last| {
+            let last = Arc::new(last);
             let table = self
                 .tables
                 .entry(resource.clone())
                 .or_insert_with(|| Table::new(0));
-            table.objects.insert(key.clone(), Arc::new(last));
-        }
+            table
+                .objects
+                .insert(key.clone(), Stored::new(&last, &self.encodings));
+            last
+        });
         let gone = self.commit(resource, key.clone(), EventKind::Deleted, None);
         let uid = uid_of(&gone).unwrap_or_default().to_owned();
         for (dependent_resource, dependent_key) in self.dependents.get(&uid).cloned().unwrap_or_default() {
@@ -846,12 +947,7 @@ impl State {
         owner_uid: &str,
         propagation: Propagation,
     ) {
-        let Some(current) = self
-            .tables
-            .get(resource)
-            .and_then(|t| t.objects.get(key))
-            .cloned()
-        else {
+        let Ok(current) = self.current(resource, key) else {
             return;
         };
         let mut next = (*current).clone();

@@ -7,7 +7,6 @@
 
 mod audit;
 mod custom_resources;
-mod encoded;
 mod faults;
 mod field_validation;
 mod objects;
@@ -25,13 +24,13 @@ use http::{HeaderValue, Method, Response, StatusCode, header::CONTENT_TYPE};
 use http_body_util::{BodyExt, Full, combinators::BoxBody};
 use serde_json::{Value, json};
 
+use self::objects::Document;
 pub use self::{
     audit::{Access, Audit},
     faults::{ApiFailure, ApiFaults, FaultCounts},
     request::{Query, ResourcePath, Route},
     subresources::bind,
 };
-use self::{encoded::Encodings, objects::Document};
 use crate::{error::ApiError, protobuf::ProtobufError, store::Store};
 
 /// A response body: a whole JSON document or a watch stream.
@@ -126,7 +125,6 @@ pub struct ApiServer {
     store: Arc<Store>,
     address: String,
     audit: Option<Arc<Audit>>,
-    encodings: Arc<Encodings>,
 }
 
 impl ApiServer {
@@ -136,7 +134,6 @@ impl ApiServer {
             store,
             address: address.into(),
             audit: None,
-            encodings: Arc::default(),
         }
     }
 
@@ -202,8 +199,7 @@ impl ApiServer {
         let store = &self.store;
         let (code, document) = match (&request.method, path.key()) {
             (&Method::GET, None) if request.query.flag("watch") => {
-                return watch::serve(store.clone(), self.encodings.clone(), request, path)
-                    .map(streaming_response);
+                return watch::serve(store.clone(), request, path).map(streaming_response);
             }
             (&Method::GET, None) => return Ok(bytes_response(200, objects::list(store, request, path)?)),
             (&Method::GET, Some(key)) => {
@@ -229,7 +225,7 @@ impl ApiServer {
     /// A response with a document: a stored version as it was last serialized.
     fn document_response(&self, code: u16, document: Document) -> Response<ApiBody> {
         match document {
-            Document::Stored(version) => bytes_response(code, self.encodings.of(&version)),
+            Document::Stored(version) => bytes_response(code, self.store.encoded(&version)),
             Document::Built(value) => json_response(code, &value),
         }
     }

@@ -9,6 +9,7 @@
 
 use std::{borrow::Cow, sync::Arc};
 
+use bytes::Bytes;
 use serde_json::{Value, json};
 
 use super::{
@@ -41,45 +42,71 @@ pub fn list(store: &Store, request: &ApiRequest, path: &ResourcePath) -> Result<
         .namespaced
         .then_some(path.namespace.as_deref())
         .flatten();
-    let page = store.list(
-        &path.rtype.group_resource(),
-        namespace,
-        from.as_ref(),
-        limit,
-        |object| {
+    let resource = path.rtype.group_resource();
+    let metadata = |revision: u64, next: &Option<ObjectKey>| {
+        let mut metadata = json!({"resourceVersion": revision.to_string()});
+        if let Some(next) = next {
+            metadata["continue"] = json!(format!("{revision}.{}.{}", next.namespace, next.name));
+        }
+        metadata
+    };
+    if request.wants_table() || !labels.is_empty() || !fields.is_empty() {
+        let page = store.list(&resource, namespace, from.as_ref(), limit, |object| {
             labels.matches(object.pointer("/metadata/labels").and_then(Value::as_object))
                 && fields.matches(object)
-        },
-    );
-    let mut metadata = json!({"resourceVersion": page.revision.to_string()});
-    if let Some(next) = &page.next {
-        metadata["continue"] = json!(format!("{}.{}.{}", page.revision, next.namespace, next.name));
+        });
+        let metadata = metadata(page.revision, &page.next);
+        if request.wants_table() {
+            let table = table::table(
+                &path.rtype,
+                &page.items,
+                metadata,
+                table::Options::of(request),
+                store.clock(),
+            );
+            return Ok(serde_json::to_vec(&table).unwrap_or_default());
+        }
+        let items = page.items.iter().map(|object| encode(path, object));
+        return list_body(path, metadata, items);
     }
-    if request.wants_table() {
-        let table = table::table(
-            &path.rtype,
-            &page.items,
-            metadata,
-            table::Options::of(request),
-            store.clock(),
-        );
-        return Ok(serde_json::to_vec(&table).unwrap_or_default());
-    }
+    let page = store.list_encoded(&resource, namespace, from.as_ref(), limit);
+    // Served as stored when stored in the version asked for (the key `apiVersion` comes first in
+    // the stored JSON), converted otherwise.
+    let stored_as = format!("{{\"apiVersion\":{}", json!(path.rtype.api_version()));
+    let items = page.items.iter().map(|json| {
+        if json.starts_with(stored_as.as_bytes()) {
+            return Ok(json.clone());
+        }
+        let object: Value = serde_json::from_slice(json).map_err(|error| {
+            ApiError::Internal(format!("a stored {} does not parse: {error}", path.rtype.kind))
+        })?;
+        encode(path, &object)
+    });
+    list_body(path, metadata(page.revision, &page.next), items)
+}
+
+/// An object of a list, in the version the request asked for.
+fn encode(path: &ResourcePath, object: &Value) -> Result<Bytes, ApiError> {
+    serde_json::to_vec(&*in_version(&path.rtype, object))
+        .map(Bytes::from)
+        .map_err(|error| ApiError::Internal(format!("cannot serialize {}: {error}", path.rtype.plural)))
+}
+
+/// A `List` document of `items` (already serialized).
+fn list_body(
+    path: &ResourcePath,
+    metadata: Value,
+    items: impl Iterator<Item = Result<Bytes, ApiError>>,
+) -> Result<Vec<u8>, ApiError> {
     let head = json!({"kind": format!("{}List", path.rtype.kind), "apiVersion": path.rtype.api_version(), "metadata": metadata});
     let mut body = serde_json::to_vec(&head).unwrap_or_default();
     body.pop();
     body.extend_from_slice(b",\"items\":[");
-    for (index, object) in page.items.iter().enumerate() {
+    for (index, item) in items.enumerate() {
         if index > 0 {
             body.push(b',');
         }
-        let written = serde_json::to_writer(&mut body, &*in_version(&path.rtype, object));
-        if let Err(error) = written {
-            return Err(ApiError::Internal(format!(
-                "cannot serialize {}: {error}",
-                path.rtype.plural
-            )));
-        }
+        body.extend_from_slice(&item?);
     }
     body.extend_from_slice(b"]}");
     Ok(body)

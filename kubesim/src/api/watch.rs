@@ -22,7 +22,7 @@ use http_body_util::BodyExt;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-use super::{ApiBody, ApiRequest, ResourcePath, encoded::Encodings, objects};
+use super::{ApiBody, ApiRequest, ResourcePath, objects};
 use crate::{
     error::ApiError,
     resources::ResourceType,
@@ -77,12 +77,7 @@ impl Filter {
 }
 
 /// Starts a watch and returns its streaming body.
-pub fn serve(
-    store: Arc<Store>,
-    encodings: Arc<Encodings>,
-    request: &ApiRequest,
-    path: &ResourcePath,
-) -> Result<ApiBody, ApiError> {
+pub fn serve(store: Arc<Store>, request: &ApiRequest, path: &ResourcePath) -> Result<ApiBody, ApiError> {
     let filter = Filter {
         namespace: path.rtype.namespaced.then(|| path.namespace.clone()).flatten(),
         labels: request.query.label_selector()?,
@@ -115,7 +110,7 @@ pub fn serve(
         let deadline = tokio::time::Instant::now() + timeout;
         for object in &initial {
             if sender
-                .send(object_line("ADDED", &rtype, object, as_table, &store, &encodings))
+                .send(object_line("ADDED", &rtype, object, as_table, &store))
                 .await
                 .is_err()
             {
@@ -153,7 +148,7 @@ pub fn serve(
             for event in &events {
                 if let Some((kind, object)) = filter.view(event)
                     && sender
-                        .send(object_line(kind, &rtype, object, as_table, &store, &encodings))
+                        .send(object_line(kind, &rtype, object, as_table, &store))
                         .await
                         .is_err()
                 {
@@ -187,10 +182,9 @@ fn object_line(
     object: &Arc<Value>,
     as_table: bool,
     store: &Store,
-    encodings: &Encodings,
 ) -> Bytes {
     match objects::presented(rtype, object, as_table, store.clock()) {
-        Cow::Borrowed(_) => encoded_line(kind, &encodings.of(object)),
+        Cow::Borrowed(_) => encoded_line(kind, &store.encoded(object)),
         Cow::Owned(presented) => line(kind, &presented),
     }
 }

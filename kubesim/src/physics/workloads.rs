@@ -90,19 +90,63 @@ impl Kind {
 #[derive(Default)]
 struct Owned {
     /// Every pod, those being deleted included (Recreate waits for them), in key order.
-    pods: BTreeMap<ObjectKey, Arc<Value>>,
+    pods: BTreeMap<ObjectKey, OwnedPod>,
     /// Pods not being deleted.
     live: usize,
     /// Live pods whose Ready condition is True.
     ready: usize,
 }
 
+/// What the workload controllers read of a pod they own (the pod itself stays in the store).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct OwnedPod {
+    deleting: bool,
+    ready: bool,
+    /// `status.phase`, Pending when unset.
+    phase: String,
+    scheduled: bool,
+    created: String,
+    /// The node a daemon pod is pinned to.
+    daemon_node: Option<String>,
+}
+
+impl OwnedPod {
+    fn of(pod: &Value) -> Self {
+        Self {
+            deleting: pod.pointer("/metadata/deletionTimestamp").is_some(),
+            ready: conditions::status(pod, "Ready") == Some("True"),
+            phase: pod
+                .pointer("/status/phase")
+                .and_then(Value::as_str)
+                .unwrap_or("Pending")
+                .to_owned(),
+            scheduled: pod
+                .pointer("/spec/nodeName")
+                .and_then(Value::as_str)
+                .is_some_and(|node| !node.is_empty()),
+            created: text(pod, "/metadata/creationTimestamp").to_owned(),
+            daemon_node: daemon_node(pod),
+        }
+    }
+
+    /// Which surplus pods a ReplicaSet deletes first: unscheduled, then pending, then not ready,
+    /// then the newest.
+    fn deletion_rank(&self) -> (bool, bool, bool, std::cmp::Reverse<&str>) {
+        (
+            self.scheduled,
+            self.phase != "Pending",
+            self.ready,
+            std::cmp::Reverse(&self.created),
+        )
+    }
+}
+
 impl Owned {
-    fn insert(&mut self, key: ObjectKey, pod: &Arc<Value>) {
-        if let Some(old) = self.pods.insert(key, pod.clone()) {
+    fn insert(&mut self, key: ObjectKey, pod: OwnedPod) {
+        self.count(&pod, true);
+        if let Some(old) = self.pods.insert(key, pod) {
             self.count(&old, false);
         }
-        self.count(pod, true);
     }
 
     fn remove(&mut self, key: &ObjectKey) {
@@ -112,11 +156,11 @@ impl Owned {
     }
 
     /// Adds a pod's share to the counts, or takes it away.
-    fn count(&mut self, pod: &Value, add: bool) {
-        if pod.pointer("/metadata/deletionTimestamp").is_some() {
+    fn count(&mut self, pod: &OwnedPod, add: bool) {
+        if pod.deleting {
             return;
         }
-        let ready = usize::from(conditions::status(pod, "Ready") == Some("True"));
+        let ready = usize::from(pod.ready);
         if add {
             self.live += 1;
             self.ready += ready;
@@ -127,12 +171,8 @@ impl Owned {
     }
 
     /// The pods not being deleted, in key order.
-    fn live_pods(&self) -> Vec<Arc<Value>> {
-        self.pods
-            .values()
-            .filter(|p| p.pointer("/metadata/deletionTimestamp").is_none())
-            .cloned()
-            .collect()
+    fn live_pods(&self) -> Vec<(&ObjectKey, &OwnedPod)> {
+        self.pods.iter().filter(|(_, pod)| !pod.deleting).collect()
     }
 }
 
@@ -228,7 +268,7 @@ impl Workloads {
         if event == EventKind::Deleted {
             owned.remove(&key);
         } else {
-            owned.insert(key.clone(), pod);
+            owned.insert(key.clone(), OwnedPod::of(pod));
         }
         if let Some(kind) = Kind::of_owner(&owner_kind) {
             self.dirty
@@ -262,7 +302,7 @@ impl Workloads {
         self.pods_by_owner.get(&uid(owner))
     }
 
-    fn live_pods(&self, owner: &Value) -> Vec<Arc<Value>> {
+    fn live_pods(&self, owner: &Value) -> Vec<(&ObjectKey, &OwnedPod)> {
         self.owned(owner).map(Owned::live_pods).unwrap_or_default()
     }
 
@@ -395,9 +435,9 @@ impl Workloads {
             }
         } else if live > desired {
             let mut doomed = self.live_pods(set);
-            doomed.sort_by_cached_key(|p| deletion_rank(p));
-            for pod in doomed.iter().take((live - desired).min(BURST_REPLICAS)) {
-                store.delete(&resource, &ObjectKey::of(pod), &DeleteOptions::default())?;
+            doomed.sort_by_key(|(_, pod)| pod.deletion_rank());
+            for (key, _) in doomed.iter().take((live - desired).min(BURST_REPLICAS)) {
+                store.delete(&resource, key, &DeleteOptions::default())?;
             }
         }
         let mut next = set.clone();
@@ -432,7 +472,7 @@ impl Workloads {
             desired += 1;
             let has_pod = pods
                 .iter()
-                .any(|p| daemon_node(p).as_deref() == Some(node_name.as_str()));
+                .any(|(_, pod)| pod.daemon_node.as_deref() == Some(node_name.as_str()));
             if !has_pod {
                 pod["metadata"]["generateName"] = json!(format!("{}-", key.name));
                 store.create(&resource, &key.namespace, pod, false)?;
@@ -456,14 +496,8 @@ impl Workloads {
     fn job(&mut self, store: &Store, job: &Value) -> Result<(), crate::error::ApiError> {
         let key = ObjectKey::of(job);
         let pods = self.live_pods(job);
-        let phase = |p: &Value| {
-            p.pointer("/status/phase")
-                .and_then(Value::as_str)
-                .unwrap_or("Pending")
-                .to_owned()
-        };
-        let succeeded = pods.iter().filter(|p| phase(p) == "Succeeded").count();
-        let failed = pods.iter().filter(|p| phase(p) == "Failed").count();
+        let succeeded = pods.iter().filter(|(_, pod)| pod.phase == "Succeeded").count();
+        let failed = pods.iter().filter(|(_, pod)| pod.phase == "Failed").count();
         let active = pods.len() - succeeded - failed;
         let completions = usize::try_from(
             job.pointer("/spec/completions")
@@ -603,21 +637,4 @@ fn daemon_node(pod: &Value) -> Option<String> {
     pod.pointer("/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms/0/matchFields/0/values/0")
         .and_then(Value::as_str)
         .map(str::to_owned)
-}
-
-/// Which surplus pods a ReplicaSet deletes first: unscheduled, then pending, then not ready, then the newest.
-fn deletion_rank(pod: &Value) -> (u8, u8, u8, std::cmp::Reverse<String>) {
-    let unscheduled = pod
-        .pointer("/spec/nodeName")
-        .and_then(Value::as_str)
-        .is_none_or(str::is_empty);
-    let pending = pod.pointer("/status/phase").and_then(Value::as_str) == Some("Pending");
-    let ready = conditions::status(pod, "Ready") == Some("True");
-    let created = text(pod, "/metadata/creationTimestamp").to_owned();
-    (
-        u8::from(!unscheduled),
-        u8::from(!pending),
-        u8::from(ready),
-        std::cmp::Reverse(created),
-    )
 }

@@ -203,6 +203,42 @@ async fn watch_since(
         .boxed()
 }
 
+/// kubesim keeps an object's JSON and parses it again once no one holds the parsed version: an
+/// object written long ago reads, lists, patches and deletes like one just written.
+#[tokio::test]
+async fn an_object_the_history_let_go_of_reads_and_writes_whole() {
+    let (_store, maps, first) = short_history().await;
+    for name in ["m1", "m2", "m3", "m4"] {
+        maps.create(&PostParams::default(), &config_map(name))
+            .await
+            .expect("create");
+    }
+    let read = maps.get("m0").await.expect("get");
+    assert_eq!(read, first, "read back as it was written");
+    let listed = maps.list(&ListParams::default()).await.expect("list");
+    assert_eq!(listed.items.first(), Some(&first));
+    assert_eq!(listed.items.len(), 5);
+    let patched = maps
+        .patch(
+            "m1",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {"other": "w"}})),
+        )
+        .await
+        .expect("patch");
+    let data = patched.data.expect("data");
+    assert_eq!(
+        (
+            data.get("k").map(String::as_str),
+            data.get("other").map(String::as_str)
+        ),
+        (Some("v"), Some("w")),
+        "the patch lands on the stored object"
+    );
+    maps.delete("m2", &DeleteParams::default()).await.expect("delete");
+    assert_eq!(api_error(maps.get("m2").await.expect_err("deleted")), 404);
+}
+
 #[tokio::test]
 async fn a_watch_older_than_the_history_gets_410_gone() {
     let (_store, maps, first) = short_history().await;

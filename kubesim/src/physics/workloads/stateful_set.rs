@@ -9,13 +9,12 @@
 //! template they were made with), `persistentVolumeClaimRetentionPolicy` (claims are always
 //! retained), `minReadySeconds` and `ordinals.start`.
 
-use std::{collections::BTreeMap, sync::Arc};
+use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
 
-use super::{Kind, Workloads, pod_from_template, replicas, write_status};
+use super::{Kind, OwnedPod, Workloads, pod_from_template, replicas, write_status};
 use crate::{
-    conditions,
     error::ApiError,
     object::text,
     resources::GroupResource,
@@ -28,17 +27,14 @@ impl Workloads {
         let desired = usize::try_from(replicas(set)).unwrap_or(0);
         let parallel = text(set, "/spec/podManagementPolicy") == "Parallel";
         let prefix = format!("{}-", key.name);
-        let by_ordinal: BTreeMap<usize, Arc<Value>> = self
+        let by_ordinal: BTreeMap<usize, (&ObjectKey, &OwnedPod)> = self
             .owned(set)
             .into_iter()
-            .flat_map(|owned| owned.pods.values())
-            .filter_map(|pod| {
-                let ordinal = text(pod, "/metadata/name").strip_prefix(&prefix)?.parse().ok()?;
-                Some((ordinal, pod.clone()))
-            })
+            .flat_map(|owned| owned.pods.iter())
+            .filter_map(|(key, pod)| Some((key.name.strip_prefix(&prefix)?.parse().ok()?, (key, pod))))
             .collect();
-        let deleting = |pod: &Value| pod.pointer("/metadata/deletionTimestamp").is_some();
-        let ready = |pod: &Value| !deleting(pod) && conditions::status(pod, "Ready") == Some("True");
+        let deleting = |(_, pod): &(&ObjectKey, &OwnedPod)| pod.deleting;
+        let ready = |(_, pod): &(&ObjectKey, &OwnedPod)| !pod.deleting && pod.ready;
         let pods = GroupResource::new("", "pods");
         for ordinal in 0..desired {
             match by_ordinal.get(&ordinal) {
@@ -57,12 +53,12 @@ impl Workloads {
         let excess = by_ordinal.range(desired..).rev().map(|(_, pod)| pod);
         if parallel {
             for pod in excess.filter(|p| !deleting(p)) {
-                store.delete(&pods, &ObjectKey::of(pod), &DeleteOptions::default())?;
+                store.delete(&pods, pod.0, &DeleteOptions::default())?;
             }
         } else if let Some(highest) = excess.clone().next()
-            && !excess.clone().any(|p| deleting(p))
+            && !excess.clone().any(&deleting)
         {
-            store.delete(&pods, &ObjectKey::of(highest), &DeleteOptions::default())?;
+            store.delete(&pods, highest.0, &DeleteOptions::default())?;
         }
         let live = by_ordinal.values().filter(|p| !deleting(p)).count();
         let ready_count = by_ordinal.values().filter(|p| ready(p)).count();

@@ -1,7 +1,9 @@
-//! The JSON of the stored versions sent last, so that a version is serialized once however many
-//! times it is sent: as the answer to the write that made it, then to each watch of its resource.
-//! A NodeClaim with its 600 instance types took as long to serialize for its answer as for the
-//! watch, each of its seven or eight writes.
+//! The JSON of recent stored versions, found by the version itself, so that a version is
+//! serialized once however many times it is sent: as the answer to the write that made it, then to
+//! each watch of its resource. The store serializes each version as it commits it (its JSON is what
+//! the store keeps, see [`crate::store`]) and remembers the encoding here; a version read back from
+//! its JSON is remembered too. A NodeClaim with its 600 instance types took as long to serialize for
+//! its answer as for the watch, each of its seven or eight writes.
 //!
 //! An encoding is found by the address of the version it encodes, which a `Weak` reference keeps
 //! from being reused while the entry lives. Only the newest [`RECENT`] encodings are kept: a watch
@@ -36,23 +38,27 @@ struct Recent {
 impl Encodings {
     /// The JSON of a stored version, serialized now unless it was lately.
     pub fn of(&self, version: &Arc<Value>) -> Bytes {
-        // The address stands for the version while the entry's `Weak` keeps its allocation.
-        let address = Arc::as_ptr(version) as usize;
-        if let Some((_, bytes)) = self.lock().by_version.get(&address) {
+        if let Some((_, bytes)) = self.lock().by_version.get(&address(version)) {
             return bytes.clone();
         }
         let bytes = Bytes::from(serde_json::to_vec(&**version).unwrap_or_default());
+        self.remember(version, bytes.clone());
+        bytes
+    }
+
+    /// Records `bytes` as the JSON of `version`, forgetting the oldest encoding when full.
+    pub fn remember(&self, version: &Arc<Value>, bytes: Bytes) {
+        let address = address(version);
         let mut recent = self.lock();
         if recent.order.len() == RECENT
             && let Some(oldest) = recent.order.pop_front()
         {
             recent.by_version.remove(&oldest);
         }
-        let entry = (Arc::downgrade(version), bytes.clone());
+        let entry = (Arc::downgrade(version), bytes);
         if recent.by_version.insert(address, entry).is_none() {
             recent.order.push_back(address);
         }
-        bytes
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Recent> {
@@ -61,6 +67,11 @@ impl Encodings {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
+}
+
+/// The address that stands for a version while an entry's `Weak` keeps its allocation.
+fn address(version: &Arc<Value>) -> usize {
+    Arc::as_ptr(version) as usize
 }
 
 #[cfg(test)]
