@@ -6,6 +6,10 @@
 //! how far the slowest open watch lags, not the cluster's size. A watch more than
 //! [`UNREAD_CAP`] events behind, or a resume from before the oldest event kept, is answered 410
 //! Gone, as kube-apiserver answers a watch its cache no longer covers.
+//!
+//! Only the newest [`PARSED_EVENTS`] events hold their objects parsed, for the cluster's own
+//! controllers, which read each event as it comes; older ones hold their JSON alone (a pod's is a
+//! ninth of its parsed form), and a watch that lags that far parses what it reads.
 
 use std::{
     collections::{HashMap, VecDeque},
@@ -16,6 +20,9 @@ use crate::{error::ApiError, store::WatchEvent};
 
 /// The most events kept for open watches that have not read them.
 pub const UNREAD_CAP: usize = 50_000;
+
+/// The newest events that keep their objects parsed.
+pub const PARSED_EVENTS: usize = 1_000;
 
 /// See the module docs.
 #[derive(Debug, Default)]
@@ -58,6 +65,11 @@ impl History {
     /// events, those every open watch has read, and any beyond [`UNREAD_CAP`].
     pub(crate) fn push(&mut self, event: Arc<WatchEvent>, resumable: usize) {
         self.events.push_back(event);
+        if let Some(index) = self.events.len().checked_sub(PARSED_EVENTS + 1)
+            && self.events[index].is_parsed()
+        {
+            self.events[index] = Arc::new(self.events[index].cooled());
+        }
         let slowest = self.readers.lock().values().copied().min().unwrap_or(u64::MAX);
         while let Some(oldest) = self.events.front() {
             let surplus = self.events.len() > resumable.min(UNREAD_CAP);

@@ -102,11 +102,71 @@ pub struct WatchEvent {
     /// What happened.
     pub kind: EventKind,
     /// The object after the change (for deletes: as it was, with the delete's resourceVersion).
-    pub object: Arc<Value>,
+    pub object: Version,
     /// The object before the change, so selector watches can tell "stopped matching".
-    pub previous: Option<Arc<Value>>,
+    pub previous: Option<Version>,
     /// The resourceVersion of the change.
     pub revision: u64,
+}
+
+impl WatchEvent {
+    /// The same event holding only the JSON of its versions (see [`Version`]).
+    pub(crate) fn cooled(&self) -> Self {
+        Self {
+            kind: self.kind,
+            object: self.object.cooled(),
+            previous: self.previous.as_ref().map(Version::cooled),
+            revision: self.revision,
+        }
+    }
+
+    /// Whether the event still holds its versions parsed.
+    pub(crate) fn is_parsed(&self) -> bool {
+        self.object.parsed.is_some()
+    }
+}
+
+/// One version of an object as a watch event carries it: its JSON, and its parsed form while the
+/// event is among the newest of its resource ([`crate::history`]). Older events, kept for
+/// watches that lag, hold only the JSON, which the live object or the next event mostly shares.
+#[derive(Debug, Clone)]
+pub struct Version {
+    json: Bytes,
+    parsed: Option<Arc<Value>>,
+}
+
+impl Version {
+    /// A version read from its JSON when asked for.
+    pub fn encoded(json: Bytes) -> Self {
+        Self { json, parsed: None }
+    }
+
+    /// A version at hand in both forms.
+    pub fn parsed(json: Bytes, object: Arc<Value>) -> Self {
+        Self {
+            json,
+            parsed: Some(object),
+        }
+    }
+
+    /// The version's JSON.
+    pub fn json(&self) -> &Bytes {
+        &self.json
+    }
+
+    /// The version parsed: at once while the event is new, parsed again from its JSON otherwise.
+    pub fn value(&self) -> Result<Arc<Value>, ApiError> {
+        match &self.parsed {
+            Some(object) => Ok(object.clone()),
+            None => serde_json::from_slice(&self.json)
+                .map(Arc::new)
+                .map_err(|error| ApiError::Internal(format!("a stored version does not parse: {error}"))),
+        }
+    }
+
+    fn cooled(&self) -> Self {
+        Self::encoded(self.json.clone())
+    }
 }
 
 /// Which part of an object an update writes.
@@ -823,39 +883,40 @@ impl State {
             .tables
             .entry(resource.clone())
             .or_insert_with(|| Table::new(revision - 1));
-        let previous = match table
-            .objects
-            .get_mut(&key)
-            .map(|stored| stored.object(&self.encodings))
-        {
-            Some(Ok(previous)) => Some(previous),
-            Some(Err(error)) => {
-                tracing::error!(%error, resource = %resource.qualified(), name = %key.name, "kubesim replaces an object it cannot read");
-                None
-            }
+        let previous = match table.objects.get_mut(&key) {
+            Some(stored) => match stored.object(&self.encodings) {
+                Ok(previous) => Some(Version::parsed(stored.json.clone(), previous)),
+                Err(error) => {
+                    tracing::error!(%error, resource = %resource.qualified(), name = %key.name, "kubesim replaces an object it cannot read");
+                    None
+                }
+            },
             None => None,
         };
-        let stored = match object {
+        let previous_object = previous.as_ref().and_then(|version| version.parsed.clone());
+        let (stored, json) = match object {
             Some(mut object) => {
                 object["metadata"]["resourceVersion"] = json!(revision.to_string());
                 let object = Arc::new(object);
-                table
-                    .objects
-                    .insert(key.clone(), Stored::new(&object, &self.encodings));
-                object
+                let stored = Stored::new(&object, &self.encodings);
+                let json = stored.json.clone();
+                table.objects.insert(key.clone(), stored);
+                (object, json)
             }
             None => {
-                let mut gone = previous.as_deref().cloned().unwrap_or_else(|| json!({}));
+                let mut gone = previous_object.as_deref().cloned().unwrap_or_else(|| json!({}));
                 table.objects.remove(&key);
                 gone["metadata"]["resourceVersion"] = json!(revision.to_string());
-                Arc::new(gone)
+                let gone = Arc::new(gone);
+                let json = self.encodings.of(&gone);
+                (gone, json)
             }
         };
         table.history.push(
             Arc::new(WatchEvent {
                 kind,
-                object: stored.clone(),
-                previous: previous.clone(),
+                object: Version::parsed(json, stored.clone()),
+                previous,
                 revision,
             }),
             self.history_limit,
@@ -865,7 +926,7 @@ impl State {
         self.reindex(
             resource,
             &key,
-            previous.as_deref(),
+            previous_object.as_deref(),
             (kind != EventKind::Deleted).then_some(&*stored),
         );
         stored

@@ -12,7 +12,7 @@ use std::{
 use joist_kubesim::{
     Store, conditions,
     resources::GroupResource,
-    store::{EventKind, WatchCursor},
+    store::{EventKind, Version, WatchCursor},
 };
 use joist_messages::{
     cached_pod::CachedPod,
@@ -361,18 +361,29 @@ impl Recorder {
                     };
                     let mut notes = lock(&shared);
                     for event in events {
-                        let object = &event.object;
+                        let (Ok(object), Ok(previous)) = (
+                            event.object.value(),
+                            event.previous.as_ref().map(Version::value).transpose(),
+                        ) else {
+                            notes.entry(
+                                at,
+                                "recorder-behind",
+                                resource.qualified(),
+                                "a version kubesim kept does not parse: the figures that rest on it are incomplete"
+                                    .to_owned(),
+                            );
+                            continue;
+                        };
+                        let (object, previous) = (&object, previous.as_deref());
                         match watched {
-                            Watched::NodeClaims => {
-                                notes.node_claim(at, event.kind, object, event.previous.as_deref());
-                            }
-                            Watched::Nodes => notes.node(at, event.kind, object, event.previous.as_deref()),
-                            Watched::Pods => notes.pod(at, event.kind, object, event.previous.as_deref()),
+                            Watched::NodeClaims => notes.node_claim(at, event.kind, object, previous),
+                            Watched::Nodes => notes.node(at, event.kind, object, previous),
+                            Watched::Pods => notes.pod(at, event.kind, object, previous),
                             Watched::Events if event.kind == EventKind::Added => notes.event(at, object),
                             Watched::Events => {}
                             Watched::VolumeAttachments => notes.volume_attachment(at, event.kind, object),
                             Watched::NodePools if event.kind == EventKind::Modified => {
-                                notes.node_pool(at, object, event.previous.as_deref());
+                                notes.node_pool(at, object, previous);
                             }
                             Watched::NodePools => {}
                         }

@@ -70,11 +70,8 @@ pub fn list(store: &Store, request: &ApiRequest, path: &ResourcePath) -> Result<
         return list_body(path, metadata, items);
     }
     let page = store.list_encoded(&resource, namespace, from.as_ref(), limit);
-    // Served as stored when stored in the version asked for (the key `apiVersion` comes first in
-    // the stored JSON), converted otherwise.
-    let stored_as = format!("{{\"apiVersion\":{}", json!(path.rtype.api_version()));
     let items = page.items.iter().map(|json| {
-        if json.starts_with(stored_as.as_bytes()) {
+        if stored_in_version(&path.rtype, json) {
             return Ok(json.clone());
         }
         let object: Value = serde_json::from_slice(json).map_err(|error| {
@@ -83,6 +80,14 @@ pub fn list(store: &Store, request: &ApiRequest, path: &ResourcePath) -> Result<
         encode(path, &object)
     });
     list_body(path, metadata(page.revision, &page.next), items)
+}
+
+/// Whether an object's stored JSON is already in `rtype`'s version, so it is sent as it is: its
+/// `apiVersion` is the first key of the stored JSON (keys are kept sorted). False sends it
+/// converted, which is right whatever the JSON.
+pub fn stored_in_version(rtype: &ResourceType, json: &[u8]) -> bool {
+    let head = format!("{{\"apiVersion\":{}", json!(rtype.api_version()));
+    json.starts_with(head.as_bytes())
 }
 
 /// An object of a list, in the version the request asked for.

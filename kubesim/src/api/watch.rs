@@ -27,7 +27,7 @@ use crate::{
     error::ApiError,
     resources::ResourceType,
     selector::{FieldSelector, LabelSelector},
-    store::{EventKind, Store, WatchEvent},
+    store::{EventKind, Store, Version, WatchEvent},
 };
 
 /// How long a watch runs when the client gives no `timeoutSeconds`.
@@ -50,6 +50,11 @@ struct Filter {
 }
 
 impl Filter {
+    /// Whether the watch sees every object of its resource.
+    fn everything(&self) -> bool {
+        self.namespace.is_none() && self.labels.is_empty() && self.fields.is_empty()
+    }
+
     fn matches(&self, object: &Value) -> bool {
         let namespace_ok = self
             .namespace
@@ -62,17 +67,25 @@ impl Filter {
             && self.fields.matches(object)
     }
 
-    /// How an event looks to this watch, if it sees it at all.
-    fn view<'a>(&self, event: &'a WatchEvent) -> Option<(&'static str, &'a Arc<Value>)> {
-        let now = self.matches(&event.object);
-        let before = event.previous.as_deref().is_some_and(|p| self.matches(p));
-        let kind = match (event.kind, before, now) {
-            (EventKind::Deleted, _, true) | (EventKind::Modified, true, false) => "DELETED",
-            (EventKind::Added, _, true) | (EventKind::Modified, false, true) => "ADDED",
-            (EventKind::Modified, true, true) => "MODIFIED",
-            _ => return None,
+    /// How an event looks to this watch, if it sees it at all (a watch of everything reads no
+    /// object to tell).
+    fn view(&self, event: &WatchEvent) -> Result<Option<&'static str>, ApiError> {
+        let (before, now) = match self.everything() {
+            true => (event.previous.is_some(), true),
+            false => (
+                match &event.previous {
+                    Some(previous) => self.matches(&*previous.value()?),
+                    None => false,
+                },
+                self.matches(&*event.object.value()?),
+            ),
         };
-        Some((kind, &event.object))
+        Ok(match (event.kind, before, now) {
+            (EventKind::Deleted, _, true) | (EventKind::Modified, true, false) => Some("DELETED"),
+            (EventKind::Added, _, true) | (EventKind::Modified, false, true) => Some("ADDED"),
+            (EventKind::Modified, true, true) => Some("MODIFIED"),
+            _ => None,
+        })
     }
 }
 
@@ -95,11 +108,21 @@ pub fn serve(store: Arc<Store>, request: &ApiRequest, path: &ResourcePath) -> Re
             Ok(cursor) => (cursor, Vec::new()),
             Err(gone) => return Ok(refused(&gone)),
         },
+        _ if filter.everything() => {
+            let page = store.list_encoded(&resource, None, None, None);
+            let items = page.items.into_iter().map(Version::encoded).collect();
+            (store.watch(&resource, Some(page.revision))?, items)
+        }
         _ => {
             let page = store.list(&resource, filter.namespace.as_deref(), None, None, |o| {
                 filter.matches(o)
             });
-            (store.watch(&resource, Some(page.revision))?, page.items)
+            let items = page
+                .items
+                .into_iter()
+                .map(|object| Version::parsed(store.encoded(&object), object))
+                .collect();
+            (store.watch(&resource, Some(page.revision))?, items)
         }
     };
     let as_table = request.wants_table();
@@ -108,9 +131,9 @@ pub fn serve(store: Arc<Store>, request: &ApiRequest, path: &ResourcePath) -> Re
     let busy = store.busy().clone();
     busy.spawn(async move {
         let deadline = tokio::time::Instant::now() + timeout;
-        for object in &initial {
+        for version in &initial {
             if sender
-                .send(object_line("ADDED", &rtype, object, as_table, &store))
+                .send(object_line("ADDED", &rtype, version, as_table, &store))
                 .await
                 .is_err()
             {
@@ -146,12 +169,12 @@ pub fn serve(store: Arc<Store>, request: &ApiRequest, path: &ResourcePath) -> Re
                 continue;
             }
             for event in &events {
-                if let Some((kind, object)) = filter.view(event)
-                    && sender
-                        .send(object_line(kind, &rtype, object, as_table, &store))
-                        .await
-                        .is_err()
-                {
+                let line = match filter.view(event) {
+                    Ok(Some(kind)) => object_line(kind, &rtype, &event.object, as_table, &store),
+                    Ok(None) => continue,
+                    Err(error) => line("ERROR", &error.status()),
+                };
+                if sender.send(line).await.is_err() {
                     return;
                 }
             }
@@ -174,17 +197,17 @@ pub(super) fn refused(error: &ApiError) -> ApiBody {
     http_body_util::Full::new(line("ERROR", &error.status())).boxed()
 }
 
-/// The event of `object` as a watch of `rtype` sends it: from the version's encoding when it is
-/// sent as stored.
-fn object_line(
-    kind: &str,
-    rtype: &ResourceType,
-    object: &Arc<Value>,
-    as_table: bool,
-    store: &Store,
-) -> Bytes {
-    match objects::presented(rtype, object, as_table, store.clock()) {
-        Cow::Borrowed(_) => encoded_line(kind, &store.encoded(object)),
+/// The event of `version` as a watch of `rtype` sends it: its JSON when it is sent as stored.
+fn object_line(kind: &str, rtype: &ResourceType, version: &Version, as_table: bool, store: &Store) -> Bytes {
+    if !as_table && objects::stored_in_version(rtype, version.json()) {
+        return encoded_line(kind, version.json());
+    }
+    let object = match version.value() {
+        Ok(object) => object,
+        Err(error) => return line("ERROR", &error.status()),
+    };
+    match objects::presented(rtype, &object, as_table, store.clock()) {
+        Cow::Borrowed(_) => encoded_line(kind, version.json()),
         Cow::Owned(presented) => line(kind, &presented),
     }
 }

@@ -107,9 +107,12 @@ impl Informer {
                 Ok(events) => {
                     return events
                         .iter()
-                        .map(|e| Change {
-                            kind: e.kind,
-                            object: e.object.clone(),
+                        .filter_map(|e| match e.object.value() {
+                            Ok(object) => Some(Change { kind: e.kind, object }),
+                            Err(error) => {
+                                tracing::error!(%error, resource = %self.resource.qualified(), "informer skips a change");
+                                None
+                            }
                         })
                         .collect();
                 }

@@ -239,6 +239,50 @@ async fn an_object_the_history_let_go_of_reads_and_writes_whole() {
     assert_eq!(api_error(maps.get("m2").await.expect_err("deleted")), 404);
 }
 
+/// Events beyond the newest thousand keep only their JSON in kubesim: a watch that lags that far
+/// still gets every event whole, and a selector watch still tells which match.
+#[tokio::test]
+async fn a_watch_that_lags_a_long_burst_gets_every_event_whole() {
+    let cluster = cluster();
+    let maps: Api<ConfigMap> = Api::namespaced(cluster.client(), "default");
+    let start = maps
+        .create(&PostParams::default(), &config_map("start"))
+        .await
+        .expect("create");
+    let version = start.metadata.resource_version.clone().expect("version");
+    let mut everything = maps
+        .watch(&WatchParams::default(), &version)
+        .await
+        .expect("watch")
+        .boxed();
+    let mut tier_a = maps
+        .watch(&WatchParams::default().labels("tier=a"), &version)
+        .await
+        .expect("watch")
+        .boxed();
+    const MAPS: usize = 2_500;
+    for n in 0..MAPS {
+        let mut map = config_map(&format!("m{n}"));
+        map.metadata.labels = Some([("tier".to_owned(), ["a", "b"][n % 2].to_owned())].into());
+        maps.create(&PostParams::default(), &map).await.expect("create");
+    }
+    for n in 0..MAPS {
+        match everything.try_next().await.expect("an event") {
+            Some(WatchEvent::Added(map)) => {
+                assert_eq!(map.name_any(), format!("m{n}"));
+                assert_eq!(map.data, config_map("x").data, "m{n} arrives whole");
+            }
+            other => panic!("expected m{n} added, got {other:?}"),
+        }
+    }
+    for n in (0..MAPS).step_by(2) {
+        match tier_a.try_next().await.expect("an event") {
+            Some(WatchEvent::Added(map)) => assert_eq!(map.name_any(), format!("m{n}")),
+            other => panic!("expected m{n} added, got {other:?}"),
+        }
+    }
+}
+
 #[tokio::test]
 async fn a_watch_older_than_the_history_gets_410_gone() {
     let (_store, maps, first) = short_history().await;

@@ -655,13 +655,13 @@ async fn a_changed_template_rolls_within_max_surge_and_max_unavailable() {
     let events = store.poll(&mut cursor, usize::MAX).expect("poll");
     let (mut most, mut fewest_ready) = (live.len(), 4);
     for event in &events {
-        let name = event.object["metadata"]["name"].to_string();
-        let leaving =
-            event.kind == EventKind::Deleted || !event.object["metadata"]["deletionTimestamp"].is_null();
+        let object = event.object.value().expect("a kept version parses");
+        let name = object["metadata"]["name"].to_string();
+        let leaving = event.kind == EventKind::Deleted || !object["metadata"]["deletionTimestamp"].is_null();
         if leaving {
             live.remove(&name);
         } else {
-            live.insert(name, ready(&event.object));
+            live.insert(name, ready(&object));
         }
         most = most.max(live.len());
         fewest_ready = fewest_ready.min(live.values().filter(|r| **r).count());
