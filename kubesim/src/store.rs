@@ -437,14 +437,16 @@ impl Store {
         filter: impl Fn(&Value) -> bool,
     ) -> ListPage<Arc<Value>> {
         self.page(resource, namespace, from, limit, |key, stored, encodings| {
-            match stored.object(encodings) {
-                Ok(object) => filter(&object).then_some(object),
-                Err(error) => {
-                    tracing::error!(%error, resource = %resource.qualified(), name = %key.name, "kubesim lists an object without it");
-                    None
-                }
-            }
+            passing(resource, key, stored, encodings, &filter)
         })
+    }
+
+    /// How many objects of a resource pass `filter`, each parsed, judged and let go.
+    pub fn count(&self, resource: &GroupResource, filter: impl Fn(&Value) -> bool) -> usize {
+        let page = self.page(resource, None, None, None, |key, stored, encodings| {
+            passing(resource, key, stored, encodings, &filter).map(|_| ())
+        });
+        page.items.len()
     }
 
     /// [`Store::list`] of every object in range, each as the JSON the store keeps, so that a list
@@ -1067,6 +1069,24 @@ impl State {
             .unwrap_or_default();
         for key in keys {
             self.remove(&resource, &key, None, Propagation::Background);
+        }
+    }
+}
+
+/// The object at `key`, parsed, if it passes `filter`; one that does not parse is logged and
+/// left out.
+fn passing(
+    resource: &GroupResource,
+    key: &ObjectKey,
+    stored: &mut Stored,
+    encodings: &Encodings,
+    filter: &impl Fn(&Value) -> bool,
+) -> Option<Arc<Value>> {
+    match stored.object(encodings) {
+        Ok(object) => filter(&object).then_some(object),
+        Err(error) => {
+            tracing::error!(%error, resource = %resource.qualified(), name = %key.name, "kubesim lists an object without it");
+            None
         }
     }
 }

@@ -254,12 +254,13 @@ pub fn build(name: &str, seed: u64, end: f64, store: &Store, cloud: &SimCloud, r
             .find(|r| r.instance.provider_id == provider_id)
             .map_or(0.0, |r| r.instance.price)
     };
-    let list = |group: &str, resource: &str| {
+    // Only what the report keeps is held: kubesim parses each object as the list reads it.
+    let list = |group: &str, resource: &str, keep: &dyn Fn(&Value) -> bool| {
         store
-            .list(&GroupResource::new(group, resource), None, None, None, |_| true)
+            .list(&GroupResource::new(group, resource), None, None, None, keep)
             .items
     };
-    let final_nodes = list("", "nodes")
+    let final_nodes = list("", "nodes", &|_| true)
         .iter()
         .map(|node| FinalNode {
             name: text(node, "/metadata/name"),
@@ -274,14 +275,12 @@ pub fn build(name: &str, seed: u64, end: f64, store: &Store, cloud: &SimCloud, r
             stays: String::new(),
         })
         .collect();
-    let pods = list("", "pods");
-    let phase = |p: &&std::sync::Arc<Value>, wanted: &str| p["status"]["phase"] == wanted;
+    let pending = list("", "pods", &|pod| pod["status"]["phase"] == "Pending");
     // Joist's latest FailedScheduling message per pod, from one pass over the events.
     let mut reasons: BTreeMap<String, (u64, String)> = BTreeMap::new();
-    for event in list("", "events") {
-        if event["reason"] != "FailedScheduling" || event["source"]["component"] != "joist" {
-            continue;
-        }
+    let joist_failed_scheduling =
+        |event: &Value| event["reason"] == "FailedScheduling" && event["source"]["component"] == "joist";
+    for event in list("", "events", &joist_failed_scheduling) {
         let involved = &event["involvedObject"];
         let pod = format!("{}/{}", text(involved, "/namespace"), text(involved, "/name"));
         let revision = text(&event, "/metadata/resourceVersion")
@@ -291,9 +290,8 @@ pub fn build(name: &str, seed: u64, end: f64, store: &Store, cloud: &SimCloud, r
             reasons.insert(pod, (revision, text(&event, "/message")));
         }
     }
-    let pending_pods: Vec<PendingPod> = pods
+    let pending_pods: Vec<PendingPod> = pending
         .iter()
-        .filter(|p| phase(p, "Pending"))
         .map(|pod| {
             let pod = format!(
                 "{}/{}",
@@ -343,14 +341,16 @@ pub fn build(name: &str, seed: u64, end: f64, store: &Store, cloud: &SimCloud, r
             nodes_terminated,
             final_nodes,
             pods_pending_end: pending_pods.len(),
-            pods_running_end: pods.iter().filter(|p| phase(p, "Running")).count(),
+            pods_running_end: store.count(&GroupResource::new("", "pods"), |pod| {
+                pod["status"]["phase"] == "Running"
+            }),
             max_pod_pending_seconds: round(max_pod_pending_seconds, 3),
             max_pod_pending_after_interruption_seconds,
             max_pending_to_nodeclaim_seconds: recorded.max_pending_to_claim,
             pending_pods,
             cost_per_hour_end: round(cost_per_hour_end, 4),
             cost_total: round(cost_total, 4),
-            capacity_buffers: list("autoscaling.x-k8s.io", "capacitybuffers")
+            capacity_buffers: list("autoscaling.x-k8s.io", "capacitybuffers", &|_| true)
                 .iter()
                 .map(|buffer| final_buffer(buffer))
                 .collect(),

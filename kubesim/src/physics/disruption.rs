@@ -19,7 +19,7 @@ pub async fn run(store: Arc<Store>) {
     let mut pods = Informer::new("", "pods");
     loop {
         let mut namespaces = BTreeSet::new();
-        for change in budgets.changes(&store).iter().chain(pods.changes(&store).iter()) {
+        for change in budgets.changes(&store).chain(pods.changes(&store)) {
             namespaces.insert(ObjectKey::of(&change.object).namespace);
         }
         for namespace in namespaces {

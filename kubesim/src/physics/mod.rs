@@ -23,7 +23,7 @@ pub use self::kubelet::KubeletSettings;
 pub use self::workloads::template_hash;
 use crate::{
     resources::GroupResource,
-    store::{EventKind, ObjectKey, Store, WatchCursor},
+    store::{EventKind, ObjectKey, Store, Version, WatchCursor},
 };
 
 /// Timings and configuration of the simulated components.
@@ -101,35 +101,65 @@ impl Informer {
 
     /// The changes since the last call: on the first call (or after falling behind the store's
     /// history) every current object as `Added`.
-    pub fn changes(&mut self, store: &Store) -> Vec<Change> {
+    pub fn changes(&mut self, store: &Store) -> Changes {
+        let resource = self.resource.clone();
         if let Some(cursor) = &mut self.cursor {
             match store.poll(cursor, usize::MAX) {
                 Ok(events) => {
-                    return events
-                        .iter()
-                        .filter_map(|e| match e.object.value() {
-                            Ok(object) => Some(Change { kind: e.kind, object }),
-                            Err(error) => {
-                                tracing::error!(%error, resource = %self.resource.qualified(), "informer skips a change");
-                                None
-                            }
-                        })
-                        .collect();
+                    let versions: Vec<(EventKind, Version)> =
+                        events.iter().map(|e| (e.kind, e.object.clone())).collect();
+                    return Changes {
+                        resource,
+                        versions: versions.into_iter(),
+                    };
                 }
                 Err(error) => {
                     tracing::warn!(%error, resource = %self.resource.qualified(), "informer relists")
                 }
             }
         }
-        let page = store.list(&self.resource, None, None, None, |_| true);
+        let page = store.list_encoded(&self.resource, None, None, None);
         self.cursor = store.watch(&self.resource, Some(page.revision)).ok();
-        page.items
+        let versions: Vec<(EventKind, Version)> = page
+            .items
             .into_iter()
-            .map(|object| Change {
-                kind: EventKind::Added,
-                object,
-            })
-            .collect()
+            .map(|json| (EventKind::Added, Version::encoded(json)))
+            .collect();
+        Changes {
+            resource,
+            versions: versions.into_iter(),
+        }
+    }
+}
+
+/// The changes an informer read, each parsed as it is taken: a controller that reads a long
+/// backlog holds one object of it at a time (events past the newest thousand keep only their
+/// JSON). A version that does not parse is logged and skipped.
+pub(crate) struct Changes {
+    resource: GroupResource,
+    versions: std::vec::IntoIter<(EventKind, Version)>,
+}
+
+impl Changes {
+    /// Whether nothing changed.
+    pub fn is_empty(&self) -> bool {
+        self.versions.len() == 0
+    }
+}
+
+impl Iterator for Changes {
+    type Item = Change;
+
+    fn next(&mut self) -> Option<Change> {
+        loop {
+            let (kind, version) = self.versions.next()?;
+            match version.value() {
+                Ok(object) => return Some(Change { kind, object }),
+                Err(error) => {
+                    tracing::error!(%error, resource = %self.resource.qualified(), "informer skips a change")
+                }
+            }
+        }
     }
 }
 

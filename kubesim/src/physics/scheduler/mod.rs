@@ -121,14 +121,14 @@ pub async fn run(store: Arc<Store>, retry: Duration, config: Option<Arc<Schedule
         let pod_changes = pods.changes(&store);
         let csi_changes = csi_nodes.changes(&store);
         let mut cluster_changed = !node_changes.is_empty() || !csi_changes.is_empty();
-        for change in &csi_changes {
-            scheduler.observe_csi_node(change);
+        for change in csi_changes {
+            scheduler.observe_csi_node(&change);
         }
-        for change in &node_changes {
-            scheduler.observe_node(change);
+        for change in node_changes {
+            scheduler.observe_node(&change);
         }
-        for change in &pod_changes {
-            cluster_changed |= scheduler.observe_pod(change);
+        for change in pod_changes {
+            cluster_changed |= scheduler.observe_pod(&change);
         }
         let now = Instant::now();
         let pods_bound = std::mem::take(&mut scheduler.pods_bound);
