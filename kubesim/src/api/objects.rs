@@ -70,8 +70,9 @@ pub fn list(store: &Store, request: &ApiRequest, path: &ResourcePath) -> Result<
         return list_body(path, metadata, items);
     }
     let page = store.list_encoded(&resource, namespace, from.as_ref(), limit);
+    let stored_as = StoredAs::of(&path.rtype);
     let items = page.items.iter().map(|json| {
-        if stored_in_version(&path.rtype, json) {
+        if stored_as.matches(json) {
             return Ok(json.clone());
         }
         let object: Value = serde_json::from_slice(json).map_err(|error| {
@@ -82,12 +83,25 @@ pub fn list(store: &Store, request: &ApiRequest, path: &ResourcePath) -> Result<
     list_body(path, metadata(page.revision, &page.next), items)
 }
 
-/// Whether an object's stored JSON is already in `rtype`'s version, so it is sent as it is: its
-/// `apiVersion` is the first key of the stored JSON (keys are kept sorted). False sends it
-/// converted, which is right whatever the JSON.
-pub fn stored_in_version(rtype: &ResourceType, json: &[u8]) -> bool {
-    let head = format!("{{\"apiVersion\":{}", json!(rtype.api_version()));
-    json.starts_with(head.as_bytes())
+/// Tells whether an object's stored JSON is already in a resource type's version, so it is sent
+/// as it is: its `apiVersion` is the first key of the stored JSON (keys are kept sorted). A
+/// mismatch sends it converted, which is right whatever the JSON.
+pub struct StoredAs {
+    head: Vec<u8>,
+}
+
+impl StoredAs {
+    /// For objects served in `rtype`'s version.
+    pub fn of(rtype: &ResourceType) -> Self {
+        Self {
+            head: format!("{{\"apiVersion\":{}", json!(rtype.api_version())).into_bytes(),
+        }
+    }
+
+    /// Whether `json` is in that version.
+    pub fn matches(&self, json: &[u8]) -> bool {
+        json.starts_with(&self.head)
+    }
 }
 
 /// An object of a list, in the version the request asked for.

@@ -126,6 +126,7 @@ pub fn serve(store: Arc<Store>, request: &ApiRequest, path: &ResourcePath) -> Re
         }
     };
     let as_table = request.wants_table();
+    let stored_as = objects::StoredAs::of(&path.rtype);
     let (sender, receiver) = mpsc::channel::<Bytes>(STREAM_BUFFER);
     let rtype = path.rtype.clone();
     let busy = store.busy().clone();
@@ -133,7 +134,9 @@ pub fn serve(store: Arc<Store>, request: &ApiRequest, path: &ResourcePath) -> Re
         let deadline = tokio::time::Instant::now() + timeout;
         for version in &initial {
             if sender
-                .send(object_line("ADDED", &rtype, version, as_table, &store))
+                .send(object_line(
+                    "ADDED", &rtype, version, as_table, &stored_as, &store,
+                ))
                 .await
                 .is_err()
             {
@@ -170,7 +173,7 @@ pub fn serve(store: Arc<Store>, request: &ApiRequest, path: &ResourcePath) -> Re
             }
             for event in &events {
                 let line = match filter.view(event) {
-                    Ok(Some(kind)) => object_line(kind, &rtype, &event.object, as_table, &store),
+                    Ok(Some(kind)) => object_line(kind, &rtype, &event.object, as_table, &stored_as, &store),
                     Ok(None) => continue,
                     Err(error) => line("ERROR", &error.status()),
                 };
@@ -198,8 +201,15 @@ pub(super) fn refused(error: &ApiError) -> ApiBody {
 }
 
 /// The event of `version` as a watch of `rtype` sends it: its JSON when it is sent as stored.
-fn object_line(kind: &str, rtype: &ResourceType, version: &Version, as_table: bool, store: &Store) -> Bytes {
-    if !as_table && objects::stored_in_version(rtype, version.json()) {
+fn object_line(
+    kind: &str,
+    rtype: &ResourceType,
+    version: &Version,
+    as_table: bool,
+    stored_as: &objects::StoredAs,
+    store: &Store,
+) -> Bytes {
+    if !as_table && stored_as.matches(version.json()) {
         return encoded_line(kind, version.json());
     }
     let object = match version.value() {
