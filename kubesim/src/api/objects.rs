@@ -66,7 +66,15 @@ pub fn list(store: &Store, request: &ApiRequest, path: &ResourcePath) -> Result<
             );
             return Ok(serde_json::to_vec(&table).unwrap_or_default());
         }
-        let items = page.items.iter().map(|object| encode(path, object));
+        // Each item was just read, so the store has its JSON at hand (a version in another
+        // apiVersion is converted).
+        let items = page
+            .items
+            .iter()
+            .map(|object| match in_version(&path.rtype, object) {
+                Cow::Borrowed(_) => Ok(store.encoded(object)),
+                Cow::Owned(converted) => encode(path, &converted),
+            });
         return list_body(path, metadata, items);
     }
     let page = store.list_encoded(&resource, namespace, from.as_ref(), limit);
