@@ -260,7 +260,7 @@ spec:
 }
 
 fn run(scenario: &Scenario) -> Report {
-    simulate::run(scenario, scenario.seed, NodeTracer::disabled(), &mut |_| {})
+    simulate::run(scenario, scenario.seed, NodeTracer::disabled(), None)
         .unwrap_or_else(|e| panic!("{e}"))
         .report
 }
@@ -769,7 +769,7 @@ fn a_restart_does_not_start_consolidate_after_again() {
     let steps = "[{at: 3m, scale: {kind: Deployment, namespace: default, name: inflate, replicas: 4}}]";
     let world = scenario(&manifests, steps, "12m");
     // The controllers crash as their first command taints its candidates, and start again.
-    let crashed = simulate::run_crashing(
+    let (crashed, _) = simulate::run_crashing(
         &world,
         world.seed,
         joist_actors::effects::faults::FaultPoints::crash_at(
@@ -1438,7 +1438,7 @@ fn the_final_metrics_count_launches_interruptions_and_disruptions_as_karpenter_d
                   {at: 6m, delete: {kind: Deployment, namespace: default, name: inflate}}]";
     let scenario = scenario(&spot, steps, "10m");
     let simulate::Simulated { report, metrics, .. } =
-        simulate::run(&scenario, scenario.seed, NodeTracer::disabled(), &mut |_| {})
+        simulate::run(&scenario, scenario.seed, NodeTracer::disabled(), None)
             .unwrap_or_else(|e| panic!("{e}"));
     let s = &report.summary;
     let launched = s.nodes_launched as f64;
@@ -1733,7 +1733,7 @@ fn every_node_life_is_one_trace_with_a_span_per_phase() {
     );
     let steps = "[{at: 3m, interrupt: {nodeSelector: {karpenter.sh/capacity-type: on-demand}, count: 1}}]";
     let scenario = scenario(&manifests, steps, "8m");
-    let report = simulate::run(&scenario, scenario.seed, tracer, &mut |_| {})
+    let report = simulate::run(&scenario, scenario.seed, tracer, None)
         .unwrap_or_else(|e| panic!("{e}"))
         .report;
     let spans = exporter.get_finished_spans().unwrap_or_else(|e| panic!("{e}"));
@@ -2149,7 +2149,7 @@ fn balanced_consolidation_weighs_what_a_move_saves_against_what_it_disrupts() {
     let outcome = |policy: &str, cost: &str| {
         let scenario = scenario(&balanced_cluster(policy, cost), steps, "10m");
         let simulate::Simulated { report, metrics, .. } =
-            simulate::run(&scenario, scenario.seed, NodeTracer::disabled(), &mut |_| {})
+            simulate::run(&scenario, scenario.seed, NodeTracer::disabled(), None)
                 .unwrap_or_else(|e| panic!("{e}"));
         let s = &report.summary;
         assert_eq!((s.pods_running_end, s.pods_pending_end), (2, 0), "{s:#?}");

@@ -104,10 +104,9 @@ pub fn suite(
     for step in Step::ALL {
         totals.steps += 1;
         for nth in 1..=reaches {
-            let simulated =
+            let (_, audit) =
                 simulate::run_crashing(&scenario, scenario.seed, FaultPoints::crash_at(step, nth))
                     .map_err(|e| failed(format!("crash at {step} #{nth}: {e}")))?;
-            let audit = &simulated.audit;
             let crash_at = audit
                 .crash
                 .as_ref()
@@ -118,7 +117,7 @@ pub fn suite(
                 None if nth == 1 => totals.unreached += 1,
                 None => {}
             }
-            totals.add(audit);
+            totals.add(&audit);
             print(row([
                 step.name().to_owned(),
                 nth.to_string(),
@@ -129,7 +128,7 @@ pub fn suite(
                 audit.tainted.len().to_string(),
                 audit.stale.len().to_string(),
             ]))?;
-            for line in details(audit) {
+            for line in details(&audit) {
                 print(format!("  {line}"))?;
             }
         }

@@ -86,7 +86,7 @@ pub(super) fn timed(command: &str, text: &str) -> Result<(Simulated, f64), Comma
     let scenario = Scenario::parse(text).map_err(|e| failed(e.to_string()))?;
     #[allow(clippy::disallowed_types)] // Benchmarks measure wall time on purpose.
     let start = std::time::Instant::now();
-    let mut simulated = simulate::run(&scenario, scenario.seed, Default::default(), &mut |_| {})
+    let mut simulated = simulate::run(&scenario, scenario.seed, Default::default(), None)
         .map_err(|e| failed(e.to_string()))?;
     simulated.leave_world();
     Ok((simulated, start.elapsed().as_secs_f64()))

@@ -27,7 +27,7 @@ use super::{
     CommandError,
     bench_chaos::{self, Totals, failed},
 };
-use crate::simulate::{self, Scenario, Simulated, report::Report};
+use crate::simulate::{self, Scenario, Simulated, audit::Audit, report::Report};
 
 /// The most EC2 calls per second, in any 10 s of a throttling storm.
 pub const STORM_PEAK: f64 = 2.0;
@@ -50,7 +50,7 @@ struct Case {
     /// Whether [`CHURN`]'s steps follow.
     churn: bool,
     until: &'static str,
-    judge: fn(&Simulated) -> Verdict,
+    judge: fn(&Simulated, &Audit) -> Verdict,
 }
 
 /// What a case measured, and why it failed if it did.
@@ -187,12 +187,11 @@ pub fn run(
         let scenario = world
             .with_steps(case.name, &steps, case.until)
             .map_err(|e| failed(format!("{}: {e}", case.name)))?;
-        let simulated = simulate::run_crashing(&scenario, scenario.seed, FaultPoints::none())
+        let (simulated, audit) = simulate::run_crashing(&scenario, scenario.seed, FaultPoints::none())
             .map_err(|e| failed(format!("{}: {e}", case.name)))?;
-        let audit = &simulated.audit;
-        let verdict = (case.judge)(&simulated);
+        let verdict = (case.judge)(&simulated, &audit);
         totals.cases += 1;
-        totals.add(audit);
+        totals.add(&audit);
         print(format!(
             "{:<22} {:>6} {:>10} {:>8} {:>6}  {}",
             case.name,
@@ -202,7 +201,7 @@ pub fn run(
             audit.stale.len(),
             verdict.measure
         ))?;
-        for line in bench_chaos::details(audit) {
+        for line in bench_chaos::details(&audit) {
             print(format!("  {line}"))?;
         }
         if let Some(problem) = verdict.problem {
@@ -243,7 +242,7 @@ fn max_nodes(report: &Report, from: f64, to: f64) -> usize {
         .unwrap_or(0)
 }
 
-fn throttle_storm(simulated: &Simulated) -> Verdict {
+fn throttle_storm(simulated: &Simulated, _: &Audit) -> Verdict {
     // The cloud's call log holds its EC2 calls (the interruption queue keeps no log).
     let (from, to) = (180.0, 780.0);
     let calls = simulated.calls.between(from, to).count();
@@ -255,7 +254,7 @@ fn throttle_storm(simulated: &Simulated) -> Verdict {
     })
 }
 
-fn capacity_outage(simulated: &Simulated) -> Verdict {
+fn capacity_outage(simulated: &Simulated, _: &Audit) -> Verdict {
     let report = &simulated.report;
     let attempts = simulated
         .calls
@@ -275,7 +274,7 @@ fn capacity_outage(simulated: &Simulated) -> Verdict {
     })
 }
 
-fn launch_hangs(simulated: &Simulated) -> Verdict {
+fn launch_hangs(simulated: &Simulated, _: &Audit) -> Verdict {
     let report = &simulated.report;
     let timeouts = timeline_count(report, "warning", "LaunchTimeout");
     let hung: Vec<Option<f64>> = report
@@ -298,7 +297,7 @@ fn launch_hangs(simulated: &Simulated) -> Verdict {
     })
 }
 
-fn reply_lost(simulated: &Simulated) -> Verdict {
+fn reply_lost(simulated: &Simulated, _: &Audit) -> Verdict {
     let report = &simulated.report;
     let claims = timeline_count(report, "nodeclaim-launched", "");
     let lost = simulated
@@ -317,7 +316,7 @@ fn reply_lost(simulated: &Simulated) -> Verdict {
 
 /// As [`timed_out`], and the NodePool says its nodes do not register: `NodeRegistrationHealthy`
 /// turns False.
-fn never_registers(simulated: &Simulated) -> Verdict {
+fn never_registers(simulated: &Simulated, _: &Audit) -> Verdict {
     let mut verdict = timed_out(simulated, "RegistrationTimeout");
     let unhealthy =
         simulated.report.timeline.iter().find(|e| {
@@ -340,7 +339,7 @@ fn never_registers(simulated: &Simulated) -> Verdict {
     verdict
 }
 
-fn never_ready(simulated: &Simulated) -> Verdict {
+fn never_ready(simulated: &Simulated, _: &Audit) -> Verdict {
     timed_out(simulated, "InitializationTimeout")
 }
 
@@ -360,7 +359,7 @@ fn timed_out(simulated: &Simulated, reason: &str) -> Verdict {
     })
 }
 
-fn tainted_after_launch(simulated: &Simulated) -> Verdict {
+fn tainted_after_launch(simulated: &Simulated, _: &Audit) -> Verdict {
     let report = &simulated.report;
     let launched = launches(report, 0.0, 600.0);
     let most = max_nodes(report, 0.0, 900.0);
@@ -370,30 +369,30 @@ fn tainted_after_launch(simulated: &Simulated) -> Verdict {
     })
 }
 
-fn watch_drops(simulated: &Simulated) -> Verdict {
+fn watch_drops(simulated: &Simulated, audit: &Audit) -> Verdict {
     let counts = simulated.api_faults;
     let measure = format!(
         "{} watch drops in 10 min; {} objects seen differently at the end",
         counts.watch_drops,
-        simulated.audit.stale.len()
+        audit.stale.len()
     );
     Verdict::pass_if(measure, counts.watch_drops > 1, || {
         "no watch was dropped".to_owned()
     })
 }
 
-fn history_gone(simulated: &Simulated) -> Verdict {
+fn history_gone(simulated: &Simulated, audit: &Audit) -> Verdict {
     let counts = simulated.api_faults;
     let measure = format!(
         "{} watch drops, {} resumes refused 410 and relisted; {} objects seen differently at the end",
         counts.watch_drops,
         counts.gone,
-        simulated.audit.stale.len()
+        audit.stale.len()
     );
     Verdict::pass_if(measure, counts.gone > 1, || "no watch was refused 410".to_owned())
 }
 
-fn write_conflicts(simulated: &Simulated) -> Verdict {
+fn write_conflicts(simulated: &Simulated, _: &Audit) -> Verdict {
     let conflicts = simulated.api_faults.conflicts;
     let rate = conflicts as f64 / 300.0;
     let measure = format!("{conflicts} writes refused 409 in the 5 min fault ({rate:.2}/s)");
@@ -402,7 +401,7 @@ fn write_conflicts(simulated: &Simulated) -> Verdict {
     })
 }
 
-fn write_replies_lost(simulated: &Simulated) -> Verdict {
+fn write_replies_lost(simulated: &Simulated, _: &Audit) -> Verdict {
     let lost = simulated.api_faults.lost_replies;
     let claims = simulated
         .report
@@ -418,7 +417,7 @@ fn write_replies_lost(simulated: &Simulated) -> Verdict {
     )
 }
 
-fn slow_apiserver(simulated: &Simulated) -> Verdict {
+fn slow_apiserver(simulated: &Simulated, _: &Audit) -> Verdict {
     let delayed = simulated.api_faults.delayed;
     let full = super::metric_total(&simulated.metrics, "joist_mailbox_full_total");
     let measure = format!(

@@ -61,15 +61,16 @@ pub fn run(
     })?;
     let wall = std::time::SystemTime::now();
     let mut progress = |p: Progress| {
-        if show {
-            let _ = write!(stderr, "\r{}", bar(&p));
-            let _ = stderr.flush();
-        }
+        let _ = write!(stderr, "\r{}", bar(&p));
+        let _ = stderr.flush();
     };
     let ran = simulate::run_then(
         &scenario,
         seed,
-        (telemetry.node_tracer(), &mut progress),
+        (
+            telemetry.node_tracer(),
+            show.then_some(&mut progress as &mut dyn FnMut(Progress)),
+        ),
         async |live: simulate::Live| {
             let taken = match outputs.snapshot {
                 Some(_) => Some(Snapshot::take(&live.client).await),

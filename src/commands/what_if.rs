@@ -210,7 +210,7 @@ pub fn run(
     let before = scenario(&snapshot, None, duration).map_err(|e| failed(from, e))?;
     let after = scenario(&snapshot, Some(&applied), duration).map_err(|e| failed(from, e))?;
     let replay = |scenario: &Scenario| {
-        simulate::run(scenario, scenario.seed, Default::default(), &mut |_| {})
+        simulate::run(scenario, scenario.seed, Default::default(), None)
             .map(|s| Outcome::of(&s.report))
             .map_err(|e| failed(from, e.to_string()))
     };

@@ -66,8 +66,6 @@ pub struct Simulated {
     pub metrics: String,
     /// The wall time kubesim's own work took (its requests, watches and physics).
     pub kubesim_busy: Duration,
-    /// What the run left behind that it should not have.
-    pub audit: Audit,
     /// Every call Joist made to the cloud.
     pub calls: CallLog,
     /// What the API server's faults did to the controllers' requests.
@@ -87,27 +85,32 @@ impl Simulated {
     }
 }
 
-/// Runs `scenario` with `seed` and returns its report; node traces go to `node_tracer`.
+/// Runs `scenario` with `seed` and returns its report; node traces go to `node_tracer`, progress
+/// (if anyone watches it) to `progress`.
 pub fn run(
     scenario: &Scenario,
     seed: u64,
     node_tracer: NodeTracer,
-    progress: &mut dyn FnMut(Progress),
+    progress: Option<&mut dyn FnMut(Progress)>,
 ) -> Result<Simulated, SimulateError> {
     run_then(scenario, seed, (node_tracer, progress), async |_| ()).map(|(simulated, ())| simulated)
 }
 
-/// The world at a run's end, still running: a client of its cluster, its cloud, its clock, and
-/// what Joist's controllers running at the end share.
+/// The world at a run's end, still running: a client of its cluster, its store, its cloud, its
+/// clock, what Joist's controllers running at the end share, and where they crashed.
 pub struct Live {
     /// A client of kubesim.
     pub client: kube::Client,
+    /// kubesim's store.
+    pub store: Arc<Store>,
     /// The simulated cloud.
     pub cloud: SimCloud,
     /// The run's virtual clock.
     pub clock: Clock,
     /// The controllers' view, settings and metrics.
     pub controllers: joist_actors::shared::Shared,
+    /// The crash, if a fault point was armed and reached.
+    pub crash: Option<Crash>,
 }
 
 /// [`run`], then `then` with the world at its end (virtual time goes on while `then` waits, and
@@ -115,27 +118,43 @@ pub struct Live {
 pub fn run_then<T>(
     scenario: &Scenario,
     seed: u64,
-    (node_tracer, progress): (NodeTracer, &mut dyn FnMut(Progress)),
+    (node_tracer, progress): (NodeTracer, Option<&mut dyn FnMut(Progress)>),
+    then: impl AsyncFnOnce(Live) -> T,
+) -> Result<(Simulated, T), SimulateError> {
+    run_in_world(scenario, seed, (node_tracer, progress), FaultPoints::none(), then)
+}
+
+/// Runs `scenario` with `seed` crashing Joist's controllers where `faults` is armed, then starting
+/// new ones from the cluster and the cloud alone [`RESTART_AFTER`] later; returns the report and
+/// what the run left behind.
+pub fn run_crashing(
+    scenario: &Scenario,
+    seed: u64,
+    faults: FaultPoints,
+) -> Result<(Simulated, Audit), SimulateError> {
+    run_in_world(
+        scenario,
+        seed,
+        (NodeTracer::disabled(), None),
+        faults,
+        async |live: Live| Audit::of(&live.store, &live.cloud, &live.controllers.read, live.crash),
+    )
+}
+
+/// [`simulate`] in a world of its own, which the returned report keeps.
+fn run_in_world<T>(
+    scenario: &Scenario,
+    seed: u64,
+    watchers: (NodeTracer, Option<&mut dyn FnMut(Progress)>),
+    faults: FaultPoints,
     then: impl AsyncFnOnce(Live) -> T,
 ) -> Result<(Simulated, T), SimulateError> {
     let manifests = prepare(scenario)?;
     let system = paused_system().map_err(SimulateError::Runtime)?;
-    let (mut simulated, looked) = system.block_on(simulate(
-        scenario,
-        manifests,
-        seed,
-        (node_tracer, progress),
-        FaultPoints::none(),
-        then,
-    ))?;
+    let (mut simulated, looked) =
+        system.block_on(simulate(scenario, manifests, seed, watchers, faults, then))?;
     simulated.world = Some(system);
     Ok((simulated, looked))
-}
-
-/// Runs `scenario` with `seed` crashing Joist's controllers where `faults` is armed, then starting
-/// new ones from the cluster and the cloud alone [`RESTART_AFTER`] later.
-pub fn run_crashing(scenario: &Scenario, seed: u64, faults: FaultPoints) -> Result<Simulated, SimulateError> {
-    run_with(scenario, seed, NodeTracer::disabled(), &mut |_| {}, faults)
 }
 
 /// An actix system on a current-thread runtime whose time is paused: virtual time, which jumps
@@ -148,32 +167,11 @@ pub fn paused_system() -> std::io::Result<actix::SystemRunner> {
     Ok(actix::System::with_tokio_rt(move || runtime))
 }
 
-fn run_with(
-    scenario: &Scenario,
-    seed: u64,
-    node_tracer: NodeTracer,
-    progress: &mut dyn FnMut(Progress),
-    faults: FaultPoints,
-) -> Result<Simulated, SimulateError> {
-    let manifests = prepare(scenario)?;
-    let system = paused_system().map_err(SimulateError::Runtime)?;
-    let (mut simulated, ()) = system.block_on(simulate(
-        scenario,
-        manifests,
-        seed,
-        (node_tracer, progress),
-        faults,
-        async |_| (),
-    ))?;
-    simulated.world = Some(system);
-    Ok(simulated)
-}
-
 async fn simulate<T>(
     scenario: &Scenario,
     mut manifests: Manifests,
     seed: u64,
-    (node_tracer, progress): (NodeTracer, &mut dyn FnMut(Progress)),
+    (node_tracer, mut progress): (NodeTracer, Option<&mut dyn FnMut(Progress)>),
     faults: FaultPoints,
     then: impl AsyncFnOnce(Live) -> T,
 ) -> Result<(Simulated, T), SimulateError> {
@@ -255,13 +253,20 @@ async fn simulate<T>(
     tokio::task::yield_now().await;
     apply(&client, cluster.store(), manifests.initial, "spec.manifests").await?;
     for (i, step) in scenario.steps.iter().enumerate() {
-        advance(started, step.at, scenario.until, cluster.store(), progress).await;
+        advance(started, step.at, scenario.until, cluster.store(), &mut progress).await;
         let field = format!("spec.steps[{i}]");
         let documents = manifests.steps.remove(&i).unwrap_or_default();
         recorder.note("step", field.clone(), describe(&step.action, documents.len()));
         execute(&world, &step.action, documents, &field).await?;
     }
-    advance(started, scenario.until, scenario.until, cluster.store(), progress).await;
+    advance(
+        started,
+        scenario.until,
+        scenario.until,
+        cluster.store(),
+        &mut progress,
+    )
+    .await;
     let crash = controllers.crash();
     if let Some(crash) = &crash {
         let detail = format!("Joist's controllers crashed at the fault point {}", crash.step);
@@ -282,7 +287,6 @@ async fn simulate<T>(
         report: report::build(&scenario.name, seed, end, cluster.store(), &cloud, recorded),
         metrics: last.metrics.encode(),
         kubesim_busy: cluster.busy(),
-        audit: Audit::of(cluster.store(), &cloud, &last.read, crash),
         api_faults: api_faults.as_ref().map(ApiFaults::counts).unwrap_or_default(),
         calls: cloud.books().calls(),
         world: None,
@@ -290,9 +294,11 @@ async fn simulate<T>(
     // After the report, so what `then` does (and the virtual time it takes) is not in it.
     let looked = then(Live {
         client: client.clone(),
+        store: cluster.store().clone(),
         cloud: cloud.clone(),
         clock,
         controllers: last,
+        crash,
     })
     .await;
     Ok((simulated, looked))
@@ -387,14 +393,19 @@ fn start_controllers(
     }
 }
 
-/// Lets virtual time run to `target`, reporting progress on the way.
+/// Lets virtual time run to `target`, reporting progress on the way to `progress`, if given (each
+/// report reads every node and pod: the whole cluster every [`PROGRESS_EVERY`]).
 async fn advance(
     started: Instant,
     target: Duration,
     until: Duration,
     store: &Store,
-    progress: &mut dyn FnMut(Progress),
+    progress: &mut Option<&mut dyn FnMut(Progress)>,
 ) {
+    let Some(progress) = progress else {
+        tokio::time::sleep_until(started + target).await;
+        return;
+    };
     loop {
         let now = started.elapsed();
         if now >= target {

@@ -19,7 +19,7 @@ fn remaining(disruption: &str) -> Vec<(&'static str, f64)> {
     let (manifests, steps) = four_apart_scaled_to_two(disruption);
     let scenario = scenario(&manifests, steps, "6m");
     let simulate::Simulated { report, metrics, .. } =
-        simulate::run(&scenario, scenario.seed, NodeTracer::disabled(), &mut |_| {})
+        simulate::run(&scenario, scenario.seed, NodeTracer::disabled(), None)
             .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(
         report.summary.final_nodes.len(),
@@ -67,11 +67,10 @@ fn abandoned(disruption: &str, steps: &str, until: &str) -> (usize, BTreeMap<(St
         "[{{at: 2m15s, scale: {{kind: Deployment, namespace: default, name: web, replicas: 2}}}}{steps}]"
     );
     let scenario = scenario(&manifests, &steps, until);
-    let mut quiet = |_: simulate::Progress| {};
     let (simulated, messages) = simulate::run_then(
         &scenario,
         scenario.seed,
-        (NodeTracer::disabled(), &mut quiet),
+        (NodeTracer::disabled(), None),
         async |live: simulate::Live| {
             let events = Api::<Event>::all(live.client.clone())
                 .list(

@@ -54,11 +54,10 @@ fn asked_each(
     ask: impl AsyncFnOnce(&kube::Client) -> Vec<Question>,
 ) -> Vec<Result<Answer, AnswerError>> {
     let scenario = scenario_with(settings, manifests, steps, until);
-    let mut quiet = |_: simulate::Progress| {};
     let (_, answered) = simulate::run_then(
         &scenario,
         scenario.seed,
-        (NodeTracer::disabled(), &mut quiet),
+        (NodeTracer::disabled(), None),
         async |live: Live| {
             let questions = ask(&live.client).await;
             let settings = Settings {

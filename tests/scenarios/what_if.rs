@@ -42,11 +42,10 @@ fn ending(report: &simulate::Report) -> (Vec<String>, f64) {
 #[test]
 fn a_change_replayed_on_a_snapshot_ends_as_the_change_made_in_the_run_itself() {
     let settled = scenario(&manifests(), "[]", "3m");
-    let mut quiet = |_: simulate::Progress| {};
     let (_, snapshot) = simulate::run_then(
         &settled,
         settled.seed,
-        (NodeTracer::disabled(), &mut quiet),
+        (NodeTracer::disabled(), None),
         async |live: Live| Snapshot::take(&live.client).await,
     )
     .unwrap_or_else(|e| panic!("{e}"));
@@ -65,7 +64,7 @@ fn a_change_replayed_on_a_snapshot_ends_as_the_change_made_in_the_run_itself() {
         &scenario(&manifests(), &steps, "13m"),
         settled.seed,
         NodeTracer::disabled(),
-        &mut |_| {},
+        None,
     )
     .unwrap_or_else(|e| panic!("{e}"))
     .report;
