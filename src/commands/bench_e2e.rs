@@ -9,7 +9,8 @@
 //! need a node of their own (required hostname anti-affinity), so `N` nodes: the cluster grown in
 //! its node count rather than its pod count. It prints one `name value` line per figure: pods Running and pending
 //! at the end, nodes, wall time, pods brought to Running per wall second, peak memory (`VmHWM`: the
-//! whole simulated world, not Joist alone), and the share of wall time kubesim's own work took
+//! whole simulated world, not Joist alone), kubesim's writes (its last resourceVersion: the work
+//! of the run in a figure that does not vary with the machine), and the share of wall time kubesim's own work took
 //! (requests, watches, scheduler, kubelets) against the rest: Joist's controllers with their API
 //! client, and the much smaller simulated cloud and report recorder.
 //!
@@ -63,6 +64,7 @@ pub fn run(workload: Workload, pools: usize, out: &mut dyn io::Write) -> Result<
             "peak memory",
             peak_memory_mib().map_or_else(|| "unknown".to_owned(), |mib| format!("{mib} MiB")),
         ),
+        ("kubesim writes", simulated.kubesim_writes.to_string()),
         ("kubesim share", format!("{:.0}%", kubesim * 100.0)),
         (
             "controllers share",
@@ -269,6 +271,10 @@ mod tests {
         assert!(value("wall") > 0.0 && value("pods/s") > 0.0, "{text}");
         assert!(value("longest pod wait (virtual)") > 0.0, "{text}");
         value("peak memory");
+        assert!(
+            value("kubesim writes") > 60.0,
+            "each pod created and bound: {text}"
+        );
         let shares = value("kubesim share") + value("controllers share");
         assert!((99.0..=101.0).contains(&shares), "{text}");
     }

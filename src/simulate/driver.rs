@@ -66,6 +66,9 @@ pub struct Simulated {
     pub metrics: String,
     /// The wall time kubesim's own work took (its requests, watches and physics).
     pub kubesim_busy: Duration,
+    /// How many writes kubesim's store took (its last resourceVersion): the run's work in a
+    /// figure that, unlike its wall time, does not depend on the machine.
+    pub kubesim_writes: u64,
     /// Every call Joist made to the cloud.
     pub calls: CallLog,
     /// What the API server's faults did to the controllers' requests.
@@ -287,6 +290,7 @@ async fn simulate<T>(
         report: report::build(&scenario.name, seed, end, cluster.store(), &cloud, recorded),
         metrics: last.metrics.encode(),
         kubesim_busy: cluster.busy(),
+        kubesim_writes: cluster.store().revision(),
         api_faults: api_faults.as_ref().map(ApiFaults::counts).unwrap_or_default(),
         calls: cloud.books().calls(),
         world: None,
