@@ -5,12 +5,15 @@
 //! Repeats make a series, as kube-scheduler's recorder (client-go's events.k8s.io broadcaster)
 //! makes them: an event about the same object with the same reason from the same component, within
 //! [`SERIES_FINISH`] of the last one, whatever its message, counts on the Event first written
-//! (`count`, `lastTimestamp`; the message stays the first one's) instead of adding an Event. One
-//! difference: client-go writes the second occurrence at once and later counts every 30 minutes
-//! or when the series ends; kubesim writes every count at once.
+//! (`count`, `lastTimestamp`; the message stays the first one's) instead of adding an Event. As in
+//! client-go, the second occurrence is written at once and later ones are counted in memory: the
+//! count is written when the series ends (looked at every [`SERIES_FINISH`]) and every
+//! [`SERIES_REFRESH`] while it lasts. The owner calls [`Recorder::sweep`] by
+//! [`Recorder::next_sweep`].
 
 use std::{collections::HashMap, time::Duration};
 
+use joist_messages::time::rfc3339;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
@@ -20,11 +23,11 @@ use crate::{
 };
 
 /// How long after its last occurrence a series ends (client-go's `finishTime`, 6 minutes); the
-/// next occurrence starts a new Event.
+/// next occurrence starts a new Event. Also how often open series are looked at.
 pub const SERIES_FINISH: Duration = Duration::from_secs(360);
 
-/// The least number of open series before a prune is worth its scan.
-const PRUNE_FLOOR: usize = 1024;
+/// How often the counts of series still going are written (client-go's `refreshTime`).
+pub const SERIES_REFRESH: Duration = Duration::from_secs(1800);
 
 /// What an Event says, and who says it.
 #[derive(Debug, Clone, Copy)]
@@ -44,15 +47,21 @@ pub struct Report<'a> {
 pub struct Recorder {
     /// Open series by object, reason and component.
     open: HashMap<(String, String, String), Series>,
-    /// The number of open series at which ended ones are next pruned.
-    prune_at: usize,
+    /// When open series are next looked at; none while there are none.
+    next_sweep: Option<Instant>,
+    /// When the counts of series still going are next written.
+    next_refresh: Option<Instant>,
 }
 
 #[derive(Debug)]
 struct Series {
     event: ObjectKey,
     count: u64,
+    /// The count the Event shows.
+    written: u64,
     last_seen: Instant,
+    /// When it was last seen, in epoch seconds (the Event's `lastTimestamp`).
+    last_seen_at: i64,
 }
 
 impl Recorder {
@@ -60,7 +69,7 @@ impl Recorder {
     /// or counts it on the open series it belongs to.
     pub fn record(&mut self, store: &Store, object: &Value, report: Report<'_>) {
         let now = Instant::now();
-        self.prune(now);
+        self.sweep(store);
         let metadata = &object["metadata"];
         let identity = metadata["uid"]
             .as_str()
@@ -78,7 +87,10 @@ impl Recorder {
         {
             series.count += 1;
             series.last_seen = now;
-            if count(store, &series.event, series.count) {
+            series.last_seen_at = store.clock().now_seconds();
+            // Past the second, occurrences wait for the sweep; an Event gone by then is not
+            // written again.
+            if series.count > 2 || series.write(store) {
                 return;
             }
         }
@@ -86,33 +98,59 @@ impl Recorder {
             let series = Series {
                 event,
                 count: 1,
+                written: 1,
                 last_seen: now,
+                last_seen_at: store.clock().now_seconds(),
             };
             self.open.insert(key, series);
+            self.next_sweep.get_or_insert(now + SERIES_FINISH);
+            self.next_refresh.get_or_insert(now + SERIES_REFRESH);
         }
     }
 
-    /// Drops ended series once their number has doubled since the last prune.
-    fn prune(&mut self, now: Instant) {
-        if self.open.len() < self.prune_at.max(PRUNE_FLOOR) {
+    /// When [`Recorder::sweep`] has work next.
+    pub fn next_sweep(&self) -> Option<Instant> {
+        self.next_sweep
+    }
+
+    /// When due, writes the counts of the series that ended and closes them, and every
+    /// [`SERIES_REFRESH`] the counts of those still going.
+    pub fn sweep(&mut self, store: &Store) {
+        let now = Instant::now();
+        if self.next_sweep.is_none_or(|at| now < at) {
             return;
         }
-        self.open
-            .retain(|_, s| now.saturating_duration_since(s.last_seen) < SERIES_FINISH);
-        self.prune_at = 2 * self.open.len();
+        let refresh = self.next_refresh.is_some_and(|at| now >= at);
+        self.open.retain(|_, series| {
+            let ended = now.saturating_duration_since(series.last_seen) >= SERIES_FINISH;
+            if (ended || refresh) && series.count > series.written {
+                series.write(store);
+            }
+            !ended
+        });
+        let open = !self.open.is_empty();
+        self.next_sweep = open.then_some(now + SERIES_FINISH);
+        if refresh || !open {
+            self.next_refresh = open.then_some(now + SERIES_REFRESH);
+        }
     }
 }
 
-/// Writes `count` and the time onto the series' Event; false when the Event is gone.
-fn count(store: &Store, event: &ObjectKey, count: u64) -> bool {
-    let now = store.clock().now_rfc3339();
-    let counted = store.modify(&events(), event, Part::Main, false, |current| {
-        let mut next = current.clone();
-        next["count"] = json!(count);
-        next["lastTimestamp"] = json!(now);
-        Ok(next)
-    });
-    counted.is_ok()
+impl Series {
+    /// Writes the count and the time of the last occurrence onto the Event; false when it is
+    /// gone.
+    fn write(&mut self, store: &Store) -> bool {
+        let seen = rfc3339(self.last_seen_at);
+        let count = self.count;
+        let written = store.modify(&events(), &self.event, Part::Main, false, |current| {
+            let mut next = current.clone();
+            next["count"] = json!(count);
+            next["lastTimestamp"] = json!(seen);
+            Ok(next)
+        });
+        self.written = count;
+        written.is_ok()
+    }
 }
 
 /// Creates a new Event; its key, unless the store refused it.
@@ -196,19 +234,64 @@ mod tests {
         record(&mut recorder, "0/3 nodes are available");
         let series = failed_scheduling(&store);
         assert_eq!(series.len(), 1, "one Event for the series: {series:?}");
-        assert_eq!(series[0]["count"], 3);
+        assert_eq!(
+            series[0]["count"], 2,
+            "the second occurrence is written at once, the third waits"
+        );
         assert_eq!(
             series[0]["message"], "0/1 nodes are available",
             "a series keeps its first note"
         );
-        assert_ne!(series[0]["lastTimestamp"], series[0]["firstTimestamp"]);
+        let second = series[0]["lastTimestamp"].clone();
+        assert_ne!(second, series[0]["firstTimestamp"]);
 
+        // Nothing is written while the series goes on; the sweep after it ends writes its count.
+        let third_at = store.clock().now_rfc3339();
+        recorder.sweep(&store);
+        assert_eq!(failed_scheduling(&store)[0]["count"], 2);
+        let ends = recorder.next_sweep().expect("a series is open");
         tokio::time::advance(SERIES_FINISH).await;
+        assert!(tokio::time::Instant::now() >= ends);
+        recorder.sweep(&store);
+        let ended = failed_scheduling(&store);
+        assert_eq!(ended[0]["count"], 3);
+        assert_eq!(
+            ended[0]["lastTimestamp"],
+            json!(third_at),
+            "stamped when last seen"
+        );
+        assert_eq!(recorder.next_sweep(), None, "no series left open");
+
         record(&mut recorder, "0/4 nodes are available");
         assert_eq!(
             failed_scheduling(&store).len(),
             2,
             "after six quiet minutes a new Event starts"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_long_series_has_its_count_written_every_half_hour() {
+        let store = Store::new(Clock::starting_at(1_800_000_000), 7);
+        let pod = json!({"apiVersion": "v1", "kind": "Pod",
+                         "metadata": {"name": "p", "namespace": "default", "uid": "u-1"}});
+        let mut recorder = Recorder::default();
+        let report = Report {
+            kind: "Warning",
+            reason: "FailedScheduling",
+            message: "0/1 nodes are available",
+            component: "default-scheduler",
+        };
+        // One occurrence a minute for 40 minutes: the series never ends.
+        for _ in 0..40 {
+            recorder.record(&store, &pod, report);
+            tokio::time::advance(Duration::from_secs(60)).await;
+            recorder.sweep(&store);
+        }
+        let count = failed_scheduling(&store)[0]["count"].as_u64().unwrap_or_default();
+        assert!(
+            (30..40).contains(&count),
+            "written by the refresh after 30 minutes, not at every occurrence: {count}"
         );
     }
 }

@@ -139,13 +139,15 @@ pub async fn run(store: Arc<Store>, retry: Duration, config: Option<Arc<Schedule
             scheduler.retry_placed_by_pods(now);
         }
         scheduler.end_backoffs(now);
+        scheduler.events.sweep(&store);
         if scheduler.schedule_queue(&store, PODS_PER_CHUNK) {
             tokio::task::yield_now().await;
             continue;
         }
-        let wake = scheduler
-            .next_backoff_end()
-            .map_or(next_retry, |end| end.min(next_retry));
+        let wake = [scheduler.next_backoff_end(), scheduler.events.next_sweep()]
+            .into_iter()
+            .flatten()
+            .fold(next_retry, Instant::min);
         if !wait(&mut changes, Some(wake)).await {
             return;
         }
