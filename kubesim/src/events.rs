@@ -80,18 +80,19 @@ impl Recorder {
             report.reason.to_owned(),
             report.component.to_owned(),
         );
-        if let Some(series) = self
-            .open
-            .get_mut(&key)
-            .filter(|s| now.saturating_duration_since(s.last_seen) < SERIES_FINISH)
-        {
-            series.count += 1;
-            series.last_seen = now;
-            series.last_seen_at = store.clock().now_seconds();
-            // Past the second, occurrences wait for the sweep; an Event gone by then is not
-            // written again.
-            if series.count > 2 || series.write(store) {
-                return;
+        if let Some(series) = self.open.get_mut(&key) {
+            if now.saturating_duration_since(series.last_seen) < SERIES_FINISH {
+                series.count += 1;
+                series.last_seen = now;
+                series.last_seen_at = store.clock().now_seconds();
+                // Past the second, occurrences wait for the sweep; an Event gone by then is not
+                // written again.
+                if series.count > 2 || series.write(store) {
+                    return;
+                }
+            } else if series.count > series.written {
+                // Ended before the sweep came: its count goes out before a new series starts.
+                series.write(store);
             }
         }
         if let Some(event) = create(store, object, report) {
@@ -205,6 +206,23 @@ mod tests {
 
     use super::*;
 
+    /// A store, a pod in it (not stored: the recorder reads only its metadata) and a recorder.
+    fn world() -> (Store, Value, Recorder) {
+        let store = Store::new(Clock::starting_at(1_800_000_000), 7);
+        let pod = json!({"apiVersion": "v1", "kind": "Pod",
+                         "metadata": {"name": "p", "namespace": "default", "uid": "u-1"}});
+        (store, pod, Recorder::default())
+    }
+
+    fn failed(message: &str) -> Report<'_> {
+        Report {
+            kind: "Warning",
+            reason: "FailedScheduling",
+            message,
+            component: "default-scheduler",
+        }
+    }
+
     fn failed_scheduling(store: &Store) -> Vec<Value> {
         let listed = store.list(&events(), Some("default"), None, None, |e| {
             e["reason"] == "FailedScheduling"
@@ -214,19 +232,8 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn repeats_count_on_one_event_until_the_series_ends() {
-        let store = Store::new(Clock::starting_at(1_800_000_000), 7);
-        let pod = json!({"apiVersion": "v1", "kind": "Pod",
-                         "metadata": {"name": "p", "namespace": "default", "uid": "u-1"}});
-        let mut recorder = Recorder::default();
-        let record = |recorder: &mut Recorder, message: &str| {
-            let report = Report {
-                kind: "Warning",
-                reason: "FailedScheduling",
-                message,
-                component: "default-scheduler",
-            };
-            recorder.record(&store, &pod, report)
-        };
+        let (store, pod, mut recorder) = world();
+        let record = |recorder: &mut Recorder, message: &str| recorder.record(&store, &pod, failed(message));
         record(&mut recorder, "0/1 nodes are available");
         tokio::time::advance(Duration::from_secs(60)).await;
         record(&mut recorder, "0/2 nodes are available");
@@ -271,20 +278,37 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn a_series_that_ends_between_sweeps_keeps_its_count_when_the_next_one_starts() {
+        let (store, pod, mut recorder) = world();
+        // Occurrences at 0, 100 and 200 s; the sweep at 360 s finds the series still going.
+        for _ in 0..3 {
+            recorder.record(&store, &pod, failed("0/1 nodes are available"));
+            tokio::time::advance(Duration::from_secs(100)).await;
+        }
+        tokio::time::advance(Duration::from_secs(60)).await;
+        recorder.sweep(&store);
+        // The series ends at 560 s; the next occurrence, at 561 s, comes before the next sweep.
+        tokio::time::advance(Duration::from_secs(201)).await;
+        assert!(
+            recorder
+                .next_sweep()
+                .is_some_and(|at| tokio::time::Instant::now() < at)
+        );
+        recorder.record(&store, &pod, failed("0/2 nodes are available"));
+        let mut counts: Vec<_> = failed_scheduling(&store)
+            .iter()
+            .map(|e| e["count"].clone())
+            .collect();
+        counts.sort_by_key(|c| c.as_u64());
+        assert_eq!(counts, [json!(1), json!(3)]);
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn a_long_series_has_its_count_written_every_half_hour() {
-        let store = Store::new(Clock::starting_at(1_800_000_000), 7);
-        let pod = json!({"apiVersion": "v1", "kind": "Pod",
-                         "metadata": {"name": "p", "namespace": "default", "uid": "u-1"}});
-        let mut recorder = Recorder::default();
-        let report = Report {
-            kind: "Warning",
-            reason: "FailedScheduling",
-            message: "0/1 nodes are available",
-            component: "default-scheduler",
-        };
+        let (store, pod, mut recorder) = world();
         // One occurrence a minute for 40 minutes: the series never ends.
         for _ in 0..40 {
-            recorder.record(&store, &pod, report);
+            recorder.record(&store, &pod, failed("0/1 nodes are available"));
             tokio::time::advance(Duration::from_secs(60)).await;
             recorder.sweep(&store);
         }
