@@ -115,7 +115,8 @@ impl Recorder {
     }
 
     /// When due, writes the counts of the series that ended and closes them, and every
-    /// [`SERIES_REFRESH`] the counts of those still going.
+    /// [`SERIES_REFRESH`] the counts of those still going. A series whose Event is gone closes:
+    /// its next occurrence starts a new Event.
     pub fn sweep(&mut self, store: &Store) {
         let now = Instant::now();
         if self.next_sweep.is_none_or(|at| now < at) {
@@ -124,10 +125,8 @@ impl Recorder {
         let refresh = self.next_refresh.is_some_and(|at| now >= at);
         self.open.retain(|_, series| {
             let ended = now.saturating_duration_since(series.last_seen) >= SERIES_FINISH;
-            if (ended || refresh) && series.count > series.written {
-                series.write(store);
-            }
-            !ended
+            let written = !((ended || refresh) && series.count > series.written) || series.write(store);
+            written && !ended
         });
         let open = !self.open.is_empty();
         self.next_sweep = open.then_some(now + SERIES_FINISH);
@@ -143,14 +142,18 @@ impl Series {
     fn write(&mut self, store: &Store) -> bool {
         let seen = rfc3339(self.last_seen_at);
         let count = self.count;
-        let written = store.modify(&events(), &self.event, Part::Main, false, |current| {
-            let mut next = current.clone();
-            next["count"] = json!(count);
-            next["lastTimestamp"] = json!(seen);
-            Ok(next)
-        });
-        self.written = count;
-        written.is_ok()
+        let written = store
+            .modify(&events(), &self.event, Part::Main, false, |current| {
+                let mut next = current.clone();
+                next["count"] = json!(count);
+                next["lastTimestamp"] = json!(seen);
+                Ok(next)
+            })
+            .is_ok();
+        if written {
+            self.written = count;
+        }
+        written
     }
 }
 
@@ -313,9 +316,36 @@ mod tests {
             recorder.sweep(&store);
         }
         let count = failed_scheduling(&store)[0]["count"].as_u64().unwrap_or_default();
-        assert!(
-            (30..40).contains(&count),
-            "written by the refresh after 30 minutes, not at every occurrence: {count}"
+        assert_eq!(
+            count, 30,
+            "written by the refresh at 30 minutes, not at every occurrence or sweep"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_series_whose_event_was_deleted_starts_a_new_one_after_the_refresh() {
+        let (store, pod, mut recorder) = world();
+        let delete = |store: &Store| {
+            let event = &failed_scheduling(store)[0];
+            let key = ObjectKey::new("default", event["metadata"]["name"].as_str().unwrap_or_default());
+            store
+                .delete(&events(), &key, &crate::store::DeleteOptions::default())
+                .unwrap_or_else(|e| panic!("{e}"));
+        };
+        // One occurrence a minute; the Event is deleted at minute 10, the series goes on.
+        for minute in 0..32 {
+            if minute == 10 {
+                delete(&store);
+            }
+            recorder.record(&store, &pod, failed(&format!("attempt {minute}")));
+            tokio::time::advance(Duration::from_secs(60)).await;
+            recorder.sweep(&store);
+        }
+        let again = failed_scheduling(&store);
+        assert_eq!(again.len(), 1, "the refresh found the Event gone: {again:?}");
+        assert_eq!(
+            again[0]["message"], "attempt 30",
+            "a new series after the refresh"
         );
     }
 }
