@@ -297,6 +297,23 @@ fn quickstart_runs_every_pod_and_is_deterministic() {
     let again = run(&scenario);
     let json = |r: &Report| serde_json::to_string(r).unwrap_or_default();
     assert_eq!(json(&report), json(&again), "same seed, same report");
+    // Reading the cluster for a progress bar changes nothing of the run.
+    let mut reported = Vec::new();
+    let mut progress = |p: simulate::Progress| reported.push(p.at);
+    let watched = simulate::run(
+        &scenario,
+        scenario.seed,
+        NodeTracer::disabled(),
+        Some(&mut progress),
+    )
+    .unwrap_or_else(|e| panic!("{e}"))
+    .report;
+    assert_eq!(
+        json(&report),
+        json(&watched),
+        "the same report with progress shown"
+    );
+    assert!(reported.len() >= 10, "progress every 30 s: {reported:?}");
 }
 
 #[test]
