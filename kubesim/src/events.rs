@@ -85,8 +85,8 @@ impl Recorder {
                 series.count += 1;
                 series.last_seen = now;
                 series.last_seen_at = store.clock().now_seconds();
-                // Past the second, occurrences wait for the sweep; an Event gone by then is not
-                // written again.
+                // Past the second, occurrences wait for the sweep (which closes the series if its
+                // Event is gone by then).
                 if series.count > 2 || series.write(store) {
                     return;
                 }
@@ -125,8 +125,9 @@ impl Recorder {
         let refresh = self.next_refresh.is_some_and(|at| now >= at);
         self.open.retain(|_, series| {
             let ended = now.saturating_duration_since(series.last_seen) >= SERIES_FINISH;
-            let written = !((ended || refresh) && series.count > series.written) || series.write(store);
-            written && !ended
+            let due = (ended || refresh) && series.count > series.written;
+            let gone = due && !series.write(store);
+            !ended && !gone
         });
         let open = !self.open.is_empty();
         self.next_sweep = open.then_some(now + SERIES_FINISH);
@@ -209,7 +210,7 @@ mod tests {
 
     use super::*;
 
-    /// A store, a pod in it (not stored: the recorder reads only its metadata) and a recorder.
+    /// A store, a pod (not stored: the recorder reads only its metadata) and a recorder.
     fn world() -> (Store, Value, Recorder) {
         let store = Store::new(Clock::starting_at(1_800_000_000), 7);
         let pod = json!({"apiVersion": "v1", "kind": "Pod",

@@ -1,7 +1,8 @@
 //! Runs a [`Scenario`]: kubesim, the simulated cloud and Joist's actors on one actix arbiter over
 //! paused tokio time (DESIGN.md §4), so half an hour of cluster life takes seconds and one seed
 //! always gives the same report. Steps run at their virtual times; the progress callback, when one
-//! is given, is called every virtual 30 seconds. [`run_then`] looks at the world at the run's end, while it still runs.
+//! is given, is called every virtual 30 seconds. [`run_then`] looks at the world at the run's end,
+//! while it still runs.
 
 use std::{cell::RefCell, collections::BTreeMap, rc::Rc, sync::Arc, time::Duration};
 
