@@ -227,6 +227,13 @@ mod tests {
         }
     }
 
+    /// One occurrence, then a minute of virtual time, then the sweep its owner would run.
+    async fn a_minute(recorder: &mut Recorder, store: &Store, pod: &Value, message: &str) {
+        recorder.record(store, pod, failed(message));
+        tokio::time::advance(Duration::from_secs(60)).await;
+        recorder.sweep(store);
+    }
+
     fn failed_scheduling(store: &Store) -> Vec<Value> {
         let listed = store.list(&events(), Some("default"), None, None, |e| {
             e["reason"] == "FailedScheduling"
@@ -312,9 +319,7 @@ mod tests {
         let (store, pod, mut recorder) = world();
         // One occurrence a minute for 40 minutes: the series never ends.
         for _ in 0..40 {
-            recorder.record(&store, &pod, failed("0/1 nodes are available"));
-            tokio::time::advance(Duration::from_secs(60)).await;
-            recorder.sweep(&store);
+            a_minute(&mut recorder, &store, &pod, "0/1 nodes are available").await;
         }
         let count = failed_scheduling(&store)[0]["count"].as_u64().unwrap_or_default();
         assert_eq!(
@@ -338,9 +343,7 @@ mod tests {
             if minute == 10 {
                 delete(&store);
             }
-            recorder.record(&store, &pod, failed(&format!("attempt {minute}")));
-            tokio::time::advance(Duration::from_secs(60)).await;
-            recorder.sweep(&store);
+            a_minute(&mut recorder, &store, &pod, &format!("attempt {minute}")).await;
         }
         let again = failed_scheduling(&store);
         assert_eq!(again.len(), 1, "the refresh found the Event gone: {again:?}");

@@ -418,16 +418,9 @@ async fn advance(
         }
         tokio::time::sleep_until(started + (now + PROGRESS_EVERY).min(target)).await;
         let count = |resource: &str, wanted: Option<&str>| {
-            store
-                .list(
-                    &joist_kubesim::resources::GroupResource::new("", resource),
-                    None,
-                    None,
-                    None,
-                    |o| wanted.is_none_or(|w| o["status"]["phase"] == w),
-                )
-                .items
-                .len()
+            store.count(&joist_kubesim::resources::GroupResource::new("", resource), |o| {
+                wanted.is_none_or(|w| o["status"]["phase"] == w)
+            })
         };
         progress(Progress {
             at: started.elapsed(),
