@@ -16,7 +16,7 @@ use std::{
     sync::{Arc, Mutex, MutexGuard},
 };
 
-use crate::{error::ApiError, store::WatchEvent};
+use crate::{error::ApiError, reclaim, store::WatchEvent};
 
 /// The most events kept for open watches that have not read them.
 pub const UNREAD_CAP: usize = 50_000;
@@ -68,7 +68,8 @@ impl History {
         if let Some(index) = self.events.len().checked_sub(PARSED_EVENTS + 1)
             && self.events[index].is_parsed()
         {
-            self.events[index] = Arc::new(self.events[index].cooled());
+            let cooled = Arc::new(self.events[index].cooled());
+            reclaim::free_later(std::mem::replace(&mut self.events[index], cooled));
         }
         let slowest = self.readers.lock().values().copied().min().unwrap_or(u64::MAX);
         while let Some(oldest) = self.events.front() {

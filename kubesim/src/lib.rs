@@ -30,6 +30,7 @@ pub mod object;
 pub mod patch;
 pub mod physics;
 pub mod protobuf;
+mod reclaim;
 pub mod resources;
 pub mod selector;
 pub mod store;
