@@ -61,6 +61,7 @@ use crate::{
         cached,
         default_spread::{self, DefaultSpreadWriters},
         read_model::{Listed, PodKey, Writers},
+        watch_backoff::watch_backoff,
     },
 };
 
@@ -315,6 +316,7 @@ impl ClusterState {
     fn overlays(&self, mut writer: Writer<NodeOverlay>) -> BoxStream<'static, Change> {
         if self.shared.settings.node_overlay {
             return reflect(
+                self.shared.settings.watch_jitter_seed,
                 Api::<NodeOverlay>::all(self.shared.client.clone()),
                 writer,
                 cached::trim,
@@ -355,6 +357,7 @@ impl<K> Reflected for K where
 /// A reflector over every object of `K`, as a stream of [`Change`]s ([`changes`]), each object
 /// `trim`med before it is stored ([`cached`]).
 fn reflect<K: Reflected>(
+    jitter: Option<u64>,
     api: Api<K>,
     writer: Writer<K>,
     trim: fn(&mut K),
@@ -362,7 +365,7 @@ fn reflect<K: Reflected>(
     relisted: fn(HashSet<PodKey>) -> Change,
 ) -> BoxStream<'static, Change> {
     let events = watcher::watcher(api, watcher::Config::default())
-        .default_backoff()
+        .backoff(watch_backoff(jitter))
         .modify(trim)
         .boxed();
     changes(events, writer, change, relisted)
@@ -371,11 +374,13 @@ fn reflect<K: Reflected>(
 /// The watches of what default topology spread reads: Services, and the controllers whose
 /// selectors kube-scheduler deduces one from.
 fn default_spread_streams(
+    jitter: Option<u64>,
     client: &kube::Client,
     writers: DefaultSpreadWriters,
 ) -> Vec<BoxStream<'static, Change>> {
     vec![
         reflect(
+            jitter,
             Api::<Service>::all(client.clone()),
             writers.services,
             default_spread::trim_service,
@@ -383,6 +388,7 @@ fn default_spread_streams(
             |listed| Change::Relisted(Listed::Services, listed),
         ),
         reflect(
+            jitter,
             Api::<ReplicaSet>::all(client.clone()),
             writers.replica_sets,
             default_spread::trim_replica_set,
@@ -390,6 +396,7 @@ fn default_spread_streams(
             |_| Change::Quiet,
         ),
         reflect(
+            jitter,
             Api::<StatefulSet>::all(client.clone()),
             writers.stateful_sets,
             default_spread::trim_stateful_set,
@@ -397,6 +404,7 @@ fn default_spread_streams(
             |_| Change::Quiet,
         ),
         reflect(
+            jitter,
             Api::<ReplicationController>::all(client.clone()),
             writers.replication_controllers,
             default_spread::trim_replication_controller,
@@ -420,6 +428,7 @@ enum ClaimScope {
 /// [`reflect`] over the NodeClaims `scopes` select: each new scope restarts the watch, whose list
 /// then replaces the store (and the indexes follow, as after any relist).
 fn reflect_scoped(
+    jitter: Option<u64>,
     api: Api<NodeClaim>,
     writer: Writer<NodeClaim>,
     mut scopes: watch::Receiver<ClaimScope>,
@@ -432,7 +441,7 @@ fn reflect_scoped(
                 .boxed(),
             ClaimScope::Selected(labels) => {
                 watcher::watcher(api.clone(), watcher::Config::default().labels(&labels))
-                    .default_backoff()
+                    .backoff(watch_backoff(jitter))
                     .modify(cached::trim_claim)
                     .boxed()
             }
@@ -531,14 +540,16 @@ impl Actor for ClusterState {
             return;
         };
         let client = &self.shared.client;
+        let jitter = self.shared.settings.watch_jitter_seed;
         let claims = Api::<NodeClaim>::all(client.clone());
         let claims = if self.shared.settings.replica_shards.is_some() {
             let (scope, scopes) = watch::channel(ClaimScope::Unknown);
             self.claim_scope = Some(scope);
             ctx.run_interval(FOLLOW_SHARDS, |state, _ctx| state.follow_shards());
-            reflect_scoped(claims, writers.node_claims, scopes)
+            reflect_scoped(jitter, claims, writers.node_claims, scopes)
         } else {
             reflect(
+                jitter,
                 claims,
                 writers.node_claims,
                 cached::trim_claim,
@@ -549,6 +560,7 @@ impl Actor for ClusterState {
         let mut streams = vec![
             claims,
             reflect(
+                jitter,
                 Api::<Node>::all(client.clone()),
                 writers.nodes,
                 cached::trim_node,
@@ -556,6 +568,7 @@ impl Actor for ClusterState {
                 |listed| Change::Relisted(Listed::Nodes, listed),
             ),
             reflect(
+                jitter,
                 Api::<NodePool>::all(client.clone()),
                 writers.node_pools,
                 cached::trim,
@@ -563,6 +576,7 @@ impl Actor for ClusterState {
                 |_| Change::Quiet,
             ),
             reflect(
+                jitter,
                 Api::<EC2NodeClass>::all(client.clone()),
                 writers.node_classes,
                 cached::trim,
@@ -571,6 +585,7 @@ impl Actor for ClusterState {
             ),
             self.overlays(writers.overlays),
             reflect(
+                jitter,
                 Api::<DaemonSet>::all(client.clone()),
                 writers.daemon_sets,
                 cached::trim,
@@ -578,6 +593,7 @@ impl Actor for ClusterState {
                 |_| Change::Quiet,
             ),
             reflect(
+                jitter,
                 Api::<PodDisruptionBudget>::all(client.clone()),
                 writers.budgets,
                 cached::trim,
@@ -585,6 +601,7 @@ impl Actor for ClusterState {
                 |_| Change::Quiet,
             ),
             reflect(
+                jitter,
                 Api::<Namespace>::all(client.clone()),
                 writers.namespaces,
                 cached::trim,
@@ -592,6 +609,7 @@ impl Actor for ClusterState {
                 |_| Change::Quiet,
             ),
             reflect(
+                jitter,
                 Api::<PersistentVolumeClaim>::all(client.clone()),
                 writers.volume_claims,
                 cached::trim,
@@ -599,6 +617,7 @@ impl Actor for ClusterState {
                 |_| Change::Quiet,
             ),
             reflect(
+                jitter,
                 Api::<PersistentVolume>::all(client.clone()),
                 writers.volumes,
                 cached::trim,
@@ -606,6 +625,7 @@ impl Actor for ClusterState {
                 |_| Change::Quiet,
             ),
             reflect(
+                jitter,
                 Api::<StorageClass>::all(client.clone()),
                 writers.storage_classes,
                 cached::trim,
@@ -613,6 +633,7 @@ impl Actor for ClusterState {
                 |_| Change::Quiet,
             ),
             reflect(
+                jitter,
                 Api::<CSINode>::all(client.clone()),
                 writers.csi_nodes,
                 cached::trim,
@@ -620,6 +641,7 @@ impl Actor for ClusterState {
                 |_| Change::Quiet,
             ),
             reflect(
+                jitter,
                 Api::<VolumeAttachment>::all(client.clone()),
                 writers.volume_attachments,
                 cached::trim,
@@ -627,6 +649,7 @@ impl Actor for ClusterState {
                 |listed| Change::Relisted(Listed::VolumeAttachments, listed),
             ),
             reflect(
+                jitter,
                 Api::<CachedPod>::all(client.clone()),
                 writers.pods,
                 CachedPod::trim,
@@ -635,7 +658,7 @@ impl Actor for ClusterState {
             ),
         ];
         if let Some(spread) = writers.default_spread {
-            streams.extend(default_spread_streams(client, spread));
+            streams.extend(default_spread_streams(jitter, client, spread));
         }
         ctx.add_stream(futures::stream::select_all(streams));
         ctx.run_interval(RETRY_TRIGGER, |state, _ctx| {

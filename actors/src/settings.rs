@@ -44,6 +44,9 @@ pub struct Settings {
     pub solver: SolverMode,
     /// Arbiters the NodePool actors are sharded over; 0 keeps them on the current one.
     pub shards: usize,
+    /// The seed of the jitter of the watches' backoff after an error; `None`: random (production).
+    /// Simulations pass theirs, so that a relist comes at the same moment in every run of a seed.
+    pub watch_jitter_seed: Option<u64>,
     /// How often the garbage collector compares the cloud with the cluster.
     pub garbage_collection: Duration,
     /// Karpenter's `ReservedCapacity` feature gate: the reserved offerings of capacity
@@ -99,6 +102,7 @@ impl Default for Settings {
             batch_max: Duration::from_secs(10),
             solver: SolverMode::Pool,
             shards: 0,
+            watch_jitter_seed: None,
             garbage_collection: Duration::from_secs(120),
             reserved_capacity: true,
             spot_to_spot_consolidation: false,

@@ -214,6 +214,7 @@ async fn simulate<T>(
         batch_idle: scenario.batch_idle,
         batch_max: scenario.batch_max,
         solver: SolverMode::Inline,
+        watch_jitter_seed: Some(seed),
         interruption_queue: Some(cloud.queue()),
         reserved_capacity: scenario.feature_gates.reserved_capacity,
         node_repair: scenario.feature_gates.node_repair,

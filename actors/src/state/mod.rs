@@ -3,7 +3,8 @@
 //! keep between passes ([`breaker`], [`registration_health`], the CapacityBuffers' virtual pods in
 //! [`buffers`]), kube-scheduler's default topology spread
 //! as Joist mirrors it ([`default_spread`]), and which NodePools this replica acts
-//! for when they are split between replicas ([`replica_shards`]). Reads never fail; a missing object
+//! for when they are split between replicas ([`replica_shards`]), and how a watch waits to list again
+//! after an error ([`watch_backoff`]). Reads never fail; a missing object
 //! is `None`.
 
 pub mod breaker;
@@ -15,6 +16,7 @@ pub mod read_model;
 pub mod registration_health;
 pub mod replica_shards;
 pub mod snapshot;
+pub mod watch_backoff;
 
 use kube::{Resource, runtime::reflector::Store};
 
