@@ -16,6 +16,7 @@
 //! validated beyond their fields' names. docs/simulator.md lists the rest.
 
 pub mod api;
+pub mod aside;
 pub mod budget;
 pub mod busy;
 pub use joist_messages::time as clock;

@@ -254,6 +254,29 @@ impl FieldSet {
         }
     }
 
+    /// [`keep_present`](Self::keep_present) under the top-level `fields` of `object` only, the
+    /// rest kept as it is: what a write did not change is still there, and a status write does not
+    /// read the object's spec ([`crate::aside`]).
+    fn keep_present_under(&mut self, object: &Value, fields: &[String], lists: Lists) {
+        let Some(map) = object.as_object() else {
+            self.children.clear();
+            return;
+        };
+        self.children.retain(|key, child| {
+            let Some(name) = key
+                .strip_prefix("f:")
+                .filter(|name| fields.iter().any(|field| field == name))
+            else {
+                return true;
+            };
+            let Some(value) = map.get(name).filter(|value| !value.is_null()) else {
+                return false;
+            };
+            child.keep_present_in_field(name, value, map, lists);
+            !child.is_empty()
+        });
+    }
+
     /// [`keep_present`](Self::keep_present) for the fields of `map` (a map node owns nothing
     /// itself).
     fn keep_present_in_map(&mut self, map: &Map<String, Value>, lists: Lists) {
@@ -578,7 +601,7 @@ pub fn record_update(before: Option<&Value>, after: &mut Value, write: &Write) {
             }
             let mut entry = Entry::read(value)?;
             entry.fields = entry.fields.minus(&changed);
-            entry.fields.keep_present(after, write.lists);
+            entry.fields.keep_present_under(after, &differing, write.lists);
             Some(Recorded::Read(entry))
         })
         .collect();

@@ -20,9 +20,11 @@ use std::{
 };
 
 use bytes::Bytes;
+use serde::de::DeserializeOwned;
 use serde_json::{Map, Value, json};
 use tokio::sync::watch;
 
+use crate::aside::SpecAside;
 use crate::busy::Busy;
 use crate::encoded::Encodings;
 use crate::history::{History, Reader};
@@ -120,9 +122,13 @@ impl WatchEvent {
         }
     }
 
-    /// Whether the event still holds its versions parsed.
+    /// Whether the event still holds either of its versions parsed.
     pub(crate) fn is_parsed(&self) -> bool {
         self.object.parsed.is_some()
+            || self
+                .previous
+                .as_ref()
+                .is_some_and(|previous| previous.parsed.is_some())
     }
 }
 
@@ -164,8 +170,36 @@ impl Version {
         }
     }
 
+    /// The version read as `T`: from its parsed form while the event is new, otherwise from its
+    /// JSON, building only what `T` keeps.
+    pub fn read<T: DeserializeOwned>(&self) -> Result<T, ApiError> {
+        let result = match &self.parsed {
+            Some(object) => T::deserialize(&**object),
+            None => serde_json::from_slice(&self.json),
+        };
+        result.map_err(|error| ApiError::Internal(format!("a stored version does not read: {error}")))
+    }
+
     fn cooled(&self) -> Self {
         Self::encoded(self.json.clone())
+    }
+}
+
+/// An object as JSON, and the version (`apiVersion`) it is in.
+#[derive(Debug, Clone)]
+pub struct Encoded {
+    /// The object's JSON.
+    pub json: Bytes,
+    /// Its `apiVersion`.
+    pub api_version: String,
+}
+
+impl Encoded {
+    fn of(json: Bytes, object: &Value) -> Self {
+        Self {
+            json,
+            api_version: text(object, "/apiVersion").to_owned(),
+        }
     }
 }
 
@@ -254,6 +288,14 @@ impl Stored {
         Self {
             json,
             parsed: Arc::downgrade(object),
+        }
+    }
+
+    /// The object as a watch event carries it: parsed while someone still holds it parsed.
+    fn version(&self) -> Version {
+        match self.parsed.upgrade() {
+            Some(object) => Version::parsed(self.json.clone(), object),
+            None => Version::encoded(self.json.clone()),
         }
     }
 
@@ -666,64 +708,61 @@ impl Store {
             .any_version(resource)
             .ok_or(ApiError::NoSuchResource)?;
         let current = state.current(resource, key)?;
-        let mut next = change(&current)?;
-        if !next.is_object() {
-            return Err(ApiError::BadRequest(format!(
-                "the body of a {} update is not an object",
-                rtype.kind
-            )));
-        }
-        let given_version = text(&next, "/metadata/resourceVersion");
-        let current_version = text(&current, "/metadata/resourceVersion");
-        if !given_version.is_empty() && given_version != current_version {
-            return Err(ApiError::modified(resource.qualified(), key.name.clone()));
-        }
-        let given_name = next
-            .pointer("/metadata/name")
-            .and_then(Value::as_str)
-            .unwrap_or(&key.name);
-        if given_name != key.name {
-            return Err(ApiError::BadRequest(format!(
-                "the name of the object ({given_name}) does not match the name on the URL ({})",
-                key.name
-            )));
-        }
-        keep_system_fields(&current, &mut next, part, rtype.status_subresource);
-        refuse_invalid_crd(&rtype.kind, &next)?;
-        let deleting = current.pointer("/metadata/deletionTimestamp").is_some();
-        let added = added_finalizers(&current, &next);
-        if deleting && !added.is_empty() {
-            let quoted: Vec<String> = added.iter().map(|f| format!("{f:?}")).collect();
-            return Err(ApiError::Invalid {
-                kind: rtype.kind.clone(),
-                name: key.name.clone(),
-                reason: format!(
-                    "metadata.finalizers: Forbidden: no new finalizers can be added if the object is being \
-                     deleted, found new finalizers []string{{{}}}",
-                    quoted.join(", ")
-                ),
-            });
-        }
-        if part == Part::Main && spec_changed(&current, &next) {
-            let generation = current
-                .pointer("/metadata/generation")
-                .and_then(Value::as_i64)
-                .unwrap_or(1);
-            next["metadata"]["generation"] = json!(generation + 1);
-        }
-        if unchanged(&current, &next) {
+        let Some(mut next) = next_version(&rtype, key, &current, part, change)? else {
             return Ok(current);
-        }
+        };
         if dry_run {
             return Ok(Arc::new(next));
         }
-        if deleting && finalizers(&next).is_empty() {
+        if is_deleting(&current) && finalizers(&next).is_empty() {
             return Ok(state.remove(resource, key, Some(next), Propagation::Background));
         }
         if rtype.kind == "CustomResourceDefinition" {
             establish_crd(&mut state.registry, &mut next);
         }
         Ok(state.commit(resource, key.clone(), EventKind::Modified, Some(next)))
+    }
+
+    /// [`Store::modify`] for a write that cannot change the object's spec (a write of its status, a
+    /// merge patch that names no spec), with the spec set aside ([`SpecAside`]): `change` is given
+    /// the object without its spec, and the spec is written back as it was, whatever `change` made
+    /// of it. Returns the object as written (as it stays when nothing changed; as it would be
+    /// written on a dry run).
+    pub fn modify_sparing_spec(
+        &self,
+        resource: &GroupResource,
+        key: &ObjectKey,
+        part: Part,
+        dry_run: bool,
+        change: impl FnOnce(&Value) -> Result<Value, ApiError>,
+    ) -> Result<Encoded, ApiError> {
+        let mut state = self.lock();
+        let rtype = state
+            .registry
+            .any_version(resource)
+            .ok_or(ApiError::NoSuchResource)?;
+        if rtype.kind == "CustomResourceDefinition" {
+            // Establishing a CRD reads its spec.
+            drop(state);
+            let written = self.modify(resource, key, part, dry_run, change)?;
+            return Ok(Encoded::of(self.encoded(&written), &written));
+        }
+        let (aside, json) = state.aside(resource, key)?;
+        let Some(next) = next_version(&rtype, key, &aside.view, part, change)? else {
+            return Ok(Encoded::of(json, &aside.view));
+        };
+        if dry_run {
+            return Ok(Encoded::of(Bytes::from(aside.json_of(&next)), &next));
+        }
+        if is_deleting(&aside.view) && finalizers(&next).is_empty() {
+            let last = serde_json::from_slice(&aside.json_of(&next))
+                .map_err(|error| ApiError::Internal(format!("a written object does not parse: {error}")))?;
+            let gone = state.remove(resource, key, Some(last), Propagation::Background);
+            return Ok(Encoded::of(self.encoded(&gone), &gone));
+        }
+        let mut next = next;
+        let json = state.commit_aside(resource, key.clone(), &mut next, &aside);
+        Ok(Encoded::of(json, &next))
     }
 
     /// Deletes an object: at once when it has no finalizers, otherwise by setting its
@@ -914,17 +953,15 @@ impl State {
                 (gone, json)
             }
         };
-        table.history.push(
-            Arc::new(WatchEvent {
+        self.publish(
+            resource,
+            WatchEvent {
                 kind,
                 object: Version::parsed(json, stored.clone()),
                 previous,
                 revision,
-            }),
-            self.history_limit,
+            },
         );
-        table.changed.send_replace(revision);
-        self.any_change.send_replace(revision);
         self.reindex(
             resource,
             &key,
@@ -932,6 +969,64 @@ impl State {
             (kind != EventKind::Deleted).then_some(&*stored),
         );
         stored
+    }
+
+    /// Stores a write made with the object's spec set aside ([`Store::modify_sparing_spec`]) at a
+    /// new revision, as JSON only, and records the event; returns the JSON.
+    fn commit_aside(
+        &mut self,
+        resource: &GroupResource,
+        key: ObjectKey,
+        view: &mut Value,
+        aside: &SpecAside,
+    ) -> Bytes {
+        self.revision += 1;
+        let revision = self.revision;
+        view["metadata"]["resourceVersion"] = json!(revision.to_string());
+        let json = Bytes::from(aside.json_of(view));
+        let table = self
+            .tables
+            .entry(resource.clone())
+            .or_insert_with(|| Table::new(revision - 1));
+        let stored = Stored {
+            json: json.clone(),
+            parsed: Weak::new(),
+        };
+        let previous = table
+            .objects
+            .insert(key.clone(), stored)
+            .map(|previous| previous.version());
+        self.publish(
+            resource,
+            WatchEvent {
+                kind: EventKind::Modified,
+                object: Version::encoded(json.clone()),
+                previous,
+                revision,
+            },
+        );
+        self.reindex(resource, &key, Some(&aside.view), Some(view));
+        json
+    }
+
+    /// Adds a write's event to its resource's history and wakes those waiting for it.
+    fn publish(&mut self, resource: &GroupResource, event: WatchEvent) {
+        let revision = event.revision;
+        if let Some(table) = self.tables.get_mut(resource) {
+            table.history.push(Arc::new(event), self.history_limit);
+            table.changed.send_replace(revision);
+        }
+        self.any_change.send_replace(revision);
+    }
+
+    /// The live object at `key` with its spec set aside, and its JSON.
+    fn aside(&self, resource: &GroupResource, key: &ObjectKey) -> Result<(SpecAside, Bytes), ApiError> {
+        let stored = self
+            .tables
+            .get(resource)
+            .and_then(|table| table.objects.get(key))
+            .ok_or_else(|| not_found(resource, key))?;
+        Ok((SpecAside::read(&stored.json)?, stored.json.clone()))
     }
 
     /// Keeps the uid and owner indexes in step with a write.
@@ -1129,6 +1224,70 @@ fn finalizers(object: &Value) -> Vec<&str> {
         .and_then(Value::as_array)
         .map(|f| f.iter().filter_map(Value::as_str).collect())
         .unwrap_or_default()
+}
+
+/// What `change` makes of `current` as the store would write it (system fields kept, the
+/// generation counted), checked: `None` when the write changes nothing.
+fn next_version(
+    rtype: &ResourceType,
+    key: &ObjectKey,
+    current: &Value,
+    part: Part,
+    change: impl FnOnce(&Value) -> Result<Value, ApiError>,
+) -> Result<Option<Value>, ApiError> {
+    let mut next = change(current)?;
+    if !next.is_object() {
+        return Err(ApiError::BadRequest(format!(
+            "the body of a {} update is not an object",
+            rtype.kind
+        )));
+    }
+    let given_version = text(&next, "/metadata/resourceVersion");
+    let current_version = text(current, "/metadata/resourceVersion");
+    if !given_version.is_empty() && given_version != current_version {
+        return Err(ApiError::modified(
+            rtype.group_resource().qualified(),
+            key.name.clone(),
+        ));
+    }
+    let given_name = next
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or(&key.name);
+    if given_name != key.name {
+        return Err(ApiError::BadRequest(format!(
+            "the name of the object ({given_name}) does not match the name on the URL ({})",
+            key.name
+        )));
+    }
+    keep_system_fields(current, &mut next, part, rtype.status_subresource);
+    refuse_invalid_crd(&rtype.kind, &next)?;
+    let added = added_finalizers(current, &next);
+    if is_deleting(current) && !added.is_empty() {
+        let quoted: Vec<String> = added.iter().map(|f| format!("{f:?}")).collect();
+        return Err(ApiError::Invalid {
+            kind: rtype.kind.clone(),
+            name: key.name.clone(),
+            reason: format!(
+                "metadata.finalizers: Forbidden: no new finalizers can be added if the object is being \
+                 deleted, found new finalizers []string{{{}}}",
+                quoted.join(", ")
+            ),
+        });
+    }
+    if part == Part::Main && spec_changed(current, &next) {
+        let generation = current
+            .pointer("/metadata/generation")
+            .and_then(Value::as_i64)
+            .unwrap_or(1);
+        next["metadata"]["generation"] = json!(generation + 1);
+    }
+    Ok((!unchanged(current, &next)).then_some(next))
+}
+
+/// Whether an object is being deleted (it has a deletionTimestamp).
+fn is_deleting(object: &Value) -> bool {
+    object.pointer("/metadata/deletionTimestamp").is_some()
 }
 
 /// The finalizers `after` has that `before` has not.

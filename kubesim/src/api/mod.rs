@@ -226,6 +226,7 @@ impl ApiServer {
     fn document_response(&self, code: u16, document: Document) -> Response<ApiBody> {
         match document {
             Document::Stored(version) => bytes_response(code, self.store.encoded(&version)),
+            Document::Encoded(json) => bytes_response(code, json),
             Document::Built(value) => json_response(code, &value),
         }
     }

@@ -23,7 +23,7 @@ use crate::{
     managed_fields::{Lists, Scope, Write, record_apply, record_update},
     patch::{json_patch, merge_patch, strategic_merge_patch},
     resources::ResourceType,
-    store::{DeleteOptions, ObjectKey, Part, Propagation, Store},
+    store::{DeleteOptions, Encoded, ObjectKey, Part, Propagation, Store},
 };
 
 /// A list (serialized as it is written, without copying the objects), or a Table when kubectl asks
@@ -188,29 +188,10 @@ pub fn in_version<'a>(rtype: &ResourceType, object: &'a Value) -> Cow<'a, Value>
 pub enum Document {
     /// A stored version of an object.
     Stored(Arc<Value>),
+    /// A stored version of an object as JSON, in the version the request asked for.
+    Encoded(Bytes),
     /// Anything else.
     Built(Value),
-}
-
-impl Document {
-    /// The value itself (copied when it is shared with the store).
-    pub fn into_value(self) -> Value {
-        match self {
-            Document::Stored(object) => Arc::unwrap_or_clone(object),
-            Document::Built(value) => value,
-        }
-    }
-}
-
-impl std::ops::Deref for Document {
-    type Target = Value;
-
-    fn deref(&self) -> &Value {
-        match self {
-            Document::Stored(object) => object,
-            Document::Built(value) => value,
-        }
-    }
 }
 
 impl From<Value> for Document {
@@ -303,10 +284,42 @@ pub fn patch(
         let created = store.create(&resource, &key.namespace, object, dry_run)?;
         return Ok((201, versioned(path, created)));
     }
-    let patched = store.modify(&resource, key, Part::Main, dry_run, |current| {
-        patched_and_recorded(request, path, current, &patch, &write, &declared)
-    })?;
+    let change = |current: &Value| patched_and_recorded(request, path, current, &patch, &write, &declared);
+    if leaves_spec_alone(request, &patch, Part::Main) {
+        let patched = store.modify_sparing_spec(&resource, key, Part::Main, dry_run, change)?;
+        return Ok((200, encoded_versioned(path, patched)?));
+    }
+    let patched = store.modify(&resource, key, Part::Main, dry_run, change)?;
     Ok((200, versioned(path, patched)))
+}
+
+/// Whether a PATCH leaves the object's spec as it is, so that the store applies it without parsing
+/// the spec ([`Store::modify_sparing_spec`]): a merge patch (strategic or not) of the status, which
+/// changes nothing else, or of the object when it names neither the spec nor a directive at its
+/// top. A JSON patch may test or move fields of the spec, and an apply records who owns them.
+pub fn leaves_spec_alone(request: &ApiRequest, patch: &Value, part: Part) -> bool {
+    let media = request.content_type.split(';').next().unwrap_or_default().trim();
+    let merge = matches!(
+        media,
+        "application/merge-patch+json" | "application/strategic-merge-patch+json"
+    );
+    let names_no_spec = || {
+        patch
+            .as_object()
+            .is_some_and(|fields| fields.keys().all(|name| name != "spec" && !name.starts_with('$')))
+    };
+    merge && (part == Part::Status || names_no_spec())
+}
+
+/// [`versioned`] for an object the store wrote as JSON: that JSON when the request used its
+/// version.
+pub fn encoded_versioned(path: &ResourcePath, written: Encoded) -> Result<Document, ApiError> {
+    if written.api_version == path.rtype.api_version() {
+        return Ok(Document::Encoded(written.json));
+    }
+    let object = serde_json::from_slice(&written.json)
+        .map_err(|error| ApiError::Internal(format!("a written object does not parse: {error}")))?;
+    Ok(versioned(path, Arc::new(object)))
 }
 
 /// Whether a PATCH is a server-side apply.
@@ -456,7 +469,7 @@ pub fn delete_collection(
     for object in page.items {
         let key = ObjectKey::of(&object);
         match store.delete(&resource, &key, &options) {
-            Ok(deleted) => items.push(versioned(path, deleted).into_value()),
+            Ok(deleted) => items.push(in_version(&path.rtype, &deleted).into_owned()),
             Err(ApiError::NotFound { .. }) => {}
             Err(error) => return Err(error),
         }

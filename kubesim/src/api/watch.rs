@@ -19,7 +19,8 @@ use std::{
 use bytes::Bytes;
 use http_body::Frame;
 use http_body_util::BodyExt;
-use serde_json::{Value, json};
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
 use tokio::sync::mpsc;
 
 use super::{ApiBody, ApiRequest, ResourcePath, objects};
@@ -55,16 +56,25 @@ impl Filter {
         self.namespace.is_none() && self.labels.is_empty() && self.fields.is_empty()
     }
 
-    fn matches(&self, object: &Value) -> bool {
-        let namespace_ok = self
-            .namespace
-            .as_deref()
-            .is_none_or(|ns| object.pointer("/metadata/namespace").and_then(Value::as_str) == Some(ns));
-        namespace_ok
-            && self
-                .labels
-                .matches(object.pointer("/metadata/labels").and_then(Value::as_object))
-            && self.fields.matches(object)
+    /// Whether a version is one the watch shows: told from its metadata alone when there is no
+    /// field selector, so a label selector does not parse a large object whole.
+    fn matches(&self, version: &Version) -> Result<bool, ApiError> {
+        if !self.fields.is_empty() {
+            return Ok(self.matches_object(&*version.value()?));
+        }
+        let metadata = version.read::<Labelled>()?.metadata.unwrap_or_default();
+        Ok(self.matches_metadata(metadata.namespace.as_deref(), metadata.labels.as_ref()))
+    }
+
+    fn matches_object(&self, object: &Value) -> bool {
+        self.matches_metadata(
+            object.pointer("/metadata/namespace").and_then(Value::as_str),
+            object.pointer("/metadata/labels").and_then(Value::as_object),
+        ) && self.fields.matches(object)
+    }
+
+    fn matches_metadata(&self, namespace: Option<&str>, labels: Option<&Map<String, Value>>) -> bool {
+        self.namespace.as_deref().is_none_or(|ns| namespace == Some(ns)) && self.labels.matches(labels)
     }
 
     /// How an event looks to this watch, if it sees it at all (a watch of everything reads no
@@ -74,10 +84,10 @@ impl Filter {
             true => (event.previous.is_some(), true),
             false => (
                 match &event.previous {
-                    Some(previous) => self.matches(&*previous.value()?),
+                    Some(previous) => self.matches(previous)?,
                     None => false,
                 },
-                self.matches(&*event.object.value()?),
+                self.matches(&event.object)?,
             ),
         };
         Ok(match (event.kind, before, now) {
@@ -87,6 +97,18 @@ impl Filter {
             _ => None,
         })
     }
+}
+
+/// What a selector watch reads of an object without a field selector.
+#[derive(Deserialize)]
+struct Labelled {
+    metadata: Option<LabelledMetadata>,
+}
+
+#[derive(Deserialize, Default)]
+struct LabelledMetadata {
+    namespace: Option<String>,
+    labels: Option<Map<String, Value>>,
 }
 
 /// Starts a watch and returns its streaming body.
@@ -115,7 +137,7 @@ pub fn serve(store: Arc<Store>, request: &ApiRequest, path: &ResourcePath) -> Re
         }
         _ => {
             let page = store.list(&resource, filter.namespace.as_deref(), None, None, |o| {
-                filter.matches(o)
+                filter.matches_object(o)
             });
             let items = page
                 .items

@@ -21,6 +21,7 @@ use std::{
     time::Duration,
 };
 
+use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
@@ -104,8 +105,8 @@ pub async fn run(store: Arc<Store>, settings: KubeletSettings) {
     let mut claims = Informer::new("karpenter.sh", "nodeclaims");
     let mut kubelets = Kubelets::default();
     loop {
-        for change in claims.changes(&store) {
-            kubelets.observe_claim(change.kind, &change.object);
+        for change in claims.changes_as(&store) {
+            kubelets.observe_claim(change.kind, change.object);
         }
         for change in nodes.changes(&store) {
             kubelets.observe_node(&store, change.kind, &change.object, settings);
@@ -171,16 +172,25 @@ impl Kubelets {
         }
     }
 
-    fn observe_claim(&mut self, kind: EventKind, claim: &Value) {
-        let provider_id = text(claim, "/status/providerID");
-        if provider_id.is_empty() {
+    fn observe_claim(&mut self, kind: EventKind, claim: ClaimTaints) {
+        let Some(provider_id) = claim
+            .status
+            .and_then(|status| status.provider_id)
+            .filter(|id| !id.is_empty())
+        else {
             return;
-        }
-        let taints = startup_taints(claim);
+        };
+        let taints: Vec<(String, String)> = claim
+            .spec
+            .and_then(|spec| spec.startup_taints)
+            .into_iter()
+            .flatten()
+            .filter_map(|taint| Some((taint.key?, taint.effect?)))
+            .collect();
         if kind == EventKind::Deleted || taints.is_empty() {
-            self.startup_taints.remove(provider_id);
+            self.startup_taints.remove(&provider_id);
         } else {
-            self.startup_taints.insert(provider_id.to_owned(), taints);
+            self.startup_taints.insert(provider_id, taints);
         }
     }
 
@@ -427,17 +437,28 @@ fn start(pod: &mut Value, ip: &str, now: &str) -> bool {
 }
 
 /// The (key, effect) startup taints `claim` declares.
-fn startup_taints(claim: &Value) -> Vec<(String, String)> {
-    claim
-        .pointer("/spec/startupTaints")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter_map(|t| {
-            Some((
-                t.get("key")?.as_str()?.to_owned(),
-                t.get("effect")?.as_str()?.to_owned(),
-            ))
-        })
-        .collect()
+/// What the kubelets read of a NodeClaim: the startup taints its node is registered with, by the
+/// provider ID that names the node. Absent and null fields read as empty.
+#[derive(Deserialize)]
+struct ClaimTaints {
+    spec: Option<ClaimTaintsSpec>,
+    status: Option<ClaimTaintsStatus>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ClaimTaintsSpec {
+    startup_taints: Option<Vec<StartupTaint>>,
+}
+
+#[derive(Deserialize)]
+struct ClaimTaintsStatus {
+    #[serde(rename = "providerID")]
+    provider_id: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct StartupTaint {
+    key: Option<String>,
+    effect: Option<String>,
 }

@@ -239,6 +239,160 @@ async fn an_object_the_history_let_go_of_reads_and_writes_whole() {
     assert_eq!(api_error(maps.get("m2").await.expect_err("deleted")), 404);
 }
 
+/// A merge patch of a status is applied without parsing the object's spec: the spec is written
+/// back as it was (a spec in the patch is discarded, as kube-apiserver discards it), the answer, a
+/// read, a watch and a label-selector watch see the whole object, the creator keeps owning the
+/// spec, and a stale resourceVersion or a dry run changes nothing.
+#[tokio::test]
+async fn a_status_patch_keeps_the_spec_it_does_not_read() {
+    let store = Arc::new(Store::new(Clock::system(), 1));
+    let client = Client::new(
+        InProcess::new(Arc::new(ApiServer::new(store.clone(), "127.0.0.1:443"))),
+        "default",
+    );
+    let pods: Api<Pod> = Api::namespaced(client, "default");
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "p", "labels": {"app": "a"}},
+        "spec": {"containers": [{"name": "c", "image": "i"}], "nodeName": "n1"},
+    }))
+    .expect("pod");
+    let created = pods.create(&PostParams::default(), &pod).await.expect("create");
+    let version = created.metadata.resource_version.clone().expect("version");
+    let mut everything = pods
+        .watch(&WatchParams::default(), &version)
+        .await
+        .expect("watch")
+        .boxed();
+    let mut labelled = pods
+        .watch(&WatchParams::default().labels("app=a"), &version)
+        .await
+        .expect("watch")
+        .boxed();
+
+    let patch = json!({"status": {"phase": "Running"}, "spec": {"nodeName": "elsewhere"}});
+    let patched = pods
+        .patch_status("p", &PatchParams::default(), &Patch::Merge(patch))
+        .await
+        .expect("status patch");
+    assert_eq!(
+        patched.spec, created.spec,
+        "the answer carries the spec as it was"
+    );
+    assert_eq!(
+        patched.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Running")
+    );
+    let read = pods.get("p").await.expect("get");
+    assert_eq!(read, patched);
+    let owners: Vec<(String, Option<String>)> = read
+        .metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .map(|entry| {
+            (
+                entry.operation.clone().unwrap_or_default(),
+                entry.subresource.clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        owners,
+        [
+            ("Update".to_owned(), None),
+            ("Update".to_owned(), Some("status".to_owned()))
+        ]
+    );
+    let creator = &read.metadata.managed_fields.as_ref().expect("managed fields")[0];
+    assert!(
+        creator
+            .fields_v1
+            .as_ref()
+            .is_some_and(|fields| fields.0.get("f:spec").is_some()),
+        "the creator still owns the spec: {creator:?}"
+    );
+    for watch in [&mut everything, &mut labelled] {
+        match watch.next().await {
+            Some(Ok(WatchEvent::Modified(seen))) => assert_eq!(seen, read),
+            other => panic!("expected the status write, got {other:?}"),
+        }
+    }
+
+    let stale = json!({"metadata": {"resourceVersion": version}, "status": {"phase": "Failed"}});
+    let refused = pods
+        .patch_status("p", &PatchParams::default(), &Patch::Merge(stale))
+        .await
+        .expect_err("stale");
+    assert_eq!(api_error(refused), 409);
+    let dry_run = PatchParams {
+        dry_run: true,
+        ..PatchParams::default()
+    };
+    let tried = pods
+        .patch_status(
+            "p",
+            &dry_run,
+            &Patch::Merge(json!({"status": {"phase": "Failed"}})),
+        )
+        .await
+        .expect("dry run");
+    assert_eq!(
+        (tried.status.and_then(|s| s.phase), tried.spec),
+        (Some("Failed".to_owned()), read.spec.clone())
+    );
+    assert_eq!(
+        pods.get("p").await.expect("get"),
+        read,
+        "a dry run writes nothing"
+    );
+}
+
+/// A merge patch that names no spec is applied without parsing it too: labels and finalizers
+/// change, the spec and generation stay, and removing the last finalizer of an object being
+/// deleted deletes it.
+#[tokio::test]
+async fn a_metadata_patch_keeps_the_spec_and_its_last_finalizer_lets_the_object_go() {
+    let (_store, maps, _first) = short_history().await;
+    let pods: Api<Pod> = Api::namespaced(maps.into_client(), "default");
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "p", "finalizers": ["example.com/hold"]},
+        "spec": {"containers": [{"name": "c", "image": "i"}]},
+    }))
+    .expect("pod");
+    let created = pods.create(&PostParams::default(), &pod).await.expect("create");
+    let labelled = pods
+        .patch(
+            "p",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"team": "a"}}})),
+        )
+        .await
+        .expect("label");
+    assert_eq!(
+        (&labelled.spec, labelled.metadata.generation),
+        (&created.spec, created.metadata.generation)
+    );
+    assert_eq!(labelled.labels().get("team").map(String::as_str), Some("a"));
+    assert_eq!(pods.get("p").await.expect("get"), labelled);
+    pods.delete("p", &DeleteParams::default()).await.expect("delete");
+    assert!(
+        pods.get("p")
+            .await
+            .expect("held")
+            .metadata
+            .deletion_timestamp
+            .is_some()
+    );
+    pods.patch(
+        "p",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .expect("release");
+    assert_eq!(api_error(pods.get("p").await.expect_err("gone")), 404);
+}
+
 /// Events beyond the newest thousand keep only their JSON in kubesim: a watch that lags that far
 /// still gets every event whole, and a selector watch still tells which match.
 #[tokio::test]
