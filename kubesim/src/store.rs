@@ -170,6 +170,15 @@ impl Version {
         }
     }
 
+    /// The version parsed, for a reader of all but its spec: the spec is left out when the version
+    /// has to be parsed from its JSON ([`SpecAside`]; a NodeClaim's is most of it).
+    pub fn value_but_spec(&self) -> Result<Arc<Value>, ApiError> {
+        match &self.parsed {
+            Some(object) => Ok(object.clone()),
+            None => SpecAside::read(&self.json).map(|aside| Arc::new(aside.view)),
+        }
+    }
+
     /// The version read as `T`: from its parsed form while the event is new, otherwise from its
     /// JSON, building only what `T` keeps.
     pub fn read<T: DeserializeOwned>(&self) -> Result<T, ApiError> {

@@ -360,11 +360,15 @@ impl Recorder {
                         }
                     };
                     let mut notes = lock(&shared);
+                    // What the notes read of a NodeClaim is its metadata and status.
+                    let read = match watched {
+                        Watched::NodeClaims => Version::value_but_spec,
+                        _ => Version::value,
+                    };
                     for event in events {
-                        let (Ok(object), Ok(previous)) = (
-                            event.object.value(),
-                            event.previous.as_ref().map(Version::value).transpose(),
-                        ) else {
+                        let (Ok(object), Ok(previous)) =
+                            (read(&event.object), event.previous.as_ref().map(read).transpose())
+                        else {
                             notes.entry(
                                 at,
                                 "recorder-behind",
