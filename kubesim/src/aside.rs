@@ -90,6 +90,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::store::Version;
 
     fn read(object: &Value) -> SpecAside {
         SpecAside::read(&serde_json::to_vec(object).expect("serializes")).expect("reads")
@@ -133,6 +134,16 @@ mod tests {
         let aside = read(&object);
         let whole: Value = serde_json::from_slice(&aside.json_of(&aside.view)).expect("JSON");
         assert_eq!(whole, object);
+    }
+
+    #[test]
+    fn a_version_read_for_all_but_its_spec_leaves_the_spec_out_only_when_it_parses_it() {
+        let json = bytes::Bytes::from(serde_json::to_vec(&claim()).expect("serializes"));
+        let cold = Version::encoded(json.clone()).value_but_spec().expect("reads");
+        assert!(cold.get("spec").is_none());
+        assert_eq!(cold["status"], claim()["status"]);
+        let warm = Version::parsed(json, std::sync::Arc::new(claim()));
+        assert_eq!(*warm.value_but_spec().expect("reads"), claim());
     }
 
     #[test]
