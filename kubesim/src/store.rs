@@ -12,7 +12,9 @@
 //! `serde_json::Value` tree of about 13 KB), and the parsed version as long as anyone holds it: the
 //! watch history keeps the newest, so a version just written is read without parsing, and one read
 //! again after the history let go of it is parsed once more. The JSON is also what a watch or an
-//! answer sends ([`Store::encoded`]).
+//! answer sends ([`Store::encoded`]). A write that cannot change the object's spec (a merge patch
+//! of its status, or one that names no spec) parses all of it but the spec
+//! ([`Store::modify_sparing_spec`]).
 
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap},
@@ -568,10 +570,7 @@ impl Store {
         dry_run: bool,
     ) -> Result<Arc<Value>, ApiError> {
         let mut state = self.lock();
-        let rtype = state
-            .registry
-            .any_version(resource)
-            .ok_or(ApiError::NoSuchResource)?;
+        let rtype = state.resource_type(resource)?;
         if let Some(left) = state.failing_creates.get_mut(resource).filter(|left| **left > 0) {
             *left -= 1;
             return Err(ApiError::Internal(format!(
@@ -712,10 +711,7 @@ impl Store {
         change: impl FnOnce(&Value) -> Result<Value, ApiError>,
     ) -> Result<Arc<Value>, ApiError> {
         let mut state = self.lock();
-        let rtype = state
-            .registry
-            .any_version(resource)
-            .ok_or(ApiError::NoSuchResource)?;
+        let rtype = state.resource_type(resource)?;
         let current = state.current(resource, key)?;
         let Some(mut next) = next_version(&rtype, key, &current, part, change)? else {
             return Ok(current);
@@ -746,10 +742,7 @@ impl Store {
         change: impl FnOnce(&Value) -> Result<Value, ApiError>,
     ) -> Result<Encoded, ApiError> {
         let mut state = self.lock();
-        let rtype = state
-            .registry
-            .any_version(resource)
-            .ok_or(ApiError::NoSuchResource)?;
+        let rtype = state.resource_type(resource)?;
         if rtype.kind == "CustomResourceDefinition" {
             // Establishing a CRD reads its spec.
             drop(state);
@@ -757,7 +750,7 @@ impl Store {
             return Ok(Encoded::of(self.encoded(&written), &written));
         }
         let (aside, json) = state.aside(resource, key)?;
-        let Some(next) = next_version(&rtype, key, &aside.view, part, change)? else {
+        let Some(mut next) = next_version(&rtype, key, &aside.view, part, change)? else {
             return Ok(Encoded::of(json, &aside.view));
         };
         if dry_run {
@@ -769,7 +762,6 @@ impl Store {
             let gone = state.remove(resource, key, Some(last), Propagation::Background);
             return Ok(Encoded::of(self.encoded(&gone), &gone));
         }
-        let mut next = next;
         let json = state.commit_aside(resource, key.clone(), &mut next, &aside);
         Ok(Encoded::of(json, &next))
     }
@@ -882,6 +874,13 @@ impl Store {
 }
 
 impl State {
+    /// The type of a served resource (any of its versions).
+    fn resource_type(&self, resource: &GroupResource) -> Result<Arc<ResourceType>, ApiError> {
+        self.registry
+            .any_version(resource)
+            .ok_or(ApiError::NoSuchResource)
+    }
+
     /// The live object at `key`.
     fn current(&mut self, resource: &GroupResource, key: &ObjectKey) -> Result<Arc<Value>, ApiError> {
         self.tables
