@@ -18,8 +18,10 @@ use std::{
 
 use crate::{error::ApiError, reclaim, store::WatchEvent};
 
-/// The most events kept for open watches that have not read them.
-pub const UNREAD_CAP: usize = 50_000;
+/// The most events kept for open watches that have not read them: kube-apiserver's watch cache
+/// holds at most this many events of a resource (the upper bound of its size, which grows to keep
+/// 75 s of history), and a watch that falls further behind resumes nowhere there either.
+pub const UNREAD_CAP: usize = 100 * 1024;
 
 /// The newest events that keep their objects parsed.
 pub const PARSED_EVENTS: usize = 1_000;
