@@ -436,7 +436,6 @@ fn start(pod: &mut Value, ip: &str, now: &str) -> bool {
     true
 }
 
-/// The (key, effect) startup taints `claim` declares.
 /// What the kubelets read of a NodeClaim: the startup taints its node is registered with, by the
 /// provider ID that names the node. Absent and null fields read as empty.
 #[derive(Deserialize)]
