@@ -284,20 +284,41 @@ pub fn patch(
         let created = store.create(&resource, &key.namespace, object, dry_run)?;
         return Ok((201, versioned(path, created)));
     }
-    let change = |current: &Value| patched_and_recorded(request, path, current, &patch, &write, &declared);
-    if leaves_spec_alone(request, &patch, Part::Main) {
-        let patched = store.modify_sparing_spec(&resource, key, Part::Main, dry_run, change)?;
-        return Ok((200, encoded_versioned(path, patched)?));
+    let patched = patch_stored(store, request, path, key, Part::Main, &patch, &write, &declared)?;
+    Ok((200, patched))
+}
+
+/// Applies a PATCH to `part` of the stored object at `key` and answers with the result: through
+/// the store's spec-sparing write when the patch leaves the spec alone ([`leaves_spec_alone`]).
+#[allow(clippy::too_many_arguments)]
+pub fn patch_stored(
+    store: &Store,
+    request: &ApiRequest,
+    path: &ResourcePath,
+    key: &ObjectKey,
+    part: Part,
+    patch: &Value,
+    write: &Write,
+    declared: &Declared,
+) -> Result<Document, ApiError> {
+    let resource = path.rtype.group_resource();
+    let dry_run = request.query.dry_run();
+    let change = |current: &Value| patched_and_recorded(request, path, current, patch, write, declared);
+    if leaves_spec_alone(request, patch, part) {
+        let patched = store.modify_sparing_spec(&resource, key, part, dry_run, change)?;
+        return encoded_versioned(path, patched);
     }
-    let patched = store.modify(&resource, key, Part::Main, dry_run, change)?;
-    Ok((200, versioned(path, patched)))
+    Ok(versioned(
+        path,
+        store.modify(&resource, key, part, dry_run, change)?,
+    ))
 }
 
 /// Whether a PATCH leaves the object's spec as it is, so that the store applies it without parsing
 /// the spec ([`Store::modify_sparing_spec`]): a merge patch (strategic or not) of the status, which
 /// changes nothing else, or of the object when it names neither the spec nor a directive at its
 /// top. A JSON patch may test or move fields of the spec, and an apply records who owns them.
-pub fn leaves_spec_alone(request: &ApiRequest, patch: &Value, part: Part) -> bool {
+fn leaves_spec_alone(request: &ApiRequest, patch: &Value, part: Part) -> bool {
     let media = request.content_type.split(';').next().unwrap_or_default().trim();
     let merge = matches!(
         media,
@@ -313,7 +334,7 @@ pub fn leaves_spec_alone(request: &ApiRequest, patch: &Value, part: Part) -> boo
 
 /// [`versioned`] for an object the store wrote as JSON: that JSON when the request used its
 /// version.
-pub fn encoded_versioned(path: &ResourcePath, written: Encoded) -> Result<Document, ApiError> {
+fn encoded_versioned(path: &ResourcePath, written: Encoded) -> Result<Document, ApiError> {
     if written.api_version == path.rtype.api_version() {
         return Ok(Document::Encoded(written.json));
     }

@@ -8,10 +8,7 @@ use serde_json::{Value, json};
 use super::{
     ApiRequest, ResourcePath,
     field_validation::{Body, Declared},
-    objects::{
-        Document, apply_patch, encoded_versioned, field_write, is_apply, leaves_spec_alone,
-        patched_and_recorded, versioned,
-    },
+    objects::{Document, apply_patch, field_write, is_apply, patch_stored, versioned},
     parse_body,
     table::evaluate,
     token,
@@ -59,16 +56,17 @@ pub fn handle(
             if is_apply(request) {
                 declared.check_applied(path, &patch)?;
             }
-            if !leaves_spec_alone(request, &patch, Part::Status) {
-                let patched = store.modify(&resource, &key, Part::Status, dry_run, |current| {
-                    patched_and_recorded(request, path, current, &patch, &write, &declared)
-                })?;
-                return Ok((200, versioned(path, patched)));
-            }
-            let patched = store.modify_sparing_spec(&resource, &key, Part::Status, dry_run, |current| {
-                patched_and_recorded(request, path, current, &patch, &write, &declared)
-            })?;
-            Ok((200, encoded_versioned(path, patched)?))
+            let patched = patch_stored(
+                store,
+                request,
+                path,
+                &key,
+                Part::Status,
+                &patch,
+                &write,
+                &declared,
+            )?;
+            Ok((200, patched))
         }
         ("scale", "GET") => Ok((
             200,
