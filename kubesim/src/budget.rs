@@ -16,6 +16,7 @@ use crate::object::text;
 use crate::{
     conditions,
     error::ApiError,
+    object::Pointer,
     resources::GroupResource,
     selector::label_selector_matches,
     store::{DeleteOptions, ObjectKey, Store},
@@ -72,10 +73,10 @@ fn scaled(value: &Value, total: i64) -> i64 {
 /// Whether the budget's selector matches the pod (an absent selector matches nothing in policy/v1
 /// only when it is null; an empty one matches every pod of the namespace).
 pub fn covers(pdb: &Value, pod: &Value) -> bool {
-    if pdb.pointer("/metadata/namespace") != pod.pointer("/metadata/namespace") {
+    if pdb.at("/metadata/namespace") != pod.at("/metadata/namespace") {
         return false;
     }
-    let Some(selector) = pdb.pointer("/spec/selector") else {
+    let Some(selector) = pdb.at("/spec/selector") else {
         return false;
     };
     let Ok(selector) = serde_json::from_value::<KubeSelector>(selector.clone()) else {
@@ -85,7 +86,7 @@ pub fn covers(pdb: &Value, pod: &Value) -> bool {
 }
 
 fn is_healthy(pod: &Value) -> bool {
-    pod.pointer("/metadata/deletionTimestamp").is_none() && conditions::status(pod, "Ready") == Some("True")
+    pod.at("/metadata/deletionTimestamp").is_none() && conditions::status(pod, "Ready") == Some("True")
 }
 
 /// The status the disruption controller writes for a budget.
@@ -103,7 +104,7 @@ pub fn status(pdb: &Value, budget: Budget, now: &str) -> Value {
     status["desiredHealthy"] = json!(budget.desired);
     status["expectedPods"] = json!(budget.expected);
     status["disruptionsAllowed"] = json!(allowed);
-    status["observedGeneration"] = pdb.pointer("/metadata/generation").cloned().unwrap_or(json!(1));
+    status["observedGeneration"] = pdb.at("/metadata/generation").cloned().unwrap_or(json!(1));
     status
 }
 
@@ -114,7 +115,7 @@ pub fn evict(store: &Store, key: &ObjectKey, options: &DeleteOptions) -> Result<
     let pod = store.get(&pods, key)?;
     let phase = text(&pod, "/status/phase");
     let ignores_budgets = matches!(phase, "Succeeded" | "Failed" | "Pending")
-        || pod.pointer("/metadata/deletionTimestamp").is_some();
+        || pod.at("/metadata/deletionTimestamp").is_some();
     if !ignores_budgets {
         let budgets = store
             .list(

@@ -3,6 +3,8 @@
 
 use serde_json::{Value, json};
 
+use crate::object::Pointer;
+
 /// Sets condition `kind` on `object.status.conditions`. Returns whether anything changed.
 pub fn set(object: &mut Value, kind: &str, status: &str, reason: &str, message: &str, now: &str) -> bool {
     if !object.get("status").is_some_and(Value::is_object) {
@@ -42,7 +44,7 @@ pub fn set(object: &mut Value, kind: &str, status: &str, reason: &str, message: 
 /// The status (`True`, `False`, `Unknown`) of condition `kind`, if present.
 pub fn status<'a>(object: &'a Value, kind: &str) -> Option<&'a str> {
     object
-        .pointer("/status/conditions")?
+        .at("/status/conditions")?
         .as_array()?
         .iter()
         .find(|c| c["type"] == kind)?

@@ -25,6 +25,7 @@ use serde_json::{Map, Value, json};
 
 use crate::{
     error::ApiError,
+    object::Pointer,
     patch::{ListStrategy, list_strategy},
 };
 
@@ -547,7 +548,7 @@ impl<'v> Writer<'v> {
 
 fn entries_of(object: &Value) -> Vec<Entry> {
     object
-        .pointer("/metadata/managedFields")
+        .at("/metadata/managedFields")
         .and_then(Value::as_array)
         .map(|entries| entries.iter().filter_map(Entry::read).collect())
         .unwrap_or_default()
@@ -588,7 +589,7 @@ pub fn record_update(before: Option<&Value>, after: &mut Value, write: &Write) {
     let mut changed = FieldSet::changed_in(before_map, after_map, differing.iter(), write.lists);
     write.restrict(&mut changed);
     let stored = before
-        .and_then(|before| before.pointer("/metadata/managedFields"))
+        .and_then(|before| before.at("/metadata/managedFields"))
         .and_then(Value::as_array)
         .map(Vec::as_slice)
         .unwrap_or_default();
@@ -764,7 +765,7 @@ fn conflict_error(conflicts: &[(&Entry, Vec<String>)], current: &Value) -> ApiEr
         }
     }
     let name = current
-        .pointer("/metadata/name")
+        .at("/metadata/name")
         .and_then(Value::as_str)
         .unwrap_or_default();
     ApiError::ApplyConflict {

@@ -8,6 +8,7 @@ use std::{collections::BTreeMap, sync::Arc};
 
 use serde_json::{Value, json};
 
+use crate::object::Pointer;
 use crate::object::text;
 
 /// Where an object is stored: its API group and plural resource name. Every served version of a
@@ -435,10 +436,10 @@ fn crd_types(crd: &Value) -> Option<Vec<ResourceType>> {
             singular: singular.clone(),
             namespaced,
             short_names: short_names.clone(),
-            status_subresource: version.pointer("/subresources/status").is_some(),
+            status_subresource: version.at("/subresources/status").is_some(),
             keeps_status_on_create: false,
             printer_columns,
-            scale: version.pointer("/subresources/scale").and_then(|scale| {
+            scale: version.at("/subresources/scale").and_then(|scale| {
                 Some(ScalePaths {
                     spec_replicas: scale.get("specReplicasPath")?.as_str()?.to_owned(),
                     status_replicas: scale.get("statusReplicasPath")?.as_str()?.to_owned(),

@@ -34,6 +34,7 @@ use crate::object::text;
 use crate::{
     clock::Clock,
     error::ApiError,
+    object::Pointer,
     resources::{GroupResource, Registry, ResourceType},
 };
 
@@ -502,6 +503,21 @@ impl Store {
         page.items.len()
     }
 
+    /// Every object of a resource, in the version it is stored in, read as `T`, building only what
+    /// `T` keeps; an object that does not read as `T` is logged and left out.
+    pub fn list_as<T: DeserializeOwned>(&self, resource: &GroupResource) -> Vec<T> {
+        let page = self.page(resource, None, None, None, |key, stored, _| {
+            stored
+                .version()
+                .read()
+                .inspect_err(|error| {
+                    tracing::error!(%error, resource = %resource.qualified(), name = %key.name, "kubesim lists an object without it");
+                })
+                .ok()
+        });
+        page.items
+    }
+
     /// [`Store::list`] of every object in range, each as the JSON the store keeps, so that a list
     /// without selectors costs neither parsing nor serializing.
     pub fn list_encoded(
@@ -795,7 +811,7 @@ impl Store {
             return Ok(current);
         }
         if let Some(grace) = graceful_pod_deletion(resource, &current, options) {
-            if current.pointer("/metadata/deletionTimestamp").is_some() {
+            if current.at("/metadata/deletionTimestamp").is_some() {
                 return Ok(current);
             }
             let mut next = (*current).clone();
@@ -805,7 +821,7 @@ impl Store {
             return Ok(state.commit(resource, key.clone(), EventKind::Modified, Some(next)));
         }
         if !finalizers(&current).is_empty() {
-            if current.pointer("/metadata/deletionTimestamp").is_some() {
+            if current.at("/metadata/deletionTimestamp").is_some() {
                 return Ok(current);
             }
             let mut next = (*current).clone();
@@ -1037,7 +1053,8 @@ impl State {
         Ok((SpecAside::read(&stored.json)?, stored.json.clone()))
     }
 
-    /// Keeps the uid and owner indexes in step with a write.
+    /// Keeps the uid and owner indexes in step with a write; a write that changes neither the uid
+    /// nor the owners (almost every update) leaves them as they are.
     fn reindex(
         &mut self,
         resource: &GroupResource,
@@ -1045,27 +1062,31 @@ impl State {
         before: Option<&Value>,
         after: Option<&Value>,
     ) {
+        let (owners_before, uid_before) = before.map(indexed).unwrap_or_default();
+        let (owners_after, uid_after) = after.map(indexed).unwrap_or_default();
+        if owners_before == owners_after && uid_before == uid_after {
+            return;
+        }
         let entry = (resource.clone(), key.clone());
-        if let Some(before) = before {
-            for owner in owner_uids(before) {
-                if let Some(set) = self.dependents.get_mut(&owner) {
-                    set.remove(&entry);
-                    if set.is_empty() {
-                        self.dependents.remove(&owner);
-                    }
+        for owner in owners_before {
+            if let Some(set) = self.dependents.get_mut(owner) {
+                set.remove(&entry);
+                if set.is_empty() {
+                    self.dependents.remove(owner);
                 }
             }
-            if let Some(uid) = uid_of(before) {
-                self.by_uid.remove(uid);
-            }
         }
-        if let Some(after) = after {
-            for owner in owner_uids(after) {
-                self.dependents.entry(owner).or_default().insert(entry.clone());
-            }
-            if let Some(uid) = uid_of(after) {
-                self.by_uid.insert(uid.to_owned(), entry);
-            }
+        if let Some(uid) = uid_before {
+            self.by_uid.remove(uid);
+        }
+        for owner in owners_after {
+            self.dependents
+                .entry(owner.to_owned())
+                .or_default()
+                .insert(entry.clone());
+        }
+        if let Some(uid) = uid_after {
+            self.by_uid.insert(uid.to_owned(), entry);
         }
     }
 
@@ -1123,11 +1144,11 @@ impl State {
         {
             references.retain(|reference| reference.get("uid").and_then(Value::as_str) != Some(owner_uid));
         }
-        let owners_left = owner_uids(&next).iter().any(|uid| self.by_uid.contains_key(uid));
+        let owners_left = indexed(&next).0.iter().any(|uid| self.by_uid.contains_key(*uid));
         if propagation == Propagation::Background && !owners_left {
             if finalizers(&current).is_empty() {
                 self.remove(resource, key, None, Propagation::Background);
-            } else if current.pointer("/metadata/deletionTimestamp").is_none() {
+            } else if current.at("/metadata/deletionTimestamp").is_none() {
                 next["metadata"]["deletionTimestamp"] = json!(self.clock.now_rfc3339());
                 self.commit(resource, key.clone(), EventKind::Modified, Some(next));
             }
@@ -1211,24 +1232,22 @@ fn not_found(resource: &GroupResource, key: &ObjectKey) -> ApiError {
 
 /// The object's uid.
 pub fn uid_of(object: &Value) -> Option<&str> {
-    object.pointer("/metadata/uid").and_then(Value::as_str)
+    object.at("/metadata/uid").and_then(Value::as_str)
 }
 
-fn owner_uids(object: &Value) -> Vec<String> {
-    object
-        .pointer("/metadata/ownerReferences")
-        .and_then(Value::as_array)
-        .map(|refs| {
-            refs.iter()
-                .filter_map(|r| r.get("uid")?.as_str().map(str::to_owned))
-                .collect()
-        })
-        .unwrap_or_default()
+/// What the uid and owner indexes read of an object: its owners' uids and its own.
+fn indexed(object: &Value) -> (Vec<&str>, Option<&str>) {
+    let metadata = &object["metadata"];
+    let owners = metadata["ownerReferences"]
+        .as_array()
+        .map(|refs| refs.iter().filter_map(|r| r["uid"].as_str()).collect())
+        .unwrap_or_default();
+    (owners, metadata["uid"].as_str())
 }
 
 fn finalizers(object: &Value) -> Vec<&str> {
     object
-        .pointer("/metadata/finalizers")
+        .at("/metadata/finalizers")
         .and_then(Value::as_array)
         .map(|f| f.iter().filter_map(Value::as_str).collect())
         .unwrap_or_default()
@@ -1259,7 +1278,7 @@ fn next_version(
         ));
     }
     let given_name = next
-        .pointer("/metadata/name")
+        .at("/metadata/name")
         .and_then(Value::as_str)
         .unwrap_or(&key.name);
     if given_name != key.name {
@@ -1285,7 +1304,7 @@ fn next_version(
     }
     if part == Part::Main && spec_changed(current, &next) {
         let generation = current
-            .pointer("/metadata/generation")
+            .at("/metadata/generation")
             .and_then(Value::as_i64)
             .unwrap_or(1);
         next["metadata"]["generation"] = json!(generation + 1);
@@ -1295,7 +1314,7 @@ fn next_version(
 
 /// Whether an object is being deleted (it has a deletionTimestamp).
 fn is_deleting(object: &Value) -> bool {
-    object.pointer("/metadata/deletionTimestamp").is_some()
+    object.at("/metadata/deletionTimestamp").is_some()
 }
 
 /// The finalizers `after` has that `before` has not.
@@ -1383,7 +1402,7 @@ fn graceful_pod_deletion(resource: &GroupResource, pod: &Value, options: &Delete
         return None;
     }
     let grace = options.grace_period_seconds.unwrap_or_else(|| {
-        pod.pointer("/spec/terminationGracePeriodSeconds")
+        pod.at("/spec/terminationGracePeriodSeconds")
             .and_then(Value::as_i64)
             .unwrap_or(DEFAULT_TERMINATION_GRACE_SECONDS)
     });
@@ -1450,7 +1469,7 @@ fn qos_class(pod: &Map<String, Value>) -> &'static str {
         .map(|c| c.iter().collect())
         .unwrap_or_default();
     let resources = |c: &Value, which: &str| {
-        c.pointer(&format!("/resources/{which}"))
+        c.at(&format!("/resources/{which}"))
             .and_then(Value::as_object)
             .cloned()
     };
@@ -1489,10 +1508,10 @@ fn refuse_invalid_crd(kind: &str, crd: &Value) -> Result<(), ApiError> {
 
 /// Why the API server refuses `crd` for its versions' `metadata` schemas, if it does.
 fn crd_metadata_problem(crd: &Value) -> Option<String> {
-    let versions = crd.pointer("/spec/versions").and_then(Value::as_array)?;
+    let versions = crd.at("/spec/versions").and_then(Value::as_array)?;
     versions.iter().enumerate().find_map(|(i, version)| {
         let metadata = version
-            .pointer("/schema/openAPIV3Schema/properties/metadata")?
+            .at("/schema/openAPIV3Schema/properties/metadata")?
             .as_object()?;
         let allowed = |key: &str, value: &Value| match key {
             "type" => value == "object",
@@ -1513,7 +1532,7 @@ fn crd_metadata_problem(crd: &Value) -> Option<String> {
 /// Serves a CRD's resources and marks it Established, as kube-apiserver's CRD controller does.
 fn establish_crd(registry: &mut Registry, crd: &mut Value) {
     let accepted = registry.apply_crd(crd);
-    let names = crd.pointer("/spec/names").cloned().unwrap_or_else(|| json!({}));
+    let names = crd.at("/spec/names").cloned().unwrap_or_else(|| json!({}));
     let (status, reason, message) = if accepted {
         (
             "True",
@@ -1529,7 +1548,7 @@ fn establish_crd(registry: &mut Registry, crd: &mut Value) {
     };
     crd["status"] = json!({
         "acceptedNames": names,
-        "storedVersions": crd.pointer("/spec/versions").and_then(Value::as_array)
+        "storedVersions": crd.at("/spec/versions").and_then(Value::as_array)
             .map(|versions| versions.iter().filter(|v| v["storage"] == true).map(|v| v["name"].clone()).collect::<Vec<_>>())
             .unwrap_or_default(),
         "conditions": [

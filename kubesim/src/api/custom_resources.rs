@@ -25,6 +25,7 @@ use serde_json::Value;
 
 use super::ResourcePath;
 use crate::error::ApiError;
+use crate::object::Pointer;
 
 /// One checker (its schemas and patterns compiled once) for every request.
 static CHECKER: LazyLock<Mutex<Checker>> = LazyLock::new(|| Mutex::new(Checker::new()));
@@ -59,7 +60,7 @@ pub fn judge(path: &ResourcePath, stored: Option<&Value>, object: &Value) -> Res
     Err(ApiError::Invalid {
         kind: format!("{}.{}", rtype.kind, rtype.group),
         name: object
-            .pointer("/metadata/name")
+            .at("/metadata/name")
             .and_then(Value::as_str)
             .or(path.name.as_deref())
             .unwrap_or_default()
@@ -84,10 +85,10 @@ fn same_but_metadata(a: &Value, b: &Value) -> bool {
 /// `object` as it is validated: a create by generateName is named first (a copy); any other
 /// object is judged as it is.
 fn named(object: &Value) -> Cow<'_, Value> {
-    if object.pointer("/metadata/name").is_some() {
+    if object.at("/metadata/name").is_some() {
         return Cow::Borrowed(object);
     }
-    let Some(prefix) = object.pointer("/metadata/generateName").and_then(Value::as_str) else {
+    let Some(prefix) = object.at("/metadata/generateName").and_then(Value::as_str) else {
         return Cow::Borrowed(object);
     };
     let mut judged = object.clone();

@@ -22,6 +22,7 @@ use serde_json::Value;
 use super::{ApiRequest, ResourcePath};
 use crate::{
     error::ApiError,
+    object::Pointer,
     patch::{ListStrategy, list_strategy},
     protobuf::{Findings, Scan, Step, unknown_fields, unknown_metadata_fields},
     resources::GroupResource,
@@ -176,12 +177,12 @@ impl Declared {
         let schema = self
             .crd
             .as_deref()
-            .and_then(|crd| crd.pointer("/spec/versions"))
+            .and_then(|crd| crd.at("/spec/versions"))
             .and_then(Value::as_array)
             .into_iter()
             .flatten()
             .find(|version| version["name"] == rtype.version.as_str())
-            .and_then(|version| version.pointer("/schema/openAPIV3Schema"));
+            .and_then(|version| version.at("/schema/openAPIV3Schema"));
         let mut found = Findings::default();
         let Some(schema) = schema else {
             return found;

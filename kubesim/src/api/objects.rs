@@ -21,6 +21,7 @@ use crate::{
     clock::Clock,
     error::ApiError,
     managed_fields::{Lists, Scope, Write, record_apply, record_update},
+    object::Pointer,
     patch::{json_patch, merge_patch, strategic_merge_patch},
     resources::ResourceType,
     store::{DeleteOptions, Encoded, ObjectKey, Part, Propagation, Store},
@@ -52,8 +53,7 @@ pub fn list(store: &Store, request: &ApiRequest, path: &ResourcePath) -> Result<
     };
     if request.wants_table() || !labels.is_empty() || !fields.is_empty() {
         let page = store.list(&resource, namespace, from.as_ref(), limit, |object| {
-            labels.matches(object.pointer("/metadata/labels").and_then(Value::as_object))
-                && fields.matches(object)
+            labels.matches(object.at("/metadata/labels").and_then(Value::as_object)) && fields.matches(object)
         });
         let metadata = metadata(page.revision, &page.next);
         if request.wants_table() {
@@ -157,7 +157,7 @@ pub fn presented<'a>(
     clock: &Clock,
 ) -> Cow<'a, Value> {
     if as_table {
-        let metadata = json!({"resourceVersion": object.pointer("/metadata/resourceVersion").cloned().unwrap_or(Value::Null)});
+        let metadata = json!({"resourceVersion": object.at("/metadata/resourceVersion").cloned().unwrap_or(Value::Null)});
         let options = table::Options { include_object: true };
         return Cow::Owned(table::table(
             rtype,
@@ -483,8 +483,7 @@ pub fn delete_collection(
         .flatten();
     let resource = path.rtype.group_resource();
     let page = store.list(&resource, namespace, None, None, |object| {
-        labels.matches(object.pointer("/metadata/labels").and_then(Value::as_object))
-            && fields.matches(object)
+        labels.matches(object.at("/metadata/labels").and_then(Value::as_object)) && fields.matches(object)
     });
     let mut items = Vec::new();
     for object in page.items {
@@ -535,11 +534,11 @@ fn delete_options(request: &ApiRequest) -> Result<DeleteOptions, ApiError> {
     Ok(DeleteOptions {
         propagation: if orphan { Propagation::Orphan } else { propagation },
         uid: body
-            .pointer("/preconditions/uid")
+            .at("/preconditions/uid")
             .and_then(Value::as_str)
             .map(str::to_owned),
         resource_version: body
-            .pointer("/preconditions/resourceVersion")
+            .at("/preconditions/resourceVersion")
             .and_then(Value::as_str)
             .map(str::to_owned),
         grace_period_seconds: body

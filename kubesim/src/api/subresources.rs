@@ -18,6 +18,7 @@ use crate::{
     budget,
     error::ApiError,
     managed_fields::{Scope, record_update},
+    object::Pointer,
     store::{DeleteOptions, ObjectKey, Part, Store},
 };
 use crate::{patch::merge_patch, resources::ScalePaths};
@@ -82,7 +83,7 @@ pub fn handle(
                     apply_patch(path, &request.content_type, &scale_of(current, &paths), &body)?
                 };
                 let replicas = scale
-                    .pointer("/spec/replicas")
+                    .at("/spec/replicas")
                     .and_then(Value::as_i64)
                     .ok_or_else(|| ApiError::Invalid {
                         kind: "Scale".to_owned(),
@@ -92,7 +93,7 @@ pub fn handle(
                 let mut next = current.clone();
                 merge_patch(&mut next, &at_path(&paths.spec_replicas, json!(replicas)));
                 next["metadata"]["resourceVersion"] = scale
-                    .pointer("/metadata/resourceVersion")
+                    .at("/metadata/resourceVersion")
                     .cloned()
                     .unwrap_or(Value::Null);
                 Ok(next)
@@ -137,7 +138,7 @@ fn eviction_options(request: &ApiRequest, dry_run: bool) -> Result<DeleteOptions
     let options = &body["deleteOptions"];
     let precondition = |field: &str| {
         options
-            .pointer(&format!("/preconditions/{field}"))
+            .at(&format!("/preconditions/{field}"))
             .and_then(Value::as_str)
             .map(str::to_owned)
     };
@@ -171,7 +172,7 @@ pub fn bind(store: &Store, pod: &ObjectKey, node: &str, dry_run: bool) -> Result
         dry_run,
         |current| {
             if let Some(bound) = current
-                .pointer("/spec/nodeName")
+                .at("/spec/nodeName")
                 .and_then(Value::as_str)
                 .filter(|n| !n.is_empty())
             {

@@ -12,6 +12,7 @@ use serde_json::{Value, json};
 use super::ApiRequest;
 use crate::{
     clock::{Clock, parse_rfc3339},
+    object::Pointer,
     resources::ResourceType,
 };
 
@@ -58,13 +59,13 @@ pub fn table(
     let rows: Vec<Value> = items
         .iter()
         .map(|object| {
-            let mut cells = vec![object.pointer("/metadata/name").cloned().unwrap_or(Value::Null)];
+            let mut cells = vec![object.at("/metadata/name").cloned().unwrap_or(Value::Null)];
             for column in &rtype.printer_columns {
                 let cell = evaluate(object, &column.path).unwrap_or(Value::Null);
                 cells.push(if column.kind == "date" { age_cell(&cell, now) } else { cell });
             }
             if !has_age {
-                cells.push(age_cell(object.pointer("/metadata/creationTimestamp").unwrap_or(&Value::Null), now));
+                cells.push(age_cell(object.at("/metadata/creationTimestamp").unwrap_or(&Value::Null), now));
             }
             let mut shown = if options.include_object {
                 (**object).clone()

@@ -9,6 +9,7 @@ use base64::{Engine as _, engine::general_purpose::URL_SAFE_NO_PAD};
 use joist_messages::time::rfc3339;
 use serde_json::{Value, json};
 
+use crate::object::Pointer;
 use crate::{error::ApiError, object::text};
 
 /// The issuer and default audience of an EKS cluster's service account tokens.
@@ -25,7 +26,7 @@ pub fn issue(account: &Value, request: &Value, now: i64) -> Result<Value, ApiErr
         text(account, "/metadata/name"),
     );
     let seconds = request
-        .pointer("/spec/expirationSeconds")
+        .at("/spec/expirationSeconds")
         .and_then(Value::as_i64)
         .unwrap_or(DEFAULT_SECONDS);
     if seconds < MIN_SECONDS {
@@ -37,7 +38,7 @@ pub fn issue(account: &Value, request: &Value, now: i64) -> Result<Value, ApiErr
             ),
         });
     }
-    let audiences = match request.pointer("/spec/audiences") {
+    let audiences = match request.at("/spec/audiences") {
         Some(Value::Array(audiences)) if !audiences.is_empty() => Value::Array(audiences.clone()),
         _ => json!([ISSUER]),
     };
@@ -60,7 +61,7 @@ pub fn issue(account: &Value, request: &Value, now: i64) -> Result<Value, ApiErr
         segment(&claims)
     );
     let mut spec = json!({"audiences": audiences, "expirationSeconds": seconds});
-    if let Some(bound) = request.pointer("/spec/boundObjectRef") {
+    if let Some(bound) = request.at("/spec/boundObjectRef") {
         spec["boundObjectRef"] = bound.clone();
     }
     Ok(json!({

@@ -26,6 +26,7 @@ use tokio::sync::mpsc;
 use super::{ApiBody, ApiRequest, ResourcePath, objects};
 use crate::{
     error::ApiError,
+    object::Pointer,
     resources::ResourceType,
     selector::{FieldSelector, LabelSelector},
     store::{EventKind, Store, Version, WatchEvent},
@@ -68,8 +69,8 @@ impl Filter {
 
     fn matches_object(&self, object: &Value) -> bool {
         self.matches_metadata(
-            object.pointer("/metadata/namespace").and_then(Value::as_str),
-            object.pointer("/metadata/labels").and_then(Value::as_object),
+            object.at("/metadata/namespace").and_then(Value::as_str),
+            object.at("/metadata/labels").and_then(Value::as_object),
         ) && self.fields.matches(object)
     }
 

@@ -35,6 +35,7 @@ use super::{
 use crate::object::text;
 use crate::{
     conditions,
+    object::Pointer,
     resources::GroupResource,
     store::{DeleteOptions, EventKind, NOT_READY_TAINT, ObjectKey, Part, Store},
 };
@@ -151,7 +152,7 @@ impl Kubelets {
                     self.schedule(settings.pod_running_after, Action::StartPod(pod));
                 }
             }
-            let taints = node.pointer("/spec/taints").and_then(Value::as_array);
+            let taints = node.at("/spec/taints").and_then(Value::as_array);
             if taints.is_some_and(|t| t.iter().any(|t| t["key"] == NOT_READY_TAINT)) {
                 self.schedule(Duration::ZERO, Action::ClearNotReady(name.clone()));
             }
@@ -166,7 +167,7 @@ impl Kubelets {
             // A kubelet still booting has not reported yet; one that reports False or Unknown is
             // broken, and stays so until something reports it healthy again.
             let booting = conditions::status(node, "Ready").is_none();
-            if booting && node.pointer("/metadata/deletionTimestamp").is_none() {
+            if booting && node.at("/metadata/deletionTimestamp").is_none() {
                 self.schedule(settings.node_ready_after, Action::NodeReady(name));
             }
         }
@@ -219,7 +220,7 @@ impl Kubelets {
             let Ok(pod) = store.get(&resource, key) else {
                 continue;
             };
-            if pod.pointer("/metadata/deletionTimestamp").is_some() {
+            if pod.at("/metadata/deletionTimestamp").is_some() {
                 continue;
             }
             let tolerations: Vec<Toleration> = parse(&pod["spec"], "tolerations");
@@ -247,12 +248,12 @@ impl Kubelets {
             .entry(node.clone())
             .or_default()
             .insert(key.clone());
-        if let Some(deadline) = pod.pointer("/metadata/deletionTimestamp").and_then(Value::as_str) {
+        if let Some(deadline) = pod.at("/metadata/deletionTimestamp").and_then(Value::as_str) {
             self.schedule(shutdown_time(pod, deadline, now_seconds), Action::StopPod(key));
             return;
         }
         let phase = pod
-            .pointer("/status/phase")
+            .at("/status/phase")
             .and_then(Value::as_str)
             .unwrap_or("Pending");
         match phase {
@@ -367,7 +368,7 @@ impl Kubelets {
         };
         let result = store.modify(&resource, &key, Part::Whole, false, |current| {
             let mut next = current.clone();
-            if current.pointer("/metadata/deletionTimestamp").is_some() || !change(&mut next) {
+            if current.at("/metadata/deletionTimestamp").is_some() || !change(&mut next) {
                 return Ok(current.clone());
             }
             Ok(next)
@@ -401,11 +402,11 @@ fn shutdown_time(pod: &Value, deadline: &str, now_seconds: i64) -> Duration {
 
 /// A pod's containers started: Running, Ready, with an IP.
 fn start(pod: &mut Value, ip: &str, now: &str) -> bool {
-    if pod.pointer("/status/phase").and_then(Value::as_str) != Some("Pending") {
+    if pod.at("/status/phase").and_then(Value::as_str) != Some("Pending") {
         return false;
     }
     let containers: Vec<Value> = pod
-        .pointer("/spec/containers")
+        .at("/spec/containers")
         .and_then(Value::as_array)
         .map(|containers| {
             containers

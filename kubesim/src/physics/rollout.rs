@@ -10,6 +10,8 @@
 
 use serde_json::Value;
 
+use crate::object::Pointer;
+
 /// One ReplicaSet, as a rollout counts it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Counts {
@@ -40,12 +42,12 @@ impl Strategy {
     /// (`maxSurge` rounded up, `maxUnavailable` down, both 25 % by default; when both come to
     /// zero, one pod may be unavailable, as Kubernetes resolves it).
     pub fn of(deployment: &Value, desired: i64) -> Self {
-        let strategy = deployment.pointer("/spec/strategy");
+        let strategy = deployment.at("/spec/strategy");
         if strategy.and_then(|s| s["type"].as_str()) == Some("Recreate") {
             return Self::Recreate;
         }
         let bound = |field: &str, round_up: bool| {
-            let value = strategy.and_then(|s| s.pointer(&format!("/rollingUpdate/{field}")));
+            let value = strategy.and_then(|s| s.at(&format!("/rollingUpdate/{field}")));
             resolve(value, desired, round_up).unwrap_or_else(|| resolve_percent(25, desired, round_up))
         };
         let max_surge = bound("maxSurge", true);

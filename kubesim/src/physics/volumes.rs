@@ -24,7 +24,7 @@ use tokio::time::Instant;
 
 use super::{Informer, wait};
 use crate::{
-    object::{labels, text},
+    object::{Pointer, labels, text},
     resources::GroupResource,
     store::{DeleteOptions, EventKind, ObjectKey, Part, Store},
 };
@@ -84,11 +84,11 @@ pub async fn run(store: Arc<Store>, detach_after: Duration) {
 
 /// The claims a pod's volumes name.
 pub(super) fn claim_names(pod: &Value) -> impl Iterator<Item = &str> {
-    pod.pointer("/spec/volumes")
+    pod.at("/spec/volumes")
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
-        .filter_map(|v| v.pointer("/persistentVolumeClaim/claimName")?.as_str())
+        .filter_map(|v| v.at("/persistentVolumeClaim/claimName")?.as_str())
 }
 
 impl Volumes {
@@ -159,7 +159,7 @@ impl Volumes {
         let Some(object) = self.claims.get(claim) else {
             return;
         };
-        if object.pointer("/spec/volumeName").is_some() {
+        if object.at("/spec/volumeName").is_some() {
             return;
         }
         let volume = format!("pvc-{}", text(object, "/metadata/uid"));
@@ -167,10 +167,10 @@ impl Volumes {
             "apiVersion": "v1", "kind": "PersistentVolume",
             "metadata": {"name": volume, "annotations": {"pv.kubernetes.io/provisioned-by": DRIVER}},
             "spec": {
-                "capacity": {"storage": object.pointer("/spec/resources/requests/storage").cloned().unwrap_or(json!("1Gi"))},
-                "accessModes": object.pointer("/spec/accessModes").cloned().unwrap_or(json!(["ReadWriteOnce"])),
+                "capacity": {"storage": object.at("/spec/resources/requests/storage").cloned().unwrap_or(json!("1Gi"))},
+                "accessModes": object.at("/spec/accessModes").cloned().unwrap_or(json!(["ReadWriteOnce"])),
                 "persistentVolumeReclaimPolicy": "Delete",
-                "storageClassName": object.pointer("/spec/storageClassName").cloned().unwrap_or(json!("")),
+                "storageClassName": object.at("/spec/storageClassName").cloned().unwrap_or(json!("")),
                 "csi": {"driver": DRIVER, "volumeHandle": format!("vol-{}", text(object, "/metadata/uid"))},
                 "claimRef": {
                     "kind": "PersistentVolumeClaim", "namespace": claim.namespace,
@@ -228,7 +228,7 @@ impl Volumes {
             let volume = self
                 .claims
                 .get(&claim)
-                .and_then(|c| c.pointer("/spec/volumeName")?.as_str().map(str::to_owned));
+                .and_then(|c| c.at("/spec/volumeName")?.as_str().map(str::to_owned));
             match volume {
                 Some(volume) => uses.push((node.clone(), volume)),
                 None => {

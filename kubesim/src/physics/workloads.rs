@@ -26,6 +26,7 @@ use super::{
 use crate::object::text;
 use crate::{
     conditions,
+    object::Pointer,
     resources::GroupResource,
     store::{DeleteOptions, EventKind, ObjectKey, Part, Store},
 };
@@ -113,15 +114,15 @@ struct OwnedPod {
 impl OwnedPod {
     fn of(pod: &Value) -> Self {
         Self {
-            deleting: pod.pointer("/metadata/deletionTimestamp").is_some(),
+            deleting: pod.at("/metadata/deletionTimestamp").is_some(),
             ready: conditions::status(pod, "Ready") == Some("True"),
             phase: pod
-                .pointer("/status/phase")
+                .at("/status/phase")
                 .and_then(Value::as_str)
                 .unwrap_or("Pending")
                 .to_owned(),
             scheduled: pod
-                .pointer("/spec/nodeName")
+                .at("/spec/nodeName")
                 .and_then(Value::as_str)
                 .is_some_and(|node| !node.is_empty()),
             created: text(pod, "/metadata/creationTimestamp").to_owned(),
@@ -216,7 +217,7 @@ pub async fn run(store: Arc<Store>) {
 /// The controller reference of an object: (kind, name, uid).
 fn controller_of(object: &Value) -> Option<(String, String, String)> {
     object
-        .pointer("/metadata/ownerReferences")?
+        .at("/metadata/ownerReferences")?
         .as_array()?
         .iter()
         .find(|r| r["controller"] == true)
@@ -281,7 +282,7 @@ impl Workloads {
             let Ok(object) = store.get(&kind.resource(), &key) else {
                 continue;
             };
-            if object.pointer("/metadata/deletionTimestamp").is_some() {
+            if object.at("/metadata/deletionTimestamp").is_some() {
                 continue;
             }
             let result = match kind {
@@ -309,7 +310,7 @@ impl Workloads {
     fn deployment(&mut self, store: &Store, deployment: &Value) -> Result<(), crate::error::ApiError> {
         let key = ObjectKey::of(deployment);
         let template = deployment
-            .pointer("/spec/template")
+            .at("/spec/template")
             .cloned()
             .unwrap_or_else(|| json!({}));
         let hash = template_hash(&template);
@@ -329,7 +330,7 @@ impl Workloads {
                 .owned(set)
                 .map_or(0, |owned| i64::try_from(owned.pods.len()).unwrap_or(i64::MAX)),
             available: set
-                .pointer("/status/availableReplicas")
+                .at("/status/availableReplicas")
                 .and_then(Value::as_i64)
                 .unwrap_or(0),
         };
@@ -351,7 +352,7 @@ impl Workloads {
             let mut template = template.clone();
             template["metadata"]["labels"]["pod-template-hash"] = json!(hash);
             let mut selector = deployment
-                .pointer("/spec/selector")
+                .at("/spec/selector")
                 .cloned()
                 .unwrap_or_else(|| json!({}));
             selector["matchLabels"]["pod-template-hash"] = json!(hash);
@@ -382,14 +383,14 @@ impl Workloads {
         let total = |field: &str| {
             sets.iter()
                 .map(|s| {
-                    s.pointer(&format!("/status/{field}"))
+                    s.at(&format!("/status/{field}"))
                         .and_then(Value::as_i64)
                         .unwrap_or(0)
                 })
                 .sum::<i64>()
         };
         let updated = current
-            .and_then(|s| s.pointer("/status/replicas")?.as_i64())
+            .and_then(|s| s.at("/status/replicas")?.as_i64())
             .unwrap_or(0);
         let available = total("availableReplicas");
         let max_unavailable = strategy.max_unavailable(desired);
@@ -400,10 +401,8 @@ impl Workloads {
         next["status"]["availableReplicas"] = json!(available);
         next["status"]["updatedReplicas"] = json!(updated);
         next["status"]["unavailableReplicas"] = json!((desired - available).max(0));
-        next["status"]["observedGeneration"] = deployment
-            .pointer("/metadata/generation")
-            .cloned()
-            .unwrap_or(json!(1));
+        next["status"]["observedGeneration"] =
+            deployment.at("/metadata/generation").cloned().unwrap_or(json!(1));
         let (state, reason) = if available >= desired - max_unavailable {
             ("True", "MinimumReplicasAvailable")
         } else {
@@ -445,8 +444,7 @@ impl Workloads {
         next["status"]["fullyLabeledReplicas"] = json!(live);
         next["status"]["readyReplicas"] = json!(ready);
         next["status"]["availableReplicas"] = json!(ready);
-        next["status"]["observedGeneration"] =
-            set.pointer("/metadata/generation").cloned().unwrap_or(json!(1));
+        next["status"]["observedGeneration"] = set.at("/metadata/generation").cloned().unwrap_or(json!(1));
         write_status(store, &Kind::ReplicaSet.resource(), set, next)
     }
 
@@ -461,7 +459,7 @@ impl Workloads {
         let mut desired = 0;
         for node in nodes
             .iter()
-            .filter(|n| n.pointer("/metadata/deletionTimestamp").is_none())
+            .filter(|n| n.at("/metadata/deletionTimestamp").is_none())
         {
             let node_name = ObjectKey::of(node).name;
             let mut pod = template_pod.clone();
@@ -486,10 +484,8 @@ impl Workloads {
         next["status"]["numberReady"] = json!(ready);
         next["status"]["numberAvailable"] = json!(ready);
         next["status"]["numberMisscheduled"] = json!(0);
-        next["status"]["observedGeneration"] = daemonset
-            .pointer("/metadata/generation")
-            .cloned()
-            .unwrap_or(json!(1));
+        next["status"]["observedGeneration"] =
+            daemonset.at("/metadata/generation").cloned().unwrap_or(json!(1));
         write_status(store, &Kind::DaemonSet.resource(), daemonset, next)
     }
 
@@ -499,18 +495,10 @@ impl Workloads {
         let succeeded = pods.iter().filter(|(_, pod)| pod.phase == "Succeeded").count();
         let failed = pods.iter().filter(|(_, pod)| pod.phase == "Failed").count();
         let active = pods.len() - succeeded - failed;
-        let completions = usize::try_from(
-            job.pointer("/spec/completions")
-                .and_then(Value::as_i64)
-                .unwrap_or(1),
-        )
-        .unwrap_or(1);
-        let parallelism = usize::try_from(
-            job.pointer("/spec/parallelism")
-                .and_then(Value::as_i64)
-                .unwrap_or(1),
-        )
-        .unwrap_or(1);
+        let completions =
+            usize::try_from(job.at("/spec/completions").and_then(Value::as_i64).unwrap_or(1)).unwrap_or(1);
+        let parallelism =
+            usize::try_from(job.at("/spec/parallelism").and_then(Value::as_i64).unwrap_or(1)).unwrap_or(1);
         let complete = succeeded >= completions;
         let wanted = if complete {
             0
@@ -530,7 +518,7 @@ impl Workloads {
         next["status"]["active"] = json!(active.max(wanted));
         next["status"]["succeeded"] = json!(succeeded);
         next["status"]["failed"] = json!(failed);
-        if next.pointer("/status/startTime").is_none() {
+        if next.at("/status/startTime").is_none() {
             next["status"]["startTime"] = json!(now);
         }
         if complete {
@@ -573,10 +561,7 @@ fn write_status(
 }
 
 fn replicas(object: &Value) -> i64 {
-    object
-        .pointer("/spec/replicas")
-        .and_then(Value::as_i64)
-        .unwrap_or(1)
+    object.at("/spec/replicas").and_then(Value::as_i64).unwrap_or(1)
 }
 
 /// A short, stable hash of a pod template (the `pod-template-hash` label): a Deployment's current
@@ -603,10 +588,7 @@ fn owner_reference(owner: &Value) -> Value {
 
 /// A pod of a controller's template, named `prefix` + a random suffix.
 fn pod_from_template(owner: &Value, prefix: &str) -> Value {
-    let template = owner
-        .pointer("/spec/template")
-        .cloned()
-        .unwrap_or_else(|| json!({}));
+    let template = owner.at("/spec/template").cloned().unwrap_or_else(|| json!({}));
     let mut metadata = template.get("metadata").cloned().unwrap_or_else(|| json!({}));
     if !prefix.is_empty() {
         metadata["generateName"] = json!(prefix);
@@ -622,7 +604,7 @@ fn pin_to_node(pod: &mut Value, node: &str) {
         "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}],
     });
     let mut tolerations = pod
-        .pointer("/spec/tolerations")
+        .at("/spec/tolerations")
         .and_then(Value::as_array)
         .cloned()
         .unwrap_or_default();
@@ -634,7 +616,7 @@ fn pin_to_node(pod: &mut Value, node: &str) {
 
 /// The node a daemon pod is pinned to.
 fn daemon_node(pod: &Value) -> Option<String> {
-    pod.pointer("/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms/0/matchFields/0/values/0")
+    pod.at("/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms/0/matchFields/0/values/0")
         .and_then(Value::as_str)
         .map(str::to_owned)
 }

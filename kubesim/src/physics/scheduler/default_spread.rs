@@ -17,7 +17,7 @@ use k8s_openapi::{
 use serde_json::Value;
 
 use crate::{
-    object::{labels, text},
+    object::{Pointer, labels, text},
     resources::GroupResource,
     store::{ObjectKey, Store},
 };
@@ -38,7 +38,7 @@ pub(super) fn defaults_for(
     );
     // A Service without a selector selects no pod.
     let selectors: Vec<BTreeMap<String, String>> = (services.items.iter())
-        .filter_map(|service| serde_json::from_value(service.pointer("/spec/selector")?.clone()).ok())
+        .filter_map(|service| serde_json::from_value(service.at("/spec/selector")?.clone()).ok())
         .collect();
     let owner = owner_selector(store, namespace, pod);
     default_selector(&labels(pod), &selectors, owner.as_ref())
@@ -49,7 +49,7 @@ pub(super) fn defaults_for(
 /// What the pod's controller contributes, when it is of a kind kube-scheduler reads and is the
 /// object its owner reference names.
 fn owner_selector(store: &Store, namespace: &str, pod: &Value) -> Option<OwnerSelector> {
-    let owner = (pod.pointer("/metadata/ownerReferences")?.as_array()?.iter())
+    let owner = (pod.at("/metadata/ownerReferences")?.as_array()?.iter())
         .find(|owner| owner.get("controller").and_then(Value::as_bool) == Some(true))?;
     let (api_version, kind) = (text(owner, "/apiVersion"), text(owner, "/kind"));
     if !deduces_from_owner(api_version, kind) {
@@ -66,7 +66,7 @@ fn owner_selector(store: &Store, namespace: &str, pod: &Value) -> Option<OwnerSe
     if text(&controller, "/metadata/uid") != text(owner, "/uid") {
         return None;
     }
-    let selector = controller.pointer("/spec/selector")?.clone();
+    let selector = controller.at("/spec/selector")?.clone();
     if kind == "ReplicationController" {
         let labels: BTreeMap<String, String> = serde_json::from_value(selector).ok()?;
         (!labels.is_empty()).then_some(OwnerSelector::Labels(labels))

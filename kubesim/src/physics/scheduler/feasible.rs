@@ -13,6 +13,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use super::filter::{NodeInfo, PodNeeds, Refusal};
+use crate::object::Pointer;
 
 /// Kinds of pods kept at once; beyond it every class is dropped and rebuilt when next needed.
 const MAX_CLASSES: usize = 64;
@@ -149,7 +150,7 @@ impl Classes {
 /// The class key of a pending pod: what the filters read of it (its volumes' topology comes
 /// from the cluster, so a claim bound since makes another kind).
 pub(super) fn key(pod: &serde_json::Value, needs: &PodNeeds) -> String {
-    let part = |pointer: &str| pod.pointer(pointer).map(ToString::to_string).unwrap_or_default();
+    let part = |pointer: &str| pod.at(pointer).map(ToString::to_string).unwrap_or_default();
     format!(
         "{}\n{}\n{}\n{:?}",
         part("/metadata/namespace"),

@@ -15,6 +15,7 @@ use k8s_openapi::api::core::v1::{
 use serde_json::{Value, json};
 
 use super::volume_topology::{self, VolumeNeed};
+use crate::object::Pointer;
 use crate::physics::volumes::claim_names;
 use crate::{conditions, object::labels, object::text, selector::label_selector_matches};
 
@@ -247,9 +248,9 @@ impl NodeInfo {
             name: text(node, "/metadata/name").to_owned(),
             labels: labels(node),
             taints: parse(&node["spec"], "taints"),
-            schedulable: node.pointer("/spec/unschedulable").and_then(Value::as_bool) != Some(true),
+            schedulable: node.at("/spec/unschedulable").and_then(Value::as_bool) != Some(true),
             ready: conditions::status(node, "Ready") == Some("True"),
-            allocatable: resources(node.pointer("/status/allocatable")),
+            allocatable: resources(node.at("/status/allocatable")),
             requested: Resources::new(),
             pods: 0,
             ports: HashSet::new(),
@@ -312,13 +313,13 @@ impl PodNeeds {
         };
         let init = containers("initContainers").into_iter().map(|c| {
             let sidecar = c.get("restartPolicy").and_then(Value::as_str) == Some("Always");
-            (resources(c.pointer("/resources/requests")), sidecar)
+            (resources(c.at("/resources/requests")), sidecar)
         });
-        let app = (containers("containers").into_iter()).map(|c| resources(c.pointer("/resources/requests")));
+        let app = (containers("containers").into_iter()).map(|c| resources(c.at("/resources/requests")));
         let mut requests = Resources::of_containers(app, init);
         requests.apply_pod_level(
-            &resources(spec.pointer("/resources/requests")),
-            &resources(spec.pointer("/resources/limits")),
+            &resources(spec.at("/resources/requests")),
+            &resources(spec.at("/resources/limits")),
         );
         requests.add(&resources(spec.get("overhead")));
         let ports = containers("containers")

@@ -52,7 +52,7 @@ use crate::object::text;
 use crate::{
     api::bind,
     conditions, events,
-    object::labels,
+    object::{Pointer, labels},
     resources::GroupResource,
     selector::label_selector_matches,
     store::{EventKind, ObjectKey, Part, Store},
@@ -160,11 +160,11 @@ impl Scheduler {
         let name = change.key().name;
         let limit = (change.kind != EventKind::Deleted)
             .then(|| {
-                let drivers = change.object.pointer("/spec/drivers")?.as_array()?;
+                let drivers = change.object.at("/spec/drivers")?.as_array()?;
                 let ours = drivers
                     .iter()
                     .find(|d| text(d, "/name") == crate::physics::volumes::DRIVER)?;
-                usize::try_from(ours.pointer("/allocatable/count")?.as_u64()?).ok()
+                usize::try_from(ours.at("/allocatable/count")?.as_u64()?).ok()
             })
             .flatten();
         match limit {
@@ -217,7 +217,7 @@ impl Scheduler {
         let pod = &change.object;
         let node = text(pod, "/spec/nodeName");
         let finished = matches!(
-            pod.pointer("/status/phase").and_then(Value::as_str),
+            pod.at("/status/phase").and_then(Value::as_str),
             Some("Succeeded" | "Failed")
         );
         if change.kind == EventKind::Deleted || finished {
@@ -234,10 +234,10 @@ impl Scheduler {
             return false;
         }
         let ours = pod
-            .pointer("/spec/schedulerName")
+            .at("/spec/schedulerName")
             .and_then(Value::as_str)
             .is_none_or(|s| s == "default-scheduler");
-        let deleting = pod.pointer("/metadata/deletionTimestamp").is_some();
+        let deleting = pod.at("/metadata/deletionTimestamp").is_some();
         // A pod that failed waits for a change or its backoff, not for its own updates.
         let failed_before = self.attempts.contains_key(&key);
         if ours && !deleting && !failed_before && self.queued.insert(key.clone()) {
@@ -400,7 +400,7 @@ impl Scheduler {
             self.queued.remove(&key);
             let Ok(pod) = store.get(&pods, &key) else { continue };
             if pod
-                .pointer("/spec/nodeName")
+                .at("/spec/nodeName")
                 .and_then(Value::as_str)
                 .is_some_and(|n| !n.is_empty())
             {
@@ -435,7 +435,7 @@ impl Scheduler {
             return Err("no nodes available to schedule pods".to_owned());
         }
         let namespace = pod
-            .pointer("/metadata/namespace")
+            .at("/metadata/namespace")
             .and_then(Value::as_str)
             .unwrap_or("default");
         let spread = self.spread_counts(namespace, needs);

@@ -13,7 +13,7 @@ use serde_json::Value;
 use super::filter::{NodeInfo, Refusal, parse, term_matches};
 use crate::physics::volumes::claim_names;
 use crate::{
-    object::text,
+    object::{Pointer, text},
     resources::GroupResource,
     store::{ObjectKey, Store},
 };
@@ -46,7 +46,7 @@ pub(super) fn volume_needs(store: &Store, pod: &Value) -> Result<Vec<VolumeNeed>
                     &ObjectKey::new("", volume),
                 )
                 .map_err(|_| format!("persistentvolume \"{volume}\" not found"))?;
-            let affinity = pv.pointer("/spec/nodeAffinity/required").cloned();
+            let affinity = pv.at("/spec/nodeAffinity/required").cloned();
             let terms: Vec<NodeSelectorTerm> = affinity
                 .map(|required| parse(&required, "nodeSelectorTerms"))
                 .unwrap_or_default();

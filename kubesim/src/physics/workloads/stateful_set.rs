@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 use super::{Kind, OwnedPod, Workloads, pod_from_template, replicas, write_status};
 use crate::{
     error::ApiError,
-    object::text,
+    object::{Pointer, text},
     resources::GroupResource,
     store::{DeleteOptions, ObjectKey, Store},
 };
@@ -68,8 +68,7 @@ impl Workloads {
         next["status"]["updatedReplicas"] = json!(live);
         next["status"]["readyReplicas"] = json!(ready_count);
         next["status"]["availableReplicas"] = json!(ready_count);
-        next["status"]["observedGeneration"] =
-            set.pointer("/metadata/generation").cloned().unwrap_or(json!(1));
+        next["status"]["observedGeneration"] = set.at("/metadata/generation").cloned().unwrap_or(json!(1));
         write_status(store, &Kind::StatefulSet.resource(), set, next)
     }
 }
@@ -84,7 +83,7 @@ fn claim_name(set: &Value, template: &Value, ordinal: usize) -> String {
 }
 
 fn claim_templates(set: &Value) -> impl Iterator<Item = &Value> {
-    set.pointer("/spec/volumeClaimTemplates")
+    set.at("/spec/volumeClaimTemplates")
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
@@ -120,11 +119,11 @@ fn pod_of(set: &Value, ordinal: usize) -> Value {
     pod["metadata"]["labels"]["statefulset.kubernetes.io/pod-name"] = json!(name);
     pod["metadata"]["labels"]["apps.kubernetes.io/pod-index"] = json!(ordinal.to_string());
     pod["spec"]["hostname"] = json!(name);
-    if let Some(service) = set.pointer("/spec/serviceName").filter(|s| !s.is_null()) {
+    if let Some(service) = set.at("/spec/serviceName").filter(|s| !s.is_null()) {
         pod["spec"]["subdomain"] = service.clone();
     }
     let mut volumes: Vec<Value> = pod
-        .pointer("/spec/volumes")
+        .at("/spec/volumes")
         .and_then(Value::as_array)
         .cloned()
         .unwrap_or_default();
