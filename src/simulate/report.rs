@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use joist_kubesim::{Store, resources::GroupResource};
 use joist_messages::labels::{CAPACITY_TYPE, INSTANCE_TYPE, NODEPOOL, ZONE, aws};
 use joist_provider_sim::{CloudEvent, EndReason, InstanceRecord, SimCloud};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::recorder::PodTimes;
@@ -206,16 +206,63 @@ pub fn clock(seconds: f64) -> String {
 
 /// The string at `pointer` in `object`, empty when absent.
 pub(super) fn text(object: &Value, pointer: &str) -> String {
-    object
-        .pointer(pointer)
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_owned()
+    joist_kubesim::object::text(object, pointer).to_owned()
 }
 
 /// The value of label `key` on `object`, empty when absent.
 pub(super) fn label(object: &Value, key: &str) -> String {
     text(object, &format!("/metadata/labels/{}", key.replace('/', "~1")))
+}
+
+/// What the report reads of a pod: its name and phase, and nothing it would parse for no use.
+#[derive(Deserialize)]
+struct PodPhase {
+    metadata: Named,
+    #[serde(default)]
+    status: Phase,
+}
+
+#[derive(Deserialize, Default)]
+struct Phase {
+    #[serde(default)]
+    phase: String,
+}
+
+/// A namespaced object's name and its `resourceVersion`.
+#[derive(Deserialize, Default)]
+#[serde(default, rename_all = "camelCase")]
+struct Named {
+    namespace: String,
+    name: String,
+    resource_version: String,
+}
+
+impl Named {
+    /// `namespace/name`.
+    fn key(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+}
+
+/// What the report reads of an Event: who reported what about which object, and when.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct EventReason {
+    metadata: Named,
+    #[serde(default)]
+    involved_object: Named,
+    #[serde(default)]
+    reason: String,
+    #[serde(default)]
+    message: String,
+    #[serde(default)]
+    source: EventSource,
+}
+
+#[derive(Deserialize, Default)]
+struct EventSource {
+    #[serde(default)]
+    component: String,
 }
 
 /// What the recorder saw.
@@ -275,29 +322,25 @@ pub fn build(name: &str, seed: u64, end: f64, store: &Store, cloud: &SimCloud, r
             stays: String::new(),
         })
         .collect();
-    let pending = list("", "pods", &|pod| pod["status"]["phase"] == "Pending");
+    let pods: Vec<PodPhase> = store.list_as(&GroupResource::new("", "pods"));
     // Joist's latest FailedScheduling message per pod, from one pass over the events.
     let mut reasons: BTreeMap<String, (u64, String)> = BTreeMap::new();
-    let joist_failed_scheduling =
-        |event: &Value| event["reason"] == "FailedScheduling" && event["source"]["component"] == "joist";
-    for event in list("", "events", &joist_failed_scheduling) {
-        let involved = &event["involvedObject"];
-        let pod = format!("{}/{}", text(involved, "/namespace"), text(involved, "/name"));
-        let revision = text(&event, "/metadata/resourceVersion")
-            .parse::<u64>()
-            .unwrap_or(0);
+    let events: Vec<EventReason> = store.list_as(&GroupResource::new("", "events"));
+    for event in events {
+        if event.reason != "FailedScheduling" || event.source.component != "joist" {
+            continue;
+        }
+        let pod = event.involved_object.key();
+        let revision = event.metadata.resource_version.parse::<u64>().unwrap_or(0);
         if reasons.get(&pod).is_none_or(|(seen, _)| *seen < revision) {
-            reasons.insert(pod, (revision, text(&event, "/message")));
+            reasons.insert(pod, (revision, event.message));
         }
     }
-    let pending_pods: Vec<PendingPod> = pending
+    let pending_pods: Vec<PendingPod> = pods
         .iter()
+        .filter(|pod| pod.status.phase == "Pending")
         .map(|pod| {
-            let pod = format!(
-                "{}/{}",
-                text(pod, "/metadata/namespace"),
-                text(pod, "/metadata/name")
-            );
+            let pod = pod.metadata.key();
             let reason = reasons
                 .remove(&pod)
                 .map(|(_, message)| message)
@@ -341,9 +384,7 @@ pub fn build(name: &str, seed: u64, end: f64, store: &Store, cloud: &SimCloud, r
             nodes_terminated,
             final_nodes,
             pods_pending_end: pending_pods.len(),
-            pods_running_end: store.count(&GroupResource::new("", "pods"), |pod| {
-                pod["status"]["phase"] == "Running"
-            }),
+            pods_running_end: pods.iter().filter(|pod| pod.status.phase == "Running").count(),
             max_pod_pending_seconds: round(max_pod_pending_seconds, 3),
             max_pod_pending_after_interruption_seconds,
             max_pending_to_nodeclaim_seconds: recorded.max_pending_to_claim,
