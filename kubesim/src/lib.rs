@@ -82,6 +82,15 @@ pub struct Cluster {
 }
 
 impl Cluster {
+    /// Starts a cluster whose controllers (scheduler, kubelets, workload controllers) run on
+    /// `physics`, apart from the runtime that serves the API: as kube-apiserver serves while
+    /// kube-scheduler and kube-controller-manager work, a burst of their writes does not hold up
+    /// the watches that carry it to clients.
+    pub fn start_on(settings: ClusterSettings, physics: &tokio::runtime::Handle) -> Self {
+        let _spawning_there = physics.enter();
+        Self::start(settings)
+    }
+
     /// Starts a cluster on the current tokio runtime.
     pub fn start(settings: ClusterSettings) -> Self {
         let store = Arc::new(Store::new(settings.clock, settings.seed));

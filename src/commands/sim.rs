@@ -1,7 +1,9 @@
 //! `joist sim serve`: kubesim (the embedded Kubernetes API server and cluster) on 127.0.0.1, with
 //! Joist's CRDs installed and a kubeconfig written for kubectl and helm, and, unless
 //! `--no-controllers`, Joist's controllers on real time against the simulated cloud, with their
-//! Prometheus metrics served on 127.0.0.1. Runs until Ctrl-C.
+//! Prometheus metrics served on 127.0.0.1. Runs until Ctrl-C. kubesim's own controllers (its
+//! scheduler, kubelets and workload controllers) run on a thread of their own, so that serving the
+//! API and its watches never waits behind a burst of their work.
 //!
 //! Failures at start (a port in use, an unwritable kubeconfig) stop the command naming what failed.
 
@@ -50,9 +52,11 @@ const KUBESIM_ALONE: &str = "  kubectl create deployment web --image=nginx\n  ku
 /// Serves kubesim, and Joist on it, until interrupted.
 pub fn serve(options: ServeOptions, out: &mut dyn io::Write) -> Result<ExitCode, CommandError> {
     let runtime = super::runtime()?;
+    let physics = physics_runtime()?;
+    let physics_handle = physics.handle().clone();
     let system = actix::System::with_tokio_rt(move || runtime);
     system.block_on(async move {
-        let cluster = Cluster::start(ClusterSettings::default());
+        let cluster = Cluster::start_on(ClusterSettings::default(), &physics_handle);
         install_crds(&cluster)?;
         // Joist first: a region or zone where nothing is sold stops the command before anything
         // is served or written.
@@ -101,6 +105,16 @@ pub fn serve(options: ServeOptions, out: &mut dyn io::Write) -> Result<ExitCode,
             .map_err(|source| CommandError::Runtime { source })?;
         Ok(ExitCode::SUCCESS)
     })
+}
+
+/// The thread kubesim's controllers run on, apart from the threads serving the API and Joist's.
+fn physics_runtime() -> Result<tokio::runtime::Runtime, CommandError> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("kubesim-physics")
+        .enable_all()
+        .build()
+        .map_err(|source| CommandError::Runtime { source })
 }
 
 /// Starts the simulated cloud and Joist's controllers on `cluster`, and serves their metrics; the
