@@ -446,17 +446,22 @@ fn all_containers(spec: &CachedPodSpec) -> impl Iterator<Item = &CachedContainer
     spec.init_containers.iter().flatten().chain(&spec.containers)
 }
 
-/// One container's requests, a missing request defaulting to the limit.
-fn container_requests(pod: &str, field: &str, container: &CachedContainer) -> Result<Resources, PodError> {
+/// One container's requests, a missing request defaulting to the limit. The container's field
+/// path (`spec.containers[0]`) is written out only for an error.
+fn container_requests(
+    pod: &str,
+    field: &dyn Fn() -> String,
+    container: &CachedContainer,
+) -> Result<Resources, PodError> {
     let resources = container.resources.as_ref();
     let mut out = amounts(
         pod,
-        &format!("{field}.resources.limits"),
+        &|| format!("{}.resources.limits", field()),
         resources.and_then(|r| r.limits.as_deref()),
     )?;
     let requests = amounts(
         pod,
-        &format!("{field}.resources.requests"),
+        &|| format!("{}.resources.requests", field()),
         resources.and_then(|r| r.requests.as_deref()),
     )?;
     for (name, amount) in requests.iter() {
@@ -466,19 +471,32 @@ fn container_requests(pod: &str, field: &str, container: &CachedContainer) -> Re
 }
 
 /// A list of amounts parsed, the first unreadable one the error (at `field[name]`).
-fn amounts(pod: &str, field: &str, list: Option<&[(String, KubeQuantity)]>) -> Result<Resources, PodError> {
+fn amounts(
+    pod: &str,
+    field: &dyn Fn() -> String,
+    list: Option<&[(String, KubeQuantity)]>,
+) -> Result<Resources, PodError> {
     let mut out = Resources::new();
     for (name, amount) in list.into_iter().flatten() {
-        out.set(name, parse_quantity(pod, &format!("{field}[{name}]"), amount)?);
+        out.set(
+            name,
+            parse_quantity(pod, || format!("{}[{name}]", field()), amount)?,
+        );
     }
     Ok(out)
 }
 
-fn parse_quantity(pod: &str, field: &str, amount: &KubeQuantity) -> Result<Quantity, PodError> {
+/// An amount parsed; `field` names where it is, and is called only when it does not read (every
+/// pending pod's requests are parsed on every provisioning pass).
+fn parse_quantity(
+    pod: &str,
+    field: impl FnOnce() -> String,
+    amount: &KubeQuantity,
+) -> Result<Quantity, PodError> {
     amount.0.parse().map_err(
         |e: joist_messages::model::quantity::QuantityError| PodError::BadQuantity {
             pod: pod.to_string(),
-            field: field.to_string(),
+            field: field(),
             message: e.to_string(),
         },
     )
@@ -487,22 +505,30 @@ fn parse_quantity(pod: &str, field: &str, amount: &KubeQuantity) -> Result<Quant
 /// The pod's effective requests, as kube-scheduler computes them (see the module docs).
 pub fn effective_requests(pod: &str, spec: &CachedPodSpec) -> Result<Resources, PodError> {
     let app = (spec.containers.iter().enumerate())
-        .map(|(i, c)| container_requests(pod, &format!("spec.containers[{i}]"), c))
+        .map(|(i, c)| container_requests(pod, &|| format!("spec.containers[{i}]"), c))
         .collect::<Result<Vec<_>, _>>()?;
     let init = (spec.init_containers.iter().flatten().enumerate())
         .map(|(i, c)| {
-            let requests = container_requests(pod, &format!("spec.initContainers[{i}]"), c)?;
+            let requests = container_requests(pod, &|| format!("spec.initContainers[{i}]"), c)?;
             Ok((requests, c.restart_policy.as_deref() == Some("Always")))
         })
         .collect::<Result<Vec<_>, PodError>>()?;
     let mut total = Resources::of_containers(app, init);
     if let Some(pod_level) = &spec.resources {
-        let requests = amounts(pod, "spec.resources.requests", pod_level.requests.as_deref())?;
-        let limits = amounts(pod, "spec.resources.limits", pod_level.limits.as_deref())?;
+        let requests = amounts(
+            pod,
+            &|| "spec.resources.requests".to_owned(),
+            pod_level.requests.as_deref(),
+        )?;
+        let limits = amounts(
+            pod,
+            &|| "spec.resources.limits".to_owned(),
+            pod_level.limits.as_deref(),
+        )?;
         total.apply_pod_level(&requests, &limits);
     }
     for (name, amount) in spec.overhead.iter().flatten() {
-        let parsed = parse_quantity(pod, &format!("spec.overhead[{name}]"), amount)?;
+        let parsed = parse_quantity(pod, || format!("spec.overhead[{name}]"), amount)?;
         total.add(&Resources::new().with(name, parsed));
     }
     total.add(&Resources::new().with(names::PODS, Quantity::from_units(1)));
@@ -742,6 +768,15 @@ mod tests {
             matches!(&bad_quantity, Err(PodError::BadQuantity { pod, field, .. })
             if pod == "ns/p" && field == "spec.containers[0].resources.requests[cpu]"),
             "{bad_quantity:?}"
+        );
+        let bad_init_limit = PodInfo::from_pod(&pod(serde_json::json!({
+            "containers": [{"name": "app"}],
+            "initContainers": [{"name": "a"}, {"name": "b", "resources": {"limits": {"memory": "1Zz"}}}],
+        })));
+        assert!(
+            matches!(&bad_init_limit, Err(PodError::BadQuantity { field, .. })
+            if field == "spec.initContainers[1].resources.limits[memory]"),
+            "{bad_init_limit:?}"
         );
         let match_fields = PodInfo::from_pod(&pod(serde_json::json!({
             "containers": [{"name": "app"}],
