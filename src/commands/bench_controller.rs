@@ -10,10 +10,11 @@
 //! It prints one `name value` line per figure: pods ready, nodes, wall time from the scale-up to the
 //! last pod ready, pods/s, when the ReplicaSets had created every pod and when the first NodeClaim
 //! appeared (both from the scale-up, read every 10 ms until both are known) and the time between
-//! the two (negative when the first NodeClaim came before the last pod), the mean time the controller took to simulate scheduling one
-//! batch (its `karpenter_scheduler_scheduling_duration_seconds`), and each process's peak resident
-//! memory and CPU time over the run (both from `/proc`, so Linux only). The controller's figures
-//! include the simulated cloud, which runs inside it and is small next to the controllers.
+//! the two (negative when the first NodeClaim came before the last pod), the mean time the
+//! controller took to simulate scheduling one batch (its
+//! `karpenter_scheduler_scheduling_duration_seconds`), and each process's peak resident memory and
+//! CPU time over the run (both from `/proc`, so Linux only). The controller's figures include the
+//! simulated cloud, which runs inside it and is small next to the controllers.
 //!
 //! Failures: a process that does not start or dies, NodePools that are not Ready within a minute,
 //! or pods not all ready by the deadline stop the benchmark with an error naming the controller's
