@@ -1237,12 +1237,11 @@ pub fn uid_of(object: &Value) -> Option<&str> {
 
 /// What the uid and owner indexes read of an object: its owners' uids and its own.
 fn indexed(object: &Value) -> (Vec<&str>, Option<&str>) {
-    let metadata = &object["metadata"];
-    let owners = metadata["ownerReferences"]
+    let owners = object["metadata"]["ownerReferences"]
         .as_array()
         .map(|refs| refs.iter().filter_map(|r| r["uid"].as_str()).collect())
         .unwrap_or_default();
-    (owners, metadata["uid"].as_str())
+    (owners, uid_of(object))
 }
 
 fn finalizers(object: &Value) -> Vec<&str> {
