@@ -495,14 +495,6 @@ impl Store {
         })
     }
 
-    /// How many objects of a resource pass `filter`, each parsed, judged and let go.
-    pub fn count(&self, resource: &GroupResource, filter: impl Fn(&Value) -> bool) -> usize {
-        let page = self.page(resource, None, None, None, |key, stored, encodings| {
-            passing(resource, key, stored, encodings, &filter).map(|_| ())
-        });
-        page.items.len()
-    }
-
     /// Every object of a resource, in the version it is stored in, read as `T`, building only what
     /// `T` keeps; an object that does not read as `T` is logged and left out.
     pub fn list_as<T: DeserializeOwned>(&self, resource: &GroupResource) -> Vec<T> {

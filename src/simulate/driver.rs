@@ -418,16 +418,15 @@ async fn advance(
             return;
         }
         tokio::time::sleep_until(started + (now + PROGRESS_EVERY).min(target)).await;
-        let count = |resource: &str, wanted: Option<&str>| {
-            store.count(&joist_kubesim::resources::GroupResource::new("", resource), |o| {
-                wanted.is_none_or(|w| o["status"]["phase"] == w)
-            })
-        };
+        let nodes = joist_kubesim::resources::GroupResource::new("", "nodes");
         progress(Progress {
             at: started.elapsed(),
             until,
-            nodes: count("nodes", None),
-            pending: count("pods", Some("Pending")),
+            nodes: store.list_encoded(&nodes, None, None, None).items.len(),
+            pending: super::report::pod_phases(store)
+                .iter()
+                .filter(|pod| pod.phase() == "Pending")
+                .count(),
         });
     }
 }

@@ -214,9 +214,14 @@ pub(super) fn label(object: &Value, key: &str) -> String {
     text(object, &format!("/metadata/labels/{}", key.replace('/', "~1")))
 }
 
+/// Every pod's name and phase, read without the rest of the pod.
+pub(super) fn pod_phases(store: &Store) -> Vec<PodPhase> {
+    store.list_as(&GroupResource::new("", "pods"))
+}
+
 /// What the report reads of a pod: its name and phase, and nothing it would parse for no use.
 #[derive(Deserialize)]
-struct PodPhase {
+pub(super) struct PodPhase {
     metadata: Named,
     #[serde(default)]
     status: Phase,
@@ -226,6 +231,13 @@ struct PodPhase {
 struct Phase {
     #[serde(default)]
     phase: String,
+}
+
+impl PodPhase {
+    /// `status.phase`, empty when absent.
+    pub(super) fn phase(&self) -> &str {
+        &self.status.phase
+    }
 }
 
 /// A namespaced object's name and its `resourceVersion`.
@@ -322,7 +334,7 @@ pub fn build(name: &str, seed: u64, end: f64, store: &Store, cloud: &SimCloud, r
             stays: String::new(),
         })
         .collect();
-    let pods: Vec<PodPhase> = store.list_as(&GroupResource::new("", "pods"));
+    let pods = pod_phases(store);
     // Joist's latest FailedScheduling message per pod, from one pass over the events.
     let mut reasons: BTreeMap<String, (u64, String)> = BTreeMap::new();
     let events: Vec<EventReason> = store.list_as(&GroupResource::new("", "events"));
@@ -338,7 +350,7 @@ pub fn build(name: &str, seed: u64, end: f64, store: &Store, cloud: &SimCloud, r
     }
     let pending_pods: Vec<PendingPod> = pods
         .iter()
-        .filter(|pod| pod.status.phase == "Pending")
+        .filter(|pod| pod.phase() == "Pending")
         .map(|pod| {
             let pod = pod.metadata.key();
             let reason = reasons
@@ -384,7 +396,7 @@ pub fn build(name: &str, seed: u64, end: f64, store: &Store, cloud: &SimCloud, r
             nodes_terminated,
             final_nodes,
             pods_pending_end: pending_pods.len(),
-            pods_running_end: pods.iter().filter(|pod| pod.status.phase == "Running").count(),
+            pods_running_end: pods.iter().filter(|pod| pod.phase() == "Running").count(),
             max_pod_pending_seconds: round(max_pod_pending_seconds, 3),
             max_pod_pending_after_interruption_seconds,
             max_pending_to_nodeclaim_seconds: recorded.max_pending_to_claim,
