@@ -145,8 +145,6 @@ struct Scratch {
     fitted: Vec<u64>,
     reserve: Vec<i64>,
     seen: Vec<bool>,
-    /// Claims still open to the pod being placed (see `Solver::mark_open_claims`).
-    open: Vec<u64>,
     /// (topology key, domain) pairs the pod being placed may not go to.
     forbidden: Vec<(usize, u32)>,
     /// The reservations the claim of the last fit check may hold with the pod.
@@ -183,7 +181,7 @@ struct Solver<'a> {
     /// The existing nodes' bins this placement put a pod on, in the order it first did, so the
     /// solution is read from them and the claims rather than from every bin.
     filled: Vec<usize>,
-    /// Where the existing nodes have room, so first fit passes over full ones.
+    /// Where the bins have room, so first fit passes over full ones.
     room: room::Room,
     /// With a journal, the classes whose `rejected` set grew during this placement (repeats
     /// allowed), so a simulator resets only those.
@@ -575,12 +573,11 @@ impl<'a> Solver<'a> {
     /// Tries the existing nodes in order and then the claims opened so far, oldest first,
     /// skipping those that rejected the class for good and those without room for the pod.
     fn try_bins(&mut self, class: usize, pod: usize) -> bool {
-        let first_claim = self.input.nodes.len();
         self.forbid_domains(class);
         let mut next = 0;
-        // Two ways to pass over nodes, taken in turn: the bit sets skip a word of nodes closed to
-        // the class at a time, the room index skips nodes without room for the pod.
-        while let Some(first_open) = self.next_open_node(class, next, first_claim) {
+        // Two ways to pass over bins, taken in turn: the bit sets skip a word of bins closed to
+        // the class at a time, the room index skips bins without room for the pod.
+        while let Some(first_open) = self.next_open_bin(class, next) {
             match self.room.next_fit(first_open, self.pod_requests(pod)) {
                 Some(b) if b == first_open => {
                     next = b + 1;
@@ -592,46 +589,17 @@ impl<'a> Solver<'a> {
                 None => break,
             }
         }
-        self.try_claims(class, pod, first_claim)
+        false
     }
 
-    /// The first existing node from `from` on that is open to `class`: not rejected for good, not
-    /// left out, not in a domain of `self.scratch.forbidden`.
-    fn next_open_node(&self, class: usize, from: usize, first_claim: usize) -> Option<usize> {
-        (from / 64..first_claim.div_ceil(64)).find_map(|word| {
-            let open =
-                self.open_bins(class, word, from.max(word * 64), first_claim) & !self.forbidden_in(word);
+    /// The first bin from `from` on that is open to `class`: not rejected for good, not left out,
+    /// not in a domain of `self.scratch.forbidden`.
+    fn next_open_bin(&self, class: usize, from: usize) -> Option<usize> {
+        let end = self.bins.len();
+        (from / 64..end.div_ceil(64)).find_map(|word| {
+            let open = self.open_bins(class, word, from.max(word * 64), end) & !self.forbidden_in(word);
             (open != 0).then(|| word * 64 + open.trailing_zeros() as usize)
         })
-    }
-
-    /// Tries the claims oldest first, among those [`Self::mark_open_claims`] leaves open.
-    fn try_claims(&mut self, class: usize, pod: usize, first_claim: usize) -> bool {
-        let end = self.bins.len();
-        if !self.mark_open_claims(class, first_claim, end) {
-            return false;
-        }
-        let marked = std::mem::take(&mut self.scratch.open);
-        let first_word = first_claim / 64;
-        let placed = bitset::members(&marked).any(|i| self.try_bin(class, pod, first_word * 64 + i));
-        self.scratch.open = marked;
-        placed
-    }
-
-    /// Marks in `self.scratch.open` (words from `first_claim / 64`) the claims in
-    /// `first_claim..end` still open to `class`, and returns whether there are any.
-    fn mark_open_claims(&mut self, class: usize, first_claim: usize, end: usize) -> bool {
-        self.forbid_domains(class);
-        let mut open = std::mem::take(&mut self.scratch.open);
-        open.clear();
-        let mut any = 0;
-        for word in first_claim / 64..end.div_ceil(64) {
-            let bits = self.open_bins(class, word, first_claim, end) & !self.forbidden_in(word);
-            any |= bits;
-            open.push(bits);
-        }
-        self.scratch.open = open;
-        any != 0
     }
 
     /// Puts in `self.scratch.forbidden` the (topology key, domain) pairs `class` may not go to
@@ -1079,6 +1047,7 @@ impl<'a> Solver<'a> {
             domains,
             pods: Vec::new(),
         });
+        self.room.push(&[], &[]);
         self.commit(class, pod, b);
     }
 
@@ -1097,9 +1066,6 @@ impl<'a> Solver<'a> {
         let d = self.dims.len();
         let bin = &mut self.bins[b];
         dims::add(&mut bin.used, &self.requests[pod * d..(pod + 1) * d]);
-        if bin.node.is_some() {
-            self.room.update(b, &bin.alloc, &bin.used);
-        }
         let c = &self.classes[class];
         bin.ports.extend(c.constraints.host_ports.iter().copied());
         if let Some(node) = bin.node
@@ -1157,6 +1123,7 @@ impl<'a> Solver<'a> {
                 });
             }
         }
+        self.room.update(b, &bin.alloc, &bin.used);
         for &g in &c.counted_in {
             let group = &self.topology.groups[g];
             let key = group.key;

@@ -173,6 +173,7 @@ impl<'a> Simulator<'a> {
             }
         }
         s.bins.truncate(nodes);
+        s.room.truncate(nodes);
         // The decided bins per domain hold nodes and the claims opened since; the claims go.
         for per_domain in &mut s.decided {
             for bins in per_domain {

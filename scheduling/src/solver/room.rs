@@ -1,6 +1,8 @@
-//! Where the existing nodes have room: a tree over the node bins in which each node holds, per
-//! resource dimension, the most any bin under it has free, so first fit finds the next bin with
-//! room for a pod in steps logarithmic in the nodes instead of trying each full node.
+//! Where the bins have room: a tree over the bins (the existing nodes, then the NodeClaims a
+//! placement opens) in which each tree node holds, per resource dimension, the most any bin under
+//! it has free, so first fit finds the next bin with room for a pod in steps logarithmic in the
+//! bins instead of trying each full one. A claim's free amounts are its largest candidate's, so a
+//! claim the index passes over has no candidate the pod fits.
 //!
 //! A pod can fit a node only if the node's free amount (allocatable less used) is at least the
 //! pod's request in every dimension, so a subtree whose largest free amounts fall short in any
@@ -8,15 +10,16 @@
 //! largest amounts may come from different bins), so a subtree that may fit is searched further;
 //! at a single bin the test is exact.
 //!
-//! The solver tells the index of every change to a node's use ([`Room::update`]), which costs the
-//! bin's path to the root. Cannot fail.
+//! The solver tells the index of every change to a bin's use ([`Room::update`]), which costs the
+//! bin's path to the root, of every claim it opens ([`Room::push`]; the tree doubles when full)
+//! and of the claims a simulation drops ([`Room::truncate`]). Cannot fail.
 
 /// See the module docs.
 #[derive(Debug, Default)]
 pub(super) struct Room {
     /// Dimensions per bin.
     dims: usize,
-    /// Node bins indexed.
+    /// Bins indexed.
     count: usize,
     /// Leaves of the tree: `count` rounded up to a power of two.
     leaves: usize,
@@ -45,7 +48,7 @@ impl Room {
         room
     }
 
-    /// Node bin `b` now has `alloc` and `used`.
+    /// Bin `b` now has `alloc` and `used`.
     pub(super) fn update(&mut self, b: usize, alloc: &[i64], used: &[i64]) {
         if b >= self.count {
             return;
@@ -58,13 +61,43 @@ impl Room {
         }
     }
 
-    /// Node bin `b` takes no pod (left out of a placement) until it is updated again.
+    /// Bin `b` takes no pod (left out of a placement) until it is updated again.
     pub(super) fn remove(&mut self, b: usize) {
-        let none = vec![i64::MIN; self.dims];
-        self.update(b, &none, &[]);
+        self.update(b, &[], &[]);
     }
 
-    /// The first node bin from `from` on with room for `request`.
+    /// Adds a bin after the others, with `alloc` and `used`.
+    pub(super) fn push(&mut self, alloc: &[i64], used: &[i64]) {
+        if self.count == self.leaves {
+            self.grow();
+        }
+        self.count += 1;
+        self.update(self.count - 1, alloc, used);
+    }
+
+    /// Keeps the first `count` bins.
+    pub(super) fn truncate(&mut self, count: usize) {
+        for b in count..self.count {
+            self.remove(b);
+        }
+        self.count = self.count.min(count);
+    }
+
+    /// Twice the leaves, the bins kept.
+    fn grow(&mut self) {
+        let d = self.dims;
+        let leaves = (2 * self.leaves).max(1);
+        let mut tree = vec![i64::MIN; 2 * leaves * d];
+        let bins = self.leaves * d..(self.leaves + self.count) * d;
+        tree[leaves * d..(leaves + self.count) * d].copy_from_slice(&self.tree[bins]);
+        self.tree = tree;
+        self.leaves = leaves;
+        for i in (1..leaves).rev() {
+            self.summarize(i);
+        }
+    }
+
+    /// The first bin from `from` on with room for `request`.
     pub(super) fn next_fit(&self, from: usize, request: &[i64]) -> Option<usize> {
         (from < self.count)
             .then(|| self.first_in(1, 0, self.leaves, from, request))
@@ -164,6 +197,31 @@ mod tests {
         let alloc = [2i64, 4];
         let room = Room::new(2, std::iter::once((&alloc[..], &used[..])));
         assert_eq!(room.next_fit(0, &[0, 1]), None);
+    }
+
+    #[test]
+    fn pushed_bins_are_found_past_the_first_leaves_and_truncated_ones_are_not() {
+        let mut room = room(&[[0, 0]; 3]);
+        for _ in 0..6 {
+            room.push(&[4, 4], &[4, 4]);
+        }
+        assert_eq!(room.next_fit(0, &[1, 1]), None, "every bin is full");
+        room.push(&[4, 4], &[1, 1]);
+        assert_eq!(room.next_fit(0, &[3, 3]), Some(9));
+        room.update(5, &[8, 8], &[0, 0]);
+        assert_eq!(room.next_fit(0, &[3, 3]), Some(5));
+        room.truncate(4);
+        assert_eq!(room.next_fit(0, &[1, 1]), None, "the bins from 4 on are gone");
+        room.push(&[2, 2], &[0, 0]);
+        assert_eq!(
+            room.next_fit(0, &[1, 1]),
+            Some(4),
+            "a bin pushed again starts afresh"
+        );
+        let mut empty = Room::new(1, std::iter::empty());
+        empty.push(&[1], &[0]);
+        empty.push(&[3], &[0]);
+        assert_eq!(empty.next_fit(0, &[2]), Some(1));
     }
 
     #[test]
