@@ -3,7 +3,7 @@
 //! ([`crate::decide::limits`]) are built from the pool's template ([`claim_template`]) and created
 //! [`CLAIM_CREATES_IN_FLIGHT`] at a time, and each refused one gets a `LimitsExceeded` event on the
 //! pool. The pods a created claim was planned for are told so (`Nominated`,
-//! [`crate::effects::nominations`]). A create that fails is logged; its pods stay pending and the next pass plans for them
+//! [`crate::effects::nominations`]) while the nominations' rate allows. A create that fails is logged; its pods stay pending and the next pass plans for them
 //! again.
 
 use futures::{StreamExt, stream};
@@ -55,7 +55,9 @@ pub async fn create_claims(shared: &Shared, plan: LaunchPlan) {
                             claim: Some(&created_name),
                             node: None,
                         };
-                        for pod in &pods {
+                        // Nominations are rate limited across all pods: once none could be told,
+                        // the rest of a claim's pods (hundreds on a large node) are not looked at.
+                        for pod in pods.iter().take_while(|_| shared.events.can_nominate()) {
                             shared.events.nominated(pod.as_ref(), target);
                         }
                         shared.read.record_created(created);

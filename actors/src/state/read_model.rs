@@ -141,8 +141,9 @@ struct Index {
     /// Claims created but not yet seen by the watch.
     created: Created,
     /// Each pod's scheduling view, with the version of the pod it was made from and the selector
-    /// of its default spread: passes over every bound pod reuse it until either changes (the
-    /// watch's event drops it when the pod does).
+    /// of its default spread: passes over the pending pods and every bound pod reuse it until
+    /// either changes (the watch's event drops it when the pod does). A pending pod's is made
+    /// as the watch brings the pod, so a pass over 100,000 of them does not make them all.
     pod_infos: DashMap<PodKey, CachedInfo>,
     /// What each NodeClaim counts against its NodePool, by claim name: the pool, and the claim's
     /// capacity (its requests until it launched).
@@ -167,8 +168,9 @@ pub const SYNC_LOOK: Duration = Duration::from_millis(20);
 
 /// A pod's scheduling view, as [`ReadModel::pod_info`] made it.
 struct CachedInfo {
-    /// The version of the pod it was made from.
-    pod: Arc<CachedPod>,
+    /// The `resourceVersion` of the pod it was made from (the watch's copy of a pod is not the
+    /// store's, so the version tells them apart, and neither is held here).
+    version: String,
     /// The selector its default spread constraints carried, if it had them.
     default_selector: Option<Box<LabelSelector>>,
     info: Arc<PodInfo>,
@@ -444,13 +446,21 @@ impl ReadModel {
     }
 
     /// `pod` as the scheduling simulation sees it, made once per version of the pod (and of its
-    /// default spread and where its volumes can be used).
-    pub fn pod_info(&self, pod: &Arc<CachedPod>) -> Result<Arc<PodInfo>, PodError> {
+    /// default spread and where its volumes can be used); a pod without a `resourceVersion` is
+    /// made each time.
+    pub fn pod_info(&self, pod: &CachedPod) -> Result<Arc<PodInfo>, PodError> {
         let key = (pod.namespace().unwrap_or_default(), pod.name_any());
         let default_selector = self.default_spread_selector(pod);
         let volumes = pod_volumes(pod, self)?;
+        let Some(version) = pod.metadata.resource_version.as_deref() else {
+            return Ok(Arc::new(self.simulated(
+                pod,
+                default_selector.as_ref(),
+                volumes,
+            )?));
+        };
         if let Some(known) = self.index.pod_infos.get(&key)
-            && Arc::ptr_eq(&known.pod, pod)
+            && known.version == version
             && known.default_selector.as_deref() == default_selector.as_ref()
             && known.info.constraints().volume_requirements == volumes.requirements
             && known.info.volumes == volumes.attached
@@ -459,7 +469,7 @@ impl ReadModel {
         }
         let info = Arc::new(self.simulated(pod, default_selector.as_ref(), volumes)?);
         let cached = CachedInfo {
-            pod: pod.clone(),
+            version: version.to_owned(),
             default_selector: default_selector.map(Box::new),
             info: info.clone(),
         };
@@ -467,8 +477,8 @@ impl ReadModel {
         Ok(info)
     }
 
-    /// `pod` as the scheduling simulation sees it, made afresh (for pods seen once, as pending
-    /// pods are by a provisioning pass).
+    /// `pod` as the scheduling simulation sees it, made afresh (for pods seen once, as a
+    /// CapacityBuffer's virtual pods are by a provisioning pass).
     pub fn fresh_pod_info(&self, pod: &CachedPod) -> Result<PodInfo, PodError> {
         let volumes = pod_volumes(pod, self)?;
         self.simulated(pod, self.default_spread_selector(pod).as_ref(), volumes)
@@ -815,6 +825,9 @@ impl ReadModel {
         // beside the store's (at 10,000 nodes, a second copy of most pods once they ran).
         self.index.pod_infos.remove(&key);
         let newly_pending = if !deleted && is_provisionable(pod) {
+            // Made now, for the pass to find; one that cannot be made yet (its volume claim not
+            // seen yet) is made, or refused with why, by the pass.
+            let _ = self.pod_info(pod);
             self.index.pending.write().insert(key)
         } else {
             self.index.pending.write().remove(&key);
@@ -1241,24 +1254,24 @@ mod tests {
     #[test]
     fn a_pods_scheduling_view_is_made_once_per_version_and_forgotten_when_the_pod_changes() {
         let (read, _writers) = ReadModel::new();
-        let pod = |cpu: &str| -> Arc<CachedPod> {
+        let pod = |cpu: &str, version: &str| -> Arc<CachedPod> {
             Arc::new(object(serde_json::json!({
-                "metadata": {"name": "web", "namespace": "default"},
+                "metadata": {"name": "web", "namespace": "default", "resourceVersion": version},
                 "spec": {"containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": cpu}}}]},
             })))
         };
         let view = |pod: &Arc<CachedPod>| read.pod_info(pod).unwrap_or_else(|e| panic!("{e}"));
-        let first = pod("1");
+        let first = pod("1", "1");
         let made = view(&first);
         assert!(
-            Arc::ptr_eq(&made, &view(&first)),
-            "the same version is not made again"
+            Arc::ptr_eq(&made, &view(&pod("1", "1"))),
+            "the same version is not made again, whichever copy of it is asked about"
         );
-        let resized = pod("2");
+        let resized = pod("2", "2");
         let remade = view(&resized);
         assert!(!Arc::ptr_eq(&made, &remade), "a new version gets a new view");
         assert_eq!(remade.requests.get("cpu").millis(), 2000);
-        let running = pod("2");
+        let running = pod("2", "3");
         read.observe_pod(&running, false, 0);
         assert!(
             read.index.pod_infos.is_empty(),
@@ -1361,6 +1374,25 @@ mod tests {
         read.observe_pod(&pod("gone", "Pending"), false, 0);
         read.observe_pod(&pod("gone", "Pending"), true, 0);
         assert!(read.index.unstarted.is_empty(), "deleted pods are forgotten");
+    }
+
+    #[test]
+    fn a_pending_pods_view_is_made_as_the_watch_brings_it_and_the_pass_finds_it_made() {
+        let (read, _writers) = ReadModel::new();
+        let pending: CachedPod = object(serde_json::json!({
+            "metadata": {"name": "waiting", "namespace": "default", "resourceVersion": "4"},
+            "spec": {"containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": "3"}}}]},
+            "status": {"conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]},
+        }));
+        assert!(read.observe_pod(&pending, false, 0).newly_pending);
+        let key = ("default".to_owned(), "waiting".to_owned());
+        let made = (read.index.pod_infos.get(&key))
+            .map(|cached| cached.info.clone())
+            .expect("made when the watch brought the pod");
+        assert_eq!(made.requests.get("cpu").millis(), 3000);
+        let stores_copy = pending.clone();
+        let found = read.pod_info(&stores_copy).unwrap_or_else(|e| panic!("{e}"));
+        assert!(Arc::ptr_eq(&made, &found), "the pass does not make it again");
     }
 
     #[test]

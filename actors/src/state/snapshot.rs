@@ -207,12 +207,12 @@ pub struct Pending {
     pub ignored: Vec<(Arc<CachedPod>, String)>,
 }
 
-/// Prepares pending pods for the simulation.
+/// Prepares pending pods for the simulation (their views mostly made as the watch brought them).
 pub fn pending(read: &ReadModel, pods: &[Arc<CachedPod>]) -> Pending {
     let mut pending = Pending::default();
     for pod in pods {
-        match read.fresh_pod_info(pod) {
-            Ok(info) => pending.pods.push((pod.clone(), info)),
+        match read.pod_info(pod) {
+            Ok(info) => pending.pods.push((pod.clone(), PodInfo::clone(&info))),
             Err(error) => pending.ignored.push((pod.clone(), error.to_string())),
         }
     }
