@@ -825,10 +825,15 @@ impl ReadModel {
         // beside the store's (at 10,000 nodes, a second copy of most pods once they ran).
         self.index.pod_infos.remove(&key);
         let newly_pending = if !deleted && is_provisionable(pod) {
-            // Made now, for the pass to find; one that cannot be made yet (its volume claim not
-            // seen yet) is made, or refused with why, by the pass.
-            let _ = self.pod_info(pod);
-            self.index.pending.write().insert(key)
+            let newly_pending = self.index.pending.write().insert(key);
+            // Made when the pod starts waiting, for the pass to find. Not on its later changes
+            // (a scheduler rewriting its condition as nodes come): the pass makes those again
+            // only if it runs before the pod binds. One that cannot be made yet (its volume claim
+            // not seen yet) is made, or refused with why, by the pass.
+            if newly_pending {
+                let _ = self.pod_info(pod);
+            }
+            newly_pending
         } else {
             self.index.pending.write().remove(&key);
             false
