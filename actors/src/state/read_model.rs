@@ -143,7 +143,7 @@ struct Index {
     /// Each pod's scheduling view, with the version of the pod it was made from and the selector
     /// of its default spread: passes over the pending pods and every bound pod reuse it until
     /// either changes (the watch's event drops it when the pod does). A pending pod's is made
-    /// as the watch brings the pod, so a pass over 100,000 of them does not make them all.
+    /// when the watch shows it starting to wait, so a pass over 100,000 of them finds them made.
     pod_infos: DashMap<PodKey, CachedInfo>,
     /// What each NodeClaim counts against its NodePool, by claim name: the pool, and the claim's
     /// capacity (its requests until it launched).

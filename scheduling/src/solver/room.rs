@@ -21,7 +21,8 @@ pub(super) struct Room {
     dims: usize,
     /// Bins indexed.
     count: usize,
-    /// Leaves of the tree: `count` rounded up to a power of two.
+    /// Leaves of the tree: a power of two, at least `count` (the tree keeps its size when a
+    /// simulation's claims are dropped).
     leaves: usize,
     /// The tree, heap-ordered from 1 (children of `i` at `2i` and `2i + 1`, bin `b` at
     /// `leaves + b`), `dims` largest free amounts per tree node; padding leaves have none.
