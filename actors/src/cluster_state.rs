@@ -479,6 +479,8 @@ fn reflect_scoped(
 /// actor told of a listed object before the store has it would find nothing (a NodePool's actor
 /// would stop, and the pool would never be marked Ready). Only the listed keys wait; the changes
 /// then carry the store's own copies, so a relist of 100,000 pods holds no second copy of them.
+/// A watched change carries the store's copy too (the read model's indexes may keep it), or the
+/// watch's own for a deletion.
 fn changes<K: Reflected>(
     events: BoxStream<'static, watcher::Result<Event<K>>>,
     mut writer: Writer<K>,
@@ -494,7 +496,11 @@ fn changes<K: Reflected>(
         })
         .scan(None::<Vec<ObjectRef<K>>>, move |listing, event| {
             let next = match event {
-                Ok(Event::Apply(object)) => vec![change(Arc::new(object), false)],
+                Ok(Event::Apply(object)) => {
+                    let key = ObjectRef::from_obj_with(&object, Default::default());
+                    let stored = store.get(&key).unwrap_or_else(|| Arc::new(object));
+                    vec![change(stored, false)]
+                }
                 Ok(Event::InitApply(object)) => {
                     if let Some(listed) = listing.as_mut() {
                         listed.push(ObjectRef::from_obj_with(&object, Default::default()));

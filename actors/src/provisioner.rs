@@ -212,16 +212,18 @@ async fn prepare(shared: &Shared) -> Pass {
     let snapshot::Pending {
         pods: mut pending,
         ignored,
-    } = snapshot::pending(read, &read.pending_pods());
+    } = snapshot::pending(read.pending_pods());
     if let Some(shards) = &shared.settings.replica_shards {
         pending = shards.owned_pending(read, pending);
     }
     let waiting = pending.len();
     let leaving = read.leaving_pods();
-    pending.extend(snapshot::pending(read, &leaving.pods).pods);
+    let leaving_views = leaving.pods.iter().map(|pod| (pod.clone(), read.pod_info(pod)));
+    pending.extend(snapshot::pending(leaving_views).pods);
     let simulated = pending.len();
     let pods: Vec<Arc<CachedPod>> = pending.iter().map(|(pod, _)| pod.clone()).collect();
-    let (buffers, buffer_infos): (Vec<BufferKey>, Vec<PodInfo>) = buffer_pods(shared).into_iter().unzip();
+    let (buffers, buffer_infos): (Vec<BufferKey>, Vec<Arc<PodInfo>>) =
+        buffer_pods(shared).into_iter().unzip();
     input.pods = pending
         .into_iter()
         .map(|(_, info)| info)
@@ -269,7 +271,7 @@ fn remember(shared: &Shared, input: &Input, solution: &Solution, (real, buffers)
 
 /// The CapacityBuffers' virtual pods this replica simulates (with the gate on), each with its
 /// buffer; a pod that cannot be simulated is logged and left out.
-fn buffer_pods(shared: &Shared) -> Vec<(BufferKey, PodInfo)> {
+fn buffer_pods(shared: &Shared) -> Vec<(BufferKey, Arc<PodInfo>)> {
     if !shared.settings.capacity_buffer {
         return Vec::new();
     }
@@ -280,7 +282,7 @@ fn buffer_pods(shared: &Shared) -> Vec<(BufferKey, PodInfo)> {
         match read.fresh_pod_info(&pod) {
             Ok(info) => {
                 keys.insert(info.uid.clone(), key);
-                pods.push((pod, info));
+                pods.push((pod, Arc::new(info)));
             }
             Err(error) => tracing::debug!(pod = pod.name_any(), %error, "a buffer's pod cannot be simulated"),
         }
@@ -318,7 +320,7 @@ fn record_buffers(
         };
         held.entry(node.name.clone())
             .or_default()
-            .push(Arc::new(input.pods[placement.pod].clone()));
+            .push(input.pods[placement.pod].clone());
         if let Some(left) = unplaced.get_mut(key) {
             *left -= 1;
         }

@@ -174,8 +174,8 @@ pub struct Input {
     pub daemonsets: Vec<PodInfo>,
     /// Namespace labels, for affinity `namespaceSelector`s.
     pub namespaces: BTreeMap<String, BTreeMap<String, String>>,
-    /// The pods to place.
-    pub pods: Vec<PodInfo>,
+    /// The pods to place (shared: a provisioning pass hands over the views its read model keeps).
+    pub pods: Vec<Arc<PodInfo>>,
     /// Settings.
     pub options: Options,
 }

@@ -230,7 +230,7 @@ fn and_assign(into: &mut [u64], other: &[u64]) {
 
 impl<'a> Solver<'a> {
     fn new(input: &'a Input) -> Self {
-        let pods: Vec<&'a PodInfo> = input.pods.iter().collect();
+        let pods: Vec<&'a PodInfo> = input.pods.iter().map(|pod| &**pod).collect();
         let (mut solver, classes) = Self::prepare(input, &pods, false);
         let requests = solver.request_vectors(&pods);
         solver.load(pods, classes, requests);

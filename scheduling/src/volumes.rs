@@ -46,6 +46,13 @@ pub struct PodVolumes {
     pub attached: Vec<AttachedVolume>,
 }
 
+/// Whether any of `pod`'s volumes is a claim (its own, or one made from an ephemeral volume's
+/// template): only then does [`pod_volumes`] depend on more than the pod.
+pub fn uses_claims(pod: &CachedPod) -> bool {
+    let mut volumes = pod.spec.iter().flat_map(|s| s.volumes.iter().flatten());
+    volumes.any(|volume| volume.persistent_volume_claim.is_some() || volume.ephemeral.is_some())
+}
+
 /// What `pod`'s volumes need of a node (see the module docs).
 pub fn pod_volumes(pod: &CachedPod, objects: &impl StorageObjects) -> Result<PodVolumes, PodError> {
     let volumes = pod.spec.iter().flat_map(|s| s.volumes.iter().flatten());
@@ -113,9 +120,8 @@ fn claim_of(
 ) -> Result<Option<ClaimUse>, PodError> {
     let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
     let pod_name = pod.metadata.name.as_deref().unwrap_or_default();
-    let key = format!("{namespace}/{pod_name}");
     let error = |field: &str, message: String| PodError::Volume {
-        pod: key.clone(),
+        pod: format!("{namespace}/{pod_name}"),
         field: format!("spec.volumes[{index}]{field}"),
         message,
     };
@@ -176,7 +182,7 @@ fn claim_of(
                 format!("{claim_ref} is bound to PersistentVolume {bound}, which does not exist"),
             ));
         };
-        found.alternatives = volume_alternatives(&key, bound, &pv)?;
+        found.alternatives = volume_alternatives(&format!("{namespace}/{pod_name}"), bound, &pv)?;
         found.driver = pv
             .spec
             .as_ref()

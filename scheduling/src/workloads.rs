@@ -286,7 +286,10 @@ pub fn karpenter_diverse(pods: usize) -> Input {
     Input {
         node_pools: vec![node_pool("default", 0, instance_types.len())],
         instance_types,
-        pods: diverse_pods(pods, &mut Rng::new(42)),
+        pods: diverse_pods(pods, &mut Rng::new(42))
+            .into_iter()
+            .map(Arc::new)
+            .collect(),
         ..Input::default()
     }
 }
@@ -570,7 +573,10 @@ pub fn existing_cluster(nodes: usize, pending: usize) -> Input {
         nodes: nodes
             .map(|(n, pods)| running_node(n, &shape, pods.iter().cloned().map(Arc::new).collect()))
             .collect(),
-        pods: service_pods(pending, "pending", &mut rng),
+        pods: service_pods(pending, "pending", &mut rng)
+            .into_iter()
+            .map(Arc::new)
+            .collect(),
         instance_types,
         ..Input::default()
     }
@@ -619,7 +625,7 @@ pub fn many_node_pools(pods: usize) -> Input {
     Input {
         node_pools: pools,
         instance_types,
-        pods: pending,
+        pods: pending.into_iter().map(Arc::new).collect(),
         ..Input::default()
     }
 }
@@ -673,7 +679,7 @@ pub fn fragmented_cluster(nodes: usize, deleted: f64) -> Input {
                 .pods
                 .iter()
                 .filter(|_| (rng.below(1_000) as f64) >= deleted * 1_000.0)
-                .map(|&p| Arc::new(input.pods[p].clone()))
+                .map(|&p| input.pods[p].clone())
                 .collect();
             let name = format!("node-{}", cluster.nodes.len());
             cluster.nodes.push(ExistingNode::launched(
@@ -703,11 +709,12 @@ fn provisioned_batch(catalog: &Input, nodes: usize, batch: u64) -> (Input, crate
             instance_types: catalog.instance_types.clone(),
             ..Input::default()
         };
-        input.pods = diverse_pods(pods, &mut Rng::new(42 + batch));
-        for pod in &mut input.pods {
+        let mut batch_pods = diverse_pods(pods, &mut Rng::new(42 + batch));
+        for pod in &mut batch_pods {
             pod.name = format!("b{batch}-{}", pod.name);
             pod.uid.clone_from(&pod.name);
         }
+        input.pods = batch_pods.into_iter().map(Arc::new).collect();
         let solution = crate::solve(&input);
         if solution.claims.len() >= nodes || pods > nodes * 1_000 {
             return (input, solution);

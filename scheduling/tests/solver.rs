@@ -63,7 +63,7 @@ fn problem(types: usize, pods: Vec<PodInfo>) -> Input {
     Input {
         instance_types: karpenter_instance_types(types),
         node_pools: vec![pool("default", types)],
-        pods,
+        pods: pods.into_iter().map(Arc::new).collect(),
         ..Input::default()
     }
 }
@@ -191,10 +191,10 @@ fn an_untolerated_taint_is_named_in_the_reason() {
         "{text}"
     );
 
-    input.pods = vec![pod(
+    input.pods = vec![Arc::new(pod(
         "web",
         json!({"tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}]}),
-    )];
+    ))];
     assert_eq!(solve(&input).claims.len(), 1);
 }
 
@@ -346,7 +346,7 @@ fn hostname_anti_affinity_gives_each_pod_its_own_node() {
     let mut input = problem(8, pods);
     input
         .pods
-        .push(pod_with_labels("web", json!({"app": "web"}), json!({})));
+        .push(Arc::new(pod_with_labels("web", json!({"app": "web"}), json!({}))));
     let solution = solve(&input);
     assert_eq!(solution.claims.len(), 3, "the plain pod joins one of them");
     for claim in &solution.claims {
@@ -615,7 +615,7 @@ fn min_values_keep_enough_instance_types() {
         "{:?}",
         solution.unschedulable
     );
-    input.pods = vec![sized("small", "4", "1Gi", json!({}))];
+    input.pods = vec![Arc::new(sized("small", "4", "1Gi", json!({})))];
     assert_eq!(
         solve(&input).claims[0].instance_types.len(),
         4,

@@ -7,7 +7,7 @@
 //! The pod is simulated alone against the cluster as read, as the provisioner would simulate
 //! it: a batch of many pods may place it otherwise.
 
-use std::fmt;
+use std::{fmt, sync::Arc};
 
 use joist_messages::{
     cached_pod::CachedPod,
@@ -166,7 +166,7 @@ async fn pending(shared: &Shared, pod: &CachedPod) -> PodState {
         mut input, left_out, ..
     } = problem::cluster(shared, snapshot::existing_nodes(read)).await;
     let left_out: Vec<String> = left_out.iter().map(ToString::to_string).collect();
-    input.pods = vec![info];
+    input.pods = vec![Arc::new(info)];
     input.options.reserved_offerings = ReservedOfferingMode::Strict;
     let solution = solve(&input);
     if let Some(placement) = solution.placements.first() {

@@ -14,7 +14,7 @@
 //! yields the same snapshot, which keeps simulations deterministic.
 
 use std::{
-    collections::{BTreeMap, BTreeSet, HashSet},
+    collections::{BTreeMap, BTreeSet, HashSet, btree_map::Entry},
     sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard},
     time::Duration,
 };
@@ -32,7 +32,7 @@ use joist_messages::{
 };
 use joist_scheduling::{
     pod::{PodError, PodInfo},
-    volumes::{PodVolumes, StorageObjects, pod_volumes},
+    volumes::{PodVolumes, StorageObjects, pod_volumes, uses_claims},
 };
 use k8s_openapi::api::{
     apps::v1::DaemonSet,
@@ -58,6 +58,9 @@ use joist_provider::provider_id::instance_id;
 
 /// `namespace/name` of a pod (or of any object: the namespace is empty for cluster-scoped ones).
 pub type PodKey = (String, String);
+
+/// A pod with its scheduling view, or why it cannot have one ([`ReadModel::pod_info`]).
+pub type Viewed = (Arc<CachedPod>, Result<Arc<PodInfo>, PodError>);
 
 /// The kinds whose indexes a relist rebuilds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -94,19 +97,27 @@ pub struct Writers {
     pub(crate) default_spread: Option<DefaultSpreadWriters>,
 }
 
-/// The provisionable pods' keys, ordered (a lock poisoned by a panic elsewhere still holds a
-/// consistent set: every change is one insert or remove).
+/// The provisionable pods by key, ordered (a lock poisoned by a panic elsewhere still holds a
+/// consistent map: every change is one insert or remove, or one view kept).
 #[derive(Default)]
-struct Pending(RwLock<BTreeSet<PodKey>>);
+struct Pending(RwLock<BTreeMap<PodKey, Waiting>>);
 
 impl Pending {
-    fn read(&self) -> RwLockReadGuard<'_, BTreeSet<PodKey>> {
+    fn read(&self) -> RwLockReadGuard<'_, BTreeMap<PodKey, Waiting>> {
         self.0.read().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn write(&self) -> RwLockWriteGuard<'_, BTreeSet<PodKey>> {
+    fn write(&self) -> RwLockWriteGuard<'_, BTreeMap<PodKey, Waiting>> {
         self.0.write().unwrap_or_else(PoisonError::into_inner)
     }
+}
+
+/// A provisionable pod: the store's copy of its latest version, and the scheduling view made of
+/// it (kept here rather than in `Index::pod_infos`, so a pass over 100,000 pending pods looks
+/// nothing up).
+struct Waiting {
+    pod: Arc<CachedPod>,
+    view: Option<CachedInfo>,
 }
 
 #[derive(Default)]
@@ -127,7 +138,8 @@ struct Index {
     pods_by_node: DashMap<String, BTreeSet<PodKey>>,
     /// VolumeAttachment names by the node they attach to.
     attachments_by_node: DashMap<String, BTreeSet<String>>,
-    /// Provisionable pods, in order: the first is found without a scan.
+    /// Provisionable pods, in order: the first is found without a scan, and a pass takes them
+    /// all without a lookup in the store.
     pending: Pending,
     /// Pods seen before they ran, whose start is still to be timed.
     unstarted: DashSet<PodKey>,
@@ -141,9 +153,9 @@ struct Index {
     /// Claims created but not yet seen by the watch.
     created: Created,
     /// Each pod's scheduling view, with the version of the pod it was made from and the selector
-    /// of its default spread: passes over the pending pods and every bound pod reuse it until
-    /// either changes (the watch's event drops it when the pod does). A pending pod's is made
-    /// when the watch shows it starting to wait, so a pass over 100,000 of them finds them made.
+    /// of its default spread: passes over the nodes' pods reuse it until either changes (the
+    /// watch's event drops it when the pod does). A pending pod's is kept in `pending` instead,
+    /// made when the watch shows it starting to wait.
     pod_infos: DashMap<PodKey, CachedInfo>,
     /// What each NodeClaim counts against its NodePool, by claim name: the pool, and the claim's
     /// capacity (its requests until it launched).
@@ -173,6 +185,9 @@ struct CachedInfo {
     version: String,
     /// The selector its default spread constraints carried, if it had them.
     default_selector: Option<Box<LabelSelector>>,
+    /// Made of the pod alone (no default spread configured, no volume claims): it holds for as
+    /// long as the pod's version does.
+    of_pod_alone: bool,
     info: Arc<PodInfo>,
 }
 
@@ -450,31 +465,58 @@ impl ReadModel {
     /// made each time.
     pub fn pod_info(&self, pod: &CachedPod) -> Result<Arc<PodInfo>, PodError> {
         let key = (pod.namespace().unwrap_or_default(), pod.name_any());
+        let known = self.index.pod_infos.get(&key);
+        let (info, made) = self.view(known.as_deref(), pod)?;
+        drop(known);
+        if let Some(made) = made {
+            self.index.pod_infos.insert(key, made);
+        }
+        Ok(info)
+    }
+
+    /// A pending pod's view ([`ReadModel::pod_info`]), the one kept with it while it holds.
+    fn waiting_view(&self, waiting: &mut Waiting) -> Result<Arc<PodInfo>, PodError> {
+        // Kept views are of the pod's version (a new one drops it): one made of the pod alone
+        // holds without a look at the pod, or at the claims and controllers it does not use.
+        if let Some(view) = &waiting.view
+            && view.of_pod_alone
+        {
+            return Ok(view.info.clone());
+        }
+        let (info, made) = self.view(waiting.view.as_ref(), &waiting.pod)?;
+        if made.is_some() {
+            waiting.view = made;
+        }
+        Ok(info)
+    }
+
+    /// `pod`'s view: `known`'s while it was made from this version of the pod with the same
+    /// default spread and volumes, else a new one with what to keep of it (nothing for a pod
+    /// without a `resourceVersion`).
+    fn view(
+        &self,
+        known: Option<&CachedInfo>,
+        pod: &CachedPod,
+    ) -> Result<(Arc<PodInfo>, Option<CachedInfo>), PodError> {
         let default_selector = self.default_spread_selector(pod);
         let volumes = pod_volumes(pod, self)?;
-        let Some(version) = pod.metadata.resource_version.as_deref() else {
-            return Ok(Arc::new(self.simulated(
-                pod,
-                default_selector.as_ref(),
-                volumes,
-            )?));
-        };
-        if let Some(known) = self.index.pod_infos.get(&key)
+        let version = pod.metadata.resource_version.as_deref();
+        if let (Some(known), Some(version)) = (known, version)
             && known.version == version
             && known.default_selector.as_deref() == default_selector.as_ref()
             && known.info.constraints().volume_requirements == volumes.requirements
             && known.info.volumes == volumes.attached
         {
-            return Ok(known.info.clone());
+            return Ok((known.info.clone(), None));
         }
         let info = Arc::new(self.simulated(pod, default_selector.as_ref(), volumes)?);
-        let cached = CachedInfo {
+        let made = version.map(|version| CachedInfo {
             version: version.to_owned(),
+            of_pod_alone: self.default_spread.is_none() && !uses_claims(pod),
             default_selector: default_selector.map(Box::new),
             info: info.clone(),
-        };
-        self.index.pod_infos.insert(key, cached);
-        Ok(info)
+        });
+        Ok((info, made))
     }
 
     /// `pod` as the scheduling simulation sees it, made afresh (for pods seen once, as a
@@ -565,13 +607,20 @@ impl ReadModel {
 
     /// The first provisionable pod by namespace and name, if any (without listing them all).
     pub fn first_pending_pod(&self) -> Option<PodKey> {
-        self.index.pending.read().first().cloned()
+        self.index.pending.read().keys().next().cloned()
     }
 
-    /// Pods the scheduler could not place and Joist should provision for, by namespace and name.
-    pub fn pending_pods(&self) -> Vec<Arc<CachedPod>> {
-        let keys: Vec<PodKey> = self.index.pending.read().iter().cloned().collect();
-        keys.iter().filter_map(|key| self.pod(key)).collect()
+    /// Pods the scheduler could not place and Joist should provision for, by namespace and name,
+    /// each with its scheduling view or why it has none ([`ReadModel::pod_info`]).
+    pub fn pending_pods(&self) -> Vec<Viewed> {
+        let mut pending = self.index.pending.write();
+        pending
+            .values_mut()
+            .map(|waiting| {
+                let view = self.waiting_view(waiting);
+                (waiting.pod.clone(), view)
+            })
+            .collect()
     }
 
     /// The pods that must find another place because their node's NodeClaim is being deleted
@@ -734,7 +783,7 @@ impl ReadModel {
         match kind {
             Listed::Pods => {
                 index.pod_infos.retain(|key, _| listed.contains(key));
-                index.pending.write().retain(|key| listed.contains(key));
+                index.pending.write().retain(|key, _| listed.contains(key));
                 index.unstarted.retain(|key| listed.contains(key));
                 for mut pods in index.pods_by_node.iter_mut() {
                     pods.retain(|key| listed.contains(key));
@@ -786,7 +835,7 @@ impl ReadModel {
     }
 
     /// Updates the pod indexes after a watch event.
-    pub(crate) fn observe_pod(&self, pod: &CachedPod, deleted: bool, now_seconds: i64) -> PodChange {
+    pub(crate) fn observe_pod(&self, pod: &Arc<CachedPod>, deleted: bool, now_seconds: i64) -> PodChange {
         let key = (pod.namespace().unwrap_or_default(), pod.name_any());
         let node = pod.spec.as_ref().and_then(|s| s.node_name.clone());
         if let Some(node) = &node {
@@ -821,19 +870,35 @@ impl ReadModel {
             }
             false
         };
-        // The view of the version before goes with it: kept, it would hold that version alive
-        // beside the store's (at 10,000 nodes, a second copy of most pods once they ran).
+        // The view of the version before goes with it: a pass that needs one makes it of this
+        // version.
         self.index.pod_infos.remove(&key);
         let newly_pending = if !deleted && is_provisionable(pod) {
-            let newly_pending = self.index.pending.write().insert(key);
-            // Made when the pod starts waiting, for the pass to find. Not on its later changes
-            // (a scheduler rewriting its condition as nodes come): the pass makes those again
-            // only if it runs before the pod binds. One that cannot be made yet (its volume claim
-            // not seen yet) is made, or refused with why, by the pass.
-            if newly_pending {
-                let _ = self.pod_info(pod);
+            match self.index.pending.write().entry(key) {
+                // The view is made when the pod starts waiting, for the pass to find. Not on
+                // its later changes (a scheduler rewriting its condition as nodes come): the
+                // pass makes those again only if it runs before the pod binds. One that cannot
+                // be made yet (its volume claim not seen yet) is made, or refused with why, by
+                // the pass.
+                Entry::Vacant(entry) => {
+                    let mut waiting = Waiting {
+                        pod: pod.clone(),
+                        view: None,
+                    };
+                    let _ = self.waiting_view(&mut waiting);
+                    entry.insert(waiting);
+                    true
+                }
+                Entry::Occupied(mut entry) => {
+                    let waiting = entry.get_mut();
+                    waiting.pod = pod.clone();
+                    let version = pod.metadata.resource_version.as_deref();
+                    if (waiting.view.as_ref()).is_some_and(|view| Some(view.version.as_str()) != version) {
+                        waiting.view = None;
+                    }
+                    false
+                }
             }
-            newly_pending
         } else {
             self.index.pending.write().remove(&key);
             false
@@ -1037,6 +1102,7 @@ impl StorageObjects for ReadModel {
 mod tests {
     use super::*;
     use crate::decide::lifecycle::READ_MODEL_LAG;
+    use kube::runtime::watcher::Event;
 
     fn object<K: serde::de::DeserializeOwned>(value: serde_json::Value) -> K {
         serde_json::from_value(value).unwrap_or_else(|e| panic!("{e}"))
@@ -1119,14 +1185,14 @@ mod tests {
             }))
         };
         // Listed after a restart: the pods came long ago, not at the list.
-        read.observe_pod(&bound("a", 1_000), false, 5_000);
-        read.observe_pod(&bound("b", 2_000), false, 5_000);
+        read.observe_pod(&Arc::new(bound("a", 1_000)), false, 5_000);
+        read.observe_pod(&Arc::new(bound("b", 2_000)), false, 5_000);
         assert_eq!(read.last_pod_event("n"), Some(2_000));
         // Seen again: not an event.
-        read.observe_pod(&bound("b", 2_000), false, 5_100);
+        read.observe_pod(&Arc::new(bound("b", 2_000)), false, 5_100);
         assert_eq!(read.last_pod_event("n"), Some(2_000));
         // A pod leaving leaves now.
-        read.observe_pod(&bound("a", 1_000), true, 6_000);
+        read.observe_pod(&Arc::new(bound("a", 1_000)), true, 6_000);
         assert_eq!(read.last_pod_event("n"), Some(6_000));
     }
 
@@ -1363,41 +1429,132 @@ mod tests {
                 "status": {"phase": phase},
             }))
         };
-        assert!(!read.observe_pod(&pod("web", "Pending"), false, 0).started);
         assert!(
-            read.observe_pod(&pod("web", "Running"), false, 0).started,
+            !read
+                .observe_pod(&Arc::new(pod("web", "Pending")), false, 0)
+                .started
+        );
+        assert!(
+            read.observe_pod(&Arc::new(pod("web", "Running")), false, 0)
+                .started,
             "Pending, then Running"
         );
         assert!(
-            !read.observe_pod(&pod("web", "Running"), false, 0).started,
+            !read
+                .observe_pod(&Arc::new(pod("web", "Running")), false, 0)
+                .started,
             "once"
         );
         assert!(
-            !read.observe_pod(&pod("old", "Running"), false, 0).started,
+            !read
+                .observe_pod(&Arc::new(pod("old", "Running")), false, 0)
+                .started,
             "running before it was seen: its start is unknown"
         );
-        read.observe_pod(&pod("gone", "Pending"), false, 0);
-        read.observe_pod(&pod("gone", "Pending"), true, 0);
+        read.observe_pod(&Arc::new(pod("gone", "Pending")), false, 0);
+        read.observe_pod(&Arc::new(pod("gone", "Pending")), true, 0);
         assert!(read.index.unstarted.is_empty(), "deleted pods are forgotten");
     }
 
     #[test]
     fn a_pending_pods_view_is_made_as_the_watch_brings_it_and_the_pass_finds_it_made() {
         let (read, _writers) = ReadModel::new();
-        let pending: CachedPod = object(serde_json::json!({
+        let pending: Arc<CachedPod> = Arc::new(object(serde_json::json!({
             "metadata": {"name": "waiting", "namespace": "default", "resourceVersion": "4"},
             "spec": {"containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": "3"}}}]},
             "status": {"conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]},
-        }));
+        })));
         assert!(read.observe_pod(&pending, false, 0).newly_pending);
         let key = ("default".to_owned(), "waiting".to_owned());
-        let made = (read.index.pod_infos.get(&key))
-            .map(|cached| cached.info.clone())
+        let made = (read.index.pending.read().get(&key))
+            .and_then(|waiting| Some(waiting.view.as_ref()?.info.clone()))
             .expect("made when the watch brought the pod");
         assert_eq!(made.requests.get("cpu").millis(), 3000);
-        let stores_copy = pending.clone();
-        let found = read.pod_info(&stores_copy).unwrap_or_else(|e| panic!("{e}"));
-        assert!(Arc::ptr_eq(&made, &found), "the pass does not make it again");
+        let [(pod, found)] = &read.pending_pods()[..] else {
+            panic!("one pod is pending")
+        };
+        assert!(
+            Arc::ptr_eq(pod, &pending),
+            "the pass takes the watch's copy, no other"
+        );
+        let found = found.as_ref().unwrap_or_else(|e| panic!("{e}"));
+        assert!(Arc::ptr_eq(&made, found), "the pass does not make it again");
+
+        // Listed again at the same version (after a relist): the view stays.
+        assert!(!read.observe_pod(&pending, false, 0).newly_pending);
+        let [(_, again)] = &read.pending_pods()[..] else {
+            panic!("one pod is pending")
+        };
+        assert!(Arc::ptr_eq(
+            &made,
+            again.as_ref().unwrap_or_else(|e| panic!("{e}"))
+        ));
+        // A new version while it waits: the pass sees that version.
+        let resized: Arc<CachedPod> = Arc::new(object(serde_json::json!({
+            "metadata": {"name": "waiting", "namespace": "default", "resourceVersion": "5"},
+            "spec": {"containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": "4"}}}]},
+            "status": {"conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]},
+        })));
+        read.observe_pod(&resized, false, 0);
+        let [(pod, view)] = &read.pending_pods()[..] else {
+            panic!("one pod is pending")
+        };
+        assert!(Arc::ptr_eq(pod, &resized));
+        let view = view.as_ref().unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(view.requests.get("cpu").millis(), 4000, "{view:?}");
+    }
+
+    #[test]
+    fn a_pending_pods_view_follows_its_volume_claim_as_the_claim_binds() {
+        let (read, mut writers) = ReadModel::new();
+        let zone = |zone: &str| serde_json::json!([{"key": "topology.kubernetes.io/zone", "values": [zone]}]);
+        writers
+            .storage_classes
+            .apply_watcher_event(&Event::Apply(object(serde_json::json!({
+                "metadata": {"name": "zonal"}, "provisioner": "ebs.csi.aws.com",
+                "allowedTopologies": [{"matchLabelExpressions": zone("us-west-2a")}],
+            }))));
+        let claim = |volume: Option<&str>| -> PersistentVolumeClaim {
+            object(serde_json::json!({
+                "metadata": {"name": "data", "namespace": "default"},
+                "spec": {"storageClassName": "zonal", "volumeName": volume},
+            }))
+        };
+        writers
+            .volume_claims
+            .apply_watcher_event(&Event::Apply(claim(None)));
+        read.observe_pod(
+            &Arc::new(object(serde_json::json!({
+                "metadata": {"name": "db", "namespace": "default", "resourceVersion": "1"},
+                "spec": {"containers": [], "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]},
+                "status": {"conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]},
+            }))),
+            false,
+            0,
+        );
+        let zones = || -> Vec<String> {
+            let [(_, view)] = &read.pending_pods()[..] else {
+                panic!("one pod is pending")
+            };
+            let view = view.as_ref().unwrap_or_else(|e| panic!("{e}"));
+            (view.constraints().volume_requirements.iter())
+                .filter_map(|alternative| alternative.get("topology.kubernetes.io/zone"))
+                .flat_map(|zones| zones.values().map(str::to_owned).collect::<Vec<_>>())
+                .collect()
+        };
+        assert_eq!(zones(), ["us-west-2a"], "unbound: where its class provisions");
+
+        // Bound meanwhile to a volume in another zone: the pod has not changed, its view has.
+        writers.volumes.apply_watcher_event(&Event::Apply(object(serde_json::json!({
+            "metadata": {"name": "pv-1"},
+            "spec": {"csi": {"driver": "ebs.csi.aws.com", "volumeHandle": "vol-1"},
+                     "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                         {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["us-west-2b"]}]}]}}},
+        }))));
+        writers
+            .volume_claims
+            .apply_watcher_event(&Event::Apply(claim(Some("pv-1"))));
+        assert_eq!(zones(), ["us-west-2b"], "bound: where its volume is");
     }
 
     #[test]
@@ -1418,8 +1575,8 @@ mod tests {
             "spec": {"requirements": [], "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "d"}},
             "status": {"providerID": "p-1"},
         }));
-        assert!(read.observe_pod(&pending, false, 0).newly_pending);
-        read.observe_pod(&bound, false, 0);
+        assert!(read.observe_pod(&Arc::new(pending), false, 0).newly_pending);
+        read.observe_pod(&Arc::new(bound), false, 0);
         read.observe_node(&node, false);
         read.observe_claim(&claim, false);
         assert_eq!(read.claim_for_provider("p-1").as_deref(), Some("c"));

@@ -87,15 +87,15 @@ impl ReplicaShards {
     pub fn owned_pending(
         &self,
         read: &ReadModel,
-        pending: Vec<(Arc<CachedPod>, PodInfo)>,
-    ) -> Vec<(Arc<CachedPod>, PodInfo)> {
+        pending: Vec<(Arc<CachedPod>, Arc<PodInfo>)>,
+    ) -> Vec<(Arc<CachedPod>, Arc<PodInfo>)> {
         let pools: Vec<_> = read
             .node_pools()
             .iter()
             .filter(|pool| pool.metadata.deletion_timestamp.is_none())
             .filter_map(|pool| snapshot::pool_input(read, pool, Vec::new()).ok())
             .collect();
-        let owners = ownership::owners(&pools, pending.iter().map(|(_, info)| info));
+        let owners = ownership::owners(&pools, pending.iter().map(|(_, info)| &**info));
         let first = self.holds_first();
         pending
             .into_iter()

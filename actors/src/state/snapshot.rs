@@ -19,7 +19,10 @@ use joist_scheduling::{ExistingNode, NodePoolInput, pod::PodInfo};
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 
-use crate::{decide::lifecycle::is_disrupted, state::read_model::ReadModel};
+use crate::{
+    decide::lifecycle::is_disrupted,
+    state::read_model::{ReadModel, Viewed},
+};
 
 /// The nodes the simulation may place pods on: registered Nodes that are not being deleted (nor
 /// their NodeClaims), cordoned or drained, then NodeClaims still launching or booting.
@@ -202,18 +205,19 @@ pub fn namespace_labels(read: &ReadModel) -> BTreeMap<String, BTreeMap<String, S
 #[derive(Default)]
 pub struct Pending {
     /// Pods with their simulation form.
-    pub pods: Vec<(Arc<CachedPod>, PodInfo)>,
+    pub pods: Vec<(Arc<CachedPod>, Arc<PodInfo>)>,
     /// Pods left out, with why.
     pub ignored: Vec<(Arc<CachedPod>, String)>,
 }
 
-/// Prepares pending pods for the simulation (their views mostly made as the watch brought them).
-pub fn pending(read: &ReadModel, pods: &[Arc<CachedPod>]) -> Pending {
+/// Sorts pods with their views ([`ReadModel::pending_pods`], or [`ReadModel::pod_info`] of
+/// each) into those the simulation takes and those it cannot model.
+pub fn pending(views: impl IntoIterator<Item = Viewed>) -> Pending {
     let mut pending = Pending::default();
-    for pod in pods {
-        match read.pod_info(pod) {
-            Ok(info) => pending.pods.push((pod.clone(), PodInfo::clone(&info))),
-            Err(error) => pending.ignored.push((pod.clone(), error.to_string())),
+    for (pod, view) in views {
+        match view {
+            Ok(info) => pending.pods.push((pod, info)),
+            Err(error) => pending.ignored.push((pod, error.to_string())),
         }
     }
     pending

@@ -581,7 +581,7 @@ proptest! {
             let kept: Vec<usize> = (0..input.nodes.len()).filter(|n| !which.contains(n)).collect();
             let reduced = Input {
                 nodes: kept.iter().map(|&n| input.nodes[n].clone()).collect(),
-                pods: which.iter().flat_map(|&c| candidates[c].pods.iter().map(|p| PodInfo::clone(p))).collect(),
+                pods: which.iter().flat_map(|&c| candidates[c].pods.iter().cloned()).collect(),
                 ..input.clone()
             };
             let mut expected = crate::solve(&reduced);

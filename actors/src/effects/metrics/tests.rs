@@ -50,7 +50,7 @@ fn cluster() -> (ReadModel, crate::state::read_model::Writers) {
         pod("web-b", "ip-10-0-1-5", "250m", false),
     ] {
         writers.pods.apply_watcher_event(&Event::Apply(pod.clone()));
-        read.observe_pod(&pod, false, 0);
+        read.observe_pod(&Arc::new(pod), false, 0);
     }
     let pool = object(json!({
         "apiVersion": "karpenter.sh/v1", "kind": "NodePool",
