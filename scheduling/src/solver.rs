@@ -30,6 +30,7 @@ mod delta;
 mod room;
 
 use std::{
+    cmp::Reverse,
     collections::{BTreeMap, HashMap, VecDeque},
     sync::Arc,
 };
@@ -108,6 +109,9 @@ struct Claim {
     pending: Vec<(usize, u32)>,
     /// The capacity reservations it holds a place in (numbers in the solver's [`Ledger`]).
     held: Vec<u32>,
+    /// The class whose node requirements narrowed `reqs` last: narrowing by them again (the
+    /// next pod of a workload) changes nothing.
+    narrowed_by: Option<usize>,
 }
 
 /// An existing node or a claim opened in this pass.
@@ -226,6 +230,25 @@ fn and_assign(into: &mut [u64], other: &[u64]) {
     for (x, y) in into.iter_mut().zip(other) {
         *x &= y;
     }
+}
+
+/// A pod's place in the queue ([`Solver::queue_order`]).
+struct QueueKey {
+    cpu: Reverse<i64>,
+    memory: Reverse<i64>,
+    created: i64,
+    /// The UID's first 16 bytes, zero-padded, as a number: ordered as the UIDs are wherever it
+    /// differs (UIDs are compared whole only where it does not).
+    uid_prefix: u128,
+    pod: usize,
+}
+
+/// See [`QueueKey::uid_prefix`].
+fn uid_prefix(uid: &str) -> u128 {
+    let mut bytes = [0u8; 16];
+    let head = &uid.as_bytes()[..uid.len().min(16)];
+    bytes[..head.len()].copy_from_slice(head);
+    u128::from_be_bytes(bytes)
 }
 
 impl<'a> Solver<'a> {
@@ -474,23 +497,37 @@ impl<'a> Solver<'a> {
         &self.requests[pod * d..(pod + 1) * d]
     }
 
-    /// Places the loaded pods.
-    fn place(&mut self) -> Solution {
-        let mut order: Vec<usize> = (0..self.pods.len()).collect();
+    /// The order pods are tried in: most CPU first, then most memory, then oldest, then by UID;
+    /// ties in loading order. Each pod's key is taken once, into one array, so sorting 100,000
+    /// pods compares neighbouring memory rather than chasing each pod's view.
+    fn queue_order(&self) -> Vec<usize> {
         let cpu = self.dims.position(joist_messages::model::resources::names::CPU);
         let memory = self
             .dims
             .position(joist_messages::model::resources::names::MEMORY);
         let d = self.dims.len();
         let amount = |pod: usize, dim: Option<usize>| dim.map_or(0, |i| self.requests[pod * d + i]);
-        order.sort_by(|&a, &b| {
-            let (pa, pb) = (self.pods[a], self.pods[b]);
-            amount(b, cpu)
-                .cmp(&amount(a, cpu))
-                .then_with(|| amount(b, memory).cmp(&amount(a, memory)))
-                .then_with(|| pa.created_unix.cmp(&pb.created_unix))
-                .then_with(|| pa.uid.cmp(&pb.uid))
+        let mut keys: Vec<QueueKey> = (self.pods.iter().enumerate())
+            .map(|(pod, info)| QueueKey {
+                cpu: Reverse(amount(pod, cpu)),
+                memory: Reverse(amount(pod, memory)),
+                created: info.created_unix,
+                uid_prefix: uid_prefix(&info.uid),
+                pod,
+            })
+            .collect();
+        keys.sort_unstable_by(|a, b| {
+            (a.cpu, a.memory, a.created, a.uid_prefix)
+                .cmp(&(b.cpu, b.memory, b.created, b.uid_prefix))
+                .then_with(|| self.pods[a.pod].uid.cmp(&self.pods[b.pod].uid))
+                .then(a.pod.cmp(&b.pod))
         });
+        keys.into_iter().map(|key| key.pod).collect()
+    }
+
+    /// Places the loaded pods.
+    fn place(&mut self) -> Solution {
+        let order = self.queue_order();
         let mut queue: VecDeque<(usize, Option<usize>)> = order.into_iter().map(|p| (p, None)).collect();
         let mut placed = 0usize;
         let mut last_class = self.pod_class.clone();
@@ -1038,6 +1075,7 @@ impl<'a> Solver<'a> {
                 reserved: Vec::new(),
                 pending: Vec::new(),
                 held: Vec::new(),
+                narrowed_by: None,
             }),
             alloc: vec![0; d],
             used: vec![0; d],
@@ -1102,7 +1140,10 @@ impl<'a> Solver<'a> {
             if !self.ledger.is_empty() {
                 self.ledger.rehold(&mut claim.held, &self.scratch.holdable);
             }
-            claim.reqs.add_all(&c.node_reqs);
+            if claim.narrowed_by != Some(class) {
+                claim.reqs.add_all(&c.node_reqs);
+                claim.narrowed_by = Some(class);
+            }
             for &(key, domain) in &self.scratch.narrow {
                 let k = &self.topology.keys[key];
                 if let Ok(r) = Requirement::new(&k.name, Operator::In, [k.domains[domain as usize].as_str()])
@@ -1304,5 +1345,42 @@ fn add_host_count(counts: &mut Vec<(usize, u32)>, group: usize) {
     match counts.iter_mut().find(|(g, _)| *g == group) {
         Some((_, n)) => *n += 1,
         None => counts.push((group, 1)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::uid_prefix;
+
+    #[test]
+    fn uid_prefixes_order_as_the_uids_do_wherever_they_differ() {
+        let uids = [
+            "",
+            "a",
+            "ab",
+            "Ab",
+            "b",
+            "a\u{e9}",
+            "0123456789abcdef",
+            "0123456789abcdeg",
+            "0123456789abcdef0",
+            "0123456789abcdef1",
+            "9d2c6a4e-0000-4000-8000-000000000001",
+            "9d2c6a4e-0000-4000-8000-000000000002",
+        ];
+        for a in uids {
+            for b in uids {
+                let (pa, pb) = (uid_prefix(a), uid_prefix(b));
+                if pa != pb {
+                    assert_eq!(pa.cmp(&pb), a.cmp(b), "{a:?} against {b:?}");
+                } else {
+                    assert_eq!(
+                        a.get(..16),
+                        b.get(..16),
+                        "{a:?} and {b:?} share their first 16 bytes"
+                    );
+                }
+            }
+        }
     }
 }
