@@ -120,8 +120,9 @@ fn claim_of(
 ) -> Result<Option<ClaimUse>, PodError> {
     let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
     let pod_name = pod.metadata.name.as_deref().unwrap_or_default();
+    let pod_key = || format!("{namespace}/{pod_name}");
     let error = |field: &str, message: String| PodError::Volume {
-        pod: format!("{namespace}/{pod_name}"),
+        pod: pod_key(),
         field: format!("spec.volumes[{index}]{field}"),
         message,
     };
@@ -182,7 +183,7 @@ fn claim_of(
                 format!("{claim_ref} is bound to PersistentVolume {bound}, which does not exist"),
             ));
         };
-        found.alternatives = volume_alternatives(&format!("{namespace}/{pod_name}"), bound, &pv)?;
+        found.alternatives = volume_alternatives(&pod_key(), bound, &pv)?;
         found.driver = pv
             .spec
             .as_ref()

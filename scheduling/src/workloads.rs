@@ -189,6 +189,11 @@ fn one_label(key: &str, value: &str) -> BTreeMap<String, String> {
     BTreeMap::from([(key.to_string(), value.to_string())])
 }
 
+/// Generated pods as a problem holds them.
+fn shared(pods: Vec<PodInfo>) -> Vec<Arc<PodInfo>> {
+    pods.into_iter().map(Arc::new).collect()
+}
+
 /// Karpenter's "diverse" pods, `count` of them in equal fifths (see the module docs).
 pub fn diverse_pods(count: usize, rng: &mut Rng) -> Vec<PodInfo> {
     let fifth = count / 5;
@@ -286,10 +291,7 @@ pub fn karpenter_diverse(pods: usize) -> Input {
     Input {
         node_pools: vec![node_pool("default", 0, instance_types.len())],
         instance_types,
-        pods: diverse_pods(pods, &mut Rng::new(42))
-            .into_iter()
-            .map(Arc::new)
-            .collect(),
+        pods: shared(diverse_pods(pods, &mut Rng::new(42))),
         ..Input::default()
     }
 }
@@ -573,10 +575,7 @@ pub fn existing_cluster(nodes: usize, pending: usize) -> Input {
         nodes: nodes
             .map(|(n, pods)| running_node(n, &shape, pods.iter().cloned().map(Arc::new).collect()))
             .collect(),
-        pods: service_pods(pending, "pending", &mut rng)
-            .into_iter()
-            .map(Arc::new)
-            .collect(),
+        pods: shared(service_pods(pending, "pending", &mut rng)),
         instance_types,
         ..Input::default()
     }
@@ -625,7 +624,7 @@ pub fn many_node_pools(pods: usize) -> Input {
     Input {
         node_pools: pools,
         instance_types,
-        pods: pending.into_iter().map(Arc::new).collect(),
+        pods: shared(pending),
         ..Input::default()
     }
 }
@@ -714,7 +713,7 @@ fn provisioned_batch(catalog: &Input, nodes: usize, batch: u64) -> (Input, crate
             pod.name = format!("b{batch}-{}", pod.name);
             pod.uid.clone_from(&pod.name);
         }
-        input.pods = batch_pods.into_iter().map(Arc::new).collect();
+        input.pods = shared(batch_pods);
         let solution = crate::solve(&input);
         if solution.claims.len() >= nodes || pods > nodes * 1_000 {
             return (input, solution);
