@@ -4,6 +4,8 @@
 //! solve; every amount is then a slice of milli-units in that order, compared and added without
 //! looking names up. Names outside the set (a capacity nobody asks for) are dropped.
 
+use std::sync::Arc;
+
 use joist_messages::model::{quantity::Quantity, resources::Resources};
 
 /// The numbered resource names of one solve.
@@ -71,6 +73,26 @@ impl Dims {
     }
 }
 
+/// The vector of the requests last asked for, kept while the next pods hold the same shared copy
+/// (pods of one workload share theirs): a run of 100,000 such pods is read once, not pod by pod.
+#[derive(Debug, Default)]
+pub(crate) struct LastVector<'a> {
+    of: Option<&'a Arc<Resources>>,
+    vector: Vec<i64>,
+}
+
+impl<'a> LastVector<'a> {
+    /// `requests` as a vector over `dims`.
+    pub(crate) fn of(&mut self, dims: &Dims, requests: &'a Arc<Resources>) -> &[i64] {
+        if !self.of.is_some_and(|last| Arc::ptr_eq(last, requests)) {
+            self.vector.clear();
+            dims.extend_vector(requests, &mut self.vector);
+            self.of = Some(requests);
+        }
+        &self.vector
+    }
+}
+
 /// True when `used + extra <= limit` in every dimension.
 #[inline]
 pub(crate) fn fits(used: &[i64], extra: &[i64], limit: &[i64]) -> bool {
@@ -98,5 +120,28 @@ pub(crate) fn add(into: &mut [i64], other: &[i64]) {
 pub(crate) fn sub(into: &mut [i64], other: &[i64]) {
     for (a, b) in into.iter_mut().zip(other) {
         *a = a.saturating_sub(*b);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_last_vector_is_kept_for_the_same_copy_only() {
+        let mut dims = Dims::default();
+        dims.include_name("cpu");
+        dims.include_name("memory");
+        let cpu = |m: i64| Arc::new(Resources::new().with("cpu", Quantity::from_millis(m)));
+        let (one, equal_copy, two) = (cpu(1000), cpu(1000), cpu(2000));
+        let mut last = LastVector::default();
+        assert_eq!(last.of(&dims, &one), [1000, 0]);
+        assert_eq!(last.of(&dims, &one), [1000, 0]);
+        assert_eq!(
+            last.of(&dims, &two),
+            [2000, 0],
+            "another copy is read, not the last vector"
+        );
+        assert_eq!(last.of(&dims, &equal_copy), [1000, 0]);
     }
 }

@@ -148,8 +148,8 @@ pub struct PodInfo {
     pub uid: String,
     /// Name.
     pub name: String,
-    /// Effective requests, including one `pods` slot.
-    pub requests: Resources,
+    /// Effective requests, including one `pods` slot; shared with the pods requesting the same.
+    pub requests: Arc<Resources>,
     /// Creation time in seconds since the epoch (0 when unknown), for queue order.
     pub created_unix: i64,
     /// The volumes it attaches to its node, for the nodes whose CSI drivers limit them (none
@@ -196,43 +196,67 @@ fn kind_hash(constraints: &Constraints) -> u64 {
     hasher.finish()
 }
 
-/// How many new kinds go by between two sweeps of the kinds no pod holds any more.
+/// How many new values go by between two sweeps of the values no pod holds any more.
 const SWEEP_EVERY: usize = 4_096;
 
-/// The constraints of the pods alive in this process, one copy per kind (the replicas of a
-/// workload), so telling two pods' kinds apart is mostly comparing two pointers. A cache only:
-/// sharing is invisible, since constraints are never changed in place while shared.
-#[derive(Default)]
-struct Kinds {
-    by_hash: HashMap<u64, Weak<Constraints>>,
+/// The values of one sort (constraints, requests) held by the pods alive in this process, one
+/// copy per distinct value (the replicas of a workload share theirs), so telling two pods' values
+/// apart is mostly comparing two pointers. A cache only: sharing is invisible, since a shared
+/// value is never changed in place.
+struct Interned<T> {
+    by_hash: HashMap<u64, Weak<T>>,
     added: usize,
 }
 
-impl Kinds {
-    /// The live copy of `constraints`, or a new one.
-    fn share(&mut self, constraints: Constraints, hash: u64) -> Arc<Constraints> {
+impl<T> Default for Interned<T> {
+    fn default() -> Self {
+        Self {
+            by_hash: HashMap::new(),
+            added: 0,
+        }
+    }
+}
+
+impl<T: PartialEq> Interned<T> {
+    /// The live copy of `value`, or a new one.
+    fn share(&mut self, value: T, hash: u64) -> Arc<T> {
         if let Some(live) = self.by_hash.get(&hash).and_then(Weak::upgrade)
-            && *live == constraints
+            && *live == value
         {
             return live;
         }
-        let new = Arc::new(constraints);
+        let new = Arc::new(value);
         self.by_hash.insert(hash, Arc::downgrade(&new));
         self.added += 1;
         if self.added.is_multiple_of(SWEEP_EVERY) {
-            self.by_hash.retain(|_, kind| kind.strong_count() > 0);
+            self.by_hash.retain(|_, held| held.strong_count() > 0);
         }
         new
     }
 }
 
-/// `constraints`, shared with the pods of the same kind alive in this process.
-fn shared(constraints: Constraints, hash: u64) -> Arc<Constraints> {
-    static KINDS: LazyLock<Mutex<Kinds>> = LazyLock::new(Mutex::default);
-    KINDS
+/// `value` (whose hash is `hash`), shared through `interned` with the pods holding an equal one.
+fn share<T: PartialEq>(interned: &Mutex<Interned<T>>, value: T, hash: u64) -> Arc<T> {
+    interned
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
-        .share(constraints, hash)
+        .share(value, hash)
+}
+
+/// `constraints`, shared with the pods of the same kind alive in this process.
+fn shared(constraints: Constraints, hash: u64) -> Arc<Constraints> {
+    static KINDS: LazyLock<Mutex<Interned<Constraints>>> = LazyLock::new(Mutex::default);
+    share(&KINDS, constraints, hash)
+}
+
+/// `requests`, shared with the pods alive in this process that request the same: the solver
+/// turns a run of pods holding one copy into vectors without reading each pod's.
+fn shared_requests(requests: Resources) -> Arc<Resources> {
+    static REQUESTS: LazyLock<Mutex<Interned<Resources>>> = LazyLock::new(Mutex::default);
+    let mut hasher = std::hash::DefaultHasher::new();
+    requests.hash(&mut hasher);
+    let hash = hasher.finish();
+    share(&REQUESTS, requests, hash)
 }
 
 impl PodInfo {
@@ -429,7 +453,7 @@ impl PodInfo {
         Ok(PodInfo {
             uid: pod.metadata.uid.clone().unwrap_or_else(|| key.clone()),
             name,
-            requests,
+            requests: shared_requests(requests),
             created_unix: pod
                 .metadata
                 .creation_timestamp
@@ -627,6 +651,24 @@ mod tests {
             "the shared copy is untouched"
         );
         assert_ne!(changed.kind(), first.kind());
+    }
+
+    #[test]
+    fn pods_requesting_the_same_share_one_copy_of_their_requests() {
+        let info = |cpu: &str| {
+            PodInfo::from_pod(&pod(serde_json::json!({
+                "containers": [{"name": "a", "resources": {"requests": {"cpu": cpu}}}],
+            })))
+            .unwrap_or_else(|e| panic!("{e}"))
+        };
+        let (first, second, other) = (info("250m"), info("0.25"), info("500m"));
+        assert!(
+            Arc::ptr_eq(&first.requests, &second.requests),
+            "250m and 0.25 are one amount"
+        );
+        assert!(!Arc::ptr_eq(&first.requests, &other.requests));
+        assert_eq!(cpu(&first), 250);
+        assert_eq!(cpu(&other), 500);
     }
 
     #[test]

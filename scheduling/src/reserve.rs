@@ -85,6 +85,11 @@ impl Reserves {
         reserves
     }
 
+    /// True when no pod of the solve needs a node of its own: no claim keeps room.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.groups.is_empty()
+    }
+
     /// Records the placement of a pod whose own class is `class`.
     pub(crate) fn placed(&mut self, class: usize) {
         for &g in &self.members[class] {

@@ -41,6 +41,7 @@ use joist_messages::{
     model::{
         instance_type::{InstanceType, Offering},
         requirements::{Operator, Requirement, Requirements},
+        resources::Resources,
     },
 };
 
@@ -48,7 +49,7 @@ use crate::{
     bitset,
     catalog::{self, PoolPlan},
     classes::{self, Class},
-    dims::{self, Dims},
+    dims::{self, Dims, LastVector},
     input::{Input, MinValuesPolicy},
     pod::{AttachedVolume, Constraints, HostPort, Kind, PodInfo},
     reservations::Ledger,
@@ -192,6 +193,8 @@ struct Solver<'a> {
     rejections: Vec<usize>,
     /// When set, per bin, the (group, domain) counts its node's pods add outside hostname keys.
     records: Option<Vec<Vec<(usize, u32)>>>,
+    /// The last pod this placement put on a bin: its class, the pod and the bin.
+    last_placed: Option<(usize, usize, usize)>,
 }
 
 /// Adds a pod's volumes to a node's, each claim once.
@@ -265,12 +268,17 @@ impl<'a> Solver<'a> {
     /// (remembering what each adds to non-hostname counts when `keep_records`).
     fn prepare(input: &'a Input, pending: &[&'a PodInfo], keep_records: bool) -> (Self, Vec<usize>) {
         let mut dims = Dims::default();
-        for pod in pending.iter().copied().chain(&input.daemonsets) {
-            dims.include(&pod.requests);
-        }
-        for node in &input.nodes {
-            for pod in &node.pods {
+        let node_pods = input
+            .nodes
+            .iter()
+            .flat_map(|node| node.pods.iter().map(|pod| &**pod));
+        let all_pods = pending.iter().copied().chain(&input.daemonsets).chain(node_pods);
+        let mut last: Option<&Arc<Resources>> = None;
+        for pod in all_pods {
+            // Pods of one workload share their requests: a run of them adds no name.
+            if !last.is_some_and(|last| Arc::ptr_eq(last, &pod.requests)) {
                 dims.include(&pod.requests);
+                last = Some(&pod.requests);
             }
         }
         for pool in &input.node_pools {
@@ -382,6 +390,7 @@ impl<'a> Solver<'a> {
             room: room::Room::default(),
             rejections: Vec::new(),
             records: keep_records.then(Vec::new),
+            last_placed: None,
         };
         let class_of: Vec<usize> = unique.into_iter().map(|c| solver.intern(c)).collect();
         let classes = pod_constraints.into_iter().map(|i| class_of[i]).collect();
@@ -390,10 +399,11 @@ impl<'a> Solver<'a> {
     }
 
     /// The requests of `pods` as vectors over the solver's dimensions, one after the other.
-    fn request_vectors(&self, pods: &[&PodInfo]) -> Vec<i64> {
+    fn request_vectors(&self, pods: &[&'a PodInfo]) -> Vec<i64> {
         let mut requests = Vec::with_capacity(pods.len() * self.dims.len());
+        let mut last = LastVector::default();
         for pod in pods {
-            self.dims.extend_vector(&pod.requests, &mut requests);
+            requests.extend_from_slice(last.of(&self.dims, &pod.requests));
         }
         requests
     }
@@ -435,6 +445,7 @@ impl<'a> Solver<'a> {
         });
         let mut counted: HashMap<Kind<'_>, Vec<usize>> = HashMap::new();
         let mut records = self.records.take();
+        let mut last = LastVector::default();
         // One bin per node, sized at once: grown push by push, the bins of 10,000 nodes were
         // copied a dozen times into fresh memory on every pass.
         self.bins.reserve(nodes.len());
@@ -458,7 +469,7 @@ impl<'a> Solver<'a> {
                 pods: Vec::new(),
             };
             for pod in &node.pods {
-                dims::add(&mut bin.used, &self.dims.vector(&pod.requests));
+                dims::add(&mut bin.used, last.of(&self.dims, &pod.requests));
                 bin.ports.extend(pod.constraints().host_ports.iter().copied());
                 if !node.volume_limits.is_empty() {
                     attach(&mut bin.volumes, &pod.volumes);
@@ -527,6 +538,7 @@ impl<'a> Solver<'a> {
 
     /// Places the loaded pods.
     fn place(&mut self) -> Solution {
+        self.last_placed = None;
         let order = self.queue_order();
         let mut queue: VecDeque<(usize, Option<usize>)> = order.into_iter().map(|p| (p, None)).collect();
         let mut placed = 0usize;
@@ -611,7 +623,7 @@ impl<'a> Solver<'a> {
     /// skipping those that rejected the class for good and those without room for the pod.
     fn try_bins(&mut self, class: usize, pod: usize) -> bool {
         self.forbid_domains(class);
-        let mut next = 0;
+        let mut next = self.first_bin_to_try(class, pod);
         // Two ways to pass over bins, taken in turn: the bit sets skip a word of bins closed to
         // the class at a time, the room index skips bins without room for the pod.
         while let Some(first_open) = self.next_open_bin(class, next) {
@@ -627,6 +639,28 @@ impl<'a> Solver<'a> {
             }
         }
         false
+    }
+
+    /// Where the search for a bin for `pod` at `class` starts: where the pod placed last went when
+    /// it is alike (the same class, the same shared requests) and that placement cannot have made
+    /// a bin before that one take this pod. That holds when only room and limits changed, which
+    /// only ever turn pods down: the class counts in no topology group and checks none, no room is
+    /// kept for exclusive pods, no capacity reservation is held, and the pod attaches no volume
+    /// (a node at its attach limit may take a pod whose volume it already holds). A run of 100,000
+    /// replicas then passes over the full bins once rather than once per pod.
+    fn first_bin_to_try(&self, class: usize, pod: usize) -> usize {
+        let Some((last_class, last_pod, bin)) = self.last_placed else {
+            return 0;
+        };
+        let c = &self.classes[class];
+        let alike =
+            last_class == class && Arc::ptr_eq(&self.pods[last_pod].requests, &self.pods[pod].requests);
+        let only_room_changed = c.checks.is_empty()
+            && c.counted_in.is_empty()
+            && self.reserves.is_empty()
+            && self.ledger.is_empty()
+            && self.pods[pod].volumes.is_empty();
+        if alike && only_room_changed { bin } else { 0 }
     }
 
     /// The first bin from `from` on that is open to `class`: not rejected for good, not left out,
@@ -970,7 +1004,8 @@ impl<'a> Solver<'a> {
         if let Some(port) = c.constraints.host_ports.iter().find(|p| bin.ports.contains(p)) {
             return Err((Why::HostPort(port.port), true));
         }
-        if !claim.reqs.overlaps(&c.node_reqs) {
+        // A claim last narrowed by this class holds only what the class allows: no conflict.
+        if claim.narrowed_by != Some(class) && !claim.reqs.overlaps(&c.node_reqs) {
             return Err((Why::Requirements, true));
         }
         self.scratch.candidates.clear();
@@ -1101,6 +1136,7 @@ impl<'a> Solver<'a> {
             }
         }
         self.reserves.placed(self.pod_class[pod]);
+        self.last_placed = Some((class, pod, b));
         let d = self.dims.len();
         let bin = &mut self.bins[b];
         dims::add(&mut bin.used, &self.requests[pod * d..(pod + 1) * d]);
@@ -1114,20 +1150,22 @@ impl<'a> Solver<'a> {
         bin.pods.push(pod);
         if let Some(claim) = bin.claim.as_mut() {
             let p = &mut self.pools[claim.pool];
-            if p.remaining.is_some() {
+            // What a claim reserves of its NodePool's limits follows from its candidates alone,
+            // so it changes only when they do (most pods joining a claim leave them as they were).
+            if claim.candidates != self.scratch.fitted
+                && let Some(remaining) = p.remaining.as_mut()
+            {
                 let reserve = &mut self.scratch.reserve;
                 reserve.clear();
                 reserve.resize(d, 0);
                 for t in bitset::members(&self.scratch.fitted).take(LAUNCH_OPTIONS) {
-                    dims::max_assign(reserve, p.capacity_of(t, d));
+                    dims::max_assign(reserve, &p.capacity[t * d..(t + 1) * d]);
                 }
-            }
-            if let Some(remaining) = p.remaining.as_mut() {
                 claim.reserved.resize(d, 0);
                 dims::add(remaining, &claim.reserved);
-                dims::sub(remaining, &self.scratch.reserve);
+                dims::sub(remaining, reserve);
                 claim.reserved.clear();
-                claim.reserved.extend_from_slice(&self.scratch.reserve);
+                claim.reserved.extend_from_slice(reserve);
             }
             if claim.candidates != self.scratch.fitted {
                 claim.candidates.clear();
@@ -1228,12 +1266,12 @@ impl<'a> Solver<'a> {
             Why::Requirements => match p.requirements.compatible(&c.node_reqs, is_well_known) {
                 Err(incompatibility) => Reason::Requirements(incompatibility),
                 Ok(()) => Reason::NoInstanceType {
-                    requests: self.pods[pod].requests.clone(),
+                    requests: Resources::clone(&self.pods[pod].requests),
                 },
             },
             Why::HostPort(port) => Reason::HostPort { port },
             Why::Resources => Reason::NoInstanceType {
-                requests: self.pods[pod].requests.clone(),
+                requests: Resources::clone(&self.pods[pod].requests),
             },
             Why::Limits => {
                 let mut resources: Vec<String> = Vec::new();

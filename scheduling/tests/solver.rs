@@ -444,6 +444,36 @@ fn zonal_spread_counts_existing_pods() {
     assert_eq!(zone_of(&solution, 0).as_deref(), Some("test-zone-3"));
 }
 
+#[test]
+fn a_spread_replica_goes_back_to_a_node_the_skew_turned_away_before() {
+    let spread = json!({"topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": ZONE,
+        "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": {"app": "web"}}}]});
+    let pods = (0..4)
+        .map(|i| pod_with_labels(&format!("w{i}"), json!({"app": "web"}), spread.clone()))
+        .collect();
+    let mut input = problem(8, pods);
+    input.nodes = vec![
+        node("n1", 4, &[(ZONE, "test-zone-1")], Vec::new()),
+        node("n2", 4, &[(ZONE, "test-zone-2")], Vec::new()),
+    ];
+    let solution = solve(&input);
+    // w0 to n1, w1 to n2, w2 to a new node in zone 3 (the skew turns both nodes away), and w3,
+    // alike as it is, back to n1 now that every zone has one: not after w2, where the search
+    // for it would start if it skipped the nodes that refused the pod before it.
+    let on = |node: &str| {
+        let mut pods: Vec<&str> = (solution.placements.iter())
+            .filter(|p| input.nodes[p.node].name == node)
+            .map(|p| input.pods[p.pod].name.as_str())
+            .collect();
+        pods.sort_unstable();
+        pods
+    };
+    assert_eq!(on("n1"), ["w0", "w3"]);
+    assert_eq!(on("n2"), ["w1"]);
+    assert_eq!(solution.claims.len(), 1);
+    assert_eq!(zone_of(&solution, 0).as_deref(), Some("test-zone-3"));
+}
+
 /// Node requirements `key In values`, one alternative.
 fn only(key: &str, values: &[&str]) -> Requirements {
     [Requirement::new(key, Operator::In, values.iter().copied()).unwrap_or_else(|e| panic!("{e}"))]
