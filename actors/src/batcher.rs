@@ -3,10 +3,14 @@
 //!
 //! As Karpenter's batcher: the first pod opens a window; it closes when no new pod arrived for
 //! `BATCH_IDLE_DURATION` or when it has been open for `BATCH_MAX_DURATION`. Pods are deduplicated
-//! within a window. When the Provisioner's mailbox is full the window is kept and sent later
+//! within a window (by a 64-bit hash of their key: the window only counts them, and closing it
+//! frees no string). When the Provisioner's mailbox is full the window is kept and sent later
 //! (pods are never dropped: the Provisioner lists every pending pod anyway).
 
-use std::collections::BTreeSet;
+use std::{
+    collections::HashSet,
+    hash::{BuildHasher, BuildHasherDefault, DefaultHasher},
+};
 
 use actix::prelude::*;
 use tokio::time::Instant;
@@ -27,7 +31,8 @@ pub struct Batcher {
     max: std::time::Duration,
     provisioner: Recipient<ProvisionBatch>,
     metrics: Metrics,
-    window: BTreeSet<PodKey>,
+    /// The hashes of the window's pods' keys.
+    window: HashSet<u64>,
     opened: Option<Instant>,
     last: Option<Instant>,
     check: Option<SpawnHandle>,
@@ -41,7 +46,7 @@ impl Batcher {
             max: settings.batch_max,
             provisioner,
             metrics,
-            window: BTreeSet::new(),
+            window: HashSet::new(),
             opened: None,
             last: None,
             check: None,
@@ -70,16 +75,17 @@ impl Batcher {
             self.schedule(ctx);
             return;
         }
-        let pods: Vec<PodKey> = std::mem::take(&mut self.window).into_iter().collect();
-        match self.provisioner.try_send(ProvisionBatch { pods }) {
+        match self.provisioner.try_send(ProvisionBatch {
+            pods: self.window.len(),
+        }) {
             Ok(()) => {
+                self.window.clear();
                 self.opened = None;
                 self.last = None;
             }
             Err(SendError::Full(batch) | SendError::Closed(batch)) => {
                 self.metrics.found_full("provisioner");
-                tracing::debug!(pods = batch.pods.len(), "provisioner busy; keeping the window");
-                self.window.extend(batch.pods);
+                tracing::debug!(pods = batch.pods, "provisioner busy; keeping the window");
                 self.opened = Some(now);
                 self.last = Some(now);
                 self.schedule(ctx);
@@ -104,7 +110,7 @@ impl Handler<PodPending> for Batcher {
             tracing::debug_span!("batcher.pod_pending", pod = %format!("{}/{}", msg.pod.0, msg.pod.1))
                 .entered();
         let now = Instant::now();
-        if !self.window.insert(msg.pod) {
+        if !self.window.insert(key_hash(&msg.pod)) {
             return;
         }
         self.opened.get_or_insert(now);
@@ -113,4 +119,9 @@ impl Handler<PodPending> for Batcher {
             self.schedule(ctx);
         }
     }
+}
+
+/// A pod key's hash, the same in every run.
+fn key_hash(pod: &PodKey) -> u64 {
+    BuildHasherDefault::<DefaultHasher>::default().hash_one(pod)
 }

@@ -81,7 +81,7 @@ async fn run(shared: Shared, provisioner: Recipient<ProvisionBatch>) {
     shared.read.synced().await;
     loop {
         resolve_all(&shared, Statuses::Write).await;
-        if provisioner.try_send(ProvisionBatch { pods: Vec::new() }).is_err() {
+        if provisioner.try_send(ProvisionBatch { pods: 0 }).is_err() {
             tracing::debug!("the provisioner's mailbox is full; its next pass counts the buffers");
         }
         tokio::time::sleep(RESOLVE_INTERVAL).await;

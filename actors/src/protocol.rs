@@ -26,8 +26,8 @@ pub struct PodPending {
 #[derive(Debug, Message)]
 #[rtype(result = "()")]
 pub struct ProvisionBatch {
-    /// The pods that triggered it, deduplicated.
-    pub pods: Vec<PodKey>,
+    /// How many pods triggered it, deduplicated.
+    pub pods: usize,
 }
 
 /// NodeClaims to create for one NodePool (Provisioner → NodePool). Each claim becomes its NodeClaim

@@ -90,7 +90,7 @@ impl Handler<ProvisionBatch> for Provisioner {
     type Result = ();
 
     fn handle(&mut self, msg: ProvisionBatch, ctx: &mut Self::Context) {
-        let _span = tracing::debug_span!("provisioner.batch", pods = msg.pods.len()).entered();
+        let _span = tracing::debug_span!("provisioner.batch", pods = msg.pods).entered();
         if self.fold.start() {
             self.run(ctx);
         }
