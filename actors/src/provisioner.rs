@@ -212,7 +212,7 @@ async fn prepare(shared: &Shared) -> Pass {
     let snapshot::Pending {
         pods: mut pending,
         ignored,
-    } = snapshot::pending(read.pending_pods());
+    } = read.with_pending_pods(|pods| snapshot::pending(pods));
     if let Some(shards) = &shared.settings.replica_shards {
         pending = shards.owned_pending(read, pending);
     }
@@ -221,14 +221,11 @@ async fn prepare(shared: &Shared) -> Pass {
     let leaving_views = leaving.pods.iter().map(|pod| (pod.clone(), read.pod_info(pod)));
     pending.extend(snapshot::pending(leaving_views).pods);
     let simulated = pending.len();
-    let pods: Vec<Arc<CachedPod>> = pending.iter().map(|(pod, _)| pod.clone()).collect();
+    let (pods, mut infos): (Vec<Arc<CachedPod>>, Vec<Arc<PodInfo>>) = pending.into_iter().unzip();
     let (buffers, buffer_infos): (Vec<BufferKey>, Vec<Arc<PodInfo>>) =
         buffer_pods(shared).into_iter().unzip();
-    input.pods = pending
-        .into_iter()
-        .map(|(_, info)| info)
-        .chain(buffer_infos)
-        .collect();
+    infos.extend(buffer_infos);
+    input.pods = infos;
     input.options.reserved_offerings = ReservedOfferingMode::Strict;
     Pass {
         input,

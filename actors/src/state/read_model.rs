@@ -613,14 +613,21 @@ impl ReadModel {
     /// Pods the scheduler could not place and Joist should provision for, by namespace and name,
     /// each with its scheduling view or why it has none ([`ReadModel::pod_info`]).
     pub fn pending_pods(&self) -> Vec<Viewed> {
+        self.with_pending_pods(|pods| pods.collect())
+    }
+
+    /// What `take` makes of [`ReadModel::pending_pods`] as they are read, with no list of them
+    /// all in between (a pass over 100,000 pods sorts them straight into its own lists).
+    pub fn with_pending_pods<R>(
+        &self,
+        take: impl FnOnce(&mut dyn ExactSizeIterator<Item = Viewed>) -> R,
+    ) -> R {
         let mut pending = self.index.pending.write();
-        pending
-            .values_mut()
-            .map(|waiting| {
-                let view = self.waiting_view(waiting);
-                (waiting.pod.clone(), view)
-            })
-            .collect()
+        let mut pods = pending.values_mut().map(|waiting| {
+            let view = self.waiting_view(waiting);
+            (waiting.pod.clone(), view)
+        });
+        take(&mut pods)
     }
 
     /// The pods that must find another place because their node's NodeClaim is being deleted

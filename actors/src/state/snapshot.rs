@@ -213,7 +213,11 @@ pub struct Pending {
 /// Sorts pods with their views ([`ReadModel::pending_pods`], or [`ReadModel::pod_info`] of
 /// each) into those the simulation takes and those it cannot model.
 pub fn pending(views: impl IntoIterator<Item = Viewed>) -> Pending {
-    let mut pending = Pending::default();
+    let views = views.into_iter();
+    let mut pending = Pending {
+        pods: Vec::with_capacity(views.size_hint().0),
+        ignored: Vec::new(),
+    };
     for (pod, view) in views {
         match view {
             Ok(info) => pending.pods.push((pod, info)),
