@@ -19,7 +19,10 @@ use std::{
 };
 
 use actix::prelude::*;
-use joist_messages::model::instance_type::InstanceType;
+use joist_messages::{
+    apis::{EC2NodeClass, NodePool},
+    model::instance_type::InstanceType,
+};
 use joist_provider::{CloudError, CloudProvider, OfferingKey, capacity_reservation};
 use kube::ResourceExt;
 use tokio::time::Instant;
@@ -32,8 +35,17 @@ use crate::{
 /// Requests queued before callers wait (`send`) or see `Full` (`try_send`).
 pub const CATALOG_MAILBOX: usize = 256;
 
+/// What a pool's list of instance types is made for: the NodePool's generation and its node
+/// class's resource version. A list is kept while they hold.
+pub fn list_versions(pool: &NodePool, class: &EC2NodeClass) -> (i64, String) {
+    (
+        pool.metadata.generation.unwrap_or_default(),
+        class.resource_version().unwrap_or_default(),
+    )
+}
+
 struct Listed {
-    /// The NodePool generation and node class resource version the list was made for.
+    /// The [`list_versions`] the list was made for.
     versions: (i64, String),
     at: Instant,
     types: Arc<Vec<Arc<InstanceType>>>,
@@ -144,10 +156,7 @@ impl Handler<GetInstanceTypes> for Catalog {
     fn handle(&mut self, msg: GetInstanceTypes, _ctx: &mut Self::Context) -> Self::Result {
         let pool_name = msg.node_pool.name_any();
         let _span = tracing::debug_span!("catalog.get_instance_types", nodepool = pool_name).entered();
-        let versions = (
-            msg.node_pool.metadata.generation.unwrap_or_default(),
-            msg.node_class.resource_version().unwrap_or_default(),
-        );
+        let versions = list_versions(&msg.node_pool, &msg.node_class);
         if let Some(listed) = self.listed.get(&pool_name)
             && listed.versions == versions
             && listed.at.elapsed() < INSTANCE_TYPES_TTL

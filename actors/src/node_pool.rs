@@ -7,9 +7,14 @@
 //! An invalid NodePool is not an error of the controller: it gets `ValidationSucceeded=False` with
 //! the field and the rule it breaks, and a Warning event, and launches nothing until fixed.
 //!
+//! A pool that turns Ready, or whose spec or node class changes while Ready, has the Catalog list
+//! its instance types at once, so the first provisioning pass finds them listed.
+//!
 //! A static NodePool (`replicas`) is kept at its size by the same actor ([`static_capacity`]),
 //! one reconcile at a time, when the `StaticCapacity` gate is on; with the gate off it is not
 //! valid, and says so.
+
+use std::sync::Arc;
 
 use actix::prelude::*;
 use joist_messages::{
@@ -20,9 +25,10 @@ use joist_messages::{
 use kube::{Api, ResourceExt};
 
 use crate::{
+    catalog::list_versions,
     claim_creation, decide,
     effects::kube_ops::{self, set_condition},
-    protocol::{LaunchPlan, Reconcile},
+    protocol::{GetInstanceTypes, LaunchPlan, Reconcile},
     shared::Shared,
     static_capacity,
 };
@@ -36,6 +42,8 @@ pub struct NodePoolActor {
     shared: Shared,
     /// The next look at a static pool, when one is due.
     requeue: Option<SpawnHandle>,
+    /// The [`list_versions`] the Catalog was last asked to list the pool's instance types for.
+    listed: Option<(i64, String)>,
 }
 
 impl NodePoolActor {
@@ -45,7 +53,26 @@ impl NodePoolActor {
             name,
             shared,
             requeue: None,
+            listed: None,
         }
+    }
+
+    /// Has the Catalog list the instance types of `pool` (Ready) unless it was asked to for the
+    /// same versions; the answer stays in the Catalog.
+    fn list_instance_types(&mut self, pool: Arc<NodePool>) {
+        let class_name = &pool.spec.template.spec.node_class_ref.name;
+        let Some(class) = self.shared.read.node_class(class_name) else {
+            return;
+        };
+        let versions = list_versions(&pool, &class);
+        if self.listed.as_ref() == Some(&versions) {
+            return;
+        }
+        self.listed = Some(versions);
+        self.shared.catalog.instance_types.do_send(GetInstanceTypes {
+            node_pool: pool,
+            node_class: class,
+        });
     }
 }
 
@@ -82,8 +109,12 @@ impl Handler<Reconcile> for NodePoolActor {
             if keeps_size && ready {
                 static_capacity::reconcile(&shared, &pool).await;
             }
+            ready.then_some(pool)
         };
-        AtomicResponse::new(Box::pin(work.into_actor(self).map(move |(), actor, ctx| {
+        AtomicResponse::new(Box::pin(work.into_actor(self).map(move |ready, actor, ctx| {
+            if let Some(pool) = ready {
+                actor.list_instance_types(pool);
+            }
             if keeps_size {
                 if let Some(pending) = actor.requeue.take() {
                     ctx.cancel_future(pending);

@@ -604,6 +604,21 @@ async fn a_failing_nodeclaim_actor_is_restarted_and_the_others_carry_on() {
 }
 
 #[actix::test]
+async fn a_ready_nodepool_has_its_instance_types_listed_before_a_pod_waits() {
+    tokio::time::pause();
+    let world = world(Settings::default());
+    world.node_class().await;
+    world.node_pool("default").await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let listings = || world.cloud.listings.load(Ordering::SeqCst);
+    assert_eq!(listings(), 1, "listed once the pool is Ready, and once only");
+    world.pending_pod("first");
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    assert_eq!(world.claim_names().await.len(), 1);
+    assert_eq!(listings(), 1, "the first pass found the pool's types listed");
+}
+
+#[actix::test]
 async fn a_provisioner_flood_is_bounded_and_folds_into_one_nodeclaim() {
     tokio::time::pause();
     let world = world(Settings::default());
