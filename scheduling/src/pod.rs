@@ -189,10 +189,10 @@ impl PartialEq for Kind<'_> {
 
 impl Eq for Kind<'_> {}
 
-/// The hash [`Kind`] keys by.
-fn kind_hash(constraints: &Constraints) -> u64 {
+/// `value`'s hash, the same in every run (the hash [`Kind`] keys by, for constraints).
+fn hash_of(value: &impl Hash) -> u64 {
     let mut hasher = std::hash::DefaultHasher::new();
-    constraints.hash(&mut hasher);
+    value.hash(&mut hasher);
     hasher.finish()
 }
 
@@ -253,9 +253,7 @@ fn shared(constraints: Constraints, hash: u64) -> Arc<Constraints> {
 /// turns a run of pods holding one copy into vectors without reading each pod's.
 fn shared_requests(requests: Resources) -> Arc<Resources> {
     static REQUESTS: LazyLock<Mutex<Interned<Resources>>> = LazyLock::new(Mutex::default);
-    let mut hasher = std::hash::DefaultHasher::new();
-    requests.hash(&mut hasher);
-    let hash = hasher.finish();
+    let hash = hash_of(&requests);
     share(&REQUESTS, requests, hash)
 }
 
@@ -276,7 +274,7 @@ impl PodInfo {
     /// Changes where the pod may go (generated workloads and tests shape pods this way).
     pub fn change_constraints(&mut self, change: impl FnOnce(&mut Constraints)) {
         change(Arc::make_mut(&mut self.constraints));
-        self.kind_hash = kind_hash(&self.constraints);
+        self.kind_hash = hash_of(&*self.constraints);
     }
 
     /// The pod with what its volumes need of a node: where they can be used (see
@@ -294,7 +292,7 @@ impl PodInfo {
         if alternatives != self.constraints.volume_requirements {
             let mut constraints = Constraints::clone(&self.constraints);
             constraints.volume_requirements = alternatives;
-            self.kind_hash = kind_hash(&constraints);
+            self.kind_hash = hash_of(&constraints);
             self.constraints = shared(constraints, self.kind_hash);
         }
         self
@@ -449,7 +447,7 @@ impl PodInfo {
             tolerations,
             host_ports,
         };
-        let hash = kind_hash(&constraints);
+        let hash = hash_of(&constraints);
         Ok(PodInfo {
             uid: pod.metadata.uid.clone().unwrap_or_else(|| key.clone()),
             name,

@@ -645,7 +645,7 @@ impl<'a> Solver<'a> {
     /// it is alike (the same class, the same shared requests) and that placement cannot have made
     /// a bin before that one take this pod. That holds when only room and limits changed, which
     /// only ever turn pods down: the class counts in no topology group and checks none, no room is
-    /// kept for exclusive pods, no capacity reservation is held, and the pod attaches no volume
+    /// kept for exclusive pods, no capacity reservation is held, and neither pod attaches a volume
     /// (a node at its attach limit may take a pod whose volume it already holds). A run of 100,000
     /// replicas then passes over the full bins once rather than once per pod.
     fn first_bin_to_try(&self, class: usize, pod: usize) -> usize {
@@ -659,7 +659,8 @@ impl<'a> Solver<'a> {
             && c.counted_in.is_empty()
             && self.reserves.is_empty()
             && self.ledger.is_empty()
-            && self.pods[pod].volumes.is_empty();
+            && self.pods[pod].volumes.is_empty()
+            && self.pods[last_pod].volumes.is_empty();
         if alike && only_room_changed { bin } else { 0 }
     }
 
