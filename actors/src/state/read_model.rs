@@ -466,6 +466,14 @@ impl ReadModel {
     pub fn pod_info(&self, pod: &CachedPod) -> Result<Arc<PodInfo>, PodError> {
         let key = (pod.namespace().unwrap_or_default(), pod.name_any());
         let known = self.index.pod_infos.get(&key);
+        // A view made of the pod alone holds while its version does, with no look at the claims
+        // and controllers it does not use (the disruption planner asks for every node's pods).
+        if let Some(known) = known.as_deref()
+            && known.of_pod_alone
+            && pod.metadata.resource_version.as_deref() == Some(known.version.as_str())
+        {
+            return Ok(known.info.clone());
+        }
         let (info, made) = self.view(known.as_deref(), pod)?;
         drop(known);
         if let Some(made) = made {
