@@ -643,8 +643,9 @@ impl<'a> Solver<'a> {
 
     /// Where the search for a bin for `pod` at `class` starts: where the pod placed last went when
     /// it is alike (the same class, the same shared requests) and that placement cannot have made
-    /// a bin before that one take this pod. That holds when only room and limits changed, which
-    /// only ever turn pods down: the class counts in no topology group and checks none, no room is
+    /// a bin before that one take this pod. That holds when only room and limits changed, and
+    /// only tightened (a claim giving up types gives back limits: [`Self::commit`] forgets the
+    /// last placement then): the class counts in no topology group and checks none, no room is
     /// kept for exclusive pods, no capacity reservation is held, and neither pod attaches a volume
     /// (a node at its attach limit may take a pod whose volume it already holds). A run of 100,000
     /// replicas then passes over the full bins once rather than once per pod.
@@ -1163,6 +1164,11 @@ impl<'a> Solver<'a> {
                     dims::max_assign(reserve, &p.capacity[t * d..(t + 1) * d]);
                 }
                 claim.reserved.resize(d, 0);
+                if reserve.iter().zip(&claim.reserved).any(|(new, old)| new < old) {
+                    // The pool's limits loosen: a bin that refused the last pod on them may
+                    // take the next, so its search starts over.
+                    self.last_placed = None;
+                }
                 dims::add(remaining, &claim.reserved);
                 dims::sub(remaining, reserve);
                 claim.reserved.clear();
