@@ -22,6 +22,18 @@ impl Dims {
         }
     }
 
+    /// Adds the names of each of `requests` not yet numbered. Pods of one workload share their
+    /// requests: a run of them holding one copy is read once.
+    pub(crate) fn include_each<'a>(&mut self, requests: impl Iterator<Item = &'a Arc<Resources>>) {
+        let mut last: Option<&Arc<Resources>> = None;
+        for requests in requests {
+            if !last.is_some_and(|last| Arc::ptr_eq(last, requests)) {
+                self.include(requests);
+                last = Some(requests);
+            }
+        }
+    }
+
     /// Numbers `name` if it is not yet.
     pub(crate) fn include_name(&mut self, name: &str) {
         if !self.names.iter().any(|n| n == name) {

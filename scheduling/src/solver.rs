@@ -273,14 +273,7 @@ impl<'a> Solver<'a> {
             .iter()
             .flat_map(|node| node.pods.iter().map(|pod| &**pod));
         let all_pods = pending.iter().copied().chain(&input.daemonsets).chain(node_pods);
-        let mut last: Option<&Arc<Resources>> = None;
-        for pod in all_pods {
-            // Pods of one workload share their requests: a run of them adds no name.
-            if !last.is_some_and(|last| Arc::ptr_eq(last, &pod.requests)) {
-                dims.include(&pod.requests);
-                last = Some(&pod.requests);
-            }
-        }
+        dims.include_each(all_pods.map(|pod| &pod.requests));
         for pool in &input.node_pools {
             for name in pool.remaining.iter().flat_map(|r| r.keys()) {
                 if name != joist_messages::model::resources::names::NODES {
@@ -1154,14 +1147,12 @@ impl<'a> Solver<'a> {
             let p = &mut self.pools[claim.pool];
             // What a claim reserves of its NodePool's limits follows from its candidates alone,
             // so it changes only when they do (most pods joining a claim leave them as they were).
-            if claim.candidates != self.scratch.fitted
-                && let Some(remaining) = p.remaining.as_mut()
-            {
+            if claim.candidates != self.scratch.fitted && p.remaining.is_some() {
                 let reserve = &mut self.scratch.reserve;
                 reserve.clear();
                 reserve.resize(d, 0);
                 for t in bitset::members(&self.scratch.fitted).take(LAUNCH_OPTIONS) {
-                    dims::max_assign(reserve, &p.capacity[t * d..(t + 1) * d]);
+                    dims::max_assign(reserve, p.capacity_of(t, d));
                 }
                 claim.reserved.resize(d, 0);
                 if reserve.iter().zip(&claim.reserved).any(|(new, old)| new < old) {
@@ -1169,8 +1160,10 @@ impl<'a> Solver<'a> {
                     // take the next, so its search starts over.
                     self.last_placed = None;
                 }
-                dims::add(remaining, &claim.reserved);
-                dims::sub(remaining, reserve);
+                if let Some(remaining) = p.remaining.as_mut() {
+                    dims::add(remaining, &claim.reserved);
+                    dims::sub(remaining, reserve);
+                }
                 claim.reserved.clear();
                 claim.reserved.extend_from_slice(reserve);
             }
