@@ -39,8 +39,8 @@ use joist_messages::{
     },
 };
 use joist_provider::{CloudError, Instance};
-use k8s_openapi::api::core::v1::Node;
-use kube::api::{Api, ListParams};
+use k8s_openapi::{api::core::v1::Node, apimachinery::pkg::apis::meta::v1::Time};
+use kube::api::ListParams;
 use serde::Deserialize;
 use thiserror::Error;
 
@@ -310,18 +310,54 @@ pub struct Listed {
     pub interrupt: bool,
 }
 
+/// A KWOK Node as the cloud reads it back: its name, creation time, labels, annotations and
+/// provider ID. The rest of a Node (its status, its managed fields) is passed over while the list
+/// is read: the whole Nodes of a listing were a fifth of the controller's heap at the peak of a
+/// 1,000-pod run on KWOK (docs/performance.md).
+#[derive(Debug, Deserialize)]
+pub struct KwokNode {
+    metadata: KwokNodeMeta,
+    #[serde(default)]
+    spec: KwokNodeSpec,
+}
+
+/// The part of a KWOK Node's metadata the cloud reads.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct KwokNodeMeta {
+    #[serde(default)]
+    name: String,
+    creation_timestamp: Option<Time>,
+    labels: Option<BTreeMap<String, String>>,
+    annotations: Option<BTreeMap<String, String>>,
+}
+
+/// The part of a KWOK Node's spec the cloud reads.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct KwokNodeSpec {
+    #[serde(rename = "providerID")]
+    provider_id: Option<String>,
+}
+
+/// A list of [`KwokNode`]s, as the API server answers a list of Nodes.
+#[derive(Debug, Deserialize)]
+struct KwokNodeList {
+    items: Vec<KwokNode>,
+}
+
 /// The instances whose KWOK nodes are in the cluster: Joist's, from their instance annotation,
 /// and those of Karpenter's KWOK provider, from their Node ([`launched_elsewhere`]); Nodes that are
 /// neither are passed over.
 pub async fn listed(client: &kube::Client) -> Result<Vec<Listed>, CloudError> {
     let (key, value) = KWOK_NODE;
-    let nodes: Api<Node> = Api::all(client.clone());
-    let list = nodes
+    let failed = |e: &dyn std::fmt::Display| CloudError::Transient {
+        message: format!("listing the KWOK nodes: {e}"),
+    };
+    let request = kube::core::Request::new("/api/v1/nodes")
         .list(&ListParams::default().labels(&format!("{key}={value}")))
-        .await
-        .map_err(|e| CloudError::Transient {
-            message: format!("listing the KWOK nodes: {e}"),
-        })?;
+        .map_err(|e| failed(&e))?;
+    let list: KwokNodeList = client.request(request).await.map_err(|e| failed(&e))?;
     Ok(list
         .items
         .into_iter()
@@ -338,7 +374,7 @@ pub async fn listed(client: &kube::Client) -> Result<Vec<Listed>, CloudError> {
             };
             Some(Listed {
                 instance,
-                node_name: node.metadata.name.unwrap_or_default(),
+                node_name: node.metadata.name,
                 labels: node.metadata.labels.unwrap_or_default(),
                 interrupt,
             })
@@ -351,9 +387,9 @@ pub async fn listed(client: &kube::Client) -> Result<Vec<Listed>, CloudError> {
 /// ([`PRICE_LABEL`]; 0 when it is missing, for the cloud to look up), and no image (none is
 /// recorded; Karpenter's KWOK provider reports no image drift). `None` for a Node with another
 /// provider ID, and, with a warning, for one without those labels.
-pub fn launched_elsewhere(node: &Node) -> Option<Instance> {
-    let name = node.metadata.name.as_deref().unwrap_or_default();
-    let provider_id = node.spec.as_ref()?.provider_id.as_deref()?;
+pub fn launched_elsewhere(node: &KwokNode) -> Option<Instance> {
+    let name = node.metadata.name.as_str();
+    let provider_id = node.spec.provider_id.as_deref()?;
     if !provider_id.starts_with(PROVIDER_PREFIX) {
         return None;
     }
@@ -472,11 +508,12 @@ mod tests {
     }
 
     /// A Node as Karpenter's KWOK provider creates it, with `labels` and `provider_id`.
-    fn karpenters_node(labels: serde_json::Value, provider_id: &str) -> Node {
+    fn karpenters_node(labels: serde_json::Value, provider_id: &str) -> KwokNode {
         serde_json::from_value(serde_json::json!({
             "metadata": {"name": "kwok-default-x7k2p-1", "creationTimestamp": "2026-11-28T07:00:00Z",
                          "annotations": {"kwok.x-k8s.io/node": "fake"}, "labels": labels},
             "spec": {"providerID": provider_id},
+            "status": {"capacity": {"cpu": "4"}, "conditions": []},
         }))
         .unwrap_or_else(|e| panic!("{e}"))
     }
