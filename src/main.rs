@@ -10,8 +10,8 @@ use joist::commands::{Cli, run};
 ///
 /// The controller's heap is small and long-lived, and mimalloc's pages per size class and thread
 /// held half again its live heap: at the peak of `joist bench versus-karpenter --workload basic`
-/// (1,000 pods) `joist run` was resident at 66 to 80 MiB with mimalloc and 54 MiB with glibc's
-/// malloc in two arenas, whose live heap heaptrack put at 21 MB; at 10,000 and 100,000 pods the
+/// (1,000 pods) `joist run` was resident at 66 to 80 MiB with mimalloc and at 57 to 58 MiB with
+/// glibc's malloc in two arenas, its live heap 21 MB by heaptrack; at 10,000 and 100,000 pods the
 /// two were level (docs/performance.md). kubesim, the benchmarks and `joist simulate` churn
 /// through objects, where mimalloc spent half the CPU glibc did. The choice is made once, at the
 /// start of `main`, from the command's name; a block is freed by the allocator that made it

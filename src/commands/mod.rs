@@ -385,12 +385,12 @@ fn metric_total(metrics: &str, series: &str) -> f64 {
         .sum()
 }
 
-/// The multi-threaded tokio runtime the commands that serve or simulate run on.
 /// A benchmark's workload: `--nodes N` when given, else `--pods N`.
 fn workload(pods: usize, nodes: Option<usize>) -> bench_e2e::Workload {
     nodes.map_or(bench_e2e::Workload::Pods(pods), bench_e2e::Workload::Nodes)
 }
 
+/// The multi-threaded tokio runtime the commands that serve or simulate run on.
 fn runtime() -> Result<tokio::runtime::Runtime, CommandError> {
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
