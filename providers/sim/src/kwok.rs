@@ -40,7 +40,7 @@ use joist_messages::{
 };
 use joist_provider::{CloudError, Instance};
 use k8s_openapi::{api::core::v1::Node, apimachinery::pkg::apis::meta::v1::Time};
-use kube::api::ListParams;
+use kube::api::{Api, ListParams, ObjectList};
 use serde::Deserialize;
 use thiserror::Error;
 
@@ -314,7 +314,7 @@ pub struct Listed {
 /// provider ID. The rest of a Node (its status, its managed fields) is passed over while the list
 /// is read: the whole Nodes of a listing were a fifth of the controller's heap at the peak of a
 /// 1,000-pod run on KWOK (docs/performance.md).
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 pub struct KwokNode {
     metadata: KwokNodeMeta,
     #[serde(default)]
@@ -322,7 +322,7 @@ pub struct KwokNode {
 }
 
 /// The part of a KWOK Node's metadata the cloud reads.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct KwokNodeMeta {
     #[serde(default)]
@@ -333,17 +333,11 @@ struct KwokNodeMeta {
 }
 
 /// The part of a KWOK Node's spec the cloud reads.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct KwokNodeSpec {
     #[serde(rename = "providerID")]
     provider_id: Option<String>,
-}
-
-/// A list of [`KwokNode`]s, as the API server answers a list of Nodes.
-#[derive(Debug, Deserialize)]
-struct KwokNodeList {
-    items: Vec<KwokNode>,
 }
 
 /// The instances whose KWOK nodes are in the cluster: Joist's, from their instance annotation,
@@ -354,10 +348,11 @@ pub async fn listed(client: &kube::Client) -> Result<Vec<Listed>, CloudError> {
     let failed = |e: &dyn std::fmt::Display| CloudError::Transient {
         message: format!("listing the KWOK nodes: {e}"),
     };
-    let request = kube::core::Request::new("/api/v1/nodes")
+    let nodes: Api<Node> = Api::all(client.clone());
+    let request = kube::core::Request::new(nodes.resource_url())
         .list(&ListParams::default().labels(&format!("{key}={value}")))
         .map_err(|e| failed(&e))?;
-    let list: KwokNodeList = client.request(request).await.map_err(|e| failed(&e))?;
+    let list: ObjectList<KwokNode> = client.request(request).await.map_err(|e| failed(&e))?;
     Ok(list
         .items
         .into_iter()
