@@ -1145,29 +1145,30 @@ impl<'a> Solver<'a> {
         bin.pods.push(pod);
         if let Some(claim) = bin.claim.as_mut() {
             let p = &mut self.pools[claim.pool];
-            // What a claim reserves of its NodePool's limits follows from its candidates alone,
-            // so it changes only when they do (most pods joining a claim leave them as they were).
-            if claim.candidates != self.scratch.fitted && p.remaining.is_some() {
-                let reserve = &mut self.scratch.reserve;
-                reserve.clear();
-                reserve.resize(d, 0);
-                for t in bitset::members(&self.scratch.fitted).take(LAUNCH_OPTIONS) {
-                    dims::max_assign(reserve, p.capacity_of(t, d));
-                }
-                claim.reserved.resize(d, 0);
-                if reserve.iter().zip(&claim.reserved).any(|(new, old)| new < old) {
-                    // The pool's limits loosen: a bin that refused the last pod on them may
-                    // take the next, so its search starts over.
-                    self.last_placed = None;
-                }
-                if let Some(remaining) = p.remaining.as_mut() {
-                    dims::add(remaining, &claim.reserved);
-                    dims::sub(remaining, reserve);
-                }
-                claim.reserved.clear();
-                claim.reserved.extend_from_slice(reserve);
-            }
             if claim.candidates != self.scratch.fitted {
+                // What a claim reserves of its NodePool's limits follows from its candidates
+                // alone, so it changes only when they do (most pods joining a claim leave them as
+                // they were).
+                if p.remaining.is_some() {
+                    let reserve = &mut self.scratch.reserve;
+                    reserve.clear();
+                    reserve.resize(d, 0);
+                    for t in bitset::members(&self.scratch.fitted).take(LAUNCH_OPTIONS) {
+                        dims::max_assign(reserve, p.capacity_of(t, d));
+                    }
+                    claim.reserved.resize(d, 0);
+                    if reserve.iter().zip(&claim.reserved).any(|(new, old)| new < old) {
+                        // The pool's limits loosen: a bin that refused the last pod on them may
+                        // take the next, so its search starts over.
+                        self.last_placed = None;
+                    }
+                    if let Some(remaining) = p.remaining.as_mut() {
+                        dims::add(remaining, &claim.reserved);
+                        dims::sub(remaining, reserve);
+                    }
+                    claim.reserved.clear();
+                    claim.reserved.extend_from_slice(reserve);
+                }
                 claim.candidates.clear();
                 claim.candidates.extend_from_slice(&self.scratch.fitted);
                 bin.alloc.iter_mut().for_each(|a| *a = 0);
