@@ -260,6 +260,11 @@ pub enum BenchTarget {
         /// Write a page with both timelines per workload.
         #[arg(long)]
         html: Option<PathBuf>,
+        /// Keep every run's logs (each controller's, at `info`; each control plane's) in this
+        /// directory, created if missing and refused unless empty; otherwise they are removed
+        /// after a run that succeeds.
+        #[arg(long, value_name = "DIR")]
+        keep: Option<PathBuf>,
     },
     /// The crash suite: Joist's controllers crashed at every fault point of a scenario's life and
     /// started again from the cluster and the cloud alone; prints leaks, duplicate launches and
@@ -467,6 +472,7 @@ pub fn run(cli: Cli, out: &mut dyn io::Write) -> Result<ExitCode, CommandError> 
                     scale,
                     quiet,
                     html,
+                    keep,
                 },
         } => bench_versus::run(
             &bench_versus::Options {
@@ -474,6 +480,7 @@ pub fn run(cli: Cli, out: &mut dyn io::Write) -> Result<ExitCode, CommandError> 
                 scale,
                 quiet,
                 html,
+                keep,
             },
             out,
         ),

@@ -19,6 +19,7 @@ fn figure(printed: &str, name: &str) -> f64 {
 #[test]
 fn karpenter_and_joist_run_the_same_workload_on_the_real_control_plane_and_both_are_measured() {
     let html = std::env::temp_dir().join(format!("joist-versus-{}.html", std::process::id()));
+    let logs = std::env::temp_dir().join(format!("joist-versus-{}-logs", std::process::id()));
     let output = Command::new(env!("CARGO_BIN_EXE_joist"))
         .args([
             "bench",
@@ -30,6 +31,8 @@ fn karpenter_and_joist_run_the_same_workload_on_the_real_control_plane_and_both_
         ])
         .args(["--quiet", "20", "--html"])
         .arg(&html)
+        .arg("--keep")
+        .arg(&logs)
         .current_dir(root())
         .output()
         .expect("run joist bench versus-karpenter");
@@ -40,6 +43,10 @@ fn karpenter_and_joist_run_the_same_workload_on_the_real_control_plane_and_both_
         String::from_utf8_lossy(&output.stderr)
     );
     for controller in ["karpenter", "joist"] {
+        // Each controller's log, kept when asked, says what it did.
+        let log = logs.join(format!("basic-{controller}/{controller}.log"));
+        let kept = std::fs::metadata(&log).map_or(0, |m| m.len());
+        assert!(kept > 0, "{}: {kept} bytes", log.display());
         let step = |n: usize, phase: &str, what: &str| {
             figure(&printed, &format!("basic {controller} step {n} {phase} {what}"))
         };
@@ -72,6 +79,7 @@ fn karpenter_and_joist_run_the_same_workload_on_the_real_control_plane_and_both_
         let value: f64 = value.parse().unwrap_or_else(|_| panic!("{ratio}"));
         assert!(value > 0.0, "{ratio}");
     }
+    let _ = std::fs::remove_dir_all(&logs);
     let page = std::fs::read_to_string(&html).expect("the HTML page");
     let _ = std::fs::remove_file(&html);
     for line in [

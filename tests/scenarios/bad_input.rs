@@ -1,5 +1,5 @@
-//! Bad input, end to end through the binary: a malformed scenario file, kubeconfig or environment
-//! setting each stops Joist with exactly one line on standard error that names what is wrong
+//! Bad input, end to end through the binary: a malformed scenario file, kubeconfig, environment
+//! setting or benchmark directory each stops Joist with exactly one line on standard error that names what is wrong
 //! (the file, the field or the variable) and a non-zero exit code.
 
 use std::{path::PathBuf, process::Command};
@@ -72,6 +72,8 @@ fn each_bad_input_gets_one_line_naming_what_is_wrong() {
     let kubeconfig = file("kubeconfig", "apiVersion: v1\nclusters: [oops\n");
     let missing = scratch().join("missing.yaml").display().to_string();
     let bad_kubeconfig = format!("KUBECONFIG={kubeconfig}");
+    // A directory with a file in it, which `--keep` refuses before building or starting anything.
+    let not_empty = scratch().display().to_string();
     let run_with = |extra: (&'static str, String)| {
         let mut env: Vec<(&str, String)> = RUN_ENV.iter().map(|(k, v)| (*k, (*v).to_owned())).collect();
         env.retain(|(k, _)| *k != extra.0);
@@ -148,6 +150,12 @@ fn each_bad_input_gets_one_line_naming_what_is_wrong() {
             vec!["run"],
             run_with(("FEATURE_GATES", "Bogus".to_owned())),
             vec!["FEATURE_GATES"],
+        ),
+        (
+            "versus-karpenter keeping its logs where something is",
+            vec!["bench", "versus-karpenter", "--keep", &not_empty],
+            vec![],
+            vec!["--keep", &not_empty, "is not empty"],
         ),
         (
             "no cluster name",

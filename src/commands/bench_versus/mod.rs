@@ -1,5 +1,6 @@
-//! `joist bench versus-karpenter [--workload NAME] [--scale F] [--quiet S] [--html FILE]`: Joist and Karpenter
-//! run side by side on the same workloads, the same control plane and the same instance types.
+//! `joist bench versus-karpenter [--workload NAME] [--scale F] [--quiet S] [--html FILE]
+//! [--keep DIR]`: Joist and Karpenter run side by side on the same workloads, the same control
+//! plane and the same instance types.
 //!
 //! For each workload of Karpenter's performance suite ([`workloads`]): a fresh local control
 //! plane, Karpenter v1.14.1's KWOK controller on it, the workload; then a fresh control plane,
@@ -26,7 +27,10 @@
 //! 30 s `consolidateAfter` for a consolidation, which neither controller may cut), and cost the
 //! cost per hour at the end.
 //! `--html FILE` writes a page with both timelines (nodes and pending pods) on one chart per
-//! workload.
+//! workload. `--keep DIR` keeps each run's directory (`WORKLOAD-CONTROLLER`: the controller's log,
+//! the control plane's logs) in `DIR`, which must be empty, and has both controllers log at
+//! `info` (Karpenter's default) rather than `error`, which costs each some CPU; without it the
+//! directories are removed after a run that succeeds.
 
 mod floor;
 mod observe;
@@ -87,6 +91,8 @@ pub struct Options {
     pub quiet: u64,
     /// Where to write the HTML page.
     pub html: Option<PathBuf>,
+    /// Where to keep every run's logs, which are otherwise removed after a run that succeeds.
+    pub keep: Option<PathBuf>,
 }
 
 /// One phase's result.
@@ -160,6 +166,10 @@ pub fn run(options: &Options, out: &mut dyn io::Write) -> Result<ExitCode, Comma
             ),
         });
     }
+    let dir = match &options.keep {
+        Some(dir) => kept(dir)?,
+        None => std::env::temp_dir().join(format!("joist-bench-versus-{}", std::process::id())),
+    };
     let joist = std::env::current_exe().map_err(|source| CommandError::Read {
         path: "this executable (/proc/self/exe)".into(),
         source,
@@ -168,7 +178,6 @@ pub fn run(options: &Options, out: &mut dyn io::Write) -> Result<ExitCode, Comma
     let catalog = peers::karpenter_catalog(&scripts).map_err(start)?;
     let prices = Arc::new(Prices::read(&catalog).map_err(start)?);
     let runtime = super::runtime()?;
-    let dir = std::env::temp_dir().join(format!("joist-bench-versus-{}", std::process::id()));
     // Each run's own directory, named after the workload and who runs it.
     let setup = |workload: &str, who: &str| Setup {
         scripts: &scripts,
@@ -177,6 +186,8 @@ pub fn run(options: &Options, out: &mut dyn io::Write) -> Result<ExitCode, Comma
         dir: dir.join(format!("{workload}-{who}")),
         prices: prices.clone(),
         quiet: options.quiet as f64,
+        // Logs kept to be read say what each controller did (at the cost of writing them).
+        log_level: if options.keep.is_some() { "info" } else { "error" },
     };
     let mut results = Vec::new();
     for workload in &chosen {
@@ -197,8 +208,10 @@ pub fn run(options: &Options, out: &mut dyn io::Write) -> Result<ExitCode, Comma
         print_ratio(workload.name, &runs[0], &runs[1], &floors, out).map_err(CommandError::stdout)?;
         results.push((workload.name, runs));
     }
-    // Kept on failure, for the logs.
-    let _ = std::fs::remove_dir_all(&dir);
+    // Kept on failure, for the logs, and when asked.
+    if options.keep.is_none() {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
     if let Some(path) = &options.html {
         std::fs::write(path, page::render(&results)).map_err(|source| CommandError::Write {
             path: path.clone(),
@@ -206,6 +219,21 @@ pub fn run(options: &Options, out: &mut dyn io::Write) -> Result<ExitCode, Comma
         })?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `dir`, for `--keep`: created when missing; one with anything in it is refused, as the runs'
+/// directories would mix with what is there.
+fn kept(dir: &Path) -> Result<PathBuf, CommandError> {
+    let path = || dir.display().to_string();
+    let refused = |why: String| CommandError::Start {
+        message: format!("--keep {}: {why}", path()),
+    };
+    std::fs::create_dir_all(dir).map_err(|e| refused(format!("cannot be created: {e}")))?;
+    let mut entries = std::fs::read_dir(dir).map_err(|e| refused(format!("cannot be read: {e}")))?;
+    if entries.next().is_some() {
+        return Err(refused("is not empty".to_owned()));
+    }
+    Ok(dir.to_path_buf())
 }
 
 /// What every run shares.
@@ -216,6 +244,8 @@ struct Setup<'a> {
     dir: PathBuf,
     prices: Arc<Prices>,
     quiet: f64,
+    /// The controllers' `LOG_LEVEL`.
+    log_level: &'static str,
 }
 
 /// `contender` runs `workload` on a fresh control plane.
@@ -229,6 +259,7 @@ async fn one(workload: &Workload, contender: Contender, setup: &Setup<'_>) -> Re
         setup.catalog,
         setup.joist,
         &log,
+        setup.log_level,
     )
     .await?;
     let client = client(&cluster.kubeconfig).await?;

@@ -197,6 +197,7 @@ pub async fn start(
     catalog: &Path,
     joist: &Path,
     log: &Path,
+    log_level: &str,
 ) -> Result<Process, BenchError> {
     let spawn = |source| BenchError::Spawn {
         what: contender.name(),
@@ -219,7 +220,7 @@ pub async fn start(
                 ],
             )?;
             let mut command = Command::new(scripts.join("karpenter-kwok"));
-            command.arg("run").env("LOG_LEVEL", "error");
+            command.arg("run");
             command
         }
         Contender::Joist => {
@@ -231,14 +232,14 @@ pub async fn start(
                 .env("CLUSTER_ENDPOINT", &cluster.server)
                 .env("CLOUD_PROVIDER", "kwok")
                 .env("DISABLE_LEADER_ELECTION", "true")
-                .env("LISTEN_ADDRESS", "127.0.0.1")
-                .env("LOG_LEVEL", "error");
+                .env("LISTEN_ADDRESS", "127.0.0.1");
             command
         }
     };
     let metrics = free_port().map_err(spawn)?;
     let health = free_port().map_err(spawn)?;
     let child = command
+        .env("LOG_LEVEL", log_level)
         .env("KUBECONFIG", &cluster.kubeconfig)
         .env("INSTANCE_TYPES_FILE_PATH", catalog)
         .env("METRICS_PORT", metrics.to_string())
