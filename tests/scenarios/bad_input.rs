@@ -1,6 +1,6 @@
 //! Bad input, end to end through the binary: a malformed scenario file, kubeconfig, environment
-//! setting or benchmark directory each stops Joist with exactly one line on standard error that names what is wrong
-//! (the file, the field or the variable) and a non-zero exit code.
+//! setting or benchmark directory each stops Joist with exactly one line on standard error that
+//! names what is wrong (the file, the field, the variable or the flag) and a non-zero exit code.
 
 use std::{path::PathBuf, process::Command};
 

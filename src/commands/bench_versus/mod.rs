@@ -224,9 +224,8 @@ pub fn run(options: &Options, out: &mut dyn io::Write) -> Result<ExitCode, Comma
 /// `dir`, for `--keep`: created when missing; one with anything in it is refused, as the runs'
 /// directories would mix with what is there.
 fn kept(dir: &Path) -> Result<PathBuf, CommandError> {
-    let path = || dir.display().to_string();
     let refused = |why: String| CommandError::Start {
-        message: format!("--keep {}: {why}", path()),
+        message: format!("--keep {}: {why}", dir.display()),
     };
     std::fs::create_dir_all(dir).map_err(|e| refused(format!("cannot be created: {e}")))?;
     let mut entries = std::fs::read_dir(dir).map_err(|e| refused(format!("cannot be read: {e}")))?;
