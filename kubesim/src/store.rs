@@ -29,7 +29,7 @@ use tokio::sync::watch;
 use crate::aside::SpecAside;
 use crate::busy::Busy;
 use crate::encoded::Encodings;
-use crate::history::{History, Reader};
+use crate::history::{History, Reader, Reads};
 use crate::object::text;
 use crate::{
     clock::Clock,
@@ -136,8 +136,9 @@ impl WatchEvent {
 }
 
 /// One version of an object as a watch event carries it: its JSON, and its parsed form while the
-/// event is among the newest of its resource ([`crate::history`]). Older events, kept for
-/// watches that lag, hold only the JSON, which the live object or the next event mostly shares.
+/// event is among the newest of its resource or a controller has yet to read it
+/// ([`crate::history`]). Older events, kept for watches that lag, hold only the JSON, which the
+/// live object or the next event mostly shares.
 #[derive(Debug, Clone)]
 pub struct Version {
     json: Bytes,
@@ -830,9 +831,14 @@ impl Store {
         self.lock().failing_creates.insert(resource.clone(), count);
     }
 
-    /// Registers a watch of a resource that starts after `revision` (None: after now). Fails with 410
-    /// when that revision has left the history.
-    pub fn watch(&self, resource: &GroupResource, revision: Option<u64>) -> Result<WatchCursor, ApiError> {
+    /// Registers a watch of a resource that starts after `revision` (None: after now), reading as
+    /// `reads`. Fails with 410 when that revision has left the history.
+    pub fn watch(
+        &self,
+        resource: &GroupResource,
+        revision: Option<u64>,
+        reads: Reads,
+    ) -> Result<WatchCursor, ApiError> {
         let mut state = self.lock();
         let now = state.revision;
         let table = state
@@ -845,7 +851,7 @@ impl Store {
             resource: resource.clone(),
             position,
             changes: table.changed.subscribe(),
-            reader: table.history.reader(position),
+            reader: table.history.reader(position, reads),
         })
     }
 

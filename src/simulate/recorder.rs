@@ -11,6 +11,7 @@ use std::{
 
 use joist_kubesim::{
     Store, conditions,
+    history::Reads,
     resources::GroupResource,
     store::{EventKind, Version, WatchCursor},
 };
@@ -335,7 +336,7 @@ impl Recorder {
             ]
             .into_iter()
             .filter_map(|(watched, resource)| {
-                let cursor = store.watch(&resource, None).ok()?;
+                let cursor = store.watch(&resource, None, Reads::Objects).ok()?;
                 Some((watched, resource, cursor))
             })
             .collect();
@@ -353,7 +354,7 @@ impl Recorder {
                                 resource.qualified(),
                                 format!("{gone}: the figures that rest on these objects are incomplete"),
                             );
-                            if let Ok(fresh) = store.watch(resource, None) {
+                            if let Ok(fresh) = store.watch(resource, None, Reads::Objects) {
                                 *cursor = fresh;
                             }
                             continue;

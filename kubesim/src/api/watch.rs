@@ -26,6 +26,7 @@ use tokio::sync::mpsc;
 use super::{ApiBody, ApiRequest, ResourcePath, objects};
 use crate::{
     error::ApiError,
+    history::Reads,
     object::Pointer,
     resources::ResourceType,
     selector::{FieldSelector, LabelSelector},
@@ -127,14 +128,14 @@ pub fn serve(store: Arc<Store>, request: &ApiRequest, path: &ResourcePath) -> Re
     let initial_events_end = request.query.flag("sendInitialEvents");
     let resource = path.rtype.group_resource();
     let (mut cursor, initial) = match request.query.resource_version()? {
-        Some(revision) if !initial_events_end => match store.watch(&resource, Some(revision)) {
+        Some(revision) if !initial_events_end => match store.watch(&resource, Some(revision), Reads::Json) {
             Ok(cursor) => (cursor, Vec::new()),
             Err(gone) => return Ok(refused(&gone)),
         },
         _ if filter.everything() => {
             let page = store.list_encoded(&resource, None, None, None);
             let items = page.items.into_iter().map(Version::encoded).collect();
-            (store.watch(&resource, Some(page.revision))?, items)
+            (store.watch(&resource, Some(page.revision), Reads::Json)?, items)
         }
         _ => {
             let page = store.list(&resource, filter.namespace.as_deref(), None, None, |o| {
@@ -145,7 +146,7 @@ pub fn serve(store: Arc<Store>, request: &ApiRequest, path: &ResourcePath) -> Re
                 .into_iter()
                 .map(|object| Version::parsed(store.encoded(&object), object))
                 .collect();
-            (store.watch(&resource, Some(page.revision))?, items)
+            (store.watch(&resource, Some(page.revision), Reads::Json)?, items)
         }
     };
     let as_table = request.wants_table();

@@ -24,6 +24,7 @@ pub use self::kubelet::KubeletSettings;
 pub use self::workloads::template_hash;
 use crate::{
     error::ApiError,
+    history::Reads,
     resources::GroupResource,
     store::{EventKind, ObjectKey, Store, Version, WatchCursor},
 };
@@ -134,7 +135,9 @@ impl Informer {
             }
         }
         let page = store.list_encoded(&self.resource, None, None, None);
-        self.cursor = store.watch(&self.resource, Some(page.revision)).ok();
+        self.cursor = store
+            .watch(&self.resource, Some(page.revision), Reads::Objects)
+            .ok();
         let versions: Vec<(EventKind, Version)> = page
             .items
             .into_iter()
