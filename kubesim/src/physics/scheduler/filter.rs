@@ -12,7 +12,7 @@ use k8s_openapi::api::core::v1::{
     Affinity, NodeSelectorRequirement, NodeSelectorTerm, PodAffinityTerm, Taint, Toleration,
     TopologySpreadConstraint,
 };
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::volume_topology::{self, VolumeNeed};
 use crate::object::Pointer;
@@ -304,18 +304,19 @@ impl PodNeeds {
     }
 
     pub(super) fn of(pod: &Value) -> Self {
-        let spec = pod.get("spec").cloned().unwrap_or_else(|| json!({}));
+        let spec = pod.get("spec").unwrap_or(&Value::Null);
         let containers = |field: &str| {
             spec.get(field)
                 .and_then(Value::as_array)
-                .cloned()
-                .unwrap_or_default()
+                .map_or(&[][..], Vec::as_slice)
         };
-        let init = containers("initContainers").into_iter().map(|c| {
+        let init = containers("initContainers").iter().map(|c| {
             let sidecar = c.get("restartPolicy").and_then(Value::as_str) == Some("Always");
             (resources(c.at("/resources/requests")), sidecar)
         });
-        let app = (containers("containers").into_iter()).map(|c| resources(c.at("/resources/requests")));
+        let app = containers("containers")
+            .iter()
+            .map(|c| resources(c.at("/resources/requests")));
         let mut requests = Resources::of_containers(app, init);
         requests.apply_pod_level(
             &resources(spec.at("/resources/requests")),
@@ -327,8 +328,7 @@ impl PodNeeds {
             .flat_map(|c| {
                 c.get("ports")
                     .and_then(Value::as_array)
-                    .cloned()
-                    .unwrap_or_default()
+                    .map_or(&[][..], Vec::as_slice)
             })
             .filter_map(|p| {
                 let port = p.get("hostPort")?.as_i64().filter(|p| *p > 0)?;
@@ -349,10 +349,10 @@ impl PodNeeds {
             requests,
             ports,
             claims,
-            node_selector: parse(&spec, "nodeSelector"),
-            affinity: parse(&spec, "affinity"),
-            tolerations: parse(&spec, "tolerations"),
-            spread: parse(&spec, "topologySpreadConstraints"),
+            node_selector: parse(spec, "nodeSelector"),
+            affinity: parse(spec, "affinity"),
+            tolerations: parse(spec, "tolerations"),
+            spread: parse(spec, "topologySpreadConstraints"),
             volumes: Vec::new(),
         }
     }
@@ -361,7 +361,7 @@ impl PodNeeds {
 /// A field of a pod spec as its Kubernetes type (absent or malformed: the default).
 pub(in crate::physics) fn parse<T: serde::de::DeserializeOwned + Default>(spec: &Value, field: &str) -> T {
     spec.get(field)
-        .and_then(|v| serde_json::from_value(v.clone()).ok())
+        .and_then(|v| T::deserialize(v).ok())
         .unwrap_or_default()
 }
 
