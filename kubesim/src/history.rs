@@ -12,7 +12,7 @@
 //! [`PARSED_UNREAD`]: the cluster's own controllers read each event as it comes, five of them each
 //! pod's, and one parse serves them all even when a burst puts them thousands of events behind.
 //! Older events hold their JSON alone (a pod's is a ninth of its parsed form), and a watch that
-//! lags further parses what it reads. Watches that send JSON (clients over HTTP) keep nothing
+//! lags further parses what it reads. Watches that send JSON (clients over HTTP) hold no event
 //! parsed.
 
 use std::{
@@ -178,7 +178,7 @@ mod tests {
     use super::*;
     use crate::store::{EventKind, Version};
 
-    /// A history of `count` pod events, revisions 1 to `count`, each parsed when recorded.
+    /// Records a pod event at each of `revisions`, parsed as a write records it.
     fn pushed(history: &mut History, revisions: std::ops::RangeInclusive<u64>) {
         for revision in revisions {
             let object = json!({"metadata": {"name": format!("p-{revision}")}});
