@@ -47,6 +47,14 @@ pub fn text<'a>(object: &'a Value, pointer: &str) -> &'a str {
     object.at(pointer).and_then(Value::as_str).unwrap_or_default()
 }
 
+/// The array at a JSON pointer (`/spec/containers`), or none when absent or not an array.
+pub fn items<'a>(object: &'a Value, pointer: &str) -> &'a [Value] {
+    object
+        .at(pointer)
+        .and_then(Value::as_array)
+        .map_or(&[], Vec::as_slice)
+}
+
 /// `metadata.labels` as a map (non-string values are left out).
 pub fn labels(object: &Value) -> BTreeMap<String, String> {
     object

@@ -1,5 +1,6 @@
 //! The cluster's physics: scheduler, kubelets, workload controllers, eviction and garbage collection.
 
+use joist_kubesim::history::Reads;
 use k8s_openapi::api::{
     apps::v1::{DaemonSet, Deployment},
     batch::v1::Job,
@@ -651,9 +652,7 @@ async fn a_changed_template_rolls_within_max_surge_and_max_unavailable() {
     eventually("the rollout to finish", rolled("second")).await;
 
     // Replayed from the watch history: never more than 4 + 1 pods, never fewer than 4 ready.
-    let mut cursor = store
-        .watch(&pods, Some(revision), joist_kubesim::history::Reads::Objects)
-        .expect("watch");
+    let mut cursor = store.watch(&pods, Some(revision), Reads::Objects).expect("watch");
     let events = store.poll(&mut cursor, usize::MAX).expect("poll");
     let (mut most, mut fewest_ready) = (live.len(), 4);
     for event in &events {
@@ -991,9 +990,7 @@ async fn a_replica_set_scaled_far_creates_its_pods_in_bursts_a_watcher_can_follo
     let client = cluster.client();
     let store = cluster.store().clone();
     let resource = joist_kubesim::resources::GroupResource::new("", "pods");
-    let mut cursor = store
-        .watch(&resource, None, joist_kubesim::history::Reads::Objects)
-        .expect("watch");
+    let mut cursor = store.watch(&resource, None, Reads::Objects).expect("watch");
     create(
         &Api::<Deployment>::namespaced(client.clone(), "default"),
         deployment("inflate", 2_000, "1"),

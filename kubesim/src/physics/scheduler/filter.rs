@@ -17,7 +17,11 @@ use serde_json::Value;
 use super::volume_topology::{self, VolumeNeed};
 use crate::object::Pointer;
 use crate::physics::volumes::claim_names;
-use crate::{conditions, object::labels, object::text, selector::label_selector_matches};
+use crate::{
+    conditions,
+    object::{items, labels, text},
+    selector::label_selector_matches,
+};
 
 /// What the scheduler knows about a node.
 pub(super) struct NodeInfo {
@@ -305,16 +309,11 @@ impl PodNeeds {
 
     pub(super) fn of(pod: &Value) -> Self {
         let spec = pod.get("spec").unwrap_or(&Value::Null);
-        let containers = |field: &str| {
-            spec.get(field)
-                .and_then(Value::as_array)
-                .map_or(&[][..], Vec::as_slice)
-        };
-        let init = containers("initContainers").iter().map(|c| {
+        let init = items(spec, "/initContainers").iter().map(|c| {
             let sidecar = c.get("restartPolicy").and_then(Value::as_str) == Some("Always");
             (resources(c.at("/resources/requests")), sidecar)
         });
-        let app = containers("containers")
+        let app = items(spec, "/containers")
             .iter()
             .map(|c| resources(c.at("/resources/requests")));
         let mut requests = Resources::of_containers(app, init);
@@ -323,13 +322,9 @@ impl PodNeeds {
             &resources(spec.at("/resources/limits")),
         );
         requests.add(&resources(spec.get("overhead")));
-        let ports = containers("containers")
+        let ports = items(spec, "/containers")
             .iter()
-            .flat_map(|c| {
-                c.get("ports")
-                    .and_then(Value::as_array)
-                    .map_or(&[][..], Vec::as_slice)
-            })
+            .flat_map(|c| items(c, "/ports"))
             .filter_map(|p| {
                 let port = p.get("hostPort")?.as_i64().filter(|p| *p > 0)?;
                 Some((
