@@ -1,5 +1,16 @@
 //! The KWOK cloud shared by replicas: one replica reads back the instances another launched from
-//! their Nodes, and forgets them once their Nodes are gone.
+//! their Nodes, and forgets them once their Nodes are gone, without listing the Nodes again for
+//! an instance it knows has ended.
+
+use std::{
+    future::Future,
+    pin::Pin,
+    sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+    },
+    task::{Context, Poll},
+};
 
 use joist_kubesim::{Cluster, ClusterSettings};
 use joist_messages::model::instance_type::CapacityType;
@@ -36,6 +47,32 @@ fn launched_elsewhere(name: &str) -> Node {
     kwok::for_kwok(node, &instance)
 }
 
+/// A client that counts the lists of Nodes made through it.
+#[derive(Clone)]
+struct CountingNodeLists {
+    inner: kube::Client,
+    lists: Arc<AtomicUsize>,
+}
+
+impl tower_service::Service<http::Request<kube::client::Body>> for CountingNodeLists {
+    type Response = http::Response<kube::client::Body>;
+    type Error = kube::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, kube::Error>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), kube::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: http::Request<kube::client::Body>) -> Self::Future {
+        let watch = request.uri().query().is_some_and(|q| q.contains("watch=true"));
+        if request.method() == http::Method::GET && request.uri().path() == "/api/v1/nodes" && !watch {
+            self.lists.fetch_add(1, Ordering::SeqCst);
+        }
+        let inner = self.inner.clone();
+        Box::pin(async move { inner.send(request).await })
+    }
+}
+
 /// The provider IDs `cloud` lists as running.
 async fn running(cloud: &SimCloud) -> Vec<String> {
     let listed = cloud.list().await.unwrap_or_else(|e| panic!("{e}"));
@@ -46,7 +83,12 @@ async fn running(cloud: &SimCloud) -> Vec<String> {
 async fn an_instance_another_replica_terminated_is_no_longer_listed() {
     let cluster = Cluster::start(ClusterSettings::default());
     let nodes: Api<Node> = Api::all(cluster.client());
-    let cloud = replica(cluster.client());
+    let lists = Arc::new(AtomicUsize::new(0));
+    let counting = CountingNodeLists {
+        inner: cluster.client(),
+        lists: lists.clone(),
+    };
+    let cloud = replica(kube::Client::new(counting, "default"));
     let name = "ip-10-1-2-3.us-west-2.compute.internal";
     let provider_id = format!("{}{name}", kwok::PROVIDER_PREFIX);
     nodes
@@ -68,6 +110,7 @@ async fn an_instance_another_replica_terminated_is_no_longer_listed() {
         running(&cloud).await.is_empty(),
         "an instance whose Node is gone is not reported running, so no collector takes it for a leak"
     );
+    let listed_before = lists.load(Ordering::SeqCst);
     let described = cloud.get(&provider_id).await;
     assert!(
         matches!(
@@ -75,5 +118,15 @@ async fn an_instance_another_replica_terminated_is_no_longer_listed() {
             Err(joist_provider::CloudError::NodeClaimNotFound { .. })
         ),
         "{described:?}"
+    );
+    let deleted = cloud.delete(&provider_id).await;
+    assert!(
+        matches!(deleted, Err(joist_provider::CloudError::NodeClaimNotFound { .. })),
+        "{deleted:?}"
+    );
+    assert_eq!(
+        lists.load(Ordering::SeqCst),
+        listed_before,
+        "an instance the books know has ended is not looked for in a list of every Node"
     );
 }

@@ -275,6 +275,11 @@ impl Books {
             .collect()
     }
 
+    /// Whether the books hold the instance, running or ended.
+    pub(crate) fn knows(&self, instance_id: &str) -> bool {
+        self.lock().instances.contains_key(instance_id)
+    }
+
     /// Takes a running instance launched elsewhere (another replica, before a restart) into the
     /// books, unless they know it already.
     pub(crate) fn adopt(&self, instance: Instance, node_name: String, labels: BTreeMap<String, String>) {

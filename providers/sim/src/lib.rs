@@ -21,6 +21,7 @@ pub mod catalog;
 pub mod cloud;
 pub mod faults;
 pub mod kwok;
+mod listings;
 pub mod node;
 mod placement_groups;
 pub mod queue;
@@ -68,6 +69,7 @@ pub use self::{
 };
 use self::{
     cloud::Tracked,
+    listings::Listings,
     node::{Registration, node_name},
     placement_groups::{PlacementGroups, Refusal},
     queue::SimQueue,
@@ -91,6 +93,8 @@ struct Inner {
     kubelet: Kubelet,
     client: kube::Client,
     books: Books,
+    /// On KWOK, the readings of the instances back from their Nodes.
+    listings: Listings,
     queue: Arc<SimQueue>,
     /// Images released since the start, per AMI family (none: the family's first image).
     releases: std::sync::Mutex<BTreeMap<String, u32>>,
@@ -164,6 +168,7 @@ impl SimCloud {
                 kubelet,
                 client,
                 books,
+                listings: Listings::default(),
                 queue: Arc::default(),
                 releases: std::sync::Mutex::default(),
                 candidates: std::sync::Mutex::default(),
@@ -707,7 +712,7 @@ impl SimCloud {
 
     /// Terminates a running instance; `NodeClaimNotFound` when it is not running.
     async fn terminate(&self, provider_id: &str) -> Result<(), CloudError> {
-        self.adopting(|| self.with_running(provider_id, |_| ()).ok())
+        self.adopting_instance(provider_id, || self.with_running(provider_id, |_| ()).ok())
             .await?
             .ok_or_else(|| not_found(provider_id))?;
         let id = instance_id(provider_id);
@@ -744,30 +749,37 @@ impl SimCloud {
     /// On KWOK, takes into the books the instances launched elsewhere (by another replica, or by
     /// this controller before it restarted), read back from their Nodes, and ends those whose Node
     /// existed before the listing and is gone from it: another controller terminated them (an
-    /// instance is its Node there). Elsewhere nothing.
+    /// instance is its Node there). Lookups that miss together share one listing ([`listings`]).
+    /// Elsewhere nothing.
     async fn adopt(&self) -> Result<(), CloudError> {
-        if self.inner.kubelet == Kubelet::Kwok {
-            // Taken before the listing, so a Node registered while it is read is not taken for gone.
-            let registered = self.inner.books.registered();
-            let mut present = BTreeSet::new();
-            for mut listed in kwok::listed(&self.inner.client).await? {
-                if listed.instance.price <= 0.0 {
-                    listed.instance.price = self.price(&listed.instance).unwrap_or_default();
-                }
-                present.insert(instance_id(&listed.instance.provider_id).to_owned());
-                self.inner
-                    .books
-                    .adopt(listed.instance, listed.node_name, listed.labels);
+        if self.inner.kubelet != Kubelet::Kwok {
+            return Ok(());
+        }
+        self.inner.listings.shared(|| self.read_back()).await
+    }
+
+    /// One reading of the KWOK Nodes for [`Self::adopt`].
+    async fn read_back(&self) -> Result<(), CloudError> {
+        // Taken before the listing, so a Node registered while it is read is not taken for gone.
+        let registered = self.inner.books.registered();
+        let mut present = BTreeSet::new();
+        for mut listed in kwok::listed(&self.inner.client).await? {
+            if listed.instance.price <= 0.0 {
+                listed.instance.price = self.price(&listed.instance).unwrap_or_default();
             }
-            // Their Nodes are gone already: deleting one by its name again could remove a Node
-            // registered since under that name.
-            for gone in registered.difference(&present) {
-                tracing::info!(
-                    instance = gone,
-                    "an instance whose node is gone was ended elsewhere"
-                );
-                self.release(gone, EndReason::Terminated);
-            }
+            present.insert(instance_id(&listed.instance.provider_id).to_owned());
+            self.inner
+                .books
+                .adopt(listed.instance, listed.node_name, listed.labels);
+        }
+        // Their Nodes are gone already: deleting one by its name again could remove a Node
+        // registered since under that name.
+        for gone in registered.difference(&present) {
+            tracing::info!(
+                instance = gone,
+                "an instance whose node is gone was ended elsewhere"
+            );
+            self.release(gone, EndReason::Terminated);
         }
         Ok(())
     }
@@ -792,6 +804,20 @@ impl SimCloud {
         }
         self.adopt().await?;
         Ok(look())
+    }
+
+    /// [`Self::adopting`] for a lookup of the instance `provider_id`, which reads nothing back when
+    /// the books know the instance already: adopting never replaces what they hold, so one they
+    /// know has ended stays ended.
+    async fn adopting_instance<R>(
+        &self,
+        provider_id: &str,
+        look: impl Fn() -> Option<R>,
+    ) -> Result<Option<R>, CloudError> {
+        if self.inner.books.knows(instance_id(provider_id)) {
+            return Ok(look());
+        }
+        self.adopting(look).await
     }
 }
 
@@ -965,7 +991,7 @@ impl CloudProvider for SimCloud {
         Box::pin(async move {
             let reply = self.inner.books.call(Operation::Get)?;
             let found = self
-                .adopting(|| self.describe(provider_id).ok())
+                .adopting_instance(provider_id, || self.describe(provider_id).ok())
                 .await
                 .and_then(|found| found.ok_or_else(|| not_found(provider_id)));
             reply.answer(found).await
