@@ -2,7 +2,7 @@
 //! by NodePool and blocker, for a pool whose budget allows nothing, one that never consolidates,
 //! and one whose nodes changed within its `consolidateAfter`; and
 //! the `ConsolidationRejected` events of a decision abandoned at its validation, for a budget or for
-//! a change.
+//! a change; and an emptiness decision that goes on without the nodes that took a pod meanwhile.
 
 use std::collections::BTreeMap;
 
@@ -116,12 +116,29 @@ fn a_decision_overtaken_before_its_validation_is_abandoned_under_a_validation_bl
     assert_eq!(nodes, 4, "nothing was removed");
     let twice = |reason: &str, blocker: &str| BTreeMap::from([((reason.to_owned(), blocker.to_owned()), 2)]);
     assert_eq!(blockers, twice("budget", "validation_budget"));
-    // Chosen when a budget window closes at 3m, then a third web pod lands on one of them at
-    // 3m05s, before the validation at 3m15s.
-    let (_, blockers) = abandoned(
+    // Chosen when a budget window closes at 3m, then a web pod lands on each of them at 3m05s,
+    // before the validation at 3m15s.
+    let (nodes, blockers) = abandoned(
         "    consolidateAfter: 30s\n    budgets: [{nodes: '100%'}, {nodes: '0', schedule: '2 * * * *', duration: 1m}]",
-        ", {at: 3m05s, scale: {kind: Deployment, namespace: default, name: web, replicas: 3}}",
+        ", {at: 3m05s, scale: {kind: Deployment, namespace: default, name: web, replicas: 4}}",
         "3m30s",
     );
+    assert_eq!(nodes, 4, "nothing was removed");
     assert_eq!(blockers, twice("churn", "validation_churn"));
+}
+
+#[test]
+fn an_emptiness_decision_goes_on_at_its_validation_with_the_nodes_still_empty() {
+    // As above, but one web pod comes back at 3m05s: it lands on one of the two empty nodes, and
+    // the other goes at the validation, as Karpenter's emptiness validation lets it.
+    let (nodes, blockers) = abandoned(
+        "    consolidateAfter: 30s\n    budgets: [{nodes: '100%'}, {nodes: '0', schedule: '2 * * * *', duration: 1m}]",
+        ", {at: 3m05s, scale: {kind: Deployment, namespace: default, name: web, replicas: 3}}",
+        "4m",
+    );
+    assert_eq!(
+        nodes, 3,
+        "the node still empty was removed, the one with the pod kept"
+    );
+    assert!(blockers.is_empty(), "nothing was rejected: {blockers:?}");
 }

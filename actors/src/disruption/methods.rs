@@ -688,40 +688,68 @@ impl Invalidated {
 
 /// Whether `previous`, an emptiness or consolidation command (drift is not validated), still
 /// holds over this pass's `candidates`: every one of its candidates is still a consolidatable
-/// candidate (and still empty for emptiness), within budgets, and the simulation gives the same
-/// kind of outcome. The command as it stands now, or why not.
+/// candidate, within budgets, and the simulation gives the same kind of outcome. The command as
+/// it stands now, or why not.
+///
+/// Emptiness goes on with those of its candidates still empty, as many as the budgets allow, as
+/// Karpenter's emptiness validation does, and is abandoned only when none is left: each empty
+/// node is a decision of its own, and one that took a pod (kube-scheduler spreads pods onto empty
+/// nodes first) says nothing of the others.
 pub fn revalidate(
     previous: &Command,
     candidates: &[Candidate],
     base: &Base<'_>,
     allowed: impl Fn(&str, DisruptionReason) -> u32,
 ) -> Result<Command, Invalidated> {
+    let now = |old: &Candidate| {
+        candidates
+            .iter()
+            .find(|c| c.claim.name_any() == old.claim.name_any() && c.consolidatable)
+    };
+    if previous.method == Method::Emptiness {
+        let still_empty: Vec<&Candidate> = previous
+            .candidates
+            .iter()
+            .filter_map(now)
+            .filter(|c| c.pods.is_empty())
+            .collect();
+        if still_empty.is_empty() {
+            return Err(Invalidated::Churn);
+        }
+        let current = within_budgets(&still_empty, |pool| allowed(pool, previous.reason));
+        if current.is_empty() {
+            return Err(Invalidated::Budget);
+        }
+        return approved(previous, current, Decision::Delete, &[], base);
+    }
     let current: Vec<&Candidate> = previous
         .candidates
         .iter()
-        .map(|old| {
-            candidates
-                .iter()
-                .find(|c| c.claim.name_any() == old.claim.name_any() && c.consolidatable)
-        })
+        .map(now)
         .collect::<Option<_>>()
         .ok_or(Invalidated::Churn)?;
     if within_budgets(&current, |pool| allowed(pool, previous.reason)).len() != current.len() {
         return Err(Invalidated::Budget);
     }
-    let (decision, onto) = match previous.method {
-        Method::Emptiness => current
-            .iter()
-            .all(|c| c.pods.is_empty())
-            .then_some((Decision::Delete, Vec::new()))
-            .ok_or(Invalidated::Churn)?,
-        method => match simulate(method, &current, base) {
-            Some(Ok(decided)) => decided,
-            Some(Err(_)) => return Err(Invalidated::Scheduling),
-            // A candidate's node is no longer in the simulation (cordoned, gone).
-            None => return Err(Invalidated::Churn),
-        },
+    let (decision, onto) = match simulate(previous.method, &current, base) {
+        Some(Ok(decided)) => decided,
+        Some(Err(_)) => return Err(Invalidated::Scheduling),
+        // A candidate's node is no longer in the simulation (cordoned, gone).
+        None => return Err(Invalidated::Churn),
     };
+    approved(previous, current, decision, &onto, base)
+}
+
+/// `previous` as revalidated: `decision` for `current` (its candidates as they stand now), moving
+/// pods onto the nodes at `onto`, when the decision is the same kind as before and the `Balanced`
+/// score approves it.
+fn approved(
+    previous: &Command,
+    current: Vec<&Candidate>,
+    decision: Decision,
+    onto: &[usize],
+    base: &Base<'_>,
+) -> Result<Command, Invalidated> {
     let same_kind = matches!(
         (&previous.decision, &decision),
         (Decision::Delete, Decision::Delete) | (Decision::Replace(_), Decision::Replace(_))
@@ -735,7 +763,7 @@ pub fn revalidate(
         reason: previous.reason,
         candidates: current.into_iter().cloned().collect(),
         decision,
-        onto: node_names(base, &onto),
+        onto: node_names(base, onto),
         scores,
     })
 }
@@ -789,19 +817,81 @@ mod tests {
         }
     }
 
-    #[test]
-    fn drift_takes_the_longest_drifted_node_first() {
-        let (read, _writers) = ReadModel::new();
-        let input = Input::default();
-        let base = Base {
-            read: &read,
-            input: &input,
+    /// An empty consolidatable candidate of pool `p` whose claim is `name`.
+    fn empty(name: &str) -> Candidate {
+        Candidate {
+            consolidatable: true,
+            drifted: false,
+            ..drifted(name, 0)
+        }
+    }
+
+    /// `candidate` with one pod that must move.
+    fn with_a_pod(candidate: Candidate) -> Candidate {
+        let pod: k8s_openapi::api::core::v1::Pod = object(
+            json!({"metadata": {"name": "web-1", "namespace": "default"}, "spec": {"containers": []}}),
+        );
+        Candidate {
+            pods: vec![Arc::new(pod.into())],
+            ..candidate
+        }
+    }
+
+    /// A base with nothing in it: what a pass without nodes or Balanced pools starts from.
+    fn bare<'a>(read: &'a ReadModel, input: &'a Input) -> Base<'a> {
+        Base {
+            read,
+            input,
             positions: BTreeMap::new(),
             settling: Vec::new(),
             held: Vec::new(),
             settings: Settings::default(),
             balanced: BTreeMap::new(),
-        };
+        }
+    }
+
+    /// The emptiness command deciding `names` (all empty).
+    fn emptying(names: &[&str]) -> Command {
+        let candidates: Vec<Candidate> = names.iter().map(|n| empty(n)).collect();
+        emptiness(&candidates, &|_, _| 100).unwrap_or_else(|| panic!("no emptiness command"))
+    }
+
+    #[test]
+    fn emptiness_goes_on_at_validation_with_the_nodes_still_empty() {
+        let (read, _writers) = ReadModel::new();
+        let input = Input::default();
+        let base = bare(&read, &input);
+        let previous = emptying(&["a", "b", "c", "d"]);
+        // Since the decision: `b` took a pod, `d` is gone.
+        let now = [empty("a"), with_a_pod(empty("b")), empty("c")];
+        let kept = revalidate(&previous, &now, &base, |_, _| 100).map(|c| c.claim_names());
+        assert_eq!(kept, Ok(vec!["a".to_owned(), "c".to_owned()]));
+        let within_one = revalidate(&previous, &now, &base, |_, _| 1).map(|c| c.claim_names());
+        assert_eq!(
+            within_one,
+            Ok(vec!["a".to_owned()]),
+            "as many as the budget allows"
+        );
+    }
+
+    #[test]
+    fn emptiness_is_abandoned_at_validation_only_when_no_node_is_left() {
+        let (read, _writers) = ReadModel::new();
+        let input = Input::default();
+        let base = bare(&read, &input);
+        let previous = emptying(&["a", "b"]);
+        let taken = [with_a_pod(empty("a")), with_a_pod(empty("b"))];
+        let abandoned = revalidate(&previous, &taken, &base, |_, _| 100).map(|c| c.claim_names());
+        assert_eq!(abandoned, Err(Invalidated::Churn));
+        let closed = revalidate(&previous, &[empty("a")], &base, |_, _| 0).map(|c| c.claim_names());
+        assert_eq!(closed, Err(Invalidated::Budget));
+    }
+
+    #[test]
+    fn drift_takes_the_longest_drifted_node_first() {
+        let (read, _writers) = ReadModel::new();
+        let input = Input::default();
+        let base = bare(&read, &input);
         // In the order the candidates are ranked for consolidation, the recent one comes first.
         let candidates = [drifted("recent", 60), drifted("old", 3600)];
         let taken: Vec<Vec<String>> = (plan(&candidates, &[], &base, |_, _| 1).commands.iter())

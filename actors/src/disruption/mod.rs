@@ -249,7 +249,21 @@ async fn validate(
     in_flight: &InFlight,
 ) -> Option<Planned> {
     match decide(shared, Some(previous), memo, None, in_flight).await.pop() {
-        Some(validated) => Some(validated),
+        Some(validated) => {
+            let kept = validated.command.claim_names();
+            if kept.len() < previous.candidates.len() {
+                let left_out: Vec<String> = previous
+                    .claim_names()
+                    .into_iter()
+                    .filter(|name| !kept.contains(name))
+                    .collect();
+                tracing::info!(
+                    candidates = ?left_out,
+                    "left out of the disruption: no longer empty, or past the budget"
+                );
+            }
+            Some(validated)
+        }
         None => {
             tracing::info!(
                 candidates = ?previous.claim_names(),
