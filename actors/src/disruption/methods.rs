@@ -788,14 +788,27 @@ mod tests {
 
     /// An empty candidate of pool `p` whose claim `name` drifted `ago` seconds ago.
     fn drifted(name: &str, ago: i64) -> Candidate {
+        candidate(name, Some(ago))
+    }
+
+    /// An empty consolidatable candidate of pool `p` whose claim is `name`.
+    fn empty(name: &str) -> Candidate {
+        candidate(name, None)
+    }
+
+    /// An empty candidate of pool `p` whose claim `name` was initialized two hours ago: drifted
+    /// `drifted_ago` seconds ago when given, consolidatable otherwise.
+    fn candidate(name: &str, drifted_ago: Option<i64>) -> Candidate {
         let condition = |type_: &str, at: i64| {
             json!({"type": type_, "status": "True", "reason": type_, "message": "",
                    "lastTransitionTime": joist_messages::time::rfc3339(at)})
         };
+        let mut conditions = vec![condition("Initialized", NOW - 7200)];
+        conditions.extend(drifted_ago.map(|ago| condition("Drifted", NOW - ago)));
         let claim: NodeClaim = object(json!({
             "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim", "metadata": {"name": name},
             "spec": {"requirements": [], "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "d"}},
-            "status": {"conditions": [condition("Initialized", NOW - 7200), condition("Drifted", NOW - ago)]},
+            "status": {"conditions": conditions},
         }));
         let pool: NodePool = object(json!({
             "apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "p"},
@@ -812,17 +825,8 @@ mod tests {
             capacity_type: CapacityType::OnDemand,
             pods: Vec::new(),
             reschedule_cost: 1.0,
-            consolidatable: false,
-            drifted: true,
-        }
-    }
-
-    /// An empty consolidatable candidate of pool `p` whose claim is `name`.
-    fn empty(name: &str) -> Candidate {
-        Candidate {
-            consolidatable: true,
-            drifted: false,
-            ..drifted(name, 0)
+            consolidatable: drifted_ago.is_none(),
+            drifted: drifted_ago.is_some(),
         }
     }
 
