@@ -693,8 +693,8 @@ impl Invalidated {
 ///
 /// Emptiness goes on with those of its candidates still empty, as many as the budgets allow, as
 /// Karpenter's emptiness validation does, and is abandoned only when none is left: each empty
-/// node is a decision of its own, and one that took a pod (kube-scheduler spreads pods onto empty
-/// nodes first) says nothing of the others.
+/// node is a decision of its own, and one that took a pod (kube-scheduler puts pods spread over
+/// hostnames onto empty nodes first) says nothing of the others.
 pub fn revalidate(
     previous: &Command,
     candidates: &[Candidate],
