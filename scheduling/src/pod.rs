@@ -27,6 +27,7 @@ use crate::{
 };
 use joist_messages::{
     cached_pod::{CachedContainer, CachedPod, CachedPodSpec},
+    labels::annotations::DO_NOT_DISRUPT,
     model::{
         quantity::Quantity,
         requirements::{Operator, Requirement, Requirements},
@@ -129,6 +130,9 @@ pub struct Constraints {
     pub preferred_pod_anti_affinity: Vec<(i32, AffinityTerm)>,
     /// Topology spread constraints.
     pub spread: Vec<SpreadConstraint>,
+    /// Whether the pod pins the node it lands on: `karpenter.sh/do-not-disrupt: "true"` keeps
+    /// that node from every voluntary disruption for as long as the pod runs there.
+    pub pins_node: bool,
 }
 
 /// A volume a pod has attached to its node, as CSI attach limits count it: its driver and its
@@ -446,6 +450,9 @@ impl PodInfo {
             preferred_node_requirements,
             tolerations,
             host_ports,
+            pins_node: (pod.metadata.annotations.as_ref())
+                .and_then(|annotations| annotations.get(DO_NOT_DISRUPT))
+                .is_some_and(|value| value == "true"),
         };
         let hash = hash_of(&constraints);
         Ok(PodInfo {

@@ -10,7 +10,11 @@
 //! with the fewest pods first, which spreads pods thin: on its own diverse benchmark that costs
 //! 19 % more at 1,000 pods and 5 % more at 20,000. Oldest first alone would fill early claims to
 //! the largest type before the one-per-node pods come up in the queue, so claims keep room for
-//! them while they are scarce ([`crate::reserve`]).
+//! them while they are scarce ([`crate::reserve`]). A pod that pins its node
+//! (`karpenter.sh/do-not-disrupt`) tries the open claim holding the least CPU first instead: the
+//! node it lands on cannot be consolidated while it runs, so it goes where that node stays small
+//! rather than onto a large node beside pods that would later move off. That pod checks every open
+//! claim with room for it, so its cost grows with the claims of the pass.
 //!
 //! Speed comes from preparing work once: pods are grouped into scheduling classes
 //! ([`crate::classes`]), NodePool × class compatibility is computed on first use, each class
@@ -612,10 +616,14 @@ impl<'a> Solver<'a> {
         false
     }
 
-    /// Tries the existing nodes in order and then the claims opened so far, oldest first,
-    /// skipping those that rejected the class for good and those without room for the pod.
+    /// Tries the existing nodes in order and then the claims opened so far, oldest first (the
+    /// least loaded first for a pod that pins its node: [`Self::try_bins_pinning`]), skipping
+    /// those that rejected the class for good and those without room for the pod.
     fn try_bins(&mut self, class: usize, pod: usize) -> bool {
         self.forbid_domains(class);
+        if self.classes[class].constraints.pins_node {
+            return self.try_bins_pinning(class, pod);
+        }
         let mut next = self.first_bin_to_try(class, pod);
         // Two ways to pass over bins, taken in turn: the bit sets skip a word of bins closed to
         // the class at a time, the room index skips bins without room for the pod.
@@ -632,6 +640,37 @@ impl<'a> Solver<'a> {
             }
         }
         false
+    }
+
+    /// [`Self::try_bins`] for a pod that pins its node: the existing nodes in order, then, of the
+    /// open claims that can take it, the one holding the least CPU so far (the oldest of equals).
+    /// What the pod pins is the node it lands on; beside a small claim's pods that node stays
+    /// small, where beside large pods it would keep a large node and their room for good.
+    fn try_bins_pinning(&mut self, class: usize, pod: usize) -> bool {
+        let cpu = self.dims.position(joist_messages::model::resources::names::CPU);
+        let mut least: Option<(i64, usize)> = None;
+        let mut next = 0;
+        while let Some(first_open) = self.next_open_bin(class, next) {
+            match self.room.next_fit(first_open, self.pod_requests(pod)) {
+                Some(b) if b == first_open => {
+                    next = b + 1;
+                    if self.bins[b].claim.is_none() {
+                        if self.try_bin(class, pod, b) {
+                            return true;
+                        }
+                    } else if self.fits(class, pod, b) {
+                        let held = cpu.map_or(0, |i| self.bins[b].used[i]);
+                        if least.is_none_or(|(least_held, _)| held < least_held) {
+                            least = Some((held, b));
+                        }
+                    }
+                }
+                Some(b) => next = b,
+                None => break,
+            }
+        }
+        // Checked again, so the narrowing the commit applies is this claim's.
+        least.is_some_and(|(_, b)| self.try_bin(class, pod, b))
     }
 
     /// Where the search for a bin for `pod` at `class` starts: where the pod placed last went when
@@ -708,16 +747,23 @@ impl<'a> Solver<'a> {
 
     /// Places `pod` on bin `b` if it fits; remembers a rejection that holds for good.
     fn try_bin(&mut self, class: usize, pod: usize, b: usize) -> bool {
+        let fits = self.fits(class, pod, b);
+        if fits {
+            self.commit(class, pod, b);
+        }
+        fits
+    }
+
+    /// Whether bin `b` can take `pod` of `class`, leaving in `self.scratch` what a commit to it
+    /// applies; a bin that rejects the class for good is marked so.
+    fn fits(&mut self, class: usize, pod: usize, b: usize) -> bool {
         let result = if self.bins[b].claim.is_some() {
             self.fit_claim(class, pod, b)
         } else {
             self.fit_node(class, pod, b)
         };
         match result {
-            Ok(()) => {
-                self.commit(class, pod, b);
-                true
-            }
+            Ok(()) => true,
             Err((_, true)) => {
                 bitset::insert(&mut self.classes[class].rejected, b);
                 if self.journal.is_some() {

@@ -407,6 +407,53 @@ fn open_claims_keep_room_for_pending_one_per_node_pods() {
 }
 
 #[test]
+fn a_pod_that_pins_its_node_joins_the_open_claim_holding_the_least() {
+    // Two one-per-node pods open a claim each, db0 with 3 cpu and then db1 with 500m. A 500m pod
+    // after them joins the oldest claim, db0's; with `karpenter.sh/do-not-disrupt: "true"` it
+    // joins db1's, whose node stays small while the pod pins it.
+    let anti = json!({"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"topologyKey": HOSTNAME, "labelSelector": {"matchLabels": {"app": "db"}}}]}}});
+    let placed_beside = |do_not_disrupt: &str| {
+        let mut pods: Vec<PodInfo> = [("db0", "3"), ("db1", "500m")]
+            .into_iter()
+            .map(|(name, cpu)| sized(name, cpu, "1Gi", anti.clone()))
+            .collect();
+        for db in &mut pods {
+            db.change_constraints(|c| {
+                c.labels.insert("app".to_string(), "db".to_string());
+            });
+        }
+        let extra: CachedPod = serde_json::from_value(json!({
+            "metadata": {"name": "extra", "namespace": "default", "uid": "extra",
+                "annotations": {"karpenter.sh/do-not-disrupt": do_not_disrupt}},
+            "spec": {"containers": [{"name": "app", "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}}}]},
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        pods.push(PodInfo::from_pod(&extra).unwrap_or_else(|e| panic!("{e}")));
+        let input = problem(8, pods);
+        let solution = solve(&input);
+        assert!(solution.unschedulable.is_empty());
+        assert_eq!(solution.claims.len(), 2, "{:?}", solution.claims);
+        let names = |claim: &joist_scheduling::NewClaim| -> Vec<String> {
+            claim.pods.iter().map(|&p| input.pods[p].name.clone()).collect()
+        };
+        let with_extra = solution
+            .claims
+            .iter()
+            .map(names)
+            .find(|names| names.iter().any(|n| n == "extra"))
+            .unwrap_or_else(|| panic!("extra is on no claim: {:?}", solution.claims));
+        with_extra.into_iter().find(|n| n != "extra")
+    };
+    assert_eq!(placed_beside("false").as_deref(), Some("db0"), "the oldest claim");
+    assert_eq!(
+        placed_beside("true").as_deref(),
+        Some("db1"),
+        "the claim holding the least"
+    );
+}
+
+#[test]
 fn zonal_spread_keeps_max_skew() {
     let spread = json!({"topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": ZONE,
         "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": {"app": "web"}}}]});
