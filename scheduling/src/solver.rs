@@ -625,21 +625,26 @@ impl<'a> Solver<'a> {
             return self.try_bins_pinning(class, pod);
         }
         let mut next = self.first_bin_to_try(class, pod);
-        // Two ways to pass over bins, taken in turn: the bit sets skip a word of bins closed to
-        // the class at a time, the room index skips bins without room for the pod.
-        while let Some(first_open) = self.next_open_bin(class, next) {
-            match self.room.next_fit(first_open, self.pod_requests(pod)) {
-                Some(b) if b == first_open => {
-                    next = b + 1;
-                    if self.try_bin(class, pod, b) {
-                        return true;
-                    }
-                }
-                Some(b) => next = b,
-                None => break,
+        while let Some(b) = self.next_bin_to_check(class, pod, next) {
+            next = b + 1;
+            if self.try_bin(class, pod, b) {
+                return true;
             }
         }
         false
+    }
+
+    /// The first bin from `from` on that is open to `class` and has room for `pod`. Two ways to
+    /// pass over bins, taken in turn: the bit sets skip a word of bins closed to the class at a
+    /// time, the room index skips bins without room for the pod.
+    fn next_bin_to_check(&self, class: usize, pod: usize, mut from: usize) -> Option<usize> {
+        loop {
+            let first_open = self.next_open_bin(class, from)?;
+            match self.room.next_fit(first_open, self.pod_requests(pod))? {
+                b if b == first_open => return Some(b),
+                b => from = b,
+            }
+        }
     }
 
     /// [`Self::try_bins`] for a pod that pins its node: the existing nodes in order, then, of the
@@ -650,23 +655,17 @@ impl<'a> Solver<'a> {
         let cpu = self.dims.position(joist_messages::model::resources::names::CPU);
         let mut least: Option<(i64, usize)> = None;
         let mut next = 0;
-        while let Some(first_open) = self.next_open_bin(class, next) {
-            match self.room.next_fit(first_open, self.pod_requests(pod)) {
-                Some(b) if b == first_open => {
-                    next = b + 1;
-                    if self.bins[b].claim.is_none() {
-                        if self.try_bin(class, pod, b) {
-                            return true;
-                        }
-                    } else if self.fits(class, pod, b) {
-                        let held = cpu.map_or(0, |i| self.bins[b].used[i]);
-                        if least.is_none_or(|(least_held, _)| held < least_held) {
-                            least = Some((held, b));
-                        }
-                    }
+        while let Some(b) = self.next_bin_to_check(class, pod, next) {
+            next = b + 1;
+            if self.bins[b].claim.is_none() {
+                if self.try_bin(class, pod, b) {
+                    return true;
                 }
-                Some(b) => next = b,
-                None => break,
+            } else if self.fits(class, pod, b) {
+                let held = cpu.map_or(0, |i| self.bins[b].used[i]);
+                if least.is_none_or(|(least_held, _)| held < least_held) {
+                    least = Some((held, b));
+                }
             }
         }
         // Checked again, so the narrowing the commit applies is this claim's.
