@@ -257,6 +257,12 @@ pub enum BenchTarget {
         /// Seconds without a node disrupted that end a consolidation phase (the suite's: 180).
         #[arg(long, default_value_t = bench_versus::SUITE_QUIET_SECONDS)]
         quiet: u64,
+        /// Minutes a phase may take (the suite's longest bound: 50); past them it is reported
+        /// unfinished, with the cluster's figures then, and that controller's later steps are
+        /// not run.
+        #[arg(long, value_name = "MINUTES", default_value_t = bench_versus::SUITE_DEADLINE_MINUTES,
+              value_parser = clap::value_parser!(u64).range(1..))]
+        deadline: u64,
         /// Write a page with both timelines per workload.
         #[arg(long)]
         html: Option<PathBuf>,
@@ -471,6 +477,7 @@ pub fn run(cli: Cli, out: &mut dyn io::Write) -> Result<ExitCode, CommandError> 
                     workload,
                     scale,
                     quiet,
+                    deadline,
                     html,
                     keep,
                 },
@@ -479,6 +486,7 @@ pub fn run(cli: Cli, out: &mut dyn io::Write) -> Result<ExitCode, CommandError> 
                 workload,
                 scale,
                 quiet,
+                deadline,
                 html,
                 keep,
             },

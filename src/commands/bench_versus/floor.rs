@@ -18,7 +18,7 @@ use kube::{
 };
 
 use super::{
-    CONSOLIDATE_AFTER, Setup, TICK,
+    CONSOLIDATE_AFTER, Setup, TICK, Waited,
     observe::Observer,
     peers::ControlPlane,
     poll, wait,
@@ -92,17 +92,20 @@ pub async fn measure(workload: &Workload, nodes: &[Node], setup: &Setup<'_>) -> 
         apply(&client, &manifests.join("\n---\n")).await?;
         floors.push(match step.phase {
             Phase::ScaleOut => {
-                let ended = wait(step, &mut observer, (&began, started), 0.0, &mut || false)
-                    .await?
-                    .ok_or_else(|| BenchError::Script {
-                        script: setup.scripts.join("kube-control-plane"),
-                        message: format!(
-                            "the pods of step {} did not all run on {} nodes created up front",
-                            index + 1,
-                            nodes.len()
-                        ),
-                    })?;
-                ended - started
+                let limits = (0.0, setup.deadline);
+                match wait(step, &mut observer, (&began, started), limits, &mut || false).await? {
+                    Waited::Ended(ended) => ended - started,
+                    Waited::PastDeadline(_) | Waited::ControllerExited => {
+                        return Err(BenchError::Script {
+                            script: setup.scripts.join("kube-control-plane"),
+                            message: format!(
+                                "the pods of step {} did not all run on {} nodes created up front",
+                                index + 1,
+                                nodes.len()
+                            ),
+                        });
+                    }
+                }
             }
             Phase::ScaleDown => CONSOLIDATE_AFTER,
             Phase::Drift => 0.0,

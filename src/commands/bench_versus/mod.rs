@@ -13,8 +13,10 @@
 //! for shorter runs), the phase ending
 //! when the last disruption did; a drift (the suite's: 30 s after the scale-out, an annotation
 //! added to the NodePool's template) until every node that existed before is gone and every pod
-//! Running. A phase that does not end within 50 minutes (the suite's longest bound) stops the
-//! benchmark with the controller's log, which is then kept.
+//! Running. A phase that does not end within 50 minutes (the suite's longest bound; `--deadline
+//! MINUTES`) is reported unfinished with its figures at the deadline, and that controller's later
+//! steps are not run; a controller that exits stops the benchmark with its log, which is then
+//! kept.
 //!
 //! Printed, per workload and controller: each phase's seconds, nodes and cost per hour at its end;
 //! the controller's peak resident memory and CPU seconds over the workload (`/proc`), and pods
@@ -25,7 +27,9 @@
 //! `ratio WORKLOAD time T memory M cpu C cost K`: Joist's figure divided by Karpenter's, where time
 //! is the sum of the phases less their floor (that measured one for a scale-out; the NodePool's
 //! 30 s `consolidateAfter` for a consolidation, which neither controller may cut), and cost the
-//! cost per hour at the end.
+//! cost per hour at the end, both over the steps both controllers ran; when one did not finish
+//! its last, the time is a bound (`<=T` when Karpenter did not, `>=T` when Joist did not) and the
+//! line ends saying who did not finish which step.
 //! `--html FILE` writes a page with both timelines (nodes and pending pods) on one chart per
 //! workload. `--keep DIR` keeps each run's directory (`WORKLOAD-CONTROLLER`: the controller's log,
 //! the control plane's logs) in `DIR`, which must be empty, and has both controllers log at
@@ -67,8 +71,9 @@ use super::{
 
 pub use workloads::NAMES as WORKLOADS;
 
-/// How long a phase may take: the suite's longest bound (its drift's total under 50 minutes).
-const PHASE_DEADLINE: Duration = Duration::from_secs(50 * 60);
+/// How many minutes a phase may take: the suite's longest bound (its drift's total under 50
+/// minutes).
+pub const SUITE_DEADLINE_MINUTES: u64 = 50;
 /// How long no node may be disrupted before a consolidation counts as done: the suite's.
 pub const SUITE_QUIET_SECONDS: u64 = 180;
 /// The suite's wait between the scale-out and the drift.
@@ -89,6 +94,8 @@ pub struct Options {
     pub scale: f64,
     /// Seconds without a disruption that end a consolidation phase.
     pub quiet: u64,
+    /// Minutes a phase may take before it is reported unfinished.
+    pub deadline: u64,
     /// Where to write the HTML page.
     pub html: Option<PathBuf>,
     /// Where to keep every run's logs, which are otherwise removed after a run that succeeds.
@@ -106,6 +113,9 @@ pub struct PhaseResult {
     pub nodes: usize,
     /// Cost per hour at its end.
     pub cost: f64,
+    /// Whether it ended before the deadline (when not, `seconds` is the deadline's and the
+    /// figures are the cluster's then).
+    pub finished: bool,
 }
 
 /// One controller's run of one workload.
@@ -128,18 +138,19 @@ pub struct Run {
 }
 
 impl Run {
-    /// The phases' seconds less their `floors`.
-    fn time_above_floor(&self, floors: &[f64]) -> f64 {
+    /// The first `steps` phases' seconds less their `floors`.
+    fn time_above_floor(&self, steps: usize, floors: &[f64]) -> f64 {
         self.phases
             .iter()
+            .take(steps)
             .zip(floors)
             .map(|(phase, floor)| (phase.seconds - floor).max(0.0))
             .sum()
     }
 
-    /// Cost per hour at the end.
-    fn cost(&self) -> f64 {
-        self.phases.last().map_or(0.0, |p| p.cost)
+    /// The step it did not finish (numbered from 1), if any: its last.
+    fn unfinished_step(&self) -> Option<usize> {
+        self.phases.iter().position(|p| !p.finished).map(|i| i + 1)
     }
 }
 
@@ -186,6 +197,7 @@ pub fn run(options: &Options, out: &mut dyn io::Write) -> Result<ExitCode, Comma
         dir: dir.join(format!("{workload}-{who}")),
         prices: prices.clone(),
         quiet: options.quiet as f64,
+        deadline: Duration::from_secs(options.deadline * 60),
         // Logs kept to be read say what each controller did (at the cost of writing them).
         log_level: if options.keep.is_some() { "info" } else { "error" },
     };
@@ -243,6 +255,8 @@ struct Setup<'a> {
     dir: PathBuf,
     prices: Arc<Prices>,
     quiet: f64,
+    /// How long a phase may take.
+    deadline: Duration,
     /// The controllers' `LOG_LEVEL`.
     log_level: &'static str,
 }
@@ -306,19 +320,23 @@ async fn one(workload: &Workload, contender: Contender, setup: &Setup<'_>) -> Re
                 .await
                 .map_err(failed_to("annotating the NodePool's template to drift it"))?;
         }
-        let ended = wait(step, &mut observer, (&began, started), setup.quiet, &mut || {
+        let limits = (setup.quiet, setup.deadline);
+        let waited = wait(step, &mut observer, (&began, started), limits, &mut || {
             controller.ended()
         })
-        .await?
-        .ok_or_else(|| {
-            stopped(format!(
-                "{} did not finish step {} ({}) within {}s",
-                contender.name(),
-                phases.len() + 1,
-                step.phase.name(),
-                PHASE_DEADLINE.as_secs()
-            ))
-        })?;
+        .await?;
+        let (ended, finished) = match waited {
+            Waited::Ended(at) => (at, true),
+            Waited::PastDeadline(at) => (at, false),
+            Waited::ControllerExited => {
+                return Err(stopped(format!(
+                    "{} exited during step {} ({})",
+                    contender.name(),
+                    phases.len() + 1,
+                    step.phase.name()
+                )));
+            }
+        };
         if step.phase == Phase::ScaleOut && observer.nodes_now.len() > peak_nodes.len() {
             peak_nodes = observer.nodes_now.clone();
         }
@@ -328,7 +346,12 @@ async fn one(workload: &Workload, contender: Contender, setup: &Setup<'_>) -> Re
             seconds: ended - started,
             nodes: last.nodes,
             cost: last.cost,
+            finished,
         });
+        // What a later step measures would start from a cluster the workload never reached.
+        if !finished {
+            break;
+        }
     }
     let cpu = cpu_seconds_of(&pid)
         .zip(cpu_before)
@@ -344,29 +367,42 @@ async fn one(workload: &Workload, contender: Contender, setup: &Setup<'_>) -> Re
     })
 }
 
+/// How a step's wait ended, in seconds since the workload began.
+enum Waited {
+    /// The step ended then.
+    Ended(f64),
+    /// The deadline passed then, the step unfinished.
+    PastDeadline(f64),
+    /// The controller's process exited.
+    ControllerExited,
+}
+
 /// Waits for `step`, started `started` seconds after `began`, to end (a consolidation after
-/// `quiet` seconds without a disruption); when it ended, in seconds since `began`, or `None` past
-/// the deadline or once `ended` (the controller's process) says so.
+/// `quiet` seconds without a disruption), for `deadline` to pass, or for `ended` (the
+/// controller's process) to say so.
 async fn wait(
     step: &Step,
     observer: &mut Observer,
     (began, started): (&tokio::time::Instant, f64),
-    quiet: f64,
+    (quiet, deadline): (f64, Duration),
     ended: &mut dyn FnMut() -> bool,
-) -> Result<Option<f64>, BenchError> {
+) -> Result<Waited, BenchError> {
     let before = observer.names();
     let pods = step.pods as usize;
     // For a scale-down: when the pods were all Running, and when a node was last seen disrupted.
     let (mut settled, mut last_disruption) = (None::<f64>, started);
     loop {
         let at = began.elapsed().as_secs_f64();
-        if at - started > PHASE_DEADLINE.as_secs_f64() || ended() {
-            return Ok(None);
+        if ended() {
+            return Ok(Waited::ControllerExited);
         }
         let sample = observer.sample(at).await?;
+        if at - started > deadline.as_secs_f64() {
+            return Ok(Waited::PastDeadline(at));
+        }
         let running = sample.running == pods;
         match step.phase {
-            Phase::ScaleOut if running => return Ok(Some(at)),
+            Phase::ScaleOut if running => return Ok(Waited::Ended(at)),
             Phase::ScaleDown => {
                 if sample.disrupting > 0 {
                     last_disruption = at;
@@ -377,11 +413,11 @@ async fn wait(
                 if let Some(settled) = settled
                     && at - settled.max(last_disruption) >= quiet
                 {
-                    return Ok(Some(settled.max(last_disruption)));
+                    return Ok(Waited::Ended(settled.max(last_disruption)));
                 }
             }
             Phase::Drift if running && sample.disrupting == 0 && observer.names().is_disjoint(&before) => {
-                return Ok(Some(at));
+                return Ok(Waited::Ended(at));
             }
             _ => {}
         }
@@ -438,6 +474,9 @@ fn print_run(workload: &str, run: &Run, out: &mut dyn io::Write) -> io::Result<(
     for (i, phase) in run.phases.iter().enumerate() {
         let step = format!("{who} step {} {}", i + 1, phase.phase.name());
         writeln!(out, "{step} seconds {:.1}", phase.seconds)?;
+        if !phase.finished {
+            writeln!(out, "{step} unfinished at the deadline")?;
+        }
         writeln!(out, "{step} nodes {}", phase.nodes)?;
         writeln!(out, "{step} cost {:.4} $/h", phase.cost)?;
     }
@@ -466,8 +505,9 @@ fn print_floors(workload: &Workload, floors: &[f64], out: &mut dyn io::Write) ->
     Ok(())
 }
 
-/// `ratio WORKLOAD time T memory M cpu C cost K`: Joist's figures over Karpenter's, times less
-/// each step's floor.
+/// `ratio WORKLOAD time T memory M cpu C cost K`: Joist's figures over Karpenter's, over the
+/// steps both ran, times less each step's floor; then `unfinished CONTROLLER step N` for a
+/// controller that did not finish its last step.
 fn print_ratio(
     workload: &str,
     karpenter: &Run,
@@ -475,20 +515,121 @@ fn print_ratio(
     floors: &[f64],
     out: &mut dyn io::Write,
 ) -> io::Result<()> {
+    write!(out, "{}", ratio_line(workload, karpenter, joist, floors))?;
+    for run in [karpenter, joist] {
+        if let Some(step) = run.unfinished_step() {
+            write!(out, " unfinished {} step {step}", run.contender.name())?;
+        }
+    }
+    writeln!(out)
+}
+
+/// The ratio line's figures. The time is a bound when a controller did not finish the last
+/// step both ran: at most (`<=`) when Karpenter did not, as its time would only have grown; at
+/// least (`>=`) when Joist did not; unknown when neither did. Cost is each one's at the end of
+/// that step.
+fn ratio_line(workload: &str, karpenter: &Run, joist: &Run, floors: &[f64]) -> String {
     let ratio = |ours: Option<f64>, theirs: Option<f64>| match (ours, theirs) {
         (Some(ours), Some(theirs)) if theirs > 0.0 => format!("{:.2}", ours / theirs),
         _ => "unknown".to_owned(),
     };
+    let steps = karpenter.phases.len().min(joist.phases.len());
+    let cut_short = |run: &Run| run.unfinished_step() == Some(steps);
+    let time = match (cut_short(karpenter), cut_short(joist)) {
+        (true, true) => "unknown".to_owned(),
+        (karpenter_short, joist_short) => {
+            let bound = if karpenter_short {
+                "<="
+            } else if joist_short {
+                ">="
+            } else {
+                ""
+            };
+            let times = ratio(
+                Some(joist.time_above_floor(steps, floors)),
+                Some(karpenter.time_above_floor(steps, floors)),
+            );
+            format!("{bound}{times}")
+        }
+    };
     let memory = |run: &Run| run.memory.map(|m| m as f64);
-    writeln!(
-        out,
-        "ratio {workload} time {} memory {} cpu {} cost {}",
-        ratio(
-            Some(joist.time_above_floor(floors)),
-            Some(karpenter.time_above_floor(floors))
-        ),
+    let cost = |run: &Run| steps.checked_sub(1).map(|last| run.phases[last].cost);
+    format!(
+        "ratio {workload} time {time} memory {} cpu {} cost {}",
         ratio(memory(joist), memory(karpenter)),
         ratio(joist.cpu, karpenter.cpu),
-        ratio(Some(joist.cost()), Some(karpenter.cost())),
+        ratio(cost(joist), cost(karpenter)),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A run of `phases`, each (seconds, cost, finished).
+    fn run(contender: Contender, phases: &[(f64, f64, bool)]) -> Run {
+        Run {
+            contender,
+            phases: phases
+                .iter()
+                .map(|&(seconds, cost, finished)| PhaseResult {
+                    phase: Phase::ScaleOut,
+                    seconds,
+                    nodes: 1,
+                    cost,
+                    finished,
+                })
+                .collect(),
+            memory: Some(100),
+            cpu: Some(10.0),
+            evicted: 0,
+            samples: Vec::new(),
+            peak_nodes: Vec::new(),
+        }
+    }
+
+    fn line(karpenter: &[(f64, f64, bool)], joist: &[(f64, f64, bool)]) -> String {
+        let mut out = Vec::new();
+        let (karpenter, joist) = (run(Contender::Karpenter, karpenter), run(Contender::Joist, joist));
+        print_ratio("w", &karpenter, &joist, &[10.0, 30.0], &mut out).expect("written");
+        String::from_utf8(out).expect("text")
+    }
+
+    #[test]
+    fn both_finished_give_plain_ratios_over_the_floors() {
+        let printed = line(
+            &[(50.0, 4.0, true), (130.0, 2.0, true)],
+            &[(30.0, 4.0, true), (50.0, 1.0, true)],
+        );
+        // (20 + 20) / (40 + 100).
+        assert_eq!(printed, "ratio w time 0.29 memory 1.00 cpu 1.00 cost 0.50\n");
+    }
+
+    #[test]
+    fn karpenter_cut_short_bounds_the_time_from_above() {
+        let printed = line(
+            &[(50.0, 4.0, true), (3000.0, 3.0, false)],
+            &[(30.0, 4.0, true), (50.0, 1.0, true)],
+        );
+        assert_eq!(
+            printed,
+            "ratio w time <=0.01 memory 1.00 cpu 1.00 cost 0.33 unfinished karpenter step 2\n"
+        );
+    }
+
+    #[test]
+    fn joist_cut_short_compares_only_the_steps_both_ran() {
+        let printed = line(&[(50.0, 4.0, true), (130.0, 2.0, true)], &[(3000.0, 8.0, false)]);
+        // 2990 / 40, cost at the end of step 1.
+        assert_eq!(
+            printed,
+            "ratio w time >=74.75 memory 1.00 cpu 1.00 cost 2.00 unfinished joist step 1\n"
+        );
+    }
+
+    #[test]
+    fn both_cut_short_leave_the_time_unknown() {
+        let printed = line(&[(3000.0, 4.0, false)], &[(3000.0, 2.0, false)]);
+        assert!(printed.starts_with("ratio w time unknown memory"), "{printed}");
+    }
 }
