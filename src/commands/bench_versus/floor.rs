@@ -21,12 +21,12 @@ use super::{
     CONSOLIDATE_AFTER, Setup, TICK, Waited,
     observe::Observer,
     peers::ControlPlane,
-    poll, wait,
+    wait,
     workloads::{Phase, Workload},
 };
 use crate::commands::bench_controller::{BenchError, apply, client, failed_to};
 
-/// How long KWOK has to make the nodes created up front Ready.
+/// How long KWOK may go without making another node created up front Ready.
 const READY_WITHIN: Duration = Duration::from_secs(120);
 
 /// The taint the node lifecycle controller keeps on a node until it is Ready.
@@ -114,28 +114,33 @@ pub async fn measure(workload: &Workload, nodes: &[Node], setup: &Setup<'_>) -> 
     Ok(floors)
 }
 
-/// Waits until `count` nodes are Ready and untainted.
+/// Waits until `count` nodes are Ready and untainted, for as long as more turn Ready at least
+/// every `READY_WITHIN` (kube-controller-manager lifts the not-ready taints a few nodes a second,
+/// so 1,500 nodes take minutes); fails when none has for that long.
 async fn ready(api: &Api<Node>, count: usize) -> Result<(), BenchError> {
-    let mut ready = 0;
-    let all = poll(READY_WITHIN, TICK, async || {
+    let (mut ready, mut grew_at) = (0, tokio::time::Instant::now());
+    loop {
         let nodes = api
             .list(&ListParams::default())
             .await
             .map_err(failed_to("listing the nodes created up front"))?;
-        ready = nodes.items.iter().filter(|node| is_ready(node)).count();
-        Ok(ready >= count)
-    })
-    .await?;
-    if all {
-        return Ok(());
+        let now_ready = nodes.items.iter().filter(|node| is_ready(node)).count();
+        if now_ready >= count {
+            return Ok(());
+        }
+        if now_ready > ready {
+            (ready, grew_at) = (now_ready, tokio::time::Instant::now());
+        } else if grew_at.elapsed() > READY_WITHIN {
+            return Err(BenchError::Script {
+                script: "kwok".into(),
+                message: format!(
+                    "{ready} of {count} nodes created up front Ready, and no more for {}s",
+                    READY_WITHIN.as_secs()
+                ),
+            });
+        }
+        tokio::time::sleep(TICK).await;
     }
-    Err(BenchError::Script {
-        script: "kwok".into(),
-        message: format!(
-            "{ready} of {count} nodes created up front Ready within {}s",
-            READY_WITHIN.as_secs()
-        ),
-    })
 }
 
 /// Whether `node` is Ready and free of the not-ready taint.
