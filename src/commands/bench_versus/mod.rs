@@ -535,23 +535,22 @@ fn ratio_line(workload: &str, karpenter: &Run, joist: &Run, floors: &[f64]) -> S
     };
     let steps = karpenter.phases.len().min(joist.phases.len());
     let cut_short = |run: &Run| run.unfinished_step() == Some(steps);
-    let time = match (cut_short(karpenter), cut_short(joist)) {
-        (true, true) => "unknown".to_owned(),
-        (karpenter_short, joist_short) => {
-            let bound = if karpenter_short {
-                "<="
-            } else if joist_short {
-                ">="
-            } else {
-                ""
-            };
+    let bound = match (cut_short(karpenter), cut_short(joist)) {
+        (true, true) => None,
+        (true, false) => Some("<="),
+        (false, true) => Some(">="),
+        (false, false) => Some(""),
+    };
+    let time = bound.map_or_else(
+        || "unknown".to_owned(),
+        |bound| {
             let times = ratio(
                 Some(joist.time_above_floor(steps, floors)),
                 Some(karpenter.time_above_floor(steps, floors)),
             );
             format!("{bound}{times}")
-        }
-    };
+        },
+    );
     let memory = |run: &Run| run.memory.map(|m| m as f64);
     let cost = |run: &Run| steps.checked_sub(1).map(|last| run.phases[last].cost);
     format!(
