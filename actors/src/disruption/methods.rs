@@ -34,7 +34,10 @@
 //! problem; refusals are kept so the planner can tell users why a node stays
 //! (`Unconsolidatable`).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    fmt,
+};
 
 use joist_messages::{
     apis::nodepool::{ConsolidationPolicy, DisruptionReason},
@@ -656,40 +659,77 @@ fn each_alone<'c, F: Fn(&str) -> u32>(
     }
 }
 
-/// Why a command's validation abandoned it, in Karpenter's words (`ConsolidationRejected`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Why a command's validation abandoned it; [`Invalidated::label`] gives it in Karpenter's words
+/// (`ConsolidationRejected`), its `Display` in the log's.
+#[derive(Debug, Clone, PartialEq)]
 pub enum Invalidated {
     /// The budgets no longer allow it.
     Budget,
-    /// Its pods no longer schedule as decided: another outcome, or the score refuses it.
-    Scheduling,
+    /// Its pods no longer leave the candidates as decided.
+    Unschedulable(Refusal),
+    /// A deletion whose pods no longer fit on the nodes left: it would now need a replacement.
+    NeedsReplacement,
+    /// The `Balanced` score refuses it now.
+    Score,
     /// A candidate is gone, changed within `consolidateAfter`, or no longer empty.
     Churn,
+    /// A candidate's node is no longer in the simulation (cordoned, gone).
+    NodeGone,
 }
 
 impl Invalidated {
     /// Karpenter's reason (`budget`, `scheduling`, `churn`).
-    pub fn label(self) -> &'static str {
+    pub fn label(&self) -> &'static str {
         match self {
             Invalidated::Budget => "budget",
-            Invalidated::Scheduling => "scheduling",
-            Invalidated::Churn => "churn",
+            Invalidated::Unschedulable(_) | Invalidated::NeedsReplacement | Invalidated::Score => {
+                "scheduling"
+            }
+            Invalidated::Churn | Invalidated::NodeGone => "churn",
         }
     }
 
     /// The blocker that keeps its candidates.
-    pub fn blocker(self) -> Blocker {
+    pub fn blocker(&self) -> Blocker {
         match self {
             Invalidated::Budget => Blocker::ValidationBudget,
-            Invalidated::Scheduling | Invalidated::Churn => Blocker::ValidationChurn,
+            Invalidated::Unschedulable(_)
+            | Invalidated::NeedsReplacement
+            | Invalidated::Score
+            | Invalidated::Churn
+            | Invalidated::NodeGone => Blocker::ValidationChurn,
+        }
+    }
+}
+
+impl fmt::Display for Invalidated {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Invalidated::Budget => f.write_str("the budgets no longer allow it"),
+            Invalidated::Unschedulable(refusal) => write!(f, "its pods no longer leave: {refusal}"),
+            Invalidated::NeedsReplacement => {
+                f.write_str("its pods no longer fit on the nodes left: the deletion would now need a replacement")
+            }
+            Invalidated::Score => f.write_str("the Balanced score refuses it now"),
+            Invalidated::Churn => {
+                f.write_str("a candidate is gone, had a pod arrive or leave within consolidateAfter, or is no longer empty")
+            }
+            Invalidated::NodeGone => f.write_str("a candidate's node is no longer schedulable or is gone"),
         }
     }
 }
 
 /// Whether `previous`, an emptiness or consolidation command (drift is not validated), still
 /// holds over this pass's `candidates`: every one of its candidates is still a consolidatable
-/// candidate, within budgets, and the simulation gives the same kind of outcome. The command as
-/// it stands now, or why not.
+/// candidate, within budgets, and the simulation gives the same kind of outcome, or a deletion
+/// where it replaced. The command as it stands now, or why not.
+///
+/// A replacement whose pods now fit on the nodes left goes on as a deletion: nodes whose
+/// `consolidateAfter` window ended meanwhile take pods again, and so do the nodes of a command
+/// decided beside it and abandoned. Karpenter abandons such a command and finds the deletion at
+/// its next pass; with many commands decided side by side, each counting on the others' nodes
+/// staying closed, abandoning them would abandon most of a pass, and the next pass would decide
+/// them the same way again.
 ///
 /// Emptiness goes on with those of its candidates still empty, as many as the budgets allow, as
 /// Karpenter's emptiness validation does, and is abandoned only when none is left: each empty
@@ -733,16 +773,25 @@ pub fn revalidate(
     }
     let (decision, onto) = match simulate(previous.method, &current, base) {
         Some(Ok(decided)) => decided,
-        Some(Err(_)) => return Err(Invalidated::Scheduling),
-        // A candidate's node is no longer in the simulation (cordoned, gone).
-        None => return Err(Invalidated::Churn),
+        Some(Err(refusal)) => return Err(Invalidated::Unschedulable(refusal)),
+        None => return Err(Invalidated::NodeGone),
     };
     approved(previous, current, decision, &onto, base)
 }
 
+/// Whether a command decided `was` holds when its simulation now gives `now`: the same kind of
+/// outcome, or a deletion where it replaced (see [`revalidate`]).
+fn still_holds(was: &Decision, now: &Decision) -> bool {
+    matches!(
+        (was, now),
+        (Decision::Delete | Decision::Replace(_), Decision::Delete)
+            | (Decision::Replace(_), Decision::Replace(_))
+    )
+}
+
 /// `previous` as revalidated: `decision` for `current` (its candidates as they stand now), moving
-/// pods onto the nodes at `onto`, when the decision is the same kind as before and the `Balanced`
-/// score approves it.
+/// pods onto the nodes at `onto`, when the decision is the same kind as before or a deletion where
+/// it replaced, and the `Balanced` score approves it.
 fn approved(
     previous: &Command,
     current: Vec<&Candidate>,
@@ -750,13 +799,12 @@ fn approved(
     onto: &[usize],
     base: &Base<'_>,
 ) -> Result<Command, Invalidated> {
-    let same_kind = matches!(
-        (&previous.decision, &decision),
-        (Decision::Delete, Decision::Delete) | (Decision::Replace(_), Decision::Replace(_))
-    );
+    if !still_holds(&previous.decision, &decision) {
+        return Err(Invalidated::NeedsReplacement);
+    }
     let (approved, scores) = balanced_score(&current, &decision, base);
-    if !(same_kind && approved) {
-        return Err(Invalidated::Scheduling);
+    if !approved {
+        return Err(Invalidated::Score);
     }
     Ok(Command {
         method: previous.method,
@@ -889,6 +937,31 @@ mod tests {
         assert_eq!(abandoned, Err(Invalidated::Churn));
         let closed = revalidate(&previous, &[empty("a")], &base, |_, _| 0).map(|c| c.claim_names());
         assert_eq!(closed, Err(Invalidated::Budget));
+    }
+
+    #[test]
+    fn a_replacement_goes_on_as_a_deletion_but_a_deletion_never_turns_into_a_launch() {
+        let replace = Decision::Replace(consolidation::Replacement {
+            claim: joist_scheduling::NewClaim {
+                node_pool: 0,
+                requirements: Default::default(),
+                instance_types: vec![0],
+                price: 0.05,
+                requests: Default::default(),
+                pods: vec![0],
+            },
+            price: 0.05,
+        });
+        assert!(still_holds(&Decision::Delete, &Decision::Delete));
+        assert!(still_holds(&replace, &replace));
+        assert!(
+            still_holds(&replace, &Decision::Delete),
+            "its pods now fit on the nodes left: nothing to launch"
+        );
+        assert!(
+            !still_holds(&Decision::Delete, &replace),
+            "a deletion that now needs a new node is decided again, not launched unvalidated"
+        );
     }
 
     #[test]

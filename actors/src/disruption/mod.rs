@@ -12,7 +12,8 @@
 //! 4. for emptiness and consolidation (not drift, as Karpenter), waits [`VALIDATION_DELAY`] (once
 //!    for all the pass's commands) and decides each again over fresh state, the ones validated
 //!    before it already in flight: the same candidates must still be candidates, within budgets,
-//!    with the same outcome, or nothing happens;
+//!    with the same outcome (or a deletion where it replaced: [`methods::revalidate`]), or nothing
+//!    happens;
 //! 5. starts each command ([`orchestrate`]: taint, launch and wait for the replacements, delete; a
 //!    failure rolls it back) and goes on at once: commands run side by side, each holding its
 //!    candidates and the room it counted on ([`in_flight`]) until it is done, and the budgets,
@@ -250,6 +251,14 @@ async fn validate(
 ) -> Option<Planned> {
     match decide(shared, Some(previous), memo, None, in_flight).await.pop() {
         Some(validated) => {
+            if matches!(previous.decision, Decision::Replace(_))
+                && matches!(validated.command.decision, Decision::Delete)
+            {
+                tracing::info!(
+                    candidates = ?previous.claim_names(),
+                    "the replacement is not needed any more: its pods now fit on the nodes left"
+                );
+            }
             let kept = validated.command.claim_names();
             if kept.len() < previous.candidates.len() {
                 let left_out: Vec<String> = previous
@@ -465,7 +474,7 @@ async fn decide(
             lock(memo).forget();
         }
     } else if let (Some(abandoned), Some(invalidated)) = (validating, invalidated) {
-        report_invalidated(shared, abandoned, invalidated);
+        report_invalidated(shared, abandoned, &invalidated);
     }
     commands
         .into_iter()
@@ -738,7 +747,12 @@ fn report_blockers(shared: &Shared, pools: &[Arc<NodePool>], verdicts: &Verdicts
 /// counts it under that blocker on `karpenter_voluntary_disruption_candidates_remaining` until
 /// the next pass sets the gauge anew. That pass is never skipped as idle: a pass that decided
 /// anything forgets its fingerprint (`memo.forget()`), so the next one judges and reports.
-fn report_invalidated(shared: &Shared, abandoned: &Command, invalidated: Invalidated) {
+fn report_invalidated(shared: &Shared, abandoned: &Command, invalidated: &Invalidated) {
+    tracing::info!(
+        candidates = ?abandoned.claim_names(),
+        reason = invalidated.label(),
+        "validation refused the decision: {invalidated}"
+    );
     let blocker = invalidated.blocker();
     let decision = match abandoned.decision {
         Decision::Delete => "delete",
