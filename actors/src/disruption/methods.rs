@@ -665,7 +665,8 @@ fn each_alone<'c, F: Fn(&str) -> u32>(
 pub enum Invalidated {
     /// The budgets no longer allow it.
     Budget,
-    /// Its pods no longer leave the candidates as decided.
+    /// The simulation now refuses to move its pods at all (a pod fits nowhere, more than one new
+    /// node, no cheaper replacement, ...).
     Unschedulable(Refusal),
     /// A deletion whose pods no longer fit on the nodes left: it would now need a replacement.
     NeedsReplacement,
