@@ -17,20 +17,31 @@ pub trait Pointer {
 
 impl Pointer for Value {
     fn at(&self, pointer: &str) -> Option<&Value> {
-        if pointer.contains('~') {
+        // Byte scans: the pointers are short, and `str`'s searches for a char cost more to set up
+        // than these loops take (they were a third of the lookups' time).
+        if pointer.bytes().any(|b| b == b'~') {
             return self.pointer(pointer);
         }
         if pointer.is_empty() {
             return Some(self);
         }
-        pointer
-            .strip_prefix('/')?
-            .split('/')
-            .try_fold(self, |target, token| match target {
-                Value::Object(map) => map.get(token),
-                Value::Array(list) => array_index(token).and_then(|index| list.get(index)),
-                _ => None,
-            })
+        let mut rest = pointer.strip_prefix('/')?;
+        let mut target = self;
+        loop {
+            let (token, next) = match rest.bytes().position(|b| b == b'/') {
+                Some(slash) => (&rest[..slash], Some(&rest[slash + 1..])),
+                None => (rest, None),
+            };
+            target = match target {
+                Value::Object(map) => map.get(token)?,
+                Value::Array(list) => list.get(array_index(token)?)?,
+                _ => return None,
+            };
+            match next {
+                Some(next) => rest = next,
+                None => return Some(target),
+            }
+        }
     }
 }
 

@@ -414,9 +414,10 @@ fn pod_blocker(
     now_seconds: i64,
 ) -> Option<String> {
     for pod in &candidate.pods {
-        let name = format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any());
+        // Named only when it blocks: every node's pods are looked at on every pass.
+        let name = || format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any());
         if do_not_disrupt(pod, now_seconds) {
-            return Some(format!("pod {name} has the {DO_NOT_DISRUPT} annotation"));
+            return Some(format!("pod {} has the {DO_NOT_DISRUPT} annotation", name()));
         }
         let covering: Vec<&Arc<PodDisruptionBudget>> = budgets.iter().filter(|b| covers(b, pod)).collect();
         match covering.as_slice() {
@@ -431,7 +432,7 @@ fn pod_blocker(
                     ));
                 }
             }
-            _ => return Some(format!("pod {name} is covered by more than one pdb")),
+            _ => return Some(format!("pod {} is covered by more than one pdb", name())),
         }
     }
     None

@@ -135,7 +135,9 @@ struct Index {
     /// NodeClaims a disruption command launched for its candidates' pods, while the candidates
     /// are still to be deleted.
     reserved: DashSet<String>,
-    pods_by_node: DashMap<String, BTreeSet<PodKey>>,
+    /// The pods bound to each node, as the watch last delivered them: a pass over a node's pods
+    /// (the disruption planner reads every node's) looks none of them up in the store.
+    pods_by_node: DashMap<String, BTreeMap<PodKey, Arc<CachedPod>>>,
     /// VolumeAttachment names by the node they attach to.
     attachments_by_node: DashMap<String, BTreeSet<String>>,
     /// Provisionable pods, in order: the first is found without a scan, and a pass takes them
@@ -456,8 +458,9 @@ impl ReadModel {
 
     /// The pods bound to a node, by namespace and name.
     pub fn pods_on(&self, node: &str) -> Vec<Arc<CachedPod>> {
-        let keys = members(&self.index.pods_by_node, node);
-        keys.iter().filter_map(|key| self.pod(key)).collect()
+        (self.index.pods_by_node.get(node))
+            .map(|pods| pods.values().cloned().collect())
+            .unwrap_or_default()
     }
 
     /// `pod` as the scheduling simulation sees it, made once per version of the pod (and of its
@@ -801,7 +804,7 @@ impl ReadModel {
                 index.pending.write().retain(|key, _| listed.contains(key));
                 index.unstarted.retain(|key| listed.contains(key));
                 for mut pods in index.pods_by_node.iter_mut() {
-                    pods.retain(|key| listed.contains(key));
+                    pods.retain(|key, _| listed.contains(key));
                 }
                 Vec::new()
             }
@@ -858,7 +861,7 @@ impl ReadModel {
                 .index
                 .pods_by_node
                 .get(node)
-                .is_some_and(|pods| pods.contains(&key));
+                .is_some_and(|pods| pods.contains_key(&key));
             if known == deleted {
                 // A pod first seen bound arrived when it was scheduled: after a restart, the list
                 // of every pod is not a burst of arrivals.
@@ -872,7 +875,13 @@ impl ReadModel {
                     self.note_pod_event(&claim, at);
                 }
             }
-            file(&self.index.pods_by_node, node, key.clone(), !deleted);
+            if deleted {
+                if let Some(mut pods) = self.index.pods_by_node.get_mut(node) {
+                    pods.remove(&key);
+                }
+            } else {
+                (self.index.pods_by_node.entry(node.clone()).or_default()).insert(key.clone(), pod.clone());
+            }
         }
         let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
         let started = if !deleted && phase == Some("Running") {
@@ -1209,6 +1218,33 @@ mod tests {
         // A pod leaving leaves now.
         read.observe_pod(&Arc::new(bound("a", 1_000)), true, 6_000);
         assert_eq!(read.last_pod_event("n"), Some(6_000));
+    }
+
+    #[test]
+    fn a_nodes_pods_are_the_versions_the_watch_last_delivered() {
+        let (read, _writers) = ReadModel::new();
+        let version = |name: &str, version: &str| -> Arc<CachedPod> {
+            Arc::new(object(serde_json::json!({
+                "metadata": {"name": name, "namespace": "default", "resourceVersion": version},
+                "spec": {"nodeName": "n", "containers": []},
+                "status": {"phase": "Running"},
+            })))
+        };
+        let versions = |read: &ReadModel| -> Vec<(String, String)> {
+            let pods = read.pods_on("n");
+            let version = |p: &CachedPod| p.metadata.resource_version.clone().unwrap_or_default();
+            pods.iter().map(|p| (p.name_any(), version(p))).collect()
+        };
+        read.observe_pod(&version("a", "1"), false, 0);
+        read.observe_pod(&version("b", "2"), false, 0);
+        read.observe_pod(&version("a", "3"), false, 0);
+        assert_eq!(
+            versions(&read),
+            [("a".into(), "3".into()), ("b".into(), "2".into())]
+        );
+        read.observe_pod(&version("a", "4"), true, 0);
+        assert_eq!(versions(&read), [("b".to_owned(), "2".to_owned())]);
+        assert!(read.pods_on("elsewhere").is_empty());
     }
 
     #[test]

@@ -596,7 +596,8 @@ fn unschedulable_message(nodes: usize, reasons: &BTreeMap<String, usize>) -> Str
     )
 }
 
-/// Sets `PodScheduled=False/Unschedulable` and records `FailedScheduling` when the message changed.
+/// Sets `PodScheduled=False/Unschedulable` and records `FailedScheduling` when the message changed
+/// (a pod failing again for the same reason is not copied to find that out).
 fn mark_unschedulable(
     store: &Store,
     events: &mut events::Recorder,
@@ -604,11 +605,19 @@ fn mark_unschedulable(
     pod: &Value,
     message: &str,
 ) {
-    let now = store.clock().now_rfc3339();
-    let mut next = pod.clone();
-    if !conditions::set(&mut next, "PodScheduled", "False", "Unschedulable", message, &now) {
+    let (kind, status, reason) = ("PodScheduled", "False", "Unschedulable");
+    if conditions::holds(pod, kind, status, reason, message) {
         return;
     }
+    let mut next = pod.clone();
+    conditions::set(
+        &mut next,
+        kind,
+        status,
+        reason,
+        message,
+        &store.clock().now_rfc3339(),
+    );
     match store.update(&GroupResource::new("", "pods"), key, Part::Status, next, false) {
         Ok(updated) => events.record(
             store,
