@@ -11,7 +11,7 @@
 //! [`SERIES_REFRESH`] while it lasts. The owner calls [`Recorder::sweep`] by
 //! [`Recorder::next_sweep`].
 
-use std::{collections::HashMap, time::Duration};
+use std::{collections::HashMap, sync::Arc, time::Duration};
 
 use joist_messages::time::rfc3339;
 use serde_json::{Value, json};
@@ -56,6 +56,9 @@ pub struct Recorder {
 #[derive(Debug)]
 struct Series {
     event: ObjectKey,
+    /// The Event as created, held until the second occurrence is written (most series have
+    /// one), so that write does not parse it again from the store.
+    created: Option<Arc<Value>>,
     count: u64,
     /// The count the Event shows.
     written: u64,
@@ -95,9 +98,10 @@ impl Recorder {
                 series.write(store);
             }
         }
-        if let Some(event) = create(store, object, report) {
+        if let Some((event, created)) = create(store, object, report) {
             let series = Series {
                 event,
+                created: Some(created),
                 count: 1,
                 written: 1,
                 last_seen: now,
@@ -154,12 +158,13 @@ impl Series {
         if written {
             self.written = count;
         }
+        self.created = None;
         written
     }
 }
 
-/// Creates a new Event; its key, unless the store refused it.
-fn create(store: &Store, object: &Value, report: Report<'_>) -> Option<ObjectKey> {
+/// Creates a new Event; its key and the Event as stored, unless the store refused it.
+fn create(store: &Store, object: &Value, report: Report<'_>) -> Option<(ObjectKey, Arc<Value>)> {
     let Report {
         kind,
         reason,
@@ -192,7 +197,7 @@ fn create(store: &Store, object: &Value, report: Report<'_>) -> Option<ObjectKey
         "count": 1,
     });
     match store.create(&events(), namespace, event, false) {
-        Ok(_) => Some(ObjectKey::new(namespace, &event_name)),
+        Ok(created) => Some((ObjectKey::new(namespace, &event_name), created)),
         Err(error) => {
             tracing::warn!(%error, reason, object = name, "kubesim: cannot record an event");
             None
