@@ -10,7 +10,10 @@
 //! node gives: the same nodes refused, for the same reasons, and the same feasible nodes in the
 //! same order.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::{
+    collections::{BTreeMap, BTreeSet, HashMap},
+    io::Write,
+};
 
 use super::filter::{NodeInfo, PodNeeds, Refusal};
 use crate::object::Pointer;
@@ -93,23 +96,21 @@ impl Class {
 /// The classes known, by key (see [`key`]).
 #[derive(Default)]
 pub(super) struct Classes {
-    by_key: HashMap<String, Class>,
+    by_key: HashMap<Vec<u8>, Class>,
 }
 
 impl Classes {
     /// The class of `key`, built over `nodes` (all open) when not known.
     pub(super) fn of(
         &mut self,
-        key: &str,
+        key: Vec<u8>,
         needs: &PodNeeds,
         nodes: &BTreeMap<String, NodeInfo>,
     ) -> &mut Class {
-        if self.by_key.len() >= MAX_CLASSES && !self.by_key.contains_key(key) {
+        if self.by_key.len() >= MAX_CLASSES && !self.by_key.contains_key(&key) {
             self.by_key.clear();
         }
-        self.by_key
-            .entry(key.to_owned())
-            .or_insert_with(|| Class::new(needs, nodes))
+        self.by_key.entry(key).or_insert_with(|| Class::new(needs, nodes))
     }
 
     /// A node appeared or changed without new labels: every kind looks at it again.
@@ -148,14 +149,18 @@ impl Classes {
 }
 
 /// The class key of a pending pod: what the filters read of it (its volumes' topology comes
-/// from the cluster, so a claim bound since makes another kind).
-pub(super) fn key(pod: &serde_json::Value, needs: &PodNeeds) -> String {
-    let part = |pointer: &str| pod.at(pointer).map(ToString::to_string).unwrap_or_default();
-    format!(
-        "{}\n{}\n{}\n{:?}",
-        part("/metadata/namespace"),
-        part("/metadata/labels"),
-        part("/spec"),
-        needs.volumes
-    )
+/// from the cluster, so a claim bound since makes another kind), as JSON written straight into
+/// the key (a pod's spec is kilobytes, and every attempt makes its key).
+pub(super) fn key(pod: &serde_json::Value, needs: &PodNeeds) -> Vec<u8> {
+    let mut key = Vec::with_capacity(4096);
+    for pointer in ["/metadata/namespace", "/metadata/labels", "/spec"] {
+        if let Some(part) = pod.at(pointer) {
+            // Writing JSON into a Vec fails only if the value cannot be serialized, and a
+            // parsed Value always can.
+            let _ = serde_json::to_writer(&mut key, part);
+        }
+        key.push(b'\n');
+    }
+    let _ = write!(key, "{:?}", needs.volumes);
+    key
 }

@@ -464,7 +464,7 @@ impl Scheduler {
             })
             .collect();
         let class_key = feasible::key(pod, needs);
-        let class = self.classes.of(&class_key, needs, &self.nodes);
+        let class = self.classes.of(class_key, needs, &self.nodes);
         // Start after the node the previous pod stopped at, as kube-scheduler does, so the sample of
         // feasible nodes moves around the cluster.
         let resume = std::mem::take(&mut self.next_start);
