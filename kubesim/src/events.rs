@@ -56,8 +56,9 @@ pub struct Recorder {
 #[derive(Debug)]
 struct Series {
     event: ObjectKey,
-    /// The Event as created, held until the second occurrence is written (most series have
-    /// one), so that write does not parse it again from the store.
+    /// The Event as created, held until the second occurrence is written, so that write does not
+    /// parse it again from the store (most series have a second occurrence and no more; one that
+    /// has none holds it until it ends).
     created: Option<Arc<Value>>,
     count: u64,
     /// The count the Event shows.
