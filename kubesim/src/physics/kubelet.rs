@@ -28,7 +28,7 @@ use tokio::time::Instant;
 use k8s_openapi::api::core::v1::{Taint, Toleration};
 
 use super::{
-    Informer,
+    Informer, WRITES_PER_TURN,
     scheduler::{parse, untolerated},
     wait,
 };
@@ -115,7 +115,10 @@ pub async fn run(store: Arc<Store>, settings: KubeletSettings) {
         for change in pods.changes(&store) {
             kubelets.observe_pod(change.kind, &change.object, settings, store.clock().now_seconds());
         }
-        kubelets.fire_due(&store);
+        if kubelets.fire_due(&store, WRITES_PER_TURN) {
+            tokio::task::yield_now().await;
+            continue;
+        }
         let deadline = kubelets.timers.keys().next().map(|(at, _)| *at);
         if !wait(&mut changes, deadline).await {
             return;
@@ -276,16 +279,20 @@ impl Kubelets {
         }
     }
 
-    fn fire_due(&mut self, store: &Store) {
+    /// Fires at most `max` of the actions due; returns whether more are due.
+    fn fire_due(&mut self, store: &Store, max: usize) -> bool {
         let now = Instant::now();
-        while let Some(entry) = self.timers.first_entry() {
-            if entry.key().0 > now {
-                break;
-            }
+        for _ in 0..max {
+            let Some(entry) = self.timers.first_entry().filter(|entry| entry.key().0 <= now) else {
+                return false;
+            };
             let action = entry.remove();
             self.scheduled.remove(&action);
             self.fire(store, &action);
         }
+        self.timers
+            .first_key_value()
+            .is_some_and(|(&(at, _), _)| at <= now)
     }
 
     fn fire(&mut self, store: &Store, action: &Action) {

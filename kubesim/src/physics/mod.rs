@@ -4,7 +4,10 @@
 //!
 //! A controller sees the store's changes through [`Informer`]s, keeps what it needs, and writes back
 //! through the store like any client. A write that fails (a conflict with another writer, an object
-//! deleted meanwhile) is retried on the next change; a controller never stops the cluster.
+//! deleted meanwhile) is retried on the next change; a controller never stops the cluster. A
+//! controller with a burst of writes to make (the scheduler's queue, the kubelets' timers all due at
+//! one instant) makes at most [`WRITES_PER_TURN`] before it yields, so the others read the burst
+//! while its objects are still held parsed ([`crate::history`]).
 
 mod disruption;
 mod kubelet;
@@ -54,6 +57,10 @@ impl Default for PhysicsSettings {
         }
     }
 }
+
+/// Objects a controller writes before it yields to the rest of the cluster: well within the events a
+/// resource's history holds parsed for watches yet to read them.
+const WRITES_PER_TURN: usize = 1_000;
 
 /// Starts every physics controller; they run until their handles are aborted.
 pub fn start(store: &Arc<Store>, settings: PhysicsSettings) -> Vec<JoinHandle<()>> {

@@ -1017,6 +1017,63 @@ async fn a_replica_set_scaled_far_creates_its_pods_in_bursts_a_watcher_can_follo
     assert!(largest <= 500, "{largest} pods created in one burst");
 }
 
+/// Thousands of pods bound to a node at one instant start together, and a watcher polling every
+/// turn of the runtime sees them start at that instant, a thousand at most between two turns.
+#[tokio::test(start_paused = true)]
+async fn pods_bound_at_one_instant_start_at_it_in_bursts_a_watcher_can_follow() {
+    const PODS: usize = 2_500;
+    let cluster = cluster();
+    let store = cluster.store().clone();
+    let mut big = node("big", "4000", "us-west-2a");
+    big["status"]["allocatable"]["pods"] = json!(PODS.to_string());
+    create(&Api::<Node>::all(cluster.client()), big).await;
+    eventually("the node Ready", || async {
+        let node = Api::<Node>::all(cluster.client()).get("big").await.ok()?;
+        let conditions = node.status?.conditions?;
+        conditions
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True")
+            .then_some(())
+    })
+    .await;
+    let resource = joist_kubesim::resources::GroupResource::new("", "pods");
+    let mut cursor = store.watch(&resource, None, Reads::Objects).expect("watch");
+    for index in 0..PODS {
+        let pod = json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": format!("bound-{index}"), "namespace": "default"},
+            "spec": {"nodeName": "big", "containers": [{"name": "pause", "image": "pause"}]},
+        });
+        store.create(&resource, "default", pod, false).expect("pod");
+    }
+    // The kubelet starts a pod 20 ms after it sees it bound to a Ready node.
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let mut started_at = Vec::new();
+    let mut largest = 0;
+    for _ in 0..100 {
+        let events = store.poll(&mut cursor, usize::MAX).expect("the watcher kept up");
+        let started = events
+            .iter()
+            .filter(|e| {
+                let pod = e.object.value().expect("a pod");
+                e.kind == joist_kubesim::store::EventKind::Modified && pod["status"]["phase"] == "Running"
+            })
+            .count();
+        largest = largest.max(started);
+        started_at.extend(std::iter::repeat_n(tokio::time::Instant::now(), started));
+        if started_at.len() == PODS {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(started_at.len(), PODS, "every pod started");
+    assert!(largest <= 1_000, "{largest} pods started between two turns");
+    assert!(
+        started_at.iter().all(|at| *at == started_at[0]),
+        "every pod started at the instant they were all due"
+    );
+}
+
 /// As on a cluster: a new Node is tainted not-ready until it is Ready, then the taint goes.
 #[tokio::test]
 async fn a_new_node_is_not_ready_until_its_kubelet_reports_ready() {

@@ -47,7 +47,7 @@ use self::{
     },
 };
 
-use super::{Change, Informer, wait};
+use super::{Change, Informer, WRITES_PER_TURN, wait};
 use crate::object::text;
 use crate::{
     api::bind,
@@ -65,9 +65,6 @@ const FEASIBLE_NODES_TO_SCORE: usize = 100;
 /// kube-scheduler's backoff after a pod's first failed attempt, and its cap.
 const INITIAL_BACKOFF: Duration = Duration::from_secs(1);
 const MAX_BACKOFF: Duration = Duration::from_secs(10);
-
-/// Pods scheduled (or found unschedulable) before the scheduler yields to the rest of the cluster.
-const PODS_PER_CHUNK: usize = 1_000;
 
 #[derive(Default)]
 struct Scheduler {
@@ -140,7 +137,7 @@ pub async fn run(store: Arc<Store>, retry: Duration, config: Option<Arc<Schedule
         }
         scheduler.end_backoffs(now);
         scheduler.events.sweep(&store);
-        if scheduler.schedule_queue(&store, PODS_PER_CHUNK) {
+        if scheduler.schedule_queue(&store, WRITES_PER_TURN) {
             tokio::task::yield_now().await;
             continue;
         }
