@@ -97,8 +97,10 @@ pub enum Change {
     Service(Arc<Service>, bool),
     /// A (re)list of a kind the indexes cover ended, with every object it listed.
     Relisted(Listed, HashSet<PodKey>),
+    /// A controller default topology spread reads changed, or was relisted.
+    SpreadController,
     /// An object no actor is poked for changed (a DaemonSet, PodDisruptionBudget, Namespace,
-    /// PersistentVolumeClaim, or a controller default topology spread reads).
+    /// PersistentVolumeClaim).
     Other,
     /// Nothing changed (lists starting, watch errors).
     Quiet,
@@ -392,24 +394,24 @@ fn default_spread_streams(
             Api::<ReplicaSet>::all(client.clone()),
             writers.replica_sets,
             default_spread::trim_replica_set,
-            |_, _| Change::Other,
-            |_| Change::Quiet,
+            |_, _| Change::SpreadController,
+            |_| Change::SpreadController,
         ),
         reflect(
             jitter,
             Api::<StatefulSet>::all(client.clone()),
             writers.stateful_sets,
             default_spread::trim_stateful_set,
-            |_, _| Change::Other,
-            |_| Change::Quiet,
+            |_, _| Change::SpreadController,
+            |_| Change::SpreadController,
         ),
         reflect(
             jitter,
             Api::<ReplicationController>::all(client.clone()),
             writers.replication_controllers,
             default_spread::trim_replication_controller,
-            |_, _| Change::Other,
-            |_| Change::Quiet,
+            |_, _| Change::SpreadController,
+            |_| Change::SpreadController,
         ),
     ]
 }
@@ -799,6 +801,11 @@ impl StreamHandler<Change> for ClusterState {
             Change::Service(service, deleted) => {
                 if let Some(spread) = read.default_spread() {
                     spread.observe_service(&service, deleted);
+                }
+            }
+            Change::SpreadController => {
+                if let Some(spread) = read.default_spread() {
+                    spread.inputs_changed();
                 }
             }
             Change::Relisted(kind, listed) => {

@@ -8,10 +8,17 @@
 //! A controller that is gone or of another kind contributes nothing, as in kube-scheduler: the
 //! selector is then the Services' alone, and a pod with neither gets no defaults. Nothing here
 //! fails.
+//!
+//! A generation moves on with every change to a Service or to one of those controllers (after the
+//! change is in the store), so a pod's view made at one generation holds, unlooked at, until the
+//! next.
 
 use std::{
     collections::{BTreeMap, HashSet},
-    sync::Arc,
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
 };
 
 use dashmap::DashMap;
@@ -54,6 +61,8 @@ pub struct DefaultSpread {
     replica_sets: Store<ReplicaSet>,
     stateful_sets: Store<StatefulSet>,
     replication_controllers: Store<ReplicationController>,
+    /// See the module docs.
+    generation: Arc<AtomicU64>,
 }
 
 impl DefaultSpread {
@@ -70,6 +79,7 @@ impl DefaultSpread {
             replica_sets,
             stateful_sets,
             replication_controllers,
+            generation: Arc::default(),
         };
         let writers = DefaultSpreadWriters {
             services: services_w,
@@ -86,6 +96,16 @@ impl DefaultSpread {
             && listed(&self.replica_sets)
             && listed(&self.stateful_sets)
             && listed(&self.replication_controllers)
+    }
+
+    /// The generation of the Services and controllers (see the module docs).
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// Moves the generation on: a Service or controller changed, and the change is in the store.
+    pub fn inputs_changed(&self) {
+        self.generation.fetch_add(1, Ordering::AcqRel);
     }
 
     /// Records a Service's selector, or its deletion. A Service without a selector selects no
@@ -109,6 +129,7 @@ impl DefaultSpread {
             self.services
                 .remove_if(&namespace, |_, services| services.is_empty());
         }
+        self.inputs_changed();
     }
 
     /// Forgets the Services a relist no longer shows (deleted while the watch was away).
@@ -117,6 +138,7 @@ impl DefaultSpread {
             by_name.retain(|name, _| listed.contains(&(namespace.clone(), name.clone())));
             !by_name.is_empty()
         });
+        self.inputs_changed();
     }
 
     /// The selector kube-scheduler deduces for `pod`'s default constraints; `None` for a pod with

@@ -181,15 +181,18 @@ pub struct Leaving {
 pub const SYNC_LOOK: Duration = Duration::from_millis(20);
 
 /// A pod's scheduling view, as [`ReadModel::pod_info`] made it.
+#[derive(Clone)]
 struct CachedInfo {
     /// The `resourceVersion` of the pod it was made from (the watch's copy of a pod is not the
     /// store's, so the version tells them apart, and neither is held here).
     version: String,
     /// The selector its default spread constraints carried, if it had them.
     default_selector: Option<Box<LabelSelector>>,
-    /// Made of the pod alone (no default spread configured, no volume claims): it holds for as
-    /// long as the pod's version does.
-    of_pod_alone: bool,
+    /// Whether the pod has volume claims, whose volumes (not the pod) say where it can run.
+    uses_claims: bool,
+    /// The default spread's generation when the view was made or last found to hold; none when no
+    /// default spread is configured.
+    spread_generation: Option<u64>,
     info: Arc<PodInfo>,
 }
 
@@ -469,10 +472,10 @@ impl ReadModel {
     pub fn pod_info(&self, pod: &CachedPod) -> Result<Arc<PodInfo>, PodError> {
         let key = (pod.namespace().unwrap_or_default(), pod.name_any());
         let known = self.index.pod_infos.get(&key);
-        // A view made of the pod alone holds while its version does, with no look at the claims
-        // and controllers it does not use (the disruption planner asks for every node's pods).
+        // The disruption planner asks for every node's pods: a view that holds without a look at
+        // the pod's claims or controller is taken as it is while the pod's version holds.
         if let Some(known) = known.as_deref()
-            && known.of_pod_alone
+            && self.holds_unlooked(known)
             && pod.metadata.resource_version.as_deref() == Some(known.version.as_str())
         {
             return Ok(known.info.clone());
@@ -487,10 +490,9 @@ impl ReadModel {
 
     /// A pending pod's view ([`ReadModel::pod_info`]), the one kept with it while it holds.
     fn waiting_view(&self, waiting: &mut Waiting) -> Result<Arc<PodInfo>, PodError> {
-        // Kept views are of the pod's version (a new one drops it): one made of the pod alone
-        // holds without a look at the pod, or at the claims and controllers it does not use.
+        // Kept views are of the pod's version (a new one drops it).
         if let Some(view) = &waiting.view
-            && view.of_pod_alone
+            && self.holds_unlooked(view)
         {
             return Ok(view.info.clone());
         }
@@ -501,14 +503,27 @@ impl ReadModel {
         Ok(info)
     }
 
+    /// Whether `view` holds with no look at the pod's claims, controller or Services: it was made
+    /// without claims, and the default spread (if configured) is as it was then.
+    fn holds_unlooked(&self, view: &CachedInfo) -> bool {
+        !view.uses_claims && view.spread_generation == self.spread_generation()
+    }
+
+    /// The default spread's generation; none when no default spread is configured.
+    fn spread_generation(&self) -> Option<u64> {
+        self.default_spread.as_ref().map(DefaultSpread::generation)
+    }
+
     /// `pod`'s view: `known`'s while it was made from this version of the pod with the same
-    /// default spread and volumes, else a new one with what to keep of it (nothing for a pod
-    /// without a `resourceVersion`).
+    /// default spread and volumes (kept again with the generation it was found to hold at), else
+    /// a new one with what to keep of it (nothing for a pod without a `resourceVersion`).
     fn view(
         &self,
         known: Option<&CachedInfo>,
         pod: &CachedPod,
     ) -> Result<(Arc<PodInfo>, Option<CachedInfo>), PodError> {
+        // Read before the inputs: a change made meanwhile moves the generation past this one.
+        let spread_generation = self.spread_generation();
         let default_selector = self.default_spread_selector(pod);
         let volumes = pod_volumes(pod, self)?;
         let version = pod.metadata.resource_version.as_deref();
@@ -518,13 +533,18 @@ impl ReadModel {
             && known.info.constraints().volume_requirements == volumes.requirements
             && known.info.volumes == volumes.attached
         {
-            return Ok((known.info.clone(), None));
+            let refreshed = (known.spread_generation != spread_generation).then(|| CachedInfo {
+                spread_generation,
+                ..known.clone()
+            });
+            return Ok((known.info.clone(), refreshed));
         }
         let info = Arc::new(self.simulated(pod, default_selector.as_ref(), volumes)?);
         let made = version.map(|version| CachedInfo {
             version: version.to_owned(),
-            of_pod_alone: self.default_spread.is_none() && !uses_claims(pod),
             default_selector: default_selector.map(Box::new),
+            uses_claims: uses_claims(pod),
+            spread_generation,
             info: info.clone(),
         });
         Ok((info, made))
@@ -1404,6 +1424,72 @@ mod tests {
         assert!(
             read.index.pod_infos.is_empty(),
             "a deleted pod's view goes with it"
+        );
+    }
+
+    #[test]
+    fn with_a_default_spread_a_pods_view_holds_until_a_service_or_controller_changes() {
+        let config = joist_messages::scheduler_config::SchedulerConfig::parse(
+            "podTopologySpread: {defaultConstraints: [{maxSkew: 1, \
+             topologyKey: topology.kubernetes.io/zone, whenUnsatisfiable: DoNotSchedule}]}",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let (read, mut writers) = ReadModel::mirroring(Some(Arc::new(config)));
+        let spread = read
+            .default_spread()
+            .cloned()
+            .unwrap_or_else(|| panic!("configured"));
+        let pod: Arc<CachedPod> = Arc::new(object(serde_json::json!({
+            "metadata": {"name": "web-abc-1", "namespace": "shop", "resourceVersion": "1",
+                "labels": {"app": "web", "pod-template-hash": "abc"},
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-abc",
+                    "uid": "rs-1", "controller": true}]},
+            "spec": {"containers": [{"name": "c", "image": "pause"}]},
+        })));
+        let view = || read.pod_info(&pod).unwrap_or_else(|e| panic!("{e}"));
+        // Whether the view's default spread counts pods labelled `labels`.
+        let counts = |info: &PodInfo, labels: &[(&str, &str)]| -> bool {
+            let labels = labels
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect();
+            let spread = &info.constraints().spread;
+            !spread.is_empty()
+                && spread
+                    .iter()
+                    .all(|c| joist_scheduling::terms::selects(c.selector.as_ref(), &labels))
+        };
+        let web = [("app", "web")];
+        let this_set = [("app", "web"), ("pod-template-hash", "abc")];
+        let alone = view();
+        assert!(!counts(&alone, &web), "nothing selects the pod yet");
+        assert!(Arc::ptr_eq(&alone, &view()), "nothing changed: the view holds");
+
+        let service: k8s_openapi::api::core::v1::Service = object(serde_json::json!({
+            "metadata": {"name": "web", "namespace": "shop"}, "spec": {"selector": {"app": "web"}},
+        }));
+        spread.observe_service(&service, false);
+        let by_service = view();
+        assert!(
+            counts(&by_service, &web),
+            "a Service selecting the pod spreads it among the Service's pods"
+        );
+
+        // The pod's controller comes into the store after the pod (the watches are apart).
+        let set: k8s_openapi::api::apps::v1::ReplicaSet = object(serde_json::json!({
+            "metadata": {"name": "web-abc", "namespace": "shop", "uid": "rs-1"},
+            "spec": {"selector": {"matchLabels": {"app": "web", "pod-template-hash": "abc"}}},
+        }));
+        let writers = writers
+            .default_spread
+            .as_mut()
+            .unwrap_or_else(|| panic!("configured"));
+        writers.replica_sets.apply_watcher_event(&Event::Apply(set));
+        spread.inputs_changed();
+        let by_both = view();
+        assert!(
+            counts(&by_both, &this_set) && !counts(&by_both, &web),
+            "the controller's selector joins the Service's"
         );
     }
 
