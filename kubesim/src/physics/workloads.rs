@@ -15,7 +15,7 @@ use std::{
     sync::Arc,
 };
 
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
 use super::{
     Informer,
@@ -586,15 +586,27 @@ fn owner_reference(owner: &Value) -> Value {
     })
 }
 
-/// A pod of a controller's template, named `prefix` + a random suffix.
+/// A pod of a controller's template, named `prefix` + a random suffix. The template's parts are
+/// copied once and moved in (`json!` would copy each through serde again).
 fn pod_from_template(owner: &Value, prefix: &str) -> Value {
-    let template = owner.at("/spec/template").cloned().unwrap_or_else(|| json!({}));
-    let mut metadata = template.get("metadata").cloned().unwrap_or_else(|| json!({}));
+    let part = |name: &str| {
+        owner
+            .at("/spec/template")
+            .and_then(|template| template.get(name))
+            .cloned()
+            .unwrap_or_else(|| Value::Object(Map::new()))
+    };
+    let mut metadata = part("metadata");
     if !prefix.is_empty() {
-        metadata["generateName"] = json!(prefix);
+        metadata["generateName"] = Value::from(prefix);
     }
-    metadata["ownerReferences"] = json!([owner_reference(owner)]);
-    json!({"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": template.get("spec").cloned().unwrap_or_else(|| json!({}))})
+    metadata["ownerReferences"] = Value::Array(vec![owner_reference(owner)]);
+    let mut pod = Map::new();
+    pod.insert("apiVersion".to_owned(), Value::from("v1"));
+    pod.insert("kind".to_owned(), Value::from("Pod"));
+    pod.insert("metadata".to_owned(), metadata);
+    pod.insert("spec".to_owned(), part("spec"));
+    Value::Object(pod)
 }
 
 /// Pins a daemon pod to its node (required node affinity on metadata.name) and adds the tolerations
