@@ -5,7 +5,7 @@
 //! and ran. The summary's pending times and provisioning latency come from here.
 
 use std::{
-    collections::{BTreeMap, BTreeSet},
+    collections::{BTreeMap, BTreeSet, HashMap},
     sync::{Arc, Mutex, MutexGuard},
 };
 
@@ -43,7 +43,8 @@ pub struct PodTimes {
 #[derive(Default)]
 struct Notes {
     timeline: Vec<Entry>,
-    pods: BTreeMap<String, PodTimes>,
+    /// By `namespace/name`: looked up on every pod event, ordered once at the end.
+    pods: HashMap<String, PodTimes>,
     /// The earliest pod that became unschedulable since the last NodeClaim was created.
     waiting_since: Option<f64>,
     max_pending_to_claim: Option<f64>,
@@ -415,7 +416,7 @@ impl Recorder {
         let mut notes = lock(&self.notes);
         Recorded {
             timeline: std::mem::take(&mut notes.timeline),
-            pods: std::mem::take(&mut notes.pods),
+            pods: std::mem::take(&mut notes.pods).into_iter().collect(),
             max_pending_to_claim: notes.max_pending_to_claim,
             disruption_reasons: std::mem::take(&mut notes.disruption_reasons),
         }
