@@ -1326,6 +1326,8 @@ fn added_finalizers<'a>(before: &Value, after: &'a Value) -> Vec<&'a str> {
 /// Fields a client cannot change through an update: identity, timestamps, and the part the
 /// request does not own.
 fn keep_system_fields(current: &Value, next: &mut Value, part: Part, status_subresource: bool) {
+    let current_metadata = current.get("metadata");
+    let next_metadata = &mut next["metadata"];
     for field in [
         "uid",
         "creationTimestamp",
@@ -1335,10 +1337,12 @@ fn keep_system_fields(current: &Value, next: &mut Value, part: Part, status_subr
         "namespace",
         "name",
     ] {
-        match current["metadata"].get(field) {
-            Some(value) => next["metadata"][field] = value.clone(),
+        match current_metadata.and_then(|metadata| metadata.get(field)) {
+            // Most writes start from the stored object: a field it kept is not copied again.
+            Some(value) if next_metadata.get(field) == Some(value) => {}
+            Some(value) => next_metadata[field] = value.clone(),
             None => {
-                if let Some(metadata) = next["metadata"].as_object_mut() {
+                if let Some(metadata) = next_metadata.as_object_mut() {
                     metadata.remove(field);
                 }
             }
