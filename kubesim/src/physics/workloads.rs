@@ -215,14 +215,14 @@ pub async fn run(store: Arc<Store>) {
 }
 
 /// The controller reference of an object: (kind, name, uid).
-fn controller_of(object: &Value) -> Option<(String, String, String)> {
+fn controller_of(object: &Value) -> Option<(&str, &str, &str)> {
     object
         .at("/metadata/ownerReferences")?
         .as_array()?
         .iter()
-        .find(|r| r["controller"] == true)
+        .find(|r| r.get("controller").and_then(Value::as_bool) == Some(true))
         .map(|r| {
-            let text = |field: &str| r[field].as_str().unwrap_or_default().to_owned();
+            let text = |field: &str| r.get(field).and_then(Value::as_str).unwrap_or_default();
             (text("kind"), text("name"), text("uid"))
         })
 }
@@ -244,7 +244,7 @@ impl Workloads {
         if kind == Kind::ReplicaSet
             && let Some((owner_kind, owner_name, owner_uid)) = controller_of(object)
         {
-            let sets = self.sets_by_owner.entry(owner_uid).or_default();
+            let sets = self.sets_by_owner.entry(owner_uid.to_owned()).or_default();
             if event == EventKind::Deleted {
                 sets.remove(&key);
             } else {
@@ -252,7 +252,7 @@ impl Workloads {
             }
             if owner_kind == "Deployment" {
                 self.dirty
-                    .insert((Kind::Deployment, ObjectKey::new(&key.namespace, &owner_name)));
+                    .insert((Kind::Deployment, ObjectKey::new(&key.namespace, owner_name)));
             }
         }
         if event != EventKind::Deleted {
@@ -265,15 +265,19 @@ impl Workloads {
             return;
         };
         let key = ObjectKey::of(pod);
-        let owned = self.pods_by_owner.entry(owner_uid).or_default();
+        // Looked up before it is added: nearly every pod's owner already has pods here.
+        let owned = match self.pods_by_owner.get_mut(owner_uid) {
+            Some(owned) => owned,
+            None => self.pods_by_owner.entry(owner_uid.to_owned()).or_default(),
+        };
+        if let Some(kind) = Kind::of_owner(owner_kind) {
+            self.dirty
+                .insert((kind, ObjectKey::new(&key.namespace, owner_name)));
+        }
         if event == EventKind::Deleted {
             owned.remove(&key);
         } else {
-            owned.insert(key.clone(), OwnedPod::of(pod));
-        }
-        if let Some(kind) = Kind::of_owner(&owner_kind) {
-            self.dirty
-                .insert((kind, ObjectKey::new(&key.namespace, &owner_name)));
+            owned.insert(key, OwnedPod::of(pod));
         }
     }
 
