@@ -59,7 +59,7 @@ use crate::{
     shared::{NodePoolHandle, Shared},
     state::{
         cached,
-        default_spread::{self, DefaultSpreadWriters},
+        default_spread::{self, ControllerSeen, DefaultSpreadWriters},
         read_model::{Listed, PodKey, Writers},
         watch_backoff::watch_backoff,
     },
@@ -97,8 +97,8 @@ pub enum Change {
     Service(Arc<Service>, bool),
     /// A (re)list of a kind the indexes cover ended, with every object it listed.
     Relisted(Listed, HashSet<PodKey>),
-    /// A controller default topology spread reads changed, or was relisted.
-    SpreadController,
+    /// A controller default topology spread reads changed; none: their kind was relisted.
+    SpreadController(Option<ControllerSeen>),
     /// An object no actor is poked for changed (a DaemonSet, PodDisruptionBudget, Namespace,
     /// PersistentVolumeClaim).
     Other,
@@ -394,24 +394,26 @@ fn default_spread_streams(
             Api::<ReplicaSet>::all(client.clone()),
             writers.replica_sets,
             default_spread::trim_replica_set,
-            |_, _| Change::SpreadController,
-            |_| Change::SpreadController,
+            |set, deleted| Change::SpreadController(Some(ControllerSeen::replica_set(&set, deleted))),
+            |_| Change::SpreadController(None),
         ),
         reflect(
             jitter,
             Api::<StatefulSet>::all(client.clone()),
             writers.stateful_sets,
             default_spread::trim_stateful_set,
-            |_, _| Change::SpreadController,
-            |_| Change::SpreadController,
+            |set, deleted| Change::SpreadController(Some(ControllerSeen::stateful_set(&set, deleted))),
+            |_| Change::SpreadController(None),
         ),
         reflect(
             jitter,
             Api::<ReplicationController>::all(client.clone()),
             writers.replication_controllers,
             default_spread::trim_replication_controller,
-            |_, _| Change::SpreadController,
-            |_| Change::SpreadController,
+            |controller, deleted| {
+                Change::SpreadController(Some(ControllerSeen::replication_controller(&controller, deleted)))
+            },
+            |_| Change::SpreadController(None),
         ),
     ]
 }
@@ -803,9 +805,13 @@ impl StreamHandler<Change> for ClusterState {
                     spread.observe_service(&service, deleted);
                 }
             }
-            Change::SpreadController => {
+            Change::SpreadController(seen) => {
                 if let Some(spread) = read.default_spread() {
-                    spread.inputs_changed();
+                    match seen {
+                        Some(seen) => spread.observe_controller(seen),
+                        // Some may have gone while the watch was away.
+                        None => spread.inputs_changed(),
+                    }
                 }
             }
             Change::Relisted(kind, listed) => {

@@ -9,9 +9,9 @@
 //! selector is then the Services' alone, and a pod with neither gets no defaults. Nothing here
 //! fails.
 //!
-//! A generation moves on with every change to a Service or to one of those controllers (after the
-//! change is in the store), so a pod's view made at one generation holds, unlooked at, until the
-//! next.
+//! A generation moves on with every change to a Service, and to what the deduction reads of one of
+//! those controllers (its uid and selector, not its status), after the change is in the store: a
+//! pod's view made at one generation holds, unlooked at, until the next.
 
 use std::{
     collections::{BTreeMap, HashSet},
@@ -63,6 +63,60 @@ pub struct DefaultSpread {
     replication_controllers: Store<ReplicationController>,
     /// See the module docs.
     generation: Arc<AtomicU64>,
+    /// What the deduction last read of each controller, by kind, namespace and name.
+    controllers: Arc<DashMap<(&'static str, String, String), ControllerReads>>,
+}
+
+/// A controller's uid and selector (as JSON): what the deduction reads of it.
+type ControllerReads = (String, String);
+
+/// What the deduction reads of a controller that changed, or that it is gone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ControllerSeen {
+    key: (&'static str, String, String),
+    reads: Option<ControllerReads>,
+}
+
+impl ControllerSeen {
+    /// A ReplicaSet as the watch delivered it (or its deletion).
+    pub fn replica_set(set: &ReplicaSet, deleted: bool) -> Self {
+        Self::of(
+            "ReplicaSet",
+            set,
+            set.spec.as_ref().map(|spec| &spec.selector),
+            deleted,
+        )
+    }
+
+    /// A StatefulSet as the watch delivered it (or its deletion).
+    pub fn stateful_set(set: &StatefulSet, deleted: bool) -> Self {
+        Self::of(
+            "StatefulSet",
+            set,
+            set.spec.as_ref().map(|spec| &spec.selector),
+            deleted,
+        )
+    }
+
+    /// A ReplicationController as the watch delivered it (or its deletion).
+    pub fn replication_controller(controller: &ReplicationController, deleted: bool) -> Self {
+        let selector = controller.spec.as_ref().and_then(|spec| spec.selector.as_ref());
+        Self::of("ReplicationController", controller, selector, deleted)
+    }
+
+    fn of<K: kube::Resource, S: serde::Serialize>(
+        kind: &'static str,
+        object: &K,
+        selector: Option<S>,
+        deleted: bool,
+    ) -> Self {
+        let key = (kind, object.namespace().unwrap_or_default(), object.name_any());
+        let reads = (!deleted).then(|| {
+            let uid = object.meta().uid.clone().unwrap_or_default();
+            (uid, serde_json::to_string(&selector).unwrap_or_default())
+        });
+        Self { key, reads }
+    }
 }
 
 impl DefaultSpread {
@@ -80,6 +134,7 @@ impl DefaultSpread {
             stateful_sets,
             replication_controllers,
             generation: Arc::default(),
+            controllers: Arc::default(),
         };
         let writers = DefaultSpreadWriters {
             services: services_w,
@@ -106,6 +161,18 @@ impl DefaultSpread {
     /// Moves the generation on: a Service or controller changed, and the change is in the store.
     pub fn inputs_changed(&self) {
         self.generation.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Records what the deduction reads of a controller (the store has it already): the
+    /// generation moves on when that changed, not for a status update.
+    pub fn observe_controller(&self, seen: ControllerSeen) {
+        let changed = match seen.reads {
+            Some(reads) => self.controllers.insert(seen.key, reads.clone()) != Some(reads),
+            None => self.controllers.remove(&seen.key).is_some(),
+        };
+        if changed {
+            self.inputs_changed();
+        }
     }
 
     /// Records a Service's selector, or its deletion. A Service without a selector selects no
@@ -254,6 +321,35 @@ mod tests {
 
     fn pod(value: serde_json::Value) -> CachedPod {
         serde_json::from_value(value).unwrap()
+    }
+
+    #[test]
+    fn a_controllers_status_leaves_the_generation_and_its_selector_or_uid_moves_it() {
+        let config = Arc::new(SchedulerConfig::parse(ZONE_SPREAD).unwrap());
+        let (spread, _writers) = DefaultSpread::new(config);
+        let set = |uid: &str, hash: &str, ready: i32| -> ReplicaSet {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "web-abc", "namespace": "shop", "uid": uid},
+                "spec": {"selector": {"matchLabels": {"app": "web", "pod-template-hash": hash}}},
+                "status": {"replicas": 3, "readyReplicas": ready},
+            }))
+            .unwrap()
+        };
+        let seen = |set: &ReplicaSet, deleted| ControllerSeen::replica_set(set, deleted);
+        let start = spread.generation();
+        spread.observe_controller(seen(&set("rs-1", "abc", 0), false));
+        let first = spread.generation();
+        assert!(first > start, "a new controller moves it on");
+        spread.observe_controller(seen(&set("rs-1", "abc", 3), false));
+        assert_eq!(spread.generation(), first, "its status changing does not");
+        spread.observe_controller(seen(&set("rs-1", "def", 3), false));
+        let relabelled = spread.generation();
+        assert!(relabelled > first, "its selector changing does");
+        spread.observe_controller(seen(&set("rs-2", "def", 3), false));
+        let recreated = spread.generation();
+        assert!(recreated > relabelled, "another object under the name does");
+        spread.observe_controller(seen(&set("rs-2", "def", 3), true));
+        assert!(spread.generation() > recreated, "its deletion does");
     }
 
     #[test]

@@ -1484,8 +1484,12 @@ mod tests {
             .default_spread
             .as_mut()
             .unwrap_or_else(|| panic!("configured"));
-        writers.replica_sets.apply_watcher_event(&Event::Apply(set));
-        spread.inputs_changed();
+        writers
+            .replica_sets
+            .apply_watcher_event(&Event::Apply(set.clone()));
+        spread.observe_controller(crate::state::default_spread::ControllerSeen::replica_set(
+            &set, false,
+        ));
         let by_both = view();
         assert!(
             counts(&by_both, &this_set) && !counts(&by_both, &web),
