@@ -593,9 +593,9 @@ fn owner_reference(owner: &Value) -> Value {
 /// A pod of a controller's template, named `prefix` + a random suffix. The template's parts are
 /// copied once and moved in (`json!` would copy each through serde again).
 fn pod_from_template(owner: &Value, prefix: &str) -> Value {
+    let template = owner.at("/spec/template");
     let part = |name: &str| {
-        owner
-            .at("/spec/template")
+        template
             .and_then(|template| template.get(name))
             .cloned()
             .unwrap_or_else(|| Value::Object(Map::new()))
