@@ -19,7 +19,7 @@ use tokio::time::Instant;
 
 use crate::{
     resources::GroupResource,
-    store::{ObjectKey, Part, Store},
+    store::{ObjectKey, Store},
 };
 
 /// How long after its last occurrence a series ends (client-go's `finishTime`, 6 minutes); the
@@ -149,17 +149,15 @@ impl Series {
         let seen = rfc3339(self.last_seen_at);
         let count = self.count;
         let written = store
-            .modify(&events(), &self.event, Part::Main, false, |current| {
-                let mut next = current.clone();
-                next["count"] = json!(count);
-                next["lastTimestamp"] = json!(seen);
-                Ok(next)
+            .edit(&events(), &self.event, self.created.take(), |_, event| {
+                event["count"] = json!(count);
+                event["lastTimestamp"] = json!(seen);
+                Ok(true)
             })
             .is_ok();
         if written {
             self.written = count;
         }
-        self.created = None;
         written
     }
 }

@@ -327,6 +327,14 @@ impl Stored {
     }
 }
 
+/// What a commit knows of the version it replaces.
+enum Replaced {
+    /// Nothing: it is read back from the table, and the indexes move from it.
+    Stored,
+    /// Its JSON: an edit ([`Store::edit`]) left its metadata, which the indexes read, as it was.
+    Edited(Bytes),
+}
+
 #[derive(Debug)]
 struct Table {
     objects: BTreeMap<ObjectKey, Stored>,
@@ -775,6 +783,51 @@ impl Store {
         Ok(Encoded::of(json, &next))
     }
 
+    /// A change one of the cluster's own components makes to an object it read (a binding, a
+    /// kubelet's status, an Event's series): `edit` is given the object's metadata to read and the
+    /// rest of it to change, and says whether it changed anything. The version the caller read is
+    /// handed over as `held`: when no one else holds it, the change is made on it in place where
+    /// [`Store::modify`] copies the object first. Metadata stays as it was, so there are no system
+    /// fields to keep, no generation to count and no indexes to move. Returns the object as written,
+    /// or None when nothing changed.
+    pub fn edit(
+        &self,
+        resource: &GroupResource,
+        key: &ObjectKey,
+        held: Option<Arc<Value>>,
+        edit: impl FnOnce(&Value, &mut Value) -> Result<bool, ApiError>,
+    ) -> Result<Option<Arc<Value>>, ApiError> {
+        let mut state = self.lock();
+        let current = state.current(resource, key)?;
+        drop(held);
+        let json = state.stored_json(resource, key)?;
+        let mut object = Arc::unwrap_or_clone(current);
+        let metadata = object
+            .as_object_mut()
+            .and_then(|fields| fields.remove("metadata"))
+            .unwrap_or_else(|| json!({}));
+        let changed = edit(&metadata, &mut object)?;
+        object["metadata"] = metadata;
+        if !changed {
+            return Ok(None);
+        }
+        if is_deleting(&object) && finalizers(&object).is_empty() {
+            return Ok(Some(state.remove(
+                resource,
+                key,
+                Some(object),
+                Propagation::Background,
+            )));
+        }
+        Ok(Some(state.commit_replacing(
+            resource,
+            key.clone(),
+            EventKind::Modified,
+            Some(object),
+            Replaced::Edited(json),
+        )))
+    }
+
     /// Deletes an object: at once when it has no finalizers, otherwise by setting its
     /// deletionTimestamp. Returns the object as the response shows it.
     pub fn delete(
@@ -940,21 +993,35 @@ impl State {
         kind: EventKind,
         object: Option<Value>,
     ) -> Arc<Value> {
+        self.commit_replacing(resource, key, kind, object, Replaced::Stored)
+    }
+
+    /// [`State::commit`], told what it knows of the version it replaces.
+    fn commit_replacing(
+        &mut self,
+        resource: &GroupResource,
+        key: ObjectKey,
+        kind: EventKind,
+        object: Option<Value>,
+        replaced: Replaced,
+    ) -> Arc<Value> {
         self.revision += 1;
         let revision = self.revision;
         let table = self
             .tables
             .entry(resource.clone())
             .or_insert_with(|| Table::new(revision - 1));
-        let previous = match table.objects.get_mut(&key) {
-            Some(stored) => match stored.object(&self.encodings) {
+        let indexed_before = matches!(replaced, Replaced::Stored);
+        let previous = match (replaced, table.objects.get_mut(&key)) {
+            (Replaced::Edited(json), _) => Some(Version::encoded(json)),
+            (Replaced::Stored, Some(stored)) => match stored.object(&self.encodings) {
                 Ok(previous) => Some(Version::parsed(stored.json.clone(), previous)),
                 Err(error) => {
                     tracing::error!(%error, resource = %resource.qualified(), name = %key.name, "kubesim replaces an object it cannot read");
                     None
                 }
             },
-            None => None,
+            (Replaced::Stored, None) => None,
         };
         let previous_object = previous.as_ref().and_then(|version| version.parsed.clone());
         let (stored, json) = match object {
@@ -984,12 +1051,14 @@ impl State {
                 revision,
             },
         );
-        self.reindex(
-            resource,
-            &key,
-            previous_object.as_deref(),
-            (kind != EventKind::Deleted).then_some(&*stored),
-        );
+        if indexed_before {
+            self.reindex(
+                resource,
+                &key,
+                previous_object.as_deref(),
+                (kind != EventKind::Deleted).then_some(&*stored),
+            );
+        }
         stored
     }
 
@@ -1042,13 +1111,18 @@ impl State {
     }
 
     /// The live object at `key` with its spec set aside, and its JSON.
-    fn aside(&self, resource: &GroupResource, key: &ObjectKey) -> Result<(SpecAside, Bytes), ApiError> {
-        let stored = self
-            .tables
+    /// The JSON of an object as stored.
+    fn stored_json(&self, resource: &GroupResource, key: &ObjectKey) -> Result<Bytes, ApiError> {
+        self.tables
             .get(resource)
             .and_then(|table| table.objects.get(key))
-            .ok_or_else(|| not_found(resource, key))?;
-        Ok((SpecAside::read(&stored.json)?, stored.json.clone()))
+            .map(|stored| stored.json.clone())
+            .ok_or_else(|| not_found(resource, key))
+    }
+
+    fn aside(&self, resource: &GroupResource, key: &ObjectKey) -> Result<(SpecAside, Bytes), ApiError> {
+        let json = self.stored_json(resource, key)?;
+        Ok((SpecAside::read(&json)?, json))
     }
 
     /// Keeps the uid and owner indexes in step with a write; a write that changes neither the uid

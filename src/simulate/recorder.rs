@@ -10,7 +10,7 @@ use std::{
 };
 
 use joist_kubesim::{
-    Store, conditions,
+    ApiError, Store, conditions,
     history::Reads,
     resources::GroupResource,
     store::{EventKind, Version, WatchCursor},
@@ -224,7 +224,34 @@ impl Notes {
         self.entry(at, entry, object, detail);
     }
 
-    fn pod(&mut self, at: f64, kind: EventKind, object: &Value, previous: Option<&Value>) {
+    /// Notes a change of anything but a pod ([`Notes::pod`]), with the version before it.
+    fn note_change(
+        &mut self,
+        watched: Watched,
+        at: f64,
+        kind: EventKind,
+        object: &Value,
+        previous: Option<&Value>,
+    ) {
+        match watched {
+            Watched::NodeClaims => self.node_claim(at, kind, object, previous),
+            Watched::Nodes => self.node(at, kind, object, previous),
+            Watched::Events if kind == EventKind::Added => self.event(at, object),
+            Watched::VolumeAttachments => self.volume_attachment(at, kind, object),
+            Watched::NodePools if kind == EventKind::Modified => self.node_pool(at, object, previous),
+            Watched::Pods | Watched::Events | Watched::NodePools => {}
+        }
+    }
+
+    /// Notes a pod's change; `previous` reads its version before, which is looked at only when
+    /// the pod is terminating. Fails when that version does not parse.
+    fn pod(
+        &mut self,
+        at: f64,
+        kind: EventKind,
+        object: &Value,
+        previous: impl FnOnce() -> Result<Option<Arc<Value>>, ApiError>,
+    ) -> Result<(), ApiError> {
         let key = format!(
             "{}/{}",
             text(object, "/metadata/namespace"),
@@ -244,12 +271,11 @@ impl Notes {
             if let Some(times) = self.pods.get_mut(&key) {
                 times.ended.get_or_insert(at);
             }
-            return;
+            return Ok(());
         }
-        if terminating(object)
-            && !previous.is_some_and(terminating)
-            && !text(object, "/spec/nodeName").is_empty()
-        {
+        let newly_terminating =
+            || -> Result<bool, ApiError> { Ok(!previous()?.as_deref().is_some_and(terminating)) };
+        if terminating(object) && !text(object, "/spec/nodeName").is_empty() && newly_terminating()? {
             let grace = object["metadata"]["deletionGracePeriodSeconds"]
                 .as_i64()
                 .unwrap_or(0);
@@ -289,6 +315,7 @@ impl Notes {
         if newly_unschedulable {
             self.waiting_since.get_or_insert(at);
         }
+        Ok(())
     }
 }
 
@@ -368,9 +395,18 @@ impl Recorder {
                         _ => Version::value,
                     };
                     for event in events {
-                        let (Ok(object), Ok(previous)) =
-                            (read(&event.object), event.previous.as_ref().map(read).transpose())
-                        else {
+                        let read_previous = || event.previous.as_ref().map(read).transpose();
+                        let noted = read(&event.object).and_then(|object| {
+                            if let Watched::Pods = watched {
+                                // A pod's version before is read only when it matters: most are
+                                // kept as JSON alone (see `Store::edit`).
+                                return notes.pod(at, event.kind, &object, read_previous);
+                            }
+                            let previous = read_previous()?;
+                            notes.note_change(*watched, at, event.kind, &object, previous.as_deref());
+                            Ok(())
+                        });
+                        if noted.is_err() {
                             notes.entry(
                                 at,
                                 "recorder-behind",
@@ -378,20 +414,6 @@ impl Recorder {
                                 "a version kubesim kept does not parse: the figures that rest on it are incomplete"
                                     .to_owned(),
                             );
-                            continue;
-                        };
-                        let (object, previous) = (&object, previous.as_deref());
-                        match watched {
-                            Watched::NodeClaims => notes.node_claim(at, event.kind, object, previous),
-                            Watched::Nodes => notes.node(at, event.kind, object, previous),
-                            Watched::Pods => notes.pod(at, event.kind, object, previous),
-                            Watched::Events if event.kind == EventKind::Added => notes.event(at, object),
-                            Watched::Events => {}
-                            Watched::VolumeAttachments => notes.volume_attachment(at, event.kind, object),
-                            Watched::NodePools if event.kind == EventKind::Modified => {
-                                notes.node_pool(at, object, previous);
-                            }
-                            Watched::NodePools => {}
                         }
                     }
                 }

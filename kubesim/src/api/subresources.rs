@@ -3,6 +3,8 @@
 //! `pods/binding` (what a scheduler posts), `pods/eviction` (a delete that honours
 //! PodDisruptionBudgets: 429 when the budget is spent) and `serviceaccounts/token` (see [`token`]).
 
+use std::sync::Arc;
+
 use serde_json::{Value, json};
 
 use super::{
@@ -103,7 +105,7 @@ pub fn handle(
         ("binding", "POST") => {
             let binding = parse_body(request)?;
             let node = text(&binding, "/target/name");
-            bind(store, &key, node, dry_run)?;
+            bind(store, &key, None, node, dry_run)?;
             Ok((201, success().into()))
         }
         ("token", "POST") => {
@@ -155,8 +157,15 @@ fn success() -> Value {
     json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201})
 }
 
-/// Binds a pod to a node, as kube-scheduler's bind does: 409 when it is already bound.
-pub fn bind(store: &Store, pod: &ObjectKey, node: &str, dry_run: bool) -> Result<(), ApiError> {
+/// Binds a pod to a node, as kube-scheduler's bind does: 409 when it is already bound. `held` is
+/// the pod as the binder read it, handed over so the binding need not copy it ([`Store::edit`]).
+pub fn bind(
+    store: &Store,
+    pod: &ObjectKey,
+    held: Option<Arc<Value>>,
+    node: &str,
+    dry_run: bool,
+) -> Result<(), ApiError> {
     if node.is_empty() {
         return Err(ApiError::Invalid {
             kind: "Binding".to_owned(),
@@ -165,29 +174,32 @@ pub fn bind(store: &Store, pod: &ObjectKey, node: &str, dry_run: bool) -> Result
         });
     }
     let now = store.clock().now_rfc3339();
-    store.modify(
-        &crate::resources::GroupResource::new("", "pods"),
-        pod,
-        Part::Whole,
-        dry_run,
-        |current| {
-            if let Some(bound) = current
-                .at("/spec/nodeName")
-                .and_then(Value::as_str)
-                .filter(|n| !n.is_empty())
-            {
-                return Err(ApiError::Conflict {
-                    resource: "pods".to_owned(),
-                    name: pod.name.clone(),
-                    reason: format!("pod {} is already assigned to node \"{bound}\"", pod.name),
-                });
-            }
+    let assign = |object: &mut Value| {
+        if let Some(bound) = object
+            .at("/spec/nodeName")
+            .and_then(Value::as_str)
+            .filter(|n| !n.is_empty())
+        {
+            return Err(ApiError::Conflict {
+                resource: "pods".to_owned(),
+                name: pod.name.clone(),
+                reason: format!("pod {} is already assigned to node \"{bound}\"", pod.name),
+            });
+        }
+        object["spec"]["nodeName"] = json!(node);
+        crate::conditions::set(object, "PodScheduled", "True", "", "", &now);
+        Ok(true)
+    };
+    let pods = crate::resources::GroupResource::new("", "pods");
+    if dry_run {
+        store.modify(&pods, pod, Part::Whole, true, |current| {
             let mut next = current.clone();
-            next["spec"]["nodeName"] = json!(node);
-            crate::conditions::set(&mut next, "PodScheduled", "True", "", "", &now);
+            assign(&mut next)?;
             Ok(next)
-        },
-    )?;
+        })?;
+    } else {
+        store.edit(&pods, pod, held, |_, object| assign(object))?;
+    }
     Ok(())
 }
 

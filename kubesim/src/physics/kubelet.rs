@@ -37,7 +37,7 @@ use crate::{
     conditions,
     object::Pointer,
     resources::GroupResource,
-    store::{DeleteOptions, EventKind, NOT_READY_TAINT, ObjectKey, Part, Store},
+    store::{DeleteOptions, EventKind, NOT_READY_TAINT, ObjectKey, Store},
 };
 
 /// A pod annotation (`30s`, `5m`) after which the simulated containers exit successfully; pods
@@ -80,7 +80,8 @@ enum Action {
     ClearNotReady(String),
 }
 
-/// A change a kubelet makes to an object; false when there is nothing to change.
+/// A change a kubelet makes to an object, all of it but its metadata ([`Store::edit`]); false when
+/// there is nothing to change.
 type Edit = Box<dyn FnOnce(&mut Value) -> bool>;
 
 #[derive(Default)]
@@ -373,12 +374,8 @@ impl Kubelets {
                 )
             }
         };
-        let result = store.modify(&resource, &key, Part::Whole, false, |current| {
-            let mut next = current.clone();
-            if current.at("/metadata/deletionTimestamp").is_some() || !change(&mut next) {
-                return Ok(current.clone());
-            }
-            Ok(next)
+        let result = store.edit(&resource, &key, None, |metadata, object| {
+            Ok(metadata.get("deletionTimestamp").is_none() && change(object))
         });
         if let Err(error) = result {
             tracing::debug!(%error, ?action, "kubesim kubelet: action skipped");

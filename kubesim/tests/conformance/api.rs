@@ -175,6 +175,61 @@ fn creates_by_generate_name_make_a_taken_name_again() {
     }
 }
 
+/// The cluster's own components (binding, kubelets, Event series) write through `Store::edit`:
+/// the change lands with a new resourceVersion and the metadata as it was, a reader still holding
+/// the version before sees it unchanged, an edit that changes nothing writes nothing, and one that
+/// fails leaves the object as it was.
+#[test]
+fn an_edit_writes_its_change_and_loses_nothing_when_it_changes_nothing_or_fails() {
+    use joist_kubesim::{ApiError, resources::GroupResource, store::ObjectKey};
+    let store = Store::new(Clock::system(), 1);
+    let maps = GroupResource::new("", "configmaps");
+    let key = ObjectKey::new("default", "m");
+    let made = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "m", "labels": {"app": "a"}}, "data": {"k": "v"}});
+    let created = store.create(&maps, "default", made, false).expect("create");
+    let kept = store.get(&maps, &key).expect("get");
+    let held = store.get(&maps, &key).expect("get");
+    let written = store
+        .edit(&maps, &key, Some(held), |metadata, object| {
+            assert_eq!(metadata["labels"]["app"], "a", "the edit reads the metadata");
+            assert!(object.get("metadata").is_none(), "and cannot change it");
+            object["data"]["k"] = json!("w");
+            Ok(true)
+        })
+        .expect("edits")
+        .expect("a change is written");
+    assert_eq!(written["data"]["k"], "w");
+    assert_eq!(written["metadata"]["uid"], created["metadata"]["uid"]);
+    assert_eq!(written["metadata"]["labels"], created["metadata"]["labels"]);
+    assert_ne!(
+        written["metadata"]["resourceVersion"],
+        created["metadata"]["resourceVersion"]
+    );
+    assert_eq!(
+        kept["data"]["k"], "v",
+        "a version another reader holds stays as it was"
+    );
+    assert_eq!(*store.get(&maps, &key).expect("get"), *written);
+
+    let revision = store.revision();
+    let unchanged = store.edit(&maps, &key, None, |_, _| Ok(false)).expect("edits");
+    assert!(unchanged.is_none());
+    let failed = store.edit(&maps, &key, None, |_, object| {
+        object["data"]["k"] = json!("lost");
+        Err(ApiError::BadRequest("refused".to_owned()))
+    });
+    assert!(matches!(failed, Err(ApiError::BadRequest(_))));
+    assert_eq!(store.revision(), revision, "neither wrote anything");
+    assert_eq!(
+        *store.get(&maps, &key).expect("get"),
+        *written,
+        "nor changed the object"
+    );
+    let missing = store.edit(&maps, &ObjectKey::new("default", "gone"), None, |_, _| Ok(true));
+    assert!(matches!(missing, Err(ApiError::NotFound { .. })));
+}
+
 /// A store that keeps two events for resumes, the ConfigMaps of `default` served from it, and
 /// the first of them, `m0`.
 async fn short_history() -> (Arc<Store>, Api<ConfigMap>, ConfigMap) {

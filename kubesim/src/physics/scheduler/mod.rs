@@ -55,7 +55,7 @@ use crate::{
     object::{Pointer, labels},
     resources::GroupResource,
     selector::label_selector_matches,
-    store::{EventKind, ObjectKey, Part, Store},
+    store::{EventKind, ObjectKey, Store},
 };
 
 /// Feasible nodes the scheduler compares before it stops looking (kube-scheduler samples nodes the
@@ -226,7 +226,7 @@ impl Scheduler {
             self.forget_failures(&key);
             if !self.bound.contains_key(&key) {
                 let needs = PodNeeds::of(pod);
-                self.account(key, node, &needs, pod);
+                self.account(key, node, &needs, labels(pod));
             }
             return false;
         }
@@ -271,7 +271,7 @@ impl Scheduler {
         }
     }
 
-    fn account(&mut self, key: ObjectKey, node: &str, needs: &PodNeeds, pod: &Value) {
+    fn account(&mut self, key: ObjectKey, node: &str, needs: &PodNeeds, labels: BTreeMap<String, String>) {
         self.pods_bound = true;
         match self.nodes.get_mut(node) {
             Some(info) => {
@@ -292,7 +292,7 @@ impl Scheduler {
             requests: needs.requests.clone(),
             ports: needs.ports.clone(),
             claims: needs.claims.clone(),
-            labels: labels(pod),
+            labels,
             namespace: key.namespace.clone(),
         };
         for (label, value) in &bound.labels {
@@ -411,13 +411,20 @@ impl Scheduler {
                 needs.volumes = volumes;
                 self.choose(&pod, &needs)
             });
+            // The pod is handed over to the write, which changes it in place when no one else
+            // holds it ([`Store::edit`]).
             match chosen {
-                Ok(node) => match bind(store, &key, &node, false) {
-                    Ok(()) => self.account(key, &node, &needs, &pod),
-                    Err(error) => tracing::debug!(%error, pod = %key.name, "kubesim scheduler: bind failed"),
-                },
+                Ok(node) => {
+                    let labels = labels(&pod);
+                    match bind(store, &key, Some(pod), &node, false) {
+                        Ok(()) => self.account(key, &node, &needs, labels),
+                        Err(error) => {
+                            tracing::debug!(%error, pod = %key.name, "kubesim scheduler: bind failed")
+                        }
+                    }
+                }
                 Err(message) => {
-                    mark_unschedulable(store, &mut self.events, &key, &pod, &message);
+                    mark_unschedulable(store, &mut self.events, &key, pod, &message);
                     self.failed(key, &needs, now);
                 }
             }
@@ -594,29 +601,24 @@ fn unschedulable_message(nodes: usize, reasons: &BTreeMap<String, usize>) -> Str
 }
 
 /// Sets `PodScheduled=False/Unschedulable` and records `FailedScheduling` when the message changed
-/// (a pod failing again for the same reason is not copied to find that out).
+/// (a pod failing again for the same reason is left as it is). `pod` is handed over to the write.
 fn mark_unschedulable(
     store: &Store,
     events: &mut events::Recorder,
     key: &ObjectKey,
-    pod: &Value,
+    pod: Arc<Value>,
     message: &str,
 ) {
     let (kind, status, reason) = ("PodScheduled", "False", "Unschedulable");
-    if conditions::holds(pod, kind, status, reason, message) {
+    if conditions::holds(&pod, kind, status, reason, message) {
         return;
     }
-    let mut next = pod.clone();
-    conditions::set(
-        &mut next,
-        kind,
-        status,
-        reason,
-        message,
-        &store.clock().now_rfc3339(),
-    );
-    match store.update(&GroupResource::new("", "pods"), key, Part::Status, next, false) {
-        Ok(updated) => events.record(
+    let now = store.clock().now_rfc3339();
+    let written = store.edit(&GroupResource::new("", "pods"), key, Some(pod), |_, object| {
+        Ok(conditions::set(object, kind, status, reason, message, &now))
+    });
+    match written {
+        Ok(Some(updated)) => events.record(
             store,
             &updated,
             events::Report {
@@ -626,6 +628,7 @@ fn mark_unschedulable(
                 component: "default-scheduler",
             },
         ),
+        Ok(None) => {}
         Err(error) => {
             tracing::debug!(%error, pod = %key.name, "kubesim scheduler: cannot mark the pod unschedulable")
         }
