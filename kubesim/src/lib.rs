@@ -24,6 +24,7 @@ pub mod conditions;
 pub mod encoded;
 pub mod error;
 pub mod events;
+mod handoff;
 pub mod history;
 pub mod http;
 pub mod managed_fields;

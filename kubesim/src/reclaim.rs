@@ -6,19 +6,11 @@
 //! simulation's time, on the thread that runs the whole simulated world. Freeing has no effect
 //! anyone can observe, so it can happen anywhere and later.
 //!
-//! It cannot fail: when the thread cannot be started, or has a full queue, the caller frees the
-//! versions itself, so memory waiting to be freed stays bounded by [`QUEUED`] batches of
-//! [`BATCH`] events, and each thread that writes holds at most one batch not yet handed over.
+//! It cannot fail: see [`crate::handoff`].
 
-use std::{
-    cell::RefCell,
-    sync::{
-        Arc, OnceLock,
-        mpsc::{self, SyncSender, TrySendError},
-    },
-};
+use std::{cell::RefCell, sync::Arc};
 
-use crate::store::WatchEvent;
+use crate::{handoff::Helper, store::WatchEvent};
 
 /// How many events are handed to the thread at once: waking it for each was a third of what
 /// handing them over saved.
@@ -27,42 +19,17 @@ pub const BATCH: usize = 64;
 /// How many batches may wait for the thread before callers free their own again.
 pub const QUEUED: usize = 64;
 
-type Batch = Vec<Arc<WatchEvent>>;
+static RECLAIM: Helper<Arc<WatchEvent>> = Helper::new("kubesim-reclaim", BATCH, QUEUED, drop);
 
 thread_local! {
     /// The events this thread let go of since it last handed a batch over.
-    static PENDING: RefCell<Batch> = const { RefCell::new(Vec::new()) };
+    static PENDING: RefCell<Vec<Arc<WatchEvent>>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Frees `event` (the parsed versions it held) on the reclaiming thread, or here when that thread
 /// is busy or missing.
 pub(crate) fn free_later(event: Arc<WatchEvent>) {
-    let full = PENDING.with_borrow_mut(|pending| {
-        pending.push(event);
-        (pending.len() >= BATCH).then(|| std::mem::replace(pending, Vec::with_capacity(BATCH)))
-    });
-    if let Some(batch) = full
-        && let Some(queue) = queue()
-    {
-        // A full or closed queue hands the batch back, and it is freed here.
-        let _unsent: Result<(), TrySendError<_>> = queue.try_send(batch);
-    }
-}
-
-/// The queue to the reclaiming thread, started at the first use; `None` when it cannot start.
-fn queue() -> Option<&'static SyncSender<Batch>> {
-    static QUEUE: OnceLock<Option<SyncSender<Batch>>> = OnceLock::new();
-    QUEUE
-        .get_or_init(|| {
-            let (sender, receiver) = mpsc::sync_channel::<Batch>(QUEUED);
-            std::thread::Builder::new()
-                .name("kubesim-reclaim".to_owned())
-                .spawn(move || receiver.into_iter().for_each(drop))
-                .map_err(|error| tracing::warn!(%error, "kubesim frees old versions on the store's thread"))
-                .ok()
-                .map(|_| sender)
-        })
-        .as_ref()
+    RECLAIM.hand_over(&PENDING, event);
 }
 
 #[cfg(test)]
