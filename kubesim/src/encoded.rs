@@ -1,7 +1,8 @@
 //! The JSON of recent stored versions, found by the version itself, so that a version is
 //! serialized once however many times it is sent: as the answer to the write that made it, then to
-//! each watch of its resource. The store serializes each version as it commits it (its JSON is what
-//! the store keeps, see [`crate::store`]) and remembers the encoding here; a version read back from
+//! each watch of its resource. The store has each version serialized as it commits it (its JSON is
+//! what the store keeps, see [`crate::store`]; it is made on a thread of its own, see
+//! [`crate::serialized`]) and remembers the encoding here; a version read back from
 //! its JSON is remembered too. A NodeClaim with its 600 instance types took as long to serialize for
 //! its answer as for the watch, each of its seven or eight writes.
 //!
@@ -18,6 +19,8 @@ use std::{
 use bytes::Bytes;
 use serde_json::Value;
 
+use crate::serialized::Json;
+
 /// How many encodings are kept: enough for a watch that is a burst of writes behind (a watch reads
 /// up to 512 events at a time, of every resource's writes in turn).
 pub const RECENT: usize = 2048;
@@ -31,23 +34,28 @@ pub struct Encodings {
 /// Encodings by the address of their version, and those addresses oldest first.
 #[derive(Debug, Default)]
 struct Recent {
-    by_version: HashMap<usize, (Weak<Value>, Bytes)>,
+    by_version: HashMap<usize, (Weak<Value>, Json)>,
     order: VecDeque<usize>,
 }
 
 impl Encodings {
     /// The JSON of a stored version, serialized now unless it was lately.
     pub fn of(&self, version: &Arc<Value>) -> Bytes {
-        if let Some((_, bytes)) = self.lock().by_version.get(&address(version)) {
-            return bytes.clone();
+        let known = self
+            .lock()
+            .by_version
+            .get(&address(version))
+            .map(|(_, json)| json.clone());
+        if let Some(json) = known {
+            return json.bytes().clone();
         }
         let bytes = Bytes::from(serde_json::to_vec(&**version).unwrap_or_default());
-        self.remember(version, bytes.clone());
+        self.remember(version, Json::from(bytes.clone()));
         bytes
     }
 
-    /// Records `bytes` as the JSON of `version`, forgetting the oldest encoding when full.
-    pub fn remember(&self, version: &Arc<Value>, bytes: Bytes) {
+    /// Records `json` as the JSON of `version`, forgetting the oldest encoding when full.
+    pub fn remember(&self, version: &Arc<Value>, json: Json) {
         let address = address(version);
         let mut recent = self.lock();
         if recent.order.len() == RECENT
@@ -55,7 +63,7 @@ impl Encodings {
         {
             recent.by_version.remove(&oldest);
         }
-        let entry = (Arc::downgrade(version), bytes);
+        let entry = (Arc::downgrade(version), json);
         if recent.by_version.insert(address, entry).is_none() {
             recent.order.push_back(address);
         }

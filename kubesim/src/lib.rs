@@ -35,6 +35,7 @@ pub mod protobuf;
 mod reclaim;
 pub mod resources;
 pub mod selector;
+pub mod serialized;
 pub mod store;
 
 use std::{io, sync::Arc};

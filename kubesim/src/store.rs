@@ -31,6 +31,7 @@ use crate::busy::Busy;
 use crate::encoded::Encodings;
 use crate::history::{History, Reader, Reads};
 use crate::object::text;
+use crate::serialized::Json;
 use crate::{
     clock::Clock,
     error::ApiError,
@@ -141,34 +142,37 @@ impl WatchEvent {
 /// live object or the next event mostly shares.
 #[derive(Debug, Clone)]
 pub struct Version {
-    json: Bytes,
+    json: Json,
     parsed: Option<Arc<Value>>,
 }
 
 impl Version {
     /// A version read from its JSON when asked for.
-    pub fn encoded(json: Bytes) -> Self {
-        Self { json, parsed: None }
+    pub fn encoded(json: impl Into<Json>) -> Self {
+        Self {
+            json: json.into(),
+            parsed: None,
+        }
     }
 
     /// A version at hand in both forms.
-    pub fn parsed(json: Bytes, object: Arc<Value>) -> Self {
+    pub fn parsed(json: impl Into<Json>, object: Arc<Value>) -> Self {
         Self {
-            json,
+            json: json.into(),
             parsed: Some(object),
         }
     }
 
     /// The version's JSON.
     pub fn json(&self) -> &Bytes {
-        &self.json
+        self.json.bytes()
     }
 
     /// The version parsed: at once while the event is new, parsed again from its JSON otherwise.
     pub fn value(&self) -> Result<Arc<Value>, ApiError> {
         match &self.parsed {
             Some(object) => Ok(object.clone()),
-            None => serde_json::from_slice(&self.json)
+            None => serde_json::from_slice(self.json.bytes())
                 .map(Arc::new)
                 .map_err(|error| ApiError::Internal(format!("a stored version does not parse: {error}"))),
         }
@@ -179,7 +183,7 @@ impl Version {
     pub fn value_but_spec(&self) -> Result<Arc<Value>, ApiError> {
         match &self.parsed {
             Some(object) => Ok(object.clone()),
-            None => SpecAside::read(&self.json).map(|aside| Arc::new(aside.view)),
+            None => SpecAside::read(self.json.bytes()).map(|aside| Arc::new(aside.view)),
         }
     }
 
@@ -188,7 +192,7 @@ impl Version {
     pub fn read<T: DeserializeOwned>(&self) -> Result<T, ApiError> {
         let result = match &self.parsed {
             Some(object) => T::deserialize(&**object),
-            None => serde_json::from_slice(&self.json),
+            None => serde_json::from_slice(self.json.bytes()),
         };
         result.map_err(|error| ApiError::Internal(format!("a stored version does not read: {error}")))
     }
@@ -289,14 +293,15 @@ pub struct WatchCursor {
 /// A live object as the store keeps it: see the module docs.
 #[derive(Debug)]
 struct Stored {
-    json: Bytes,
+    json: Json,
     parsed: Weak<Value>,
 }
 
 impl Stored {
-    /// Keeps `object`, serialized, and remembers its encoding for those who send it.
+    /// Keeps `object`, serialized (on the encoding thread, see [`crate::serialized`]), and
+    /// remembers its encoding for those who send it.
     fn new(object: &Arc<Value>, encodings: &Encodings) -> Self {
-        let json = Bytes::from(serde_json::to_vec(&**object).unwrap_or_default());
+        let json = Json::of(object);
         encodings.remember(object, json.clone());
         Self {
             json,
@@ -318,7 +323,7 @@ impl Stored {
             return Ok(object);
         }
         let object = Arc::new(
-            serde_json::from_slice(&self.json)
+            serde_json::from_slice(self.json.bytes())
                 .map_err(|error| ApiError::Internal(format!("a stored object does not parse: {error}")))?,
         );
         encodings.remember(&object, self.json.clone());
@@ -332,7 +337,7 @@ enum Replaced {
     /// Nothing: it is read back from the table, and the indexes move from it.
     Stored,
     /// Its JSON: an edit ([`Store::edit`]) left its metadata, which the indexes read, as it was.
-    Edited(Bytes),
+    Edited(Json),
 }
 
 #[derive(Debug)]
@@ -529,7 +534,7 @@ impl Store {
         limit: Option<usize>,
     ) -> ListPage<Bytes> {
         self.page(resource, namespace, from, limit, |_, stored, _| {
-            Some(stored.json.clone())
+            Some(stored.json.bytes().clone())
         })
     }
 
@@ -1038,7 +1043,8 @@ impl State {
                 table.objects.remove(&key);
                 gone["metadata"]["resourceVersion"] = json!(revision.to_string());
                 let gone = Arc::new(gone);
-                let json = self.encodings.of(&gone);
+                let json = Json::of(&gone);
+                self.encodings.remember(&gone, json.clone());
                 (gone, json)
             }
         };
@@ -1080,7 +1086,7 @@ impl State {
             .entry(resource.clone())
             .or_insert_with(|| Table::new(revision - 1));
         let stored = Stored {
-            json: json.clone(),
+            json: json.clone().into(),
             parsed: Weak::new(),
         };
         let previous = table
@@ -1112,7 +1118,7 @@ impl State {
 
     /// The live object at `key` with its spec set aside, and its JSON.
     /// The JSON of an object as stored.
-    fn stored_json(&self, resource: &GroupResource, key: &ObjectKey) -> Result<Bytes, ApiError> {
+    fn stored_json(&self, resource: &GroupResource, key: &ObjectKey) -> Result<Json, ApiError> {
         self.tables
             .get(resource)
             .and_then(|table| table.objects.get(key))
@@ -1121,7 +1127,7 @@ impl State {
     }
 
     fn aside(&self, resource: &GroupResource, key: &ObjectKey) -> Result<(SpecAside, Bytes), ApiError> {
-        let json = self.stored_json(resource, key)?;
+        let json = self.stored_json(resource, key)?.bytes().clone();
         Ok((SpecAside::read(&json)?, json))
     }
 
