@@ -51,6 +51,7 @@ pub use self::{
     error::ApiError,
     http::{HttpServer, InProcess},
     physics::PhysicsSettings,
+    serialized::Serializing,
     store::Store,
 };
 
@@ -63,6 +64,9 @@ pub struct ClusterSettings {
     pub seed: u64,
     /// Timings of the simulated components.
     pub physics: PhysicsSettings,
+    /// When committed versions are serialized: beside, on a thread of their own, for a cluster
+    /// that runs on one thread (a simulation on virtual time); at once otherwise.
+    pub serializing: Serializing,
 }
 
 impl Default for ClusterSettings {
@@ -71,6 +75,7 @@ impl Default for ClusterSettings {
             clock: Clock::system(),
             seed: 0,
             physics: PhysicsSettings::default(),
+            serializing: Serializing::default(),
         }
     }
 }
@@ -95,7 +100,8 @@ impl Cluster {
 
     /// Starts a cluster on the current tokio runtime.
     pub fn start(settings: ClusterSettings) -> Self {
-        let store = Arc::new(Store::new(settings.clock, settings.seed));
+        let store =
+            Arc::new(Store::new(settings.clock, settings.seed).with_serializing(settings.serializing));
         let controllers = physics::start(&store, settings.physics);
         Self {
             server: Arc::new(ApiServer::new(store, "127.0.0.1:443")),

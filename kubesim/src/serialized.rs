@@ -1,12 +1,14 @@
-//! A stored version's JSON, made on a thread of its own.
+//! A stored version's JSON, made at once or on a thread of its own.
 //!
 //! The store serializes each version it commits once: the JSON is what it keeps of a live object
-//! and what watches send. That was a fifteenth of a 20,000-pod simulation, on the thread that runs
-//! the whole simulated world, yet the JSON is seldom read at once: a watch sends it moments later,
-//! and a reader parses it only after the parsed version is gone. So a committed version is handed
-//! to the encoding thread, which makes its JSON, or the first reader who needs it sooner makes it
-//! (and one who asks while the thread is at it waits for it). Whoever makes them, the bytes are the
-//! same. The version is held until its JSON is made, then let go of.
+//! and what watches send. In a simulation, where one thread runs the whole simulated world, that
+//! was a fifteenth of a 20,000-pod run, yet the JSON is seldom read at once: a watch sends it
+//! moments later, and a reader parses it only after the parsed version is gone. There
+//! ([`Serializing::Beside`]) a committed version is handed to the encoding thread, which makes its
+//! JSON, or the first reader who needs it sooner makes it (and one who asks while the thread is at
+//! it waits for it). Whoever makes them, the bytes are the same. The version is held until its JSON
+//! is made, then let go of. A cluster that serves its API from threads of its own sends each
+//! version as it comes, and makes its JSON at once ([`Serializing::AtOnce`]).
 //!
 //! It cannot fail: see [`crate::handoff`].
 
@@ -27,6 +29,16 @@ pub const BATCH: usize = 16;
 /// How many batches may wait for the thread before committers serialize their own again.
 pub const QUEUED: usize = 256;
 
+/// When a committed version's JSON is made (see the module docs).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Serializing {
+    /// At once, by the writer.
+    #[default]
+    AtOnce,
+    /// On the encoding thread, or by the first reader who needs it sooner.
+    Beside,
+}
+
 /// A version's JSON, made or to be made (see the module docs). Clones share it.
 #[derive(Debug, Clone)]
 pub struct Json(Arc<Cell>);
@@ -39,8 +51,11 @@ struct Cell {
 }
 
 impl Json {
-    /// The JSON of `version`, made on the encoding thread unless someone needs it first.
-    pub fn of(version: &Arc<Value>) -> Self {
+    /// The JSON of `version`, made as `serializing` says.
+    pub fn of(version: &Arc<Value>, serializing: Serializing) -> Self {
+        if serializing == Serializing::AtOnce {
+            return Self::from(Bytes::from(serde_json::to_vec(&**version).unwrap_or_default()));
+        }
         let json = Self(Arc::new(Cell {
             bytes: OnceLock::new(),
             source: Mutex::new(Some(version.clone())),
@@ -98,7 +113,10 @@ mod tests {
             .map(|i| Arc::new(json!({"metadata": {"name": format!("pod-{i}")}, "n": i})))
             .collect();
         let held: Vec<Weak<Value>> = versions.iter().map(Arc::downgrade).collect();
-        let encoded: Vec<Json> = versions.iter().map(Json::of).collect();
+        let encoded: Vec<Json> = versions
+            .iter()
+            .map(|version| Json::of(version, Serializing::Beside))
+            .collect();
         drop(versions);
         let made = (0..1000).any(|_| {
             std::thread::sleep(Duration::from_millis(10));
@@ -118,9 +136,10 @@ mod tests {
     #[test]
     fn a_reader_before_the_thread_makes_the_same_json() {
         let version = Arc::new(json!({"b": [1, 2], "a": "x"}));
-        let json = Json::of(&version);
+        let json = Json::of(&version, Serializing::Beside);
         assert_eq!(json.bytes(), &Bytes::from_static(br#"{"a":"x","b":[1,2]}"#));
         assert_eq!(json.clone().bytes().as_ptr(), json.bytes().as_ptr(), "made once");
+        assert_eq!(Json::of(&version, Serializing::AtOnce).bytes(), json.bytes());
         assert_eq!(
             Json::from(Bytes::from_static(b"{}")).bytes(),
             &Bytes::from_static(b"{}")

@@ -31,7 +31,7 @@ use crate::busy::Busy;
 use crate::encoded::Encodings;
 use crate::history::{History, Reader, Reads};
 use crate::object::text;
-use crate::serialized::Json;
+use crate::serialized::{Json, Serializing};
 use crate::{
     clock::Clock,
     error::ApiError,
@@ -298,10 +298,10 @@ struct Stored {
 }
 
 impl Stored {
-    /// Keeps `object`, serialized (on the encoding thread, see [`crate::serialized`]), and
-    /// remembers its encoding for those who send it.
-    fn new(object: &Arc<Value>, encodings: &Encodings) -> Self {
-        let json = Json::of(object);
+    /// Keeps `object`, serialized as `serializing` says, and remembers its encoding for those who
+    /// send it.
+    fn new(object: &Arc<Value>, serializing: Serializing, encodings: &Encodings) -> Self {
+        let json = Json::of(object, serializing);
         encodings.remember(object, json.clone());
         Self {
             json,
@@ -373,6 +373,8 @@ struct State {
     any_change: watch::Sender<u64>,
     clock: Clock,
     history_limit: usize,
+    /// When committed versions are serialized.
+    serializing: Serializing,
     /// Creates still to refuse per resource (fault injection for tests and scenarios).
     failing_creates: HashMap<GroupResource, usize>,
     /// The JSON of recent versions, shared with [`Store`] for senders outside the lock.
@@ -406,6 +408,7 @@ impl Store {
                 any_change: watch::Sender::new(1),
                 clock,
                 history_limit: HISTORY_PER_RESOURCE,
+                serializing: Serializing::default(),
                 failing_creates: HashMap::new(),
                 encodings: encodings.clone(),
             }),
@@ -429,6 +432,12 @@ impl Store {
     /// 410 Gone need).
     pub fn with_history_limit(self, events: usize) -> Self {
         self.lock().history_limit = events.max(1);
+        self
+    }
+
+    /// Serializes committed versions as `serializing` says (at once unless told).
+    pub fn with_serializing(self, serializing: Serializing) -> Self {
+        self.lock().serializing = serializing;
         self
     }
 
@@ -1033,7 +1042,7 @@ impl State {
             Some(mut object) => {
                 object["metadata"]["resourceVersion"] = json!(revision.to_string());
                 let object = Arc::new(object);
-                let stored = Stored::new(&object, &self.encodings);
+                let stored = Stored::new(&object, self.serializing, &self.encodings);
                 let json = stored.json.clone();
                 table.objects.insert(key.clone(), stored);
                 (object, json)
@@ -1043,7 +1052,7 @@ impl State {
                 table.objects.remove(&key);
                 gone["metadata"]["resourceVersion"] = json!(revision.to_string());
                 let gone = Arc::new(gone);
-                let json = Json::of(&gone);
+                let json = Json::of(&gone, self.serializing);
                 self.encodings.remember(&gone, json.clone());
                 (gone, json)
             }
@@ -1186,7 +1195,7 @@ impl State {
                 .or_insert_with(|| Table::new(0));
             table
                 .objects
-                .insert(key.clone(), Stored::new(&last, &self.encodings));
+                .insert(key.clone(), Stored::new(&last, self.serializing, &self.encodings));
             last
         });
         let gone = self.commit(resource, key.clone(), EventKind::Deleted, None);

@@ -12,7 +12,7 @@ use joist_actors::{
     settings::{Settings, SolverMode},
 };
 use joist_kubesim::{
-    Cluster, ClusterSettings, Store,
+    Cluster, ClusterSettings, Serializing, Store,
     api::{ApiFaults, FaultCounts},
     physics::PhysicsSettings,
 };
@@ -192,6 +192,8 @@ async fn simulate<T>(
             scheduler: scenario.scheduler_config.clone(),
             ..PhysicsSettings::default()
         },
+        // The whole simulated world runs on this one thread.
+        serializing: Serializing::Beside,
     });
     crate::commands::install_crds(&cluster).map_err(|e| SimulateError::Setup(e.to_string()))?;
     let client = cluster.client();

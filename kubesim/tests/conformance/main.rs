@@ -9,7 +9,9 @@ mod physics;
 
 use std::{sync::Arc, time::Duration};
 
-use joist_kubesim::{Clock, Cluster, ClusterSettings, PhysicsSettings, physics::KubeletSettings};
+use joist_kubesim::{
+    Clock, Cluster, ClusterSettings, PhysicsSettings, Serializing, physics::KubeletSettings,
+};
 use joist_messages::scheduler_config::SchedulerConfig;
 
 /// A cluster with fast physics, so tests wait milliseconds rather than seconds.
@@ -42,6 +44,8 @@ fn cluster_of(detach_after: Duration, scheduler: Option<Arc<SchedulerConfig>>) -
             detach_after,
             scheduler,
         },
+        // As `joist simulate` runs it: the physics tests read versions the encoding thread makes.
+        serializing: Serializing::Beside,
     })
 }
 
