@@ -812,9 +812,8 @@ impl Store {
         edit: impl FnOnce(&Value, &mut Value) -> Result<bool, ApiError>,
     ) -> Result<Option<Arc<Value>>, ApiError> {
         let mut state = self.lock();
-        let current = state.current(resource, key)?;
+        let (current, json) = state.current_and_json(resource, key)?;
         drop(held);
-        let json = state.stored_json(resource, key)?;
         let mut object = Arc::unwrap_or_clone(current);
         let metadata = object
             .as_object_mut()
@@ -964,11 +963,21 @@ impl State {
 
     /// The live object at `key`.
     fn current(&mut self, resource: &GroupResource, key: &ObjectKey) -> Result<Arc<Value>, ApiError> {
-        self.tables
+        self.current_and_json(resource, key).map(|(object, _)| object)
+    }
+
+    /// The live object at `key`, and its JSON.
+    fn current_and_json(
+        &mut self,
+        resource: &GroupResource,
+        key: &ObjectKey,
+    ) -> Result<(Arc<Value>, Json), ApiError> {
+        let stored = self
+            .tables
             .get_mut(resource)
             .and_then(|table| table.objects.get_mut(key))
-            .ok_or_else(|| not_found(resource, key))?
-            .object(&self.encodings)
+            .ok_or_else(|| not_found(resource, key))?;
+        Ok((stored.object(&self.encodings)?, stored.json.clone()))
     }
 
     fn next_uid(&mut self, seed: u64) -> String {
@@ -1125,7 +1134,6 @@ impl State {
         self.any_change.send_replace(revision);
     }
 
-    /// The live object at `key` with its spec set aside, and its JSON.
     /// The JSON of an object as stored.
     fn stored_json(&self, resource: &GroupResource, key: &ObjectKey) -> Result<Json, ApiError> {
         self.tables
@@ -1135,6 +1143,7 @@ impl State {
             .ok_or_else(|| not_found(resource, key))
     }
 
+    /// The live object at `key` with its spec set aside, and its JSON.
     fn aside(&self, resource: &GroupResource, key: &ObjectKey) -> Result<(SpecAside, Bytes), ApiError> {
         let json = self.stored_json(resource, key)?.bytes().clone();
         Ok((SpecAside::read(&json)?, json))
