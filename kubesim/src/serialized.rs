@@ -41,7 +41,15 @@ pub enum Serializing {
 
 /// A version's JSON, made or to be made (see the module docs). Clones share it.
 #[derive(Debug, Clone)]
-pub struct Json(Arc<Cell>);
+pub struct Json(Made);
+
+#[derive(Debug, Clone)]
+enum Made {
+    /// At once (or read back from the store).
+    Now(Bytes),
+    /// Beside: by the encoding thread or the first reader.
+    Later(Arc<Cell>),
+}
 
 #[derive(Debug)]
 struct Cell {
@@ -56,18 +64,22 @@ impl Json {
         if serializing == Serializing::AtOnce {
             return Self::from(Bytes::from(serde_json::to_vec(&**version).unwrap_or_default()));
         }
-        let json = Self(Arc::new(Cell {
+        let json = Self(Made::Later(Arc::new(Cell {
             bytes: OnceLock::new(),
             source: Mutex::new(Some(version.clone())),
-        }));
+        })));
         hand_over(json.clone());
         json
     }
 
     /// The JSON, made now if it was not yet.
     pub fn bytes(&self) -> &Bytes {
-        self.0.bytes.get_or_init(|| {
-            let source = (self.0.source.lock())
+        let cell = match &self.0 {
+            Made::Now(bytes) => return bytes,
+            Made::Later(cell) => cell,
+        };
+        cell.bytes.get_or_init(|| {
+            let source = (cell.source.lock())
                 .unwrap_or_else(PoisonError::into_inner)
                 .take();
             source.map_or_else(Bytes::new, |version| {
@@ -79,10 +91,7 @@ impl Json {
 
 impl From<Bytes> for Json {
     fn from(bytes: Bytes) -> Self {
-        Self(Arc::new(Cell {
-            bytes: OnceLock::from(bytes),
-            source: Mutex::new(None),
-        }))
+        Self(Made::Now(bytes))
     }
 }
 
@@ -120,7 +129,9 @@ mod tests {
         drop(versions);
         let made = (0..1000).any(|_| {
             std::thread::sleep(Duration::from_millis(10));
-            encoded.iter().all(|json| json.0.bytes.get().is_some())
+            encoded
+                .iter()
+                .all(|json| matches!(&json.0, Made::Later(cell) if cell.bytes.get().is_some()))
         });
         assert!(made, "the thread makes every JSON of a handed-over batch");
         assert!(
