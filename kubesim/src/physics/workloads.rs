@@ -5,8 +5,11 @@
 //! A Deployment whose template changes rolls its pods over to a new ReplicaSet by its strategy
 //! ([`super::rollout`]). Simplifications, each visible to a user: a Job pod
 //! succeeds only if its template carries the kubelet's `run-for` annotation, and failed pods are not
-//! retried. A ReplicaSet creates or deletes at most 500 pods per round, as kube-controller-manager's
-//! `burstReplicas` allows, so scaling to 100,000 reaches watchers in bursts they can follow.
+//! retried. ReplicaSets create or delete at most [`POD_WRITES_PER_TURN`] pods between two turns of
+//! the runtime, all of them together: kube-controller-manager creates a burst's pods while
+//! kube-scheduler places them beside it, and on kubesim's one thread short turns stand in for
+//! that, so the scheduler marks each pod soon after its creation and a scale-up to 100,000
+//! reaches watchers in steps they can follow.
 
 mod stateful_set;
 
@@ -31,8 +34,9 @@ use crate::{
     store::{DeleteOptions, EventKind, ObjectKey, Part, Store},
 };
 
-/// Pods a ReplicaSet creates or deletes per round (kube-controller-manager's `burstReplicas`).
-const BURST_REPLICAS: usize = 500;
+/// Pods the ReplicaSets create or delete in one turn before the workload controllers yield (fewer
+/// than kube-controller-manager's `burstReplicas`, 500 per sync: see the module docs).
+const POD_WRITES_PER_TURN: usize = 100;
 
 /// Tolerations the DaemonSet controller adds to every daemon pod, as Kubernetes does.
 const DAEMON_TOLERATIONS: [(&str, &str); 6] = [
@@ -206,9 +210,9 @@ pub async fn run(store: Arc<Store>) {
                 .extend(daemonsets.into_iter().map(|key| (Kind::DaemonSet, key)));
         }
         workloads.reconcile_dirty(&store);
-        // Let the cluster see a burst before the next one (the pods' events bring the set back).
+        // Let the cluster see a turn's pods before the next (their events bring the set back).
         tokio::task::yield_now().await;
-        if !wait(&mut changes, None).await {
+        if workloads.dirty.is_empty() && !wait(&mut changes, None).await {
             return;
         }
     }
@@ -281,8 +285,12 @@ impl Workloads {
         }
     }
 
+    /// Reconciles what changed, until the turn's pod writes are spent; the rest stays dirty.
     fn reconcile_dirty(&mut self, store: &Store) {
-        while let Some((kind, key)) = self.dirty.pop_first() {
+        let mut pod_writes = POD_WRITES_PER_TURN;
+        while pod_writes > 0
+            && let Some((kind, key)) = self.dirty.pop_first()
+        {
             let Ok(object) = store.get(&kind.resource(), &key) else {
                 continue;
             };
@@ -291,7 +299,7 @@ impl Workloads {
             }
             let result = match kind {
                 Kind::Deployment => self.deployment(store, &object),
-                Kind::ReplicaSet => self.replica_set(store, &object),
+                Kind::ReplicaSet => self.replica_set(store, &object, &mut pod_writes),
                 Kind::DaemonSet => self.daemon_set(store, &object),
                 Kind::StatefulSet => self.stateful_set(store, &object),
                 Kind::Job => self.job(store, &object),
@@ -422,13 +430,21 @@ impl Workloads {
         write_status(store, &Kind::Deployment.resource(), deployment, next)
     }
 
-    fn replica_set(&mut self, store: &Store, set: &Value) -> Result<(), crate::error::ApiError> {
+    /// Creates or deletes pods towards the set's replicas, `pod_writes` at most (taken from it).
+    fn replica_set(
+        &mut self,
+        store: &Store,
+        set: &Value,
+        pod_writes: &mut usize,
+    ) -> Result<(), crate::error::ApiError> {
         let key = ObjectKey::of(set);
         let (live, ready) = self.owned(set).map_or((0, 0), |owned| (owned.live, owned.ready));
         let desired = usize::try_from(replicas(set)).unwrap_or(0);
         let resource = GroupResource::new("", "pods");
         if live < desired {
-            for _ in live..desired.min(live + BURST_REPLICAS) {
+            let creating = (desired - live).min(*pod_writes);
+            *pod_writes -= creating;
+            for _ in 0..creating {
                 store.create(
                     &resource,
                     &key.namespace,
@@ -439,7 +455,9 @@ impl Workloads {
         } else if live > desired {
             let mut doomed = self.live_pods(set);
             doomed.sort_by_key(|(_, pod)| pod.deletion_rank());
-            for (key, _) in doomed.iter().take((live - desired).min(BURST_REPLICAS)) {
+            let deleting = (live - desired).min(*pod_writes);
+            *pod_writes -= deleting;
+            for (key, _) in doomed.iter().take(deleting) {
                 store.delete(&resource, key, &DeleteOptions::default())?;
             }
         }
