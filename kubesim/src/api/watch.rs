@@ -270,7 +270,10 @@ fn line(kind: &str, object: &Value) -> Bytes {
     Bytes::from(bytes)
 }
 
-/// A response body fed by the watch task.
+/// A response body fed by the watch task. Events already waiting when the connection asks for
+/// more go out together in one chunk (a buffer's worth at most), as kube-apiserver flushes its writer only when no event is
+/// waiting: a burst reaches the client in a few reads rather than one per event, each of which
+/// would wake its reader.
 struct ChannelBody(mpsc::Receiver<Bytes>);
 
 impl http_body::Body for ChannelBody {
@@ -281,15 +284,50 @@ impl http_body::Body for ChannelBody {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
-        self.0
-            .poll_recv(cx)
-            .map(|chunk| chunk.map(|bytes| Ok(Frame::data(bytes))))
+        let Some(first) = std::task::ready!(self.0.poll_recv(cx)) else {
+            return Poll::Ready(None);
+        };
+        let Ok(second) = self.0.try_recv() else {
+            return Poll::Ready(Some(Ok(Frame::data(first))));
+        };
+        let mut joined = bytes::BytesMut::with_capacity((first.len() + second.len()) * 2);
+        joined.extend_from_slice(&first);
+        joined.extend_from_slice(&second);
+        // At most a buffer's worth: the watch task refills the channel as it empties.
+        for _ in 2..STREAM_BUFFER {
+            let Ok(next) = self.0.try_recv() else { break };
+            joined.extend_from_slice(&next);
+        }
+        Poll::Ready(Some(Ok(Frame::data(joined.freeze()))))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn events_waiting_together_go_out_as_one_chunk_in_their_order() {
+        let (sender, receiver) = mpsc::channel(STREAM_BUFFER);
+        let mut body = ChannelBody(receiver);
+        let lines: Vec<Bytes> = (0..3)
+            .map(|i| line("ADDED", &json!({"metadata": {"name": format!("pod-{i}")}})))
+            .collect();
+        for event in &lines {
+            sender.send(event.clone()).await.expect("sent");
+        }
+        let chunk = body.frame().await.expect("a frame").expect("no error");
+        assert_eq!(
+            chunk.into_data().expect("data"),
+            lines.concat(),
+            "all three, in order, in one chunk"
+        );
+        sender.send(lines[0].clone()).await.expect("sent");
+        let chunk = body.frame().await.expect("a frame").expect("no error");
+        assert_eq!(chunk.into_data().expect("data"), lines[0], "one event alone");
+        drop(sender);
+        assert!(body.frame().await.is_none(), "the stream ends with its task");
+    }
 
     #[test]
     fn an_event_from_an_encoded_object_is_the_event_serialized_whole() {
