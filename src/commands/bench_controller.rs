@@ -8,9 +8,10 @@
 //! all, and waits for every pod to be ready.
 //!
 //! It prints one `name value` line per figure: pods ready, nodes, wall time from the scale-up to the
-//! last pod ready, pods/s, when the ReplicaSets had created every pod and when the first NodeClaim
-//! appeared (both from the scale-up, read every 10 ms until both are known) and the time between
-//! the two (negative when the first NodeClaim came before the last pod), the mean time the
+//! last pod ready, pods/s, when the last pod was created and when the first NodeClaim was (both from
+//! the scale-up, as watches of their metadata opened before it first showed them:
+//! [`super::creations`]) and the time between the two (negative when the first NodeClaim came
+//! before the last pod), the mean time the
 //! controller took to simulate scheduling one batch (its
 //! `karpenter_scheduler_scheduling_duration_seconds`), and each process's peak resident memory and
 //! CPU time over the run (both from `/proc`, so Linux only). The controller's figures include the
@@ -30,7 +31,10 @@ use std::{
 
 use http_body_util::BodyExt as _;
 use joist_messages::apis::{NodeClaim, NodePool};
-use k8s_openapi::api::{apps::v1::Deployment, core::v1::Node};
+use k8s_openapi::api::{
+    apps::v1::Deployment,
+    core::v1::{Node, Pod},
+};
 use kube::{
     Api,
     api::{DynamicObject, ListParams, Patch, PatchParams},
@@ -44,15 +48,17 @@ use super::{
     CommandError,
     bench::{cpu_seconds_of, peak_memory_mib_of},
     bench_e2e::{self, NODE_CLASS, Workload},
+    creations::Creations,
 };
+
+/// A moment on the wall clock: benchmarks measure wall time on purpose.
+#[allow(clippy::disallowed_types)]
+type Instant = std::time::Instant;
 
 /// How long `joist run` has to make every NodePool Ready.
 const READY_WITHIN: Duration = Duration::from_secs(60);
 /// How often the benchmark looks at the cluster while pods come up.
 const POLL: Duration = Duration::from_millis(100);
-/// How often it looks until the ReplicaSets have created every pod and the first NodeClaim is
-/// there: often enough that the time between the two is read within a hundredth of a second.
-const FIRST_FIGURES_POLL: Duration = Duration::from_millis(10);
 /// The benchmark gives up when pods are not all ready by this long plus a second per 50 pods.
 const DEADLINE_BASE: Duration = Duration::from_secs(120);
 
@@ -208,10 +214,11 @@ async fn measure(options: Options, joist: &Path, dir: &Path) -> Result<Vec<(Stri
         tokio::time::sleep(POLL).await;
     }
 
+    let pod_creations = Creations::watch::<Pod>(Api::namespaced(client.clone(), "default")).await;
+    let claim_creations = Creations::watch::<NodeClaim>(Api::all(client.clone())).await;
     let (_, kubesim_cpu_before) = kubesim.usage();
     let cpu_before: Vec<Option<f64>> = controllers.iter().map(|(c, _)| c.usage().1).collect();
-    #[allow(clippy::disallowed_types)] // Benchmarks measure wall time on purpose.
-    let start = std::time::Instant::now();
+    let start = Instant::now();
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), "default");
     for pool in 0..pools {
         let name = format!("inflate-{}", bench_e2e::pool_name(pools, pool));
@@ -225,24 +232,10 @@ async fn measure(options: Options, joist: &Path, dir: &Path) -> Result<Vec<(Stri
             .await
             .map_err(failed_to(format!("scaling Deployment default/{name}")))?;
     }
-    let claims: Api<NodeClaim> = Api::all(client.clone());
     let pods = options.workload.pods();
     let deadline = DEADLINE_BASE + Duration::from_secs((pods / 50) as u64);
-    let (mut created_at, mut first_claim_at) = (None, None);
     let ready = loop {
-        if first_claim_at.is_none() {
-            let first = claims
-                .list_metadata(&ListParams::default().limit(1))
-                .await
-                .map_err(failed_to("listing NodeClaims"))?;
-            if !first.items.is_empty() {
-                first_claim_at = Some(start.elapsed());
-            }
-        }
-        let (created, ready) = replicas(&deployments).await?;
-        if created >= pods && created_at.is_none() {
-            created_at = Some(start.elapsed());
-        }
+        let ready = ready_replicas(&deployments).await?;
         if ready >= pods {
             break ready;
         }
@@ -252,9 +245,12 @@ async fn measure(options: Options, joist: &Path, dir: &Path) -> Result<Vec<(Stri
                 start.elapsed().as_secs()
             )));
         }
-        let figures_known = created_at.is_some() && first_claim_at.is_some();
-        tokio::time::sleep(if figures_known { POLL } else { FIRST_FIGURES_POLL }).await;
+        tokio::time::sleep(POLL).await;
     };
+    let since_start = |at: Option<Instant>| at.map(|at| at.saturating_duration_since(start));
+    let pods_created = pod_creations.counted();
+    let created_at = since_start(pods_created.last.filter(|_| pods_created.objects >= pods));
+    let first_claim_at = since_start(claim_creations.counted().first);
     let wall = start.elapsed().as_secs_f64();
     let (kubesim_peak, kubesim_cpu) = kubesim.usage();
     let usage: Vec<(Option<u64>, Option<f64>)> = controllers.iter().map(|(c, _)| c.usage()).collect();
@@ -502,19 +498,14 @@ async fn ready_pools(node_pools: &Api<NodePool>) -> Result<usize, BenchError> {
         .count())
 }
 
-/// Pods the Deployments have created, and how many are ready, in all.
-async fn replicas(deployments: &Api<Deployment>) -> Result<(usize, usize), BenchError> {
+/// Pods ready, in all the Deployments.
+async fn ready_replicas(deployments: &Api<Deployment>) -> Result<usize, BenchError> {
     Ok(list(deployments, "Deployments")
         .await?
         .iter()
-        .filter_map(|d| d.status.as_ref())
-        .fold((0, 0), |(created, ready), status| {
-            let count = |n: Option<i32>| usize::try_from(n.unwrap_or(0)).unwrap_or(0);
-            (
-                created + count(status.replicas),
-                ready + count(status.ready_replicas),
-            )
-        }))
+        .filter_map(|d| d.status.as_ref()?.ready_replicas)
+        .map(|ready| usize::try_from(ready).unwrap_or(0))
+        .sum())
 }
 
 /// The controller's mean time to simulate scheduling one batch, in seconds, and the number of

@@ -13,6 +13,7 @@ mod bench_kubesim;
 mod bench_versus;
 mod chaos_cases;
 mod crds;
+mod creations;
 mod endpoints;
 pub mod explain;
 mod run;
