@@ -47,8 +47,7 @@ pub fn run(nodes: usize, out: &mut dyn io::Write) -> Result<ExitCode, CommandErr
     let mut base = workloads::fragmented_cluster(nodes, DELETED_SHARE);
     let cost_before = cost(&base);
     line("nodes", base.nodes.len().to_string())?;
-    #[allow(clippy::disallowed_types)] // Benchmarks measure wall time on purpose.
-    let clock = std::time::Instant::now;
+    let clock = super::bench::WallInstant::now;
     let settings = Settings::default();
 
     let candidates = ordered_candidates(&base);

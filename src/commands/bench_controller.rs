@@ -46,14 +46,10 @@ use serde_json::{Value, json};
 
 use super::{
     CommandError,
-    bench::{cpu_seconds_of, peak_memory_mib_of},
+    bench::{WallInstant, cpu_seconds_of, peak_memory_mib_of},
     bench_e2e::{self, NODE_CLASS, Workload},
     creations::Creations,
 };
-
-/// A moment on the wall clock: benchmarks measure wall time on purpose.
-#[allow(clippy::disallowed_types)]
-type Instant = std::time::Instant;
 
 /// How long `joist run` has to make every NodePool Ready.
 const READY_WITHIN: Duration = Duration::from_secs(60);
@@ -218,7 +214,7 @@ async fn measure(options: Options, joist: &Path, dir: &Path) -> Result<Vec<(Stri
     let claim_creations = Creations::watch::<NodeClaim>(Api::all(client.clone())).await;
     let (_, kubesim_cpu_before) = kubesim.usage();
     let cpu_before: Vec<Option<f64>> = controllers.iter().map(|(c, _)| c.usage().1).collect();
-    let start = Instant::now();
+    let start = WallInstant::now();
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), "default");
     for pool in 0..pools {
         let name = format!("inflate-{}", bench_e2e::pool_name(pools, pool));
@@ -247,7 +243,7 @@ async fn measure(options: Options, joist: &Path, dir: &Path) -> Result<Vec<(Stri
         }
         tokio::time::sleep(POLL).await;
     };
-    let since_start = |at: Option<Instant>| at.map(|at| at.saturating_duration_since(start));
+    let since_start = |at: Option<WallInstant>| at.map(|at| at.saturating_duration_since(start));
     let pods_created = pod_creations.counted();
     let created_at = since_start(pods_created.last.filter(|_| pods_created.objects >= pods));
     let first_claim_at = since_start(claim_creations.counted().first);

@@ -86,8 +86,7 @@ pub(super) fn timed(command: &str, text: &str) -> Result<(Simulated, f64), Comma
         message,
     };
     let scenario = Scenario::parse(text).map_err(|e| failed(e.to_string()))?;
-    #[allow(clippy::disallowed_types)] // Benchmarks measure wall time on purpose.
-    let start = std::time::Instant::now();
+    let start = super::bench::WallInstant::now();
     let mut simulated = simulate::run(&scenario, scenario.seed, Default::default(), None)
         .map_err(|e| failed(e.to_string()))?;
     simulated.leave_world();

@@ -1,12 +1,13 @@
 //! When objects of a kind were created, as a client sees it: a watch of their metadata, opened
 //! before a benchmark acts, that notes each object created after it opened the first time it
-//! shows, and when the first and the newest did. `joist bench controller` times the first NodeClaim from the last pod's creation
-//! with two of them, rather than from the Deployments' status (which the workload controllers write
-//! after their pods) and a list every few milliseconds (which sees a claim only when it looks).
+//! shows, and when the first and the newest did. `joist bench controller` times the first
+//! NodeClaim from the last pod's creation with two of them, rather than from the Deployments'
+//! status (which the workload controllers write after their pods) and a list every few
+//! milliseconds (which sees a claim only when it looks).
 //!
-//! Only metadata is read, so the benchmark's own process adds little beside the two it measures.
-//! A watch error is retried with backoff (the watcher lists again and notes only objects it has not
-//! seen); the watch ends when the [`Creations`] is dropped.
+//! Only metadata is decoded, so the benchmark's own process adds little beside the two it
+//! measures. A watch error is retried with backoff (the watcher lists again and notes only objects
+//! it has not seen); the watch ends when the [`Creations`] is dropped.
 
 use std::{
     collections::HashSet,
@@ -23,9 +24,7 @@ use kube::{
 use serde::de::DeserializeOwned;
 use tokio::{sync::oneshot, task::JoinHandle};
 
-/// A moment on the wall clock: benchmarks measure wall time on purpose.
-#[allow(clippy::disallowed_types)]
-type Instant = std::time::Instant;
+use super::bench::WallInstant;
 
 /// See the module docs.
 pub(super) struct Creations {
@@ -41,9 +40,9 @@ struct Seen {
     /// Objects seen that were created after it opened.
     created: usize,
     /// When the first object showed.
-    first: Option<Instant>,
+    first: Option<WallInstant>,
     /// When the newest object first showed.
-    last: Option<Instant>,
+    last: Option<WallInstant>,
 }
 
 /// What has been seen of objects created after the watch opened: how many, when the first showed,
@@ -53,9 +52,9 @@ pub(super) struct Counted {
     /// Objects created.
     pub(super) objects: usize,
     /// When the first showed.
-    pub(super) first: Option<Instant>,
+    pub(super) first: Option<WallInstant>,
     /// When the newest first showed.
-    pub(super) last: Option<Instant>,
+    pub(super) last: Option<WallInstant>,
 }
 
 impl Creations {
@@ -117,7 +116,7 @@ async fn note_creations<K>(
         let mut seen = seen.lock().unwrap_or_else(PoisonError::into_inner);
         if seen.uids.insert(uid) && listed.is_none() {
             seen.created += 1;
-            let now = Instant::now();
+            let now = WallInstant::now();
             seen.first.get_or_insert(now);
             seen.last = Some(now);
         }

@@ -271,9 +271,9 @@ fn line(kind: &str, object: &Value) -> Bytes {
 }
 
 /// A response body fed by the watch task. Events already waiting when the connection asks for
-/// more go out together in one chunk (a buffer's worth at most), as kube-apiserver flushes its writer only when no event is
-/// waiting: a burst reaches the client in a few reads rather than one per event, each of which
-/// would wake its reader.
+/// more go out together in one chunk (a buffer's worth at most), as kube-apiserver flushes its
+/// writer only when no event is waiting: a burst reaches the client in a few reads rather than one
+/// per event, each of which would wake its reader.
 struct ChannelBody(mpsc::Receiver<Bytes>);
 
 impl http_body::Body for ChannelBody {
