@@ -356,6 +356,7 @@ struct Request {
     method: &'static str,
     path: &'static str,
     content_type: &'static str,
+    accept: &'static str,
     body: &'static str,
     compared: &'static [&'static str],
 }
@@ -371,7 +372,20 @@ const fn request(
         method,
         path,
         content_type,
+        accept: JSON,
         body,
+        compared,
+    }
+}
+
+/// A GET asking for objects shown as `accept` says (their metadata alone, say).
+const fn get_as(path: &'static str, accept: &'static str, compared: &'static [&'static str]) -> Request {
+    Request {
+        method: "GET",
+        path,
+        content_type: JSON,
+        accept,
+        body: "",
         compared,
     }
 }
@@ -405,6 +419,24 @@ const JOIST_REQUESTS: &[Request] = &[
             "spec":{"nodeClassRef":{"group":"karpenter.k8s.aws","kind":"EC2NodeClass","name":"default"},
             "requirements":[{"key":"node.kubernetes.io/instance-type","operator":"Gt","values":["c5.large"]}]}}"#,
         &["/kind", "/reason"],
+    ),
+    // As the benchmarks' and kube-rs's metadata watches read them.
+    get_as(
+        "/apis/karpenter.sh/v1/nodeclaims",
+        "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json",
+        &[
+            "/kind",
+            "/apiVersion",
+            "/items/0/kind",
+            "/items/0/apiVersion",
+            "/items/0/metadata/name",
+            "/items/0/spec",
+        ],
+    ),
+    get_as(
+        "/apis/karpenter.sh/v1/nodeclaims/claim-a",
+        "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json",
+        &["/kind", "/apiVersion", "/metadata/labels", "/spec"],
     ),
     request(
         "PATCH",
@@ -530,6 +562,7 @@ async fn answer(client: &kube::Client, request: &Request) -> (u16, Vec<Option<Va
         .method(request.method)
         .uri(request.path)
         .header("content-type", request.content_type)
+        .header("accept", request.accept)
         .body(request.body.as_bytes().to_vec())
         .unwrap_or_else(|e| panic!("{e}"));
     let response = client

@@ -24,7 +24,7 @@ use http::{HeaderValue, Method, Response, StatusCode, header::CONTENT_TYPE};
 use http_body_util::{BodyExt, Full, combinators::BoxBody};
 use serde_json::{Value, json};
 
-use self::objects::Document;
+use self::objects::{Document, Shown};
 pub use self::{
     audit::{Access, Audit},
     faults::{ApiFailure, ApiFaults, FaultCounts},
@@ -112,9 +112,16 @@ impl ApiRequest {
         response
     }
 
-    /// Whether the client asked for a `meta.k8s.io` Table (kubectl get).
-    fn wants_table(&self) -> bool {
-        self.accept.contains("as=Table")
+    /// How the client asked to be shown objects: as a `meta.k8s.io` Table (kubectl get), as their
+    /// metadata alone (kube-rs's and client-go's metadata clients), or whole.
+    fn shown(&self) -> Shown {
+        if self.accept.contains("as=Table") {
+            Shown::Table
+        } else if self.accept.contains("as=PartialObjectMetadata") {
+            Shown::Metadata
+        } else {
+            Shown::Whole
+        }
     }
 }
 
@@ -204,11 +211,11 @@ impl ApiServer {
             (&Method::GET, None) => return Ok(bytes_response(200, objects::list(store, request, path)?)),
             (&Method::GET, Some(key)) => {
                 let object = store.get(&path.rtype.group_resource(), &key)?;
-                let document = match request.wants_table() {
-                    true => objects::presented(&path.rtype, &object, true, store.clock())
+                let document = match request.shown() {
+                    Shown::Whole => objects::versioned(path, object),
+                    shown => objects::presented(&path.rtype, &object, shown, store.clock())
                         .into_owned()
                         .into(),
-                    false => objects::versioned(path, object),
                 };
                 (200, document)
             }

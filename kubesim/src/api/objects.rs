@@ -51,20 +51,32 @@ pub fn list(store: &Store, request: &ApiRequest, path: &ResourcePath) -> Result<
         }
         metadata
     };
-    if request.wants_table() || !labels.is_empty() || !fields.is_empty() {
+    let shown = request.shown();
+    if shown != Shown::Whole || !labels.is_empty() || !fields.is_empty() {
         let page = store.list(&resource, namespace, from.as_ref(), limit, |object| {
             labels.matches(object.at("/metadata/labels").and_then(Value::as_object)) && fields.matches(object)
         });
         let metadata = metadata(page.revision, &page.next);
-        if request.wants_table() {
-            let table = table::table(
-                &path.rtype,
-                &page.items,
-                metadata,
-                table::Options::of(request),
-                store.clock(),
-            );
-            return Ok(serde_json::to_vec(&table).unwrap_or_default());
+        match shown {
+            Shown::Table => {
+                let table = table::table(
+                    &path.rtype,
+                    &page.items,
+                    metadata,
+                    table::Options::of(request),
+                    store.clock(),
+                );
+                return Ok(serde_json::to_vec(&table).unwrap_or_default());
+            }
+            Shown::Metadata => {
+                let items = page.items.iter().map(|object| {
+                    Ok(Bytes::from(
+                        serde_json::to_vec(&partial_metadata(object)).unwrap_or_default(),
+                    ))
+                });
+                return list_body(("PartialObjectMetadataList", META_V1), metadata, items);
+            }
+            Shown::Whole => {}
         }
         // Each item was just read, so the store has its JSON at hand (a version in another
         // apiVersion is converted).
@@ -75,7 +87,7 @@ pub fn list(store: &Store, request: &ApiRequest, path: &ResourcePath) -> Result<
                 Cow::Borrowed(_) => Ok(store.encoded(object)),
                 Cow::Owned(converted) => encode(path, &converted),
             });
-        return list_body(path, metadata, items);
+        return list_body(list_kind(path), metadata, items);
     }
     let page = store.list_encoded(&resource, namespace, from.as_ref(), limit);
     let stored_as = StoredAs::of(&path.rtype);
@@ -88,7 +100,31 @@ pub fn list(store: &Store, request: &ApiRequest, path: &ResourcePath) -> Result<
         })?;
         encode(path, &object)
     });
-    list_body(path, metadata(page.revision, &page.next), items)
+    list_body(list_kind(path), metadata(page.revision, &page.next), items)
+}
+
+/// The API version of `PartialObjectMetadata` and its list.
+const META_V1: &str = "meta.k8s.io/v1";
+
+/// How a request wants objects shown, from its Accept header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shown {
+    /// Whole, in the version the request used.
+    Whole,
+    /// As a `meta.k8s.io` Table (kubectl get).
+    Table,
+    /// As `PartialObjectMetadata`: the metadata alone.
+    Metadata,
+}
+
+/// An object as `PartialObjectMetadata`, as kube-apiserver answers a metadata client.
+pub fn partial_metadata(object: &Value) -> Value {
+    json!({"kind": "PartialObjectMetadata", "apiVersion": META_V1, "metadata": object["metadata"].clone()})
+}
+
+/// The kind and API version of a list of the path's resource (`PodList`, `v1`).
+fn list_kind(path: &ResourcePath) -> (String, String) {
+    (format!("{}List", path.rtype.kind), path.rtype.api_version())
 }
 
 /// Tells whether an object's stored JSON is already in a resource type's version, so it is sent
@@ -119,13 +155,13 @@ fn encode(path: &ResourcePath, object: &Value) -> Result<Bytes, ApiError> {
         .map_err(|error| ApiError::Internal(format!("cannot serialize {}: {error}", path.rtype.plural)))
 }
 
-/// A `List` document of `items` (already serialized).
+/// A list document of `items` (already serialized), of `kind` in `api_version`.
 fn list_body(
-    path: &ResourcePath,
+    (kind, api_version): (impl serde::Serialize, impl serde::Serialize),
     metadata: Value,
     items: impl Iterator<Item = Result<Bytes, ApiError>>,
 ) -> Result<Vec<u8>, ApiError> {
-    let head = json!({"kind": format!("{}List", path.rtype.kind), "apiVersion": path.rtype.api_version(), "metadata": metadata});
+    let head = json!({"kind": kind, "apiVersion": api_version, "metadata": metadata});
     let mut body = serde_json::to_vec(&head).unwrap_or_default();
     body.pop();
     body.extend_from_slice(b",\"items\":[");
@@ -150,24 +186,23 @@ fn parse_continue(token: &str) -> Result<ObjectKey, ApiError> {
     }
 }
 
-pub fn presented<'a>(
-    rtype: &ResourceType,
-    object: &'a Value,
-    as_table: bool,
-    clock: &Clock,
-) -> Cow<'a, Value> {
-    if as_table {
-        let metadata = json!({"resourceVersion": object.at("/metadata/resourceVersion").cloned().unwrap_or(Value::Null)});
-        let options = table::Options { include_object: true };
-        return Cow::Owned(table::table(
-            rtype,
-            &[Arc::new(object.clone())],
-            metadata,
-            options,
-            clock,
-        ));
+/// An object as a request wants it shown.
+pub fn presented<'a>(rtype: &ResourceType, object: &'a Value, shown: Shown, clock: &Clock) -> Cow<'a, Value> {
+    match shown {
+        Shown::Table => {
+            let metadata = json!({"resourceVersion": object.at("/metadata/resourceVersion").cloned().unwrap_or(Value::Null)});
+            let options = table::Options { include_object: true };
+            Cow::Owned(table::table(
+                rtype,
+                &[Arc::new(object.clone())],
+                metadata,
+                options,
+                clock,
+            ))
+        }
+        Shown::Metadata => Cow::Owned(partial_metadata(object)),
+        Shown::Whole => in_version(rtype, object),
     }
-    in_version(rtype, object)
 }
 
 /// The object with the apiVersion of the version the request used (all versions share storage);

@@ -62,17 +62,29 @@ pub fn table(
             let mut cells = vec![object.at("/metadata/name").cloned().unwrap_or(Value::Null)];
             for column in &rtype.printer_columns {
                 let cell = evaluate(object, &column.path).unwrap_or(Value::Null);
-                cells.push(if column.kind == "date" { age_cell(&cell, now) } else { cell });
+                cells.push(if column.kind == "date" {
+                    age_cell(&cell, now)
+                } else {
+                    cell
+                });
             }
             if !has_age {
-                cells.push(age_cell(object.at("/metadata/creationTimestamp").unwrap_or(&Value::Null), now));
+                cells.push(age_cell(
+                    object.at("/metadata/creationTimestamp").unwrap_or(&Value::Null),
+                    now,
+                ));
             }
             let mut shown = if options.include_object {
                 (**object).clone()
             } else {
-                json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": object["metadata"].clone()})
+                super::objects::partial_metadata(object)
             };
-            shown["apiVersion"] = json!(shown.get("apiVersion").cloned().unwrap_or_else(|| json!(rtype.api_version())));
+            shown["apiVersion"] = json!(
+                shown
+                    .get("apiVersion")
+                    .cloned()
+                    .unwrap_or_else(|| json!(rtype.api_version()))
+            );
             json!({"cells": cells, "object": shown})
         })
         .collect();

@@ -23,7 +23,10 @@ use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use tokio::sync::mpsc;
 
-use super::{ApiBody, ApiRequest, ResourcePath, objects};
+use super::{
+    ApiBody, ApiRequest, ResourcePath,
+    objects::{self, Shown},
+};
 use crate::{
     error::ApiError,
     history::Reads,
@@ -149,7 +152,7 @@ pub fn serve(store: Arc<Store>, request: &ApiRequest, path: &ResourcePath) -> Re
             (store.watch(&resource, Some(page.revision), Reads::Json)?, items)
         }
     };
-    let as_table = request.wants_table();
+    let shown = request.shown();
     let stored_as = objects::StoredAs::of(&path.rtype);
     let (sender, receiver) = mpsc::channel::<Bytes>(STREAM_BUFFER);
     let rtype = path.rtype.clone();
@@ -158,9 +161,7 @@ pub fn serve(store: Arc<Store>, request: &ApiRequest, path: &ResourcePath) -> Re
         let deadline = tokio::time::Instant::now() + timeout;
         for version in &initial {
             if sender
-                .send(object_line(
-                    "ADDED", &rtype, version, as_table, &stored_as, &store,
-                ))
+                .send(object_line("ADDED", &rtype, version, shown, &stored_as, &store))
                 .await
                 .is_err()
             {
@@ -197,7 +198,7 @@ pub fn serve(store: Arc<Store>, request: &ApiRequest, path: &ResourcePath) -> Re
             }
             for event in &events {
                 let line = match filter.view(event) {
-                    Ok(Some(kind)) => object_line(kind, &rtype, &event.object, as_table, &stored_as, &store),
+                    Ok(Some(kind)) => object_line(kind, &rtype, &event.object, shown, &stored_as, &store),
                     Ok(None) => continue,
                     Err(error) => line("ERROR", &error.status()),
                 };
@@ -229,18 +230,18 @@ fn object_line(
     kind: &str,
     rtype: &ResourceType,
     version: &Version,
-    as_table: bool,
+    shown: Shown,
     stored_as: &objects::StoredAs,
     store: &Store,
 ) -> Bytes {
-    if !as_table && stored_as.matches(version.json()) {
+    if shown == Shown::Whole && stored_as.matches(version.json()) {
         return encoded_line(kind, version.json());
     }
     let object = match version.value() {
         Ok(object) => object,
         Err(error) => return line("ERROR", &error.status()),
     };
-    match objects::presented(rtype, &object, as_table, store.clock()) {
+    match objects::presented(rtype, &object, shown, store.clock()) {
         Cow::Borrowed(_) => encoded_line(kind, version.json()),
         Cow::Owned(presented) => line(kind, &presented),
     }

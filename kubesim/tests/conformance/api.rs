@@ -749,6 +749,83 @@ async fn a_crd_serves_its_custom_resources() {
     );
 }
 
+/// As kube-apiserver answers a metadata client (kube-rs's `PartialObjectMeta`, client-go's metadata
+/// informers): a get, a list and a watch carry each object's metadata alone, as
+/// `PartialObjectMetadata` in `meta.k8s.io/v1`.
+#[tokio::test]
+async fn a_metadata_client_gets_metadata_alone_from_gets_lists_and_watches() {
+    let cluster = cluster();
+    let client = cluster.client();
+    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    maps.create(&PostParams::default(), &config_map("a"))
+        .await
+        .expect("create a");
+    let read = |path: &str, accept: &str| {
+        let request = http::Request::builder()
+            .uri(path)
+            .header("accept", accept)
+            .body(Vec::new())
+            .expect("request");
+        let client = client.clone();
+        async move {
+            let text = client.request_text(request).await.expect("answered");
+            serde_json::from_str::<serde_json::Value>(&text).expect("JSON")
+        }
+    };
+    let one = read(
+        "/api/v1/namespaces/default/configmaps/a",
+        "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1",
+    )
+    .await;
+    assert_eq!(
+        (&one["kind"], &one["apiVersion"], &one["metadata"]["name"]),
+        (
+            &json!("PartialObjectMetadata"),
+            &json!("meta.k8s.io/v1"),
+            &json!("a")
+        )
+    );
+    assert!(one.get("data").is_none(), "metadata alone: {one}");
+    let list = read(
+        "/api/v1/namespaces/default/configmaps",
+        "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json",
+    )
+    .await;
+    assert_eq!(
+        (&list["kind"], &list["apiVersion"]),
+        (&json!("PartialObjectMetadataList"), &json!("meta.k8s.io/v1"))
+    );
+    assert!(list["metadata"]["resourceVersion"].is_string(), "{list}");
+    let items = list["items"].as_array().expect("items");
+    assert_eq!(items.len(), 1);
+    assert_eq!(
+        (&items[0]["kind"], &items[0]["apiVersion"]),
+        (&json!("PartialObjectMetadata"), &json!("meta.k8s.io/v1"))
+    );
+    assert!(items[0].get("data").is_none(), "metadata alone: {list}");
+
+    let version = list["metadata"]["resourceVersion"].as_str().expect("version");
+    let metadata: Api<kube::core::PartialObjectMeta<ConfigMap>> = Api::namespaced(client.clone(), "default");
+    let mut events = metadata
+        .watch(&WatchParams::default(), version)
+        .await
+        .expect("watch")
+        .boxed();
+    maps.create(&PostParams::default(), &config_map("b"))
+        .await
+        .expect("create b");
+    match events.try_next().await.expect("event") {
+        Some(WatchEvent::Added(added)) => {
+            let kind = added.types.map(|types| types.kind);
+            assert_eq!(
+                (kind.as_deref(), added.metadata.name.as_deref()),
+                (Some("PartialObjectMetadata"), Some("b"))
+            );
+        }
+        other => panic!("expected ADDED b, got {other:?}"),
+    }
+}
+
 /// The HTTP status and body of a raw request to `client`.
 async fn raw(
     client: &kube::Client,
