@@ -71,7 +71,7 @@ pub fn list(store: &Store, request: &ApiRequest, path: &ResourcePath) -> Result<
             Shown::Metadata => {
                 let items = page.items.iter().map(|object| {
                     Ok(Bytes::from(
-                        serde_json::to_vec(&partial_metadata(object)).unwrap_or_default(),
+                        serde_json::to_vec(&PartialMetadata::of(object)).unwrap_or_default(),
                     ))
                 });
                 return list_body(("PartialObjectMetadataList", META_V1), metadata, items);
@@ -117,9 +117,30 @@ pub enum Shown {
     Metadata,
 }
 
-/// An object as `PartialObjectMetadata`, as kube-apiserver answers a metadata client.
-pub fn partial_metadata(object: &Value) -> Value {
-    json!({"kind": "PartialObjectMetadata", "apiVersion": META_V1, "metadata": object["metadata"].clone()})
+/// An object as `PartialObjectMetadata`, as kube-apiserver answers a metadata client: its
+/// metadata, borrowed, serialized with the kind and version of that type.
+#[derive(serde::Serialize)]
+pub struct PartialMetadata<'a> {
+    kind: &'static str,
+    #[serde(rename = "apiVersion")]
+    api_version: &'static str,
+    metadata: &'a Value,
+}
+
+impl<'a> PartialMetadata<'a> {
+    /// The metadata of `object`.
+    pub fn of(object: &'a Value) -> Self {
+        Self {
+            kind: "PartialObjectMetadata",
+            api_version: META_V1,
+            metadata: &object["metadata"],
+        }
+    }
+
+    /// As a JSON value of its own.
+    pub fn to_value(&self) -> Value {
+        json!({"kind": self.kind, "apiVersion": self.api_version, "metadata": self.metadata})
+    }
 }
 
 /// The kind and API version of a list of the path's resource (`PodList`, `v1`).
@@ -200,7 +221,7 @@ pub fn presented<'a>(rtype: &ResourceType, object: &'a Value, shown: Shown, cloc
                 clock,
             ))
         }
-        Shown::Metadata => Cow::Owned(partial_metadata(object)),
+        Shown::Metadata => Cow::Owned(PartialMetadata::of(object).to_value()),
         Shown::Whole => in_version(rtype, object),
     }
 }

@@ -77,7 +77,7 @@ pub fn table(
             let mut shown = if options.include_object {
                 (**object).clone()
             } else {
-                super::objects::partial_metadata(object)
+                super::objects::PartialMetadata::of(object).to_value()
             };
             shown["apiVersion"] = json!(
                 shown

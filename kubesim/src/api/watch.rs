@@ -241,6 +241,9 @@ fn object_line(
         Ok(object) => object,
         Err(error) => return line("ERROR", &error.status()),
     };
+    if shown == Shown::Metadata {
+        return line(kind, &objects::PartialMetadata::of(&object));
+    }
     match objects::presented(rtype, &object, shown, store.clock()) {
         Cow::Borrowed(_) => encoded_line(kind, version.json()),
         Cow::Owned(presented) => line(kind, &presented),
@@ -258,13 +261,13 @@ fn encoded_line(kind: &str, object: &[u8]) -> Bytes {
     Bytes::from(bytes)
 }
 
-fn line(kind: &str, object: &Value) -> Bytes {
+fn line(kind: &str, object: &impl serde::Serialize) -> Bytes {
     /// One event of the stream, serialized from borrowed parts.
     #[derive(serde::Serialize)]
-    struct Event<'a> {
+    struct Event<'a, T> {
         #[serde(rename = "type")]
         kind: &'a str,
-        object: &'a Value,
+        object: &'a T,
     }
     let mut bytes = serde_json::to_vec(&Event { kind, object }).unwrap_or_default();
     bytes.push(b'\n');
