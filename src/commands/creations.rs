@@ -26,6 +26,9 @@ use tokio::{sync::oneshot, task::JoinHandle};
 
 use super::bench::WallInstant;
 
+/// How long opening a watch waits for its first list.
+const LISTED_WITHIN: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// See the module docs.
 pub(super) struct Creations {
     seen: Arc<Mutex<Seen>>,
@@ -59,7 +62,7 @@ pub(super) struct Counted {
 
 impl Creations {
     /// Opens the watch on `objects`; returns once those already there are listed (they are not
-    /// counted), so that objects created after are seen as they come.
+    /// counted), so that objects created after are seen as they come, or after [`LISTED_WITHIN`].
     pub(super) async fn watch<K>(objects: Api<PartialObjectMeta<K>>) -> Self
     where
         K: Resource<DynamicType = ()> + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
@@ -67,8 +70,9 @@ impl Creations {
         let seen = Arc::new(Mutex::new(Seen::default()));
         let (listed, on_listed) = oneshot::channel();
         let watch = tokio::spawn(note_creations(objects, seen.clone(), listed));
-        // A watch that ended before listing leaves nothing to wait for.
-        let _ = on_listed.await;
+        // A watch that cannot list goes on trying; the benchmark does not wait for it forever (its
+        // figures then say the creations were never seen).
+        let _ = tokio::time::timeout(LISTED_WITHIN, on_listed).await;
         Self { seen, watch }
     }
 

@@ -495,6 +495,10 @@ fn bench_controller_runs_joist_run_apart_from_kubesim_and_measures_each() {
         value("first nodeclaim") < value("wall"),
         "the first NodeClaim comes before the pods are up: {text}"
     );
+    assert!(
+        value("pods created") > 0.0,
+        "the last pod's creation is seen on the watch: {text}"
+    );
     for process in ["controller", "kubesim"] {
         assert!(value(&format!("{process} peak memory")) > 0.0, "{text}");
         assert!(value(&format!("{process} cpu")) >= 0.0, "{text}");
