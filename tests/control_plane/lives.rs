@@ -309,17 +309,26 @@ impl World {
     /// Each launched NodeClaim has an instance of its own and exactly one Node, and every Node
     /// belongs to a NodeClaim: nothing was launched twice or left behind.
     async fn assert_one_instance_per_claim(&self) {
+        if let Some(broken) = self.instance_sharing().await {
+            panic!("{broken}");
+        }
+    }
+
+    /// What breaks "one instance per claim, one Node per instance", if anything does.
+    async fn instance_sharing(&self) -> Option<String> {
         let claims = self.claims().await;
         let provider_ids: Vec<String> = claims
             .iter()
             .filter_map(|c| c.status.as_ref()?.provider_id.clone())
             .collect();
         let distinct: BTreeSet<&String> = provider_ids.iter().collect();
-        assert_eq!(
-            distinct.len(),
-            provider_ids.len(),
-            "two claims share an instance: {provider_ids:?}"
-        );
+        if distinct.len() != provider_ids.len() {
+            let named: Vec<(Option<&String>, &String)> = claims
+                .iter()
+                .filter_map(|c| Some((c.metadata.name.as_ref(), c.status.as_ref()?.provider_id.as_ref()?)))
+                .collect();
+            return Some(format!("two claims share an instance: {named:?}"));
+        }
         let node_ids: Vec<String> = self
             .nodes()
             .await
@@ -327,12 +336,10 @@ impl World {
             .filter_map(|n| n.spec.as_ref()?.provider_id.clone())
             .collect();
         let nodes: BTreeSet<&String> = node_ids.iter().collect();
-        assert_eq!(
-            nodes.len(),
-            node_ids.len(),
-            "two nodes share an instance: {node_ids:?}"
-        );
-        assert_eq!(nodes, distinct, "nodes and claims differ");
+        if nodes.len() != node_ids.len() {
+            return Some(format!("two nodes share an instance: {node_ids:?}"));
+        }
+        (nodes != distinct).then(|| format!("nodes and claims differ: nodes {nodes:?}, claims {distinct:?}"))
     }
 }
 
@@ -757,7 +764,7 @@ async fn three_replicas_split_the_nodepools_and_take_over_the_shard_of_one_kille
         world.running_labelled("app=teams", teams.len())
     })
     .await;
-    world.assert_one_instance_per_claim().await;
+    assert_one_instance_per_claim_of(&world, &replicas).await;
 
     // kill -9 the holder of the first team's shard: another replica takes the shard over within
     // 20 s and launches for that team.
@@ -789,5 +796,17 @@ async fn three_replicas_split_the_nodepools_and_take_over_the_shard_of_one_kille
         world.running_labelled("app=teams", teams.len() + 1)
     })
     .await;
-    world.assert_one_instance_per_claim().await;
+    assert_one_instance_per_claim_of(&world, &replicas).await;
+}
+
+/// [`World::assert_one_instance_per_claim`] with replicas: a failure shows what each logged, to
+/// tell which wrote which claim's provider ID.
+async fn assert_one_instance_per_claim_of(world: &World, replicas: &[(String, Controller)]) {
+    if let Some(broken) = world.instance_sharing().await {
+        let logs: Vec<String> = replicas
+            .iter()
+            .map(|(name, replica)| format!("--- {name} logged:\n{}", replica.log()))
+            .collect();
+        panic!("{broken}\n{}", logs.join("\n"));
+    }
 }
