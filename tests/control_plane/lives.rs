@@ -309,25 +309,19 @@ impl World {
     /// Each launched NodeClaim has an instance of its own and exactly one Node, and every Node
     /// belongs to a NodeClaim: nothing was launched twice or left behind.
     async fn assert_one_instance_per_claim(&self) {
-        if let Some(broken) = self.instance_sharing().await {
-            panic!("{broken}");
-        }
+        assert_one_instance_per_claim_of(self, &[]).await;
     }
 
     /// What breaks "one instance per claim, one Node per instance", if anything does.
     async fn instance_sharing(&self) -> Option<String> {
         let claims = self.claims().await;
-        let provider_ids: Vec<String> = claims
+        let launched: Vec<(Option<&String>, &String)> = claims
             .iter()
-            .filter_map(|c| c.status.as_ref()?.provider_id.clone())
+            .filter_map(|c| Some((c.metadata.name.as_ref(), c.status.as_ref()?.provider_id.as_ref()?)))
             .collect();
-        let distinct: BTreeSet<&String> = provider_ids.iter().collect();
-        if distinct.len() != provider_ids.len() {
-            let named: Vec<(Option<&String>, &String)> = claims
-                .iter()
-                .filter_map(|c| Some((c.metadata.name.as_ref(), c.status.as_ref()?.provider_id.as_ref()?)))
-                .collect();
-            return Some(format!("two claims share an instance: {named:?}"));
+        let distinct: BTreeSet<&String> = launched.iter().map(|(_, id)| *id).collect();
+        if distinct.len() != launched.len() {
+            return Some(format!("two claims share an instance: {launched:?}"));
         }
         let node_ids: Vec<String> = self
             .nodes()
@@ -799,7 +793,7 @@ async fn three_replicas_split_the_nodepools_and_take_over_the_shard_of_one_kille
     assert_one_instance_per_claim_of(&world, &replicas).await;
 }
 
-/// [`World::assert_one_instance_per_claim`] with replicas: a failure shows what each logged, to
+/// [`World::assert_one_instance_per_claim`], a failure showing what each of `replicas` logged, to
 /// tell which wrote which claim's provider ID.
 async fn assert_one_instance_per_claim_of(world: &World, replicas: &[(String, Controller)]) {
     if let Some(broken) = world.instance_sharing().await {
