@@ -174,9 +174,11 @@ impl Books {
         state.events.push((self.elapsed(), event));
     }
 
-    /// A fresh instance id and the ordinal it was drawn with; an id the books hold already (an
-    /// instance adopted from a snapshot of a run with the same seed) is drawn again.
-    pub(crate) fn next_instance_id(&self, state: &mut State) -> (String, u64) {
+    /// A fresh instance id and the ordinal it was drawn with. The books hold an instance under
+    /// `key` of its id (the id itself; on KWOK, the Node name drawn from it), and an id whose key
+    /// they hold already is drawn again: an instance adopted from a snapshot of a run with the same
+    /// seed, or on KWOK another id with the same low 24 bits, which would name the same Node.
+    pub(crate) fn next_instance_id(&self, state: &mut State, key: impl Fn(&str) -> String) -> (String, u64) {
         loop {
             state.launched += 1;
             let n = state.launched;
@@ -184,7 +186,7 @@ impl Books {
             z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
             z ^= z >> 31;
             let id = format!("i-0{:016x}", z);
-            if !state.instances.contains_key(&id) {
+            if !state.instances.contains_key(&key(&id)) {
                 return (id, n);
             }
         }
@@ -349,5 +351,41 @@ impl Books {
             .map(|(id, _)| id.clone())
             .take(count)
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use joist_messages::model::instance_type::CapacityType;
+
+    use super::*;
+    use crate::kwok;
+
+    /// Seed 17844 draws ids whose low 24 bits agree at ordinals 10 and 15: on KWOK both would name
+    /// the Node `ip-10-…`, and two NodeClaims would get one instance.
+    #[test]
+    fn on_kwok_an_id_naming_a_node_the_books_hold_is_drawn_again() {
+        let books = Books::new(17_844);
+        let node = |id: &str| kwok::node_name(id, "us-west-2");
+        let mut names = BTreeSet::new();
+        for _ in 0..24 {
+            let (id, _) = books.next_instance_id(&mut books.lock(), node);
+            let name = node(&id);
+            let instance = Instance {
+                provider_id: format!("{}{name}", kwok::PROVIDER_PREFIX),
+                instance_type: "m5.large".to_owned(),
+                zone: "us-west-2a".to_owned(),
+                capacity_type: CapacityType::OnDemand,
+                reservation: None,
+                image_id: String::new(),
+                price: 0.096,
+                state: InstanceState::Running,
+                launched_at: 0,
+                tags: BTreeMap::new(),
+            };
+            books.adopt(instance, name.clone(), BTreeMap::new());
+            names.insert(name);
+        }
+        assert_eq!(names.len(), 24, "every launch names a Node of its own: {names:?}");
     }
 }

@@ -557,10 +557,14 @@ impl SimCloud {
                     continue;
                 }
             };
-            let (ec2_id, ordinal) = books.next_instance_id(&mut state);
             // On KWOK an instance is its Node, as in Karpenter's KWOK provider: the provider ID
             // `kwok://NODE`, so either controller finds the instances the other launched.
-            let (instance_id, name, provider_id) = match self.inner.kubelet {
+            let kubelet = self.inner.kubelet;
+            let (ec2_id, ordinal) = books.next_instance_id(&mut state, |id| match kubelet {
+                Kubelet::Kubesim => id.to_owned(),
+                Kubelet::Kwok => kwok::node_name(id, &settings.region),
+            });
+            let (instance_id, name, provider_id) = match kubelet {
                 Kubelet::Kubesim => {
                     let provider_id = format!("aws:///{}/{ec2_id}", key.zone);
                     let name = node_name(ordinal, &settings.region, settings.network);

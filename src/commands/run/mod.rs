@@ -352,12 +352,9 @@ fn sim_settings(settings: &RunSettings, region: &str) -> SimSettings {
         "starting on the simulated cloud"
     );
     // Instance ids and node names differ between replicas and restarts (the names only mostly:
-    // 254 networks).
-    let seed = u64::from(std::process::id())
-        ^ Clock::system()
-            .now_system()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |since| since.as_nanos() as u64);
+    // 254 networks; on KWOK 2^24 names), so the seed is drawn at random: replicas started in one
+    // second, or as pid 1 of their containers, must not draw the same ids.
+    let seed = fastrand::u64(..);
     SimSettings {
         region: region.to_owned(),
         zones: Vec::new(),
