@@ -356,8 +356,6 @@ impl Books {
 
 #[cfg(test)]
 mod tests {
-    use joist_messages::model::instance_type::CapacityType;
-
     use super::*;
     use crate::kwok;
 
@@ -371,18 +369,18 @@ mod tests {
         for _ in 0..24 {
             let (id, _) = books.next_instance_id(&mut books.lock(), node);
             let name = node(&id);
-            let instance = Instance {
-                provider_id: format!("{}{name}", kwok::PROVIDER_PREFIX),
-                instance_type: "m5.large".to_owned(),
-                zone: "us-west-2a".to_owned(),
-                capacity_type: CapacityType::OnDemand,
-                reservation: None,
-                image_id: String::new(),
-                price: 0.096,
-                state: InstanceState::Running,
-                launched_at: 0,
-                tags: BTreeMap::new(),
-            };
+            // Taken into the books as a Node of that name would be read back.
+            let labels = serde_json::json!({
+                "node.kubernetes.io/instance-type": "c-1x-amd64-linux",
+                "topology.kubernetes.io/zone": "test-zone-a",
+                "karpenter.sh/capacity-type": "on-demand",
+            });
+            let read_back: kwok::KwokNode = serde_json::from_value(serde_json::json!({
+                "metadata": {"name": name, "labels": labels},
+                "spec": {"providerID": format!("{}{name}", kwok::PROVIDER_PREFIX)},
+            }))
+            .unwrap_or_else(|e| panic!("{e}"));
+            let instance = kwok::launched_elsewhere(&read_back).unwrap_or_else(|| panic!("{name}: not read"));
             books.adopt(instance, name.clone(), BTreeMap::new());
             names.insert(name);
         }
