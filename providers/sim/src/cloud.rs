@@ -174,10 +174,10 @@ impl Books {
         state.events.push((self.elapsed(), event));
     }
 
-    /// A fresh instance id and the ordinal it was drawn with. The books hold an instance under
-    /// `key` of its id (the id itself; on KWOK, the Node name drawn from it), and an id whose key
-    /// they hold already is drawn again: an instance adopted from a snapshot of a run with the same
-    /// seed, or on KWOK another id with the same low 24 bits, which would name the same Node.
+    /// A fresh instance's key in the books, `key` of an id drawn from the seed (the id itself; on
+    /// KWOK, the Node name drawn from it), and the ordinal it was drawn with. An id whose key the
+    /// books hold already is drawn again: an instance adopted from a snapshot of a run with the
+    /// same seed, or on KWOK another id with the same low 24 bits, which would name the same Node.
     pub(crate) fn next_instance_id(&self, state: &mut State, key: impl Fn(&str) -> String) -> (String, u64) {
         loop {
             state.launched += 1;
@@ -185,8 +185,8 @@ impl Books {
             let mut z = self.seed ^ n.wrapping_mul(0x9E37_79B9_7F4A_7C15);
             z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
             z ^= z >> 31;
-            let id = format!("i-0{:016x}", z);
-            if !state.instances.contains_key(&key(&id)) {
+            let id = key(&format!("i-0{:016x}", z));
+            if !state.instances.contains_key(&id) {
                 return (id, n);
             }
         }
@@ -367,8 +367,7 @@ mod tests {
         let node = |id: &str| kwok::node_name(id, "us-west-2");
         let mut names = BTreeSet::new();
         for _ in 0..24 {
-            let (id, _) = books.next_instance_id(&mut books.lock(), node);
-            let name = node(&id);
+            let (name, _) = books.next_instance_id(&mut books.lock(), node);
             // Taken into the books as a Node of that name would be read back.
             let labels = serde_json::json!({
                 "node.kubernetes.io/instance-type": "c-1x-amd64-linux",

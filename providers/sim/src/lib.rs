@@ -560,24 +560,19 @@ impl SimCloud {
             // On KWOK an instance is its Node, as in Karpenter's KWOK provider: the provider ID
             // `kwok://NODE`, so either controller finds the instances the other launched.
             let kubelet = self.inner.kubelet;
-            let (ec2_id, ordinal) = books.next_instance_id(&mut state, |id| match kubelet {
+            let (instance_id, ordinal) = books.next_instance_id(&mut state, |id| match kubelet {
                 Kubelet::Kubesim => id.to_owned(),
                 Kubelet::Kwok => kwok::node_name(id, &settings.region),
             });
-            let (instance_id, name, provider_id) = match kubelet {
-                Kubelet::Kubesim => {
-                    let provider_id = format!("aws:///{}/{ec2_id}", key.zone);
-                    let name = node_name(ordinal, &settings.region, settings.network);
-                    (ec2_id, name, provider_id)
-                }
-                Kubelet::Kwok => {
-                    let name = kwok::node_name(&ec2_id, &settings.region);
-                    (
-                        name.clone(),
-                        name.clone(),
-                        format!("{}{name}", kwok::PROVIDER_PREFIX),
-                    )
-                }
+            let (name, provider_id) = match kubelet {
+                Kubelet::Kubesim => (
+                    node_name(ordinal, &settings.region, settings.network),
+                    format!("aws:///{}/{instance_id}", key.zone),
+                ),
+                Kubelet::Kwok => (
+                    instance_id.clone(),
+                    format!("{}{instance_id}", kwok::PROVIDER_PREFIX),
+                ),
             };
             let it = candidate.instance_type;
             let mut labels = launch::node_labels(
