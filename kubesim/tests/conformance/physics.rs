@@ -461,6 +461,70 @@ async fn taints_selectors_and_host_ports_keep_pods_off_nodes() {
 }
 
 #[tokio::test]
+async fn a_pod_goes_to_a_node_without_a_prefer_no_schedule_taint_it_does_not_tolerate_first() {
+    let cluster = cluster();
+    let client = cluster.client();
+    let nodes: Api<Node> = Api::all(client.clone());
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let pod = |name: &str, cpu: &str, extra: serde_json::Value| {
+        let mut pod = json!({"metadata": {"name": name}, "spec": {"containers": [
+            {"name": "c", "image": "pause", "resources": {"requests": {"cpu": cpu}}}
+        ]}});
+        if let Some(fields) = extra.as_object() {
+            for (k, v) in fields {
+                pod["spec"][k] = v.clone();
+            }
+        }
+        pod
+    };
+    let bound_to = |name: &'static str| {
+        let pods = pods.clone();
+        async move { pods.get(name).await.ok()?.spec?.node_name }
+    };
+    create(&nodes, node("busy", "4", "us-west-2a")).await;
+    create(&pods, pod("filler", "3", json!({}))).await;
+    assert_eq!(eventually("filler bound", || bound_to("filler")).await, "busy");
+    let mut spare = node("spare", "4", "us-west-2a");
+    spare["spec"]["taints"] = json!([{"key": "leaving", "effect": "PreferNoSchedule"}]);
+    create(&nodes, spare).await;
+    eventually("spare to be Ready", || async {
+        let node = nodes.get("spare").await.ok()?;
+        node.status?
+            .conditions?
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True")
+            .then_some(())
+    })
+    .await;
+    create(&pods, pod("plain", "100m", json!({}))).await;
+    assert_eq!(
+        eventually("plain bound", || bound_to("plain")).await,
+        "busy",
+        "the fuller node without the taint wins over the empty one with it"
+    );
+    create(&pods, pod("big", "2", json!({}))).await;
+    assert_eq!(
+        eventually("big bound", || bound_to("big")).await,
+        "spare",
+        "a preference: a pod that fits only there still goes there"
+    );
+    create(
+        &pods,
+        pod(
+            "tolerant",
+            "100m",
+            json!({"tolerations": [{"key": "leaving", "operator": "Exists"}]}),
+        ),
+    )
+    .await;
+    assert_eq!(
+        eventually("tolerant bound", || bound_to("tolerant")).await,
+        "spare",
+        "a pod tolerating the taint goes to the least allocated node"
+    );
+}
+
+#[tokio::test]
 async fn evictions_honour_pod_disruption_budgets() {
     let (_cluster, client) = with_node_n1().await;
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), "default");

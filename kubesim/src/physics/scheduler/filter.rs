@@ -263,8 +263,29 @@ impl NodeInfo {
         }
     }
 
-    /// Fraction of cpu and memory in use after placing `requests` (lower is better).
-    pub(super) fn score(&self, requests: &Resources) -> f64 {
+    /// How well the node suits a pod with `needs` (lower is better): first how many of its
+    /// `PreferNoSchedule` taints the pod does not tolerate (kube-scheduler's TaintToleration
+    /// score, whose weight outweighs resource balance), then the fraction of cpu and memory in
+    /// use after placing the pod.
+    pub(super) fn score(&self, needs: &PodNeeds) -> (usize, f64) {
+        let preferred_against = self
+            .taints
+            .iter()
+            .filter(|t| {
+                t.effect == "PreferNoSchedule"
+                    && !tolerated(
+                        &needs.tolerations,
+                        &t.key,
+                        t.value.as_deref().unwrap_or_default(),
+                        &t.effect,
+                    )
+            })
+            .count();
+        (preferred_against, self.allocated_share(&needs.requests))
+    }
+
+    /// Fraction of cpu and memory in use after placing `requests`.
+    fn allocated_share(&self, requests: &Resources) -> f64 {
         let share = |name: &str| {
             let total = self.allocatable.get(name).millis() as f64;
             if total <= 0.0 {

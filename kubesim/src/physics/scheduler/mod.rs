@@ -9,7 +9,8 @@
 //! its driver attach (kubesim's one driver attaches every claim),
 //! `DoNotSchedule` topology spread (the configuration's default constraints for pods that declare
 //! none, [`default_spread`]), and required pod affinity and anti-affinity of the incoming pod.
-//! Among the nodes that pass, the least allocated wins. Unschedulable pods are retried when nodes or
+//! Among the nodes that pass, one without a `PreferNoSchedule` taint the pod does not tolerate wins,
+//! then the least allocated. Unschedulable pods are retried when nodes or
 //! bound pods change, and every `retry` otherwise; as in kube-scheduler, a pod that failed waits out
 //! its backoff first (1 s, doubling with each failed attempt, at most 10 s), so a cluster that
 //! changes often does not retry every pending pod on every change. The queue is worked in chunks,
@@ -476,7 +477,7 @@ impl Scheduler {
             .open
             .range::<String, _>((std::ops::Bound::Excluded(&resume), std::ops::Bound::Unbounded));
         let before = class.open.range::<String, _>(..=&resume);
-        let mut best: Option<(f64, &str)> = None;
+        let mut best: Option<((usize, f64), &str)> = None;
         let mut feasible = 0;
         let mut stopped_at = None;
         let mut refused = Vec::new();
@@ -487,7 +488,7 @@ impl Scheduler {
             match filter(node, needs, &spread, &affinity) {
                 Ok(()) => {
                     feasible += 1;
-                    let score = node.score(&needs.requests);
+                    let score = node.score(needs);
                     if best.is_none_or(|(s, name)| score < s || (score == s && node.name.as_str() < name)) {
                         best = Some((score, &node.name));
                     }
