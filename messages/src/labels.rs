@@ -216,6 +216,10 @@ pub mod annotations {
 pub mod taints {
     /// `NoSchedule` on a node being disrupted or terminated.
     pub const DISRUPTED: &str = "karpenter.sh/disrupted";
+    /// `PreferNoSchedule` on a node an emptiness or consolidation decision takes, while the
+    /// decision waits for its validation: kube-scheduler places pods elsewhere first, so the
+    /// pods of the commands before it do not land there. Joist's own; Karpenter has none.
+    pub const DISRUPTION_CANDIDATE: &str = "joist.dev/disruption-candidate";
     /// `NoExecute` from boot until the node registers.
     pub const UNREGISTERED: &str = "karpenter.sh/unregistered";
     /// Ephemeral taints that do not block initialization.

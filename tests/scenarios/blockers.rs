@@ -8,10 +8,14 @@ use std::collections::BTreeMap;
 
 use joist::simulate;
 use joist_actors::{disruption::blockers::Blocker, effects::node_trace::NodeTracer};
-use k8s_openapi::api::core::v1::Event;
-use kube::{Api, api::ListParams};
+use joist_messages::labels::taints;
+use k8s_openapi::api::core::v1::{Event, Node};
+use kube::{Api, ResourceExt, api::ListParams};
 
-use super::{four_apart_scaled_to_two, sample, scenario};
+use super::{deployment, four_apart_scaled_to_two, sample, scenario};
+
+/// A pool whose budget allows nothing in the third minute: its decisions come at 3m.
+const AFTER_THREE_MINUTES: &str = "    consolidateAfter: 30s\n    budgets: [{nodes: '100%'}, {nodes: '0', schedule: '2 * * * *', duration: 1m}]";
 
 /// Each blocker's count for the NodePool `default` at the end of a run of four nodes (one `web`
 /// pod each) scaled down to two pods at 2 min, under the pool's `disruption` fields.
@@ -59,15 +63,21 @@ fn each_node_that_stays_is_counted_under_the_blocker_that_holds_it() {
 }
 
 /// The nodes at the end of a run of four nodes (one `web` pod each) scaled down to two at
-/// 2m15s under the pool's `disruption` fields and more `steps`, until `until`, and how many
-/// NodeClaims' `ConsolidationRejected` events gave each reason and blocker.
-fn abandoned(disruption: &str, steps: &str, until: &str) -> (usize, BTreeMap<(String, String), usize>) {
-    let (manifests, _) = four_apart_scaled_to_two(disruption);
+/// 2m15s under the pool's `disruption` fields, with more `manifests` and `steps`, until `until`,
+/// and how many NodeClaims' `ConsolidationRejected` events gave each reason and blocker. Asserts
+/// that no node still carries a disruption candidate's taint at the end.
+fn abandoned(
+    disruption: &str,
+    manifests: &str,
+    steps: &str,
+    until: &str,
+) -> (usize, BTreeMap<(String, String), usize>) {
+    let manifests = four_apart_scaled_to_two(disruption).0 + manifests;
     let steps = format!(
         "[{{at: 2m15s, scale: {{kind: Deployment, namespace: default, name: web, replicas: 2}}}}{steps}]"
     );
     let scenario = scenario(&manifests, &steps, until);
-    let (simulated, messages) = simulate::run_then(
+    let (simulated, (messages, steered)) = simulate::run_then(
         &scenario,
         scenario.seed,
         (NodeTracer::disabled(), None),
@@ -79,14 +89,32 @@ fn abandoned(disruption: &str, steps: &str, until: &str) -> (usize, BTreeMap<(St
                 )
                 .await
                 .unwrap_or_else(|e| panic!("{e}"));
-            events
+            let nodes = Api::<Node>::all(live.client.clone())
+                .list(&ListParams::default())
+                .await
+                .unwrap_or_else(|e| panic!("{e}"));
+            let steered: Vec<String> = nodes
                 .items
-                .into_iter()
-                .filter_map(|e| e.message)
-                .collect::<Vec<_>>()
+                .iter()
+                .filter(|n| {
+                    let taints = n
+                        .spec
+                        .as_ref()
+                        .and_then(|s| s.taints.as_deref())
+                        .unwrap_or_default();
+                    taints.iter().any(|t| t.key == taints::DISRUPTION_CANDIDATE)
+                })
+                .map(ResourceExt::name_any)
+                .collect();
+            let messages: Vec<String> = events.items.into_iter().filter_map(|e| e.message).collect();
+            (messages, steered)
         },
     )
     .unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        steered.is_empty(),
+        "a candidate's taint outlived its validation on {steered:?}"
+    );
     let mut blockers = BTreeMap::new();
     for message in messages {
         let reason = message
@@ -111,6 +139,7 @@ fn a_decision_overtaken_before_its_validation_is_abandoned_under_a_validation_bl
     let (nodes, blockers) = abandoned(
         "    consolidateAfter: 30s\n    budgets: [{nodes: '100%'}, {nodes: '0', schedule: '1-59/2 * * * *', duration: 1m}]",
         "",
+        "",
         "3m30s",
     );
     assert_eq!(nodes, 4, "nothing was removed");
@@ -119,7 +148,8 @@ fn a_decision_overtaken_before_its_validation_is_abandoned_under_a_validation_bl
     // Chosen when a budget window closes at 3m, then a web pod lands on each of them at 3m05s,
     // before the validation at 3m15s.
     let (nodes, blockers) = abandoned(
-        "    consolidateAfter: 30s\n    budgets: [{nodes: '100%'}, {nodes: '0', schedule: '2 * * * *', duration: 1m}]",
+        AFTER_THREE_MINUTES,
+        "",
         ", {at: 3m05s, scale: {kind: Deployment, namespace: default, name: web, replicas: 4}}",
         "3m30s",
     );
@@ -132,7 +162,8 @@ fn an_emptiness_decision_goes_on_at_its_validation_with_the_nodes_still_empty() 
     // As above, but one web pod comes back at 3m05s: it lands on one of the two empty nodes, and
     // the other goes at the validation, as Karpenter's emptiness validation lets it.
     let (nodes, blockers) = abandoned(
-        "    consolidateAfter: 30s\n    budgets: [{nodes: '100%'}, {nodes: '0', schedule: '2 * * * *', duration: 1m}]",
+        AFTER_THREE_MINUTES,
+        "",
         ", {at: 3m05s, scale: {kind: Deployment, namespace: default, name: web, replicas: 3}}",
         "4m",
     );
@@ -140,5 +171,20 @@ fn an_emptiness_decision_goes_on_at_its_validation_with_the_nodes_still_empty() 
         nodes, 3,
         "the node still empty was removed, the one with the pod kept"
     );
+    assert!(blockers.is_empty(), "nothing was rejected: {blockers:?}");
+}
+
+#[test]
+fn a_pod_arriving_while_empty_nodes_wait_for_validation_goes_to_a_node_that_stays() {
+    // A small pod comes at 3m05s, between the decision to remove the two empty nodes and its
+    // validation. Least allocated, an empty node would take it and stay; their taint sends it
+    // to a node with a web pod, and both empty nodes go.
+    let (nodes, blockers) = abandoned(
+        AFTER_THREE_MINUTES,
+        &deployment("small", 0, "100m", ""),
+        ", {at: 3m05s, scale: {kind: Deployment, namespace: default, name: small, replicas: 1}}",
+        "4m",
+    );
+    assert_eq!(nodes, 2, "both empty nodes were removed");
     assert!(blockers.is_empty(), "nothing was rejected: {blockers:?}");
 }

@@ -13,15 +13,17 @@
 //!    for all the pass's commands) and decides each again over fresh state, the ones validated
 //!    before it already in flight: the same candidates must still be candidates, within budgets,
 //!    with the same outcome (or a deletion where it replaced: [`methods::revalidate`]), or nothing
-//!    happens;
+//!    happens. Meanwhile the candidates' Nodes carry a `PreferNoSchedule` taint
+//!    ([`orchestrate::steer_away`]), removed from those the validation leaves out;
 //! 5. starts each command ([`orchestrate`]: taint, launch and wait for the replacements, delete; a
 //!    failure rolls it back) and goes on at once: commands run side by side, each holding its
 //!    candidates and the room it counted on ([`in_flight`]) until it is done, and the budgets,
 //!    which count what is in flight, bound how many.
 //!
 //! One pass runs at a time; passes asked for meanwhile fold into one more, and a pass that started
-//! commands asks for another at once (the budgets may allow more). The first pass removes
-//! `karpenter.sh/disrupted` taints a crash left on nodes whose NodeClaims are not being deleted.
+//! commands asks for another at once (the budgets may allow more). The first pass removes the
+//! `karpenter.sh/disrupted` and candidates' taints a crash left on nodes whose NodeClaims are not
+//! being deleted.
 //! Failures of a pass are logged; the next pass starts from the cluster again.
 
 pub mod blockers;
@@ -51,7 +53,7 @@ use kube::ResourceExt;
 
 use self::{
     blockers::{Blocker, Verdicts},
-    candidates::{Collected, PoolTypes},
+    candidates::{Candidate, Collected, PoolTypes},
     in_flight::{Held, Holding, InFlight, Ticket},
     methods::{Base, Command, Invalidated, Method, Plan, Rejection},
 };
@@ -220,11 +222,26 @@ async fn pass(
             VALIDATION_DELAY.as_secs()
         );
     }
+    // Meanwhile kube-scheduler places pods elsewhere first: the evicted pods of the commands
+    // before these would otherwise land on their nodes, the emptiest first.
+    for candidate in to_validate.iter().flat_map(|p| &p.command.candidates) {
+        orchestrate::steer_away(&shared, &candidate.node_name()).await;
+    }
     // One wait for the pass's commands, then each decided again in turn, the ones validated
     // before it already in flight: no two count on the same room.
     tokio::time::sleep(VALIDATION_DELAY).await;
     for planned in to_validate {
-        if let Some(validated) = validate(&shared, &planned.command, &memo, &in_flight).await {
+        let validated = validate(&shared, &planned.command, &memo, &in_flight).await;
+        let kept = validated
+            .as_ref()
+            .map(|v| v.command.claim_names())
+            .unwrap_or_default();
+        for candidate in &planned.command.candidates {
+            if !kept.contains(&candidate.claim.name_any()) {
+                orchestrate::stop_steering(&shared, &candidate.node_name()).await;
+            }
+        }
+        if let Some(validated) = validated {
             let ticket = hold(&in_flight, &validated.command);
             started.push((validated, ticket));
         }
@@ -358,7 +375,7 @@ async fn decide(
         }
     }
     let held_nodes = held_nodes(read, &holding);
-    let free = |c: &candidates::Candidate| {
+    let free = |c: &Candidate| {
         let claim = c.claim.name_any();
         !holding.candidates.contains(&claim)
             && !holding.replacements.contains(&claim)
@@ -693,8 +710,8 @@ pub(crate) fn reason_label(reason: DisruptionReason) -> &'static str {
 /// budgets allow.
 fn count_pass(
     shared: &Shared,
-    candidates: &[candidates::Candidate],
-    eventual: &[candidates::Candidate],
+    candidates: &[Candidate],
+    eventual: &[Candidate],
     allowances: &[(String, u32, u32, u32)],
 ) {
     let metrics = &shared.metrics;

@@ -1,7 +1,8 @@
 //! Carries out a disruption command, as Karpenter's orchestration queue does:
 //!
-//! 1. taint each candidate's Node `karpenter.sh/disrupted:NoSchedule` (nothing new lands there)
-//!    and set its NodeClaim's `DisruptionReason` condition;
+//! 1. taint each candidate's Node `karpenter.sh/disrupted:NoSchedule` (nothing new lands there),
+//!    in place of the `PreferNoSchedule` taint it carried while its decision waited for
+//!    validation ([`steer_away`]), and set its NodeClaim's `DisruptionReason` condition;
 //! 2. when the command replaces, create the replacement NodeClaims (`DisruptionLaunching`) and
 //!    wait until every one is Initialized (`DisruptionWaitingReadiness`), at most
 //!    [`REPLACEMENT_TIMEOUT`]; meanwhile the provisioner puts no other pending pod on them
@@ -33,7 +34,7 @@ use serde_json::json;
 
 use super::{Planned, candidates::Candidate, in_flight::Ticket, reason_label};
 use crate::{
-    decide::lifecycle::{disrupted_taint, is_disrupted, node_taints},
+    decide::lifecycle::{disrupted_taint, node_taints},
     effects::faults::Step,
     effects::kube_ops,
     effects::metrics::DecisionLabels,
@@ -214,24 +215,89 @@ async fn mark(shared: &Shared, candidate: &Candidate, reason: &str, detail: &str
     set_reason(shared, &candidate.claim.name_any(), Some((reason, detail))).await
 }
 
-/// Adds (or removes) the `karpenter.sh/disrupted:NoSchedule` taint, against a fresh read each
-/// attempt.
+/// Adds the `karpenter.sh/disrupted:NoSchedule` taint, in place of the candidate's
+/// ([`steer_away`]), or removes both.
 async fn set_taint(shared: &Shared, node_name: &str, tainted: bool) -> Result<(), Failure> {
+    let disrupted = tainted.then(disrupted_taint);
+    edit_taints(shared, node_name, |current| {
+        replacing(
+            current,
+            &[taints::DISRUPTED, taints::DISRUPTION_CANDIDATE],
+            disrupted.clone(),
+        )
+    })
+    .await
+}
+
+/// Taints the Node of a candidate a decision takes `joist.dev/disruption-candidate:PreferNoSchedule`
+/// while the decision waits for its validation: kube-scheduler then places pods elsewhere when
+/// they fit elsewhere, the evicted pods of the commands before it included, and the candidate stays
+/// as the decision found it. A pod that fits nowhere else still lands there, and the validation
+/// sees it. A Node already being disrupted is left as it is; a failed write only loses the
+/// steering.
+pub async fn steer_away(shared: &Shared, node_name: &str) {
+    let steered = edit_taints(shared, node_name, |current| {
+        let marked = current
+            .iter()
+            .any(|t| t.key == taints::DISRUPTED || t.key == taints::DISRUPTION_CANDIDATE);
+        if marked {
+            current.to_vec()
+        } else {
+            replacing(current, &[], Some(candidate_taint()))
+        }
+    })
+    .await;
+    if let Err(error) = steered {
+        tracing::debug!(node = node_name, %error, "tainting a disruption candidate failed; it takes pods meanwhile");
+    }
+}
+
+/// Removes [`steer_away`]'s taint from the Node of a candidate its validation left out; a failed
+/// write is left to the clean-up at the next start.
+pub async fn stop_steering(shared: &Shared, node_name: &str) {
+    let released = edit_taints(shared, node_name, |current| {
+        replacing(current, &[taints::DISRUPTION_CANDIDATE], None)
+    })
+    .await;
+    if let Err(error) = released {
+        tracing::warn!(node = node_name, %error, "removing a disruption candidate's taint failed; the next start cleans up");
+    }
+}
+
+/// `current` without the taints of `keys`, and with `added`.
+fn replacing(current: &[Taint], keys: &[&str], added: Option<Taint>) -> Vec<Taint> {
+    current
+        .iter()
+        .filter(|t| !keys.contains(&t.key.as_str()))
+        .cloned()
+        .chain(added)
+        .collect()
+}
+
+/// The taint of [`steer_away`].
+fn candidate_taint() -> Taint {
+    Taint {
+        key: taints::DISRUPTION_CANDIDATE.to_owned(),
+        effect: "PreferNoSchedule".to_owned(),
+        ..Taint::default()
+    }
+}
+
+/// Writes the Node's taints as `edit` makes them from the current ones, against a fresh read each
+/// attempt; nothing when they are the same.
+async fn edit_taints(
+    shared: &Shared,
+    node_name: &str,
+    edit: impl Fn(&[Taint]) -> Vec<Taint>,
+) -> Result<(), Failure> {
     let nodes = kube_ops::cluster::<Node>(&shared.client);
     for _ in 0..WRITE_ATTEMPTS {
         let Some(node) = nodes.get_opt(node_name).await? else {
             return Ok(());
         };
-        if is_disrupted(&node) == tainted {
+        let wanted = edit(node_taints(&node));
+        if wanted == node_taints(&node) {
             return Ok(());
-        }
-        let mut wanted: Vec<Taint> = node_taints(&node)
-            .iter()
-            .filter(|t| t.key != taints::DISRUPTED)
-            .cloned()
-            .collect();
-        if tainted {
-            wanted.push(disrupted_taint());
         }
         let body =
             json!({"metadata": {"resourceVersion": node.resource_version()}, "spec": {"taints": wanted}});
@@ -353,7 +419,8 @@ async fn rollback(shared: &Shared, candidates: &[Candidate], why: &str) {
     }
 }
 
-/// Removes `karpenter.sh/disrupted` taints and `DisruptionReason` conditions a crash left behind:
+/// Removes `karpenter.sh/disrupted` and candidates' taints, and `DisruptionReason` conditions, a
+/// crash left behind:
 /// from every Node whose NodeClaim is not being deleted (no command is running at start).
 pub async fn remove_stale_taints(shared: &Shared) {
     let read = &shared.read;
@@ -371,7 +438,9 @@ pub async fn remove_stale_taints(shared: &Shared) {
         else {
             continue;
         };
-        let stale_taint = is_disrupted(&node);
+        let stale_taint = node_taints(&node)
+            .iter()
+            .any(|t| t.key == taints::DISRUPTED || t.key == taints::DISRUPTION_CANDIDATE);
         let stale_reason = claim
             .status
             .as_ref()

@@ -10,7 +10,7 @@ use std::{collections::BTreeMap, sync::Arc};
 use joist_messages::{
     apis::{NodeClaim, NodePool},
     cached_pod::{CachedPod, CachedPodSpec},
-    labels::INITIALIZED,
+    labels::{INITIALIZED, taints},
     model::{requirements::Requirements, resources::Resources},
     nodes::{is_ephemeral, node_allocatable},
     pods::finished,
@@ -92,7 +92,8 @@ fn existing_node(read: &ReadModel, node: &Node, claim: Option<&NodeClaim>) -> Ex
             .and_then(|s| s.taints.clone())
             .unwrap_or_default()
             .into_iter()
-            .filter(|t| !is_ephemeral(t))
+            // A disruption candidate's taint steers kube-scheduler; it is no constraint.
+            .filter(|t| !is_ephemeral(t) && t.key != taints::DISRUPTION_CANDIDATE)
             .collect(),
     };
     let allocatable = node_allocatable(node);
