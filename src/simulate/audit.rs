@@ -42,7 +42,7 @@ pub struct Audit {
     pub leaks: Vec<String>,
     /// NodeClaims more than one instance was launched for (name: instances).
     pub duplicates: Vec<String>,
-    /// Nodes still tainted `karpenter.sh/disrupted`.
+    /// Nodes still tainted `karpenter.sh/disrupted` or as a disruption's candidate.
     pub tainted: Vec<String>,
     /// Pods neither Running nor Succeeded (`namespace/name`).
     pub stranded: Vec<String>,
@@ -83,9 +83,10 @@ impl Audit {
             .map(|(claim, ids)| format!("{claim}: {}", ids.join(", ")))
             .collect();
         let disrupted = |node: &Value| {
-            node["spec"]["taints"]
-                .as_array()
-                .is_some_and(|t| t.iter().any(|t| t["key"] == taints::DISRUPTED))
+            node["spec"]["taints"].as_array().is_some_and(|t| {
+                t.iter()
+                    .any(|t| t["key"] == taints::DISRUPTED || t["key"] == taints::DISRUPTION_CANDIDATE)
+            })
         };
         let tainted = list(store, "", "nodes", &disrupted)
             .iter()

@@ -30,7 +30,7 @@ fn a_crash_at_every_fault_point_loses_nothing_and_leaks_nothing() {
     );
     assert_eq!(
         lines.last().map(String::as_str),
-        Some("steps 13 crashes 13 leaks 0 duplicates 0 stranded 0")
+        Some("steps 14 crashes 14 leaks 0 duplicates 0 stranded 0")
     );
 }
 

@@ -64,6 +64,7 @@ use crate::{
     decide::lifecycle::{is_disrupted, node_ready},
     decide::memo::{Fingerprint, Memo},
     decide::offered::Offered,
+    effects::faults::Step,
     effects::kube_ops,
     effects::metrics::{
         ConsolidationTypeLabels, MoveLabels, PoolBlockerLabels, PoolReasonLabels, ReasonLabels,
@@ -227,6 +228,7 @@ async fn pass(
     for candidate in to_validate.iter().flat_map(|p| &p.command.candidates) {
         orchestrate::steer_away(&shared, &candidate.node_name()).await;
     }
+    shared.settings.faults.reach(Step::DisruptionSteered).await;
     // One wait for the pass's commands, then each decided again in turn, the ones validated
     // before it already in flight: no two count on the same room.
     tokio::time::sleep(VALIDATION_DELAY).await;

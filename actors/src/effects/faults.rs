@@ -50,6 +50,9 @@ pub enum Step {
     InstanceTerminated,
     /// The Node's finalizer was removed; the NodeClaim still holds its own.
     NodeReleased,
+    /// An emptiness or consolidation decision tainted its candidates as candidates; its validation
+    /// has not run.
+    DisruptionSteered,
     /// A disruption command tainted its candidates; no replacement is asked for yet.
     DisruptionMarked,
     /// A disruption command's replacement NodeClaims were created; none is initialized yet.
@@ -62,7 +65,7 @@ pub enum Step {
 
 impl Step {
     /// Every step, in order.
-    pub const ALL: [Step; 13] = [
+    pub const ALL: [Step; 14] = [
         Step::ClaimCreated,
         Step::InstanceLaunched,
         Step::LaunchRecorded,
@@ -72,6 +75,7 @@ impl Step {
         Step::PodsEvicted,
         Step::InstanceTerminated,
         Step::NodeReleased,
+        Step::DisruptionSteered,
         Step::DisruptionMarked,
         Step::ReplacementCreated,
         Step::ReplacementInitialized,
@@ -90,6 +94,7 @@ impl Step {
             Step::PodsEvicted => "pods-evicted",
             Step::InstanceTerminated => "instance-terminated",
             Step::NodeReleased => "node-released",
+            Step::DisruptionSteered => "disruption-steered",
             Step::DisruptionMarked => "disruption-marked",
             Step::ReplacementCreated => "replacement-created",
             Step::ReplacementInitialized => "replacement-initialized",
