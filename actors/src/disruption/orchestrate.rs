@@ -237,10 +237,7 @@ async fn set_taint(shared: &Shared, node_name: &str, tainted: bool) -> Result<()
 /// steering.
 pub async fn steer_away(shared: &Shared, node_name: &str) {
     let steered = edit_taints(shared, node_name, |current| {
-        let marked = current
-            .iter()
-            .any(|t| t.key == taints::DISRUPTED || t.key == taints::DISRUPTION_CANDIDATE);
-        if marked {
+        if marked(current) {
             current.to_vec()
         } else {
             replacing(current, &[], Some(candidate_taint()))
@@ -262,6 +259,13 @@ pub async fn stop_steering(shared: &Shared, node_name: &str) {
     if let Err(error) = released {
         tracing::warn!(node = node_name, %error, "removing a disruption candidate's taint failed; the next start cleans up");
     }
+}
+
+/// Whether `current` taints carry the planner's mark: `karpenter.sh/disrupted`, or a candidate's taint.
+fn marked(current: &[Taint]) -> bool {
+    current
+        .iter()
+        .any(|t| t.key == taints::DISRUPTED || t.key == taints::DISRUPTION_CANDIDATE)
 }
 
 /// `current` without the taints of `keys`, and with `added`.
@@ -438,9 +442,7 @@ pub async fn remove_stale_taints(shared: &Shared) {
         else {
             continue;
         };
-        let stale_taint = node_taints(&node)
-            .iter()
-            .any(|t| t.key == taints::DISRUPTED || t.key == taints::DISRUPTION_CANDIDATE);
+        let stale_taint = marked(node_taints(&node));
         let stale_reason = claim
             .status
             .as_ref()

@@ -50,6 +50,19 @@ where
     .await;
 }
 
+/// Waits until the node `name` is Ready.
+async fn until_ready(nodes: &Api<Node>, name: &str) {
+    eventually(&format!("{name} to be Ready"), || async {
+        let node = nodes.get(name).await.ok()?;
+        node.status?
+            .conditions?
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True")
+            .then_some(())
+    })
+    .await;
+}
+
 /// A cluster with one 8-CPU node, `n1`, and a client of it.
 async fn with_node_n1() -> (joist_kubesim::Cluster, kube::Client) {
     let cluster = cluster();
@@ -403,15 +416,7 @@ async fn taints_selectors_and_host_ports_keep_pods_off_nodes() {
     let mut tainted = node("tainted", "4", "us-west-2a");
     tainted["spec"]["taints"] = json!([{"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}]);
     create(&nodes, tainted).await;
-    eventually("the node to be Ready", || async {
-        let node = nodes.get("tainted").await.ok()?;
-        node.status?
-            .conditions?
-            .iter()
-            .any(|c| c.type_ == "Ready" && c.status == "True")
-            .then_some(())
-    })
-    .await;
+    until_ready(&nodes, "tainted").await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     let pod = |name: &str, extra: serde_json::Value| {
         let mut pod =
@@ -487,15 +492,7 @@ async fn a_pod_goes_to_a_node_without_a_prefer_no_schedule_taint_it_does_not_tol
     let mut spare = node("spare", "4", "us-west-2a");
     spare["spec"]["taints"] = json!([{"key": "leaving", "effect": "PreferNoSchedule"}]);
     create(&nodes, spare).await;
-    eventually("spare to be Ready", || async {
-        let node = nodes.get("spare").await.ok()?;
-        node.status?
-            .conditions?
-            .iter()
-            .any(|c| c.type_ == "Ready" && c.status == "True")
-            .then_some(())
-    })
-    .await;
+    until_ready(&nodes, "spare").await;
     create(&pods, pod("plain", "100m", json!({}))).await;
     assert_eq!(
         eventually("plain bound", || bound_to("plain")).await,
@@ -1113,16 +1110,9 @@ async fn pods_bound_at_one_instant_start_at_it_in_bursts_a_watcher_can_follow() 
     let store = cluster.store().clone();
     let mut big = node("big", "4000", "us-west-2a");
     big["status"]["allocatable"]["pods"] = json!(PODS.to_string());
-    create(&Api::<Node>::all(cluster.client()), big).await;
-    eventually("the node Ready", || async {
-        let node = Api::<Node>::all(cluster.client()).get("big").await.ok()?;
-        let conditions = node.status?.conditions?;
-        conditions
-            .iter()
-            .any(|c| c.type_ == "Ready" && c.status == "True")
-            .then_some(())
-    })
-    .await;
+    let nodes = Api::<Node>::all(cluster.client());
+    create(&nodes, big).await;
+    until_ready(&nodes, "big").await;
     let resource = joist_kubesim::resources::GroupResource::new("", "pods");
     let mut cursor = store.watch(&resource, None, Reads::Objects).expect("watch");
     for index in 0..PODS {
