@@ -220,6 +220,8 @@ pub mod taints {
     /// decision waits for its validation: kube-scheduler places pods elsewhere first, so the
     /// pods of the commands before it do not land there. Joist's own; Karpenter has none.
     pub const DISRUPTION_CANDIDATE: &str = "joist.dev/disruption-candidate";
+    /// The taints the disruption planner marks a Node with; a crash may leave either behind.
+    pub const DISRUPTION_MARKS: &[&str] = &[DISRUPTED, DISRUPTION_CANDIDATE];
     /// `NoExecute` from boot until the node registers.
     pub const UNREGISTERED: &str = "karpenter.sh/unregistered";
     /// Ephemeral taints that do not block initialization.

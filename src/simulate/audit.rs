@@ -84,8 +84,11 @@ impl Audit {
             .collect();
         let disrupted = |node: &Value| {
             node["spec"]["taints"].as_array().is_some_and(|t| {
-                t.iter()
-                    .any(|t| t["key"] == taints::DISRUPTED || t["key"] == taints::DISRUPTION_CANDIDATE)
+                t.iter().any(|t| {
+                    t["key"]
+                        .as_str()
+                        .is_some_and(|k| taints::DISRUPTION_MARKS.contains(&k))
+                })
             })
         };
         let tainted = list(store, "", "nodes", &disrupted)

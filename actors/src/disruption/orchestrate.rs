@@ -220,11 +220,7 @@ async fn mark(shared: &Shared, candidate: &Candidate, reason: &str, detail: &str
 async fn set_taint(shared: &Shared, node_name: &str, tainted: bool) -> Result<(), Failure> {
     let disrupted = tainted.then(disrupted_taint);
     edit_taints(shared, node_name, |current| {
-        replacing(
-            current,
-            &[taints::DISRUPTED, taints::DISRUPTION_CANDIDATE],
-            disrupted.clone(),
-        )
+        replacing(current, taints::DISRUPTION_MARKS, disrupted.clone())
     })
     .await
 }
@@ -265,7 +261,7 @@ pub async fn stop_steering(shared: &Shared, node_name: &str) {
 fn marked(current: &[Taint]) -> bool {
     current
         .iter()
-        .any(|t| t.key == taints::DISRUPTED || t.key == taints::DISRUPTION_CANDIDATE)
+        .any(|t| taints::DISRUPTION_MARKS.contains(&t.key.as_str()))
 }
 
 /// `current` without the taints of `keys`, and with `added`.
