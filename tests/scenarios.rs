@@ -700,6 +700,27 @@ fn nodes_that_can_each_go_alone_are_consolidated_in_one_pass() {
 }
 
 #[test]
+fn consolidation_waits_for_the_nodes_a_scale_down_touched_to_settle_and_decides_once() {
+    // `batch` goes from two nodes at 3m and from the other two at 3m20s: the first two open at
+    // 3m30s, while the others settle until 3m50s. Deciding at once would take the open pair alone
+    // (no pod may move onto a settling node), then the rest a pass later; waiting for the pool
+    // takes all four in one decision.
+    let steps = "[{at: 3m, scale: {kind: Deployment, namespace: default, name: batch, replicas: 2}},
+                  {at: 200s, scale: {kind: Deployment, namespace: default, name: batch, replicas: 0}}]";
+    let report = run(&scenario(&web_beside_batch(), steps, "10m"));
+    let decided = decided_after_three_minutes(&report);
+    assert_eq!(terminated(&report, "underutilized"), 4, "{decided:#?}");
+    assert!(
+        decided
+            .iter()
+            .all(|e| e.at_seconds == decided[0].at_seconds && e.at_seconds >= 230.0),
+        "one decision once the last two nodes settled: {decided:#?}"
+    );
+    let s = &report.summary;
+    assert_eq!((s.pods_running_end, s.pods_pending_end), (4, 0), "{s:#?}");
+}
+
+#[test]
 fn empty_nodes_go_in_the_same_pass_as_consolidation() {
     // Beside `web_beside_batch`, two `solo` pods on nodes of their own (apart from every pod
     // here), deleted with `batch`: those nodes are empty, the others underutilized.
@@ -2191,10 +2212,11 @@ fn balanced_consolidation_weighs_what_a_move_saves_against_what_it_disrupts() {
             held_by_score,
         )
     };
-    // After the scale-down, replacing the heavy node (a c5.xlarge left with one pod) by a
-    // c5.large saves a quarter of the pool's cost. A deletion cost of 2^30 makes its pod nine
-    // times as costly to move as a plain one: the move is then about three quarters of the
-    // pool's disruption, a score near 0.3, under Balanced's 0.5.
+    // After the scale-down, the emptied node is gone by the time consolidation, waiting for the
+    // pool to settle, decides: replacing the heavy node (a c5.xlarge left with one pod) by a
+    // c5.large then saves a third of the pool's cost. A deletion cost of 2^30 makes its pod nine
+    // times as costly to move as a plain one: the move is then over four fifths of the pool's
+    // disruption, a score near 0.4, under Balanced's 0.5.
     let costly = "1073741824";
     let (replaced, _, rejected, _) = outcome("WhenEmptyOrUnderutilized", costly);
     assert_eq!(replaced, ["c5.large"], "the other policy replaces it");
@@ -2209,13 +2231,13 @@ fn balanced_consolidation_weighs_what_a_move_saves_against_what_it_disrupts() {
         "the refused move is counted: {rejected:?}"
     );
     assert_eq!(held_by_score, Some(1.0), "the heavy node stays for its score");
-    // Without the deletion cost the same move is 40 % of the disruption (0.62), and it is made.
+    // Without the deletion cost the same move is half the disruption (0.67), and it is made.
     let (replaced, approvals, _, _) = outcome("Balanced", "0");
     assert_eq!(replaced, ["c5.large"]);
     assert!(
         approvals
             .iter()
-            .any(|a| a.contains("score 0.62 >= threshold 0.50 (k: 2, savings 25.0%, disruption 40.0%)")),
+            .any(|a| a.contains("score 0.67 >= threshold 0.50 (k: 2, savings 33.3%, disruption 50.0%)")),
         "the approval is told with its score: {approvals:?}"
     );
 }

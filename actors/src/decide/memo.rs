@@ -3,8 +3,9 @@
 //! [`Fingerprint`]: how many watch events the read model had seen when the pass began to read it
 //! (counted later, an event that lands mid-pass would be taken for seen), which disruption
 //! commands are in flight (what they hold is closed to the pass), which candidates are
-//! consolidatable (that flips with time alone, as `consolidateAfter` passes), and what each
-//! NodePool's budgets allow (cron windows open and close with time alone).
+//! consolidatable and which wait for their NodePool to settle (both flip with time alone, as
+//! `consolidateAfter` passes), and what each NodePool's budgets allow (cron windows open and
+//! close with time alone).
 //!
 //! In a quiet cluster of thousands of nodes this saves a full simulation of every candidate every
 //! 10 s. Pure state; nothing fails.
@@ -23,8 +24,9 @@ pub struct Fingerprint {
     pub changes: u64,
     /// The generation of the disruption commands in flight (one started or ended changes it).
     pub in_flight: u64,
-    /// Each candidate's NodeClaim name and whether it is consolidatable.
-    pub candidates: Vec<(String, bool)>,
+    /// Each candidate's NodeClaim name, whether it is consolidatable, and whether it waits for
+    /// its NodePool to settle (both flip with time alone).
+    pub candidates: Vec<(String, bool, bool)>,
     /// Each NodePool's allowed disruptions for `Empty`, `Underutilized` and `Drifted`.
     pub allowances: Vec<(String, u32, u32, u32)>,
 }
@@ -62,7 +64,7 @@ mod tests {
         Fingerprint {
             changes,
             in_flight: 0,
-            candidates: vec![("a".into(), consolidatable)],
+            candidates: vec![("a".into(), consolidatable, false)],
             allowances: vec![("default".into(), 1, 1, 1)],
         }
     }

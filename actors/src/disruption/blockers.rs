@@ -24,7 +24,8 @@ pub enum Blocker {
     ConsolidationDisabled,
     /// A CapacityBuffer's virtual pods hold room on it.
     BufferPods,
-    /// It changed within its NodePool's `consolidateAfter`.
+    /// It changed within its NodePool's `consolidateAfter`, or another node of its NodePool did
+    /// and it waits for that node to settle.
     NotConsolidatable,
     /// Its pods would not all fit elsewhere, even on one new node.
     NoFeasibleSchedule,
@@ -83,7 +84,9 @@ impl Blocker {
                 "its NodePool does not consolidate it (consolidateAfter Never, WhenEmpty with pods, or spot-to-spot off)"
             }
             Blocker::BufferPods => "a CapacityBuffer's pods hold room on it",
-            Blocker::NotConsolidatable => "it changed within its NodePool's consolidateAfter",
+            Blocker::NotConsolidatable => {
+                "it, or another node of its NodePool it waits for, changed within the NodePool's consolidateAfter"
+            }
             Blocker::NoFeasibleSchedule => "its pods would not all fit elsewhere, even on one new node",
             Blocker::SameOrMoreExpensiveReplacement => "the cheapest replacement would not be cheaper",
             Blocker::MinValues => "the cheaper instance types would not meet its requirements' minValues",

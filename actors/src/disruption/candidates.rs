@@ -19,7 +19,11 @@
 //! whether it is consolidatable (`consolidateAfter` has passed since it initialized and since
 //! a pod last arrived or left), which its NodeClaim's `Consolidatable` condition shows.
 
-use std::{collections::BTreeMap, fmt, sync::Arc};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    fmt,
+    sync::Arc,
+};
 
 use joist_messages::{
     apis::{NodeClaim, NodePool, nodepool::ConsolidationPolicy},
@@ -113,6 +117,9 @@ pub struct Candidate {
     pub reschedule_cost: f64,
     /// Whether `consolidateAfter` has passed since the node last changed.
     pub consolidatable: bool,
+    /// Whether consolidation leaves it for now, consolidatable as it is, while other nodes of its
+    /// NodePool settle ([`waits_for_pool`]).
+    pub waits_for_pool: bool,
     /// Whether its NodeClaim shows `Drifted=True`.
     pub drifted: bool,
 }
@@ -136,7 +143,7 @@ impl Candidate {
             || (disruption.consolidation_policy == ConsolidationPolicy::WhenEmpty && !self.pods.is_empty())
         {
             Some(Blocker::ConsolidationDisabled)
-        } else if !self.consolidatable {
+        } else if !self.consolidatable || self.waits_for_pool {
             Some(Blocker::NotConsolidatable)
         } else {
             None
@@ -200,6 +207,7 @@ pub struct Collected {
 pub fn collect(read: &ReadModel, buffers: &Buffers, types: &PoolTypes<'_>, now_seconds: i64) -> Collected {
     let budgets = read.disruption_budgets();
     let mut collected = Collected::default();
+    let mut settling_pools = BTreeSet::new();
     for claim in read.node_claims() {
         let candidate = match candidate(read, types, &claim, now_seconds) {
             Ok(candidate) => candidate,
@@ -219,6 +227,7 @@ pub fn collect(read: &ReadModel, buffers: &Buffers, types: &PoolTypes<'_>, now_s
         }
         if !candidate.consolidatable {
             collected.settling.push(candidate.node_name());
+            settling_pools.insert(candidate.pool.name_any());
         }
         let shown = claim
             .status
@@ -241,6 +250,10 @@ pub fn collect(read: &ReadModel, buffers: &Buffers, types: &PoolTypes<'_>, now_s
         } else {
             collected.candidates.push(candidate);
         }
+    }
+    for candidate in &mut collected.candidates {
+        candidate.waits_for_pool = settling_pools.contains(&candidate.pool.name_any())
+            && waits_for_pool(read, candidate, now_seconds);
     }
     collected.candidates.sort_by(|a, b| {
         b.savings_ratio()
@@ -353,7 +366,7 @@ fn candidate(
     };
     let pods = pods_to_move(read, &node);
     let reschedule_cost = node_disruption_cost(pods.iter().map(|p| eviction_cost(p)));
-    let consolidatable = consolidatable(read, claim, &node, &pool, now_seconds);
+    let consolidatable = window_end(read, claim, &node, &pool).is_some_and(|end| now_seconds >= end);
     Ok(Candidate {
         claim: claim.clone(),
         node,
@@ -363,6 +376,7 @@ fn candidate(
         pods,
         reschedule_cost,
         consolidatable,
+        waits_for_pool: false,
         drifted,
     })
 }
@@ -461,26 +475,40 @@ pub fn eviction_cost(pod: &CachedPod) -> f64 {
     (1.0 + deletion_cost / 2f64.powi(27) + priority / 2f64.powi(25)).clamp(-10.0, 10.0)
 }
 
-/// Karpenter's `Consolidatable`: initialized, and `consolidateAfter` passed since then and since a
-/// pod last arrived or left (as the watch saw it, or as the claim's `status.lastPodEventTime`
-/// recorded it before a restart); never under `consolidateAfter: Never`.
-fn consolidatable(
-    read: &ReadModel,
-    claim: &NodeClaim,
-    node: &Node,
-    pool: &NodePool,
-    now_seconds: i64,
-) -> bool {
-    let Some(after) = pool.spec.disruption.consolidate_after.duration() else {
-        return false;
-    };
+/// When the node's `consolidateAfter` window ends (epoch seconds): Karpenter's `Consolidatable`
+/// holds from then on, `consolidateAfter` after it initialized and after a pod last arrived or
+/// left (as the watch saw it, or as the claim's `status.lastPodEventTime` recorded it before a
+/// restart); `None` under `consolidateAfter: Never`.
+fn window_end(read: &ReadModel, claim: &NodeClaim, node: &Node, pool: &NodePool) -> Option<i64> {
     let initialized = transitioned_at(claim, ConditionType::Initialized).unwrap_or(0);
     let changed = read
         .last_pod_event(&node.name_any())
         .into_iter()
         .chain(lifecycle::last_pod_event(claim))
         .fold(initialized, i64::max);
-    now_seconds - changed >= i64::try_from(after.as_std().as_secs()).unwrap_or(i64::MAX)
+    Some(changed.saturating_add(consolidate_after(pool)?))
+}
+
+/// The NodePool's `consolidateAfter` in seconds; `None` for `Never`.
+fn consolidate_after(pool: &NodePool) -> Option<i64> {
+    let after = pool.spec.disruption.consolidate_after.duration()?;
+    Some(i64::try_from(after.as_std().as_secs()).unwrap_or(i64::MAX))
+}
+
+/// Whether a consolidatable `candidate`, in a NodePool with nodes still inside their window,
+/// waits for them: for at most one more `consolidateAfter` past the end of its own window. Right
+/// after a scale-down every node it touched settles within a window of the others; consolidation
+/// decided while some still settle may move no pod onto them, so it takes the open nodes one at a
+/// time, and each move restarts the window of the nodes its pods land on. Waiting lets one
+/// decision see them all; the bound keeps a pool whose nodes never all settle consolidating.
+fn waits_for_pool(read: &ReadModel, candidate: &Candidate, now_seconds: i64) -> bool {
+    let (Some(end), Some(after)) = (
+        window_end(read, &candidate.claim, &candidate.node, &candidate.pool),
+        consolidate_after(&candidate.pool),
+    ) else {
+        return false;
+    };
+    candidate.consolidatable && now_seconds < end.saturating_add(after)
 }
 
 #[cfg(test)]
@@ -521,12 +549,14 @@ mod tests {
             }}},
         }));
         let node: Node = object(json!({"metadata": {"name": "n"}}));
-        assert!(consolidatable(&read, &claim(None), &node, &pool, NOW));
+        let consolidatable =
+            |claim: &NodeClaim| window_end(&read, claim, &node, &pool).is_some_and(|end| NOW >= end);
+        assert!(consolidatable(&claim(None)));
         assert!(
-            !consolidatable(&read, &claim(Some(60)), &node, &pool, NOW),
+            !consolidatable(&claim(Some(60))),
             "a pod left a minute before the restart: four minutes to go"
         );
-        assert!(consolidatable(&read, &claim(Some(300)), &node, &pool, NOW));
+        assert!(consolidatable(&claim(Some(300))));
     }
 
     #[test]
@@ -587,6 +617,7 @@ mod tests {
             pods: Vec::new(),
             reschedule_cost: 1.0,
             consolidatable: true,
+            waits_for_pool: false,
             drifted: false,
         };
         assert_eq!(node_blocker(&read, &Buffers::default(), &candidate, NOW), None);

@@ -237,7 +237,7 @@ fn consolidation(
     }
     let consolidatable: Vec<&Candidate> = candidates
         .iter()
-        .filter(|c| c.consolidatable && underutilized_policy(c))
+        .filter(|c| c.consolidatable && !c.waits_for_pool && underutilized_policy(c))
         .filter(|c| !emptied_names.contains(&c.claim.name_any()))
         .collect();
     // One search for both consolidation methods: its set-up costs the cluster, a question only
@@ -875,6 +875,7 @@ mod tests {
             pods: Vec::new(),
             reschedule_cost: 1.0,
             consolidatable: drifted_ago.is_none(),
+            waits_for_pool: false,
             drifted: drifted_ago.is_some(),
         }
     }

@@ -392,7 +392,7 @@ async fn decide(
         in_flight: generation,
         candidates: candidates
             .iter()
-            .map(|c| (c.claim.name_any(), c.consolidatable))
+            .map(|c| (c.claim.name_any(), c.consolidatable, c.waits_for_pool))
             .collect(),
         allowances: pools
             .iter()
