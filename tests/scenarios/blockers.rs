@@ -2,7 +2,8 @@
 //! by NodePool and blocker, for a pool whose budget allows nothing, one that never consolidates,
 //! and one whose nodes changed within its `consolidateAfter`; and
 //! the `ConsolidationRejected` events of a decision abandoned at its validation, for a budget or for
-//! a change; and an emptiness decision that goes on without the nodes that took a pod meanwhile.
+//! a change; an emptiness decision that goes on without the nodes that took a pod meanwhile; and a
+//! multi-node decision that goes on with the nodes whose pods still fit.
 
 use std::collections::BTreeMap;
 
@@ -12,7 +13,7 @@ use joist_messages::labels::taints;
 use k8s_openapi::api::core::v1::{Event, Node};
 use kube::{Api, ResourceExt, api::ListParams};
 
-use super::{deployment, four_apart_scaled_to_two, sample, scenario};
+use super::{NODE_CLASS, deployment, entries, family, four_apart_scaled_to_two, pool, run, sample, scenario};
 
 /// A pool whose budget allows nothing in the third minute: its decisions come at 3m.
 const AFTER_THREE_MINUTES: &str = "    consolidateAfter: 30s\n    budgets: [{nodes: '100%'}, {nodes: '0', schedule: '2 * * * *', duration: 1m}]";
@@ -187,4 +188,55 @@ fn a_pod_arriving_while_empty_nodes_wait_for_validation_goes_to_a_node_that_stay
     );
     assert_eq!(nodes, 2, "both empty nodes were removed");
     assert!(blockers.is_empty(), "nothing was rejected: {blockers:?}");
+}
+
+#[test]
+fn a_multi_node_decision_goes_on_at_its_validation_with_the_nodes_whose_pods_still_fit() {
+    // Four c5.xlarge nodes, each full with a `base` pod. A do-not-disrupt `keeper` pod lands on
+    // one, then a `small` pod on each other; `base` goes at 2m15s. At 3m one decision moves the
+    // three small pods onto the keeper's node; at 3m05s a `filler` pod takes most of that room
+    // (the three candidates are tainted), leaving room for two. At the validation, two nodes go
+    // with their pods moved; the third is not abandoned with them.
+    let keeper = deployment("keeper", 0, "500m", "").replace(
+        "metadata: {labels: {app: keeper}}",
+        "metadata: {labels: {app: keeper}, annotations: {karpenter.sh/do-not-disrupt: \"true\"}}",
+    );
+    let apart = super::APART.replace("app: web", "app: base");
+    let manifests = pool(
+        "default",
+        &family(&["c5"]),
+        &format!("  disruption:\n    consolidationPolicy: WhenEmptyOrUnderutilized\n{AFTER_THREE_MINUTES}"),
+    ) + NODE_CLASS
+        + &deployment("base", 4, "3", &apart)
+        + &keeper
+        + &deployment("small", 0, "500m", "")
+        + &deployment("filler", 0, "2", "");
+    let scale = |at: &str, name: &str, replicas: u32| {
+        format!(
+            "{{at: {at}, scale: {{kind: Deployment, namespace: default, name: {name}, replicas: {replicas}}}}}"
+        )
+    };
+    let steps = format!(
+        "[{}, {}, {}, {}]",
+        scale("1m", "keeper", 1),
+        scale("70s", "small", 3),
+        scale("2m15s", "base", 0),
+        scale("3m05s", "filler", 1)
+    );
+    let report = run(&scenario(&manifests, &steps, "6m"));
+    let first = entries(&report, "disruption-decided")
+        .next()
+        .unwrap_or_else(|| panic!("nothing decided: {:#?}", report.summary));
+    let claims = first
+        .detail
+        .strip_prefix("multi-node consolidation of ")
+        .and_then(|rest| rest.split_once(", saving"))
+        .map(|(claims, _)| claims.split(", ").count());
+    assert_eq!(
+        (first.at_seconds, claims),
+        (195.0, Some(2)),
+        "two of the three nodes go at the validation of 3m: {first:#?}"
+    );
+    let s = &report.summary;
+    assert_eq!((s.pods_running_end, s.pods_pending_end), (5, 0), "{s:#?}");
 }

@@ -732,6 +732,9 @@ impl fmt::Display for Invalidated {
 /// staying closed, abandoning them would abandon most of a pass, and the next pass would decide
 /// them the same way again.
 ///
+/// A multi-node command that no longer holds goes on with the largest prefix of its candidates
+/// that does ([`holding_prefix`]), as emptiness goes on with its nodes still empty.
+///
 /// Emptiness goes on with those of its candidates still empty, as many as the budgets allow, as
 /// Karpenter's emptiness validation does, and is abandoned only when none is left: each empty
 /// node is a decision of its own, and one that took a pod (kube-scheduler puts pods spread over
@@ -772,12 +775,34 @@ pub fn revalidate(
     if within_budgets(&current, |pool| allowed(pool, previous.reason)).len() != current.len() {
         return Err(Invalidated::Budget);
     }
-    let (decision, onto) = match simulate(previous.method, &current, base) {
-        Some(Ok(decided)) => decided,
-        Some(Err(refusal)) => return Err(Invalidated::Unschedulable(refusal)),
+    let whole = match simulate(previous.method, &current, base) {
+        Some(Ok((decision, onto))) => approved(previous, current.clone(), decision, &onto, base),
+        Some(Err(refusal)) => Err(Invalidated::Unschedulable(refusal)),
         None => return Err(Invalidated::NodeGone),
     };
-    approved(previous, current, decision, &onto, base)
+    match whole {
+        Err(invalidated) if previous.method == Method::MultiNode => {
+            holding_prefix(previous, &current, base).ok_or(invalidated)
+        }
+        whole => whole,
+    }
+}
+
+/// The largest prefix (at least two) of a multi-node command's `current` candidates that still
+/// holds when the whole command no longer does, found as the decision found it. In 15 s the pods
+/// evicted by the commands in flight may have filled part of the room it counted on; the nodes
+/// first in its order save the most, and taking them now beats abandoning all of them and
+/// deciding them again a pass later, when more evicted pods have landed.
+fn holding_prefix(previous: &Command, current: &[&Candidate], base: &Base<'_>) -> Option<Command> {
+    let prepared = prepare_all(current, base)?;
+    let order: Vec<usize> = (0..prepared.len()).collect();
+    let mut search = search(Method::MultiNode, base, &prepared);
+    let (count, _) = search.largest_accepted_prefix(&order, |prefix, decision| {
+        still_holds(&previous.decision, decision)
+            && balanced_score(&current[..prefix.len()], decision, base).0
+    })?;
+    let (decision, onto) = answer(Method::MultiNode, &mut search, &order[..count]).ok()?;
+    approved(previous, current[..count].to_vec(), decision, &onto, base).ok()
 }
 
 /// Whether a command decided `was` holds when its simulation now gives `now`: the same kind of
