@@ -17,7 +17,8 @@
 //! (not DaemonSet or mirror pods, not pods finished or terminating), what moving them costs
 //! (Karpenter v1.14's reschedule disruption cost: 1 plus their eviction costs above zero), and
 //! whether it is consolidatable (`consolidateAfter` has passed since it initialized and since
-//! a pod last arrived or left), which its NodeClaim's `Consolidatable` condition shows.
+//! a pod last arrived or left), which its NodeClaim's `Consolidatable` condition shows, and
+//! whether consolidation leaves it while other nodes of its NodePool settle (`waits_for_pool`).
 
 use std::{
     collections::{BTreeMap, BTreeSet},
