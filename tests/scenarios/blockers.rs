@@ -13,7 +13,9 @@ use joist_messages::labels::taints;
 use k8s_openapi::api::core::v1::{Event, Node};
 use kube::{Api, ResourceExt, api::ListParams};
 
-use super::{NODE_CLASS, deployment, entries, family, four_apart_scaled_to_two, pool, run, sample, scenario};
+use super::{
+    APART, NODE_CLASS, deployment, entries, family, four_apart_scaled_to_two, pool, run, sample, scenario,
+};
 
 /// A pool whose budget allows nothing in the third minute: its decisions come at 3m.
 const AFTER_THREE_MINUTES: &str = "    consolidateAfter: 30s\n    budgets: [{nodes: '100%'}, {nodes: '0', schedule: '2 * * * *', duration: 1m}]";
@@ -201,7 +203,7 @@ fn a_multi_node_decision_goes_on_at_its_validation_with_the_nodes_whose_pods_sti
         "metadata: {labels: {app: keeper}}",
         "metadata: {labels: {app: keeper}, annotations: {karpenter.sh/do-not-disrupt: \"true\"}}",
     );
-    let apart = super::APART.replace("app: web", "app: base");
+    let apart = APART.replace("app: web", "app: base");
     let manifests = pool(
         "default",
         &family(&["c5"]),

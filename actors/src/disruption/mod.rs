@@ -287,7 +287,7 @@ async fn validate(
                     .collect();
                 tracing::info!(
                     candidates = ?left_out,
-                    "left out of the disruption: no longer empty, or past the budget"
+                    "left out of the disruption: no longer empty, past the budget, or their pods no longer fit beside the nodes kept"
                 );
             }
             Some(validated)
