@@ -693,12 +693,19 @@ spec:
     )
 }
 
-/// A one-CPU pod `name` labelled `app: teams` that only a node of `team` takes.
+/// A one-CPU pod `name` labelled `app: teams` that only a node of `team` takes. A bare pod that
+/// consolidation evicted would be gone for good (no controller makes it again), and the team
+/// pools consolidate at once (`consolidateAfter: 0s`) a node whose pod fits beside an inflate
+/// pod on another: it is `karpenter.sh/do-not-disrupt`, as the test counts pods, not moves.
 fn team_pod(name: &str, team: &str) -> String {
     format!(
         r#"apiVersion: v1
 kind: Pod
-metadata: {{name: {name}, namespace: default, labels: {{app: teams}}}}
+metadata:
+  name: {name}
+  namespace: default
+  labels: {{app: teams}}
+  annotations: {{karpenter.sh/do-not-disrupt: "true"}}
 spec:
   terminationGracePeriodSeconds: 0
   nodeSelector: {{team: {team}}}
