@@ -14,12 +14,15 @@ use joist_messages::{
         TERMINATION_FINALIZER,
         annotations::{NODECLAIM_TERMINATION_TIMESTAMP, TAGGED},
     },
-    model::{quantity::Quantity, resources::Resources},
+    model::{
+        quantity::Quantity,
+        resources::{Resources, names},
+    },
     nodes::{is_ephemeral, node_allocatable},
     pods::{do_not_disrupt, finished, is_mirror, owned_by_daemon_set},
 };
 use joist_provider::{CloudError, Launch, OfferingKey};
-use joist_scheduling::taints::Toleration;
+use joist_scheduling::{pod::effective_requests, taints::Toleration};
 use k8s_openapi::{api::core::v1::Node, apimachinery::pkg::apis::meta::v1::Condition};
 use kube::ResourceExt;
 use tokio::time::Instant;
@@ -27,8 +30,8 @@ use tokio::time::Instant;
 use super::{
     repair::{BLOCKED_RETRY, Repair},
     timing::{
-        INITIALIZATION_TIMEOUT, LAUNCH_TIMEOUT, MINIMUM_DRAIN_TIME, PROVISIONING_WAIT, REGISTRATION_TIMEOUT,
-        doubling_backoff,
+        EVICTION_WAVE_GAP, INITIALIZATION_TIMEOUT, LAUNCH_TIMEOUT, MINIMUM_DRAIN_TIME, PROVISIONING_WAIT,
+        REGISTRATION_TIMEOUT, doubling_backoff,
     },
 };
 
@@ -96,6 +99,8 @@ pub struct Memory {
     pub finished: Option<(Phase, Instant)>,
     /// When draining began.
     pub drain_started: Option<Instant>,
+    /// When the drain evicted its first pods, and its latest ones.
+    pub eviction_waves: Option<Waves>,
     /// Eviction rounds in a row that a PodDisruptionBudget refused.
     pub refused_evictions: u32,
     /// Launches in a row that failed in a way a retry may fix: the next one first looks for an
@@ -653,18 +658,20 @@ fn drain(facts: &Facts<'_>, node: &Node, memory: &mut Memory) -> Option<Plan> {
         if provisioning {
             return Some(Plan::act(actions, Next::After(DRAIN_POLL)));
         }
-        let evict: Vec<PodRef> = waiting
+        let evictable: Vec<&Arc<CachedPod>> = waiting
             .iter()
+            .copied()
             .filter(|p| {
                 tier(p) == first
                     && p.metadata.deletion_timestamp.is_none()
                     && !do_not_disrupt(p, facts.now_seconds)
+                    && !expiring.contains(&pod_ref(p))
             })
-            .map(|p| pod_ref(p))
-            .filter(|p| !expiring.contains(p))
             .collect();
-        if !evict.is_empty() {
-            actions.push(Action::Evict(evict));
+        match largest_first(&evictable, facts.now, &mut memory.eviction_waves) {
+            Wave::Now(evict) if !evict.is_empty() => actions.push(Action::Evict(evict)),
+            Wave::Now(_) => {}
+            Wave::After(wait) => return Some(Plan::act(actions, Next::After(wait))),
         }
         // Pods shutting down still run on the instance: it is not terminated under them.
         return Some(Plan::act(actions, Next::After(DRAIN_POLL)));
@@ -676,6 +683,66 @@ fn drain(facts: &Facts<'_>, node: &Node, memory: &mut Memory) -> Option<Plan> {
             Next::After(MINIMUM_DRAIN_TIME.saturating_sub(drained_for).max(DRAIN_POLL)),
         )
     })
+}
+
+/// When a drain evicted its first pods, and its latest ones ([`largest_first`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Waves {
+    /// The first eviction.
+    pub first: Instant,
+    /// The latest.
+    pub last: Instant,
+}
+
+/// What [`largest_first`] evicts.
+enum Wave {
+    /// These pods, now.
+    Now(Vec<PodRef>),
+    /// Nothing before this long.
+    After(Duration),
+}
+
+/// Of the pods a drain may evict, the ones it evicts now: for the first [`MINIMUM_DRAIN_TIME`] of
+/// its evictions, those of the largest size left (requested CPU, then memory, the order the
+/// scheduling simulation packs pods in), one size every [`EVICTION_WAVE_GAP`]; after that, all of
+/// them. Evicted together, a node's small pods reach kube-scheduler beside its large ones and may
+/// take the room only the large ones fit in, leaving a large pod pending and a node launched for
+/// it. A pod whose eviction is refused holds the smaller ones for that long at most.
+fn largest_first(pods: &[&Arc<CachedPod>], now: Instant, waves: &mut Option<Waves>) -> Wave {
+    let Some(largest) = pods.iter().map(|p| size(p)).max() else {
+        return Wave::Now(Vec::new());
+    };
+    let ordered = match *waves {
+        None => true,
+        Some(w) if now.saturating_duration_since(w.first) >= MINIMUM_DRAIN_TIME => false,
+        Some(w) => {
+            let since = now.saturating_duration_since(w.last);
+            if since < EVICTION_WAVE_GAP {
+                return Wave::After(EVICTION_WAVE_GAP - since);
+            }
+            true
+        }
+    };
+    let evict = pods
+        .iter()
+        .filter(|p| !ordered || size(p) == largest)
+        .map(|p| pod_ref(p))
+        .collect();
+    *waves = Some(Waves {
+        first: waves.map_or(now, |w| w.first),
+        last: now,
+    });
+    Wave::Now(evict)
+}
+
+/// A pod's requested CPU and memory, as the scheduling simulation orders pods (nothing when its
+/// requests cannot be read: the simulation could not place it either).
+fn size(pod: &CachedPod) -> (Quantity, Quantity) {
+    pod.spec
+        .as_ref()
+        .and_then(|spec| effective_requests(&pod.name_any(), spec).ok())
+        .map(|requests| (requests.get(names::CPU), requests.get(names::MEMORY)))
+        .unwrap_or_default()
 }
 
 /// Of `wanted`, the conditions the claim does not show at their status yet.
@@ -1540,6 +1607,73 @@ mod tests {
             order,
             ["web", "agent", "dns", "cni"],
             "one tier at a time; a pod tolerating the disrupted taint is not drained"
+        );
+    }
+
+    #[test]
+    fn a_drain_evicts_the_largest_pods_first_then_a_size_every_wave_gap_then_the_rest() {
+        let claim = draining(registered(json!({})));
+        let node = tainted();
+        let requesting = |name: &str, cpu: &str, memory: &str| {
+            with_spec(pod(name, json!({})), |spec| {
+                spec.containers = serde_json::from_value(json!([{"name": "app", "resources": {
+                    "requests": {"cpu": cpu, "memory": memory}}}]))
+                .unwrap_or_else(|e| panic!("{e}"));
+            })
+        };
+        let pods = [
+            requesting("small", "900m", "3100Mi"),
+            requesting("large", "3500m", "28Gi"),
+            requesting("large-2", "3500m", "28Gi"),
+            requesting("medium", "3500m", "8Gi"),
+            requesting("tiny", "100m", "100Mi"),
+        ];
+        let start = Instant::now();
+        let mut memory = Memory::default();
+        let mut left = pods.to_vec();
+        let mut at = |seconds: u64, left: &mut Vec<Arc<CachedPod>>| {
+            let mut case = Case::new(&claim);
+            case.node = Some(&node);
+            case.exists = Some(true);
+            case.now = start + Duration::from_secs(seconds);
+            case.pods = left;
+            let plan = case.decide(&mut memory);
+            let names = evicted(&plan);
+            left.retain(|p| !names.contains(&p.name_any()));
+            (names.join(","), plan.next)
+        };
+        assert_eq!(
+            at(0, &mut left),
+            ("large,large-2".to_owned(), Next::After(DRAIN_POLL)),
+            "the largest pods go first: their replacements reach kube-scheduler before the small ones"
+        );
+        assert_eq!(
+            at(1, &mut left),
+            (String::new(), Next::After(EVICTION_WAVE_GAP - DRAIN_POLL)),
+            "the next size waits a wave gap, whatever wakes the drain"
+        );
+        assert_eq!(
+            at(2, &mut left).0,
+            "medium",
+            "then the next size (CPU before memory)"
+        );
+        assert_eq!(at(4, &mut left).0, "small");
+        assert_eq!(
+            at(5, &mut left).0,
+            "tiny",
+            "past the minimum drain time what is left goes at once"
+        );
+        let mut memory = Memory::default();
+        let mut case = Case::new(&claim);
+        case.node = Some(&node);
+        case.exists = Some(true);
+        case.now = start;
+        let same = [requesting("a", "1", "1Gi"), requesting("b", "1", "1Gi")];
+        case.pods = &same;
+        assert_eq!(
+            evicted(&case.decide(&mut memory)),
+            ["a", "b"],
+            "pods of one size go together"
         );
     }
 

@@ -15,7 +15,8 @@
 //!   registered within [`REGISTRATION_TIMEOUT`](crate::decide::timing::REGISTRATION_TIMEOUT) deletes the
 //!   claim; so does its Node going away after registration;
 //! - **termination** (the claim is being deleted): taint the Node `karpenter.sh/disrupted`, evict
-//!   its pods through the Eviction API (a PodDisruptionBudget's 429 is retried), wait until every
+//!   its pods through the Eviction API, largest first for the first seconds (a
+//!   PodDisruptionBudget's 429 is retried), wait until every
 //!   evicted pod is gone (pods shutting down still run on the instance) and at least
 //!   [`MINIMUM_DRAIN_TIME`](crate::decide::timing::MINIMUM_DRAIN_TIME), wait until the volumes of the
 //!   drained pods are detached (VolumeAttachments gone, or the `terminationGracePeriod` over),
