@@ -145,6 +145,7 @@ fn shared(
         breakers: Arc::default(),
         registration_health: Arc::default(),
         buffers: Arc::default(),
+        freeing: Arc::default(),
     };
     (shared, writers)
 }

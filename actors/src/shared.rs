@@ -10,6 +10,7 @@ use joist_messages::time::Clock;
 use joist_provider::CloudProvider;
 
 use crate::{
+    disruption::candidates::Freeing,
     effects::events::Events,
     effects::metrics::Metrics,
     effects::node_trace::NodeTracer,
@@ -79,6 +80,8 @@ pub struct Shared {
     pub registration_health: Arc<RegistrationHealth>,
     /// The CapacityBuffers' virtual pods, and the nodes holding them.
     pub buffers: Arc<Buffers>,
+    /// Since when each NodePool has been making room, for consolidation's wait.
+    pub freeing: Arc<Freeing>,
 }
 
 impl Shared {

@@ -24,8 +24,8 @@ pub enum Blocker {
     ConsolidationDisabled,
     /// A CapacityBuffer's virtual pods hold room on it.
     BufferPods,
-    /// It changed within its NodePool's `consolidateAfter`, or another node of its NodePool did
-    /// and it waits for that node to settle.
+    /// It changed within its NodePool's `consolidateAfter`, or it waits while pods leave other
+    /// nodes of its NodePool.
     NotConsolidatable,
     /// Its pods would not all fit elsewhere, even on one new node.
     NoFeasibleSchedule,
@@ -85,7 +85,7 @@ impl Blocker {
             }
             Blocker::BufferPods => "a CapacityBuffer's pods hold room on it",
             Blocker::NotConsolidatable => {
-                "it, or another node of its NodePool it waits for, changed within the NodePool's consolidateAfter"
+                "it changed within the NodePool's consolidateAfter, or it waits while pods leave other nodes of its NodePool"
             }
             Blocker::NoFeasibleSchedule => "its pods would not all fit elsewhere, even on one new node",
             Blocker::SameOrMoreExpensiveReplacement => "the cheapest replacement would not be cheaper",

@@ -18,7 +18,7 @@
 //! (Karpenter v1.14's reschedule disruption cost: 1 plus their eviction costs above zero), and
 //! whether it is consolidatable (`consolidateAfter` has passed since it initialized and since
 //! a pod last arrived or left), which its NodeClaim's `Consolidatable` condition shows, and
-//! whether consolidation leaves it while other nodes of its NodePool settle (`waits_for_pool`).
+//! whether consolidation leaves it while other nodes of its NodePool make room (`waits_for_pool`).
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -119,7 +119,7 @@ pub struct Candidate {
     /// Whether `consolidateAfter` has passed since the node last changed.
     pub consolidatable: bool,
     /// Whether consolidation leaves it for now, consolidatable as it is, while other nodes of its
-    /// NodePool settle ([`waits_for_pool`]).
+    /// NodePool make room ([`waits_for_pool`]).
     pub waits_for_pool: bool,
     /// Whether its NodeClaim shows `Drifted=True`.
     pub drifted: bool,
@@ -205,10 +205,15 @@ pub struct Collected {
 }
 
 /// Every candidate and every blocked node (see the module docs).
-pub fn collect(read: &ReadModel, buffers: &Buffers, types: &PoolTypes<'_>, now_seconds: i64) -> Collected {
+pub fn collect(
+    read: &ReadModel,
+    (buffers, freeing): (&Buffers, &Freeing),
+    types: &PoolTypes<'_>,
+    now_seconds: i64,
+) -> Collected {
     let budgets = read.disruption_budgets();
     let mut collected = Collected::default();
-    let mut settling_pools = BTreeSet::new();
+    let mut freeing_pools = BTreeSet::new();
     for claim in read.node_claims() {
         let candidate = match candidate(read, types, &claim, now_seconds) {
             Ok(candidate) => candidate,
@@ -228,7 +233,9 @@ pub fn collect(read: &ReadModel, buffers: &Buffers, types: &PoolTypes<'_>, now_s
         }
         if !candidate.consolidatable {
             collected.settling.push(candidate.node_name());
-            settling_pools.insert(candidate.pool.name_any());
+            if making_room(read, &candidate, now_seconds) {
+                freeing_pools.insert(candidate.pool.name_any());
+            }
         }
         let shown = claim
             .status
@@ -252,9 +259,11 @@ pub fn collect(read: &ReadModel, buffers: &Buffers, types: &PoolTypes<'_>, now_s
             collected.candidates.push(candidate);
         }
     }
+    let freeing_since = freeing.update(&freeing_pools, now_seconds);
     for candidate in &mut collected.candidates {
-        candidate.waits_for_pool = settling_pools.contains(&candidate.pool.name_any())
-            && waits_for_pool(read, candidate, now_seconds);
+        candidate.waits_for_pool = freeing_since
+            .get(&candidate.pool.name_any())
+            .is_some_and(|&since| waits_for_pool(candidate, since, now_seconds));
     }
     collected.candidates.sort_by(|a, b| {
         b.savings_ratio()
@@ -496,20 +505,48 @@ fn consolidate_after(pool: &NodePool) -> Option<i64> {
     Some(i64::try_from(after.as_std().as_secs()).unwrap_or(i64::MAX))
 }
 
-/// Whether a consolidatable `candidate`, in a NodePool with nodes still inside their window,
-/// waits for them: for at most one more `consolidateAfter` past the end of its own window. Right
-/// after a scale-down every node it touched settles within a window of the others; consolidation
-/// decided while some still settle may move no pod onto them, so it takes the open nodes one at a
-/// time, and each move restarts the window of the nodes its pods land on. Waiting lets one
-/// decision see them all; the bound keeps a pool whose nodes never all settle consolidating.
-fn waits_for_pool(read: &ReadModel, candidate: &Candidate, now_seconds: i64) -> bool {
-    let (Some(end), Some(after)) = (
-        window_end(read, &candidate.claim, &candidate.node, &candidate.pool),
-        consolidate_after(&candidate.pool),
-    ) else {
+/// Whether pods left the settling node of `candidate` within its window: room is being made
+/// there, which consolidation will want to see.
+fn making_room(read: &ReadModel, candidate: &Candidate, now_seconds: i64) -> bool {
+    let after = consolidate_after(&candidate.pool).unwrap_or(0);
+    read.last_pod_departure(&candidate.node_name())
+        .is_some_and(|left| now_seconds < left.saturating_add(after))
+}
+
+/// Whether a consolidatable `candidate`, in a NodePool making room `since` then (pods left some
+/// of its nodes within their window), waits for those nodes to settle: for at most two
+/// `consolidateAfter` from `since`. After a scale-down every node it touched settles within a
+/// window or so of the others (the deletions themselves take a while); consolidation decided
+/// while some still settle may move no pod onto them, so it takes the open nodes a few at a time,
+/// and each move restarts the window of the nodes its pods land on. Waiting lets one decision see
+/// them all; pods arriving (consolidation's own moves among them) make no one wait, and the bound,
+/// counted from the start of the pool's making room, keeps a pool whose pods never stop leaving
+/// consolidating.
+fn waits_for_pool(candidate: &Candidate, since: i64, now_seconds: i64) -> bool {
+    let Some(after) = consolidate_after(&candidate.pool) else {
         return false;
     };
-    candidate.consolidatable && now_seconds < end.saturating_add(after)
+    candidate.consolidatable && now_seconds < since.saturating_add(after.saturating_mul(2))
+}
+
+/// Since when each NodePool has been making room (pods left one of its nodes within that node's
+/// `consolidateAfter` window), as the planner's passes saw it: kept from pass to pass while the
+/// pool makes room, forgotten at the first pass that sees it no longer does (and on a restart,
+/// when the next pass starts counting again).
+#[derive(Debug, Default)]
+pub struct Freeing(std::sync::Mutex<BTreeMap<String, i64>>);
+
+impl Freeing {
+    /// Notes that `pools`, and no others, are making room at `now_seconds`; since when each has
+    /// been.
+    pub fn update(&self, pools: &BTreeSet<String>, now_seconds: i64) -> BTreeMap<String, i64> {
+        let mut since = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        since.retain(|pool, _| pools.contains(pool));
+        for pool in pools {
+            since.entry(pool.clone()).or_insert(now_seconds);
+        }
+        since.clone()
+    }
 }
 
 #[cfg(test)]
@@ -536,6 +573,34 @@ mod tests {
             "spec": {"requirements": [], "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "d"}},
             "status": status,
         }))
+    }
+
+    #[test]
+    fn a_pool_making_room_counts_from_the_first_pass_that_saw_it_until_one_that_does_not() {
+        let freeing = Freeing::default();
+        let pools = |names: &[&str]| names.iter().map(|n| (*n).to_owned()).collect::<BTreeSet<_>>();
+        let since = |pairs: &[(&str, i64)]| {
+            pairs
+                .iter()
+                .map(|(pool, at)| ((*pool).to_owned(), *at))
+                .collect::<BTreeMap<_, _>>()
+        };
+        assert_eq!(freeing.update(&pools(&["a"]), 100), since(&[("a", 100)]));
+        assert_eq!(
+            freeing.update(&pools(&["a", "b"]), 110),
+            since(&[("a", 100), ("b", 110)]),
+            "a pool still making room keeps its start"
+        );
+        assert_eq!(
+            freeing.update(&pools(&["b"]), 120),
+            since(&[("b", 110)]),
+            "one that no longer does is forgotten"
+        );
+        assert_eq!(
+            freeing.update(&pools(&["a"]), 130),
+            since(&[("a", 130)]),
+            "and counts again from its next start"
+        );
     }
 
     #[test]

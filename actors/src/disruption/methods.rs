@@ -16,7 +16,9 @@
 //!    pods takes part when its NodeClaim has a `terminationGracePeriod`.
 //! 3. **Multi-node consolidation** (reason `Underutilized`): the largest prefix of the candidates
 //!    (by savings ratio, within budgets) that can be deleted or replaced by one cheaper node,
-//!    found by binary search over **all** candidates (Karpenter stops at 100).
+//!    found by binary search over **all** candidates (Karpenter stops at 100); then the same
+//!    search again over the candidates no command before took or counted on, while each finds a
+//!    command, at most [`MULTI_NODE_COMMANDS`] a pass (Karpenter decides one command a pass).
 //! 4. **Single-node consolidation**, beside it in the same pass: every other candidate that can
 //!    be deleted or replaced by a cheaper node, each its own command, as many as budgets allow
 //!    (Karpenter decides one command a pass, multi-node or single-node, and so waits its 15 s
@@ -258,17 +260,46 @@ fn consolidation(
         allowed(pool, DisruptionReason::Underutilized)
             .saturating_sub(u32::try_from(emptied_here).unwrap_or(u32::MAX))
     };
-    let within = within_budgets(&consolidatable, room_left);
-    // Multi-node consolidation only when every candidate within budgets is in the base.
-    let order: Option<Vec<usize>> = within.iter().map(|c| position(c)).collect();
     let mut room = Room::new(room_left);
     let mut commands = Vec::new();
     let mut rejections = Vec::new();
-    let multi = order.and_then(|order| multi_node(&within, &order, base, &mut search, &mut rejections));
-    if let Some(command) = multi {
+    // Multi-node consolidation, again over the candidates left open while each search finds a
+    // command; a search only when every candidate within budgets is in the base. Only the first
+    // search's refusal is kept: a later one's may be only that the earlier commands took the room.
+    let mut closed: BTreeSet<String> = BTreeSet::new();
+    let mut replacing: BTreeSet<String> = BTreeSet::new();
+    let mut taken_in: BTreeMap<String, u32> = BTreeMap::new();
+    while commands.len() < MULTI_NODE_COMMANDS {
+        let open: Vec<&Candidate> = (consolidatable.iter().copied())
+            .filter(|c| !closed.contains(&c.node_name()))
+            .collect();
+        let within = within_budgets(&open, |pool| {
+            room_left(pool).saturating_sub(taken_in.get(pool).copied().unwrap_or(0))
+        });
+        let order: Option<Vec<usize>> = within.iter().map(|c| position(c)).collect();
+        let mut later_refusals = Vec::new();
+        let refused = if commands.is_empty() {
+            &mut rejections
+        } else {
+            &mut later_refusals
+        };
+        let Some(command) = order
+            .filter(|order| commands.is_empty() || order.len() > 1)
+            .and_then(|order| multi_node(&within, &order, base, &mut search, refused))
+        else {
+            break;
+        };
+        // Each replacement was judged against its pool's limits alone: in a pool with limits,
+        // one a pass.
+        if limited_replacement(&command).is_some_and(|pool| !replacing.insert(pool)) {
+            break;
+        }
         for candidate in &command.candidates {
             room.take(candidate);
+            *taken_in.entry(candidate.pool.name_any()).or_default() += 1;
+            closed.insert(candidate.node_name());
         }
+        closed.extend(command.onto.iter().cloned());
         commands.push(command);
     }
     // Then one node at a time beside it, each with room for itself alone in its pool's budget.
@@ -284,9 +315,6 @@ fn consolidation(
         each,
         &mut room,
     );
-    // Each replacement was judged against its pool's limits alone: in a pool with limits, one a
-    // pass.
-    let mut replacing: BTreeSet<String> = commands.iter().filter_map(limited_replacement).collect();
     (singles.commands).retain(|c| limited_replacement(c).is_none_or(|pool| replacing.insert(pool)));
     // After a multi-node command, the search had its nodes closed: a refusal may be only that.
     let refusals = if commands.is_empty() {
@@ -313,6 +341,9 @@ fn consolidation(
         invalidated: None,
     }
 }
+
+/// The most multi-node commands one pass decides (Karpenter decides one command a pass).
+const MULTI_NODE_COMMANDS: usize = 10;
 
 /// The pool of `command`'s replacement, when it launches one in a pool with limits.
 fn limited_replacement(command: &Command) -> Option<String> {

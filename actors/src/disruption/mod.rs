@@ -538,7 +538,12 @@ pub async fn judge(shared: &Shared, now: i64) -> Judged {
         pools,
         left_out,
     } = problem::cluster(shared, Vec::new()).await;
-    let collected = candidates::collect(&shared.read, &shared.buffers, &pool_types(&pools, &input), now);
+    let collected = candidates::collect(
+        &shared.read,
+        (&shared.buffers, &shared.freeing),
+        &pool_types(&pools, &input),
+        now,
+    );
     Judged {
         input,
         pools,

@@ -147,6 +147,8 @@ struct Index {
     unstarted: DashSet<PodKey>,
     /// When a pod last arrived on or left each node, in epoch seconds.
     last_pod_event: DashMap<String, i64>,
+    /// When a pod last left each Node, in epoch seconds.
+    last_pod_departure: DashMap<String, i64>,
     /// Pod events not yet written to their claims, by claim name
     /// ([`crate::pod_events`]).
     unrecorded_pod_events: DashMap<String, i64>,
@@ -789,6 +791,11 @@ impl ReadModel {
         self.index.last_pod_event.get(node).map(|at| *at)
     }
 
+    /// When a pod last left `node`, in epoch seconds: room is being made there.
+    pub fn last_pod_departure(&self, node: &str) -> Option<i64> {
+        self.index.last_pod_departure.get(node).map(|at| *at)
+    }
+
     /// Notes a pod event of the claim `claim` at `at` (epoch seconds) for the recorder to write.
     pub fn note_pod_event(&self, claim: &str, at: i64) {
         keep_latest(&self.index.unrecorded_pod_events, claim, at);
@@ -891,6 +898,9 @@ impl ReadModel {
                     scheduled_at(pod).map_or(now_seconds, |at| at.min(now_seconds))
                 };
                 keep_latest(&self.index.last_pod_event, node, at);
+                if deleted {
+                    keep_latest(&self.index.last_pod_departure, node, at);
+                }
                 if let Some(claim) = self.claim_for_node(node) {
                     self.note_pod_event(&claim, at);
                 }
@@ -961,6 +971,7 @@ impl ReadModel {
             self.index.node_by_provider.remove(&provider_id);
             self.index.pods_by_node.remove(&node.name_any());
             self.index.last_pod_event.remove(&node.name_any());
+            self.index.last_pod_departure.remove(&node.name_any());
         } else {
             self.index
                 .node_by_provider
@@ -1235,9 +1246,11 @@ mod tests {
         // Seen again: not an event.
         read.observe_pod(&Arc::new(bound("b", 2_000)), false, 5_100);
         assert_eq!(read.last_pod_event("n"), Some(2_000));
+        assert_eq!(read.last_pod_departure("n"), None, "arrivals are no departure");
         // A pod leaving leaves now.
         read.observe_pod(&Arc::new(bound("a", 1_000)), true, 6_000);
         assert_eq!(read.last_pod_event("n"), Some(6_000));
+        assert_eq!(read.last_pod_departure("n"), Some(6_000));
     }
 
     #[test]
