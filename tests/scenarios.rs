@@ -705,19 +705,7 @@ fn consolidation_waits_for_the_nodes_a_scale_down_touched_to_settle_and_decides_
     // 3m30s, while the others settle until 3m50s. Deciding at once would take the open pair alone
     // (no pod may move onto a settling node), then the rest a pass later; waiting for the pool
     // takes all four in one decision.
-    let steps = "[{at: 3m, scale: {kind: Deployment, namespace: default, name: batch, replicas: 2}},
-                  {at: 200s, scale: {kind: Deployment, namespace: default, name: batch, replicas: 0}}]";
-    let report = run(&scenario(&web_beside_batch(), steps, "10m"));
-    let decided = decided_after_three_minutes(&report);
-    assert_eq!(terminated(&report, "underutilized"), 4, "{decided:#?}");
-    assert!(
-        decided
-            .iter()
-            .all(|e| e.at_seconds == decided[0].at_seconds && e.at_seconds >= 230.0),
-        "one decision once the last two nodes settled: {decided:#?}"
-    );
-    let s = &report.summary;
-    assert_eq!((s.pods_running_end, s.pods_pending_end), (4, 0), "{s:#?}");
+    decided_once_batch_has_left(&web_beside_batch(), 4, 4);
 }
 
 #[test]
@@ -733,11 +721,22 @@ fn a_node_open_since_before_a_scale_down_waits_for_the_nodes_it_touched() {
         "matchExpressions: [{key: app, operator: In, values: [batch, solo]}]",
     );
     let manifests = web_beside_batch() + &deployment("solo", 1, "1500m", &solo_apart);
+    decided_once_batch_has_left(&manifests, 4, 5);
+}
+
+/// Runs `manifests` (with `web_beside_batch`) as `batch` leaves two nodes at 3m and the other two
+/// at 3m20s, and checks that one decision, taken once the last two settled (3m50s), took
+/// `underutilized` nodes, and that `running` pods run at the end.
+fn decided_once_batch_has_left(manifests: &str, underutilized: usize, running: usize) {
     let steps = "[{at: 3m, scale: {kind: Deployment, namespace: default, name: batch, replicas: 2}},
                   {at: 200s, scale: {kind: Deployment, namespace: default, name: batch, replicas: 0}}]";
-    let report = run(&scenario(&manifests, steps, "10m"));
+    let report = run(&scenario(manifests, steps, "10m"));
     let decided = decided_after_three_minutes(&report);
-    assert_eq!(terminated(&report, "underutilized"), 4, "{decided:#?}");
+    assert_eq!(
+        terminated(&report, "underutilized"),
+        underutilized,
+        "{decided:#?}"
+    );
     assert!(
         decided
             .iter()
@@ -745,7 +744,7 @@ fn a_node_open_since_before_a_scale_down_waits_for_the_nodes_it_touched() {
         "one decision once the last two nodes settled: {decided:#?}"
     );
     let s = &report.summary;
-    assert_eq!((s.pods_running_end, s.pods_pending_end), (5, 0), "{s:#?}");
+    assert_eq!((s.pods_running_end, s.pods_pending_end), (running, 0), "{s:#?}");
 }
 
 #[test]
