@@ -709,7 +709,8 @@ enum Wave {
 /// take the room only the large ones fit in, leaving a large pod pending and a node launched for
 /// it. A pod whose eviction is refused holds the smaller ones for that long at most.
 fn largest_first(pods: &[&Arc<CachedPod>], now: Instant, waves: &mut Option<Waves>) -> Wave {
-    let Some(largest) = pods.iter().map(|p| size(p)).max() else {
+    let sized: Vec<((Quantity, Quantity), &Arc<CachedPod>)> = pods.iter().map(|p| (size(p), *p)).collect();
+    let Some(largest) = sized.iter().map(|(size, _)| *size).max() else {
         return Wave::Now(Vec::new());
     };
     let ordered = match *waves {
@@ -723,10 +724,10 @@ fn largest_first(pods: &[&Arc<CachedPod>], now: Instant, waves: &mut Option<Wave
             true
         }
     };
-    let evict = pods
+    let evict = sized
         .iter()
-        .filter(|p| !ordered || size(p) == largest)
-        .map(|p| pod_ref(p))
+        .filter(|(size, _)| !ordered || *size == largest)
+        .map(|(_, p)| pod_ref(p))
         .collect();
     *waves = Some(Waves {
         first: waves.map_or(now, |w| w.first),

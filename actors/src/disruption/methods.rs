@@ -270,7 +270,9 @@ fn consolidation(
     let mut replacing: BTreeSet<String> = BTreeSet::new();
     let mut taken_in: BTreeMap<String, u32> = BTreeMap::new();
     while commands.len() < MULTI_NODE_COMMANDS {
-        let open: Vec<&Candidate> = (consolidatable.iter().copied())
+        let open: Vec<&Candidate> = consolidatable
+            .iter()
+            .copied()
             .filter(|c| !closed.contains(&c.node_name()))
             .collect();
         let within = within_budgets(&open, |pool| {
