@@ -41,6 +41,10 @@ use crate::{
 /// Spot replacements need at least this many cheaper spot types, and keep that many.
 pub const SPOT_TO_SPOT_MIN_TYPES: usize = 15;
 
+/// The most candidates a multi-node search looks at when the first two cannot go together
+/// (Karpenter's limit for every multi-node search).
+pub const PAST_A_PAIR: usize = 100;
+
 /// A node consolidation may remove.
 #[derive(Debug, Clone)]
 pub struct Candidate {
@@ -242,7 +246,9 @@ impl<'a> Search<'a> {
     /// it takes a prefix that can go to mean every shorter one can; it finds the size by doubling
     /// from two until a prefix cannot go, then by binary search between the last two sizes. So
     /// its questions grow with the answer, not with the candidates: when only a few nodes can go,
-    /// no question moves the pods of half the cluster.
+    /// no question moves the pods of half the cluster. When the first two cannot go, more may
+    /// (two nodes' pods may need a node as dear as both, three fill a cheaper one): it searches the
+    /// sizes above two, up to [`PAST_A_PAIR`], from the middle, as Karpenter's search does.
     pub fn largest_prefix(&mut self, order: &[usize]) -> Option<(usize, Decision)> {
         self.largest_accepted_prefix(order, |_, _| true)
     }
@@ -280,7 +286,13 @@ impl<'a> Search<'a> {
                 }
             }
         }
-        let mut low = best.as_ref().map_or(size, |(found, _)| found + 1);
+        let mut low = match &best {
+            Some((found, _)) => found + 1,
+            None => {
+                high = order.len().min(PAST_A_PAIR);
+                3
+            }
+        };
         while low <= high {
             let middle = (low + high) / 2;
             match ask(self, middle) {

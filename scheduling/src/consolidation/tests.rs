@@ -248,6 +248,33 @@ fn the_smallest_node_that_fits_is_not_replaced_by_itself() {
 }
 
 #[test]
+fn three_nodes_merge_where_the_first_two_alone_save_nothing() {
+    // One 1500m pod on each 2-CPU node: two of them need a 4-CPU node, as dear as both; three fit
+    // a 5-CPU one, cheaper than three.
+    let input = cluster(
+        (0..3)
+            .map(|i| {
+                node(
+                    &format!("n{i}"),
+                    2,
+                    vec![pod(&format!("p{i}"), "1500m", json!({}))],
+                )
+            })
+            .collect(),
+    );
+    let candidates: Vec<Candidate> = (0..3)
+        .map(|i| candidate(&input, i, 2, CapacityType::OnDemand))
+        .collect();
+    let mut search = Search::new(&input, &candidates, Settings::default());
+    assert!(search.consolidate(&[0, 1]).is_err(), "two save nothing");
+    let found = search.largest_prefix(&[0, 1, 2]);
+    assert!(
+        matches!(found, Some((3, Decision::Replace(_)))),
+        "three go onto one cheaper node: {found:?}"
+    );
+}
+
+#[test]
 fn consolidation_never_turns_nodes_into_more_nodes() {
     let apart = json!({"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
         {"labelSelector": {"matchLabels": {"app": "web"}}, "topologyKey": "kubernetes.io/hostname"}]}}});
