@@ -6,12 +6,14 @@
 //! them as disrupting before their taint is seen), the nodes the simulation counted on for their
 //! pods and the NodeClaims launched to replace them (no later command moves pods onto those, or
 //! removes them as empty, while the pods are still to come). A command holds them from its start
-//! until its [`Ticket`] is dropped: after the candidates are gone, or at its rollback. Pure state
-//! behind a lock; nothing fails.
+//! until its [`Ticket`] is dropped: after the candidates are gone, or at its rollback. A pass's
+//! commands hold what they were decided with while they wait for their validation, each until its
+//! own ([`InFlight::validate_in_turn`]). Pure state behind a lock; nothing fails.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
     sync::{Arc, Mutex, MutexGuard, PoisonError},
+    time::Duration,
 };
 
 /// See the module docs. Cheap to clone; clones share the commands.
@@ -90,6 +92,31 @@ impl InFlight {
     pub fn generation(&self) -> u64 {
         self.lock().generation
     }
+
+    /// Starts the `decided` commands of a pass that pass their validation, one after another once
+    /// `wait` is over: each is validated (`validate`) with the ones validated before it in flight
+    /// and the ones after it still holding what they were decided with (`held`), so none counts
+    /// on the nodes or the room of a command decided beside it. One that its validation abandons
+    /// holds nothing from then on. Each validated command comes with its ticket.
+    pub async fn validate_in_turn<T, F: Future<Output = Option<T>>>(
+        &self,
+        decided: Vec<T>,
+        held: impl Fn(&T) -> Held,
+        wait: Duration,
+        mut validate: impl FnMut(T) -> F,
+    ) -> Vec<(T, Ticket)> {
+        let awaiting: Vec<Ticket> = decided.iter().map(|d| self.start(held(d))).collect();
+        tokio::time::sleep(wait).await;
+        let mut started = Vec::new();
+        for (decision, awaiting) in decided.into_iter().zip(awaiting) {
+            drop(awaiting);
+            if let Some(validated) = validate(decision).await {
+                let ticket = self.start(held(&validated));
+                started.push((validated, ticket));
+            }
+        }
+        started
+    }
 }
 
 impl Ticket {
@@ -143,6 +170,34 @@ mod tests {
             "the first still counts on c"
         );
         drop(first);
+        assert_eq!(in_flight.holding(), Holding::default());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn each_validation_finds_the_commands_decided_beside_it_holding_their_nodes() {
+        let in_flight = InFlight::default();
+        let decided = vec![held("a", "d"), held("b", "e"), held("c", "f")];
+        let mut seen = Vec::new();
+        let started = in_flight
+            .validate_in_turn(decided, Held::clone, Duration::from_secs(15), |command| {
+                seen.push(in_flight.holding());
+                // The second one's validation abandons it.
+                let kept = (command.candidates != ["b"]).then_some(command);
+                std::future::ready(kept)
+            })
+            .await;
+        let names = |names: &[&str]| names.iter().map(|n| (*n).to_owned()).collect::<BTreeSet<_>>();
+        let candidates: Vec<BTreeSet<String>> = seen.iter().map(|h| h.candidates.clone()).collect();
+        assert_eq!(
+            candidates,
+            [names(&["b", "c"]), names(&["a", "c"]), names(&["a"])],
+            "the ones after it as decided, the ones before it as validated, none abandoned"
+        );
+        assert_eq!(seen[0].onto, names(&["e", "f"]), "and the room they counted on");
+        let kept: Vec<&str> = started.iter().map(|(h, _)| h.candidates[0].as_str()).collect();
+        assert_eq!(kept, ["a", "c"]);
+        assert_eq!(in_flight.holding().candidates, names(&["a", "c"]));
+        drop(started);
         assert_eq!(in_flight.holding(), Holding::default());
     }
 }

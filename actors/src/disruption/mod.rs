@@ -11,7 +11,8 @@
 //!    (`Unconsolidatable`), a blocked one too (`DisruptionBlocked`);
 //! 4. for emptiness and consolidation (not drift, as Karpenter), waits [`VALIDATION_DELAY`] (once
 //!    for all the pass's commands) and decides each again over fresh state, the ones validated
-//!    before it already in flight: the same candidates must still be candidates, within budgets,
+//!    before it already in flight and the ones after it still holding what they were decided
+//!    with: the same candidates must still be candidates, within budgets,
 //!    with the same outcome (or a deletion where it replaced: [`methods::revalidate`]), or nothing
 //!    happens. Meanwhile the candidates' Nodes carry a `PreferNoSchedule` taint
 //!    ([`orchestrate::steer_away`]), removed from those the validation leaves out;
@@ -229,35 +230,46 @@ async fn pass(
         orchestrate::steer_away(&shared, &candidate.node_name()).await;
     }
     shared.settings.faults.reach(Step::DisruptionSteered).await;
-    // One wait for the pass's commands, then each decided again in turn, the ones validated
-    // before it already in flight: no two count on the same room.
-    tokio::time::sleep(VALIDATION_DELAY).await;
-    for planned in to_validate {
-        let validated = validate(&shared, &planned.command, &memo, &in_flight).await;
-        let kept = validated
-            .as_ref()
-            .map(|v| v.command.claim_names())
-            .unwrap_or_default();
-        for candidate in &planned.command.candidates {
-            if !kept.contains(&candidate.claim.name_any()) {
-                orchestrate::stop_steering(&shared, &candidate.node_name()).await;
-            }
-        }
-        if let Some(validated) = validated {
-            let ticket = hold(&in_flight, &validated.command);
-            started.push((validated, ticket));
-        }
-    }
+    // One wait for the pass's commands, then each decided again in turn
+    // ([`InFlight::validate_in_turn`]): no two count on the same room, and none takes the nodes or
+    // the room of a command decided beside it.
+    let (shared, memo, in_flight) = (&shared, &memo, &in_flight);
+    let validated = in_flight
+        .validate_in_turn(
+            to_validate,
+            |p| held(&p.command),
+            VALIDATION_DELAY,
+            |planned| async move {
+                let validated = validate(shared, &planned.command, memo, in_flight).await;
+                let kept = validated
+                    .as_ref()
+                    .map(|v| v.command.claim_names())
+                    .unwrap_or_default();
+                for candidate in &planned.command.candidates {
+                    if !kept.contains(&candidate.claim.name_any()) {
+                        orchestrate::stop_steering(shared, &candidate.node_name()).await;
+                    }
+                }
+                validated
+            },
+        )
+        .await;
+    started.extend(validated);
     started
 }
 
 /// Puts `command` in flight: what it holds stays out of later decisions until the ticket drops.
 fn hold(in_flight: &InFlight, command: &Command) -> Ticket {
-    in_flight.start(Held {
+    in_flight.start(held(command))
+}
+
+/// What `command` holds from its start: its candidates and the nodes it counted on.
+fn held(command: &Command) -> Held {
+    Held {
         candidates: command.claim_names(),
         onto: command.onto.clone(),
         replacements: Vec::new(),
-    })
+    }
 }
 
 /// Decides `previous` again, after [`VALIDATION_DELAY`]: the command as it stands now, or `None`
