@@ -705,7 +705,7 @@ fn consolidation_waits_for_the_nodes_a_scale_down_touched_to_settle_and_decides_
     // 3m30s, while the others settle until 3m50s. Deciding at once would take the open pair alone
     // (no pod may move onto a settling node), then the rest a pass later; waiting for the pool
     // takes all four in one decision.
-    decided_once_batch_has_left(&web_beside_batch(), 4, 4);
+    decided_once_batch_has_left(&web_beside_batch(), "", 4, 4);
 }
 
 #[test]
@@ -721,16 +721,43 @@ fn a_node_open_since_before_a_scale_down_waits_for_the_nodes_it_touched() {
         "matchExpressions: [{key: app, operator: In, values: [batch, solo]}]",
     );
     let manifests = web_beside_batch() + &deployment("solo", 1, "1500m", &solo_apart);
-    decided_once_batch_has_left(&manifests, 4, 5);
+    decided_once_batch_has_left(&manifests, "", 4, 5);
+}
+
+#[test]
+fn empty_nodes_wait_with_their_pool_and_go_with_its_consolidation() {
+    // As `web_beside_batch`, with two `solo` pods on nodes of their own (kept from every pod
+    // here), deleted at 3m: those nodes open empty at 3m30s, while `batch` nodes settle until
+    // 3m50s. Emptiness decided at once would hold the next pass for its 15 s validation; it waits
+    // and goes with the rest.
+    let apart_from = |apps: &str| {
+        APART.replace(
+            "matchLabels: {app: web}",
+            &format!("matchExpressions: [{{key: app, operator: In, values: [{apps}]}}]"),
+        )
+    };
+    let manifests = pool(
+        "default",
+        &family(&["c5"]),
+        &disruption("WhenEmptyOrUnderutilized", "[{nodes: '100%'}]"),
+    ) + NODE_CLASS
+        + &deployment("web", 4, "500m", &apart_from("web, solo"))
+        + &deployment("batch", 4, "3", &apart_from("batch, solo"))
+        + &deployment("solo", 2, "1", &apart_from("web, batch, solo"));
+    let solo_goes = ", {at: 3m, delete: {kind: Deployment, namespace: default, name: solo}}";
+    let report = decided_once_batch_has_left(&manifests, solo_goes, 4, 4);
+    assert_eq!(terminated(&report, "empty"), 2, "{:#?}", report.summary);
 }
 
 /// Runs `manifests` (with `web_beside_batch`) as `batch` leaves two nodes at 3m and the other two
-/// at 3m20s, and checks that one decision, taken once the last two settled (3m50s), took
-/// `underutilized` nodes, and that `running` pods run at the end.
-fn decided_once_batch_has_left(manifests: &str, underutilized: usize, running: usize) {
-    let steps = "[{at: 3m, scale: {kind: Deployment, namespace: default, name: batch, replicas: 2}},
-                  {at: 200s, scale: {kind: Deployment, namespace: default, name: batch, replicas: 0}}]";
-    let report = run(&scenario(manifests, steps, "10m"));
+/// at 3m20s (with `also`, more steps), and checks that one decision, taken once the last two
+/// settled (3m50s), took `underutilized` nodes, and that `running` pods run at the end.
+fn decided_once_batch_has_left(manifests: &str, also: &str, underutilized: usize, running: usize) -> Report {
+    let steps = format!(
+        "[{{at: 3m, scale: {{kind: Deployment, namespace: default, name: batch, replicas: 2}}}},
+          {{at: 200s, scale: {{kind: Deployment, namespace: default, name: batch, replicas: 0}}}}{also}]"
+    );
+    let report = run(&scenario(manifests, &steps, "10m"));
     let decided = decided_after_three_minutes(&report);
     assert_eq!(
         terminated(&report, "underutilized"),
@@ -745,6 +772,7 @@ fn decided_once_batch_has_left(manifests: &str, underutilized: usize, running: u
     );
     let s = &report.summary;
     assert_eq!((s.pods_running_end, s.pods_pending_end), (running, 0), "{s:#?}");
+    report
 }
 
 #[test]

@@ -18,7 +18,8 @@
 //! (Karpenter v1.14's reschedule disruption cost: 1 plus their eviction costs above zero), and
 //! whether it is consolidatable (`consolidateAfter` has passed since it initialized and since
 //! a pod last arrived or left), which its NodeClaim's `Consolidatable` condition shows, and
-//! whether consolidation leaves it while other nodes of its NodePool make room (`waits_for_pool`).
+//! whether consolidation (and emptiness, in a pool that consolidates underused nodes) leaves it
+//! while other nodes of its NodePool make room (`waits_for_pool`).
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -118,8 +119,8 @@ pub struct Candidate {
     pub reschedule_cost: f64,
     /// Whether `consolidateAfter` has passed since the node last changed.
     pub consolidatable: bool,
-    /// Whether consolidation leaves it for now, consolidatable as it is, while other nodes of its
-    /// NodePool make room ([`waits_for_pool`]).
+    /// Whether consolidation (and emptiness, unless its pool is `WhenEmpty`) leaves it for now,
+    /// consolidatable as it is, while other nodes of its NodePool make room ([`waits_for_pool`]).
     pub waits_for_pool: bool,
     /// Whether its NodeClaim shows `Drifted=True`.
     pub drifted: bool,

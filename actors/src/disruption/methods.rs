@@ -3,9 +3,12 @@
 //!
 //! 1. **Emptiness** (reason `Empty`): every consolidatable candidate with no pod to move, of a
 //!    NodePool whose `consolidateAfter` is not `Never`, as many as each pool's budget allows, in
-//!    one command. Consolidation beside it takes none of its nodes, moves no pod onto them, and
-//!    has its pools' budgets less the nodes it empties (Karpenter decides emptiness alone, and
-//!    so waits a second 15 s validation before the first consolidation after a scale-down).
+//!    one command; in a pool that consolidates underused nodes, not while the pool waits for the
+//!    nodes making room (`waits_for_pool`): decided alone, its 15 s validation would hold up the
+//!    consolidation the wait is for by as much. Consolidation beside it takes none of its nodes,
+//!    moves no pod onto them, and has its pools' budgets less the nodes it empties (Karpenter
+//!    decides emptiness alone, and so waits a second 15 s validation before the first
+//!    consolidation after a scale-down).
 //! 2. **Drift** (reason `Drifted`): drifted candidates, consolidatable or not, whatever the
 //!    consolidation policy, longest drifted first; those with no pod to move first, as many as
 //!    budgets allow, in one command; otherwise one command per candidate whose pods fit on the
@@ -363,6 +366,7 @@ fn emptiness(candidates: &[Candidate], allowed: &impl Fn(&str, DisruptionReason)
     let empty: Vec<&Candidate> = candidates
         .iter()
         .filter(|c| c.consolidatable && c.pods.is_empty())
+        .filter(|c| !(c.waits_for_pool && underutilized_policy(c)))
         .collect();
     delete_empty(Method::Emptiness, DisruptionReason::Empty, &empty, allowed)
 }
