@@ -818,6 +818,77 @@ fn one_pass_decides_a_multi_node_command_for_each_group_of_nodes_that_merge() {
 }
 
 #[test]
+fn a_multi_node_commands_small_pods_wait_for_the_large_pods_of_the_nodes_drained_beside() {
+    // `dest`, a one-node pool kept from consolidation, has room for a 500m pod beside its `anchor`.
+    // In `default`: `b` (1500m) alone on a c5.xlarge once `mate` is gone, and `a` (500m) alone on a
+    // c5.large. Once `default` consolidates underused nodes, one command takes both: `a` onto
+    // `dest`'s node, `b` onto one new c5.large. kube-scheduler sends a pod to the least allocated
+    // node; were `a` evicted with `b`, it would take the empty replacement, `b` would fit nowhere
+    // and a node would be launched for it.
+    let dest = pool(
+        "dest",
+        "        - key: node.kubernetes.io/instance-type\n          operator: In\n          values: [c5.large]",
+        &format!(
+            "  limits: {{cpu: 2}}\n{}",
+            disruption("WhenEmpty", "[{nodes: '100%'}]")
+        ),
+    );
+    let default_with = |policy: &str| {
+        pool(
+            "default",
+            &family(&["c5"]),
+            &disruption(policy, "[{nodes: '100%'}]"),
+        )
+    };
+    let in_pool = |name: &str| format!("      nodeSelector: {{karpenter.sh/nodepool: {name}}}");
+    let manifests = dest
+        + &default_with("WhenEmpty")
+        + NODE_CLASS
+        + &deployment("anchor", 1, "1", &in_pool("dest"))
+        + &deployment("temp", 1, "800m", &in_pool("dest"));
+    let with_b = "      affinity:
+        podAffinity:
+          requiredDuringSchedulingIgnoredDuringExecution:
+            - labelSelector: {matchLabels: {app: b}}
+              topologyKey: kubernetes.io/hostname";
+    let applied = |at: &str, objects: &str| {
+        format!(
+            "\n    - at: {at}\n      apply: |\n{}",
+            indent(&indent(&indent(objects)))
+        )
+    };
+    let deleted = |name: &str| {
+        format!("\n    - at: 140s\n      delete: {{kind: Deployment, namespace: default, name: {name}}}")
+    };
+    // `a` comes once `dest` and `b`'s node are full, and finds room there once `temp` and `mate` go.
+    let steps = applied(
+        "0s",
+        &(deployment("b", 1, "1500m", &in_pool("default")) + &deployment("mate", 1, "2", with_b)),
+    ) + &applied("90s", &deployment("a", 1, "500m", ""))
+        + &deleted("temp")
+        + &deleted("mate")
+        + &applied("3m", &default_with("WhenEmptyOrUnderutilized"));
+    let report = run(&scenario(&manifests, &steps, "8m"));
+    let s = &report.summary;
+    let decided = decided_after_three_minutes(&report);
+    assert!(
+        decided.len() == 1 && decided[0].detail.starts_with("multi-node"),
+        "{decided:#?}"
+    );
+    let created: Vec<&Entry> = entries(&report, "nodeclaim-created")
+        .filter(|e| e.at_seconds > 180.0)
+        .collect();
+    assert_eq!(
+        created.len(),
+        1,
+        "the replacement alone: no node for a pod left pending: {created:#?}"
+    );
+    assert_eq!(terminated(&report, "underutilized"), 2, "{s:#?}");
+    assert_eq!(s.final_nodes.len(), 2, "{s:#?}");
+    assert_eq!((s.pods_running_end, s.pods_pending_end), (3, 0), "{s:#?}");
+}
+
+#[test]
 fn empty_nodes_go_in_the_same_pass_as_consolidation() {
     // Beside `web_beside_batch`, two `solo` pods on nodes of their own (apart from every pod
     // here), deleted with `batch`: those nodes are empty, the others underutilized.

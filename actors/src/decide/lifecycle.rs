@@ -99,7 +99,7 @@ pub struct Memory {
     pub finished: Option<(Phase, Instant)>,
     /// When draining began.
     pub drain_started: Option<Instant>,
-    /// When the drain evicted its first pods, and its latest ones.
+    /// When the drain began evicting, and the pod sizes its evictions are ordered by.
     pub eviction_waves: Option<Waves>,
     /// Eviction rounds in a row that a PodDisruptionBudget refused.
     pub refused_evictions: u32,
@@ -122,6 +122,9 @@ pub struct Facts<'a> {
     pub node: Option<&'a Node>,
     /// The pods bound to that Node, once the claim is being deleted (only a drain reads them).
     pub pods: &'a [Arc<CachedPod>],
+    /// The pods leaving every node being drained, this one's included, until the drain has begun
+    /// evicting (only its first evictions read them: [`largest_first`]).
+    pub leaving: &'a [Arc<CachedPod>],
     /// Whether the claim is being deleted and no provisioning pass has counted those pods yet.
     pub awaiting_provisioning: bool,
     /// Whether the claim's NodePool and node class are in the read model.
@@ -668,7 +671,8 @@ fn drain(facts: &Facts<'_>, node: &Node, memory: &mut Memory) -> Option<Plan> {
                     && !expiring.contains(&pod_ref(p))
             })
             .collect();
-        match largest_first(&evictable, facts.now, &mut memory.eviction_waves) {
+        let leaving: Vec<&Arc<CachedPod>> = facts.leaving.iter().filter(|p| tier(p) == first).collect();
+        match largest_first((&evictable, &leaving), facts.now, &mut memory.eviction_waves) {
             Wave::Now(evict) if !evict.is_empty() => actions.push(Action::Evict(evict)),
             Wave::Now(_) => {}
             Wave::After(wait) => return Some(Plan::act(actions, Next::After(wait))),
@@ -685,14 +689,17 @@ fn drain(facts: &Facts<'_>, node: &Node, memory: &mut Memory) -> Option<Plan> {
     })
 }
 
-/// When a drain evicted its first pods, and its latest ones ([`largest_first`]).
-#[derive(Debug, Clone, Copy)]
+/// When a drain began evicting, and the sizes it orders its evictions by ([`largest_first`]).
+#[derive(Debug, Clone)]
 pub struct Waves {
-    /// The first eviction.
+    /// The drain's first evictions.
     pub first: Instant,
-    /// The latest.
-    pub last: Instant,
+    /// The distinct sizes of the pods leaving every node being drained then, largest first.
+    pub sizes: Vec<PodSize>,
 }
+
+/// A pod's requested CPU and memory ([`size`]).
+type PodSize = (Quantity, Quantity);
 
 /// What [`largest_first`] evicts.
 enum Wave {
@@ -702,43 +709,56 @@ enum Wave {
     After(Duration),
 }
 
-/// Of the pods a drain may evict, the ones it evicts now: for the first [`MINIMUM_DRAIN_TIME`] of
-/// its evictions, those of the largest size left (requested CPU, then memory, the order the
-/// scheduling simulation packs pods in), one size every [`EVICTION_WAVE_GAP`]; after that, all of
-/// them. Evicted together, a node's small pods reach kube-scheduler beside its large ones and may
-/// take the room only the large ones fit in, leaving a large pod pending and a node launched for
-/// it. A pod whose eviction is refused holds the smaller ones for that long at most.
-fn largest_first(pods: &[&Arc<CachedPod>], now: Instant, waves: &mut Option<Waves>) -> Wave {
-    let sized: Vec<((Quantity, Quantity), &Arc<CachedPod>)> = pods.iter().map(|p| (size(p), *p)).collect();
-    let Some(largest) = sized.iter().map(|(size, _)| *size).max() else {
+/// Of the pods a drain may evict (`pods`), the ones it evicts now: for the first
+/// [`MINIMUM_DRAIN_TIME`] of its evictions, a size at a time, largest first (requested CPU, then
+/// memory, the order the scheduling simulation packs pods in), the sizes ranked among the pods
+/// `leaving` every node being drained when it began and each rank [`EVICTION_WAVE_GAP`] after the
+/// one before; after that, all of them. Evicted together, small pods reach kube-scheduler beside
+/// large ones and may take the room only the large ones fit in, leaving a large pod pending and a
+/// node launched for it; ranked on each node alone, a node of small pods drained beside nodes of
+/// large ones (a multi-node command) would evict its pods with theirs. A pod whose eviction is
+/// refused holds no other.
+fn largest_first(
+    (pods, leaving): (&[&Arc<CachedPod>], &[&Arc<CachedPod>]),
+    now: Instant,
+    waves: &mut Option<Waves>,
+) -> Wave {
+    if pods.is_empty() {
         return Wave::Now(Vec::new());
+    }
+    let sized: Vec<(PodSize, &Arc<CachedPod>)> = pods.iter().map(|p| (size(p), *p)).collect();
+    let waves = waves.get_or_insert_with(|| {
+        let mut sizes: Vec<PodSize> = sized
+            .iter()
+            .map(|(size, _)| *size)
+            .chain(leaving.iter().map(|p| size(p)))
+            .collect();
+        sizes.sort_unstable_by(|a, b| b.cmp(a));
+        sizes.dedup();
+        Waves { first: now, sizes }
+    });
+    let since = now.saturating_duration_since(waves.first);
+    let rank = |size: &PodSize| waves.sizes.iter().take_while(|s| *s > size).count();
+    let wave = if since >= MINIMUM_DRAIN_TIME {
+        usize::MAX
+    } else {
+        usize::try_from(since.as_millis() / EVICTION_WAVE_GAP.as_millis()).unwrap_or(usize::MAX)
     };
-    let ordered = match *waves {
-        None => true,
-        Some(w) if now.saturating_duration_since(w.first) >= MINIMUM_DRAIN_TIME => false,
-        Some(w) => {
-            let since = now.saturating_duration_since(w.last);
-            if since < EVICTION_WAVE_GAP {
-                return Wave::After(EVICTION_WAVE_GAP - since);
-            }
-            true
-        }
-    };
-    let evict = sized
+    let evict: Vec<PodRef> = sized
         .iter()
-        .filter(|(size, _)| !ordered || *size == largest)
+        .filter(|(size, _)| rank(size) <= wave)
         .map(|(_, p)| pod_ref(p))
         .collect();
-    *waves = Some(Waves {
-        first: waves.map_or(now, |w| w.first),
-        last: now,
-    });
+    if evict.is_empty() {
+        let next_wave = EVICTION_WAVE_GAP * u32::try_from(wave.saturating_add(1)).unwrap_or(u32::MAX);
+        return Wave::After(next_wave.min(MINIMUM_DRAIN_TIME).saturating_sub(since));
+    }
     Wave::Now(evict)
 }
 
 /// A pod's requested CPU and memory, as the scheduling simulation orders pods (nothing when its
 /// requests cannot be read: the simulation could not place it either).
-fn size(pod: &CachedPod) -> (Quantity, Quantity) {
+fn size(pod: &CachedPod) -> PodSize {
     pod.spec
         .as_ref()
         .and_then(|spec| effective_requests(&pod.name_any(), spec).ok())
@@ -1081,6 +1101,7 @@ mod tests {
         claim: &'a NodeClaim,
         node: Option<&'a Node>,
         pods: &'a [Arc<CachedPod>],
+        leaving: &'a [Arc<CachedPod>],
         awaiting_provisioning: bool,
         known: bool,
         exists: Option<bool>,
@@ -1095,6 +1116,7 @@ mod tests {
                 claim,
                 node: None,
                 pods: &[],
+                leaving: &[],
                 awaiting_provisioning: false,
                 known: true,
                 exists: None,
@@ -1109,6 +1131,7 @@ mod tests {
                 claim: self.claim,
                 node: self.node,
                 pods: self.pods,
+                leaving: self.leaving,
                 awaiting_provisioning: self.awaiting_provisioning,
                 pool_and_class_known: self.known,
                 instance_exists: self.exists,
@@ -1675,6 +1698,25 @@ mod tests {
             evicted(&case.decide(&mut memory)),
             ["a", "b"],
             "pods of one size go together"
+        );
+        // A node of small pods drained beside a node of large ones (one multi-node command).
+        let small = [requesting("small", "900m", "3100Mi")];
+        let beside = [requesting("large", "3500m", "28Gi"), small[0].clone()];
+        let mut memory = Memory::default();
+        case.pods = &small;
+        case.leaving = &beside;
+        let plan = case.decide(&mut memory);
+        assert_eq!(
+            (evicted(&plan), plan.next),
+            (Vec::<String>::new(), Next::After(EVICTION_WAVE_GAP)),
+            "its pods wait for the larger ones drained elsewhere"
+        );
+        case.now = start + EVICTION_WAVE_GAP;
+        case.leaving = &[];
+        assert_eq!(
+            evicted(&case.decide(&mut memory)),
+            ["small"],
+            "then go a wave gap later"
         );
     }
 

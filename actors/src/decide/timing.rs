@@ -17,8 +17,9 @@ pub const UNAVAILABLE_OFFERING_TTL: Duration = Duration::from_secs(3 * 60);
 pub const INSTANCE_TYPES_TTL: Duration = Duration::from_secs(5 * 60);
 /// Draining waits at least this long after tainting, for pods bound before the taint was seen.
 pub const MINIMUM_DRAIN_TIME: Duration = Duration::from_secs(5);
-/// A drain evicts a tier's pods largest first, one size at a time this far apart, for the first
-/// [`MINIMUM_DRAIN_TIME`] of its evictions (Joist's own: Karpenter evicts a tier at once).
+/// A drain evicts a tier's pods largest first, their sizes ranked among the pods of every node
+/// being drained, one size at a time this far apart, for the first [`MINIMUM_DRAIN_TIME`] of its
+/// evictions (Joist's own: Karpenter evicts a tier at once).
 pub const EVICTION_WAVE_GAP: Duration = Duration::from_secs(2);
 /// The longest a drain holds its evictions until a provisioning pass has counted the node's pods
 /// (Joist's own: Karpenter evicts at once and provisions alongside).

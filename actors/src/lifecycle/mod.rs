@@ -64,6 +64,12 @@ pub async fn step(shared: &Shared, name: &str, memory: &mut Memory) -> Result<Ne
         (Some(_), Some(node)) => read.pods_on(&node.name_any()),
         _ => Vec::new(),
     };
+    // Until the drain begins evicting: it ranks its pods' sizes among those of every node drained.
+    let leaving = if pods.is_empty() || memory.eviction_waves.is_some() {
+        Vec::new()
+    } else {
+        read.leaving_pods().pods
+    };
     let pool_known = claim
         .labels()
         .get(NODEPOOL)
@@ -101,6 +107,7 @@ pub async fn step(shared: &Shared, name: &str, memory: &mut Memory) -> Result<Ne
         claim: &claim,
         node: node.as_deref(),
         pods: &pods,
+        leaving: &leaving,
         awaiting_provisioning: read.awaiting_provisioning(&claim.name_any()),
         pool_and_class_known: pool_known && class_known,
         instance_exists,
