@@ -4,7 +4,7 @@
 //! of the two actions whose results steer the next move. Every rule of the module docs of
 //! [`crate::lifecycle`] is here, and unit-tested here.
 
-use std::{sync::Arc, time::Duration};
+use std::{fmt, sync::Arc, time::Duration};
 
 use joist_messages::{
     apis::NodeClaim,
@@ -122,9 +122,9 @@ pub struct Facts<'a> {
     pub node: Option<&'a Node>,
     /// The pods bound to that Node, once the claim is being deleted (only a drain reads them).
     pub pods: &'a [Arc<CachedPod>],
-    /// The pods leaving every node being drained, this one's included, until the drain has begun
-    /// evicting (only its first evictions read them: [`largest_first`]).
-    pub leaving: &'a [Arc<CachedPod>],
+    /// The pods leaving every node being drained, this one's included, read only when a drain
+    /// begins evicting ([`largest_first`]).
+    pub leaving: Leaving<'a>,
     /// Whether the claim is being deleted and no provisioning pass has counted those pods yet.
     pub awaiting_provisioning: bool,
     /// Whether the claim's NodePool and node class are in the read model.
@@ -141,6 +141,17 @@ pub struct Facts<'a> {
     pub now_seconds: i64,
     /// The monotonic time (for the memory's instants).
     pub now: Instant,
+}
+
+/// Reads the pods leaving every node being drained; the read model's scan runs only when a drain
+/// takes its snapshot of their sizes, once per drain.
+#[derive(Clone, Copy)]
+pub struct Leaving<'a>(pub &'a dyn Fn() -> Vec<Arc<CachedPod>>);
+
+impl fmt::Debug for Leaving<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Leaving(..)")
+    }
 }
 
 /// One thing the executor does.
@@ -671,8 +682,12 @@ fn drain(facts: &Facts<'_>, node: &Node, memory: &mut Memory) -> Option<Plan> {
                     && !expiring.contains(&pod_ref(p))
             })
             .collect();
-        let leaving: Vec<&Arc<CachedPod>> = facts.leaving.iter().filter(|p| tier(p) == first).collect();
-        match largest_first((&evictable, &leaving), facts.now, &mut memory.eviction_waves) {
+        let leaving = || {
+            let mut leaving = (facts.leaving.0)();
+            leaving.retain(|p| tier(p) == first);
+            leaving
+        };
+        match largest_first((&evictable, leaving), facts.now, &mut memory.eviction_waves) {
             Wave::Now(evict) if !evict.is_empty() => actions.push(Action::Evict(evict)),
             Wave::Now(_) => {}
             Wave::After(wait) => return Some(Plan::act(actions, Next::After(wait))),
@@ -719,7 +734,7 @@ enum Wave {
 /// large ones (a multi-node command) would evict its pods with theirs. A pod whose eviction is
 /// refused holds no other.
 fn largest_first(
-    (pods, leaving): (&[&Arc<CachedPod>], &[&Arc<CachedPod>]),
+    (pods, leaving): (&[&Arc<CachedPod>], impl FnOnce() -> Vec<Arc<CachedPod>>),
     now: Instant,
     waves: &mut Option<Waves>,
 ) -> Wave {
@@ -731,7 +746,7 @@ fn largest_first(
         let mut sizes: Vec<PodSize> = sized
             .iter()
             .map(|(size, _)| *size)
-            .chain(leaving.iter().map(|p| size(p)))
+            .chain(leaving().iter().map(|p| size(p)))
             .collect();
         sizes.sort_unstable_by(|a, b| b.cmp(a));
         sizes.dedup();
@@ -1127,11 +1142,12 @@ mod tests {
         }
 
         fn decide(&self, memory: &mut Memory) -> Plan {
+            let leaving = || self.leaving.to_vec();
             let facts = Facts {
                 claim: self.claim,
                 node: self.node,
                 pods: self.pods,
-                leaving: self.leaving,
+                leaving: Leaving(&leaving),
                 awaiting_provisioning: self.awaiting_provisioning,
                 pool_and_class_known: self.known,
                 instance_exists: self.exists,

@@ -41,7 +41,7 @@ use tokio::time::Instant;
 use self::execute::{StepError, Target, execute};
 use crate::{
     decide::{
-        lifecycle::{Facts, Memory, Next, decide, provider_id, waits_for_drain},
+        lifecycle::{Facts, Leaving, Memory, Next, decide, provider_id, waits_for_drain},
         repair::{self, Repair},
     },
     shared::Shared,
@@ -64,12 +64,8 @@ pub async fn step(shared: &Shared, name: &str, memory: &mut Memory) -> Result<Ne
         (Some(_), Some(node)) => read.pods_on(&node.name_any()),
         _ => Vec::new(),
     };
-    // Until the drain begins evicting: it ranks its pods' sizes among those of every node drained.
-    let leaving = if pods.is_empty() || memory.eviction_waves.is_some() {
-        Vec::new()
-    } else {
-        read.leaving_pods().pods
-    };
+    // Read once, when the drain ranks its pods' sizes among those of every node drained.
+    let leaving = || read.leaving_pods().pods;
     let pool_known = claim
         .labels()
         .get(NODEPOOL)
@@ -107,7 +103,7 @@ pub async fn step(shared: &Shared, name: &str, memory: &mut Memory) -> Result<Ne
         claim: &claim,
         node: node.as_deref(),
         pods: &pods,
-        leaving: &leaving,
+        leaving: Leaving(&leaving),
         awaiting_provisioning: read.awaiting_provisioning(&claim.name_any()),
         pool_and_class_known: pool_known && class_known,
         instance_exists,
