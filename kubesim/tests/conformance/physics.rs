@@ -71,6 +71,18 @@ async fn with_node_n1() -> (joist_kubesim::Cluster, kube::Client) {
     (cluster, client)
 }
 
+/// A cluster with two 8-CPU nodes in us-west-2a (`a1`, `a2`) and one in us-west-2b (`b1`): its
+/// nodes, and the pods of the default namespace.
+async fn with_zones_a_and_b() -> (joist_kubesim::Cluster, Api<Node>, Api<Pod>) {
+    let cluster = cluster();
+    let client = cluster.client();
+    let nodes: Api<Node> = Api::all(client.clone());
+    for (name, zone) in [("a1", "us-west-2a"), ("a2", "us-west-2a"), ("b1", "us-west-2b")] {
+        create(&nodes, node(name, "8", zone)).await;
+    }
+    (cluster, nodes, Api::namespaced(client, "default"))
+}
+
 #[tokio::test]
 async fn required_anti_affinity_gives_each_pod_a_node_of_its_own_and_affinity_keeps_them_together() {
     let cluster = cluster();
@@ -123,17 +135,67 @@ async fn required_anti_affinity_gives_each_pod_a_node_of_its_own_and_affinity_ke
     );
 }
 
+/// Anti-affinity holds both ways, as in kube-scheduler: a bound pod's required anti-affinity keeps
+/// the pods it selects out of its domain even though they state nothing themselves, and the
+/// domain takes them again once it is gone.
+#[tokio::test]
+async fn a_bound_pods_anti_affinity_keeps_the_pods_it_selects_out_of_its_zone_until_it_leaves() {
+    let (_cluster, _nodes, pods) = with_zones_a_and_b().await;
+    let pod = |name: &str, app: &str, spec: serde_json::Value| {
+        let mut spec = spec;
+        spec["containers"] = json!([{"name": "c", "image": "pause"}]);
+        json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default", "labels": {"app": app}},
+            "spec": spec,
+        })
+    };
+    let node_of = |name: &'static str| {
+        let pods = pods.clone();
+        async move { pods.get(name).await.ok()?.spec?.node_name }
+    };
+    let guard = json!({
+        "nodeSelector": {"kubernetes.io/hostname": "a1"},
+        "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+            {"topologyKey": "topology.kubernetes.io/zone", "labelSelector": {"matchLabels": {"app": "web"}}}
+        ]}},
+    });
+    create(&pods, pod("guard", "guard", guard)).await;
+    eventually("the guard placed", || node_of("guard")).await;
+    // a2 is in the guard's zone, not on its node.
+    let on_a2 = json!({"nodeSelector": {"kubernetes.io/hostname": "a2"}});
+    create(&pods, pod("web-a", "web", on_a2)).await;
+    create(&pods, pod("web", "web", json!({}))).await;
+    assert_eq!(
+        eventually("the free web pod placed", || node_of("web")).await,
+        "b1",
+        "out of the guard's zone"
+    );
+    let message = eventually("the web pod for a2 refused", || async {
+        let (status, _, message) = scheduled(&pods.get("web-a").await.ok()?)?;
+        (status == "False").then_some(message)
+    })
+    .await;
+    assert!(
+        message.contains("1 node(s) didn't satisfy existing pods anti-affinity rules")
+            && message.contains("2 node(s) didn't match Pod's node affinity/selector"),
+        "kube-scheduler's reasons: {message}"
+    );
+    pods.delete("guard", &DeleteParams::default().grace_period(0))
+        .await
+        .expect("delete");
+    assert_eq!(
+        eventually("the web pod for a2 placed", || node_of("web-a")).await,
+        "a2",
+        "the whole zone takes it once the guard is gone"
+    );
+}
+
 /// The scheduler remembers which nodes refuse a kind of pod; what frees a node (a pod leaving
 /// it, a zone emptied, a node relabelled) must be seen by the next pod of that kind.
 #[tokio::test]
 async fn a_pod_every_node_refused_goes_where_a_pod_left_a_zone_emptied_or_a_label_changed() {
-    let cluster = cluster();
-    let client = cluster.client();
-    let nodes: Api<Node> = Api::all(client.clone());
-    for (name, zone) in [("a1", "us-west-2a"), ("a2", "us-west-2a"), ("b1", "us-west-2b")] {
-        create(&nodes, node(name, "8", zone)).await;
-    }
-    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let (_cluster, nodes, pods) = with_zones_a_and_b().await;
     let pod = |name: &str, app: &str, cpu: &str, extra: serde_json::Value| {
         let mut pod = json!({
             "apiVersion": "v1", "kind": "Pod",

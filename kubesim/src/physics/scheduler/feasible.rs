@@ -141,6 +141,13 @@ impl Classes {
         self.node_changed(node);
     }
 
+    /// The domains bound pods' anti-affinity keeps pods out of changed: the kinds it kept off a
+    /// node may fit anywhere in a domain it left.
+    pub(super) fn held_off_changed(&mut self) {
+        self.by_key
+            .retain(|_, class| !class.counts.contains_key(&Refusal::ExistingAntiAffinity));
+    }
+
     /// A pod left `node`: room there, and for kinds placed by pods, maybe anywhere.
     pub(super) fn pod_left(&mut self, node: &str) {
         self.by_key.retain(|_, class| !class.depends_on_pods);

@@ -62,6 +62,8 @@ pub(super) struct Bound {
     pub(super) claims: Vec<String>,
     pub(super) labels: BTreeMap<String, String>,
     pub(super) namespace: String,
+    /// Its required pod anti-affinity terms, which keep the pods they select out of its domains.
+    pub(super) anti_terms: Vec<PodAffinityTerm>,
 }
 
 /// Why a node cannot take a pod: the first of kube-scheduler's filters it fails.
@@ -70,7 +72,10 @@ pub(super) enum Refusal {
     NotReady,
     Unschedulable,
     NodeAffinity,
-    Taint { key: String, value: String },
+    Taint {
+        key: String,
+        value: String,
+    },
     TooManyPods,
     Insufficient(String),
     Ports,
@@ -80,6 +85,8 @@ pub(super) enum Refusal {
     Spread,
     PodAffinity,
     PodAntiAffinity,
+    /// A bound pod's required anti-affinity selects the pod, and the node is in its domain.
+    ExistingAntiAffinity,
 }
 
 impl fmt::Display for Refusal {
@@ -99,16 +106,21 @@ impl fmt::Display for Refusal {
             Self::Spread => f.write_str("node(s) didn't match pod topology spread constraints"),
             Self::PodAffinity => f.write_str("node(s) didn't match pod affinity rules"),
             Self::PodAntiAffinity => f.write_str("node(s) didn't match pod anti-affinity rules"),
+            Self::ExistingAntiAffinity => {
+                f.write_str("node(s) didn't satisfy existing pods anti-affinity rules")
+            }
         }
     }
 }
 
-/// Whether the pod may go to the node; why not when it may not.
+/// Whether the pod may go to the node; why not when it may not. `affinity` holds the pod's own
+/// required (anti-)affinity terms, `held_off` the bound pods' anti-affinity terms that select it.
 pub(super) fn filter(
     node: &NodeInfo,
     needs: &PodNeeds,
     spread: &[SpreadCounts],
     affinity: &[AffinityDomains<'_>],
+    held_off: &[AffinityDomains<'_>],
 ) -> Result<(), Refusal> {
     if !node.ready {
         return Err(Refusal::NotReady);
@@ -181,6 +193,9 @@ pub(super) fn filter(
             Refusal::PodAffinity
         });
     }
+    if held_off.iter().any(|term| !term.allows(node)) {
+        return Err(Refusal::ExistingAntiAffinity);
+    }
     Ok(())
 }
 
@@ -199,14 +214,26 @@ pub(in crate::physics) fn node_accepts(pod: &Value, node: &Value) -> bool {
 
 /// Whether a pod-affinity term selects a bound pod.
 pub(super) fn term_selects(term: &PodAffinityTerm, namespace: &str, bound: &Bound) -> bool {
-    let in_namespace = match &term.namespaces {
-        Some(namespaces) if !namespaces.is_empty() => namespaces.contains(&bound.namespace),
-        _ => bound.namespace == namespace,
-    };
-    in_namespace && selector_matches(term, &bound.labels)
+    selects(term, namespace, &bound.namespace, &bound.labels)
 }
 
-/// For one required pod (anti-)affinity term: the domains that hold a selected pod.
+/// Whether a pod-affinity term of a pod in `namespace` selects a pod in `their_namespace` with
+/// `labels`.
+pub(super) fn selects(
+    term: &PodAffinityTerm,
+    namespace: &str,
+    their_namespace: &str,
+    labels: &BTreeMap<String, String>,
+) -> bool {
+    let in_namespace = match &term.namespaces {
+        Some(namespaces) if !namespaces.is_empty() => namespaces.iter().any(|n| n == their_namespace),
+        _ => their_namespace == namespace,
+    };
+    in_namespace && selector_matches(term, labels)
+}
+
+/// For one required pod (anti-)affinity term: the domains that hold a selected pod (for a bound
+/// pod's anti-affinity term that selects the incoming pod, the domains of the pods holding it).
 pub(super) struct AffinityDomains<'a> {
     pub(super) key: String,
     /// Selected pods per domain (domains with none may be listed with 0).

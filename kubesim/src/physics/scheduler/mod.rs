@@ -8,7 +8,9 @@
 //! where the pod's claims can be used ([`volume_topology`]), the volumes a node's CSINode lets
 //! its driver attach (kubesim's one driver attaches every claim),
 //! `DoNotSchedule` topology spread (the configuration's default constraints for pods that declare
-//! none, [`default_spread`]), and required pod affinity and anti-affinity of the incoming pod.
+//! none, [`default_spread`]), required pod affinity and anti-affinity of the incoming pod, and the
+//! required anti-affinity of the bound pods that select it ([`existing_anti`]: anti-affinity holds
+//! both ways, as in kube-scheduler).
 //! Among the nodes that pass, one without a `PreferNoSchedule` taint the pod does not tolerate wins,
 //! then the least allocated. Unschedulable pods are retried when nodes or
 //! bound pods change, and every `retry` otherwise; as in kube-scheduler, a pod that failed waits out
@@ -23,6 +25,7 @@
 
 mod default_spread;
 mod domains;
+mod existing_anti;
 mod feasible;
 mod filter;
 mod volume_topology;
@@ -41,6 +44,7 @@ use tokio::time::Instant;
 pub(super) use self::filter::{node_accepts, parse, untolerated};
 use self::{
     domains::{TermDomains, TermKey},
+    existing_anti::ExistingAnti,
     feasible::Classes,
     filter::{
         AffinityDomains, Bound, NodeInfo, PodNeeds, SpreadCounts, filter, node_affinity_matches,
@@ -92,6 +96,8 @@ struct Scheduler {
     classes: Classes,
     /// The domains of the pods each required pod (anti-)affinity term selects.
     term_domains: TermDomains,
+    /// The bound pods' required anti-affinity terms, and the domains they keep pods out of.
+    existing_anti: ExistingAnti,
     /// Nodes pods were bound to before the scheduler saw the node.
     unseen_nodes: HashSet<String>,
     /// The scheduler's Events, in series.
@@ -179,7 +185,7 @@ impl Scheduler {
         let name = change.key().name;
         if change.kind == EventKind::Deleted {
             if self.nodes.remove(&name).is_some_and(|gone| gone.pods > 0) {
-                self.term_domains.clear();
+                self.pods_moved_domains();
             }
             self.classes.node_removed(&name);
             return;
@@ -195,18 +201,29 @@ impl Scheduler {
                 if previous.labels == info.labels {
                     self.classes.node_changed(&name);
                 } else {
-                    self.term_domains.clear();
+                    self.pods_moved_domains();
                     self.classes.node_relabelled(&name);
                 }
             }
             None => {
                 if self.unseen_nodes.remove(&name) {
-                    self.term_domains.clear();
+                    self.pods_moved_domains();
                 }
                 self.classes.node_changed(&name);
             }
         }
         self.nodes.insert(name, info);
+    }
+
+    /// Bound pods are in other domains than counted (a node relabelled, or one they were bound to
+    /// appeared or went): every count of domains is made again, and the kinds of pods the bound
+    /// pods' anti-affinity kept off nodes look at every node again.
+    fn pods_moved_domains(&mut self) {
+        self.term_domains.clear();
+        if self.existing_anti.any() {
+            self.existing_anti.nodes_changed();
+            self.classes.held_off_changed();
+        }
     }
 
     /// Accounts for a pod change; returns whether it freed room (so unschedulable pods may fit).
@@ -295,6 +312,11 @@ impl Scheduler {
             claims: needs.claims.clone(),
             labels,
             namespace: key.namespace.clone(),
+            anti_terms: needs
+                .required_pod_terms()
+                .filter(|&(_, anti)| anti)
+                .map(|(term, _)| term.clone())
+                .collect(),
         };
         for (label, value) in &bound.labels {
             let entry = (bound.namespace.clone(), label.clone(), value.clone());
@@ -304,6 +326,12 @@ impl Scheduler {
         if let Some(replaced) = self.bound.insert(key.clone(), bound) {
             self.unindex(&key, &replaced);
             self.term_domains.count(&replaced, &self.nodes, -1);
+            if self.existing_anti.unbind(&key, &replaced, &self.nodes) {
+                self.classes.held_off_changed();
+            }
+        }
+        if let Some(bound) = self.bound.get(&key) {
+            self.existing_anti.bind(&key, bound, &self.nodes);
         }
     }
 
@@ -326,6 +354,9 @@ impl Scheduler {
         };
         self.unindex(key, &bound);
         self.term_domains.count(&bound, &self.nodes, -1);
+        if self.existing_anti.unbind(key, &bound, &self.nodes) {
+            self.classes.held_off_changed();
+        }
         self.classes.pod_left(&bound.node);
         if let Some(info) = self.nodes.get_mut(&bound.node) {
             info.requested.sub(&bound.requests);
@@ -468,6 +499,7 @@ impl Scheduler {
                 })
             })
             .collect();
+        let held_off = self.existing_anti.against(namespace, &own_labels, &self.nodes);
         let class_key = feasible::key(pod, needs);
         let class = self.classes.of(class_key, needs, &self.nodes);
         // Start after the node the previous pod stopped at, as kube-scheduler does, so the sample of
@@ -485,7 +517,7 @@ impl Scheduler {
             let Some(node) = self.nodes.get(name) else {
                 continue;
             };
-            match filter(node, needs, &spread, &affinity) {
+            match filter(node, needs, &spread, &affinity, &held_off) {
                 Ok(()) => {
                     feasible += 1;
                     let score = node.score(needs);
