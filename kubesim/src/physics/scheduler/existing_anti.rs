@@ -99,9 +99,8 @@ impl ExistingAnti {
         if std::mem::take(&mut self.stale) {
             for held in self.terms.values_mut() {
                 held.domains.clear();
-                let bound_to: Vec<String> = held.holders.values().cloned().collect();
-                for node in bound_to {
-                    held.count(&node, nodes, 1);
+                for node in held.holders.values() {
+                    count(&mut held.domains, &held.term.topology_key, node, nodes, 1);
                 }
             }
         }
@@ -120,13 +119,22 @@ impl ExistingAnti {
 
 impl Held {
     fn count(&mut self, node: &str, nodes: &BTreeMap<String, NodeInfo>, sign: isize) {
-        let Some(domain) = nodes
-            .get(node)
-            .and_then(|n| n.labels.get(&self.term.topology_key))
-        else {
-            return;
-        };
-        let holders = self.domains.entry(domain.clone()).or_default();
-        *holders = holders.saturating_add_signed(sign);
+        count(&mut self.domains, &self.term.topology_key, node, nodes, sign);
     }
+}
+
+/// Counts a holder on `node` in (`sign` 1) or out of (-1) its domain of `key` in `domains`; a node
+/// not seen, or without the label, is in no domain.
+fn count(
+    domains: &mut HashMap<String, usize>,
+    key: &str,
+    node: &str,
+    nodes: &BTreeMap<String, NodeInfo>,
+    sign: isize,
+) {
+    let Some(domain) = nodes.get(node).and_then(|n| n.labels.get(key)) else {
+        return;
+    };
+    let holders = domains.entry(domain.clone()).or_default();
+    *holders = holders.saturating_add_signed(sign);
 }
