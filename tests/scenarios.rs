@@ -236,6 +236,12 @@ fn four_apart_scaled_to_two(disruption: &str) -> (String, &'static str) {
     (manifests, steps)
 }
 
+/// The steps of a scenario that applies `manifests` at `at` (`3m`).
+fn applied_at(at: &str, manifests: &str) -> String {
+    let body = indent(&indent(&indent(manifests)));
+    format!("\n    - at: {at}\n      apply: |\n{body}")
+}
+
 /// A scenario applying `manifests` at t=0 with `steps`, run for `until`.
 fn scenario(manifests: &str, steps: &str, until: &str) -> Scenario {
     scenario_with("{}", manifests, steps, until)
@@ -473,6 +479,15 @@ fn disruption(policy: &str, budgets: &str) -> String {
     )
 }
 
+/// The c5 NodePool `default` under `policy`, every node disruptable at once, and the node class.
+fn c5_cluster(policy: &str) -> String {
+    pool(
+        "default",
+        &family(&["c5"]),
+        &disruption(policy, "[{nodes: '100%'}]"),
+    ) + NODE_CLASS
+}
+
 /// A c5 NodePool with `policy` and `budgets`, the node class, and `inflate` with `replicas` 1-CPU pods.
 fn c5_inflate(policy: &str, budgets: &str, replicas: u32) -> String {
     pool("default", &family(&["c5"]), &disruption(policy, budgets))
@@ -606,13 +621,7 @@ fn do_not_disrupt_pods_and_a_pdb_without_disruptions_pin_their_node() {
                 &format!("    metadata:\n      labels: {{app: {name}}}\n{extra}"),
             );
         }
-        let manifests = pool(
-            "default",
-            &family(&["c5"]),
-            &disruption("WhenEmptyOrUnderutilized", "[{nodes: '100%'}]"),
-        ) + NODE_CLASS
-            + objects
-            + &workload;
+        let manifests = c5_cluster("WhenEmptyOrUnderutilized") + objects + &workload;
         let report = run(&scenario(&manifests, &scale_down.replace("NAME", name), "8m"));
         let s = &report.summary;
         assert_eq!(terminated(&report, "underutilized"), 0, "{name}: {s:#?}");
@@ -623,16 +632,10 @@ fn do_not_disrupt_pods_and_a_pdb_without_disruptions_pin_their_node() {
 
 #[test]
 fn nodes_kept_apart_by_anti_affinity_are_packed_once_the_constraint_goes() {
-    let pool = pool(
-        "default",
-        &family(&["c5"]),
-        &disruption("WhenEmptyOrUnderutilized", "[{nodes: '100%'}]"),
-    );
-    let manifests = pool + NODE_CLASS + &deployment("web", 4, "500m", APART);
+    let manifests = c5_cluster("WhenEmptyOrUnderutilized") + &deployment("web", 4, "500m", APART);
     // The same Deployment applied again without the constraint (server-side apply removes what
     // the manifest no longer says): its pods roll over to ones that may share nodes.
-    let together = indent(&indent(&indent(&deployment("web", 4, "500m", ""))));
-    let steps = format!("\n    - at: 3m\n      apply: |\n{together}");
+    let steps = applied_at("3m", &deployment("web", 4, "500m", ""));
     let report = run(&scenario(&manifests, &steps, "12m"));
     let s = &report.summary;
     let apart_nodes = report
@@ -653,6 +656,25 @@ fn nodes_kept_apart_by_anti_affinity_are_packed_once_the_constraint_goes() {
     assert!(s.cost_per_hour_end < 4.0 * 0.085, "{s:#?}");
 }
 
+#[test]
+fn pods_planned_for_a_launching_node_keep_it_when_a_larger_pod_arrives() {
+    // Three 2.5-CPU pods get a c5.2xlarge. While it boots, a 3.5-CPU pod arrives: the next pass
+    // keeps the three on the launching node and launches a c5.xlarge for the new pod. Packed again
+    // with them, largest first, the new pod would take the launching node's room and two of the
+    // three a second c5.2xlarge.
+    let manifests = c5_cluster("WhenEmpty") + &deployment("first", 3, "2500m", "");
+    let steps = applied_at("10s", &deployment("later", 1, "3500m", ""));
+    let report = run(&scenario(&manifests, &steps, "3m"));
+    let s = &report.summary;
+    assert_eq!((s.pods_running_end, s.pods_pending_end), (4, 0), "{s:#?}");
+    assert_eq!(s.nodes_launched, 2, "{s:#?}");
+    let mut types: Vec<&str> = (s.final_nodes.iter())
+        .map(|node| node.instance_type.as_str())
+        .collect();
+    types.sort_unstable();
+    assert_eq!(types, ["c5.2xlarge", "c5.xlarge"], "{s:#?}");
+}
+
 /// `inflate` scaled from 40 one-CPU pods to 4 at 3m, with `fault` (a step's body) from then on, run
 /// until `until`.
 fn scale_down_with(fault: &str, until: &str) -> Report {
@@ -668,11 +690,7 @@ fn scale_down_with(fault: &str, until: &str) -> Report {
 /// `batch` is deleted at 3m: then each node is too big for its one pod, and no two can merge.
 fn web_beside_batch() -> String {
     let batch_apart = APART.replace("app: web", "app: batch");
-    pool(
-        "default",
-        &family(&["c5"]),
-        &disruption("WhenEmptyOrUnderutilized", "[{nodes: '100%'}]"),
-    ) + NODE_CLASS
+    c5_cluster("WhenEmptyOrUnderutilized")
         + &deployment("web", 4, "500m", APART)
         + &deployment("batch", 4, "3", &batch_apart)
 }
@@ -736,11 +754,7 @@ fn empty_nodes_wait_with_their_pool_and_go_with_its_consolidation() {
             &format!("matchExpressions: [{{key: app, operator: In, values: [{apps}]}}]"),
         )
     };
-    let manifests = pool(
-        "default",
-        &family(&["c5"]),
-        &disruption("WhenEmptyOrUnderutilized", "[{nodes: '100%'}]"),
-    ) + NODE_CLASS
+    let manifests = c5_cluster("WhenEmptyOrUnderutilized")
         + &deployment("web", 4, "500m", &apart_from("web, solo"))
         + &deployment("batch", 4, "3", &apart_from("batch, solo"))
         + &deployment("solo", 2, "1", &apart_from("web, batch, solo"));
@@ -796,8 +810,7 @@ fn one_pass_decides_a_multi_node_command_for_each_group_of_nodes_that_merge() {
             n * 10
         );
     }
-    let consolidating = indent(&indent(&indent(&pool_with("WhenEmptyOrUnderutilized"))));
-    steps += &format!("\n    - at: 3m\n      apply: |\n{consolidating}");
+    steps += &applied_at("3m", &pool_with("WhenEmptyOrUnderutilized"));
     let report = run(&scenario(&manifests, &steps, "10m"));
     let s = &report.summary;
     let multi: Vec<&Entry> = decided_after_three_minutes(&report)
@@ -851,23 +864,17 @@ fn a_multi_node_commands_small_pods_wait_for_the_large_pods_of_the_nodes_drained
           requiredDuringSchedulingIgnoredDuringExecution:
             - labelSelector: {matchLabels: {app: b}}
               topologyKey: kubernetes.io/hostname";
-    let applied = |at: &str, objects: &str| {
-        format!(
-            "\n    - at: {at}\n      apply: |\n{}",
-            indent(&indent(&indent(objects)))
-        )
-    };
     let deleted = |name: &str| {
         format!("\n    - at: 140s\n      delete: {{kind: Deployment, namespace: default, name: {name}}}")
     };
     // `a` comes once `dest` and `b`'s node are full, and finds room there once `temp` and `mate` go.
-    let steps = applied(
+    let steps = applied_at(
         "0s",
         &(deployment("b", 1, "1500m", &in_pool("default")) + &deployment("mate", 1, "2", with_b)),
-    ) + &applied("90s", &deployment("a", 1, "500m", ""))
+    ) + &applied_at("90s", &deployment("a", 1, "500m", ""))
         + &deleted("temp")
         + &deleted("mate")
-        + &applied("3m", &default_with("WhenEmptyOrUnderutilized"));
+        + &applied_at("3m", &default_with("WhenEmptyOrUnderutilized"));
     let report = run(&scenario(&manifests, &steps, "8m"));
     let s = &report.summary;
     let decided = decided_after_three_minutes(&report);
@@ -1170,8 +1177,7 @@ fn a_node_pool_at_its_cpu_limit_still_rolls_a_new_image() {
 #[test]
 fn a_requirement_change_replaces_every_old_node_with_a_conforming_one() {
     let manifests = one_at_a_time(&["c5"]) + NODE_CLASS + &deployment("web", 2, "1", APART);
-    let m5 = indent(&indent(&indent(&one_at_a_time(&["m5"]))));
-    let steps = format!("\n    - at: 3m\n      apply: |\n{m5}");
+    let steps = applied_at("3m", &one_at_a_time(&["m5"]));
     let report = run(&scenario(&manifests, &steps, "12m"));
     let s = &report.summary;
     assert_eq!(terminated(&report, "drifted"), 2, "{s:#?}");

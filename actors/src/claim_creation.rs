@@ -3,7 +3,8 @@
 //! ([`crate::decide::limits`]) are built from the pool's template ([`claim_template`]) and created
 //! [`CLAIM_CREATES_IN_FLIGHT`] at a time, and each refused one gets a `LimitsExceeded` event on the
 //! pool. The pods a created claim was planned for are told so (`Nominated`,
-//! [`crate::effects::nominations`]) while the nominations' rate allows. A create that fails is logged; its pods stay pending and the next pass plans for them
+//! [`crate::effects::nominations`]) while the nominations' rate allows, and the next provisioning
+//! pass keeps them on it ([`crate::state::planned`]). A create that fails is logged; its pods stay pending and the next pass plans for them
 //! again.
 
 use futures::{StreamExt, stream};
@@ -60,6 +61,10 @@ pub async fn create_claims(shared: &Shared, plan: LaunchPlan) {
                         for pod in pods.iter().take_while(|_| shared.events.can_nominate()) {
                             shared.events.nominated(pod.as_ref(), target);
                         }
+                        shared.planned.record(
+                            &created_name,
+                            pods.iter().filter_map(|pod| pod.metadata.uid.as_deref()),
+                        );
                         shared.read.record_created(created);
                         shared.metrics.created(name, "provisioned");
                         shared.settings.faults.reach(Step::ClaimCreated).await;

@@ -146,6 +146,7 @@ fn shared(
         registration_health: Arc::default(),
         buffers: Arc::default(),
         freeing: Arc::default(),
+        planned: Arc::default(),
     };
     (shared, writers)
 }

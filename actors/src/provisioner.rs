@@ -11,6 +11,10 @@
 //! the pods get there. Each real pod placed on a node is told so with Karpenter's `Nominated`
 //! event ([`crate::effects::nominations`]): the pods of a new NodeClaim once it is created.
 //!
+//! A pending pod planned for a NodeClaim still launching stays on it while it fits there
+//! ([`crate::state::planned`]): the pass counts it on that node, as bound, and simulates only the
+//! pods not planned for yet.
+//!
 //! With the `CapacityBuffer` gate on, the CapacityBuffers' virtual pods come last
 //! ([`crate::state::buffers`]): they get nodes as pending pods do (the solver orders them among
 //! the real pods by size, as Karpenter's does), are told nothing, and the existing nodes they land
@@ -115,6 +119,8 @@ async fn provision(shared: Shared) {
     }
     let (input, solution, seconds) = match solve_pass(&shared, &mut pass).await {
         Solved::Nothing => {
+            nominate(&shared, pass.held.nodes.iter().map(String::as_str));
+            keep_planned(&shared, &pass, None);
             read.provisioned_for(&pass.leaving);
             return;
         }
@@ -135,6 +141,7 @@ async fn provision(shared: Shared) {
     let waiting = pass.waiting;
     tracing::info!(
         pods = waiting,
+        held = pass.held.plans.len(),
         leaving = pass.simulated - waiting,
         buffered = pass.buffers.len(),
         placed = solution.placements.len(),
@@ -142,7 +149,7 @@ async fn provision(shared: Shared) {
         unschedulable = solution.unschedulable.len(),
         "scheduling simulation"
     );
-    remember(&shared, &input, &solution, (pass.simulated, &pass.buffers));
+    remember(&shared, &pass, &input, &solution);
     tell_nominated(&shared, &input, &solution, &pass.pods);
     dispatch(
         &shared,
@@ -161,7 +168,7 @@ pub async fn rehearse(shared: &Shared) {
     let mut pass = prepare(shared).await;
     if let Solved::Solution(solved, _) = solve_pass(shared, &mut pass).await {
         let (input, solution) = &*solved;
-        remember(shared, input, solution, (pass.simulated, &pass.buffers));
+        remember(shared, &pass, input, solution);
     }
 }
 
@@ -173,6 +180,8 @@ struct Pass {
     pools: Vec<Arc<NodePool>>,
     /// NodePools left out because their launches are paused, with why.
     paused: Vec<String>,
+    /// Pending pods kept on the launching nodes planned for them, counted there as bound.
+    held: snapshot::Held,
     /// The real pods simulated, pending ones first.
     pods: Vec<Arc<CachedPod>>,
     /// How many of `pods` are pending (the rest are on nodes being deleted).
@@ -216,6 +225,8 @@ async fn prepare(shared: &Shared) -> Pass {
     if let Some(shards) = &shared.settings.replica_shards {
         pending = shards.owned_pending(read, pending);
     }
+    let held =
+        (shared.planned).with(|plans| snapshot::hold_planned(read, plans, &mut input.nodes, &mut pending));
     let waiting = pending.len();
     let leaving = read.leaving_pods();
     let leaving_views = leaving.pods.iter().map(|pod| (pod.clone(), read.pod_info(pod)));
@@ -231,6 +242,7 @@ async fn prepare(shared: &Shared) -> Pass {
         input,
         pools,
         paused,
+        held,
         pods,
         waiting,
         simulated,
@@ -259,11 +271,39 @@ async fn solve_pass(shared: &Shared, pass: &mut Pass) -> Solved {
     }
 }
 
-/// Remembers what the pass counted on: the nodes its real pods (the first `real`) go to are
-/// nominated, and the nodes its buffers' virtual pods go to hold them.
-fn remember(shared: &Shared, input: &Input, solution: &Solution, (real, buffers): (usize, &[BufferKey])) {
-    nominate(shared, input, solution, real);
-    record_buffers(shared, input, solution, (real, buffers));
+/// Remembers what the pass counted on: the nodes its real pods go to, or are held on, are
+/// nominated, the nodes its buffers' virtual pods go to hold them, and its pending pods stay
+/// planned for the launching nodes it put or held them on.
+fn remember(shared: &Shared, pass: &Pass, input: &Input, solution: &Solution) {
+    let placed = (solution.placements.iter())
+        .filter(|placement| placement.pod < pass.simulated)
+        .filter_map(|placement| input.nodes.get(placement.node))
+        .map(|node| node.name.as_str());
+    nominate(shared, placed.chain(pass.held.nodes.iter().map(String::as_str)));
+    record_buffers(shared, input, solution, (pass.simulated, &pass.buffers));
+    keep_planned(shared, pass, Some((input, solution)));
+}
+
+/// Replaces the plans of the last pass with this one's: the pods it held, and the pending pods its
+/// `solved` problem put on a launching node (the pods of the NodeClaims it creates are planned
+/// for them once created, [`crate::claim_creation`]).
+fn keep_planned(shared: &Shared, pass: &Pass, solved: Option<(&Input, &Solution)>) {
+    let mut plans = pass.held.plans.clone();
+    if let Some((input, solution)) = solved {
+        let mut claims: HashMap<usize, Option<String>> = HashMap::new();
+        for placement in solution.placements.iter().filter(|p| p.pod < pass.waiting) {
+            let Some(node) = input.nodes.get(placement.node).filter(|node| !node.initialized) else {
+                continue;
+            };
+            let claim = claims
+                .entry(placement.node)
+                .or_insert_with(|| snapshot::claim_of_node(&shared.read, &node.name));
+            if let Some(claim) = claim {
+                plans.insert(input.pods[placement.pod].uid.clone(), claim.clone());
+            }
+        }
+    }
+    shared.planned.replace(plans);
 }
 
 /// The CapacityBuffers' virtual pods this replica simulates (with the gate on), each with its
@@ -330,16 +370,10 @@ fn record_buffers(
     shared.buffers.placed(held, provisioned);
 }
 
-/// Nominates the existing and in-flight nodes the simulation put real pods on (the first
-/// `real` of its pods): until the pods get there, disruption must not take the room away.
-fn nominate(shared: &Shared, input: &Input, solution: &Solution, real: usize) {
-    let nodes: BTreeSet<&str> = solution
-        .placements
-        .iter()
-        .filter(|placement| placement.pod < real)
-        .filter_map(|placement| input.nodes.get(placement.node))
-        .map(|node| node.name.as_str())
-        .collect();
+/// Nominates the existing and in-flight `nodes` a pass counted on for real pods (it put them
+/// there, or held them there): until the pods get there, disruption must not take the room away.
+fn nominate<'a>(shared: &Shared, nodes: impl Iterator<Item = &'a str>) {
+    let nodes: BTreeSet<&str> = nodes.collect();
     let now = shared.clock.now_seconds();
     let window = nomination_window(shared.settings.batch_max).as_secs();
     let until = now.saturating_add(i64::try_from(window).unwrap_or(i64::MAX));

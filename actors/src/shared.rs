@@ -18,7 +18,7 @@ use crate::{
     settings::Settings,
     state::breaker::Breakers,
     state::read_model::ReadModel,
-    state::{buffers::Buffers, registration_health::RegistrationHealth},
+    state::{buffers::Buffers, planned::Planned, registration_health::RegistrationHealth},
 };
 
 /// The per-object actors, by object name, each reached through the messages it accepts.
@@ -82,6 +82,8 @@ pub struct Shared {
     pub buffers: Arc<Buffers>,
     /// Since when each NodePool has been making room, for consolidation's wait.
     pub freeing: Arc<Freeing>,
+    /// The launching NodeClaim each waiting pod was planned for.
+    pub planned: Arc<Planned>,
 }
 
 impl Shared {

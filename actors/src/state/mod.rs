@@ -1,7 +1,7 @@
 //! The state layer: what the controllers know. The [`read_model`] of reflected objects and its
 //! indexes, the scheduling [`snapshot`] taken from it, and the small in-memory records the actors
 //! keep between passes ([`breaker`], [`registration_health`], the CapacityBuffers' virtual pods in
-//! [`buffers`]), kube-scheduler's default topology spread
+//! [`buffers`], the launching NodeClaim each waiting pod is [`planned`] for), kube-scheduler's default topology spread
 //! as Joist mirrors it ([`default_spread`]), and which NodePools this replica acts
 //! for when they are split between replicas ([`replica_shards`]), and how a watch waits to list again
 //! after an error ([`watch_backoff`]). Reads never fail; a missing object
@@ -12,6 +12,7 @@ pub mod buffers;
 pub mod cached;
 pub mod created;
 pub mod default_spread;
+pub mod planned;
 pub mod read_model;
 pub mod registration_health;
 pub mod replica_shards;

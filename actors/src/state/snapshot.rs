@@ -5,7 +5,10 @@
 //! Conversions that fail (a quantity that does not parse, a pod the simulation cannot model) leave
 //! the object out and are reported, never fatal to the batch.
 
-use std::{collections::BTreeMap, sync::Arc};
+use std::{
+    collections::{BTreeMap, BTreeSet, HashMap},
+    sync::Arc,
+};
 
 use joist_messages::{
     apis::{NodeClaim, NodePool},
@@ -143,6 +146,70 @@ fn in_flight(claim: &NodeClaim) -> ExistingNode {
         initialized: false,
         volume_limits: Default::default(),
     }
+}
+
+/// The NodeClaim of a node the simulation counts on: its own name while in flight, else the claim
+/// of the registered Node.
+pub fn claim_of_node(read: &ReadModel, node: &str) -> Option<String> {
+    match read.node(node) {
+        Some(_) => read.claim_for_node(node),
+        None => Some(node.to_owned()),
+    }
+}
+
+/// Pending pods kept on the launching nodes planned for them ([`crate::state::planned`]).
+#[derive(Debug, Default)]
+pub struct Held {
+    /// Pod UID to the NodeClaim it stays planned for.
+    pub plans: HashMap<String, String>,
+    /// The nodes holding them, by the simulation's names.
+    pub nodes: BTreeSet<String>,
+}
+
+/// Moves each of `pods` that `plans` (pod UID to claim name) planned for a NodeClaim whose node
+/// has not initialized onto that node of `nodes`, as if bound there, while it fits beside the pods
+/// already on it, and says what it held. A pod whose claim is gone or initialized, or that no
+/// longer fits (kube-scheduler bound others there), stays in `pods` to be simulated.
+pub fn hold_planned(
+    read: &ReadModel,
+    plans: &HashMap<String, String>,
+    nodes: &mut [ExistingNode],
+    pods: &mut Vec<(Arc<CachedPod>, Arc<PodInfo>)>,
+) -> Held {
+    let mut held = Held::default();
+    if plans.is_empty() {
+        return held;
+    }
+    // Each launching node by its claim's name, with the room left beside its pods.
+    let mut launching: HashMap<String, (usize, Resources)> = HashMap::new();
+    for (i, node) in nodes.iter().enumerate().filter(|(_, n)| !n.initialized) {
+        let Some(claim) = claim_of_node(read, &node.name) else {
+            continue;
+        };
+        let mut room = node.allocatable.clone();
+        for pod in &node.pods {
+            room.sub(&pod.requests);
+        }
+        launching.insert(claim, (i, room));
+    }
+    pods.retain(|(_, info)| {
+        let Some((claim, (i, room))) = plans
+            .get(&info.uid)
+            .and_then(|claim| Some((claim, launching.get_mut(claim)?)))
+        else {
+            return true;
+        };
+        if !info.requests.fits(room) {
+            return true;
+        }
+        room.sub(&info.requests);
+        let node = &mut nodes[*i];
+        node.pods.push(info.clone());
+        held.nodes.insert(node.name.clone());
+        held.plans.insert(info.uid.clone(), claim.clone());
+        false
+    });
+    held
 }
 
 /// A NodePool as the simulation sees it, `instance_types` being its positions in the catalog.
@@ -352,6 +419,77 @@ mod tests {
         assert_eq!(
             node.get(labels::aws::ZONE_ID).map(String::as_str),
             Some("usw2-az1")
+        );
+    }
+
+    /// A pending pod `name` (UID `uid-NAME`) asking for `cpu`, with its simulation form.
+    fn waiting(name: &str, cpu: &str) -> (Arc<CachedPod>, Arc<PodInfo>) {
+        let pod: CachedPod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "namespace": "default", "uid": format!("uid-{name}")},
+            "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": cpu}}}]},
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        let info = PodInfo::from_pod(&pod).unwrap_or_else(|e| panic!("{e}"));
+        (Arc::new(pod), Arc::new(info))
+    }
+
+    /// A node named `name` with room for `cpu` CPUs and 110 pods, initialized or still launching.
+    fn node(name: &str, cpu: i64, initialized: bool) -> ExistingNode {
+        ExistingNode {
+            name: name.to_owned(),
+            labels: BTreeMap::new(),
+            taints: Vec::new(),
+            allocatable: Resources::new()
+                .with(names::CPU, Quantity::from_units(cpu))
+                .with(names::PODS, Quantity::from_units(110)),
+            pods: Vec::new(),
+            initialized,
+            volume_limits: BTreeMap::new(),
+        }
+    }
+
+    #[test]
+    fn pods_planned_for_a_launching_claim_stay_on_it_while_they_fit() {
+        let (read, _writers) = ReadModel::new();
+        let mut nodes = vec![node("ready", 8, true), node("launching", 4, false)];
+        // kube-scheduler bound a pod there already.
+        let (_, bound) = waiting("bound", "1");
+        nodes[1].pods.push(bound);
+        let mut pods = vec![
+            waiting("a", "1500m"),
+            waiting("b", "1500m"),
+            // Planned there too, but the pod kube-scheduler bound left no room: simulated again.
+            waiting("c", "1500m"),
+            // Planned for a node that initialized: kube-scheduler is about to place it.
+            waiting("d", "1"),
+            // Planned for a claim that is gone.
+            waiting("e", "1"),
+            // Arrived since the last pass.
+            waiting("f", "1"),
+        ];
+        let plans: HashMap<String, String> = [
+            ("a", "launching"),
+            ("b", "launching"),
+            ("c", "launching"),
+            ("d", "ready"),
+            ("e", "deleted"),
+        ]
+        .into_iter()
+        .map(|(pod, claim)| (format!("uid-{pod}"), claim.to_owned()))
+        .collect();
+        let held = hold_planned(&read, &plans, &mut nodes, &mut pods);
+        let left: Vec<&str> = pods.iter().map(|(_, info)| info.name.as_str()).collect();
+        assert_eq!(left, ["c", "d", "e", "f"]);
+        let on_launching: Vec<&str> = nodes[1].pods.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(on_launching, ["bound", "a", "b"]);
+        assert!(nodes[0].pods.is_empty());
+        assert_eq!(held.nodes, BTreeSet::from(["launching".to_owned()]));
+        let kept: BTreeMap<&str, &str> = (held.plans.iter())
+            .map(|(pod, claim)| (pod.as_str(), claim.as_str()))
+            .collect();
+        assert_eq!(
+            kept,
+            BTreeMap::from([("uid-a", "launching"), ("uid-b", "launching")])
         );
     }
 
