@@ -397,12 +397,9 @@ fn tell_nominated(shared: &Shared, input: &Input, solution: &Solution, pods: &[A
             continue;
         };
         let (claim, node) = targets.entry(placement.node).or_insert_with(|| {
-            let name = node.name.clone();
-            match read.node(&name) {
-                Some(_) => (read.claim_for_node(&name), Some(name)),
-                // Still launching: it goes by its NodeClaim's name.
-                None => (Some(name), None),
-            }
+            // Still launching, it goes by its NodeClaim's name alone.
+            let registered = read.node(&node.name).map(|_| node.name.clone());
+            (snapshot::claim_of_node(read, &node.name), registered)
         });
         let target = Target {
             claim: claim.as_deref(),
