@@ -4,8 +4,8 @@
 //! [`CLAIM_CREATES_IN_FLIGHT`] at a time, and each refused one gets a `LimitsExceeded` event on the
 //! pool. The pods a created claim was planned for are told so (`Nominated`,
 //! [`crate::effects::nominations`]) while the nominations' rate allows, and the next provisioning
-//! pass keeps them on it ([`crate::state::planned`]). A create that fails is logged; its pods stay pending and the next pass plans for them
-//! again.
+//! pass keeps them on it ([`crate::state::planned`]). A create that fails is logged; its pods stay
+//! pending and the next pass plans for them again.
 
 use futures::{StreamExt, stream};
 use joist_messages::apis::NodeClaim;
